@@ -1,0 +1,49 @@
+// Kind descriptors: how programs (shmctl, the sidecar) see every segment kind.
+// Adding a kind = writing one descriptor and listing it in kinds.cpp; the
+// programs need no edits.
+#pragma once
+
+#include "shm/describe.hpp"
+#include "shm/error.hpp"
+#include "shm/segment.hpp"
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace shm {
+
+struct KindDescriptor {
+  KindId kind;
+  std::string_view name;
+  std::uint64_t fingerprint;
+  std::span<const RoleSpec> roles;
+  // Kind-specific state for `inspect` and metrics. The segment may be mapped
+  // read-only and may be corrupt: describe reads defensively.
+  void (*describe)(const Segment& segment, Node& out);
+  // Invariant violations, one line each; empty = healthy.
+  std::vector<std::string> (*verify)(const Segment& segment);
+  // Releases what a dead attacher held (the slot itself is freed by the caller).
+  // Returns a line per action taken. Needs a writable mapping.
+  std::vector<std::string> (*reclaim)(Segment& segment, const SlotInfo& dead);
+  // Optional: live-tunable parameters (`shmctl set`); nullptr when none.
+  Result<void> (*set)(Segment& segment, std::string_view key, std::string_view value) = nullptr;
+  // Optional: records without consuming them (`shmctl dump`), up to `limit`.
+  std::vector<std::vector<std::byte>> (*dump)(const Segment& segment, std::size_t limit) = nullptr;
+};
+
+[[nodiscard]] std::span<const KindDescriptor* const> all_kinds() noexcept;
+[[nodiscard]] const KindDescriptor* find_kind(KindId kind) noexcept;
+[[nodiscard]] std::string_view role_name(const KindDescriptor* kind, std::uint32_t role) noexcept;
+
+// Generic header description shared by every kind (identity, attachers, counters).
+void describe_header(const Segment& segment, Node& out);
+// Frees a dead holder's slot: takes its kernel lock first, so it never races a
+// taker-over, then marks it Free and records a Reclaimed event. False if the
+// slot turned out to be alive.
+[[nodiscard]] Result<bool> reclaim_slot(Segment& segment, std::size_t slot);
+
+// Per-kind descriptors (defined next to each kind).
+extern const KindDescriptor kSpscRingDescriptor;
+
+}  // namespace shm
