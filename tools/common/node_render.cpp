@@ -1,0 +1,80 @@
+#include "node_render.hpp"
+
+#include <fmt/format.h>
+
+namespace shm::tools {
+namespace {
+
+nlohmann::ordered_json value_json(const Node::Value& v) {
+  return std::visit(
+      [](const auto& x) -> nlohmann::ordered_json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return nullptr;
+        else
+          return x;
+      },
+      v);
+}
+
+std::string value_text(const Node::Value& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return "-";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "yes" : "no";
+        else
+          return fmt::format("{}", x);
+      },
+      v);
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const Node& node) {
+  switch (node.type()) {
+    case Node::Type::Value: return value_json(node.value());
+    case Node::Type::Array: {
+      auto a = nlohmann::ordered_json::array();
+      for (const Node& e : node.elements()) a.push_back(to_json(e));
+      return a;
+    }
+    case Node::Type::Object: break;
+  }
+  auto o = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : node.members()) o[k] = to_json(v);
+  return o;
+}
+
+std::string to_text(const Node& node, int indent) {
+  std::string out;
+  const std::string pad(static_cast<std::size_t>(indent), ' ');
+  if (node.type() == Node::Type::Value) return pad + value_text(node.value()) + "\n";
+  if (node.type() == Node::Type::Array) {
+    for (const Node& e : node.elements()) {
+      if (e.type() == Node::Type::Value) {
+        out += pad + "- " + value_text(e.value()) + "\n";
+      } else {
+        std::string inner = to_text(e, indent + 2);
+        if (inner.size() >= static_cast<std::size_t>(indent) + 2) inner.replace(static_cast<std::size_t>(indent), 2, "- ");
+        out += inner;
+      }
+    }
+    return out;
+  }
+  for (const auto& [k, v] : node.members()) {
+    if (v.type() == Node::Type::Value) {
+      out += fmt::format("{}{}: {}\n", pad, k, value_text(v.value()));
+    } else if (v.type() == Node::Type::Array && v.elements().empty()) {
+      out += fmt::format("{}{}: []\n", pad, k);
+    } else {
+      out += fmt::format("{}{}:\n", pad, k);
+      out += to_text(v, indent + 2);
+    }
+  }
+  return out;
+}
+
+}  // namespace shm::tools
