@@ -24,13 +24,14 @@ std::uint64_t process_start_time(std::int32_t pid) noexcept {
   const char* p = std::strrchr(buf, ')');
   if (p == nullptr) return 0;
   ++p;
-  // After ')' come field 3 (state) ... field 22 (starttime): skip 19 fields.
+  // After ") " come field 3 (state) ... field 22 (starttime); each space
+  // starts the next field.
   int field = 2;
-  while (*p != '\0' && field < 21) {
+  while (*p != '\0' && field < 22) {
     if (*p == ' ') ++field;
     ++p;
   }
-  if (field != 21) return 0;
+  if (field != 22) return 0;
   return std::strtoull(p, nullptr, 10);
 }
 

@@ -1,0 +1,109 @@
+#include "shm/platform/clock.hpp"
+#include "shm/platform/file.hpp"
+#include "shm/platform/futex.hpp"
+#include "shm/platform/process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Process, SelfIdentityHasStartTimeAndIsAlive) {
+  const ProcessId self = self_process();
+  EXPECT_EQ(self.pid, ::getpid());
+  EXPECT_GT(self.start_time, 0u);
+  EXPECT_TRUE(process_alive(self));
+}
+
+TEST(Process, ReusedPidWithOtherStartTimeIsNotAlive) {
+  ProcessId self = self_process();
+  self.start_time += 1;
+  EXPECT_FALSE(process_alive(self));
+  EXPECT_FALSE(process_alive(ProcessId{0, 0}));
+}
+
+TEST(Process, ExitedChildIsNotAlive) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  const std::uint64_t start = process_start_time(child);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(process_alive(ProcessId{child, start}));
+}
+
+TEST(Clock, MonotonicNeverGoesBack) {
+  const auto a = monotonic_ns();
+  const auto b = monotonic_ns();
+  EXPECT_LE(a, b);
+  EXPECT_GT(realtime_ns(), 1'600'000'000ull * 1'000'000'000ull);
+}
+
+TEST(Futex, WaitReturnsAtOnceWhenValueDiffers) {
+  std::atomic<std::uint32_t> word{5};
+  EXPECT_EQ(futex_wait(word, 4, 1'000'000'000ull), WaitResult::ValueChanged);
+}
+
+TEST(Futex, WaitTimesOutWhenNobodyWakes) {
+  std::atomic<std::uint32_t> word{0};
+  EXPECT_EQ(futex_wait(word, 0, 20'000'000ull), WaitResult::TimedOut);
+}
+
+TEST(Futex, WakeReachesWaiterInAnotherProcessThroughSharedFileMapping) {
+  char path[] = "/dev/shm/libshm-futex-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  auto map = Mapping::map(fd, 4096, true, path);
+  ASSERT_TRUE(map);
+  ::unlink(path);
+  auto* word = new (map->data()) std::atomic<std::uint32_t>(0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Waits in another process (own address space, same file page).
+    while (word->load() == 0) (void)futex_wait(*word, 0, 5'000'000'000ull);
+    ::_exit(word->load() == 7 ? 0 : 1);
+  }
+  std::this_thread::sleep_for(50ms);
+  word->store(7);
+  // The child may not be parked yet; keep waking until it exits.
+  int status = 0;
+  for (int i = 0; i < 500 && ::waitpid(child, &status, WNOHANG) == 0; ++i) {
+    (void)futex_wake_all(*word);
+    std::this_thread::sleep_for(10ms);
+  }
+  if (::waitpid(child, &status, WNOHANG) == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "waiter in the child process was never woken";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ::close(fd);
+}
+
+TEST(OfdLock, SecondDescriptionCannotTakeHeldByteAndSeesItHeld) {
+  char path[] = "/dev/shm/libshm-lock-XXXXXX";
+  const int fd1 = ::mkstemp(path);
+  ASSERT_GE(fd1, 0);
+  FileHandle a(fd1);
+  auto b = reopen(a.get(), true);
+  ASSERT_TRUE(b);
+  ::unlink(path);
+  ASSERT_TRUE(*try_lock_byte(a.get(), 10));
+  EXPECT_FALSE(*try_lock_byte(b->get(), 10));
+  EXPECT_EQ(*probe_byte(b->get(), 10), LockProbe::Held);
+  EXPECT_EQ(*probe_byte(b->get(), 11), LockProbe::Free);
+  a = FileHandle();  // closing the description drops its locks
+  EXPECT_EQ(*probe_byte(b->get(), 10), LockProbe::Free);
+  EXPECT_TRUE(*try_lock_byte(b->get(), 10));
+}
+
+}  // namespace
+}  // namespace shm
