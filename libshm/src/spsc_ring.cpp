@@ -86,13 +86,6 @@ std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
   return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
 }
 
-#ifndef NDEBUG
-void EndpointGuard::enter() noexcept {
-  const bool was_busy = busy_.exchange(true, std::memory_order_acquire);
-  assert(!was_busy && "an SPSC endpoint is used by two threads at once");
-  (void)was_busy;
-}
-#endif
 
 Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
   auto attachment = segment.attach(role);

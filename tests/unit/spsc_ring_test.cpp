@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 #include <thread>
+
+using namespace std::chrono_literals;
 #include <vector>
 
 namespace shm {
@@ -83,6 +85,178 @@ TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
   t.join();
   ASSERT_TRUE(r && *r);
   EXPECT_EQ(str(**r), "late");
+}
+
+}  // namespace
+}  // namespace shm
+
+namespace shm {
+namespace {
+
+class SpscRingSemanticsTest : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_F(SpscRingSemanticsTest, ReservationsAreInvisibleUntilCommit) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  auto r = p->try_reserve(10);
+  ASSERT_TRUE(r && *r);
+  std::memset((*r)->data(), 'x', 10);
+  EXPECT_FALSE(*c->try_peek());
+  p->commit();
+  auto got = c->try_peek();
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->size(), 10u);
+}
+
+TEST_F(SpscRingSemanticsTest, AbandonedReservationIsNeverPublished) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_reserve(10));
+  p->abandon();
+  p->commit();
+  EXPECT_FALSE(*c->try_peek());
+  ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("ok", 2))));
+  auto got = c->try_peek();
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->size(), 2u);
+}
+
+TEST_F(SpscRingSemanticsTest, BatchPeekReleasesAllAtOnceAndUnpeekRewinds) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::vector<std::string> recs = {"a", "bb", "ccc"};
+  std::vector<std::span<const std::byte>> spans;
+  for (auto& s : recs) spans.push_back(std::as_bytes(std::span(s)));
+  ASSERT_EQ(*p->try_push_batch(spans), 3u);
+  ASSERT_EQ((**c->try_peek()).size(), 1u);
+  ASSERT_EQ((**c->try_peek()).size(), 2u);
+  c->unpeek();
+  ASSERT_EQ((**c->try_peek()).size(), 1u);
+  std::size_t seen = 0;
+  auto n = c->drain([&](std::span<const std::byte> rec) { seen += rec.size(); }, 10);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 2u);  // the two after the one already peeked
+  EXPECT_EQ(seen, 5u);
+  EXPECT_FALSE(*c->try_peek());
+  EXPECT_EQ(c->released_position(), p->published_position());
+}
+
+TEST_F(SpscRingSemanticsTest, FullRingRefusesThenAcceptsAfterRelease) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');  // 64-byte records: exactly 4 fit
+  int pushed = 0;
+  while (*p->try_push(std::as_bytes(std::span(rec)))) ++pushed;
+  EXPECT_EQ(pushed, 4);
+  ASSERT_TRUE(*c->try_peek());
+  c->release();
+  EXPECT_TRUE(*p->try_push(std::as_bytes(std::span(rec))));
+}
+
+TEST_F(SpscRingSemanticsTest, BlockingPushTimesOutOnFullRingAndPopTimesOutWhenEmpty) {
+  auto p = RingProducer::create("r", {.capacity = 128});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');
+  while (*p->try_push(std::as_bytes(std::span(rec)))) {
+  }
+  auto pushed = p->push(std::as_bytes(std::span(rec)), 20ms);
+  ASSERT_TRUE(pushed);
+  EXPECT_FALSE(*pushed);
+  std::vector<std::byte> out(64);
+  for (;;) {
+    auto r = c->try_pop(out);
+    ASSERT_TRUE(r);
+    if (!*r) break;
+  }
+  auto popped = c->pop(out, 20ms);
+  ASSERT_TRUE(popped);
+  EXPECT_FALSE(*popped);
+}
+
+TEST_F(SpscRingSemanticsTest, BlockingProducerWakesWhenConsumerThreadFreesSpace) {
+  auto p = RingProducer::create("r", {.capacity = 128});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');
+  while (*p->try_push(std::as_bytes(std::span(rec)))) {
+  }
+  std::thread t([&] {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(*c->try_peek());
+    c->release();
+  });
+  auto pushed = p->push(std::as_bytes(std::span(rec)), 5s);
+  t.join();
+  ASSERT_TRUE(pushed);
+  EXPECT_TRUE(*pushed);
+}
+
+TEST_F(SpscRingSemanticsTest, PopIntoSmallBufferIsTooLargeAndKeepsRecord) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("0123456789", 10))));
+  std::vector<std::byte> small(4), big(16);
+  auto r = c->try_pop(small);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::TooLarge);
+  auto ok = c->try_pop(big);
+  ASSERT_TRUE(ok && *ok);
+  EXPECT_EQ(**ok, 10u);
+}
+
+TEST_F(SpscRingSemanticsTest, TwoThreadsStreamManyRecordsInOrder) {
+  auto p = RingProducer::create("r", {.capacity = 4096});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  constexpr std::uint64_t kCount = 200'000;
+  std::thread producer([&] {
+    for (std::uint64_t i = 0; i < kCount; ++i) {
+      const std::size_t n = 9 + i % 200;
+      auto r = p->reserve(n, 10s);
+      ASSERT_TRUE(r && *r);
+      std::memset((*r)->data(), static_cast<int>(i & 0xff), n);
+      std::memcpy((*r)->data(), &i, sizeof i);
+      p->commit();
+    }
+  });
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    auto r = c->peek(10s);
+    ASSERT_TRUE(r && *r) << i;
+    std::uint64_t seq = 0;
+    std::memcpy(&seq, (*r)->data(), sizeof seq);
+    ASSERT_EQ(seq, i);
+    ASSERT_EQ((*r)->size(), 9 + i % 200);
+    ASSERT_EQ(static_cast<unsigned char>((**r)[(*r)->size() - 1]), (i & 0xff)) << i;
+    c->release();
+  }
+  producer.join();
+}
+
+TEST_F(SpscRingSemanticsTest, ProducerTakeoverContinuesFromPublishedTail) {
+  auto c = RingConsumer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(c);
+  {
+    auto p = RingProducer::open("r");
+    ASSERT_TRUE(p);
+    ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("one", 3))));
+    ASSERT_TRUE(*p->try_reserve(7));  // never committed
+  }
+  auto p2 = RingProducer::open("r");
+  ASSERT_TRUE(p2);
+  ASSERT_TRUE(*p2->try_push(std::as_bytes(std::span("two", 3))));
+  EXPECT_EQ((**c->try_peek()).size(), 3u);
+  auto second = c->try_peek();
+  ASSERT_TRUE(second && *second);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*second)->data()), 3), "two");
 }
 
 }  // namespace

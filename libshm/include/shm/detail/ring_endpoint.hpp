@@ -6,6 +6,7 @@
 #include "shm/spsc_ring.hpp"
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <string>
 
@@ -23,19 +24,41 @@ inline void cpu_relax() noexcept {
 
 [[nodiscard]] std::string too_large_message(std::size_t n, std::uint64_t max_payload);
 
-// Debug-only guard: two threads using one SPSC endpoint at once is a bug.
+// Debug-only guard: two threads using one SPSC endpoint at once is a bug
+// (readerwriterqueue's ReentrantGuard). The member exists in every build so
+// the handle layout does not depend on NDEBUG (a library built with NDEBUG
+// and an application built without it must agree); only the check is
+// compiled out.
 class EndpointGuard {
  public:
+  EndpointGuard() = default;
+  EndpointGuard(EndpointGuard&&) noexcept {}
+  EndpointGuard& operator=(EndpointGuard&&) noexcept { return *this; }
+
+  class Scope {
+   public:
+    explicit Scope([[maybe_unused]] EndpointGuard& g) noexcept
 #ifndef NDEBUG
-  void enter() noexcept;
-  void leave() noexcept { busy_.store(false, std::memory_order_release); }
+        : guard_(g) {
+      const bool was_busy = guard_.busy_.exchange(true, std::memory_order_acquire);
+      assert(!was_busy && "an SPSC endpoint is used by two threads at once");
+      (void)was_busy;
+    }
+    ~Scope() { guard_.busy_.store(false, std::memory_order_release); }
+
+   private:
+    EndpointGuard& guard_;
+#else
+    {
+    }
+#endif
+   public:
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
 
  private:
   std::atomic<bool> busy_{false};
-#else
-  void enter() noexcept {}
-  void leave() noexcept {}
-#endif
 };
 
 class RingEndpoint {
@@ -49,6 +72,11 @@ class RingEndpoint {
 
  protected:
   RingEndpoint() = default;
+  RingEndpoint(RingEndpoint&&) noexcept = default;
+  // Detaches before the old mapping goes away (the attachment writes into it);
+  // a defaulted move assignment would unmap first, in member order.
+  RingEndpoint& operator=(RingEndpoint&& other) noexcept;
+  ~RingEndpoint() = default;
   [[nodiscard]] static Result<void> bind(RingEndpoint& e, Segment segment, const RoleSpec& role);
 
   [[nodiscard]] std::byte* at(std::uint64_t pos) const noexcept { return buffer_ + (pos & mask_); }
@@ -62,5 +90,20 @@ class RingEndpoint {
   std::uint64_t max_payload_ = 0;
   EndpointGuard guard_;
 };
+
+inline RingEndpoint& RingEndpoint::operator=(RingEndpoint&& other) noexcept {
+  if (this != &other) {
+    attachment_.detach();
+    attachment_ = std::move(other.attachment_);
+    segment_ = std::move(other.segment_);
+    control_ = other.control_;
+    buffer_ = other.buffer_;
+    capacity_ = other.capacity_;
+    mask_ = other.mask_;
+    max_payload_ = other.max_payload_;
+    guard_ = std::move(other.guard_);
+  }
+  return *this;
+}
 
 }  // namespace shm::detail
