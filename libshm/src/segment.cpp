@@ -95,8 +95,9 @@ void record_event(SegmentHeader& h, EventType type, std::uint32_t slot,
   EventEntry& e = h.events[n % kEventRingSize];
   // Seqlock writer: odd while writing. Two writers 32 events apart could
   // overlap on one entry; the reader then sees a sequence mismatch and skips it.
-  e.seq.store(2 * n + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);  // [E1] pairs with reader fence [E1']
+  // [E1] acq_rel exchange: the field stores below cannot move above the odd
+  // marker (no fences: ThreadSanitizer does not model them); pairs with [E1'].
+  (void)e.seq.exchange(2 * n + 1, std::memory_order_acq_rel);
   e.time_ns.store(realtime_ns(), std::memory_order_relaxed);
   e.type.store(static_cast<std::uint32_t>(type), std::memory_order_relaxed);
   e.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
@@ -485,9 +486,15 @@ std::vector<EventInfo> Segment::events() const {
   for (std::uint64_t n = begin; n < end; ++n) {
     const EventEntry& e = h.events[n % kEventRingSize];
     const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);  // [E2'] pairs with [E2]
-    EventInfo info{n, relaxed(e.time_ns), static_cast<EventType>(relaxed(e.type)), relaxed(e.pid),
-                   relaxed(e.slot), relaxed(e.detail)};
-    std::atomic_thread_fence(std::memory_order_acquire);  // [E1'] pairs with [E1]
+    // [E1'] acquire loads keep the re-read of seq below after them; a writer
+    // that started meanwhile ([E1]) changed seq, and the entry is skipped.
+    constexpr auto acq = std::memory_order_acquire;
+    EventInfo info{n,
+                   e.time_ns.load(acq),
+                   static_cast<EventType>(e.type.load(acq)),
+                   e.pid.load(acq),
+                   e.slot.load(acq),
+                   e.detail.load(acq)};
     const std::uint64_t s2 = e.seq.load(std::memory_order_relaxed);
     if (s1 == s2 && s1 == 2 * n + 2) out.push_back(info);
   }

@@ -170,18 +170,20 @@ Result<std::optional<std::span<std::byte>>> RingProducer::reserve(std::size_t n,
     // Read the futex word before announcing ourselves: a wake that happens
     // after this load changes it, and futex_wait then returns at once.
     const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    w.producer_parked.store(1, std::memory_order_relaxed);
-    // [D2'] seq_cst fence: pairs with [D2] in RingConsumer::release().
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    auto r = try_reserve(n);
-    if (!r || *r) {
+    // [D2'] seq_cst store of the flag, then a seq_cst load of head: pairs
+    // with [D2] in RingConsumer::release(). Either we see the new head here,
+    // or the consumer sees our flag and wakes us.
+    w.producer_parked.store(1, std::memory_order_seq_cst);
+    if (control_->consumer.head.load(std::memory_order_seq_cst) != cached_head_) {
       w.producer_parked.store(0, std::memory_order_relaxed);
-      return r;
+      auto r = try_reserve(n);
+      if (!r || *r) return r;
+      continue;
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       w.producer_parked.store(0, std::memory_order_relaxed);
-      return r;
+      return std::optional<std::span<std::byte>>{};
     }
     attachment_.heartbeat();
     (void)futex_wait(w.space_signal, seen,
@@ -278,18 +280,19 @@ Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(std::chrono
   auto& w = control_->waiters;
   for (;;) {
     const std::uint32_t seen = w.data_signal.load(std::memory_order_acquire);
-    w.consumer_parked.store(1, std::memory_order_relaxed);
-    // [D1'] seq_cst fence: pairs with [D1] in RingProducer::commit().
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    auto r = try_peek();
-    if (!r || *r) {
+    // [D1'] seq_cst store of the flag, then a seq_cst load of tail: pairs
+    // with [D1] in RingProducer::commit().
+    w.consumer_parked.store(1, std::memory_order_seq_cst);
+    if (control_->producer.tail.load(std::memory_order_seq_cst) != cached_tail_) {
       w.consumer_parked.store(0, std::memory_order_relaxed);
-      return r;
+      auto r = try_peek();
+      if (!r || *r) return r;
+      continue;
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       w.consumer_parked.store(0, std::memory_order_relaxed);
-      return r;
+      return std::optional<std::span<const std::byte>>{};
     }
     attachment_.heartbeat();
     (void)futex_wait(w.data_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));

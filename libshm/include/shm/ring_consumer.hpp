@@ -109,11 +109,11 @@ inline void RingConsumer::release() noexcept {
   records_ += peeked_records_;
   peeked_records_ = 0;
   control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [C] release: the records' bytes are no longer read; pairs with [C'] in the producer.
-  control_->consumer.head.store(head_, std::memory_order_release);
-  // [D2] seq_cst fence: pairs with [D2'] in RingProducer::reserve() (see [D1]).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control_->waiters.producer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
+  // [C] frees the records' bytes (release; pairs with [C'] in the producer).
+  // [D2] seq_cst with the flag load below: Dekker pairing with [D2'] in
+  // RingProducer::reserve() (see [D1]).
+  control_->consumer.head.store(head_, std::memory_order_seq_cst);
+  if (control_->waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_producer();
 }
 

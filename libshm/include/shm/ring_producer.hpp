@@ -91,13 +91,13 @@ inline void RingProducer::commit() noexcept {
   records_ += pending_records_;
   pending_records_ = 0;
   control_->producer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [P] release: publishes the records written above; pairs with [P'] in the consumer.
-  control_->producer.tail.store(tail_, std::memory_order_release);
-  // [D1] seq_cst fence: orders the tail store before the parked-flag load;
-  // pairs with [D1'] in RingConsumer::peek() so a parking consumer either sees
-  // the new tail or we see its flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control_->waiters.consumer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
+  // [P] publishes the records written above (release suffices for that;
+  // pairs with [P'] in the consumer). [D1] seq_cst, with the seq_cst load of
+  // the parked flag below: Dekker pairing with [D1'] in RingConsumer::peek(),
+  // so a parking consumer either sees this tail or we see its flag. On x86 a
+  // seq_cst store is one xchg, the price of a fence.
+  control_->producer.tail.store(tail_, std::memory_order_seq_cst);
+  if (control_->waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_consumer();
 }
 
