@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The test command (README, CI): installs what is missing, then runs the whole
+# suite in three lanes, each its own build directory, configure + build + ctest:
+#
+#   normal  RelWithDebInfo, everything (tests, examples, tools, benchmarks built)
+#   asan    -DLIBSHM_SANITIZE=address,undefined, benchmarks off
+#   tsan    -DLIBSHM_SANITIZE=thread, benchmarks off
+#
+# Usage: scripts/test.sh [--lane normal|asan|tsan|all]... [-- CTEST_ARGS...]
+#   e.g. scripts/test.sh --lane normal -- -L unit
+#
+# Environment:
+#   LIBSHM_BUILD_ROOT   where the lane build directories go (default: build/ -> build/ci-<lane>)
+#   LIBSHM_JOBS         parallel build and test jobs (default 2)
+#   LIBSHM_TEST_BUDGET  seconds for the whole run (default 3600); every build and
+#                       ctest run is bounded by what is left of it
+#   CI                  when set, warnings are errors (CMakeLists.txt turns LIBSHM_WERROR on)
+#
+# Exit status: 0 when every lane passed, 1 otherwise. The last line is
+# "tests: N passed, M failed" summed over the lanes (a lane that could not run
+# its tests counts as one failure).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build_root=${LIBSHM_BUILD_ROOT:-$repo/build}
+jobs=${LIBSHM_JOBS:-2}
+budget=${LIBSHM_TEST_BUDGET:-3600}
+per_test_timeout=300  # ctest default for a test without its own TIMEOUT
+
+# Upper bound of each lane's ctest run (seconds), before the overall budget.
+declare -A ctest_cap=([normal]=600 [asan]=720 [tsan]=900)
+
+usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+
+lanes=()
+ctest_extra=()
+while (($#)); do
+  case "$1" in
+    --lane)
+      [[ $# -ge 2 ]] || { echo "test.sh: --lane needs a value" >&2; exit 2; }
+      case "$2" in
+        normal | asan | tsan) lanes+=("$2") ;;
+        all) lanes+=(normal asan tsan) ;;
+        *) echo "test.sh: unknown lane '$2' (normal, asan, tsan, all)" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
+    --lane=*) set -- --lane "${1#--lane=}" "${@:2}" ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; ctest_extra=("$@"); break ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#lanes[@]})) || lanes=(normal asan tsan)
+
+bash "$here/setup.sh" || exit 1
+
+start=$SECONDS
+remaining() { echo $((budget - (SECONDS - start))); }
+min() { (($1 < $2)) && echo "$1" || echo "$2"; }
+
+# Sanitizer runtime options: stop at the first report, with a stack. A user's
+# own *SAN_OPTIONS come last, so they win. No suppressions.
+export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+
+# Runs "$@" bounded by `timeout`; the whole process group is signalled on expiry.
+bounded() {
+  local secs=$1
+  shift
+  if ((secs <= 0)); then
+    echo "test.sh: time budget of ${budget}s used up; not running: $*" >&2
+    return 124
+  fi
+  timeout --kill-after=20 "$secs" "$@"
+}
+
+# TSan (g++ 12) maps its shadow memory at fixed addresses and aborts with
+# "unexpected memory mapping" when the kernel's ASLR entropy is high
+# (vm.mmap_rnd_bits > 28 on recent kernels). Probe with a tiny program; if it
+# fails, lower the entropy (root) or run the lane without ASLR (setarch -R).
+# Sets tsan_prefix to the command prefix the lane must run under.
+tsan_prefix=()
+tsan_probe() {
+  local dir=$1 out
+  mkdir -p "$dir"
+  printf 'int main() { return 0; }\n' >"$dir/tsan_probe.cpp"
+  if ! g++ -fsanitize=thread -o "$dir/tsan_probe" "$dir/tsan_probe.cpp" 2>"$dir/tsan_probe.log"; then
+    echo "test.sh: cannot build a -fsanitize=thread program:" >&2
+    cat "$dir/tsan_probe.log" >&2
+    return 1
+  fi
+  out=$("${tsan_prefix[@]}" "$dir/tsan_probe" 2>&1) && return 0
+  echo "test.sh: TSan probe failed: $(head -c 300 <<<"$out")"
+  if [[ "$(id -u)" == 0 ]] && command -v sysctl >/dev/null; then
+    local bits
+    bits=$(sysctl -n vm.mmap_rnd_bits 2>/dev/null || echo "?")
+    if [[ "$bits" =~ ^[0-9]+$ ]] && ((bits > 28)) && sysctl -qw vm.mmap_rnd_bits=28 2>/dev/null; then
+      echo "test.sh: set vm.mmap_rnd_bits 28 (was $bits) so TSan can map its shadow memory"
+      "$dir/tsan_probe" >/dev/null 2>&1 && return 0
+    fi
+  fi
+  if command -v setarch >/dev/null && setarch "$(uname -m)" -R true 2>/dev/null; then
+    tsan_prefix=(setarch "$(uname -m)" -R)
+    echo "test.sh: running the tsan lane with ASLR off (setarch -R)"
+    "${tsan_prefix[@]}" "$dir/tsan_probe" >/dev/null 2>&1 && return 0
+  fi
+  echo "test.sh: TSan cannot run here: lower vm.mmap_rnd_bits to 28 as root, or allow" \
+    "personality(ADDR_NO_RANDOMIZE) for setarch -R" >&2
+  return 1
+}
+
+declare -A result detail
+total_passed=0
+total_failed=0
+
+run_lane() {
+  local lane=$1 dir="$build_root/ci-$1" sanitize="" bench=OFF prefix=() t0 t_build t_test rc log
+  case "$lane" in
+    normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON ;;
+    asan) sanitize="address,undefined" ;;
+    tsan) sanitize="thread" ;;
+  esac
+  echo
+  echo "==================== lane $lane: $dir ===================="
+  t0=$SECONDS
+  if (($(remaining) <= 0)); then
+    result[$lane]=FAIL
+    detail[$lane]="not run: the ${budget}s time budget was used up"
+    total_failed=$((total_failed + 1))
+    return
+  fi
+  mkdir -p "$dir"
+  if [[ "$lane" == tsan ]]; then
+    if ! tsan_probe "$dir"; then
+      result[$lane]=FAIL
+      detail[$lane]="TSan cannot run on this machine (see above)"
+      total_failed=$((total_failed + 1))
+      return
+    fi
+    prefix=("${tsan_prefix[@]}")
+  fi
+
+  # Configure and build. gtest_discover_tests runs the test binaries at build
+  # time, so the build runs under the same prefix (setarch) as the tests.
+  if ! bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+    -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
+    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize"; then
+    result[$lane]=FAIL
+    detail[$lane]="configure failed"
+    total_failed=$((total_failed + 1))
+    return
+  fi
+  if ! bounded "$(remaining)" "${prefix[@]}" cmake --build "$dir" --parallel "$jobs"; then
+    result[$lane]=FAIL
+    detail[$lane]="build failed after $((SECONDS - t0))s"
+    total_failed=$((total_failed + 1))
+    return
+  fi
+  t_build=$((SECONDS - t0))
+
+  # Test: every test, no label excluded.
+  log="$dir/ctest.log"
+  t0=$SECONDS
+  bounded "$(min "${ctest_cap[$lane]}" "$(remaining)")" "${prefix[@]}" \
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" \
+    --timeout "$per_test_timeout" "${ctest_extra[@]}" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  t_test=$((SECONDS - t0))
+
+  local summary passed=0 failed=0 total
+  summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  if [[ "$summary" =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    failed=${BASH_REMATCH[1]}
+    total=${BASH_REMATCH[2]}
+    passed=$((total - failed))
+  fi
+  if ((rc == 124 || rc == 137)); then
+    summary="ctest stopped by timeout after ${t_test}s${summary:+; $summary}"
+    ((failed > 0)) || failed=1
+  fi
+  [[ -n "$summary" ]] || { summary="ctest exited $rc without a summary"; failed=1; }
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  if ((rc == 0)); then result[$lane]=PASS; else result[$lane]=FAIL; fi
+  detail[$lane]="build ${t_build}s, tests ${t_test}s: $summary"
+}
+
+for lane in "${lanes[@]}"; do
+  run_lane "$lane"
+done
+
+echo
+echo "==================== summary ($((SECONDS - start))s of ${budget}s budget) ===================="
+status=0
+for lane in "${lanes[@]}"; do
+  printf 'lane %-6s %s  %s\n' "$lane" "${result[$lane]}" "${detail[$lane]}"
+  [[ "${result[$lane]}" == PASS ]] || status=1
+done
+echo "tests: $total_passed passed, $total_failed failed"
+exit $status

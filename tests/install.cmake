@@ -1,0 +1,29 @@
+# ctest entry "install_find_package" (label: install): installs this build into a
+# temporary prefix with `cmake --install`, then configures, builds and runs
+# tests/outside_project against it through find_package(libshm), as a user's
+# project would. The steps are in outside_project/check_install.cmake.
+
+# A sanitizer build's libshm.a calls into the sanitizer runtime, so whatever
+# links it must be compiled and linked with the same -fsanitize flags.
+set(SHM_OUTSIDE_CXX_FLAGS "")
+if(NOT LIBSHM_SANITIZE STREQUAL "")
+  set(SHM_OUTSIDE_CXX_FLAGS "-fsanitize=${LIBSHM_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all")
+endif()
+if(TARGET shmctl)
+  set(SHM_OUTSIDE_EXPECT_SHMCTL ON)
+else()
+  set(SHM_OUTSIDE_EXPECT_SHMCTL OFF)
+endif()
+
+add_test(NAME install_find_package
+  COMMAND ${CMAKE_COMMAND}
+    -DSHM_BUILD_DIR=${CMAKE_BINARY_DIR}
+    -DSHM_PROJECT_DIR=${CMAKE_CURRENT_SOURCE_DIR}/outside_project
+    -DSHM_WORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install_find_package
+    -DSHM_GENERATOR=${CMAKE_GENERATOR}
+    -DSHM_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+    -DSHM_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+    "-DSHM_CXX_FLAGS=${SHM_OUTSIDE_CXX_FLAGS}"
+    -DSHM_EXPECT_SHMCTL=${SHM_OUTSIDE_EXPECT_SHMCTL}
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
+set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)

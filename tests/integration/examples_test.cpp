@@ -1,0 +1,100 @@
+// The ring_producer / ring_consumer examples (the demo's programs) as separate
+// processes: they stream and verify, and the consumer's verdict (exit code and
+// last line) is right both when everything arrives and when it cannot.
+#include "common/scale.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+constexpr auto kDeadline = 120s;
+
+class ExamplesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* exe : {"ring_producer", "ring_consumer"}) {
+      if (!std::filesystem::exists(test::bin_path(exe)))
+        GTEST_SKIP() << test::bin_path(exe) << " is not built (LIBSHM_BUILD_EXAMPLES=OFF?)";
+    }
+  }
+
+  static Subprocess start(const std::string& exe, std::vector<std::string> args) {
+    args.insert(args.begin(), test::bin_path(exe));
+    return Subprocess(std::move(args));
+  }
+
+  test::TempRoot root_;
+};
+
+TEST_F(ExamplesTest, ConsumerVerifiesMixedSizeStreamFromProducerProcess) {
+  const std::string count = std::to_string(test::scaled(200'000));
+  auto consumer =
+      start("ring_consumer", {"--name", "mixed", "--create", "--capacity", "64KiB", "--count",
+                              count, "--min-size", "1", "--max-size", "4096"});
+  auto producer = start("ring_producer", {"--name", "mixed", "--count", count, "--min-size", "1",
+                                          "--max-size", "4096"});
+  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_NE(consumer.output().find("received " + count + " messages"), std::string::npos)
+      << consumer.output();
+  EXPECT_NE(consumer.output().find("verification OK: 0 lost, 0 duplicated, 0 corrupt"),
+            std::string::npos)
+      << consumer.output();
+}
+
+TEST_F(ExamplesTest, SpinModeWithBatchedCommitsDeliversEveryMessage) {
+  const std::string count = std::to_string(test::scaled(200'000));
+  // The producer creates this time; the consumer waits for the ring to appear.
+  auto consumer = start("ring_consumer", {"--name", "spin", "--spin", "--batch", "7", "--count",
+                                          count, "--size", "100"});
+  auto producer =
+      start("ring_producer", {"--name", "spin", "--create", "--capacity", "64KiB", "--spin",
+                              "--batch", "16", "--count", count, "--size", "100"});
+  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_NE(consumer.output().find("verification OK"), std::string::npos) << consumer.output();
+}
+
+TEST_F(ExamplesTest, ConsumerFailsWhenPayloadSizesDisagreeWithTheProducer) {
+  auto producer =
+      start("ring_producer", {"--name", "sizes", "--create", "--count", "100", "--size", "10"});
+  ASSERT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  auto consumer = start("ring_consumer", {"--name", "sizes", "--size", "11"});
+  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_NE(consumer.output().find("verification FAILED: 0 lost, 0 duplicated, 100 corrupt"),
+            std::string::npos)
+      << consumer.output();
+}
+
+TEST_F(ExamplesTest, ConsumerFailsWhenTheStreamIsShorterThanExpected) {
+  auto producer = start("ring_producer", {"--name", "short", "--create", "--count", "50"});
+  ASSERT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  auto consumer = start("ring_consumer", {"--name", "short", "--count", "51"});
+  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_NE(consumer.output().find("verification FAILED"), std::string::npos) << consumer.output();
+}
+
+TEST_F(ExamplesTest, OpenerGivesUpWhenTheRingNeverAppears) {
+  auto consumer = start("ring_consumer", {"--name", "absent", "--timeout", "0.2"});
+  EXPECT_EQ(consumer.wait(kDeadline), 3) << consumer.output();
+}
+
+TEST_F(ExamplesTest, ProducerRejectsMessagesLargerThanTheRing) {
+  auto producer = start("ring_producer", {"--name", "small", "--create", "--capacity", "1KiB",
+                                          "--count", "1", "--size", "600"});
+  EXPECT_EQ(producer.wait(kDeadline), 2) << producer.output();
+}
+
+}  // namespace
+}  // namespace shm
