@@ -1,0 +1,828 @@
+// shmctl as a user runs it: the real binary as a subprocess, against segments
+// created under a per-test root, in text and --json, with its exit codes and
+// every kind of bad input (missing, invalid name, bad usage, corrupt files).
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+
+#include "shm/kind.hpp"
+#include "shm/platform/crc32c.hpp"
+#include "shm/ring_consumer.hpp"
+#include "shm/ring_producer.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr auto kDeadline = 30s;
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+
+  [[nodiscard]] json parsed() const { return json::parse(out); }
+  [[nodiscard]] bool says(const std::string& text) const {
+    return out.find(text) != std::string::npos || err.find(text) != std::string::npos;
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const CliResult& r) {
+  return os << "exit " << r.code << "\n--- stdout ---\n" << r.out << "--- stderr ---\n" << r.err;
+}
+
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
+
+// Writes raw bytes into a segment file, as a buggy or hostile process could.
+void patch(const std::string& path, std::size_t offset, const void* data, std::size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, data, size, static_cast<off_t>(offset)), static_cast<ssize_t>(size));
+  ::close(fd);
+}
+
+template <class T>
+void patch_value(const std::string& path, std::size_t offset, T value) {
+  patch(path, offset, &value, sizeof value);
+}
+
+// Recomputes the header CRC, so a patched field passes the generic checks and
+// the kind-level check is what reacts.
+void reseal_header(const std::string& path) {
+  std::vector<char> head(offsetof(SegmentHeader, header_crc));
+  std::ifstream in(path, std::ios::binary);
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  ASSERT_TRUE(in);
+  patch_value<std::uint32_t>(path, offsetof(SegmentHeader, header_crc),
+                             crc32c(head.data(), head.size()));
+}
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+class ShmctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(test::bin_path("shmctl")))
+      GTEST_SKIP() << test::bin_path("shmctl") << " is not built (LIBSHM_BUILD_TOOLS=OFF?)";
+  }
+
+  // Runs shmctl with `args` (plus --root of this test unless `with_root` is
+  // false); stdout and stderr are kept apart.
+  CliResult run(std::vector<std::string> args, bool with_root = true) {
+    char err_path[] = "/tmp/shmctl-test-stderr-XXXXXX";
+    const int fd = ::mkstemp(err_path);
+    EXPECT_GE(fd, 0);
+    ::close(fd);
+    std::vector<std::string> argv = {
+        "/bin/sh", "-c", std::string("exec \"$0\" \"$@\" 2>") + err_path, test::bin_path("shmctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    if (with_root) {
+      argv.push_back("--root");
+      argv.push_back(root_.path());
+    }
+    test::Subprocess p(argv);
+    CliResult r;
+    r.code = p.wait(kDeadline);
+    r.out = p.output();
+    std::ifstream in(err_path);
+    r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ::unlink(err_path);
+    // Sanitizer builds: a report exits 1 (ASan/UBSan) or 66 (TSan), which
+    // could pass for an ordinary exit code; the report itself fails the test.
+    for (const char* report : {"Sanitizer", "runtime error:"})
+      EXPECT_EQ(r.err.find(report), std::string::npos) << r;
+    return r;
+  }
+
+  RingProducer make_ring(const std::string& name, std::uint64_t capacity = 4096) {
+    auto p = RingProducer::create(name, {.capacity = capacity}, {.root = root_.path()});
+    EXPECT_TRUE(p) << p.error().what();
+    return std::move(*p);
+  }
+
+  RingConsumer open_consumer(const std::string& name) {
+    auto c = RingConsumer::open(name, {}, {.root = root_.path()});
+    EXPECT_TRUE(c) << c.error().what();
+    return std::move(*c);
+  }
+
+  // A ring created and abandoned by a helper process that is gone: creator
+  // dead, producer and consumer slots still Attached with their holder dead.
+  void make_abandoned_ring(const std::string& name, int records = 0) {
+    test::Subprocess helper(
+        {test::helper_path("shmctl_ring"), root_.path(), name, "abandon", std::to_string(records)});
+    ASSERT_EQ(helper.wait(kDeadline), 0) << helper.output();
+  }
+
+  void make_file(const std::string& name, const std::string& content) {
+    std::ofstream(root_.file(name), std::ios::binary) << content;
+  }
+
+  std::string ring_path(const std::string& name) { return root_.file(name); }
+
+  // A segment of `kind` with a valid generic header and a zeroed data area,
+  // made through the descriptor table only (any kind this build knows).
+  void make_segment_of_kind(const std::string& name, const KindDescriptor& kind,
+                            std::byte fill = std::byte{0}) {
+    // A parameter block of garbage too (never empty: create copies it).
+    std::array<std::byte, 64> params{};
+    params.fill(fill);
+    KindSpec spec;
+    spec.kind = kind.kind;
+    spec.kind_name = kind.name;
+    spec.fingerprint = kind.fingerprint;
+    spec.params = params;
+    spec.data_size = 4 * kPageSize;
+    auto seg = Segment::create(name, spec, {.root = root_.path()},
+                               [fill](std::span<std::byte> data) -> Result<void> {
+                                 std::ranges::fill(data, fill);
+                                 return {};
+                               });
+    ASSERT_TRUE(seg) << seg.error().what();
+  }
+
+  template <class Pred>
+  static const KindDescriptor* first_kind(Pred pred) {
+    for (const KindDescriptor* kind : all_kinds())
+      if (pred(*kind)) return kind;
+    return nullptr;
+  }
+
+  test::TempRoot root_;
+};
+
+// ---------------------------------------------------------------- ls
+
+TEST_F(ShmctlTest, LsListsEachSegmentWithKindSizeCreatorAndAttachers) {
+  RingProducer producer = make_ring("orders");
+  make_abandoned_ring("stale");
+
+  const CliResult text = run({"ls"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("NAME")) << text;
+  EXPECT_TRUE(text.says("orders")) << text;
+  EXPECT_TRUE(text.says("spsc_ring")) << text;
+  EXPECT_TRUE(text.says(std::to_string(::getpid()) + " (alive)")) << text;
+  EXPECT_TRUE(text.says("ready")) << text;
+
+  const CliResult js = run({"ls", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["root"], root_.path());
+  ASSERT_EQ(doc["segments"].size(), 2u) << js;
+  const json& orders = doc["segments"][0];
+  EXPECT_EQ(orders["name"], "orders");
+  EXPECT_EQ(orders["kind"], "spsc_ring");
+  EXPECT_EQ(orders["valid"], true);
+  EXPECT_EQ(orders["state"], "ready");
+  EXPECT_EQ(orders["size"], 4096 + 8192);
+  EXPECT_EQ(orders["incarnation"].get<std::string>().size(), 16u);
+  EXPECT_EQ(orders["creator"]["pid"], ::getpid());
+  EXPECT_EQ(orders["creator"]["alive"], true);
+  EXPECT_EQ(orders["attachers_alive"], 1);
+  EXPECT_EQ(orders["attachers_dead"], 0);
+  const json& stale = doc["segments"][1];
+  EXPECT_EQ(stale["name"], "stale");
+  EXPECT_EQ(stale["creator"]["alive"], false);
+  EXPECT_EQ(stale["attachers_alive"], 0);
+  EXPECT_EQ(stale["attachers_dead"], 2);
+}
+
+TEST_F(ShmctlTest, LsOfEmptyOrMissingRootSaysThereAreNoSegments) {
+  const CliResult empty = run({"ls"});
+  ASSERT_EQ(empty.code, 0) << empty;
+  EXPECT_TRUE(empty.says("no segments")) << empty;
+
+  const std::string missing = root_.path() + "/does-not-exist";
+  const CliResult absent = run({"ls", "--root", missing}, false);
+  ASSERT_EQ(absent.code, 0) << absent;
+  EXPECT_TRUE(absent.says("does not exist yet")) << absent;
+  const CliResult js = run({"ls", "--json", "--root", missing}, false);
+  ASSERT_EQ(js.code, 0) << js;
+  EXPECT_TRUE(js.parsed()["segments"].empty());
+}
+
+TEST_F(ShmctlTest, LsListsInvalidFilesWithTheirErrorAndSkipsReservedNames) {
+  RingProducer producer = make_ring("good");
+  make_file("junk", "not a segment");
+  make_file("with space", "a name no segment can have");
+  make_file(".libshm-tmp-x-0123456789abcdef", "half-built");
+  make_file(".libshm-sidecar.lock", "");
+  fs::create_symlink(ring_path("good"), ring_path("link"));
+
+  const CliResult text = run({"ls"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("invalid: Truncated")) << text;
+  EXPECT_TRUE(text.says("symbolic link")) << text;
+  EXPECT_FALSE(text.says(".libshm-")) << text;
+
+  const json doc = run({"ls", "--json"}).parsed();
+  ASSERT_EQ(doc["segments"].size(), 4u) << doc.dump(2);
+  EXPECT_EQ(doc["segments"][0]["name"], "good");
+  EXPECT_EQ(doc["segments"][0]["valid"], true);
+  EXPECT_EQ(doc["segments"][1]["name"], "junk");
+  EXPECT_EQ(doc["segments"][1]["valid"], false);
+  EXPECT_EQ(doc["segments"][1]["error"]["code"], "Truncated");
+  EXPECT_EQ(doc["segments"][2]["name"], "link");
+  EXPECT_EQ(doc["segments"][2]["error"]["code"], "NotRegularFile");
+  EXPECT_EQ(doc["segments"][3]["name"], "with space");
+  EXPECT_EQ(doc["segments"][3]["state"], "invalid");
+  EXPECT_EQ(doc["segments"][3]["error"]["code"], "InvalidName");
+}
+
+// ---------------------------------------------------------------- inspect
+
+TEST_F(ShmctlTest, InspectShowsHeaderKindStateAndWhoHoldsEachRole) {
+  RingProducer producer = make_ring("orders");
+  RingConsumer consumer = open_consumer("orders");
+  ASSERT_TRUE(*producer.try_push(bytes("hello")));
+
+  const CliResult text = run({"inspect", "orders"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("kind: spsc_ring")) << text;
+  EXPECT_TRUE(text.says("capacity: 4096")) << text;
+  EXPECT_TRUE(text.says("role: producer")) << text;
+  EXPECT_TRUE(text.says("liveness: alive")) << text;
+  EXPECT_TRUE(text.says("created_at: ")) << text;
+
+  const CliResult js = run({"inspect", "orders", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["name"], "orders");
+  EXPECT_EQ(doc["kind"], "spsc_ring");
+  EXPECT_EQ(doc["valid"], true);
+  EXPECT_EQ(doc["creator"]["pid"], ::getpid());
+  EXPECT_EQ(doc["attachers_alive"], 2);
+  ASSERT_EQ(doc["attachers"].size(), 2u);
+  for (const json& a : doc["attachers"]) {
+    EXPECT_EQ(a["pid"], ::getpid());
+    EXPECT_EQ(a["liveness"], "alive");
+    EXPECT_NE(a["cmdline"].get<std::string>().find("shm_integration_tests"), std::string::npos)
+        << a;
+  }
+  EXPECT_EQ(doc["attachers"][0]["role"], "producer");
+  EXPECT_EQ(doc["attachers"][1]["role"], "consumer");
+  EXPECT_EQ(doc["kind_state"]["capacity"], 4096);
+  EXPECT_EQ(doc["kind_state"]["records_pushed"], 1);
+  EXPECT_EQ(doc["kind_state"]["depth_records"], 1);
+}
+
+TEST_F(ShmctlTest, InspectShowsDeadHoldersAsDeadWithoutCommandLine) {
+  make_abandoned_ring("stale");
+  const CliResult js = run({"inspect", "stale", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["creator"]["alive"], false);
+  EXPECT_EQ(doc["attachers_dead"], 2);
+  for (const json& a : doc["attachers"]) {
+    EXPECT_EQ(a["liveness"], "dead");
+    EXPECT_FALSE(a.contains("cmdline"));
+  }
+}
+
+// ---------------------------------------------------------------- not found, names, usage
+
+TEST_F(ShmctlTest, MissingSegmentExitsOneWithMessageAndJsonError) {
+  for (const char* command : {"inspect", "rm", "verify", "dump", "events", "watch"}) {
+    std::vector<std::string> args = {command, "nope"};
+    if (std::string(command) == "watch") args.insert(args.end(), {"--count", "1"});
+    const CliResult r = run(args);
+    EXPECT_EQ(r.code, 1) << command << "\n" << r;
+    EXPECT_TRUE(r.says("segment 'nope' not found in " + root_.path())) << r;
+    EXPECT_TRUE(r.says("shmctl ls --root")) << r;
+  }
+  const CliResult set = run({"set", "nope", "k=v"});
+  EXPECT_EQ(set.code, 1) << set;
+
+  const CliResult js = run({"inspect", "nope", "--json"});
+  ASSERT_EQ(js.code, 1) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["error"]["code"], "NotFound");
+  EXPECT_EQ(doc["error"]["exit_code"], 1);
+  EXPECT_NE(doc["error"]["message"].get<std::string>().find("'nope' not found"), std::string::npos);
+}
+
+// Invalid names can never exist, so they are usage errors (exit 2), not "not found".
+TEST_F(ShmctlTest, InvalidSegmentNameIsUsageError) {
+  for (const std::string& name :
+       std::vector<std::string>{"..", "a/b", "with space", std::string(201, 'x'), ".libshm-x"}) {
+    const CliResult r = run({"inspect", name});
+    EXPECT_EQ(r.code, 2) << name << "\n" << r;
+    EXPECT_TRUE(r.says("InvalidName")) << r;
+  }
+  const CliResult rm = run({"rm", "../etc"});
+  EXPECT_EQ(rm.code, 2) << rm;
+  EXPECT_TRUE(rm.says("contains '/'")) << rm;
+}
+
+TEST_F(ShmctlTest, BadUsageExitsTwo) {
+  const std::vector<std::vector<std::string>> cases = {
+      {},                               // no command
+      {"frobnicate"},                   // unknown command
+      {"inspect"},                      // missing NAME
+      {"inspect", "a", "b"},            // extra argument
+      {"dump", "r", "--limit", "abc"},  // not a number
+      {"dump", "r", "--limit", "0"},    // out of range
+      {"watch", "--interval", "1"},     // below the minimum
+      {"verify"},                       // neither NAME nor --all
+      {"verify", "r", "--all"},         // both
+      {"set", "r"},                     // missing key=value
+      {"ls", "--no-such-flag"},
+  };
+  for (const auto& args : cases) {
+    const CliResult r = run(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.code, 2) << "shmctl " << joined << "\n" << r;
+    EXPECT_FALSE(r.err.empty()) << "shmctl " << joined << " printed no error";
+  }
+  RingProducer producer = make_ring("r");
+  for (const std::string bad : {"novalue", "=3"}) {
+    const CliResult r = run({"set", "r", bad});
+    EXPECT_EQ(r.code, 2) << r;
+    EXPECT_TRUE(r.says("expected key=value")) << r;
+  }
+}
+
+TEST_F(ShmctlTest, HelpDescribesCommandsWithExamples) {
+  const CliResult help = run({"--help"}, false);
+  ASSERT_EQ(help.code, 0) << help;
+  for (const char* word : {"ls", "inspect", "rm", "verify", "dump", "set", "events", "watch", "gc",
+                           "--json", "--root", "Examples", "Exit codes"})
+    EXPECT_TRUE(help.says(word)) << word << "\n" << help;
+  const CliResult dump = run({"dump", "--help"}, false);
+  ASSERT_EQ(dump.code, 0) << dump;
+  EXPECT_TRUE(dump.says("--limit")) << dump;
+  EXPECT_TRUE(dump.says("shmctl dump orders --limit 3")) << dump;
+}
+
+// ---------------------------------------------------------------- corrupt files
+
+TEST_F(ShmctlTest, CorruptFilesAreReportedAsInvalidWithExitThree) {
+  struct Case {
+    std::string name;
+    std::string code;     // Errc in --json
+    std::string message;  // useful part of the message
+  };
+  const std::vector<Case> cases = {
+      {"short", "Truncated", "less than the 4096-byte header"},
+      {"cut", "Truncated", "header states 12288 bytes, file has only 8192"},
+      {"magic", "BadMagic", "not a libshm segment"},
+      {"crc", "HeaderCorrupt", "header CRC"},
+      {"link", "NotRegularFile", "symbolic link"},
+      {"dir", "NotRegularFile", "is a directory"},
+  };
+  make_file("short", std::string(100, 'x'));
+  { RingProducer p = make_ring("cut"); }
+  fs::resize_file(ring_path("cut"), 8192);
+  { RingProducer p = make_ring("magic"); }
+  patch_value<std::uint64_t>(ring_path("magic"), 0, 0x1122334455667788ull);
+  { RingProducer p = make_ring("crc"); }
+  patch_value<std::uint64_t>(ring_path("crc"), offsetof(SegmentHeader, params), 1u << 20);
+  { RingProducer p = make_ring("target"); }
+  fs::create_symlink(ring_path("target"), ring_path("link"));
+  fs::create_directory(ring_path("dir"));
+
+  for (const Case& c : cases) {
+    const CliResult inspect = run({"inspect", c.name});
+    EXPECT_EQ(inspect.code, 3) << c.name << "\n" << inspect;
+    EXPECT_TRUE(inspect.says(c.message)) << c.name << "\n" << inspect;
+    const CliResult js = run({"inspect", c.name, "--json"});
+    EXPECT_EQ(js.code, 3) << js;
+    EXPECT_EQ(js.parsed()["error"]["code"], c.code) << js;
+    for (const char* command : {"verify", "dump", "events"}) {
+      const CliResult r = run({command, c.name});
+      EXPECT_EQ(r.code, 3) << command << " " << c.name << "\n" << r;
+      EXPECT_TRUE(r.says(c.message)) << command << " " << c.name << "\n" << r;
+    }
+  }
+  const CliResult all = run({"verify", "--all", "--json"});
+  EXPECT_EQ(all.code, 3) << all;
+  const json doc = all.parsed();
+  EXPECT_EQ(doc["ok"], false);
+  EXPECT_EQ(doc["failed"], cases.size());
+  EXPECT_EQ(doc["checked"], cases.size() + 1);  // + "target", which is fine
+}
+
+TEST_F(ShmctlTest, LayoutFingerprintDifferentFromTheDescriptorIsInvalid) {
+  { RingProducer p = make_ring("other-build"); }
+  patch_value<std::uint64_t>(ring_path("other-build"), offsetof(SegmentHeader, fingerprint),
+                             0xdeadbeefdeadbeefull);
+  reseal_header(ring_path("other-build"));
+
+  const json ls = run({"ls", "--json"}).parsed();
+  EXPECT_EQ(ls["segments"][0]["valid"], false);
+  EXPECT_EQ(ls["segments"][0]["state"], "invalid");
+  EXPECT_EQ(ls["segments"][0]["error"]["code"], "FingerprintMismatch");
+
+  const CliResult inspect = run({"inspect", "other-build", "--json"});
+  EXPECT_EQ(inspect.code, 3) << inspect;
+  const json doc = inspect.parsed();
+  EXPECT_EQ(doc["valid"], false);
+  EXPECT_FALSE(doc.contains("kind_state"));
+  EXPECT_TRUE(inspect.says("segment has 0xdeadbeefdeadbeef")) << inspect;
+  for (const char* command : {"verify", "dump"}) {
+    const CliResult r = run({command, "other-build"});
+    EXPECT_EQ(r.code, 3) << command << "\n" << r;
+    EXPECT_TRUE(r.says("layout fingerprint")) << r;
+  }
+}
+
+TEST_F(ShmctlTest, UnknownKindIdIsShownAsUnknownNeverACrash) {
+  { RingProducer p = make_ring("future"); }
+  patch_value<std::uint16_t>(ring_path("future"), offsetof(SegmentHeader, kind), 999);
+  reseal_header(ring_path("future"));
+
+  const CliResult ls = run({"ls"});
+  ASSERT_EQ(ls.code, 0) << ls;
+  EXPECT_TRUE(ls.says("unknown(999)")) << ls;
+  const json listed = run({"ls", "--json"}).parsed();
+  EXPECT_EQ(listed["segments"][0]["kind"], "unknown");
+  EXPECT_EQ(listed["segments"][0]["kind_id"], 999);
+
+  const CliResult inspect = run({"inspect", "future", "--json"});
+  ASSERT_EQ(inspect.code, 0) << inspect;
+  EXPECT_EQ(inspect.parsed()["kind"], "unknown");
+  EXPECT_TRUE(inspect.says("kind id 999 is unknown to this build")) << inspect;
+
+  for (const char* command : {"verify", "dump"}) {
+    const CliResult r = run({command, "future"});
+    EXPECT_EQ(r.code, 3) << command << "\n" << r;
+    EXPECT_TRUE(r.says("kind id 999 is unknown to this build")) << r;
+  }
+  EXPECT_EQ(run({"events", "future"}).code, 0);
+}
+
+// Every kind's views read defensively: a segment with a valid header but an
+// empty parameter block and a data area of zeros or garbage never crashes a
+// command (a crash would be exit >= 128 under a signal or a sanitizer report).
+TEST_F(ShmctlTest, EveryCommandSurvivesGarbageDataOfEveryKnownKind) {
+  for (const KindDescriptor* kind : all_kinds()) {
+    make_segment_of_kind("zero-" + std::string(kind->name), *kind, std::byte{0});
+    make_segment_of_kind("junk-" + std::string(kind->name), *kind, std::byte{0xa5});
+  }
+  const std::vector<std::vector<std::string>> commands = {
+      {"ls"},
+      {"verify", "--all"},
+      {"watch", "--count", "2", "--interval", "10"},
+      {"gc", "--dry-run"}};
+  for (const auto& args : commands) {
+    for (const bool json_output : {false, true}) {
+      auto a = args;
+      if (json_output) a.push_back("--json");
+      const CliResult r = run(a);
+      EXPECT_TRUE(r.code == 0 || r.code == 3) << a[0] << "\n" << r;
+      if (json_output && a[0] != "watch") {
+        EXPECT_NO_THROW((void)r.parsed()) << r;
+      }
+    }
+  }
+  for (const KindDescriptor* kind : all_kinds()) {
+    for (const std::string prefix : {"zero-", "junk-"}) {
+      const std::string name = prefix + std::string(kind->name);
+      for (const char* command : {"inspect", "verify", "dump", "events"}) {
+        const CliResult r = run({command, name, "--json"});
+        EXPECT_GE(r.code, 0) << command << " " << name << "\n" << r;
+        EXPECT_LE(r.code, 3) << command << " " << name << "\n" << r;
+        EXPECT_NO_THROW((void)r.parsed()) << command << " " << name << "\n" << r;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- verify
+
+TEST_F(ShmctlTest, VerifyPassesHealthyRingAndFailsOneWithGarbageHeadAndTail) {
+  RingProducer producer = make_ring("ring");
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(*producer.try_push(bytes("record-" + std::to_string(i))));
+  RingProducer other = make_ring("fine");
+
+  const CliResult ok = run({"verify", "ring"});
+  ASSERT_EQ(ok.code, 0) << ok;
+  EXPECT_TRUE(ok.says("ring: ok (spsc_ring)")) << ok;
+  const json ok_doc = run({"verify", "ring", "--json"}).parsed();
+  EXPECT_EQ(ok_doc["ok"], true);
+  EXPECT_TRUE(ok_doc["segments"][0]["violations"].empty());
+
+  const std::size_t control = kHeaderSize;
+  patch_value<std::uint64_t>(ring_path("ring"),
+                             control + offsetof(ring::RingControl, producer.tail),
+                             0x7777777777777777ull);
+  patch_value<std::uint64_t>(ring_path("ring"),
+                             control + offsetof(ring::RingControl, consumer.head),
+                             0x0000000000001235ull);
+  const CliResult bad = run({"verify", "ring"});
+  EXPECT_EQ(bad.code, 3) << bad;
+  EXPECT_TRUE(bad.says("violation")) << bad;
+  EXPECT_TRUE(bad.says("is outside [0, capacity 4096]")) << bad;
+  const CliResult js = run({"verify", "ring", "--json"});
+  EXPECT_EQ(js.code, 3) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["ok"], false);
+  EXPECT_FALSE(doc["segments"][0]["violations"].empty());
+
+  const CliResult all = run({"verify", "--all"});
+  EXPECT_EQ(all.code, 3) << all;
+  EXPECT_TRUE(all.says("fine: ok")) << all;
+  EXPECT_TRUE(all.says("verified 2 segment(s): 1 ok, 1 with problems")) << all;
+
+  // dump refuses to show a damaged ring as if it were empty; inspect still works.
+  const CliResult dump = run({"dump", "ring"});
+  EXPECT_EQ(dump.code, 3) << dump;
+  EXPECT_TRUE(dump.says("violates its invariants")) << dump;
+  EXPECT_EQ(run({"inspect", "ring"}).code, 0);
+}
+
+// ---------------------------------------------------------------- dump
+
+TEST_F(ShmctlTest, DumpShowsRecordsAsHexAndTextWithoutConsumingThem) {
+  RingProducer producer = make_ring("ring");
+  RingConsumer consumer = open_consumer("ring");
+  ASSERT_TRUE(*producer.try_push(bytes("hello world")));
+  ASSERT_TRUE(*producer.try_push(bytes(std::string("bin\x01\x02", 5))));
+  ASSERT_TRUE(*producer.try_push(bytes(std::string(40, 'z'))));
+
+  const CliResult text = run({"dump", "ring"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("3 record(s) shown")) << text;
+  EXPECT_TRUE(text.says("record 0: 11 bytes")) << text;
+  EXPECT_TRUE(text.says("68 65 6c 6c 6f 20 77 6f  72 6c 64")) << text;
+  EXPECT_TRUE(text.says("|hello world|")) << text;
+  EXPECT_TRUE(text.says("|bin..|")) << text;
+
+  const CliResult js = run({"dump", "ring", "--json", "--limit", "2", "--max-bytes", "4"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  ASSERT_EQ(doc["records"].size(), 2u) << js;
+  EXPECT_EQ(doc["records"][0]["size"], 11);
+  EXPECT_EQ(doc["records"][0]["hex"], "68656c6c");
+  EXPECT_EQ(doc["records"][0]["printable"], "hell");
+  EXPECT_EQ(doc["records"][0]["truncated"], true);
+  EXPECT_EQ(doc["records"][1]["hex"], "62696e01");
+
+  // Nothing was consumed.
+  std::vector<std::byte> buf(64);
+  auto got = consumer.try_pop(buf);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "hello world");
+}
+
+TEST_F(ShmctlTest, DumpOfEmptyRingShowsNoRecords) {
+  RingProducer producer = make_ring("ring");
+  const CliResult js = run({"dump", "ring", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  EXPECT_TRUE(js.parsed()["records"].empty());
+}
+
+// ---------------------------------------------------------------- set
+
+TEST_F(ShmctlTest, SetOnKindWithoutSettableKeysSaysThereAreNone) {
+  const KindDescriptor* kind = first_kind([](const KindDescriptor& k) { return k.set == nullptr; });
+  if (kind == nullptr) GTEST_SKIP() << "every kind in this build has settable keys";
+  make_segment_of_kind("seg", *kind);
+  const CliResult r = run({"set", "seg", "capacity=1"});
+  EXPECT_EQ(r.code, 2) << r;
+  EXPECT_TRUE(r.says("kind " + std::string(kind->name) + " has no settable keys")) << r;
+  const CliResult js = run({"set", "seg", "capacity=1", "--json"});
+  EXPECT_EQ(js.code, 2) << js;
+  EXPECT_EQ(js.parsed()["error"]["code"], "InvalidArgument");
+}
+
+// The kind's set() rejects an unknown key before touching its data, with a
+// message that names the key and lists the valid ones.
+TEST_F(ShmctlTest, SetOfUnknownKeyIsUsageErrorListingTheValidKeys) {
+  bool any = false;
+  for (const KindDescriptor* kind : all_kinds()) {
+    if (kind->set == nullptr) continue;
+    any = true;
+    const std::string name = "seg-" + std::string(kind->name);
+    make_segment_of_kind(name, *kind);
+    const CliResult r = run({"set", name, "no_such_key=1"});
+    EXPECT_EQ(r.code, 2) << kind->name << "\n" << r;
+    EXPECT_TRUE(r.says("InvalidArgument")) << r;
+    EXPECT_TRUE(r.says("no_such_key")) << r;
+    EXPECT_TRUE(r.says("valid")) << r;
+  }
+  if (!any) GTEST_SKIP() << "no kind in this build has settable keys";
+}
+
+TEST_F(ShmctlTest, DumpOfKindWithoutDumpIsAClearUsageError) {
+  const KindDescriptor* kind =
+      first_kind([](const KindDescriptor& k) { return k.dump == nullptr; });
+  if (kind == nullptr) GTEST_SKIP() << "every kind in this build supports dump";
+  make_segment_of_kind("seg", *kind);
+  const CliResult r = run({"dump", "seg"});
+  EXPECT_EQ(r.code, 2) << r;
+  EXPECT_TRUE(r.says("kind " + std::string(kind->name) + " does not support dump")) << r;
+}
+
+TEST_F(ShmctlTest, SetRefusesCorruptSegments) {
+  make_file("junk", std::string(5000, '\0'));
+  const CliResult r = run({"set", "junk", "a=b"});
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_TRUE(r.says("BadMagic")) << r;
+}
+
+// ---------------------------------------------------------------- events
+
+TEST_F(ShmctlTest, EventsListsTheObservationRingOldestFirst) {
+  RingProducer producer = make_ring("ring");
+  { RingConsumer consumer = open_consumer("ring"); }
+
+  const CliResult text = run({"events", "ring"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("kind spsc_ring")) << text;
+  EXPECT_TRUE(text.says("role consumer")) << text;
+
+  const CliResult js = run({"events", "ring", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  std::vector<std::string> types;
+  for (const json& e : doc["events"]) types.push_back(e["type"]);
+  EXPECT_EQ(types, (std::vector<std::string>{"created", "attached", "attached", "detached"}));
+  EXPECT_EQ(doc["events"][1]["role"], "producer");
+  EXPECT_EQ(doc["events"][3]["role"], "consumer");
+  EXPECT_EQ(doc["events"][3]["pid"], ::getpid());
+  EXPECT_EQ(doc["total_events"], 4);
+}
+
+// ---------------------------------------------------------------- rm
+
+TEST_F(ShmctlTest, RmRemovesTheNameAndNamesLiveAttachers) {
+  RingProducer producer = make_ring("ring");
+  const CliResult r = run({"rm", "ring"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(r.says("removed 'ring' (spsc_ring")) << r;
+  EXPECT_TRUE(r.says("1 live attacher(s) keep using the removed incarnation")) << r;
+  EXPECT_TRUE(r.says("pid " + std::to_string(::getpid()) + " (producer)")) << r;
+  EXPECT_FALSE(fs::exists(ring_path("ring")));
+  EXPECT_TRUE(producer.segment().stale());
+  EXPECT_EQ(run({"rm", "ring"}).code, 1);
+
+  RingProducer again = make_ring("ring2");
+  const CliResult js = run({"rm", "ring2", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["removed"], true);
+  EXPECT_EQ(doc["live_attachers"].size(), 1u);
+  EXPECT_EQ(doc["live_attachers"][0]["role"], "producer");
+}
+
+TEST_F(ShmctlTest, RmRemovesInvalidFilesButNotDirectories) {
+  make_file("junk", "x");
+  const CliResult r = run({"rm", "junk"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(r.says("it was not a valid segment")) << r;
+  EXPECT_FALSE(fs::exists(ring_path("junk")));
+
+  { RingProducer p = make_ring("target"); }
+  fs::create_symlink(ring_path("target"), ring_path("link"));
+  ASSERT_EQ(run({"rm", "link"}).code, 0);
+  EXPECT_FALSE(fs::is_symlink(ring_path("link")));
+  EXPECT_TRUE(fs::exists(ring_path("target")));  // the link, never its target
+
+  fs::create_directory(ring_path("dir"));
+  const CliResult dir = run({"rm", "dir"});
+  EXPECT_EQ(dir.code, 4) << dir;
+  EXPECT_TRUE(fs::exists(ring_path("dir")));
+}
+
+// ---------------------------------------------------------------- gc
+
+TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
+  make_abandoned_ring("abandoned");  // creator and both holders dead
+  {
+    test::Subprocess helper({test::helper_path("shmctl_ring"), root_.path(), "orphan", "create"});
+    ASSERT_EQ(helper.wait(kDeadline), 0);  // creator dead, never attached
+  }
+  make_abandoned_ring("taken-over");
+  RingConsumer live_consumer = open_consumer("taken-over");  // a live attacher, creator dead
+  RingProducer mine = make_ring("mine");                     // creator alive
+  { RingProducer p = make_ring("mine-idle"); }               // creator alive, nothing attached
+  make_file("junk", "not a segment");
+  make_file(".libshm-tmp-old-0000000000000001", "interrupted create");
+  make_file(".libshm-tmp-new-0000000000000002", "create in progress");
+  make_file(".libshm-sidecar.lock", "");
+  fs::last_write_time(root_.file(".libshm-tmp-old-0000000000000001"),
+                      fs::file_time_type::clock::now() - 120s);
+
+  const CliResult dry = run({"gc", "--dry-run", "--json"});
+  ASSERT_EQ(dry.code, 0) << dry;
+  const json plan = dry.parsed();
+  EXPECT_EQ(plan["dry_run"], true);
+  EXPECT_EQ(plan["would_remove"], 3) << dry;
+  std::map<std::string, std::pair<std::string, std::string>> actions;
+  for (const json& a : plan["actions"]) actions[a["name"]] = {a["action"], a["reason"]};
+  EXPECT_EQ(actions["abandoned"].first, "would_remove");
+  EXPECT_NE(actions["abandoned"].second.find("all 2 attacher(s) are dead"), std::string::npos);
+  EXPECT_EQ(actions["orphan"].first, "would_remove");
+  EXPECT_NE(actions["orphan"].second.find("nothing is attached"), std::string::npos);
+  EXPECT_EQ(actions["taken-over"].first, "kept");
+  EXPECT_NE(actions["taken-over"].second.find("1 live attacher(s): pid " +
+                                              std::to_string(::getpid()) + " (consumer)"),
+            std::string::npos)
+      << actions["taken-over"].second;
+  EXPECT_EQ(actions["mine"].first, "kept");
+  EXPECT_NE(actions["mine"].second.find("is alive"), std::string::npos);
+  EXPECT_EQ(actions["mine-idle"].first, "kept");
+  EXPECT_EQ(actions["junk"].first, "skipped");
+  EXPECT_NE(actions["junk"].second.find("not a valid segment"), std::string::npos);
+  EXPECT_EQ(actions[".libshm-tmp-old-0000000000000001"].first, "would_remove");
+  EXPECT_EQ(actions[".libshm-tmp-new-0000000000000002"].first, "kept");
+  EXPECT_EQ(actions.count(".libshm-sidecar.lock"), 0u);
+  EXPECT_TRUE(fs::exists(ring_path("abandoned")));  // dry run: nothing removed
+
+  const CliResult real = run({"gc"});
+  ASSERT_EQ(real.code, 0) << real;
+  EXPECT_TRUE(real.says("removed 3 file(s)")) << real;
+  EXPECT_TRUE(real.says("creator pid")) << real;
+  for (const char* gone : {"abandoned", "orphan", ".libshm-tmp-old-0000000000000001"})
+    EXPECT_FALSE(fs::exists(root_.file(gone))) << gone;
+  for (const char* kept : {"taken-over", "mine", "mine-idle", "junk",
+                           ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
+    EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
+  EXPECT_FALSE(live_consumer.segment().stale());
+}
+
+// ---------------------------------------------------------------- watch
+
+TEST_F(ShmctlTest, WatchPrintsRatesFromCounterDeltasBetweenRefreshes) {
+  RingProducer producer = make_ring("ring");
+  RingConsumer consumer = open_consumer("ring");
+  std::atomic<bool> stop{false};
+  std::thread traffic([&] {
+    std::vector<std::byte> buf(64);
+    while (!stop.load()) {
+      for (int i = 0; i < 10; ++i) (void)producer.try_push(bytes("tick"));
+      while (true) {
+        auto got = consumer.try_pop(buf);
+        if (!got || !*got) break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const CliResult js = run({"watch", "ring", "--interval", "200", "--count", "3", "--json"});
+  const CliResult text = run({"watch", "--interval", "50", "--count", "2"});
+  stop = true;
+  traffic.join();
+
+  ASSERT_EQ(js.code, 0) << js;
+  const std::vector<json> lines = json_lines(js.out);
+  ASSERT_EQ(lines.size(), 3u) << js;
+  EXPECT_EQ(lines[0]["refresh"], 1);
+  const json& first = lines[0]["segments"][0];
+  EXPECT_EQ(first["name"], "ring");
+  EXPECT_EQ(first["attachers_alive"], 2);
+  EXPECT_TRUE(first["rates_per_second"]["records_pushed"].is_null());  // no earlier sample
+  EXPECT_TRUE(first["gauges"].contains("depth_bytes"));
+  const json& last = lines[2]["segments"][0];
+  ASSERT_TRUE(last["rates_per_second"]["records_pushed"].is_number()) << last;
+  EXPECT_GT(last["rates_per_second"]["records_pushed"].get<double>(), 0.0) << last;
+  EXPECT_GT(last["counters"]["records_pushed"].get<std::uint64_t>(),
+            first["counters"]["records_pushed"].get<std::uint64_t>());
+
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("refresh 2/2")) << text;
+  EXPECT_TRUE(text.says("records_pushed=")) << text;
+  EXPECT_TRUE(text.says("2 alive, 0 dead")) << text;
+}
+
+TEST_F(ShmctlTest, WatchWithoutSegmentsKeepsRefreshing) {
+  const CliResult r = run({"watch", "--interval", "10", "--count", "2", "--json"});
+  ASSERT_EQ(r.code, 0) << r;
+  const auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(lines[1]["segments"].empty());
+}
+
+}  // namespace
+}  // namespace shm

@@ -1,0 +1,68 @@
+// shmctl rm NAME: removes the name. Processes still attached keep working on
+// the removed incarnation (and see Segment::stale()); rm names them. A file
+// that fails validation (corrupt, truncated, a symbolic link) is removed too:
+// cleaning such files up is what rm is for.
+#include "output.hpp"
+#include "segment_access.hpp"
+
+#include "shm/platform/process.hpp"
+
+#include <fmt/format.h>
+
+namespace shm::shmctl {
+
+Exit run_rm(const Context& ctx, const std::string& name) {
+  if (auto ok = validate_name(name); !ok) return report_error(ctx, "rm", ok.error());
+  Json doc = Json::object();
+  doc["name"] = name;
+
+  auto opened = open_segment(ctx, name, Access::Inspect);
+  if (!opened) {
+    if (exit_for(opened.error().code) != Exit::Invalid)
+      return report_error(ctx, "rm", opened.error());
+    if (auto removed = Segment::unlink(name, ctx.root); !removed)
+      return report_error(ctx, "rm", removed.error());
+    doc["removed"] = true;
+    doc["valid"] = false;
+    doc["error"] = error_json(opened.error());
+    if (ctx.json)
+      print_json(ctx, doc);
+    else
+      ctx.out << fmt::format("removed '{}' (it was not a valid segment: {})\n", printable(name),
+                             printable(opened.error().what()));
+    return Exit::Ok;
+  }
+
+  const SegmentHeader& h = opened->segment.header();
+  const AttacherCounts attachers = count_attachers(opened->segment);
+  // Segment::unlink() refuses when the name meanwhile points to another incarnation.
+  if (auto removed = opened->segment.unlink(); !removed)
+    return report_error(ctx, "rm", removed.error());
+
+  doc["removed"] = true;
+  doc["valid"] = !opened->layout_error;
+  doc["kind"] = std::string(opened->kind_name());
+  doc["incarnation"] = fmt::format("{:016x}", h.incarnation);
+  Json live = Json::array();
+  std::string live_text;
+  for (const SlotInfo& slot : attachers.live) {
+    const std::string role(role_name(opened->kind, slot.role));
+    const std::string cmdline = process_cmdline(slot.pid);
+    live.push_back({{"slot", slot.index}, {"role", role}, {"pid", slot.pid}, {"cmdline", cmdline}});
+    live_text += fmt::format("  pid {} ({}): {}\n", slot.pid, role, printable(cmdline));
+  }
+  if (ctx.json) {
+    doc["live_attachers"] = std::move(live);
+    print_json(ctx, doc);
+  } else {
+    ctx.out << fmt::format("removed '{}' ({}, incarnation {:016x})\n", printable(name),
+                           opened->kind_label(), h.incarnation);
+    if (attachers.alive != 0)
+      ctx.out << fmt::format(
+          "{} live attacher(s) keep using the removed incarnation until they detach:\n{}",
+          attachers.alive, live_text);
+  }
+  return Exit::Ok;
+}
+
+}  // namespace shm::shmctl
