@@ -1,0 +1,242 @@
+// The consuming end of a Channel (move-only; one per channel).
+//
+// try_receive() hands out a ChannelLease: a zero-copy view of the next payload
+// inside its page, with its sequence and epoch. The lease must be given back
+// (release(), or its destructor) before the consumer receives again: receiving
+// with a lease held is refused (Errc::InvalidArgument, and an assert in debug
+// builds). That rule is what makes page reuse safe: the consumer releases an
+// epoch (released_epoch [E]) only inside a receive, so no lease can point into
+// a page the producer is about to rebind. Do not move a consumer while one of
+// its leases is alive (the lease points back at it).
+//
+// Outcomes: Received (a lease), Empty (nothing published yet: back-pressure,
+// not an error), End (the producer finished and everything it published was
+// committed). Every integrity violation is a terminal error (Errc::Corrupt)
+// that marks the channel FAULTED; a producer that is gone without finishing is
+// Errc::ProducerDied once everything it published has been received; later
+// calls repeat the terminal error. The "is the producer alive" probe is a
+// syscall, so it only runs when the channel looks empty: in receive() before
+// parking and at least every kLivenessSlice while parked, in try_receive() at
+// most once per kProbeInterval.
+//
+// A consumer that dies may be replaced: open() resumes at the first payload
+// whose lease was not given back (at-least-once for the lease in hand).
+#pragma once
+
+#include "shm/channel_endpoint.hpp"
+#include "shm/published_page_crc.hpp"
+
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <utility>
+
+namespace shm {
+
+class ChannelConsumer;
+
+enum class ReceiveStatus : std::uint8_t { Received, Empty, End };
+[[nodiscard]] std::string_view to_string(ReceiveStatus s) noexcept;
+
+// A payload on loan from its page (move-only). Valid until released.
+class ChannelLease {
+ public:
+  ChannelLease() = default;
+  ChannelLease(ChannelLease&& o) noexcept
+      : owner_(std::exchange(o.owner_, nullptr)),
+        data_(o.data_),
+        size_(o.size_),
+        sequence_(o.sequence_),
+        epoch_(o.epoch_) {}
+  ChannelLease& operator=(ChannelLease&& o) noexcept {
+    if (this != &o) {
+      release();
+      owner_ = std::exchange(o.owner_, nullptr);
+      data_ = o.data_;
+      size_ = o.size_;
+      sequence_ = o.sequence_;
+      epoch_ = o.epoch_;
+    }
+    return *this;
+  }
+  ChannelLease(const ChannelLease&) = delete;
+  ChannelLease& operator=(const ChannelLease&) = delete;
+  ~ChannelLease() { release(); }
+
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::uint64_t sequence() const noexcept { return sequence_; }
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
+  [[nodiscard]] std::uint32_t generation() const noexcept {
+    return static_cast<std::uint32_t>(epoch_);
+  }
+  // True until given back.
+  [[nodiscard]] bool held() const noexcept { return owner_ != nullptr; }
+  explicit operator bool() const noexcept { return held(); }
+  // Gives the payload back (idempotent): the consumer may advance past it.
+  inline void release() noexcept;
+
+ private:
+  friend class ChannelConsumer;
+  ChannelLease(ChannelConsumer* owner, const std::byte* data, std::size_t size,
+               std::uint64_t sequence, std::uint64_t epoch) noexcept
+      : owner_(owner), data_(data), size_(size), sequence_(sequence), epoch_(epoch) {}
+
+  ChannelConsumer* owner_ = nullptr;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t epoch_ = 0;
+};
+
+struct Received {
+  ReceiveStatus status = ReceiveStatus::Empty;
+  ChannelLease lease;  // when Received
+
+  explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
+};
+
+class ChannelConsumer : public detail::ChannelEndpoint {
+ public:
+  // A parked consumer re-probes the producer's liveness this often.
+  static constexpr std::chrono::milliseconds kLivenessSlice{20};
+  // try_receive() on an empty channel probes liveness at most this often.
+  static constexpr std::chrono::milliseconds kProbeInterval{1};
+
+  ChannelConsumer() = default;
+  ChannelConsumer(ChannelConsumer&&) noexcept = default;
+  ChannelConsumer& operator=(ChannelConsumer&&) noexcept = default;
+  ~ChannelConsumer() = default;
+
+  // Opens a channel and attaches as its consumer (resuming a dead predecessor).
+  [[nodiscard]] static Result<ChannelConsumer> open(std::string_view name,
+                                                    const ChannelParams& expected = {},
+                                                    const OpenOptions& options = {});
+  // Creates the channel and attaches as its consumer (for a consumer that starts first).
+  [[nodiscard]] static Result<ChannelConsumer> create(std::string_view name,
+                                                      const ChannelParams& params,
+                                                      const CreateOptions& options = {});
+
+  [[nodiscard]] Result<Received> try_receive();
+  // Blocking receive: spins, then parks until a payload, the end of the stream
+  // or a terminal outcome arrives, or `timeout` passes (then Empty).
+  [[nodiscard]] Result<Received> receive(std::chrono::nanoseconds timeout);
+
+  [[nodiscard]] bool lease_held() const noexcept { return lease_held_; }
+  // The sequence the next payload must carry (== payloads committed).
+  [[nodiscard]] std::uint64_t next_sequence() const noexcept { return head_; }
+  [[nodiscard]] std::uint64_t current_epoch() const noexcept { return epoch_; }
+  // Payloads committed (given back) in the current epoch.
+  [[nodiscard]] std::uint64_t committed_in_epoch() const noexcept { return committed_; }
+
+ private:
+  friend class ChannelLease;
+  friend class detail::ChannelTesting;
+
+  [[nodiscard]] Result<Received> poll();
+  [[nodiscard]] Result<Received> on_empty(bool probe_producer);
+  [[nodiscard]] Result<Received> clean_end();
+  [[nodiscard]] Result<Received> producer_died();
+  [[nodiscard]] Result<bool> refresh_tail();
+  [[nodiscard]] Result<void> cross_seam(const channel::Descriptor& d);
+  [[nodiscard]] Result<void> refresh_published(const channel::Descriptor& d);
+  [[nodiscard]] std::unexpected<Error> reject(ChannelFault fault, const channel::Descriptor& d,
+                                              const char* what);
+  [[nodiscard]] std::unexpected<Error> fault_here(ChannelFault fault, const std::string& detail);
+  [[nodiscard]] std::unexpected<Error> terminal(std::unexpected<Error> e);
+  [[nodiscard]] std::unexpected<Error> lease_misuse() const;
+  [[nodiscard]] bool probe_due() noexcept;
+  [[nodiscard]] Result<void> resume();
+  void bind_epoch(std::uint64_t epoch) noexcept;
+  void give_back() noexcept;
+
+  std::uint64_t head_ = 0;              // descriptors committed (mirror of control.consumer.head)
+  std::uint64_t cached_tail_ = 0;       // producer's tail as last read; refreshed when empty
+  std::uint64_t epoch_ = 0;             // current page epoch
+  std::uint32_t generation_ = 0;        // epoch_ as u32
+  page::PageView page_{};               // the current epoch's slot
+  std::uint64_t first_sequence_ = 0;    // sequence of the current page's cell 0
+  std::uint64_t committed_ = 0;         // leases given back in the current epoch
+  std::uint32_t cached_published_ = 0;  // current page's published count as last read
+  std::uint64_t next_offset_ = 0;       // arena offset the next cell must have
+  std::uint64_t last_probe_ns_ = 0;
+  std::optional<Error> sticky_;  // the terminal error, repeated by later calls
+  bool lease_held_ = false;
+  bool ended_ = false;
+};
+
+// ---------------------------------------------------------------- inline hot path
+
+inline Result<Received> ChannelConsumer::poll() {
+  if (head_ == cached_tail_) [[unlikely]] {
+    auto more = refresh_tail();
+    if (!more) return std::unexpected(std::move(more.error()));
+    if (!*more) return Received{};
+  }
+  channel::Descriptor d;
+  std::memcpy(&d, view_.ring + (head_ & ring_mask_), sizeof d);
+  if (d.generation != generation_) [[unlikely]] {
+    if (auto ok = cross_seam(d); !ok) return std::unexpected(std::move(ok.error()));
+  }
+  // Identity before any cell or payload access: the slot must still be bound
+  // to this epoch. relaxed: the binding was written before the producer's [R],
+  // which our acquire [R'] in refresh_tail() observed.
+  if (page_.header->binding.generation.load(std::memory_order_relaxed) != d.generation ||
+      page_.header->binding.epoch.load(std::memory_order_relaxed) != epoch_) [[unlikely]]
+    return reject(ChannelFault::GenerationMismatch, d, "slot binding changed under the epoch");
+  if (d.sequence != head_) [[unlikely]]
+    return reject(ChannelFault::SequenceGap, d, "descriptor sequence is not the next one");
+  if (d.cell >= view_.params.descriptors_per_page) [[unlikely]]
+    return reject(ChannelFault::DescriptorOutOfBounds, d, "cell index beyond the page");
+  if (d.cell != d.sequence - first_sequence_) [[unlikely]]
+    return reject(ChannelFault::SequenceGap, d, "cell index does not match the sequence");
+  if (d.cell >= cached_published_) [[unlikely]] {
+    if (auto ok = refresh_published(d); !ok) return std::unexpected(std::move(ok.error()));
+  }
+  const page::Cell c = page_.cell(d.cell);
+  if (c.sequence_lo != static_cast<std::uint32_t>(d.sequence)) [[unlikely]]
+    return reject(ChannelFault::SequenceGap, d, "cell sequence differs from the descriptor's");
+  if (c.offset != next_offset_ || c.length > view_.params.page_bytes - next_offset_) [[unlikely]]
+    return reject(ChannelFault::DescriptorOutOfBounds, d, "cell offset/length outside the arena");
+  const std::byte* p = page_.arena + c.offset;
+  if (page::checksum(p, c.length) != c.crc) [[unlikely]]
+    return reject(ChannelFault::ChecksumMismatch, d, "payload CRC32C differs from the cell's");
+  next_offset_ += page::aligned_length(c.length);
+  lease_held_ = true;
+  return Received{ReceiveStatus::Received, ChannelLease(this, p, c.length, d.sequence, epoch_)};
+}
+
+inline Result<Received> ChannelConsumer::try_receive() {
+  detail::GuardScope scope(guard_);
+  if (lease_held_ || sticky_ || ended_) [[unlikely]] {
+    if (lease_held_) return lease_misuse();
+    if (sticky_) return std::unexpected(*sticky_);
+    return Received{ReceiveStatus::End, {}};
+  }
+  auto r = poll();
+  if (r && r->status == ReceiveStatus::Empty) [[unlikely]]
+    return on_empty(probe_due());
+  return r;
+}
+
+inline void ChannelConsumer::give_back() noexcept {
+  lease_held_ = false;
+  ++head_;
+  ++committed_;
+  // [C] release: the descriptor slot is free for the producer; pairs with
+  // [C'] in the producer's refresh_head().
+  control().consumer.head.store(head_, std::memory_order_release);
+  // [D2] seq_cst fence: pairs with [D2'] in ChannelProducer::reserve() (see [D1]).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control().waiters.producer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    wake_producer();
+}
+
+inline void ChannelLease::release() noexcept {
+  if (owner_ != nullptr) std::exchange(owner_, nullptr)->give_back();
+}
+
+}  // namespace shm
