@@ -1,0 +1,171 @@
+// PriorityFanout across real processes: producers and consumers are separate
+// executables (test_fanout_producer / test_fanout_consumer) sharing the K+1
+// files and a "seen" table that records every delivery.
+#include "shm/priority_fanout.hpp"
+#include "common/scale.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+#include "helpers/fanout_items.hpp"
+#include "shm/kind.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+class PriorityFanoutProcessTest : public ::testing::Test {
+ protected:
+  void create(const FanoutParams& params, std::uint64_t producers, std::uint64_t per_producer) {
+    auto f = PriorityFanout::create("jobs", params);
+    ASSERT_TRUE(f) << f.error().what();
+    auto s = test::SeenTable::map(seen_path_, true, producers, per_producer);
+    ASSERT_TRUE(s) << s.error().what();
+    seen_ = std::make_unique<test::SeenTable>(std::move(*s));
+  }
+  std::unique_ptr<Subprocess> producer(std::uint64_t id, std::uint64_t count) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        test::helper_path("fanout_producer"), "jobs", std::to_string(id), std::to_string(count)});
+  }
+  std::unique_ptr<Subprocess> consumer(const char* mode = "drain") {
+    auto c = std::make_unique<Subprocess>(
+        std::vector<std::string>{test::helper_path("fanout_consumer"), "jobs", seen_path_, mode});
+    EXPECT_TRUE(c->wait_for_line("started", 30s)) << c->output();
+    return c;
+  }
+  // Every ring and the bitmap verify clean (after their dead handles were repaired).
+  void expect_healthy() {
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    ASSERT_TRUE(f) << f.error().what();
+    EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
+    for (std::uint32_t p = 0; p < f->priorities(); ++p)
+      EXPECT_EQ(kMpmcRingDescriptor.verify(f->ring(p).segment()), std::vector<std::string>{}) << p;
+  }
+  std::uint64_t ring_counter(const char* key) {
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    EXPECT_TRUE(f);
+    std::uint64_t sum = 0;
+    for (std::uint32_t p = 0; f && p < f->priorities(); ++p) {
+      Node n;
+      kMpmcRingDescriptor.describe(f->ring(p).segment(), n);
+      sum += std::get<std::uint64_t>(n.find(key)->value());
+    }
+    return sum;
+  }
+
+  test::TempRoot root_;
+  std::string seen_path_ = root_.file("seen.table");
+  std::unique_ptr<test::SeenTable> seen_;
+};
+
+TEST_F(PriorityFanoutProcessTest, FourProducersTwoConsumersExchangeAMillionItemsExactlyOnce) {
+  constexpr std::uint64_t kProducers = 4;
+  const std::uint64_t per_producer = test::scaled(250'000);
+  create({.priorities = 4, .ring_capacity = 4096, .slot_size = 48}, kProducers, per_producer);
+  auto c1 = consumer();
+  auto c2 = consumer();
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  for (auto& p : producers) ASSERT_EQ(p->wait(300s), 0) << p->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(c1->wait(120s), 0) << c1->output();
+  ASSERT_EQ(c2->wait(120s), 0) << c2->output();
+  const std::uint64_t total = kProducers * per_producer;
+  EXPECT_EQ(seen_->header().delivered.load(), total);
+  std::uint64_t once = 0;
+  for (std::uint64_t i = 0; i < total; ++i) once += seen_->slot(i).load() == 1 ? 1 : 0;
+  EXPECT_EQ(once, total) << "every item delivered exactly once";
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPriority) {
+  // The producers exit before the consumer starts: the items live on in the files.
+  constexpr std::uint64_t kProducers = 4, kPerProducer = 1000;
+  create({.priorities = 8, .ring_capacity = 1024, .slot_size = 48}, kProducers, kPerProducer);
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, kPerProducer));
+  for (auto& p : producers) ASSERT_EQ(p->wait(120s), 0) << p->output();
+  auto c = consumer("ordered");
+  ASSERT_EQ(c->wait(120s), 0) << c->output();
+  EXPECT_NE(c->output().find("ordered 4000"), std::string::npos) << c->output();
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ConsumerKilledMidDrainLosesAtMostTheItemItHadPopped) {
+  constexpr std::uint64_t kProducers = 2, kKills = 3;
+  const std::uint64_t per_producer = test::scaled(100'000);
+  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  auto steady = consumer();
+  auto victim = consumer();
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  const std::uint64_t total = kProducers * per_producer;
+  for (std::uint64_t k = 1; k <= kKills; ++k) {
+    // Let it drain for a while (bounded), then kill -9 it mid-drain and start another.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (seen_->header().delivered.load() < total * k / (kKills + 1) &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    // On a fast run the consumers may drain everything before the kill lands;
+    // then the victim has already exited cleanly and there is nothing to lose.
+    victim->kill(SIGKILL);
+    const int rc = victim->wait(10s);
+    if (rc == 0 && seen_->header().delivered.load() == total) break;
+    ASSERT_EQ(rc, 128 + SIGKILL) << victim->output();
+    victim = consumer();
+  }
+  for (auto& p : producers) ASSERT_EQ(p->wait(300s), 0) << p->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(steady->wait(120s), 0) << steady->output();
+  ASSERT_EQ(victim->wait(120s), 0) << victim->output();
+  std::uint64_t missing = 0, duplicated = 0;
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const std::uint8_t n = seen_->slot(i).load();
+    missing += n == 0 ? 1 : 0;
+    duplicated += n > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(duplicated, 0u);
+  EXPECT_LE(missing, kKills) << "each killed consumer loses at most the item it had popped";
+  EXPECT_LE(ring_counter("lost_pops"), kKills);
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ProducerKilledMidSubmitLeavesADeliveredPrefixAndHealthyRings) {
+  constexpr std::uint64_t kProducers = 3;
+  const std::uint64_t per_producer = test::scaled(100'000);
+  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  auto c1 = consumer();
+  auto c2 = consumer();
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (seen_->header().delivered.load() < per_producer / 2 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  producers[0]->kill(SIGKILL);
+  ASSERT_EQ(producers[0]->wait(10s), 128 + SIGKILL);
+  for (std::size_t i = 1; i < producers.size(); ++i)
+    ASSERT_EQ(producers[i]->wait(300s), 0) << producers[i]->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(c1->wait(120s), 0) << c1->output();
+  ASSERT_EQ(c2->wait(120s), 0) << c2->output();
+  // The killed producer's items form a prefix: everything it submitted before
+  // the fatal submit() was delivered; nothing after it exists.
+  std::uint64_t prefix = 0;
+  while (prefix < per_producer && seen_->slot(prefix).load() == 1) ++prefix;
+  for (std::uint64_t i = prefix; i < per_producer; ++i) ASSERT_EQ(seen_->slot(i).load(), 0) << i;
+  for (std::uint64_t i = per_producer; i < kProducers * per_producer; ++i)
+    ASSERT_EQ(seen_->slot(i).load(), 1) << i;
+  expect_healthy();
+}
+
+}  // namespace
+}  // namespace shm
