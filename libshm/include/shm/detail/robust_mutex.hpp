@@ -1,0 +1,58 @@
+// A robust, process-shared pthread mutex that lives in a shared mapping.
+//
+// A holder killed inside the critical section does not wedge everybody else:
+// the kernel walks the dead thread's robust list and marks the mutex
+// OWNER_DIED, and the next locker gets LockResult::OwnerDied. That locker owns
+// the mutex, must repair whatever derived state the dead holder may have left
+// half-updated, then call mark_consistent() before unlock(). Unlocking without
+// mark_consistent() makes the mutex permanently unusable (Unrecoverable).
+//
+// Uncontended lock/unlock make no system call (glibc's robust fast path is a
+// compare-and-swap on the owner word plus robust-list bookkeeping in user space).
+#pragma once
+
+#include "shm/error.hpp"
+
+#include <pthread.h>
+#include <cerrno>
+#include <cstdint>
+#include <type_traits>
+
+namespace shm::detail {
+
+enum class LockResult : std::uint8_t {
+  Acquired,       // ordinary acquisition
+  OwnerDied,      // acquired; the previous holder died inside: repair, then mark_consistent()
+  Unrecoverable,  // not acquired: a repairer unlocked without marking it consistent
+  Failed,         // not acquired: any other error (EINVAL on a damaged mutex word, ...)
+};
+
+class RobustMutex {
+ public:
+  // Initialises the mutex in place (process-shared, robust). Only the creator of
+  // the mapping calls it, before the mapping is published.
+  [[nodiscard]] Result<void> init();
+
+  [[nodiscard]] LockResult lock() noexcept {
+    const int rc = ::pthread_mutex_lock(&m_);
+    if (rc == 0) [[likely]]
+      return LockResult::Acquired;
+    if (rc == EOWNERDEAD) return LockResult::OwnerDied;
+    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+    return LockResult::Failed;
+  }
+  void mark_consistent() noexcept { (void)::pthread_mutex_consistent(&m_); }
+  void unlock() noexcept { (void)::pthread_mutex_unlock(&m_); }
+
+ private:
+  pthread_mutex_t m_;
+};
+
+// The mutex is part of a file layout: its size is pinned (glibc x86-64/aarch64).
+static_assert(std::is_standard_layout_v<RobustMutex>);
+static_assert(sizeof(RobustMutex) == sizeof(pthread_mutex_t));
+#if defined(__x86_64__) || defined(__aarch64__)
+static_assert(sizeof(pthread_mutex_t) == 40 || sizeof(pthread_mutex_t) == 48);
+#endif
+
+}  // namespace shm::detail
