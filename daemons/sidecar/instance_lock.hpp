@@ -1,0 +1,40 @@
+// One sidecar per root: an OFD lock on <root>/.libshm-sidecar.lock. The kernel
+// drops it when the holder dies, however it dies, so a crashed sidecar never
+// blocks its successor. The holder writes who it is into the file so a refused
+// second instance can name it.
+#pragma once
+
+#include "shm/error.hpp"
+#include "shm/platform/file.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace shm::sidecar {
+
+inline constexpr std::string_view kLockFileName = ".libshm-sidecar.lock";
+
+class InstanceLock {
+ public:
+  InstanceLock() = default;
+  InstanceLock(InstanceLock&&) noexcept = default;
+  InstanceLock& operator=(InstanceLock&&) noexcept = default;
+
+  // Takes the lock of `root` (creating the root and the file when missing)
+  // and writes this process's identity into the file. Errc::RoleTaken when
+  // another live process holds it; the message names its pid, command line,
+  // start time and listen address.
+  [[nodiscard]] static Result<InstanceLock> acquire(const std::string& root);
+  // Rewrites the identity with the address the HTTP endpoint is bound to.
+  [[nodiscard]] Result<void> publish(std::string_view listen_address);
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] bool held() const noexcept { return fd_.valid(); }
+
+ private:
+  FileHandle fd_;
+  std::string path_;
+  std::string started_;
+};
+
+}  // namespace shm::sidecar

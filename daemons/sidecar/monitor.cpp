@@ -1,0 +1,519 @@
+#include "sidecar/monitor.hpp"
+
+#include "shm/platform/clock.hpp"
+#include "shm/platform/crc32c.hpp"
+#include "shm/platform/process.hpp"
+
+#include <fmt/format.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <set>
+
+namespace shm::sidecar {
+namespace {
+
+constexpr std::uint32_t kWatchMask = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE |
+                                     IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+
+std::uint64_t age_ms(std::uint64_t then_ns, std::uint64_t now_ns) noexcept {
+  return then_ns <= now_ns ? (now_ns - then_ns) / 1'000'000u : 0;
+}
+
+std::string join(const std::vector<std::string>& lines, std::string_view sep) {
+  std::string out;
+  for (const auto& l : lines) {
+    if (!out.empty()) out += sep;
+    out += l;
+  }
+  return out;
+}
+
+std::string error_text(const Error& e) {
+  return e.what();
+}
+
+// Options for a writable mapping, opened only for a reclaim or a collection.
+OpenOptions writable_options(const std::string& root) {
+  OpenOptions o;
+  o.root = root;
+  o.read_only = false;
+  o.allow_other_owner = true;
+  o.ready_wait = std::chrono::milliseconds(0);
+  return o;
+}
+
+}  // namespace
+
+Monitor::Monitor(MonitorOptions options, const Logger& log)
+    : options_(std::move(options)), log_(log) {
+  root_ = options_.root.empty() ? default_root() : options_.root;
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+  if (options_.use_inotify) {
+    inotify_ = FileHandle(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (!inotify_.valid())
+      log_.warn("inotify_unavailable")
+          .kv("error", std::string(std::strerror(errno)))
+          .kv("fallback_rescan_ms", static_cast<std::int64_t>(options_.rescan_every.count()));
+  }
+}
+
+Monitor::Monitor(Monitor&&) noexcept = default;
+Monitor::~Monitor() = default;
+
+int Monitor::wake_fd() const noexcept {
+  return inotify_.valid() ? inotify_.get() : -1;
+}
+
+const SegmentView* Monitor::find(std::string_view name) const noexcept {
+  for (const SegmentView& v : snapshot_)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+void Monitor::watch_root() {
+  if (!inotify_.valid() || watch_ >= 0) return;
+  watch_ = ::inotify_add_watch(inotify_.get(), root_.c_str(), kWatchMask);
+  if (watch_ >= 0) rescan_due_ = true;  // anything created before the watch
+}
+
+void Monitor::drain_inotify() {
+  if (!inotify_.valid()) return;
+  alignas(inotify_event) std::array<char, 4096> buf;
+  for (;;) {
+    const ssize_t n = ::read(inotify_.get(), buf.data(), buf.size());
+    if (n <= 0) break;  // EAGAIN: drained
+    std::size_t off = 0;
+    while (off + sizeof(inotify_event) <= static_cast<std::size_t>(n)) {
+      inotify_event ev;
+      std::memcpy(&ev, buf.data() + off, sizeof ev);
+      off += sizeof(inotify_event) + ev.len;
+      rescan_due_ = true;
+      if ((ev.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) != 0 && ev.wd == watch_) {
+        if ((ev.mask & IN_IGNORED) == 0) ::inotify_rm_watch(inotify_.get(), watch_);
+        watch_ = -1;  // the root went away; watched again once it is back
+      }
+    }
+  }
+}
+
+void Monitor::do_work() {
+  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t cycle = ++stats_.cycles;
+  try {
+    watch_root();
+    drain_inotify();
+    const auto rescan_every_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.rescan_every).count());
+    if (start - last_rescan_ns_ >= rescan_every_ns) rescan_due_ = true;  // the fallback
+    // Two passes at most: a segment replaced under its name is dropped in the
+    // first and its successor discovered in the second.
+    for (int pass = 0; pass < 2; ++pass) {
+      if (rescan_due_) rescan();
+      for (auto it = tracked_.begin(); it != tracked_.end();) {
+        const std::string& name = it->first;
+        Tracked& t = it->second;
+        if (t.observed_cycle == cycle) {
+          ++it;
+          continue;
+        }
+        t.observed_cycle = cycle;
+        bool keep = false;
+        try {
+          if (still_valid(name, t)) {
+            observe(name, t);
+            keep = !maybe_collect(name, t);
+          }
+        } catch (const std::exception& e) {
+          log_.error("segment_observe_failed").kv("segment", name).kv("error", e.what());
+        }
+        if (keep) {
+          ++it;
+        } else {
+          it = tracked_.erase(it);
+          rescan_due_ = true;
+        }
+      }
+      if (!rescan_due_) break;
+    }
+    // Snapshot, sorted by name.
+    snapshot_.clear();
+    for (auto& [name, t] : tracked_) {
+      try {
+        build_view(name, t);
+      } catch (const std::exception& e) {
+        log_.error("segment_describe_failed").kv("segment", name).kv("error", e.what());
+      }
+    }
+    for (const auto& [name, u] : unreadable_) {
+      SegmentView v;
+      v.name = name;
+      v.error = u.error;
+      snapshot_.push_back(std::move(v));
+    }
+    std::sort(snapshot_.begin(), snapshot_.end(),
+              [](const SegmentView& a, const SegmentView& b) { return a.name < b.name; });
+  } catch (const std::exception& e) {
+    log_.error("cycle_failed").kv("error", e.what());
+  }
+  stats_.last_cycle_ns = monotonic_ns() - start;
+}
+
+void Monitor::rescan() {
+  rescan_due_ = false;
+  last_rescan_ns_ = monotonic_ns();
+  ++stats_.rescans;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(root_.c_str()), ::closedir);
+  if (!dir) {
+    if (!root_missing_logged_)
+      log_.warn("root_unreadable").kv("root", root_).kv("error", std::string(std::strerror(errno)));
+    root_missing_logged_ = true;
+    unreadable_.clear();
+    return;  // tracked segments notice on their own that their file is gone
+  }
+  if (root_missing_logged_) log_.info("root_available").kv("root", root_);
+  root_missing_logged_ = false;
+  watch_root();
+
+  std::set<std::string> names;
+  while (const dirent* e = ::readdir(dir.get())) {
+    const std::string_view n(e->d_name);
+    if (n == "." || n == ".." || n.starts_with(kReservedPrefix)) continue;
+    if (e->d_type == DT_DIR) continue;
+    names.emplace(n);
+  }
+  for (auto it = unreadable_.begin(); it != unreadable_.end();) {
+    if (names.contains(it->first)) {
+      ++it;
+    } else {
+      log_.info("segment_removed").kv("segment", it->first).kv("was", "unreadable");
+      it = unreadable_.erase(it);
+    }
+  }
+  for (const std::string& name : names)
+    if (!tracked_.contains(name)) try_open(name);
+}
+
+void Monitor::try_open(const std::string& name) {
+  std::string problem;
+  Errc code = Errc::InvalidName;
+  if (auto ok = validate_name(name); !ok) {
+    problem = ok.error().message;
+  } else {
+    OpenOptions o;
+    o.root = root_;
+    o.read_only = true;
+    o.allow_other_owner = true;
+    o.ready_wait = std::chrono::milliseconds(0);  // a published segment is READY; never wait
+    auto seg = Segment::open_any(name, o);
+    if (seg) {
+      struct stat st {};
+      if (::fstat(seg->fd(), &st) != 0) {
+        problem = fmt::format("fstat: {}", std::strerror(errno));
+        code = Errc::SystemError;
+      } else {
+        unreadable_.erase(name);
+        Tracked t;
+        t.dev = st.st_dev;
+        t.ino = st.st_ino;
+        const SegmentHeader& h = seg->header();
+        t.descriptor = find_kind(h.kind);
+        t.layout_ok = t.descriptor != nullptr && t.descriptor->fingerprint == h.fingerprint;
+        if (t.descriptor == nullptr)
+          log_.warn("unknown_kind")
+              .kv("segment", name)
+              .kv("kind_id", static_cast<std::uint64_t>(h.kind))
+              .kv("action", "observed generically; dead attachers are reported, not reclaimed");
+        else if (!t.layout_ok)
+          log_.warn("layout_mismatch")
+              .kv("segment", name)
+              .kv("kind", std::string(t.descriptor->name))
+              .kv("segment_fingerprint", fmt::format("{:#018x}", h.fingerprint))
+              .kv("build_fingerprint", fmt::format("{:#018x}", t.descriptor->fingerprint))
+              .kv("action", "observed generically; dead attachers are reported, not reclaimed");
+        ++stats_.discovered;
+        log_.info("segment_discovered")
+            .kv("segment", name)
+            .kv("kind", std::string(t.descriptor ? t.descriptor->name : "unknown"))
+            .kv("size", h.total_size)
+            .kv("ephemeral", (h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) != 0)
+            .kv("incarnation", fmt::format("{:016x}", h.incarnation));
+        t.segment = std::move(*seg);
+        tracked_.emplace(name, std::move(t));
+        return;
+      }
+    } else {
+      problem = seg.error().message;
+      code = seg.error().code;
+    }
+  }
+  Unreadable& u = unreadable_[name];
+  const std::string error = fmt::format("{}: {}", to_string(code), problem);
+  if (u.error != error) {
+    ++stats_.unreadable;
+    log_.warn("segment_unreadable")
+        .kv("segment", name)
+        .kv("code", std::string(to_string(code)))
+        .kv("error", problem);
+    u.error = error;
+  }
+}
+
+bool Monitor::still_valid(const std::string& name, Tracked& t) {
+  const Segment& seg = t.segment;
+  struct stat st {};
+  if (::fstatat(AT_FDCWD, seg.path().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    const int err = errno;
+    ++stats_.removed;
+    if (err == ENOENT)
+      log_.info("segment_removed").kv("segment", name);
+    else
+      log_.warn("segment_removed").kv("segment", name).kv("error", std::string(std::strerror(err)));
+    return false;
+  }
+  if (static_cast<std::uint64_t>(st.st_ino) != t.ino ||
+      static_cast<std::uint64_t>(st.st_dev) != t.dev) {
+    ++stats_.removed;
+    log_.info("segment_replaced")
+        .kv("segment", name)
+        .kv("reason", "the name now points to another file");
+    return false;
+  }
+  // A file shrunk under our mapping would fault (SIGBUS) on the next read of
+  // the lost pages: check before reading anything.
+  struct stat own {};
+  const std::uint64_t mapped = kHeaderSize + seg.data().size();
+  if (::fstat(seg.fd(), &own) != 0 || static_cast<std::uint64_t>(own.st_size) < mapped) {
+    ++stats_.removed;
+    log_.error("segment_truncated")
+        .kv("segment", name)
+        .kv("mapped_bytes", mapped)
+        .kv("file_bytes", static_cast<std::int64_t>(own.st_size));
+    return false;
+  }
+  const SegmentHeader& h = seg.header();
+  const std::uint32_t crc = crc32c(&h, offsetof(SegmentHeader, header_crc));
+  if (h.magic != kSegmentMagic || crc != h.header_crc) {
+    ++stats_.removed;
+    log_.error("segment_corrupt")
+        .kv("segment", name)
+        .kv("error",
+            h.magic != kSegmentMagic
+                ? fmt::format("magic is {:#018x}, expected {:#018x}", h.magic, kSegmentMagic)
+                : fmt::format("header CRC: segment has {:#010x}, computed {:#010x}", h.header_crc,
+                              crc));
+    return false;
+  }
+  return true;
+}
+
+void Monitor::observe(const std::string& name, Tracked& t) {
+  const std::uint64_t now = monotonic_ns();
+  const auto stuck_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.stuck_after).count());
+  std::set<std::size_t> present;
+  for (const SlotInfo& s : t.segment.slots()) {
+    if (s.liveness == Liveness::Free) continue;
+    present.insert(s.index);
+    SlotMemo& memo = t.slots[s.index];
+    if (memo.generation != s.generation) memo = SlotMemo{s.generation};
+    if (s.liveness == Liveness::Alive) {
+      const std::uint64_t age = age_ms(s.heartbeat_ns, now);
+      const bool stuck = stuck_ns != 0 && s.heartbeat_ns <= now && now - s.heartbeat_ns > stuck_ns;
+      if (stuck && !memo.stuck) {
+        ++stats_.stuck_detections;
+        log_.warn("attacher_stuck")
+            .kv("segment", name)
+            .kv("slot", s.index)
+            .kv("role", std::string(role_name(t.descriptor, s.role)))
+            .kv("pid", s.pid)
+            .kv("heartbeat_age_ms", age)
+            .kv("stuck_after_ms", static_cast<std::int64_t>(options_.stuck_after.count()));
+      } else if (!stuck && memo.stuck) {
+        log_.info("attacher_unstuck")
+            .kv("segment", name)
+            .kv("slot", s.index)
+            .kv("role", std::string(role_name(t.descriptor, s.role)))
+            .kv("pid", s.pid)
+            .kv("heartbeat_age_ms", age);
+      }
+      memo.stuck = stuck;
+    } else {
+      handle_dead(name, t, s, memo);
+    }
+  }
+  std::erase_if(t.slots, [&](const auto& kv) { return !present.contains(kv.first); });
+}
+
+void Monitor::handle_dead(const std::string& name, Tracked& t, const SlotInfo& s, SlotMemo& memo) {
+  const std::string role(role_name(t.descriptor, s.role));
+  if (!memo.death_seen) {
+    memo.death_seen = true;
+    ++stats_.deaths;
+    log_.warn("attacher_dead")
+        .kv("segment", name)
+        .kv("slot", s.index)
+        .kv("role", role)
+        .kv("pid", s.pid)
+        .kv("generation", s.generation)
+        .kv("heartbeat_age_ms", age_ms(s.heartbeat_ns, monotonic_ns()));
+  }
+  const KindDescriptor* kind = t.kind();
+  if (kind == nullptr) {
+    if (!t.reclaim_skip_logged)
+      log_.warn("reclaim_skipped")
+          .kv("segment", name)
+          .kv("slot", s.index)
+          .kv("reason", t.descriptor == nullptr ? "unknown kind" : "layout fingerprint mismatch");
+    t.reclaim_skip_logged = true;
+    return;
+  }
+  auto failed = [&](std::string_view step, const std::string& why) {
+    if (!memo.reclaim_failed) {
+      ++stats_.reclaim_failures;
+      log_.error("reclaim_failed")
+          .kv("segment", name)
+          .kv("slot", s.index)
+          .kv("pid", s.pid)
+          .kv("step", step)
+          .kv("error", why)
+          .kv("action", "retried every cycle");
+    }
+    memo.reclaim_failed = true;
+  };
+
+  auto w = Segment::open_any(name, writable_options(root_));
+  if (!w) return failed("open writable", error_text(w.error()));
+  if (w->header().incarnation != t.segment.header().incarnation) return;  // replaced: next cycle
+  // Hold the slot's kernel lock while the kind releases what the dead holder
+  // had, so no new attacher takes the slot over halfway through.
+  auto guard = reopen(w->fd(), true);
+  if (!guard) return failed("reopen", error_text(guard.error()));
+  auto got = try_lock_byte(guard->get(), slot_lock_offset(s.index));
+  if (!got) return failed("lock slot", error_text(got.error()));
+  if (!*got) {
+    log_.info("attacher_replaced").kv("segment", name).kv("slot", s.index).kv("dead_pid", s.pid);
+    return;
+  }
+  const AttachmentSlot& cur = w->header().slots[s.index];
+  if (cur.state.load(std::memory_order_acquire) !=
+          static_cast<std::uint32_t>(SlotState::Attached) ||
+      cur.generation.load(std::memory_order_relaxed) != s.generation)
+    return;  // freed or taken over between our look and the lock
+  std::vector<std::string> actions;
+  try {
+    actions = kind->reclaim(*w, s);
+  } catch (const std::exception& e) {
+    return failed("kind reclaim", e.what());
+  }
+  *guard = FileHandle();  // drop our lock: reclaim_slot takes it again through its own description
+  auto freed = reclaim_slot(*w, s.index);
+  if (!freed) return failed("free slot", error_text(freed.error()));
+  if (!*freed) {
+    log_.info("attacher_replaced").kv("segment", name).kv("slot", s.index).kv("dead_pid", s.pid);
+    return;
+  }
+  ++stats_.reclaims;
+  log_.info("attacher_reclaimed")
+      .kv("segment", name)
+      .kv("slot", s.index)
+      .kv("role", role)
+      .kv("pid", s.pid)
+      .kv("generation", s.generation)
+      .kv("actions", join(actions, "; "));
+}
+
+bool Monitor::maybe_collect(const std::string& name, Tracked& t) {
+  if (!options_.gc_ephemeral) return false;
+  const SegmentHeader& h = t.segment.header();
+  if ((h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) == 0) return false;
+  for (const SlotInfo& s : t.segment.slots())
+    if (s.liveness == Liveness::Alive) return false;
+  // Never attached yet: its creator may be about to attach.
+  if (h.counters.attaches.load(std::memory_order_relaxed) == 0 &&
+      process_alive(ProcessId{h.creator_pid, h.creator_start_time}))
+    return false;
+
+  auto w = Segment::open_any(name, writable_options(root_));
+  if (!w) return false;
+  if (w->header().incarnation != h.incarnation) return false;
+  // Hold every slot's lock while unlinking: nobody attaches meanwhile, and a
+  // process attaching right now makes us back off.
+  auto guard = reopen(w->fd(), true);
+  if (!guard) return false;
+  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
+    auto got = try_lock_byte(guard->get(), slot_lock_offset(i));
+    if (!got || !*got) return false;
+  }
+  struct stat st {};
+  if (::fstatat(AT_FDCWD, t.segment.path().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      static_cast<std::uint64_t>(st.st_ino) != t.ino)
+    return false;
+  if (::unlink(t.segment.path().c_str()) != 0) {
+    log_.warn("collect_failed").kv("segment", name).kv("error", std::string(std::strerror(errno)));
+    return false;
+  }
+  ++stats_.collected;
+  log_.info("segment_collected")
+      .kv("segment", name)
+      .kv("kind", std::string(t.descriptor ? t.descriptor->name : "unknown"))
+      .kv("reason", "ephemeral and no live attacher")
+      .kv("attaches", h.counters.attaches.load(std::memory_order_relaxed));
+  return true;
+}
+
+void Monitor::build_view(const std::string& name, Tracked& t) {
+  const Segment& seg = t.segment;
+  const SegmentHeader& h = seg.header();
+  SegmentView v;
+  v.name = name;
+  v.up = true;
+  v.kind = t.descriptor ? std::string(t.descriptor->name) : "unknown";
+  v.kind_known = t.kind() != nullptr;
+  if (t.descriptor == nullptr)
+    v.error = fmt::format("unknown kind id {}", h.kind);
+  else if (!t.layout_ok)
+    v.error = fmt::format("layout fingerprint {:#018x} differs from this build's {:#018x}",
+                          h.fingerprint, t.descriptor->fingerprint);
+  v.size = h.total_size;
+  v.ephemeral = (h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) != 0;
+  v.incarnation = fmt::format("{:016x}", h.incarnation);
+  v.attaches = h.counters.attaches.load(std::memory_order_relaxed);
+  v.detaches = h.counters.detaches.load(std::memory_order_relaxed);
+  v.takeovers = h.counters.takeovers.load(std::memory_order_relaxed);
+  v.faults = h.counters.faults.load(std::memory_order_relaxed);
+  v.events = h.counters.events.load(std::memory_order_relaxed);
+  const std::uint64_t now = monotonic_ns();
+  for (const SlotInfo& s : seg.slots()) {
+    if (s.liveness == Liveness::Free) continue;
+    AttacherView a;
+    a.slot = s.index;
+    a.role = std::string(role_name(t.descriptor, s.role));
+    a.pid = s.pid;
+    a.generation = s.generation;
+    a.liveness = s.liveness;
+    a.heartbeat_age_ms = age_ms(s.heartbeat_ns, now);
+    if (s.liveness == Liveness::Alive) {
+      ++v.alive;
+      const auto it = t.slots.find(s.index);
+      a.stuck = it != t.slots.end() && it->second.generation == s.generation && it->second.stuck;
+      if (a.stuck) ++v.stuck;
+    } else {
+      ++v.dead;
+    }
+    v.attachers.push_back(std::move(a));
+  }
+  describe_header(seg, v.header);
+  if (const KindDescriptor* kind = t.kind()) kind->describe(seg, v.detail);
+  snapshot_.push_back(std::move(v));
+}
+
+}  // namespace shm::sidecar

@@ -1,0 +1,173 @@
+// The sidecar's duty cycle. Monitor::do_work() runs one pass over the root:
+//
+//   1. drain inotify (segments published, removed, renamed) and rescan the
+//      directory when it changed or when the periodic fallback is due;
+//   2. for every known segment: check it is still the file we mapped (not
+//      removed, replaced, truncated or scribbled over), read every attacher's
+//      liveness from the kernel locks (Segment::slots()), mark a live attacher
+//      whose heartbeat is older than `stuck_after` as stuck, and reclaim a dead
+//      one: the kind's reclaim() under the slot's lock, then shm::reclaim_slot()
+//      (frees the slot and records a Reclaimed event in the segment);
+//   3. optionally collect ephemeral segments whose attachers are all gone;
+//   4. snapshot what it saw (describe trees, counts) for /metrics and /status.
+//
+// Segments are mapped read-only for observation; a writable mapping is opened
+// only for the moment of a reclaim or a collection. Nothing here waits on
+// anything a producer or consumer holds, so the data path runs the same with or
+// without the sidecar. Kinds are seen only through the descriptor table
+// (shm/kind.hpp). Tests drive do_work() step by step.
+#pragma once
+
+#include "sidecar/log.hpp"
+
+#include "shm/describe.hpp"
+#include "shm/error.hpp"
+#include "shm/kind.hpp"
+#include "shm/platform/file.hpp"
+#include "shm/segment.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shm::sidecar {
+
+struct MonitorOptions {
+  std::string root;  // empty: shm::default_root()
+  // A live attacher whose heartbeat is older than this is reported stuck
+  // (never dead: only the kernel lock says dead). 0 disables.
+  std::chrono::milliseconds stuck_after{5000};
+  // Directory rescan fallback when inotify says nothing (or is unavailable).
+  std::chrono::milliseconds rescan_every{2000};
+  // Unlink segments created ephemeral once every attacher is dead.
+  bool gc_ephemeral = false;
+  bool use_inotify = true;
+};
+
+struct AttacherView {
+  std::size_t slot = 0;
+  std::string role;
+  std::int32_t pid = 0;
+  std::uint32_t generation = 0;
+  Liveness liveness = Liveness::Free;
+  bool stuck = false;
+  std::uint64_t heartbeat_age_ms = 0;
+};
+
+// What one pass saw of one file in the root.
+struct SegmentView {
+  std::string name;
+  bool up = false;               // mapped, valid, observed this cycle
+  std::string error;             // why it is not up
+  std::string kind = "unknown";  // descriptor name
+  bool kind_known = false;       // kind in the table and layout fingerprint matches
+  std::uint64_t size = 0;
+  bool ephemeral = false;
+  std::string incarnation;
+  std::uint64_t alive = 0;  // attachers holding their lock (stuck ones included)
+  std::uint64_t stuck = 0;  // alive, heartbeat older than stuck_after
+  std::uint64_t dead = 0;   // attached, lock gone, not reclaimed (yet)
+  std::uint64_t attaches = 0, detaches = 0, takeovers = 0, faults = 0, events = 0;
+  std::vector<AttacherView> attachers;
+  Node header;  // describe_header()
+  Node detail;  // the kind's describe(); empty object when the kind is unknown
+};
+
+struct MonitorStats {
+  std::uint64_t cycles = 0;
+  std::uint64_t rescans = 0;
+  std::uint64_t discovered = 0;  // segments that appeared
+  std::uint64_t removed = 0;     // segments that vanished or were replaced
+  std::uint64_t unreadable = 0;  // open/validation failures (each distinct one)
+  std::uint64_t deaths = 0;      // dead attachers detected
+  std::uint64_t reclaims = 0;    // slots freed by us
+  std::uint64_t reclaim_failures = 0;
+  std::uint64_t stuck_detections = 0;
+  std::uint64_t collected = 0;      // ephemeral segments unlinked
+  std::uint64_t last_cycle_ns = 0;  // duration of the last do_work()
+};
+
+class Monitor {
+ public:
+  Monitor(MonitorOptions options, const Logger& log);
+  Monitor(Monitor&&) noexcept;
+  Monitor& operator=(Monitor&&) = delete;
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+  ~Monitor();
+
+  // One duty cycle (see the top of this file). Never throws; every problem
+  // with a segment is logged and the pass continues.
+  void do_work();
+
+  // Readable when the root changed (inotify); -1 without inotify. Polling it
+  // lets a daemon run do_work() as soon as a segment appears.
+  [[nodiscard]] int wake_fd() const noexcept;
+  // Forces a directory rescan on the next do_work().
+  void request_rescan() noexcept { rescan_due_ = true; }
+
+  [[nodiscard]] const std::string& root() const noexcept { return root_; }
+  [[nodiscard]] const MonitorOptions& options() const noexcept { return options_; }
+  // Segments as of the last do_work(), sorted by name (unreadable files included).
+  [[nodiscard]] const std::vector<SegmentView>& snapshot() const noexcept { return snapshot_; }
+  [[nodiscard]] const SegmentView* find(std::string_view name) const noexcept;
+  [[nodiscard]] const MonitorStats& stats() const noexcept { return stats_; }
+
+ private:
+  struct SlotMemo {
+    std::uint32_t generation = 0;
+    bool stuck = false;
+    bool death_seen = false;
+    bool reclaim_failed = false;
+  };
+  struct Tracked {
+    Segment segment;
+    std::uint64_t dev = 0;
+    std::uint64_t ino = 0;
+    const KindDescriptor* descriptor = nullptr;  // from the kind id; null when unknown
+    bool layout_ok = false;                      // descriptor's fingerprint matches the segment
+    std::map<std::size_t, SlotMemo> slots;
+    std::uint64_t observed_cycle = 0;
+    bool reclaim_skip_logged = false;
+
+    // The descriptor, when this build may act on the segment's layout.
+    [[nodiscard]] const KindDescriptor* kind() const noexcept {
+      return layout_ok ? descriptor : nullptr;
+    }
+  };
+  struct Unreadable {
+    std::string error;
+  };
+
+  void drain_inotify();
+  void watch_root();
+  void rescan();
+  void try_open(const std::string& name);
+  // False when the segment must be dropped (gone, replaced, truncated, corrupt).
+  bool still_valid(const std::string& name, Tracked& t);
+  void observe(const std::string& name, Tracked& t);
+  void handle_dead(const std::string& name, Tracked& t, const SlotInfo& slot, SlotMemo& memo);
+  // True when the segment was unlinked.
+  bool maybe_collect(const std::string& name, Tracked& t);
+  void build_view(const std::string& name, Tracked& t);
+
+  MonitorOptions options_;
+  const Logger& log_;
+  std::string root_;
+  FileHandle inotify_;
+  int watch_ = -1;
+  bool rescan_due_ = true;
+  bool root_missing_logged_ = false;
+  std::uint64_t last_rescan_ns_ = 0;
+  std::map<std::string, Tracked> tracked_;
+  std::map<std::string, Unreadable> unreadable_;
+  std::vector<SegmentView> snapshot_;
+  MonitorStats stats_;
+};
+
+}  // namespace shm::sidecar

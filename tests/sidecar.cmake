@@ -1,0 +1,21 @@
+# shm-sidecar: its tests link the monitor library and need the daemon built;
+# the soak (scripts/soak.sh) runs 30 s as a ctest entry labelled "soak".
+if(TARGET shm_sidecar_monitor)
+  foreach(binary shm_unit_tests shm_integration_tests)
+    if(TARGET ${binary})
+      target_link_libraries(${binary} PRIVATE shm_sidecar_monitor)
+      add_dependencies(${binary} shm-sidecar)
+    endif()
+  endforeach()
+  add_test(NAME soak_30s
+    COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/soak.sh --build-dir ${CMAKE_BINARY_DIR} --duration 30)
+  set_tests_properties(soak_30s PROPERTIES LABELS soak TIMEOUT 240)
+else()
+  # Tools not built (LIBSHM_BUILD_TOOLS=OFF): nothing to test; keep the
+  # sidecar's test files out of the test binaries.
+  file(GLOB sidecar_test_sources ${CMAKE_CURRENT_SOURCE_DIR}/unit/sidecar*_test.cpp
+       ${CMAKE_CURRENT_SOURCE_DIR}/integration/sidecar*_test.cpp)
+  if(sidecar_test_sources)
+    set_source_files_properties(${sidecar_test_sources} PROPERTIES HEADER_FILE_ONLY ON)
+  endif()
+endif()
