@@ -33,6 +33,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::ProducerDied: return "ProducerDied";
     case Errc::Faulted: return "Faulted";
     case Errc::SystemError: return "SystemError";
+    case Errc::PriorityOutOfBounds: return "PriorityOutOfBounds";
   }
   return "Unknown";
 }

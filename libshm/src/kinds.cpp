@@ -10,8 +10,12 @@
 namespace shm {
 namespace {
 // The kind table. One line per kind.
-constexpr std::array<const KindDescriptor*, 1> kKinds = {
+constexpr std::array<const KindDescriptor*, 5> kKinds = {
     &kSpscRingDescriptor,
+    &kChannelDescriptor,
+    &kLedgerDescriptor,
+    &kMpmcRingDescriptor,
+    &kFanoutBitmapDescriptor,
 };
 }  // namespace
 

@@ -38,6 +38,8 @@ enum class Errc : std::uint8_t {
   ProducerDied,
   Faulted,
   SystemError,
+  // priority fanout
+  PriorityOutOfBounds,
 };
 
 [[nodiscard]] std::string_view to_string(Errc code) noexcept;

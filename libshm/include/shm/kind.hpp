@@ -45,5 +45,9 @@ void describe_header(const Segment& segment, Node& out);
 
 // Per-kind descriptors (defined next to each kind).
 extern const KindDescriptor kSpscRingDescriptor;
+extern const KindDescriptor kMpmcRingDescriptor;
+extern const KindDescriptor kFanoutBitmapDescriptor;
+extern const KindDescriptor kChannelDescriptor;
+extern const KindDescriptor kLedgerDescriptor;
 
 }  // namespace shm
