@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 
 namespace shm {
 namespace {
@@ -27,14 +28,25 @@ Subprocess peer(std::initializer_list<std::string> args) {
 }
 
 // The sequence number of the first unreleased record, read without consuming.
+// The ring may be empty for a moment (the consumer had caught up with a slow
+// producer); the producer is still running, so wait for the next record.
 std::uint64_t seq_at_head(const std::string& name) {
   auto seg = open_ring(name, {}, {.read_only = true});
   EXPECT_TRUE(seg);
-  const auto recs = kSpscRingDescriptor.dump(*seg, 1);
-  EXPECT_EQ(recs.size(), 1u);
-  std::uint64_t seq = 0;
-  std::memcpy(&seq, recs.at(0).data(), sizeof seq);
-  return seq;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    const auto recs = kSpscRingDescriptor.dump(*seg, 1);
+    if (!recs.empty()) {
+      std::uint64_t seq = 0;
+      std::memcpy(&seq, recs[0].data(), sizeof seq);
+      return seq;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "ring stayed empty for 60 s after the consumer was killed";
+      return 0;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 class SpscRingMultiProcess : public ::testing::Test {
