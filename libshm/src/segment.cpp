@@ -210,7 +210,7 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
   h->creator_pid = self.pid;
   h->creator_start_time = self.start_time;
   h->creation_time_ns = realtime_ns();
-  std::memcpy(h->params, spec.params.data(), spec.params.size());
+  if (!spec.params.empty()) std::memcpy(h->params, spec.params.data(), spec.params.size());
   h->header_crc = header_crc(*h);
   h->state.store(static_cast<std::uint32_t>(SegmentState::Initializing), std::memory_order_relaxed);
 
