@@ -266,7 +266,10 @@ log "  cleanup: $segments_before segment(s) collected, ${#stale[@]} left"
 
 log "summary: $KILLS kill(s) in $DURATION s"
 if ((${#VIOLATIONS[@]})); then
-  log "FAIL: ${#VIOLATIONS[@]} violation(s)"
+  {
+    log "FAIL: ${#VIOLATIONS[@]} violation(s):"
+    for v in "${VIOLATIONS[@]}"; do printf '  - %s\n' "$v"; done
+  } | tee "$WORK/summary.txt"
   exit 1
 fi
 log "PASS"

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 namespace shm::sidecar {
@@ -29,6 +30,21 @@ std::optional<std::string> numeric(const Node::Value& v) {
           return std::nullopt;
       },
       v);
+}
+
+// An array element's identity: its "name", "label" or "id" member (a string
+// or an integer), if it has one.
+std::optional<std::string> element_id(const Node& element) {
+  if (element.type() != Node::Type::Object) return std::nullopt;
+  for (std::string_view key : {"name", "label", "id"}) {
+    const Node* n = element.find(key);
+    if (n == nullptr || n->type() != Node::Type::Value) continue;
+    const Node::Value& v = n->value();
+    if (const auto* s = std::get_if<std::string>(&v); s != nullptr && !s->empty()) return *s;
+    if (const auto* u = std::get_if<std::uint64_t>(&v)) return fmt::format("{}", *u);
+    if (const auto* d = std::get_if<std::int64_t>(&v)) return fmt::format("{}", *d);
+  }
+  return std::nullopt;
 }
 
 // # HELP text: backslash and newline escaped.
@@ -138,13 +154,15 @@ void MetricsWriter::walk(const std::string& name, const Node& node, Labels& labe
              kind_path + "." + child_key);
       return;
     case Node::Type::Array: {
-      // Elements are told apart by a label named after the array.
+      // Elements are told apart by a label named after the array; its value
+      // is the element's own name/label/id when it has one, else its index.
       std::string label = metric_fragment(key);
       for (const auto& l : labels)
         if (l.first == label) label += "_";
       std::size_t i = 0;
       for (const Node& e : node.elements()) {
-        labels.emplace_back(label, fmt::format("{}", i++));
+        labels.emplace_back(label, element_id(e).value_or(fmt::format("{}", i)));
+        ++i;
         walk(name, e, labels, key, kind_path + "[]");
         labels.pop_back();
       }

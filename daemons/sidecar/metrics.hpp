@@ -9,7 +9,8 @@
 // Per kind, generically from the kind's describe() tree: every leaf marked
 // counter becomes libshm_<kind>_<path>_total, every leaf marked gauge
 // libshm_<kind>_<path>, where <path> joins the keys from the root with '_'.
-// Elements of an array add a label named after the array (its index).
+// Elements of an array add a label named after the array whose value is the
+// element's "name", "label" or "id" member, or else its index.
 // The sidecar itself: libshm_sidecar_* (cycles, deaths, reclaims, ...).
 #pragma once
 

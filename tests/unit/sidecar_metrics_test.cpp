@@ -50,11 +50,17 @@ TEST(SidecarMetrics, NestedObjectsJoinKeysAndArrayElementsBecomeLabels) {
   Node& prios = t.array("priorities");
   prios.push_object().gauge("depth", 1);
   prios.push_object().counter("drops_total", 2);
+  Node& pools = t.array("pools");
+  pools.push_object().set("label", std::string("workers")).gauge("tickets", 5);
   MetricsWriter w;
   w.tree("libshm_fanout", t, {{"segment", "f"}});
   const std::string out = w.render();
   EXPECT_NE(out.find("libshm_fanout_pool_free_pages{segment=\"f\"} 7\n"), std::string::npos) << out;
   EXPECT_NE(out.find("libshm_fanout_priorities_depth{segment=\"f\",priorities=\"0\"} 1\n"),
+            std::string::npos)
+      << out;
+  // An element with a name of its own is labelled by it.
+  EXPECT_NE(out.find("libshm_fanout_pools_tickets{segment=\"f\",pools=\"workers\"} 5\n"),
             std::string::npos)
       << out;
   // Already ends in _total: not doubled.
