@@ -4,13 +4,15 @@
 //
 //   Cases per message size (64 B and 1 KiB by default):
 //     ring spin        RingProducer::try_push / RingConsumer::try_pop (copy out)
-//     channel spin     ChannelProducer::try_send / try_receive, copy the lease
-//                      out, give it back; pages sized for a rotation every
-//                      --events-per-page messages (1000)
+//     channel spin     ChannelProducer::try_send / try_receive_into (copy out,
+//                      CRC checked in the same pass): the counterpart of try_pop
+//     channel lease    try_send / try_receive (zero copy), then the lease is
+//                      copied out and given back (two passes over the payload)
 //     ring blocking    push / pop with a timeout (spin, then futex park)
-//     channel blocking send / receive with a timeout
-//   Both transports get the same in-flight byte budget: the ring's capacity is
-//   the smallest power of two >= P pages (every channel page is P's share).
+//     channel blocking send / receive_into with a timeout
+//   Channel pages are sized for a rotation every --events-per-page messages
+//   (1000). Both transports get the same in-flight byte budget: the ring's
+//   capacity is the smallest power of two >= the P pages.
 //   The channel additionally computes CRC32C of every payload on both sides
 //   (that is part of what is measured).
 //
@@ -167,7 +169,7 @@ std::string unique_name(std::string_view what) {
   return fmt::format("xc-{}-{}-{}", what, ::getpid(), counter++);
 }
 
-enum class Mode { Spin, Blocking };
+enum class Mode { Spin, Blocking, Lease };
 
 // Channel geometry for a message size: a page holds events_per_page messages.
 shm::ChannelParams channel_params(const Options& o, std::size_t size) {
@@ -296,9 +298,26 @@ class ChannelRx {
     c_.segment().prefault();
   }
   void recv(std::span<std::byte> out) {
+    if (mode_ == Mode::Lease) return recv_lease(out);
     for (;;) {
-      auto r = value_or_throw(
-          mode_ == Mode::Blocking ? c_.receive(kBlockingTimeout) : c_.try_receive(), "receive");
+      auto r = value_or_throw(mode_ == Mode::Blocking ? c_.receive_into(out, kBlockingTimeout)
+                                                      : c_.try_receive_into(out),
+                              "receive_into");
+      if (r.status == shm::ReceiveStatus::Received) {
+        if (r.size != out.size())
+          throw BenchError(fmt::format("payload of {} bytes, expected {}", r.size, out.size()));
+        return;
+      }
+      if (r.status == shm::ReceiveStatus::End) throw BenchError("stream ended early");
+      if (mode_ == Mode::Blocking) throw BenchError("receive timed out");
+      wait_a_little();
+    }
+  }
+
+ private:
+  void recv_lease(std::span<std::byte> out) {
+    for (;;) {
+      auto r = value_or_throw(c_.try_receive(), "try_receive");
       if (r.status == shm::ReceiveStatus::Received) {
         if (r.lease.size() != out.size())
           throw BenchError(
@@ -307,13 +326,14 @@ class ChannelRx {
         return;  // the lease is given back here
       }
       if (r.status == shm::ReceiveStatus::End) throw BenchError("stream ended early");
-      if (mode_ == Mode::Blocking) throw BenchError("receive timed out");
-      spin_pause();
-      if (deadline_.expired_every()) throw BenchError("channel stayed empty past the run limit");
+      wait_a_little();
     }
   }
+  void wait_a_little() {
+    spin_pause();
+    if (deadline_.expired_every()) throw BenchError("channel stayed empty past the run limit");
+  }
 
- private:
   shm::ChannelConsumer c_;
   Mode mode_;
   Deadline deadline_;
@@ -433,6 +453,10 @@ Comparison comparison(const Options& o, SharedBlock<Control>& control, std::size
     ChannelTransport t(o, size, Mode::Spin);
     return throughput_run(o, control, size, t);
   });
+  c.add_case("channel lease", [&o, &control, size] {
+    ChannelTransport t(o, size, Mode::Lease);
+    return throughput_run(o, control, size, t);
+  });
   if (o.blocking) {
     c.add_case("ring blocking", [&o, &control, size] {
       RingTransport t(o, size, Mode::Blocking);
@@ -445,6 +469,8 @@ Comparison comparison(const Options& o, SharedBlock<Control>& control, std::size
   }
   c.add_ratio({"channel spin / ring spin (ns per message)", "channel spin", "ns_msg", "ring spin",
                "ns_msg", Target{Goal::AtMost, 1.10}});
+  c.add_ratio({"channel lease / ring spin (ns per message)", "channel lease", "ns_msg", "ring spin",
+               "ns_msg", std::nullopt});
   if (o.blocking)
     c.add_ratio({"channel blocking / ring blocking (ns per message)", "channel blocking", "ns_msg",
                  "ring blocking", "ns_msg", Target{Goal::AtMost, 1.10}});

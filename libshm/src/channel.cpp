@@ -315,14 +315,15 @@ std::unexpected<Error> ChannelEndpoint::raise(ChannelFault fault, std::uint64_t 
     t.fault_sequence.store(sequence, std::memory_order_relaxed);
     t.fault_role.store(role_, std::memory_order_relaxed);
     t.fault_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-    // [T] release: pairs with [T'] acquires of the word (state(), on_empty()).
-    t.word.store(channel::kTerminalFaulted, std::memory_order_release);
+    // [T] pairs with [T'] acquires of the word (state(), on_empty()); seq_cst
+    // with the flag loads below: Dekker pairing with [D1'] and [D2'].
+    t.word.store(channel::kTerminalFaulted, std::memory_order_seq_cst);
     segment_.mutable_header()->counters.faults.fetch_add(1, std::memory_order_relaxed);
     segment_.record_event(EventType::Fault, static_cast<std::uint32_t>(attachment_.slot()),
                           static_cast<std::uint32_t>(fault));
   }
-  wake_consumer();
-  wake_producer();
+  if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) wake_consumer();
+  if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) wake_producer();
   return fail(errc_for(fault),
               fmt::format("{}: {}: {}", segment_.path(), to_string(fault), detail));
 }
@@ -342,6 +343,8 @@ std::unexpected<Error> ChannelEndpoint::already_faulted() const {
                   t.fault_pid.load(std::memory_order_relaxed)));
 }
 
+// Called after a seq_cst load saw the flag set; the exchange (relaxed: the
+// Dekker edge was the seq_cst pair) only decides who issues the wake.
 void ChannelEndpoint::wake_consumer() noexcept {
   auto& w = control().waiters;
   if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {

@@ -220,21 +220,20 @@ Result<void> ChannelConsumer::cross_seam(const channel::Descriptor& d) {
         fault_here(ChannelFault::SequenceGap,
                    fmt::format("page of epoch {} starts at sequence {}, but epoch {} ended at {}",
                                next, first, epoch_, first_sequence_ + published)));
-  // [E] release: every lease of this epoch was given back (receiving with a
-  // lease held is refused), so nothing reads the page any more; pairs with
-  // the producer's [A] before it rebinds the slot.
-  control().release.released_epoch.store(next, std::memory_order_release);
-  // [D2] seq_cst fence: a producer parked on the quota sees [E] or we see its flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control().waiters.producer_parked.load(std::memory_order_relaxed) != 0) wake_producer();
+  // [E] every lease of this epoch was given back (receiving with a lease
+  // held is refused), so nothing reads the page any more; pairs with the
+  // producer's [A] before it rebinds the slot. seq_cst with the flag load
+  // below: a producer parked on the quota sees [E] or we see its flag ([D2]).
+  control().release.released_epoch.store(next, std::memory_order_seq_cst);
+  if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) wake_producer();
   bind_epoch(next);
   return {};
 }
 
-Result<Received> ChannelConsumer::clean_end() {
+Result<ChannelConsumer::Wait> ChannelConsumer::clean_end() {
   auto more = refresh_tail();  // descriptors published just before CLEAN
   if (!more) return std::unexpected(std::move(more.error()));
-  if (*more) return poll();
+  if (*more) return Wait::Ready;
   // relaxed: ordered by the acquire of CLEAN [T'].
   const std::uint64_t active = control().producer.active_epoch.load(std::memory_order_relaxed);
   if (active < epoch_ || active - epoch_ >= view_.params.pages)
@@ -268,10 +267,10 @@ Result<Received> ChannelConsumer::clean_end() {
   // [E] release: the final epochs are released (end of stream).
   control().release.released_epoch.store(active + 1, std::memory_order_release);
   ended_ = true;
-  return Received{ReceiveStatus::End, {}};
+  return Wait::End;
 }
 
-Result<Received> ChannelConsumer::producer_died() {
+std::unexpected<Error> ChannelConsumer::producer_died() {
   const Liveness live = segment_.liveness(channel::kProducerRole.id);
   // acquire: pairs with [P] (cells published to the page but never described).
   const std::uint32_t published =
@@ -290,27 +289,27 @@ Result<Received> ChannelConsumer::producer_died() {
   return terminal(std::move(e));
 }
 
-Result<Received> ChannelConsumer::on_empty(bool probe_producer) {
+Result<ChannelConsumer::Wait> ChannelConsumer::on_empty(bool probe_producer) {
   for (;;) {
     // [T'] acquire: pairs with [T] (finish's CLEAN, raise's FAULTED); every
     // descriptor published before it is then visible to refresh_tail().
     const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
     switch (channel::state_of(word)) {
       case ChannelState::Open: {
-        if (!probe_producer) return Received{};
+        if (!probe_producer) return Wait::Empty;
         const Liveness live = segment_.liveness(channel::kProducerRole.id);
         // relaxed: a counter; only "ever attached" matters.
         const bool attached_before =
             segment_.header().slots[channel::kProducerRole.id].generation.load(
                 std::memory_order_relaxed) != 0;
         if (live == Liveness::Alive || (live == Liveness::Free && !attached_before))
-          return Received{};
-        // The producer is gone. What it published before dying is visible
-        // after this fence (its stores precede the kernel's lock release).
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+          return Wait::Empty;
+        // The producer is gone: its process left the CPU (draining its
+        // stores) before the kernel released its lock, and our probe took
+        // the kernel's lock after that, so refresh_tail() reads its last tail.
         auto more = refresh_tail();
         if (!more) return std::unexpected(std::move(more.error()));
-        if (*more) return poll();
+        if (*more) return Wait::Ready;
         // It may have finished (or faulted) just before it left.
         if (control().terminal.word.load(std::memory_order_acquire) != channel::kTerminalOpen)
           continue;
@@ -322,7 +321,7 @@ Result<Received> ChannelConsumer::on_empty(bool probe_producer) {
         if (fault() == ChannelFault::ProducerDied) {  // marked by the sidecar: drain first
           auto more = refresh_tail();
           if (!more) return std::unexpected(std::move(more.error()));
-          if (*more) return poll();
+          if (*more) return Wait::Ready;
           return producer_died();
         }
         return terminal(already_faulted());
@@ -336,6 +335,22 @@ Result<Received> ChannelConsumer::on_empty(bool probe_producer) {
   }
 }
 
+Result<ChannelConsumer::Wait> ChannelConsumer::ready(bool probe_producer) {
+  if (ended_) return Wait::End;
+  if (head_ != cached_tail_) return Wait::Ready;
+  auto more = refresh_tail();
+  if (!more) return std::unexpected(std::move(more.error()));
+  if (*more) return Wait::Ready;
+  return on_empty(probe_producer);
+}
+
+Result<ChannelConsumer::Wait> ChannelConsumer::ready_slow() {
+  auto w = ready(false);
+  // Looks empty: the producer's liveness is probed at most every kProbeInterval.
+  if (w && *w == Wait::Empty && probe_due()) w = ready(true);
+  return w;
+}
+
 bool ChannelConsumer::probe_due() noexcept {
   const std::uint64_t now = monotonic_ns();
   constexpr auto interval =
@@ -345,44 +360,67 @@ bool ChannelConsumer::probe_due() noexcept {
   return true;
 }
 
-Result<Received> ChannelConsumer::receive(std::chrono::nanoseconds timeout) {
+std::string ChannelConsumer::too_small_message(std::size_t length, std::size_t room) const {
+  return fmt::format("{}: payload of {} bytes (sequence {}) does not fit the {}-byte buffer",
+                     segment_.path(), length, head_, room);
+}
+
+template <class T, class Take>
+Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take take) {
   detail::GuardScope scope(guard_);
-  if (lease_held_ || sticky_ || ended_) [[unlikely]] {
-    if (lease_held_) return lease_misuse();
-    if (sticky_) return std::unexpected(*sticky_);
-    return Received{ReceiveStatus::End, {}};
-  }
+  if (auto e = refuse()) return std::unexpected(std::move(*e));
+  const auto end_or_empty = [](Wait w) {
+    return T{w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
+  };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spin = 0; spin < 4096; ++spin) {
-    auto r = poll();
-    if (r && r->status == ReceiveStatus::Empty) r = on_empty(false);
-    if (!r || r->status != ReceiveStatus::Empty) return r;
+    auto w = ready(false);
+    if (!w) return std::unexpected(std::move(w.error()));
+    if (*w == Wait::Ready) return take();
+    if (*w == Wait::End) return end_or_empty(*w);
     detail::cpu_relax();
   }
-  auto& w = control().waiters;
+  auto& sig = control().waiters;
   for (;;) {
-    // acquire: pairs with the release increment in wake_consumer().
-    const std::uint32_t seen = w.data_signal.load(std::memory_order_acquire);
-    w.consumer_parked.store(1, std::memory_order_relaxed);  // ordered by the fence below
-    // [D1'] seq_cst fence: pairs with [D1] in commit() and finish().
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    auto r = poll();
+    // Read the futex word before announcing ourselves: a wake after this load
+    // changes it, and futex_wait then returns at once. acquire: pairs with
+    // the release increment in wake_consumer().
+    const std::uint32_t seen = sig.data_signal.load(std::memory_order_acquire);
+    // [D1'] seq_cst store of the flag, then seq_cst loads of tail and the
+    // terminal word: pairs with [D1] in publish() and with the terminal stores
+    // (finish, raise). Either we see their store here, or they see our flag
+    // and wake us; ready() reads these words again afterwards, and coherence
+    // keeps those reads at least this new.
+    sig.consumer_parked.store(1, std::memory_order_seq_cst);
+    (void)control().producer.tail.load(std::memory_order_seq_cst);
+    (void)control().terminal.word.load(std::memory_order_seq_cst);
     // Looks empty: the only place a blocking receive pays the liveness probe.
-    if (r && r->status == ReceiveStatus::Empty) r = on_empty(true);
-    if (!r || r->status != ReceiveStatus::Empty) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      return r;
+    auto w = ready(true);
+    if (!w || *w != Wait::Empty) {
+      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
+      if (!w) return std::unexpected(std::move(w.error()));
+      if (*w == Wait::Ready) return take();
+      return end_or_empty(*w);
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      return r;
+      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
+      return end_or_empty(Wait::Empty);
     }
     attachment_.heartbeat();
     // A dead producer never wakes us: sleep in slices and probe again.
     const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kLivenessSlice);
-    (void)futex_wait(w.data_signal, seen, static_cast<std::uint64_t>(slice.count()));
+    (void)futex_wait(sig.data_signal, seen, static_cast<std::uint64_t>(slice.count()));
   }
+}
+
+Result<Received> ChannelConsumer::receive(std::chrono::nanoseconds timeout) {
+  return receive_with<Received>(timeout, [this] { return next(); });
+}
+
+Result<Copied> ChannelConsumer::receive_into(std::span<std::byte> out,
+                                             std::chrono::nanoseconds timeout) {
+  return receive_with<Copied>(timeout, [this, out] { return next_into(out); });
 }
 
 }  // namespace shm

@@ -302,11 +302,13 @@ std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
                              std::memory_order_relaxed);
       t.fault_role.store(channel::kObserverRole.id, std::memory_order_relaxed);
       t.fault_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-      // [T] release: pairs with the consumer's [T'].
-      t.word.store(channel::kTerminalFaulted, std::memory_order_release);
+      // [T] pairs with the consumer's [T']; seq_cst with the flag load below
+      // (Dekker pairing with [D1'], as in raise()).
+      t.word.store(channel::kTerminalFaulted, std::memory_order_seq_cst);
       seg.record_event(EventType::Fault, static_cast<std::uint32_t>(dead.index),
                        static_cast<std::uint32_t>(ChannelFault::ProducerDied));
-      if (c.waiters.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+      if (c.waiters.consumer_parked.load(std::memory_order_seq_cst) != 0 &&
+          c.waiters.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
         c.waiters.data_signal.fetch_add(
             1, std::memory_order_release);  // pairs with the waiter's acquire
         (void)futex_wake_all(c.waiters.data_signal);

@@ -186,9 +186,15 @@ Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanosec
     // changes it, and futex_wait then returns at once.
     // acquire: pairs with the release increment in wake_producer().
     const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    w.producer_parked.store(1, std::memory_order_relaxed);  // ordered by the fence below
-    // [D2'] seq_cst fence: pairs with [D2] in give_back() and the [E] path.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // [D2'] seq_cst store of the flag, then seq_cst loads of what we wait
+    // for (head, released_epoch, the terminal word): pairs with [D2] in
+    // give_back(), [E] at the seam and [T] in raise(). Either we see their
+    // store here, or they see our flag and wake us; try_reserve() reads these
+    // words again afterwards, and coherence keeps those reads at least this new.
+    w.producer_parked.store(1, std::memory_order_seq_cst);
+    (void)control().consumer.head.load(std::memory_order_seq_cst);
+    (void)control().release.released_epoch.load(std::memory_order_seq_cst);
+    (void)control().terminal.word.load(std::memory_order_seq_cst);
     auto r = try_reserve(n);
     if (!r || *r) {
       w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
@@ -223,12 +229,11 @@ Result<void> ChannelProducer::finish() {
   std::uint32_t seen = word.load(std::memory_order_acquire);
   if (seen == channel::kTerminalOpen) {
     page_.seal();  // [S]
-    // [T] release: CLEAN follows every [P]/[R]/[S]; pairs with [T'] in the consumer.
-    if (word.compare_exchange_strong(seen, channel::kTerminalClean, std::memory_order_acq_rel)) {
+    // [T] CLEAN follows every [P]/[R]/[S]; pairs with [T'] in the consumer.
+    // seq_cst, with the flag load below: Dekker pairing with [D1'] (see [D1]).
+    if (word.compare_exchange_strong(seen, channel::kTerminalClean, std::memory_order_seq_cst)) {
       finished_ = true;
-      // seq_cst fence: orders CLEAN before the parked-flag load (as [D1]).
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (control().waiters.consumer_parked.load(std::memory_order_relaxed) != 0) wake_consumer();
+      if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) wake_consumer();
       return {};
     }
   }

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <deque>
 #include <new>
 #include <random>
@@ -208,6 +209,56 @@ TEST_F(ChannelTest, ReserveWriteCommitPublishesOnlyTheCommittedBytes) {
   std::uint64_t seq = 0;
   EXPECT_EQ(take(c, &seq), "after");
   EXPECT_EQ(seq, 1u) << "the abandoned reservation used no sequence";
+}
+
+TEST_F(ChannelTest, ReceiveIntoCopiesThePayloadOutAndGivesItBack) {
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8});
+  send(p, "first");
+  send(p, "second");
+  send(p, "third");  // epoch 1
+  std::array<std::byte, 16> out{};
+  auto small = c.try_receive_into(std::span(out).first(3));
+  ASSERT_FALSE(small);
+  EXPECT_EQ(small.error().code, Errc::TooLarge);
+  EXPECT_NE(small.error().message.find("payload of 5 bytes (sequence 0) does not fit the 3-byte"),
+            std::string::npos)
+      << small.error().message;
+  EXPECT_EQ(c.state(), ChannelState::Open) << "a small buffer is not a fault";
+  for (const std::string want : {"first", "second", "third"}) {
+    auto r = c.try_receive_into(out);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, ReceiveStatus::Received);
+    EXPECT_EQ(str(std::span(out).first(r->size)), want);
+  }
+  EXPECT_FALSE(c.lease_held()) << "nothing is on loan after a copy";
+  EXPECT_EQ(c.next_sequence(), 3u);
+  auto empty = c.try_receive_into(out);
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, ReceiveStatus::Empty);
+  ASSERT_TRUE(p.finish());
+  auto end = c.receive_into(out, 5s);
+  ASSERT_TRUE(end) << end.error().what();
+  EXPECT_EQ(end->status, ReceiveStatus::End);
+}
+
+TEST_F(ChannelTest, ReceiveIntoRefusesWhileALeaseIsHeld) {
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8});
+  send(p, "a");
+  send(p, "b");
+  auto lease = c.try_receive();
+  ASSERT_TRUE(lease && *lease);
+  std::array<std::byte, 8> out{};
+#ifdef NDEBUG
+  auto r = c.try_receive_into(out);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+#else
+  EXPECT_DEATH((void)c.try_receive_into(out), "lease is held");
+#endif
+  lease->lease.release();
+  auto r2 = c.try_receive_into(out);
+  ASSERT_TRUE(r2 && *r2);
+  EXPECT_EQ(r2->sequence, 1u);
 }
 
 TEST_F(ChannelTest, SecondReservationWhileOneIsOutstandingIsRefused) {
@@ -495,6 +546,22 @@ TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksum) {
   view_of(p).arena(0)[8 + 3] ^= std::byte{0x20};
   EXPECT_EQ(take(c), "intact");
   expect_fault(c, Errc::Corrupt, ChannelFault::ChecksumMismatch, "CRC32C");
+}
+
+TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksumWhenCopiedOutToo) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 2048, .descriptors_per_page = 8, .ring_capacity = 16});
+  send(p, std::string(1000, 'k'));  // long enough for the vector checksum path
+  view_of(p).arena(0)[999] ^= std::byte{0x01};
+  std::vector<std::byte> out(1024);
+  auto r = c.try_receive_into(out);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_NE(r.error().message.find("CRC32C"), std::string::npos) << r.error().message;
+  EXPECT_EQ(c.fault(), ChannelFault::ChecksumMismatch);
+  auto again = c.try_receive_into(out);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::Corrupt);
 }
 
 TEST_F(ChannelFaultTest, DescriptorBeyondThePageIsOutOfBounds) {

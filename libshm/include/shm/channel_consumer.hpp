@@ -99,6 +99,16 @@ struct Received {
   explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
 };
 
+// A payload copied out (receive_into): already given back.
+struct Copied {
+  ReceiveStatus status = ReceiveStatus::Empty;
+  std::size_t size = 0;        // when Received: bytes written to the buffer
+  std::uint64_t sequence = 0;  // when Received
+  std::uint64_t epoch = 0;     // when Received
+
+  explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
+};
+
 class ChannelConsumer : public detail::ChannelEndpoint {
  public:
   // A parked consumer re-probes the producer's liveness this often.
@@ -125,6 +135,14 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   // or a terminal outcome arrives, or `timeout` passes (then Empty).
   [[nodiscard]] Result<Received> receive(std::chrono::nanoseconds timeout);
 
+  // Copying variants: the payload is copied into `out` while its CRC32C is
+  // checked (one pass) and given back at once. A payload larger than `out`
+  // is Errc::TooLarge and stays in the channel. The same checks as above;
+  // a checksum failure is terminal (what was written to `out` is garbage).
+  [[nodiscard]] Result<Copied> try_receive_into(std::span<std::byte> out);
+  [[nodiscard]] Result<Copied> receive_into(std::span<std::byte> out,
+                                            std::chrono::nanoseconds timeout);
+
   [[nodiscard]] bool lease_held() const noexcept { return lease_held_; }
   // The sequence the next payload must carry (== payloads committed).
   [[nodiscard]] std::uint64_t next_sequence() const noexcept { return head_; }
@@ -136,10 +154,27 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   friend class ChannelLease;
   friend class detail::ChannelTesting;
 
-  [[nodiscard]] Result<Received> poll();
-  [[nodiscard]] Result<Received> on_empty(bool probe_producer);
-  [[nodiscard]] Result<Received> clean_end();
-  [[nodiscard]] Result<Received> producer_died();
+  // Where the channel stands for a receive: a descriptor waits at head_
+  // (Ready), nothing yet (Empty), or the stream ended cleanly (End). Never
+  // consumes; terminal problems are errors. `probe_producer` allows the
+  // liveness syscall when the channel looks empty.
+  enum class Wait : std::uint8_t { Ready, Empty, End };
+  [[nodiscard]] Result<Wait> ready(bool probe_producer);
+  [[nodiscard]] Result<Wait> on_empty(bool probe_producer);
+  [[nodiscard]] Result<Wait> clean_end();
+  [[nodiscard]] std::unexpected<Error> producer_died();
+  // try_receive() once the cached tail is exhausted.
+  [[nodiscard]] Result<Wait> ready_slow();
+  // Validates the descriptor at head_ (requires head_ < cached_tail_) up to
+  // the payload checksum; returns its cell.
+  [[nodiscard]] Result<page::Cell> check_next(channel::Descriptor& d);
+  // Takes the payload at head_: as a lease, or copied into `out`.
+  [[nodiscard]] Result<Received> next();
+  [[nodiscard]] Result<Copied> next_into(std::span<std::byte> out);
+  // The blocking loop shared by receive() and receive_into().
+  template <class T, class Take>
+  [[nodiscard]] Result<T> receive_with(std::chrono::nanoseconds timeout, Take take);
+  [[nodiscard]] std::optional<Error> refuse() const;
   [[nodiscard]] Result<bool> refresh_tail();
   [[nodiscard]] Result<void> cross_seam(const channel::Descriptor& d);
   [[nodiscard]] Result<void> refresh_published(const channel::Descriptor& d);
@@ -148,6 +183,7 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] std::unexpected<Error> fault_here(ChannelFault fault, const std::string& detail);
   [[nodiscard]] std::unexpected<Error> terminal(std::unexpected<Error> e);
   [[nodiscard]] std::unexpected<Error> lease_misuse() const;
+  [[nodiscard]] std::string too_small_message(std::size_t length, std::size_t room) const;
   [[nodiscard]] bool probe_due() noexcept;
   [[nodiscard]] Result<void> resume();
   void bind_epoch(std::uint64_t epoch) noexcept;
@@ -170,13 +206,7 @@ class ChannelConsumer : public detail::ChannelEndpoint {
 
 // ---------------------------------------------------------------- inline hot path
 
-inline Result<Received> ChannelConsumer::poll() {
-  if (head_ == cached_tail_) [[unlikely]] {
-    auto more = refresh_tail();
-    if (!more) return std::unexpected(std::move(more.error()));
-    if (!*more) return Received{};
-  }
-  channel::Descriptor d;
+inline Result<page::Cell> ChannelConsumer::check_next(channel::Descriptor& d) {
   std::memcpy(&d, view_.ring + (head_ & ring_mask_), sizeof d);
   if (d.generation != generation_) [[unlikely]] {
     if (auto ok = cross_seam(d); !ok) return std::unexpected(std::move(ok.error()));
@@ -201,37 +231,73 @@ inline Result<Received> ChannelConsumer::poll() {
     return reject(ChannelFault::SequenceGap, d, "cell sequence differs from the descriptor's");
   if (c.offset != next_offset_ || c.length > view_.params.page_bytes - next_offset_) [[unlikely]]
     return reject(ChannelFault::DescriptorOutOfBounds, d, "cell offset/length outside the arena");
-  const std::byte* p = page_.arena + c.offset;
-  if (page::checksum(p, c.length) != c.crc) [[unlikely]]
+  return c;
+}
+
+inline Result<Received> ChannelConsumer::next() {
+  channel::Descriptor d;
+  auto c = check_next(d);
+  if (!c) return std::unexpected(std::move(c.error()));
+  const std::byte* p = page_.arena + c->offset;
+  if (page::checksum(p, c->length) != c->crc) [[unlikely]]
     return reject(ChannelFault::ChecksumMismatch, d, "payload CRC32C differs from the cell's");
-  next_offset_ += page::aligned_length(c.length);
+  next_offset_ += page::aligned_length(c->length);
   lease_held_ = true;
-  return Received{ReceiveStatus::Received, ChannelLease(this, p, c.length, d.sequence, epoch_)};
+  return Received{ReceiveStatus::Received, ChannelLease(this, p, c->length, d.sequence, epoch_)};
+}
+
+inline Result<Copied> ChannelConsumer::next_into(std::span<std::byte> out) {
+  channel::Descriptor d;
+  auto c = check_next(d);
+  if (!c) return std::unexpected(std::move(c.error()));
+  if (c->length > out.size()) [[unlikely]]
+    return fail(Errc::TooLarge, too_small_message(c->length, out.size()));
+  if (page::copy_checksum(out.data(), page_.arena + c->offset, c->length) != c->crc) [[unlikely]]
+    return reject(ChannelFault::ChecksumMismatch, d, "payload CRC32C differs from the cell's");
+  next_offset_ += page::aligned_length(c->length);
+  give_back();
+  return Copied{ReceiveStatus::Received, c->length, d.sequence, epoch_};
+}
+
+inline std::optional<Error> ChannelConsumer::refuse() const {
+  if (lease_held_) return lease_misuse().error();
+  if (sticky_) return *sticky_;
+  return std::nullopt;
 }
 
 inline Result<Received> ChannelConsumer::try_receive() {
   detail::GuardScope scope(guard_);
-  if (lease_held_ || sticky_ || ended_) [[unlikely]] {
-    if (lease_held_) return lease_misuse();
-    if (sticky_) return std::unexpected(*sticky_);
-    return Received{ReceiveStatus::End, {}};
+  if (lease_held_ || sticky_ || ended_ || head_ == cached_tail_) [[unlikely]] {
+    if (auto e = refuse()) return std::unexpected(std::move(*e));
+    auto w = ready_slow();
+    if (!w) return std::unexpected(std::move(w.error()));
+    if (*w != Wait::Ready)
+      return Received{*w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty, {}};
   }
-  auto r = poll();
-  if (r && r->status == ReceiveStatus::Empty) [[unlikely]]
-    return on_empty(probe_due());
-  return r;
+  return next();  // the common case returns its result in place
+}
+
+inline Result<Copied> ChannelConsumer::try_receive_into(std::span<std::byte> out) {
+  detail::GuardScope scope(guard_);
+  if (lease_held_ || sticky_ || ended_ || head_ == cached_tail_) [[unlikely]] {
+    if (auto e = refuse()) return std::unexpected(std::move(*e));
+    auto w = ready_slow();
+    if (!w) return std::unexpected(std::move(w.error()));
+    if (*w != Wait::Ready)
+      return Copied{*w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
+  }
+  return next_into(out);
 }
 
 inline void ChannelConsumer::give_back() noexcept {
   lease_held_ = false;
   ++head_;
   ++committed_;
-  // [C] release: the descriptor slot is free for the producer; pairs with
-  // [C'] in the producer's refresh_head().
-  control().consumer.head.store(head_, std::memory_order_release);
-  // [D2] seq_cst fence: pairs with [D2'] in ChannelProducer::reserve() (see [D1]).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control().waiters.producer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
+  // [C] the descriptor slot is free for the producer; pairs with [C'] in the
+  // producer's refresh_head(). [D2] seq_cst, with the seq_cst flag load below:
+  // Dekker pairing with [D2'] in ChannelProducer::reserve() (see [D1]).
+  control().consumer.head.store(head_, std::memory_order_seq_cst);
+  if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_producer();
 }
 

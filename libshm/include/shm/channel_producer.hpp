@@ -94,9 +94,9 @@ class ChannelProducer : public detail::ChannelEndpoint {
  private:
   friend class detail::ChannelTesting;
 
-  // Rotation, one step per function (tests stop a helper between them).
   // Publishes the reservation's first `used` bytes, whose CRC32C is `crc`.
   SendOutcome publish(std::size_t used, std::uint32_t crc) noexcept;
+  // Rotation, one step per function (tests stop a helper between them).
   [[nodiscard]] Result<bool> rotate();        // false: PageQuotaExhausted
   [[nodiscard]] Result<bool> quota_allows();  // [A]
   void seal_active() noexcept;                // [S]
@@ -108,8 +108,8 @@ class ChannelProducer : public detail::ChannelEndpoint {
 
   page::PageWriter page_;   // the active page
   std::uint64_t tail_ = 0;  // descriptors published (mirror of control.producer.tail)
-  std::uint64_t cached_head_ =
-      0;  // consumer's head as last read; refreshed when the ring looks full
+  // The consumer's head as last read; refreshed when the ring looks full.
+  std::uint64_t cached_head_ = 0;
   std::uint64_t cached_released_ = 0;  // released_epoch as last read; refreshed when rotating
   std::uint64_t rotations_ = 0;
   std::uint64_t quota_refusals_ = 0;
@@ -165,14 +165,13 @@ inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc)
   const channel::Descriptor d{sequence, page_.generation(), cell};
   std::memcpy(view_.ring + (tail_ & ring_mask_), &d, sizeof d);
   ++tail_;
-  // [R] release: publishes the descriptor (and, through [P] before it, the
-  // page cell and payload); pairs with [R'] in the consumer's refresh_tail().
-  control().producer.tail.store(tail_, std::memory_order_release);
-  // [D1] seq_cst fence: orders the tail store before the parked-flag load;
-  // pairs with [D1'] in ChannelConsumer::receive() so a parking consumer
-  // either sees the new tail or we see its flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control().waiters.consumer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
+  // [R] publishes the descriptor (and, through [P] before it, the page cell
+  // and payload); pairs with [R'] in the consumer's refresh_tail(). [D1]
+  // seq_cst, with the seq_cst load of the parked flag below: Dekker pairing
+  // with [D1'] in ChannelConsumer::receive(), so a parking consumer either
+  // sees the new tail or we see its flag (one xchg: the price of a fence).
+  control().producer.tail.store(tail_, std::memory_order_seq_cst);
+  if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_consumer();
   return SendOutcome{Admission::Ok, sequence, page_.epoch()};
 }
