@@ -17,12 +17,14 @@ TEST(PublishedPageCrcTest, MatchesTheCrc32cCheckValue) {
   EXPECT_EQ(checksum(nullptr, 0), 0u);
 }
 
+// Covers every path: one crc32 chain, three chains, the vector folds (from
+// 512 bytes, 64/256-byte strides) and their tails.
 TEST(PublishedPageCrcTest, AgreesWithCrc32cForEveryLengthAndAlignment) {
   std::mt19937_64 rng(7);
   std::vector<unsigned char> buf(5000 + 16);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
   for (std::size_t offset = 0; offset < 8; offset += 3) {
-    for (std::size_t n = 0; n <= 1200; ++n) {
+    for (std::size_t n = 0; n <= 1600; ++n) {
       const unsigned char* p = buf.data() + offset;
       ASSERT_EQ(checksum(p, n), crc32c(p, n)) << "length " << n << " offset " << offset;
     }
@@ -35,7 +37,8 @@ TEST(PublishedPageCrcTest, CopyChecksumCopiesAndChecksumsInOnePass) {
   std::mt19937_64 rng(11);
   std::vector<unsigned char> src(3000), dst(3000 + 8);
   for (auto& b : src) b = static_cast<unsigned char>(rng());
-  for (std::size_t n : {0u, 1u, 7u, 8u, 63u, 64u, 191u, 192u, 193u, 1024u, 2999u}) {
+  for (std::size_t n :
+       {0u, 1u, 7u, 8u, 63u, 64u, 191u, 192u, 193u, 511u, 512u, 777u, 1024u, 2061u, 2999u}) {
     std::fill(dst.begin(), dst.end(), 0xAA);
     const std::uint32_t crc = copy_checksum(dst.data() + 1, src.data(), n);
     EXPECT_EQ(crc, crc32c(src.data(), n)) << n;
