@@ -133,12 +133,12 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   if (side == Side::Push) {
     // [T''] acquire: pairs with the claimer's [T]; its intent store is visible below.
     if (ctl.producer.tail.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);
+    seq = c.seq.load(std::memory_order_acquire);    // [S'] pairs with [S]/[X]
     if (seq != pos) return RepairOutcome::NotHeld;  // published (or a later lap)
   } else {
     // [H''] acquire: pairs with the claimer's [H]; its intent store is visible below.
     if (ctl.consumer.head.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);
+    seq = c.seq.load(std::memory_order_acquire);                        // [R'] pairs with [R]/[X]
     if ((seq & ~kTombstone) != pos + 1) return RepairOutcome::NotHeld;  // released
   }
   // Whoever holds `pos` stored intent pos+1 before its claiming CAS and keeps
@@ -147,6 +147,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   bool any = false;
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     const auto& in = ctl.intents[i];
+    // Relaxed: ordered by [T'']/[H''] above (the claimer's intent precedes its CAS).
     const std::uint64_t w = (side == Side::Push ? in.push : in.pop).load(std::memory_order_relaxed);
     if (w == pos + 1) named[i] = any = true;
   }
@@ -162,6 +163,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   if (side == Side::Push) {
     std::uint64_t expected = pos;
     // [X] acq_rel: publishes the tombstone; pairs with the consumer's [S'].
+    // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kTombstone, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
       return RepairOutcome::NotHeld;
@@ -171,10 +173,11 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   } else {
     std::uint64_t expected = seq;
     // [X] acq_rel: frees the cell; pairs with the next producer's [R'].
+    // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, pos + v.capacity, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
       return RepairOutcome::NotHeld;
-    if ((seq & kTombstone) != 0)
+    if ((seq & kTombstone) != 0)  // statistics only (relaxed)
       ctl.stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);
     else
       ctl.stats.lost_pops.fetch_add(1, std::memory_order_relaxed);
@@ -185,8 +188,9 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
     if (!named[i]) continue;
     auto& word = side == Side::Push ? ctl.intents[i].push : ctl.intents[i].pop;
     std::uint64_t w = pos + 1;
-    (void)word.compare_exchange_strong(w, kNoIntent, std::memory_order_relaxed);
+    (void)word.compare_exchange_strong(w, kNoIntent, std::memory_order_relaxed);  // tidiness only
   }
+  // Relaxed: a pid for the message only.
   const std::int32_t pid = segment.header().slots[holder].pid.load(std::memory_order_relaxed);
   segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(holder),
                        side == Side::Push ? 1u : 2u);
@@ -212,6 +216,7 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
   for (std::size_t i = first; i < last && i < kMaxAttachments; ++i) {
     for (Side side : {Side::Push, Side::Pop}) {
       const auto& word = side == Side::Push ? ctl.intents[i].push : ctl.intents[i].pop;
+      // Relaxed: only a hint of which position to examine; repair_position orders its reads.
       const std::uint64_t w = word.load(std::memory_order_relaxed);
       if (w == kNoIntent) continue;
       std::string action;
@@ -231,6 +236,7 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
     // A waiter bit of a slot that is not live: its holder died while parked.
     // Clearing it only saves producers/consumers spurious wakes.
     const std::uint32_t bit = 1u << i;
+    // Relaxed throughout: waiter bits only decide whether a wake is issued.
     const std::uint32_t bits = ctl.waiters.consumers_waiting.load(std::memory_order_relaxed) |
                                ctl.waiters.producers_waiting.load(std::memory_order_relaxed);
     if ((bits & bit) != 0 &&
@@ -258,6 +264,7 @@ Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params
   return Segment::create(name, spec, options, [&](std::span<std::byte> data) -> Result<void> {
     std::byte* cells = data.data() + mpmc::kCellsOffset;
     for (std::uint64_t i = 0; i < params.capacity; ++i)
+      // Relaxed: published by the READY release store of Segment::create.
       reinterpret_cast<mpmc::Cell*>(cells + i * stride)->seq.store(i, std::memory_order_relaxed);
     return {};
   });
@@ -325,6 +332,7 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   // The slot's previous holder (if it died) may have left a cell held: we own
   // its lock now, so it is provably dead. Repair before reusing its intents.
   (void)mpmc::repair_slots(r.segment_, r.v_, slot, slot);
+  // Relaxed: the next claim's CAS ([T]/[H]) publishes whatever intent follows.
   r.intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);
   r.intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);
   // And whatever other dead handles left behind.
@@ -350,6 +358,7 @@ Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expecte
 }
 
 std::uint64_t MpmcRing::size_hint() const noexcept {
+  // Relaxed: a hint, no data is read on its strength.
   const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_relaxed);
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_relaxed);
   return t > h ? t - h : 0;
@@ -367,7 +376,7 @@ bool MpmcRing::has_claimed_items() const noexcept {
 void MpmcRing::cancel() noexcept {
   assert(reserved_ && "cancel() without try_reserve()");
   mpmc::Cell& c = v_.cell(reserved_pos_);
-  c.length.store(0, std::memory_order_relaxed);
+  c.length.store(0, std::memory_order_relaxed);  // published by [S] below
   // [S] release: publishes a tombstone; pairs with the consumer's [S'].
   c.seq.store((reserved_pos_ + 1) | mpmc::kTombstone, std::memory_order_release);
   v_.control->stats.cancelled_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -378,6 +387,7 @@ void MpmcRing::cancel() noexcept {
 std::unexpected<Error> MpmcRing::corrupt_cell(std::uint64_t pos, std::uint64_t seq,
                                               std::string_view expected) const {
   return fail(Errc::Corrupt,
+              // Relaxed loads: values for the message only.
               fmt::format("{}: cell {} (position {}): sequence {:#x} is impossible; expected {} "
                           "(head {}, tail {}, capacity {})",
                           segment_.path(), pos & v_.mask, pos, seq, expected,
@@ -457,7 +467,7 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
       if (waiting) wake_producers();
       return std::optional<std::uint64_t>{pos + 1};
     }
-    intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);
+    intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
     return std::optional<std::uint64_t>{expected};
   }
   if (!tomb && s == pos) {  // not published yet
@@ -559,6 +569,7 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
       [&] {
         // [W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
         const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_seq_cst);
+        // Relaxed: only chooses between polling and sleeping.
         return h + v_.capacity > v_.control->producer.tail.load(std::memory_order_relaxed);
       });
 }
@@ -584,6 +595,7 @@ Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
       [&] {
         // [W2] seq_cst: see wait(). A producer has claimed a position past head.
         const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
+        // Relaxed: only chooses between polling and sleeping.
         return t > v_.control->consumer.head.load(std::memory_order_relaxed);
       });
   if (!r) return std::unexpected(std::move(r.error()));

@@ -243,6 +243,7 @@ std::uint64_t PriorityFanout::slot_size() const noexcept {
 
 std::uint64_t PriorityFanout::active_priorities() const noexcept {
   const std::uint64_t all = k_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << k_) - 1;
+  // Acquire: pairs with the submitters' seq_cst fetch_or (a hint either way).
   return control_->hot.bitmap.load(std::memory_order_acquire) & all;
 }
 

@@ -190,6 +190,7 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::try_reserve() {
       // [T] seq_cst: claims `pos`. Release: publishes the intent (pairs with
       // repair's acquire of tail). Seq_cst: Dekker pair with a parking
       // consumer's [W] fetch_or of its waiter bit + [W2] load of tail.
+      // Failure order acquire: the reloaded tail is read like [T'].
       if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
         // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
@@ -252,6 +253,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
       intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [H]
       // [H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
       // of head pairs with it); seq_cst: Dekker pair with a parking producer's [W]/[W2].
+      // Failure order acquire: the reloaded head is read like [H'].
       if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
         // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
@@ -261,7 +263,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
         peeked_ = true;
         return std::optional<std::uint32_t>{len};
       }
-      intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);
+      intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
       continue;
     }
     auto next = pop_slow(pos, seq);
