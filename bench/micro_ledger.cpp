@@ -28,6 +28,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sched.h>
@@ -39,6 +40,17 @@ using namespace shm;
 shm::bench::ScratchRoot& scratch() {
   static shm::bench::ScratchRoot root;
   return root;
+}
+
+// glibc skips the atomic instructions of an ordinary pthread mutex in a process
+// that never had a second thread; a mutex-guarded ledger only exists in
+// threaded programs, so every benchmark first makes the process threaded.
+void make_process_threaded() {
+  static const bool once = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)once;
 }
 
 struct Fixture {
@@ -203,6 +215,7 @@ class BaselineLedger {
 // ---------------------------------------------------------------- benchmarks
 
 void BM_Ledger_ReserveRelease(benchmark::State& state) {
+  make_process_threaded();
   std::string name;
   auto f = make_fixture(state, name);
   if (!f) return;
@@ -223,6 +236,7 @@ void BM_Ledger_ReserveRelease(benchmark::State& state) {
 BENCHMARK(BM_Ledger_ReserveRelease);
 
 void BM_Baseline_ReserveRelease(benchmark::State& state) {
+  make_process_threaded();
   BaselineLedger b(bench_config());
   for (auto _ : state) {
     auto r = b.reserve(0, 0, 64, 1);
@@ -236,6 +250,7 @@ void BM_Baseline_ReserveRelease(benchmark::State& state) {
 BENCHMARK(BM_Baseline_ReserveRelease);
 
 void BM_Ledger_Admit4(benchmark::State& state) {
+  make_process_threaded();
   std::string name;
   auto f = make_fixture(state, name);
   if (!f) return;
@@ -253,6 +268,7 @@ void BM_Ledger_Admit4(benchmark::State& state) {
 BENCHMARK(BM_Ledger_Admit4);
 
 void BM_Baseline_Admit4(benchmark::State& state) {
+  make_process_threaded();
   BaselineLedger b(bench_config());
   std::array<Constraint, 4> cs{};
   for (std::uint32_t i = 0; i < 4; ++i) cs[i] = Constraint{BucketId{i}, 1};
@@ -271,6 +287,7 @@ BENCHMARK(BM_Baseline_Admit4);
 // robust process-shared mutex the ledger must use (in a MAP_SHARED mapping) and
 // of the std::mutex the baseline uses. reserve+release takes two pairs.
 void BM_Floor_RobustSharedMutexPair(benchmark::State& state) {
+  make_process_threaded();
   shm::bench::SharedBlock<detail::RobustMutex> m;
   if (auto ok = m->init(); !ok) {
     state.SkipWithError(ok.error().what().c_str());
@@ -288,6 +305,7 @@ void BM_Floor_RobustSharedMutexPair(benchmark::State& state) {
 BENCHMARK(BM_Floor_RobustSharedMutexPair);
 
 void BM_Floor_StdMutexPair(benchmark::State& state) {
+  make_process_threaded();
   std::mutex m;
   for (auto _ : state) {
     m.lock();
@@ -306,6 +324,7 @@ struct PeerControl {
 };
 
 void BM_Ledger_Contended2Proc(benchmark::State& state) {
+  make_process_threaded();
   std::string name;
   auto f = make_fixture(state, name);
   if (!f) return;
