@@ -201,6 +201,16 @@ int demo(std::uint32_t jobs) {
   ::kill(urgent, SIGTERM);
   rc |= wait_for(general);
   rc |= wait_for(urgent);
+  {
+    // Every submitted job was drained by one of the workers: nothing is left.
+    auto f = shm::PriorityFanout::open(base, kParams);
+    std::uint64_t left = 0;
+    for (std::uint32_t p = 0; f && p < f->priorities(); ++p) left += f->ring(p).size_hint();
+    if (!f || left != 0) {
+      fmt::print(stderr, "demo: {} jobs left in the queue\n", left);
+      rc |= 1;
+    }
+  }
   rc |= remove(base);
   fmt::print("demo: {}\n", rc == 0 ? "ok" : "FAILED");
   return rc == 0 ? 0 : 1;
