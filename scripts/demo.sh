@@ -54,7 +54,7 @@ section "build (Release, examples + tools) in $build"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLIBSHM_BUILD_TESTS=OFF -DLIBSHM_BUILD_BENCH=OFF \
   -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON >/dev/null
-timeout 1200 cmake --build "$build" --parallel "$jobs"
+timeout 3600 cmake --build "$build" --parallel "$jobs"
 bin="$build/bin"
 for exe in ring_producer ring_consumer; do
   [[ -x "$bin/$exe" ]] || { echo "demo.sh: $bin/$exe was not built" >&2; exit 1; }

@@ -64,7 +64,8 @@ Result<void> validate_label(std::string_view what, std::string_view label) {
 
 void write_label(Label& label, std::string_view text) noexcept {
   char bytes[kLabelBytes] = {};
-  if (!text.empty()) std::memcpy(bytes, text.data(), text.size() < kLabelBytes ? text.size() : kLabelBytes);
+  if (!text.empty())
+    std::memcpy(bytes, text.data(), text.size() < kLabelBytes ? text.size() : kLabelBytes);
   for (std::size_t i = 0; i < kLabelBytes / 8; ++i) {
     std::uint64_t w = 0;
     std::memcpy(&w, bytes + 8 * i, 8);
