@@ -1,6 +1,7 @@
-// The ring_producer / ring_consumer examples (the demo's programs) as separate
-// processes: they stream and verify, and the consumer's verdict (exit code and
-// last line) is right both when everything arrives and when it cannot.
+// The ring_producer / ring_consumer examples (the demo's programs) and the
+// channel_producer / channel_consumer pair as separate processes: they stream
+// and verify, and the consumer's verdict (exit code and last line) is right
+// both when everything arrives and when it cannot.
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
@@ -8,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shm {
@@ -23,7 +26,8 @@ constexpr auto kDeadline = 120s;
 class ExamplesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* exe : {"ring_producer", "ring_consumer"}) {
+    for (const char* exe :
+         {"ring_producer", "ring_consumer", "channel_producer", "channel_consumer"}) {
       if (!std::filesystem::exists(test::bin_path(exe)))
         GTEST_SKIP() << test::bin_path(exe) << " is not built (LIBSHM_BUILD_EXAMPLES=OFF?)";
     }
@@ -94,6 +98,34 @@ TEST_F(ExamplesTest, ProducerRejectsMessagesLargerThanTheRing) {
   auto producer = start("ring_producer", {"--name", "small", "--create", "--capacity", "1KiB",
                                           "--count", "1", "--size", "600"});
   EXPECT_EQ(producer.wait(kDeadline), 2) << producer.output();
+}
+
+TEST_F(ExamplesTest, ChannelConsumerVerifiesAStreamThatRotatesThroughEveryPage) {
+  const std::string count = std::to_string(test::scaled(200'000));
+  // Small pages: the stream rotates through the four slots hundreds of times.
+  auto consumer =
+      start("channel_consumer", {"--name", "chan", "--create", "--pages", "4", "--page-bytes",
+                                 "16384", "--descriptors", "256", "--ring", "1024", "--quiet"});
+  auto producer = start("channel_producer", {"--name", "chan", "--count", count, "--min-size", "8",
+                                             "--max-size", "300"});
+  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_NE(consumer.output().find("stream ended cleanly: " + count + " messages"),
+            std::string::npos)
+      << consumer.output();
+}
+
+TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
+  // The consumer must learn of the death (exit 3) after draining what was
+  // published, not wait for a producer that will never come back.
+  auto consumer =
+      start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
+  auto producer =
+      start("channel_producer", {"--name", "killed", "--count", "1000000000", "--timeout", "60"});
+  std::this_thread::sleep_for(300ms);
+  producer.kill(SIGKILL);
+  (void)producer.wait(kDeadline);
+  EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
 }  // namespace
