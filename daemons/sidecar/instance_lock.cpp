@@ -68,8 +68,8 @@ Result<InstanceLock> InstanceLock::acquire(const std::string& root) {
   }
   InstanceLock lock;
   lock.path_ = fmt::format("{}/{}", root, kLockFileName);
-  lock.fd_ =
-      FileHandle(::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  lock.fd_ = FileHandle(
+      ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600));
   if (!lock.fd_.valid()) return fail_errno(errno, "open " + lock.path_);
   auto got = try_lock_byte(lock.fd_.get(), 0);
   if (!got) return std::unexpected(got.error());

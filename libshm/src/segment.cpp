@@ -6,21 +6,23 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
-#include <sys/stat.h>
 #include <thread>
-#include <unistd.h>
 #include <utility>
 
 namespace shm {
 namespace {
 
-std::string resolve_root(const std::string& root) { return root.empty() ? default_root() : root; }
+std::string resolve_root(const std::string& root) {
+  return root.empty() ? default_root() : root;
+}
 
 std::string join(const std::string& root, std::string_view name) {
   return fmt::format("{}/{}", root, name);
@@ -63,12 +65,13 @@ Result<void> validate_name(std::string_view name) {
     if (!ok)
       return fail(Errc::InvalidName,
                   fmt::format("segment name '{}' contains '{}'; allowed: [A-Za-z0-9._-]", name,
-                              std::isprint(static_cast<unsigned char>(c)) ? std::string(1, c)
-                                                                          : fmt::format("\\x{:02x}", static_cast<unsigned char>(c))));
+                              std::isprint(static_cast<unsigned char>(c))
+                                  ? std::string(1, c)
+                                  : fmt::format("\\x{:02x}", static_cast<unsigned char>(c))));
   }
   if (name.starts_with(kReservedPrefix))
-    return fail(Errc::InvalidName,
-                fmt::format("segment name '{}' uses the reserved prefix '{}'", name, kReservedPrefix));
+    return fail(Errc::InvalidName, fmt::format("segment name '{}' uses the reserved prefix '{}'",
+                                               name, kReservedPrefix));
   return {};
 }
 
@@ -79,12 +82,18 @@ std::string default_root() {
 
 std::string_view to_string(EventType type) noexcept {
   switch (type) {
-    case EventType::Created: return "created";
-    case EventType::Attached: return "attached";
-    case EventType::Detached: return "detached";
-    case EventType::Takeover: return "takeover";
-    case EventType::Fault: return "fault";
-    case EventType::Reclaimed: return "reclaimed";
+    case EventType::Created:
+      return "created";
+    case EventType::Attached:
+      return "attached";
+    case EventType::Detached:
+      return "detached";
+    case EventType::Takeover:
+      return "takeover";
+    case EventType::Fault:
+      return "fault";
+    case EventType::Reclaimed:
+      return "reclaimed";
   }
   return "unknown";
 }
@@ -127,7 +136,9 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   return *this;
 }
 
-Attachment::~Attachment() { detach(); }
+Attachment::~Attachment() {
+  detach();
+}
 
 void Attachment::heartbeat() noexcept {
   if (header_ != nullptr)
@@ -151,8 +162,9 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
                                 const CreateOptions& options, const Initializer& init) {
   if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
   if (spec.params.size() > kParamBytes)
-    return fail(Errc::InvalidArgument, fmt::format("{} parameter block is {} bytes, limit {}",
-                                                   spec.kind_name, spec.params.size(), kParamBytes));
+    return fail(Errc::InvalidArgument,
+                fmt::format("{} parameter block is {} bytes, limit {}", spec.kind_name,
+                            spec.params.size(), kParamBytes));
   const std::string root = resolve_root(options.root);
   if (auto ok = ensure_root(root); !ok) return std::unexpected(ok.error());
   const std::string path = join(root, name);
@@ -227,7 +239,8 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
 
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST)
-      return fail(Errc::AlreadyExists, fmt::format("segment '{}' already exists at {}", name, path));
+      return fail(Errc::AlreadyExists,
+                  fmt::format("segment '{}' already exists at {}", name, path));
     if (errno != EINVAL && errno != ENOSYS) return fail_errno(errno, "publish " + path);
     // Filesystem without RENAME_NOREPLACE: link() also refuses to replace.
     if (::link(tmp.c_str(), path.c_str()) != 0) {
@@ -251,15 +264,18 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
   if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
   const std::string root = resolve_root(options.root);
   const std::string path = join(root, name);
-  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC;
+  // O_NONBLOCK: a FIFO planted under a segment's name must not block the open
+  // (fstat below refuses it); for a regular file the flag changes nothing.
+  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
   FileHandle fd(::open(path.c_str(), flags));
   if (!fd.valid()) {
     const int err = errno;
     if (err == ENOENT)
       return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, root));
     if (err == ELOOP)
-      return fail(Errc::NotRegularFile,
-                  fmt::format("{} is a symbolic link; segments are never followed through links", path));
+      return fail(
+          Errc::NotRegularFile,
+          fmt::format("{} is a symbolic link; segments are never followed through links", path));
     return fail_errno(err, "open " + path);
   }
   struct stat st {};
@@ -275,7 +291,8 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
   if (static_cast<std::uint64_t>(st.st_size) < kHeaderSize)
     return fail(Errc::Truncated, fmt::format("{} has {} bytes, less than the {}-byte header", path,
                                              st.st_size, kHeaderSize));
-  auto mapping = Mapping::map(fd.get(), static_cast<std::size_t>(st.st_size), !options.read_only, path);
+  auto mapping =
+      Mapping::map(fd.get(), static_cast<std::size_t>(st.st_size), !options.read_only, path);
   if (!mapping) return std::unexpected(mapping.error());
   Segment seg;
   seg.fd_ = std::move(fd);
@@ -291,12 +308,13 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
 Result<void> Segment::validate_header(const OpenOptions& options) const {
   const SegmentHeader& h = header();
   if (h.magic != kSegmentMagic)
-    return fail(Errc::BadMagic, fmt::format("{}: magic is {:#018x}, expected {:#018x} (not a libshm segment)",
-                                            path_, h.magic, kSegmentMagic));
+    return fail(Errc::BadMagic,
+                fmt::format("{}: magic is {:#018x}, expected {:#018x} (not a libshm segment)",
+                            path_, h.magic, kSegmentMagic));
   if (h.layout_major != kLayoutMajor)
     return fail(Errc::VersionMismatch,
-                fmt::format("{}: layout version: segment has {}.{}, this library speaks {}.{}", path_,
-                            h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
+                fmt::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
+                            path_, h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
   // [R'] acquire: pairs with the creator's READY release [R]; after it the
   // immutable header and the kind's initial data are visible.
   const auto deadline = std::chrono::steady_clock::now() + options.ready_wait;
@@ -311,20 +329,23 @@ Result<void> Segment::validate_header(const OpenOptions& options) const {
                                             "may have died while creating it)",
                                             path_, options.ready_wait.count(), h.creator_pid));
   if (state != static_cast<std::uint32_t>(SegmentState::Ready))
-    return fail(Errc::HeaderCorrupt, fmt::format("{}: state word is {}, expected READY ({})", path_,
-                                                 state, static_cast<std::uint32_t>(SegmentState::Ready)));
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: state word is {}, expected READY ({})", path_, state,
+                            static_cast<std::uint32_t>(SegmentState::Ready)));
   if (const std::uint32_t crc = header_crc(h); crc != h.header_crc)
-    return fail(Errc::HeaderCorrupt, fmt::format("{}: header CRC: segment has {:#010x}, computed {:#010x}",
-                                                 path_, h.header_crc, crc));
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: header CRC: segment has {:#010x}, computed {:#010x}", path_,
+                            h.header_crc, crc));
   if (h.header_size != kHeaderSize)
-    return fail(Errc::HeaderCorrupt, fmt::format("{}: header size: segment has {}, expected {}", path_,
-                                                 h.header_size, kHeaderSize));
+    return fail(Errc::HeaderCorrupt, fmt::format("{}: header size: segment has {}, expected {}",
+                                                 path_, h.header_size, kHeaderSize));
   if (h.params_size > kParamBytes)
-    return fail(Errc::HeaderCorrupt, fmt::format("{}: parameter block: segment has {} bytes, limit {}",
-                                                 path_, h.params_size, kParamBytes));
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: parameter block: segment has {} bytes, limit {}", path_,
+                            h.params_size, kParamBytes));
   if (h.total_size < mapping_.size())
-    return fail(Errc::SizeMismatch, fmt::format("{}: size: header states {} bytes, file has {}", path_,
-                                                h.total_size, mapping_.size()));
+    return fail(Errc::SizeMismatch, fmt::format("{}: size: header states {} bytes, file has {}",
+                                                path_, h.total_size, mapping_.size()));
   if (h.total_size > mapping_.size())
     return fail(Errc::Truncated, fmt::format("{}: size: header states {} bytes, file has only {}",
                                              path_, h.total_size, mapping_.size()));
@@ -341,13 +362,15 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
   if (!seg) return seg;
   const SegmentHeader& h = seg->header();
   if (h.kind != expected.kind)
-    return fail(Errc::KindMismatch, fmt::format("{}: kind: segment has {}, caller expects {} ({})",
-                                                seg->path(), h.kind, expected.kind, expected.kind_name));
+    return fail(Errc::KindMismatch,
+                fmt::format("{}: kind: segment has {}, caller expects {} ({})", seg->path(), h.kind,
+                            expected.kind, expected.kind_name));
   if (h.fingerprint != expected.fingerprint)
-    return fail(Errc::FingerprintMismatch,
-                fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
-                            "(built from a different layout)",
-                            seg->path(), expected.kind_name, h.fingerprint, expected.fingerprint));
+    return fail(
+        Errc::FingerprintMismatch,
+        fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
+                    "(built from a different layout)",
+                    seg->path(), expected.kind_name, h.fingerprint, expected.fingerprint));
   if (expected.param_mismatch) {
     const std::string why = expected.param_mismatch(seg->params(), expected.params);
     if (!why.empty()) return fail(Errc::ParamMismatch, fmt::format("{}: {}", seg->path(), why));
@@ -355,8 +378,8 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
   const std::uint64_t needed = kHeaderSize + round_up(expected.data_size, kPageSize);
   if (expected.data_size != 0 && h.total_size != needed)
     return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, its {} parameters need {}", seg->path(),
-                            h.total_size, expected.kind_name, needed));
+                fmt::format("{}: size: segment has {} bytes, its {} parameters need {}",
+                            seg->path(), h.total_size, expected.kind_name, needed));
   return seg;
 }
 
@@ -364,8 +387,8 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
   if (!writable())
     return fail(Errc::InvalidArgument, fmt::format("{}: attach needs a writable mapping", path_));
   if (role.exclusive && role.id >= kExclusiveSlots)
-    return fail(Errc::InvalidArgument,
-                fmt::format("exclusive role {} has id {}, limit {}", role.name, role.id, kExclusiveSlots));
+    return fail(Errc::InvalidArgument, fmt::format("exclusive role {} has id {}, limit {}",
+                                                   role.name, role.id, kExclusiveSlots));
   auto lock_fd = reopen(fd_.get(), true);
   if (!lock_fd) return std::unexpected(lock_fd.error());
   SegmentHeader* h = mutable_header();
@@ -395,9 +418,8 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
     if (role.exclusive) {
       const AttachmentSlot& s = h->slots[role.id];
       const std::int32_t pid = relaxed(s.pid);
-      return fail(Errc::RoleTaken,
-                  fmt::format("{}: role '{}' is held by live pid {} ({})", path_, role.name, pid,
-                              process_cmdline(pid)));
+      return fail(Errc::RoleTaken, fmt::format("{}: role '{}' is held by live pid {} ({})", path_,
+                                               role.name, pid, process_cmdline(pid)));
     }
     return fail(Errc::NoFreeSlot, fmt::format("{}: all {} shared attachment slots are held by live "
                                               "processes",
@@ -418,7 +440,7 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
   h->counters.attaches.fetch_add(1, std::memory_order_relaxed);
   if (takeover) h->counters.takeovers.fetch_add(1, std::memory_order_relaxed);
   shm::record_event(*h, takeover ? EventType::Takeover : EventType::Attached,
-               static_cast<std::uint32_t>(*won), role.id);
+                    static_cast<std::uint32_t>(*won), role.id);
 
   Attachment a;
   a.lock_fd_ = std::move(*lock_fd);
@@ -432,12 +454,12 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
 bool Segment::stale() const {
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) return true;
-  return static_cast<std::uint64_t>(st.st_dev) != dev_ || static_cast<std::uint64_t>(st.st_ino) != ino_;
+  return static_cast<std::uint64_t>(st.st_dev) != dev_ ||
+         static_cast<std::uint64_t>(st.st_ino) != ino_;
 }
 
 Result<void> Segment::unlink() const {
-  if (stale())
-    return fail(Errc::NotFound, fmt::format("{} no longer names this segment", path_));
+  if (stale()) return fail(Errc::NotFound, fmt::format("{} no longer names this segment", path_));
   if (::unlink(path_.c_str()) != 0) return fail_errno(errno, "unlink " + path_);
   return {};
 }
@@ -447,7 +469,8 @@ Result<void> Segment::unlink(std::string_view name, const std::string& root) {
   const std::string r = resolve_root(root);
   const std::string path = join(r, name);
   if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, r));
+    if (errno == ENOENT)
+      return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, r));
     return fail_errno(errno, "unlink " + path);
   }
   return {};
@@ -472,8 +495,8 @@ std::vector<SlotInfo> Segment::slots() const {
     const auto state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
     if (state == SlotState::Free && live == Liveness::Free) continue;
     out.push_back(SlotInfo{i, state, relaxed(s.role), relaxed(s.pid), relaxed(s.start_time),
-                           relaxed(s.generation), relaxed(s.attach_time_ns), relaxed(s.heartbeat_ns),
-                           live});
+                           relaxed(s.generation), relaxed(s.attach_time_ns),
+                           relaxed(s.heartbeat_ns), live});
   }
   return out;
 }
@@ -501,7 +524,8 @@ std::vector<EventInfo> Segment::events() const {
   return out;
 }
 
-void Segment::record_event(EventType type, std::uint32_t slot, std::uint32_t detail) const noexcept {
+void Segment::record_event(EventType type, std::uint32_t slot,
+                           std::uint32_t detail) const noexcept {
   if (writable()) shm::record_event(*mutable_header(), type, slot, detail);
 }
 

@@ -1,20 +1,20 @@
+#include "shm/segment.hpp"
 #include "common/temp_root.hpp"
 #include "shm/platform/crc32c.hpp"
-#include "shm/segment.hpp"
 #include "shm/spsc_ring.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
-#include <filesystem>
-#include <fstream>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 namespace shm {
 namespace {
@@ -58,7 +58,8 @@ class SegmentTest : public ::testing::Test {
 // ---------------------------------------------------------------- names
 
 TEST_F(SegmentTest, NamesOutsideTheAllowedAlphabetAreInvalid) {
-  for (const std::string bad : {"", ".", "..", "a/b", "../x", "sp ace", "tab\t", "ü", ".libshm-x"}) {
+  for (const std::string bad :
+       {"", ".", "..", "a/b", "../x", "sp ace", "tab\t", "ü", ".libshm-x"}) {
     auto r = validate_name(bad);
     ASSERT_FALSE(r) << "'" << bad << "'";
     EXPECT_EQ(r.error().code, Errc::InvalidName);
@@ -160,7 +161,8 @@ TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {
   EXPECT_THAT(s.error().message, HasSubstr("1000"));
 }
 
-// ---------------------------------------------------------------- open: each mismatch its own error
+// ---------------------------------------------------------------- open: each mismatch its own
+// error
 
 TEST_F(SegmentTest, OpenOfMissingNameIsNotFoundNamingTheRoot) {
   auto o = open_ring("nope");
@@ -184,6 +186,16 @@ TEST_F(SegmentTest, DirectoryInPlaceOfSegmentIsNotARegularFile) {
   auto o = Segment::open_any("dir", {.read_only = true});
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::NotRegularFile);
+}
+
+TEST_F(SegmentTest, FifoInPlaceOfSegmentIsRefusedWithoutBlocking) {
+  // Opening a FIFO for reading would wait for a writer forever.
+  ASSERT_EQ(::mkfifo(root_.file("fifo").c_str(), 0600), 0) << std::strerror(errno);
+  for (const bool read_only : {true, false}) {
+    auto o = Segment::open_any("fifo", {.read_only = read_only});
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error().code, Errc::NotRegularFile) << o.error().what();
+  }
 }
 
 TEST_F(SegmentTest, FileOwnedByAnotherUidIsRefusedUnlessAllowed) {
