@@ -1,6 +1,7 @@
 // The ledger kind descriptor: what shmctl and the sidecar see of a ledger.
 #include "ledger_internal.hpp"
 #include "shm/kind.hpp"
+#include "shm/platform/process.hpp"
 
 #include <fmt/format.h>
 
@@ -95,7 +96,9 @@ void describe(const Segment& seg, Node& out) {
             ? seg.header().slots[o.owner.slot].pid.load(std::memory_order_relaxed)
             : 0;
     n.set("pid", static_cast<std::int64_t>(pid));
-    n.set("owner", std::string(owner_state(seg, o.owner)));
+    const std::string_view state = owner_state(seg, o.owner);
+    n.set("owner", std::string(state));
+    if (state == to_string(Liveness::Alive)) n.set("cmdline", process_cmdline(pid));
     n.set("tickets", o.tickets);
     n.set("bytes", o.bytes);
   }

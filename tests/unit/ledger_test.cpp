@@ -624,6 +624,10 @@ TEST_F(LedgerTest, DescriptorDescribesAccountsBucketsAndOwners) {
   EXPECT_EQ(
       std::get<std::string>(out.find("tickets_by_owner")->elements()[0].find("owner")->value()),
       "alive");
+  // The owner is named by its command line too (this test binary).
+  const Node* cmdline = out.find("tickets_by_owner")->elements()[0].find("cmdline");
+  ASSERT_NE(cmdline, nullptr);
+  EXPECT_NE(std::get<std::string>(cmdline->value()).find("shm_unit_tests"), std::string::npos);
   ASSERT_NE(out.find("buckets")->find("api"), nullptr);
   EXPECT_TRUE(kind->verify(l.segment()).empty());
 }
