@@ -59,6 +59,28 @@ static_assert(feed_zeros(0x12345678u, kLane) ==
 }
 
 #if defined(__x86_64__)
+// The last bytes, from the raw register `reg`: 8 at a time, then one by one.
+template <bool kCopy>
+__attribute__((target("sse4.2"))) inline std::uint32_t tail_hw(unsigned char* dst,
+                                                               const unsigned char* src,
+                                                               std::size_t size,
+                                                               std::uint64_t reg) noexcept {
+  while (size >= 8) {
+    const std::uint64_t w = load64(src);
+    if constexpr (kCopy) std::memcpy(dst, &w, 8);
+    reg = _mm_crc32_u64(reg, w);
+    src += 8;
+    if constexpr (kCopy) dst += 8;
+    size -= 8;
+  }
+  auto r32 = static_cast<std::uint32_t>(reg);
+  while (size-- > 0) {
+    if constexpr (kCopy) *dst++ = *src;
+    r32 = _mm_crc32_u8(r32, *src++);
+  }
+  return ~r32;
+}
+
 template <bool kCopy>
 __attribute__((target("sse4.2"))) std::uint32_t lanes_hw(unsigned char* dst,
                                                          const unsigned char* src,
@@ -85,20 +107,7 @@ __attribute__((target("sse4.2"))) std::uint32_t lanes_hw(unsigned char* dst,
     if constexpr (kCopy) dst += kBlock;
     size -= kBlock;
   }
-  while (size >= 8) {
-    const std::uint64_t w = load64(src);
-    if constexpr (kCopy) std::memcpy(dst, &w, 8);
-    reg = _mm_crc32_u64(reg, w);
-    src += 8;
-    if constexpr (kCopy) dst += 8;
-    size -= 8;
-  }
-  auto r32 = static_cast<std::uint32_t>(reg);
-  while (size-- > 0) {
-    if constexpr (kCopy) *dst++ = *src;
-    r32 = _mm_crc32_u8(r32, *src++);
-  }
-  return ~r32;
+  return tail_hw<kCopy>(dst, src, size, reg);
 }
 
 // ---- carry-less folding (AVX-512 VPCLMULQDQ), 64 bytes per instruction pair
@@ -229,20 +238,7 @@ SHM_CRC_VECTOR_TARGET std::uint32_t fold_hw(unsigned char* dst, const unsigned c
   }
   std::uint64_t reg = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(x)));
   reg = _mm_crc32_u64(reg, static_cast<std::uint64_t>(_mm_extract_epi64(x, 1)));
-  if (size >= 8) {
-    const std::uint64_t w = load64(src);
-    if constexpr (kCopy) std::memcpy(dst, &w, 8);
-    reg = _mm_crc32_u64(reg, w);
-    src += 8;
-    if constexpr (kCopy) dst += 8;
-    size -= 8;
-  }
-  auto r32 = static_cast<std::uint32_t>(reg);
-  while (size-- > 0) {
-    if constexpr (kCopy) *dst++ = *src;
-    r32 = _mm_crc32_u8(r32, *src++);
-  }
-  return ~r32;
+  return tail_hw<kCopy>(dst, src, size, reg);
 }
 #undef SHM_CRC_VECTOR_TARGET
 

@@ -171,6 +171,9 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   // Takes the payload at head_: as a lease, or copied into `out`.
   [[nodiscard]] Result<Received> next();
   [[nodiscard]] Result<Copied> next_into(std::span<std::byte> out);
+  // The non-blocking path shared by try_receive() and try_receive_into().
+  template <class T, class Take>
+  [[nodiscard]] Result<T> try_with(Take take);
   // The blocking loop shared by receive() and receive_into().
   template <class T, class Take>
   [[nodiscard]] Result<T> receive_with(std::chrono::nanoseconds timeout, Take take);
@@ -265,28 +268,24 @@ inline std::optional<Error> ChannelConsumer::refuse() const {
   return std::nullopt;
 }
 
-inline Result<Received> ChannelConsumer::try_receive() {
+template <class T, class Take>
+inline Result<T> ChannelConsumer::try_with(Take take) {
   detail::GuardScope scope(guard_);
   if (lease_held_ || sticky_ || ended_ || head_ == cached_tail_) [[unlikely]] {
     if (auto e = refuse()) return std::unexpected(std::move(*e));
     auto w = ready_slow();
     if (!w) return std::unexpected(std::move(w.error()));
-    if (*w != Wait::Ready)
-      return Received{*w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty, {}};
+    if (*w != Wait::Ready) return T{*w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
   }
-  return next();  // the common case returns its result in place
+  return take();  // the common case returns its result in place
+}
+
+inline Result<Received> ChannelConsumer::try_receive() {
+  return try_with<Received>([this] { return next(); });
 }
 
 inline Result<Copied> ChannelConsumer::try_receive_into(std::span<std::byte> out) {
-  detail::GuardScope scope(guard_);
-  if (lease_held_ || sticky_ || ended_ || head_ == cached_tail_) [[unlikely]] {
-    if (auto e = refuse()) return std::unexpected(std::move(*e));
-    auto w = ready_slow();
-    if (!w) return std::unexpected(std::move(w.error()));
-    if (*w != Wait::Ready)
-      return Copied{*w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
-  }
-  return next_into(out);
+  return try_with<Copied>([this, out] { return next_into(out); });
 }
 
 inline void ChannelConsumer::give_back() noexcept {
