@@ -393,34 +393,16 @@ void Monitor::handle_dead(const std::string& name, Tracked& t, const SlotInfo& s
   auto w = Segment::open_any(name, writable_options(root_));
   if (!w) return failed("open writable", error_text(w.error()));
   if (w->header().incarnation != t.segment.header().incarnation) return;  // replaced: next cycle
-  // Hold the slot's kernel lock while the kind releases what the dead holder
-  // had, so no new attacher takes the slot over halfway through.
-  auto guard = reopen(w->fd(), true);
-  if (!guard) return failed("reopen", error_text(guard.error()));
-  auto got = try_lock_byte(guard->get(), slot_lock_offset(s.index));
-  if (!got) return failed("lock slot", error_text(got.error()));
-  if (!*got) {
+  // The path shmctl reclaim takes too: under the slot's kernel lock, the
+  // kind's reclaim, then the slot freed and a Reclaimed event recorded.
+  auto reclaimed = reclaim_dead_attacher(*w, *kind, s);
+  if (!reclaimed) return failed("reclaim", error_text(reclaimed.error()));
+  if (reclaimed->outcome == ReclaimOutcome::LockHeld) {
     log_.info("attacher_replaced").kv("segment", name).kv("slot", s.index).kv("dead_pid", s.pid);
     return;
   }
-  const AttachmentSlot& cur = w->header().slots[s.index];
-  if (cur.state.load(std::memory_order_acquire) !=
-          static_cast<std::uint32_t>(SlotState::Attached) ||
-      cur.generation.load(std::memory_order_relaxed) != s.generation)
-    return;  // freed or taken over between our look and the lock
-  std::vector<std::string> actions;
-  try {
-    actions = kind->reclaim(*w, s);
-  } catch (const std::exception& e) {
-    return failed("kind reclaim", e.what());
-  }
-  *guard = FileHandle();  // drop our lock: reclaim_slot takes it again through its own description
-  auto freed = reclaim_slot(*w, s.index);
-  if (!freed) return failed("free slot", error_text(freed.error()));
-  if (!*freed) {
-    log_.info("attacher_replaced").kv("segment", name).kv("slot", s.index).kv("dead_pid", s.pid);
-    return;
-  }
+  if (reclaimed->outcome == ReclaimOutcome::Changed) return;  // freed or re-attached meanwhile
+  const std::vector<std::string>& actions = reclaimed->actions;
   ++stats_.reclaims;
   log_.info("attacher_reclaimed")
       .kv("segment", name)

@@ -6,8 +6,9 @@
 //      removed, replaced, truncated or scribbled over), read every attacher's
 //      liveness from the kernel locks (Segment::slots()), mark a live attacher
 //      whose heartbeat is older than `stuck_after` as stuck, and reclaim a dead
-//      one: the kind's reclaim() under the slot's lock, then shm::reclaim_slot()
-//      (frees the slot and records a Reclaimed event in the segment);
+//      one through shm::reclaim_dead_attacher() (the kind's reclaim() under the
+//      slot's lock, then the slot freed and a Reclaimed event recorded in the
+//      segment; `shmctl reclaim` takes the same path);
 //   3. optionally collect ephemeral segments whose attachers are all gone;
 //   4. snapshot what it saw (describe trees, counts) for /metrics and /status.
 //

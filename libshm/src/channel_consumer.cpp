@@ -272,13 +272,16 @@ Result<ChannelConsumer::Wait> ChannelConsumer::clean_end() {
 
 std::unexpected<Error> ChannelConsumer::producer_died() {
   const Liveness live = segment_.liveness(channel::kProducerRole.id);
+  // A sidecar (or shmctl reclaim) that found the producer dead marked the
+  // channel and freed the slot: the slot reads Free, but the producer died.
+  const bool died = live == Liveness::Dead || fault() == ChannelFault::ProducerDied;
   // acquire: pairs with [P] (cells published to the page but never described).
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   const std::uint64_t orphans = published > committed_ ? published - committed_ : 0;
   std::string detail =
       fmt::format("the producer {} without finish(); all {} payloads it described were delivered",
-                  live == Liveness::Dead ? "died" : "detached", head_);
+                  died ? "died" : "detached", head_);
   if (orphans != 0)
     detail +=
         fmt::format("; {} payload(s) published to the page of epoch {} never reached the ring",

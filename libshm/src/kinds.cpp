@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <exception>
 
 namespace shm {
 namespace {
@@ -94,23 +95,91 @@ void describe_header(const Segment& segment, Node& out) {
   out.gauge("attachers_dead", dead);
 }
 
-Result<bool> reclaim_slot(Segment& segment, std::size_t slot) {
+namespace {
+
+// Marks `slot` Free and records the Reclaimed event. The caller holds the
+// slot's kernel lock, so no process attaches to it meanwhile.
+void free_locked_slot(Segment& segment, std::size_t slot) {
+  AttachmentSlot& s = segment.mutable_header()->slots[slot];
+  s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
+  segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(slot),
+                       s.role.load(std::memory_order_relaxed));
+}
+
+Result<void> check_reclaimable(const Segment& segment, std::size_t slot) {
   if (slot >= kMaxAttachments)
     return fail(Errc::InvalidArgument, fmt::format("slot {} out of range", slot));
   if (!segment.writable())
-    return fail(Errc::InvalidArgument, fmt::format("{}: reclaim needs a writable mapping", segment.path()));
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: reclaim needs a writable mapping", segment.path()));
+  return {};
+}
+
+}  // namespace
+
+Result<bool> reclaim_slot(Segment& segment, std::size_t slot) {
+  if (auto ok = check_reclaimable(segment, slot); !ok) return std::unexpected(ok.error());
   auto fd = reopen(segment.fd(), true);
   if (!fd) return std::unexpected(fd.error());
   auto got = try_lock_byte(fd->get(), slot_lock_offset(slot));
   if (!got) return std::unexpected(got.error());
   if (!*got) return false;  // someone holds it: alive (or taking it over right now)
-  AttachmentSlot& s = segment.mutable_header()->slots[slot];
+  const AttachmentSlot& s = segment.header().slots[slot];
   if (s.state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(SlotState::Attached))
     return false;
-  s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
-  segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(slot),
-                       s.role.load(std::memory_order_relaxed));
+  free_locked_slot(segment, slot);
   return true;  // the lock drops when fd closes
+}
+
+std::string_view to_string(ReclaimOutcome outcome) noexcept {
+  switch (outcome) {
+    case ReclaimOutcome::Reclaimed:
+      return "reclaimed";
+    case ReclaimOutcome::LockHeld:
+      return "lock_held";
+    case ReclaimOutcome::Changed:
+      return "changed";
+  }
+  return "unknown";
+}
+
+Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor& kind,
+                                          const SlotInfo& dead) {
+  if (auto ok = check_reclaimable(segment, dead.index); !ok) return std::unexpected(ok.error());
+  const SegmentHeader& h = segment.header();
+  if (h.kind != kind.kind)
+    return fail(Errc::KindMismatch,
+                fmt::format("{}: kind id {} is not {}'s ({}); its reclaim is not applied",
+                            segment.path(), h.kind, kind.name, kind.kind));
+  if (h.fingerprint != kind.fingerprint)
+    return fail(Errc::FingerprintMismatch,
+                fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has "
+                            "{:#018x}; its reclaim is not applied",
+                            segment.path(), kind.name, h.fingerprint, kind.fingerprint));
+  // The slot's lock, held from the check below to the free: a live holder
+  // keeps it (we back off), and no process can take the slot over halfway
+  // through the kind's reclaim.
+  auto guard = reopen(segment.fd(), true);
+  if (!guard) return std::unexpected(guard.error());
+  auto got = try_lock_byte(guard->get(), slot_lock_offset(dead.index));
+  if (!got) return std::unexpected(got.error());
+  if (!*got) return SlotReclaim{ReclaimOutcome::LockHeld, {}};
+  // [A'] acquire: pairs with [A] in attach(); a new owner bumps the generation.
+  const AttachmentSlot& cur = h.slots[dead.index];
+  if (cur.state.load(std::memory_order_acquire) !=
+          static_cast<std::uint32_t>(SlotState::Attached) ||
+      cur.generation.load(std::memory_order_relaxed) != dead.generation)
+    return SlotReclaim{ReclaimOutcome::Changed, {}};
+  SlotReclaim r{ReclaimOutcome::Reclaimed, {}};
+  try {
+    r.actions = kind.reclaim(segment, dead);
+  } catch (const std::exception& e) {
+    return fail(Errc::SystemError,
+                fmt::format("{}: {} reclaim of slot {} (pid {}) failed: {}", segment.path(),
+                            kind.name, dead.index, dead.pid, e.what()));
+  }
+  free_locked_slot(segment, dead.index);
+  return r;  // the lock drops when guard closes
 }
 
 }  // namespace shm

@@ -5,10 +5,12 @@
 #include "common/temp_root.hpp"
 
 #include "shm/kind.hpp"
+#include "shm/ledger.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/ring_consumer.hpp"
 #include "shm/ring_producer.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +180,73 @@ class ShmctlTest : public ::testing::Test {
     return nullptr;
   }
 
+  // A ledger of this process: category "a", bucket "api" (100/s, burst 50),
+  // and pool "p" (owned by this process) with two tickets of ours, 100 and 50
+  // bytes.
+  Ledger make_ledger(const std::string& name) {
+    LedgerConfig cfg;
+    cfg.params = {100'000, 0, 64, 4, 4, 2};
+    cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+    cfg.buckets = {{"api", 100, 50}};
+    auto l = Ledger::create(name, cfg, {.root = root_.path()});
+    EXPECT_TRUE(l) << l.error().what();
+    auto pool = l->open_pool({"p", {{"all", 100'000, {}}}, 0});
+    EXPECT_TRUE(pool) << pool.error().what();
+    for (const std::int64_t bytes : {100, 50}) {
+      auto t = l->reserve(*pool, CategoryId{0}, bytes);
+      EXPECT_TRUE(t && t->has_value());
+    }
+    return std::move(*l);
+  }
+
+  struct Holder {
+    test::Subprocess process;
+    Owner owner;
+  };
+  // A helper process holding `count` tickets of `bytes` in pool "p" of ledger
+  // `name` (every other one committed), until it is killed.
+  Holder ledger_holder(const std::string& name, int count, std::int64_t bytes) {
+    test::Subprocess p({test::helper_path("ledger_worker"), "hold", name, "p",
+                        std::to_string(count), std::to_string(bytes)});
+    EXPECT_TRUE(p.wait_for_line("ready", kDeadline)) << p.output();
+    unsigned n = 0, slot = 0, generation = 0;
+    long long total = 0;
+    EXPECT_EQ(std::sscanf(p.output().c_str(), "held %u %lld %u %u", &n, &total, &slot, &generation),
+              4)
+        << p.output();
+    return Holder{std::move(p), Owner{slot, generation}};
+  }
+
+  static void kill9(Holder& h) {
+    h.process.kill(SIGKILL);
+    ASSERT_EQ(h.process.wait(kDeadline), 128 + SIGKILL);
+  }
+
+  // Tickets and bytes of one owner, from the ticket table.
+  static std::pair<std::size_t, std::int64_t> owned(const Ledger& l, Owner owner) {
+    auto tickets = l.tickets();
+    EXPECT_TRUE(tickets) << tickets.error().what();
+    std::pair<std::size_t, std::int64_t> sum{0, 0};
+    for (const TicketInfo& t : tickets.value_or(std::vector<TicketInfo>{})) {
+      if (t.owner != owner) continue;
+      ++sum.first;
+      sum.second += t.bytes;
+    }
+    return sum;
+  }
+
+  static std::size_t reclaimed_events(const Segment& segment, std::uint32_t slot) {
+    const auto events = segment.events();
+    return static_cast<std::size_t>(std::count_if(
+        events.begin(), events.end(),
+        [&](const EventInfo& e) { return e.type == EventType::Reclaimed && e.slot == slot; }));
+  }
+
+  std::string file_bytes(const std::string& name) {
+    std::ifstream in(root_.file(name), std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
   test::TempRoot root_;
 };
 
@@ -311,7 +382,7 @@ TEST_F(ShmctlTest, InspectShowsDeadHoldersAsDeadWithoutCommandLine) {
 // ---------------------------------------------------------------- not found, names, usage
 
 TEST_F(ShmctlTest, MissingSegmentExitsOneWithMessageAndJsonError) {
-  for (const char* command : {"inspect", "rm", "verify", "dump", "events", "watch"}) {
+  for (const char* command : {"inspect", "rm", "verify", "dump", "events", "watch", "reclaim"}) {
     std::vector<std::string> args = {command, "nope"};
     if (std::string(command) == "watch") args.insert(args.end(), {"--count", "1"});
     const CliResult r = run(args);
@@ -355,6 +426,8 @@ TEST_F(ShmctlTest, BadUsageExitsTwo) {
       {"verify"},                       // neither NAME nor --all
       {"verify", "r", "--all"},         // both
       {"set", "r"},                     // missing key=value
+      {"reclaim"},                      // neither NAME nor --all
+      {"reclaim", "r", "--all"},        // both
       {"ls", "--no-such-flag"},
   };
   for (const auto& args : cases) {
@@ -376,12 +449,20 @@ TEST_F(ShmctlTest, HelpDescribesCommandsWithExamples) {
   const CliResult help = run({"--help"}, false);
   ASSERT_EQ(help.code, 0) << help;
   for (const char* word : {"ls", "inspect", "rm", "verify", "dump", "set", "events", "watch", "gc",
-                           "--json", "--root", "Examples", "Exit codes"})
+                           "reclaim", "--json", "--root", "Examples", "Exit codes"})
     EXPECT_TRUE(help.says(word)) << word << "\n" << help;
   const CliResult dump = run({"dump", "--help"}, false);
   ASSERT_EQ(dump.code, 0) << dump;
   EXPECT_TRUE(dump.says("--limit")) << dump;
   EXPECT_TRUE(dump.says("shmctl dump orders --limit 3")) << dump;
+  const CliResult reclaim = run({"reclaim", "--help"}, false);
+  ASSERT_EQ(reclaim.code, 0) << reclaim;
+  for (const char* word : {"--all", "--dry-run", "kernel lock", "shmctl reclaim budget --dry-run"})
+    EXPECT_TRUE(reclaim.says(word)) << word << "\n" << reclaim;
+  // The set example names a key a kind really has (the ledger's buckets).
+  const CliResult set = run({"set", "--help"}, false);
+  ASSERT_EQ(set.code, 0) << set;
+  EXPECT_TRUE(set.says("shmctl set budget bucket.api.rate=500")) << set;
 }
 
 // ---------------------------------------------------------------- corrupt files
@@ -652,6 +733,46 @@ TEST_F(ShmctlTest, SetRefusesCorruptSegments) {
   EXPECT_TRUE(r.says("BadMagic")) << r;
 }
 
+TEST_F(ShmctlTest, SetRetunesALedgerBucketAndTheSegmentHoldsTheNewValue) {
+  Ledger l = make_ledger("budget");
+  const CliResult text = run({"set", "budget", "bucket.api.rate=500"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_EQ(text.out, "budget: bucket.api.rate = 500\n") << text;
+  auto s = l.snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  ASSERT_EQ(s->buckets.size(), 1u);
+  EXPECT_EQ(s->buckets[0].label, "api");
+  EXPECT_EQ(s->buckets[0].rate_per_sec, 500);
+  EXPECT_EQ(s->buckets[0].burst, 50);
+
+  const CliResult js = run({"set", "budget", "bucket.api.burst=20", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["name"], "budget");
+  EXPECT_EQ(doc["kind"], "ledger");
+  EXPECT_EQ(doc["key"], "bucket.api.burst");
+  EXPECT_EQ(doc["value"], "20");
+  EXPECT_EQ(doc["ok"], true);
+  s = l.snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->buckets[0].rate_per_sec, 500);
+  EXPECT_EQ(s->buckets[0].burst, 20);
+  EXPECT_LE(s->buckets[0].level.tokens, 20) << "a lowered burst caps the tokens held";
+
+  // Other readers (a fresh mapping) see the new values too.
+  const json state = run({"inspect", "budget", "--json"}).parsed()["kind_state"];
+  EXPECT_EQ(state["buckets"]["api"]["rate_per_sec"], 500) << state.dump(2);
+  EXPECT_EQ(state["buckets"]["api"]["burst"], 20) << state.dump(2);
+
+  const CliResult missing = run({"set", "budget", "bucket.nope.rate=1"});
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_TRUE(missing.says("no bucket 'nope'")) << missing;
+  const CliResult negative = run({"set", "budget", "bucket.api.rate=-5"});
+  EXPECT_EQ(negative.code, 2) << negative;
+  EXPECT_TRUE(negative.says("is not an integer")) << negative;
+  EXPECT_EQ(l.snapshot()->buckets[0].rate_per_sec, 500);
+}
+
 // ---------------------------------------------------------------- events
 
 TEST_F(ShmctlTest, EventsListsTheObservationRingOldestFirst) {
@@ -771,6 +892,199 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
                            ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
     EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
   EXPECT_FALSE(live_consumer.segment().stale());
+}
+
+// ---------------------------------------------------------------- reclaim
+
+TEST_F(ShmctlTest, ReclaimReleasesExactlyTheChargesOfAKilledLedgerHolder) {
+  Ledger l = make_ledger("budget");
+  Holder a = ledger_holder("budget", 5, 40);
+  Holder b = ledger_holder("budget", 3, 70);
+  ASSERT_EQ(l.snapshot()->global.used, 150 + 200 + 210);
+  kill9(a);
+  ASSERT_EQ(l.segment().liveness(a.owner.slot), Liveness::Dead);
+
+  const CliResult r = run({"reclaim", "budget"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(
+      r.says(fmt::format("budget (ledger): slot {} (member, pid {}, generation {}) "
+                         "reclaimed: the slot says attached but its kernel lock is free: "
+                         "pid {} has exited",
+                         a.owner.slot, a.process.pid(), a.owner.generation, a.process.pid())))
+      << r;
+  EXPECT_TRUE(r.says("released 5 tickets (200 bytes), closed 0 pools")) << r;
+  EXPECT_TRUE(r.says("reclaim: reclaimed 1 slot(s) in 1 segment(s)\n")) << r;
+
+  // Exactly the dead holder's charges went: ours and the live holder's stay.
+  auto s = l.snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->global.used, 150 + 210);
+  EXPECT_EQ(s->categories[0].account.used, 150 + 210);
+  EXPECT_EQ(s->live_tickets, 2u + 3u);
+  EXPECT_EQ(s->stats.reclaimed_tickets, 5u);
+  EXPECT_EQ(owned(l, a.owner), (std::pair<std::size_t, std::int64_t>{0, 0}));
+  EXPECT_EQ(owned(l, b.owner), (std::pair<std::size_t, std::int64_t>{3, 210}));
+  EXPECT_EQ(owned(l, l.owner()), (std::pair<std::size_t, std::int64_t>{2, 150}));
+  auto problems = l.verify();
+  ASSERT_TRUE(problems);
+  EXPECT_TRUE(problems->empty()) << problems->front();
+  // The slot is free and the reclaim is in the observation ring; the live
+  // holder's slot is untouched.
+  EXPECT_EQ(l.segment().liveness(a.owner.slot), Liveness::Free);
+  EXPECT_EQ(l.segment().liveness(b.owner.slot), Liveness::Alive);
+  EXPECT_EQ(reclaimed_events(l.segment(), a.owner.slot), 1u);
+  EXPECT_EQ(reclaimed_events(l.segment(), b.owner.slot), 0u);
+
+  // Nothing is left to reclaim.
+  const CliResult again = run({"reclaim", "budget"});
+  ASSERT_EQ(again.code, 0) << again;
+  EXPECT_TRUE(again.says("budget (ledger): nothing to reclaim (2 alive, 0 dead)")) << again;
+  EXPECT_EQ(l.snapshot()->global.used, 150 + 210);
+}
+
+TEST_F(ShmctlTest, ReclaimDryRunPrintsWhatItWouldDoAndChangesNothing) {
+  Ledger l = make_ledger("budget");
+  Holder a = ledger_holder("budget", 5, 40);
+  kill9(a);
+  const std::string before = file_bytes("budget");
+
+  const CliResult js = run({"reclaim", "budget", "--dry-run", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["dry_run"], true);
+  EXPECT_EQ(doc["would_reclaim"], 1);
+  EXPECT_FALSE(doc.contains("reclaimed"));
+  ASSERT_EQ(doc["segments"].size(), 1u) << js;
+  const json& seg = doc["segments"][0];
+  EXPECT_EQ(seg["attachers_dead"], 1);
+  ASSERT_EQ(seg["slots"].size(), 1u) << js;
+  EXPECT_EQ(seg["slots"][0]["action"], "would_reclaim");
+  EXPECT_EQ(seg["slots"][0]["pid"], a.process.pid());
+  EXPECT_EQ(seg["slots"][0]["slot"], a.owner.slot);
+  EXPECT_TRUE(seg["slots"][0]["actions"].empty());
+  EXPECT_NE(seg["slots"][0]["reason"].get<std::string>().find(
+                "kernel lock is free: pid " + std::to_string(a.process.pid()) + " has exited"),
+            std::string::npos)
+      << js;
+
+  const CliResult text = run({"reclaim", "budget", "--dry-run"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("would be reclaimed")) << text;
+  EXPECT_TRUE(text.says("the ledger reclaim would release what it held")) << text;
+  EXPECT_TRUE(text.says("reclaim (dry run): would reclaim 1 slot(s) in 1 segment(s)")) << text;
+
+  EXPECT_TRUE(file_bytes("budget") == before) << "a dry run wrote to the segment";
+  EXPECT_EQ(l.segment().liveness(a.owner.slot), Liveness::Dead);
+  EXPECT_EQ(reclaimed_events(l.segment(), a.owner.slot), 0u);
+  EXPECT_EQ(owned(l, a.owner), (std::pair<std::size_t, std::int64_t>{5, 200}));
+  EXPECT_EQ(l.snapshot()->global.used, 150 + 200);
+}
+
+TEST_F(ShmctlTest, ReclaimAllJsonNamesEverySlotWhatItsKindReleasedAndWhy) {
+  Ledger l = make_ledger("budget");
+  Holder a = ledger_holder("budget", 5, 40);
+  kill9(a);
+  make_abandoned_ring("stale");           // producer and consumer slots dead
+  RingProducer live = make_ring("live");  // a live holder only
+
+  const CliResult js = run({"reclaim", "--all", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["dry_run"], false);
+  EXPECT_EQ(doc["reclaimed"], 3);
+  EXPECT_EQ(doc["kept"], 0);
+  EXPECT_EQ(doc["failed"], 0);
+  ASSERT_EQ(doc["segments"].size(), 3u) << js;
+
+  const json& budget = doc["segments"][0];
+  EXPECT_EQ(budget["name"], "budget");
+  EXPECT_EQ(budget["kind"], "ledger");
+  EXPECT_EQ(budget["ok"], true);
+  EXPECT_EQ(budget["attachers_alive"], 1);
+  EXPECT_EQ(budget["attachers_dead"], 1);
+  ASSERT_EQ(budget["slots"].size(), 1u);
+  const json& slot = budget["slots"][0];
+  EXPECT_EQ(slot["slot"], a.owner.slot);
+  EXPECT_EQ(slot["generation"], a.owner.generation);
+  EXPECT_EQ(slot["role"], "member");
+  EXPECT_EQ(slot["pid"], a.process.pid());
+  EXPECT_EQ(slot["action"], "reclaimed");
+  EXPECT_NE(slot["reason"].get<std::string>().find("kernel lock is free"), std::string::npos);
+  ASSERT_EQ(slot["actions"].size(), 1u);
+  EXPECT_NE(slot["actions"][0].get<std::string>().find("released 5 tickets (200 bytes)"),
+            std::string::npos)
+      << slot;
+
+  const json& live_doc = doc["segments"][1];
+  EXPECT_EQ(live_doc["name"], "live");
+  EXPECT_EQ(live_doc["attachers_alive"], 1);
+  EXPECT_TRUE(live_doc["slots"].empty());
+
+  const json& stale = doc["segments"][2];
+  EXPECT_EQ(stale["name"], "stale");
+  EXPECT_EQ(stale["kind"], "spsc_ring");
+  ASSERT_EQ(stale["slots"].size(), 2u);
+  EXPECT_EQ(stale["slots"][0]["role"], "producer");
+  EXPECT_EQ(stale["slots"][1]["role"], "consumer");
+  for (const json& s : stale["slots"]) {
+    EXPECT_EQ(s["action"], "reclaimed");
+    EXPECT_NE(s["actions"][0].get<std::string>().find("ring positions kept"), std::string::npos);
+  }
+
+  EXPECT_EQ(l.snapshot()->global.used, 150);
+  EXPECT_EQ(live.segment().liveness(0), Liveness::Alive);
+  // The events command shows the reclaim.
+  const json events = run({"events", "budget", "--json"}).parsed();
+  const auto& list = events["events"];
+  EXPECT_TRUE(std::any_of(list.begin(), list.end(), [&](const json& e) {
+    return e["type"] == "reclaimed" && e["slot"] == a.owner.slot && e["role"] == "member";
+  })) << events.dump(2);
+
+  const json again = run({"reclaim", "--all", "--json"}).parsed();
+  EXPECT_EQ(again["reclaimed"], 0);
+}
+
+TEST_F(ShmctlTest, ReclaimNeverTouchesALiveHolderEvenAStoppedOne) {
+  Ledger l = make_ledger("budget");
+  Holder b = ledger_holder("budget", 3, 70);
+  b.process.kill(SIGSTOP);  // alive, not running: its kernel lock is still held
+  const std::string before = file_bytes("budget");
+
+  const CliResult r = run({"reclaim", "budget"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(r.says("budget (ledger): nothing to reclaim (2 alive, 0 dead)")) << r;
+  const CliResult js = run({"reclaim", "--all", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  EXPECT_EQ(js.parsed()["reclaimed"], 0);
+  EXPECT_TRUE(js.parsed()["segments"][0]["slots"].empty()) << js;
+
+  EXPECT_TRUE(file_bytes("budget") == before) << "reclaim wrote to a segment with no dead holder";
+  EXPECT_EQ(l.segment().liveness(b.owner.slot), Liveness::Alive);
+  EXPECT_EQ(owned(l, b.owner), (std::pair<std::size_t, std::int64_t>{3, 210}));
+  EXPECT_EQ(reclaimed_events(l.segment(), b.owner.slot), 0u);
+  b.process.kill(SIGCONT);
+}
+
+TEST_F(ShmctlTest, ReclaimReportsCorruptAndUnknownSegmentsWithExitThree) {
+  make_file("junk", std::string(5000, '\0'));
+  const CliResult one = run({"reclaim", "junk"});
+  EXPECT_EQ(one.code, 3) << one;
+  EXPECT_TRUE(one.says("BadMagic")) << one;
+  const CliResult js = run({"reclaim", "junk", "--json"});
+  EXPECT_EQ(js.code, 3) << js;
+  EXPECT_EQ(js.parsed()["error"]["code"], "BadMagic");
+
+  // --all still reclaims the others, and exits 3 for the file it could not read.
+  make_abandoned_ring("stale");
+  const CliResult all = run({"reclaim", "--all"});
+  EXPECT_EQ(all.code, 3) << all;
+  EXPECT_TRUE(all.says("junk: not reclaimed: BadMagic")) << all;
+  EXPECT_TRUE(all.says("reclaim: reclaimed 2 slot(s) in 2 segment(s)")) << all;
+  EXPECT_TRUE(all.says("shmctl reclaim: 1 segment(s) could not be reclaimed")) << all;
+  const json doc = run({"reclaim", "--all", "--json"}).parsed();
+  EXPECT_EQ(doc["segments"][0]["ok"], false);
+  EXPECT_EQ(doc["segments"][0]["error"]["code"], "BadMagic");
+  EXPECT_EQ(doc["segments"][1]["ok"], true);
 }
 
 // ---------------------------------------------------------------- watch

@@ -234,6 +234,28 @@ TEST_F(SidecarDaemon, SigtermStopsPromptlyEvenWithAnIdleClientConnected) {
   ::close(fd);
 }
 
+TEST_F(SidecarDaemon, SigintStopsCleanlyAndReleasesTheInstanceLock) {
+  auto p = RingProducer::create("orders", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "50"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  ASSERT_TRUE(get(port, "/status")) << d.output();
+  const auto t0 = std::chrono::steady_clock::now();
+  d.kill(SIGINT);  // Ctrl-C
+  EXPECT_EQ(d.wait(5s), 0) << d.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_NE(d.output().find("event=stopping signal=SIGINT"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("event=stopped"), std::string::npos) << d.output();
+  // Clean: the port is closed and the next instance starts on the same root.
+  EXPECT_FALSE(get(port, "/status")) << "still serving after SIGINT";
+  Subprocess next = sidecar(root.path(), {"--once"});
+  EXPECT_EQ(next.wait(10s), 0) << next.output();
+  // The segments it watched are untouched.
+  EXPECT_FALSE(p->segment().stale());
+  EXPECT_EQ(p->segment().liveness(0), Liveness::Alive);
+}
+
 TEST_F(SidecarDaemon, SecondInstanceOnTheSameRootIsRefusedNamingTheFirst) {
   Subprocess first = sidecar(root.path(), {"--listen", "127.0.0.1:0"});
   const std::uint16_t port = start(first);

@@ -1,14 +1,23 @@
 // The sidecar's Monitor driven step by step (do_work()) against real processes:
-// deaths (kill -9), stuck processes (SIGSTOP), files that are not segments or
-// change under it, discovery, ephemeral collection, the instance lock.
+// deaths (kill -9) and what each kind's reclaim does about them (a ring's
+// slot, a ledger's tickets, a channel's terminal state), stuck processes
+// (SIGSTOP), files that are not segments or change under it, discovery,
+// ephemeral collection, /status and metrics of every kind, the instance lock.
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
+#include "helpers/channel_payload.hpp"
 
 #include "sidecar/instance_lock.hpp"
 #include "sidecar/metrics.hpp"
 #include "sidecar/monitor.hpp"
+#include "sidecar/status.hpp"
 
+#include "shm/channel_consumer.hpp"
 #include "shm/kind.hpp"
+#include "shm/ledger.hpp"
+#include "shm/mpmc_ring.hpp"
+#include "shm/platform/clock.hpp"
+#include "shm/priority_fanout.hpp"
 #include "shm/ring_producer.hpp"
 #include "shm/spsc_ring.hpp"
 
@@ -19,8 +28,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -78,6 +89,31 @@ class SidecarMonitor : public ::testing::Test {
     std::ofstream f(path, std::ios::binary);
     f << bytes;
   }
+
+  struct Holder {
+    Subprocess process;
+    Owner owner;
+  };
+  // A helper process holding `count` tickets of `bytes` in pool "p" of ledger
+  // `name` until it is killed.
+  static Holder ledger_holder(const std::string& name, int count, std::int64_t bytes) {
+    Subprocess p({test::helper_path("ledger_worker"), "hold", name, "p", std::to_string(count),
+                  std::to_string(bytes)});
+    EXPECT_TRUE(p.wait_for_line("ready", 20s)) << p.output();
+    unsigned n = 0, slot = 0, generation = 0;
+    long long total = 0;
+    EXPECT_EQ(std::sscanf(p.output().c_str(), "held %u %lld %u %u", &n, &total, &slot, &generation),
+              4)
+        << p.output();
+    return Holder{std::move(p), Owner{slot, generation}};
+  }
+
+  static std::size_t events_of(const Segment& seg, EventType type, std::uint32_t slot) {
+    const auto events = seg.events();
+    return static_cast<std::size_t>(
+        std::count_if(events.begin(), events.end(),
+                      [&](const EventInfo& e) { return e.type == type && e.slot == slot; }));
+  }
 };
 
 Segment make_ring(const std::string& name, std::uint64_t capacity = 4096, bool ephemeral = false) {
@@ -129,6 +165,187 @@ TEST_F(SidecarMonitor, DetectsKilledAttacherWithinOneCycleAndReclaimsItsSlot) {
   Subprocess again = attacher("orders", "consumer");
   m.do_work();
   EXPECT_EQ(m.find("orders")->alive, 1u);
+}
+
+TEST_F(SidecarMonitor, ReleasesTheLedgerTicketsOfAKilledHolderWithinOneCycle) {
+  LedgerConfig cfg;
+  cfg.params = {100'000, 0, 64, 4, 4, 0};
+  cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+  auto l = Ledger::create("budget", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto pool = l->open_pool({"p", {{"all", 100'000, {}}}, 0});
+  ASSERT_TRUE(pool) << pool.error().what();
+  ASSERT_TRUE(l->reserve(*pool, CategoryId{0}, 100)->has_value());
+  Holder a = ledger_holder("budget", 5, 40);
+  Holder b = ledger_holder("budget", 3, 70);
+  Monitor m(options(), log);
+  m.do_work();
+  ASSERT_NE(m.find("budget"), nullptr) << log_text();
+  EXPECT_EQ(m.find("budget")->alive, 3u);
+  EXPECT_EQ(m.stats().deaths, 0u);
+
+  a.process.kill(SIGKILL);
+  ASSERT_EQ(a.process.wait(5s), 128 + SIGKILL);
+  m.do_work();
+
+  EXPECT_EQ(m.stats().deaths, 1u) << log_text();
+  EXPECT_EQ(m.stats().reclaims, 1u) << log_text();
+  EXPECT_EQ(m.stats().reclaim_failures, 0u) << log_text();
+  EXPECT_EQ(count("attacher_reclaimed",
+                  {"segment=budget", fmt::format("slot={} ", a.owner.slot), "role=member",
+                   fmt::format("pid={}", a.process.pid()), "released 5 tickets (200 bytes)"}),
+            1u)
+      << log_text();
+  // Exactly the dead holder's charges went; ours and the live holder's stay.
+  auto s = l->snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->global.used, 100 + 210);
+  EXPECT_EQ(s->live_tickets, 1u + 3u);
+  EXPECT_EQ(s->stats.reclaimed_tickets, 5u);
+  auto tickets = l->tickets();
+  ASSERT_TRUE(tickets);
+  std::size_t of_b = 0;
+  for (const TicketInfo& t : *tickets) {
+    EXPECT_NE(t.owner, a.owner);
+    if (t.owner == b.owner) ++of_b;
+  }
+  EXPECT_EQ(of_b, 3u);
+  auto problems = l->verify();
+  ASSERT_TRUE(problems);
+  EXPECT_TRUE(problems->empty()) << problems->front();
+  // The slot is free and the event is in the segment's observation ring.
+  EXPECT_EQ(l->segment().liveness(a.owner.slot), Liveness::Free);
+  EXPECT_EQ(l->segment().liveness(b.owner.slot), Liveness::Alive);
+  EXPECT_EQ(events_of(l->segment(), EventType::Reclaimed, a.owner.slot), 1u);
+  const SegmentView* v = m.find("budget");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->alive, 2u);
+  EXPECT_EQ(v->dead, 0u);
+
+  m.do_work();  // nothing more to do
+  EXPECT_EQ(m.stats().reclaims, 1u);
+  EXPECT_EQ(l->snapshot()->global.used, 100 + 210);
+}
+
+TEST_F(SidecarMonitor, MarksAChannelFaultedWhenItsProducerIsKilledMidStreamAndTheConsumerLearnsIt) {
+  constexpr std::size_t kMaxLen = 40;  // channel_producer_step's fault-mode payloads
+  ASSERT_TRUE(create_channel(
+      "feed", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 32}));
+  auto c = ChannelConsumer::open("feed");
+  ASSERT_TRUE(c) << c.error().what();
+  // Five payloads committed, a sixth reserved and half written: mid-stream.
+  Subprocess producer(
+      {test::helper_path("channel_producer_step"), "feed", "fault", "reserve-commit", "5"});
+  ASSERT_TRUE(producer.wait_for_line("at reserve-commit", 20s)) << producer.output();
+  Monitor m(options(), log);
+  m.do_work();
+  ASSERT_NE(m.find("feed"), nullptr) << log_text();
+  EXPECT_EQ(m.find("feed")->alive, 2u);
+
+  producer.kill(SIGKILL);
+  ASSERT_EQ(producer.wait(5s), 128 + SIGKILL);
+  // Nobody has looked yet: the terminal word is still OPEN.
+  ASSERT_EQ(c->state(), ChannelState::Open);
+  m.do_work();
+
+  EXPECT_EQ(m.stats().deaths, 1u) << log_text();
+  EXPECT_EQ(m.stats().reclaims, 1u) << log_text();
+  EXPECT_EQ(c->state(), ChannelState::Faulted) << log_text();
+  EXPECT_EQ(c->fault(), ChannelFault::ProducerDied);
+  EXPECT_EQ(count("attacher_reclaimed",
+                  {"segment=feed", "role=producer", fmt::format("pid={}", producer.pid()),
+                   "marked FAULTED (producer died)", "drains 5 published"}),
+            1u)
+      << log_text();
+  const Segment& seg = c->segment();
+  EXPECT_EQ(events_of(seg, EventType::Fault, 0), 1u);
+  EXPECT_EQ(events_of(seg, EventType::Reclaimed, 0), 1u);
+  EXPECT_EQ(seg.liveness(0), Liveness::Free);
+
+  // The consumer drains what was published, then gets the typed error.
+  for (std::uint64_t seq = 0; seq < 5; ++seq) {
+    auto r = c->try_receive();
+    ASSERT_TRUE(r) << "payload " << seq << ": " << r.error().what();
+    ASSERT_EQ(r->status, ReceiveStatus::Received) << "payload " << seq;
+    EXPECT_EQ(r->lease.sequence(), seq);
+    EXPECT_TRUE(
+        test::check_channel_payload(r->lease.bytes(), seq, test::channel_length(seq, kMaxLen)))
+        << "payload " << seq << " damaged";
+  }
+  for (int i = 0; i < 2; ++i) {  // terminal: repeated
+    auto end = c->try_receive();
+    ASSERT_FALSE(end) << "expected ProducerDied, got " << to_string(end->status);
+    EXPECT_EQ(end.error().code, Errc::ProducerDied) << end.error().what();
+    EXPECT_NE(end.error().message.find("the producer died without finish()"), std::string::npos)
+        << end.error().message;
+  }
+}
+
+TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
+  auto ring = MpmcRing::create("jobs", {.capacity = 8, .slot_size = 64});
+  ASSERT_TRUE(ring) << ring.error().what();
+  const std::vector<std::byte> item(16, std::byte{3});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring->try_push(item).value_or(false));
+  std::array<std::byte, 64> out{};
+  auto popped = ring->try_pop(out);
+  ASSERT_TRUE(popped && *popped);
+
+  auto fan =
+      PriorityFanout::create("work", {.priorities = 4, .ring_capacity = 16, .slot_size = 48});
+  ASSERT_TRUE(fan) << fan.error().what();
+  ASSERT_TRUE(fan->submit(3, item).value_or(false));
+  ASSERT_TRUE(fan->submit(3, item).value_or(false));
+  ASSERT_TRUE(fan->submit(0, item).value_or(false));
+  auto drained = fan->try_drain_highest(out);
+  ASSERT_TRUE(drained && *drained);
+  EXPECT_EQ((*drained)->priority, 3u);
+
+  Monitor m(options(), log);
+  m.do_work();
+  const nlohmann::ordered_json status = status_json(m, realtime_ns());
+  auto segment = [&](const std::string& name) -> const nlohmann::ordered_json* {
+    for (const auto& s : status["segments"])
+      if (s["name"] == name) return &s;
+    return nullptr;
+  };
+
+  const auto* jobs = segment("jobs");
+  ASSERT_NE(jobs, nullptr) << status.dump(2);
+  EXPECT_EQ((*jobs)["up"], true);
+  EXPECT_EQ((*jobs)["kind"], "mpmc_ring");
+  EXPECT_EQ((*jobs)["attachers"]["alive"], 1);
+  EXPECT_EQ((*jobs)["detail"]["depth"], 2) << jobs->dump(2);
+  EXPECT_EQ((*jobs)["detail"]["pushed"], 3);
+  EXPECT_EQ((*jobs)["detail"]["popped"], 1);
+
+  const auto* bitmap = segment("work.bitmap");
+  ASSERT_NE(bitmap, nullptr) << status.dump(2);
+  EXPECT_EQ((*bitmap)["up"], true);
+  EXPECT_EQ((*bitmap)["kind"], "fanout_bitmap");
+  EXPECT_EQ((*bitmap)["attachers"]["alive"], 1);
+  EXPECT_EQ((*bitmap)["detail"]["priorities"], 4) << bitmap->dump(2);
+  EXPECT_EQ((*bitmap)["detail"]["depth_total"], 2);
+  EXPECT_EQ((*bitmap)["detail"]["submitted_total"], 3);
+  EXPECT_EQ((*bitmap)["detail"]["drained_total"], 1);
+  EXPECT_EQ((*bitmap)["detail"]["active_count"], 2);
+  // Each priority's ring is a segment of its own.
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    const auto* r = segment(fanout::ring_name("work", p));
+    ASSERT_NE(r, nullptr) << fanout::ring_name("work", p) << "\n" << status.dump(2);
+    EXPECT_EQ((*r)["kind"], "mpmc_ring");
+    EXPECT_EQ((*r)["detail"]["depth"], p == 0 || p == 3 ? 1 : 0);  // 3: two in, one out
+  }
+
+  const std::string text = render_metrics(m, 0);
+  EXPECT_NE(text.find("libshm_mpmc_ring_pushed_total{segment=\"jobs\"} 3\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("libshm_mpmc_ring_depth{segment=\"jobs\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("libshm_fanout_bitmap_submitted_total{segment=\"work.bitmap\"} 3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("libshm_fanout_bitmap_drained_total{segment=\"work.bitmap\"} 1\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(SidecarMonitor, StoppedProcessIsReportedStuckButNeverDead) {

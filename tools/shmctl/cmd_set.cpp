@@ -20,7 +20,7 @@ Result<Assignment> parse_assignment(const std::string& text) {
   if (eq == std::string::npos || eq == 0)
     return fail(
         Errc::InvalidArgument,
-        fmt::format("expected key=value, got '{}' (example: shmctl set NAME high_watermark=900)",
+        fmt::format("expected key=value, got '{}' (example: shmctl set NAME bucket.api.rate=500)",
                     text));
   return Assignment{text.substr(0, eq), text.substr(eq + 1)};
 }

@@ -28,7 +28,8 @@ Examples:
   shmctl verify --all
   shmctl dump orders --limit 5
   shmctl watch --interval 500
-  shmctl gc --dry-run)";
+  shmctl gc --dry-run
+  shmctl reclaim --all --dry-run)";
 
 }  // namespace
 
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
   set->add_option("assignment", assignment, "key=value")->required();
   set->footer(
       "Unknown keys are errors listing the valid ones; kinds without settable keys say so.\n"
-      "\nExamples:\n  shmctl set relay high_watermark=900");
+      "\nExamples:\n  shmctl set budget bucket.api.rate=500\n"
+      "  shmctl set budget bucket.api.burst=1000 --json");
   runners.emplace_back(set, [&](const Context& c) { return run_set(c, name, assignment); });
 
   auto* events = app.add_subcommand("events",
@@ -140,6 +142,29 @@ int main(int argc, char** argv) {
       "segments are skipped (use rm). Temp files older than 60 s are removed.\n\n"
       "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json");
   runners.emplace_back(gc, [&](const Context& c) { return run_gc(c, gc_options); });
+
+  shm::shmctl::ReclaimOptions reclaim_options;
+  std::string reclaim_name;
+  auto* reclaim = app.add_subcommand("reclaim",
+                                     "Release what dead attachers held (the kind's reclaim) and "
+                                     "free their slots, as shm-sidecar does");
+  auto* reclaim_name_opt = reclaim->add_option("name", reclaim_name, "Segment name");
+  reclaim->add_flag("--all", reclaim_options.all, "Reclaim in every segment of the root")
+      ->excludes(reclaim_name_opt);
+  reclaim->add_flag("--dry-run", reclaim_options.dry_run,
+                    "Only print which slots would be reclaimed and why");
+  reclaim->footer(
+      "A slot is reclaimed only when it says attached while its kernel lock is free (its\n"
+      "holder is dead, however it died). The lock is then held until the slot is free,\n"
+      "so a live holder, stopped or stuck, is never touched. Each kind releases what\n"
+      "the holder had (a ledger: exactly its tickets; a channel: FAULTED if its producer\n"
+      "died mid-stream) and a Reclaimed event is recorded (shmctl events).\n\n"
+      "Examples:\n  shmctl reclaim budget --dry-run\n  shmctl reclaim budget\n"
+      "  shmctl reclaim --all --json");
+  runners.emplace_back(reclaim, [&](const Context& c) {
+    if (reclaim_name_opt->count() > 0) reclaim_options.name = reclaim_name;
+    return run_reclaim(c, reclaim_options);
+  });
 
   app.footer(kFooter);
 

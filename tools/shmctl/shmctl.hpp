@@ -9,8 +9,8 @@
 //   2 usage error (bad arguments, invalid segment name, a request the kind does
 //     not support such as `set` on a kind without settable keys, an unknown key)
 //   3 invalid or corrupt segment (failed validation, layout fingerprint differs
-//     from this build, kind unknown to this build for verify/dump/set, or a
-//     `verify` violation)
+//     from this build, kind unknown to this build for verify/dump/set, or for
+//     reclaim of a segment with dead attachers, or a `verify` violation)
 //   4 any other system error (permissions, I/O)
 #pragma once
 
@@ -54,6 +54,12 @@ struct GcOptions {
   std::chrono::seconds temp_file_age{60};  // leftover temp files older than this are removed
 };
 
+struct ReclaimOptions {
+  std::optional<std::string> name;  // exactly one of name / all
+  bool all = false;
+  bool dry_run = false;
+};
+
 [[nodiscard]] Exit run_ls(const Context& ctx);
 [[nodiscard]] Exit run_inspect(const Context& ctx, const std::string& name);
 [[nodiscard]] Exit run_rm(const Context& ctx, const std::string& name);
@@ -64,5 +70,6 @@ struct GcOptions {
 [[nodiscard]] Exit run_events(const Context& ctx, const std::string& name);
 [[nodiscard]] Exit run_watch(const Context& ctx, const WatchOptions& options);
 [[nodiscard]] Exit run_gc(const Context& ctx, const GcOptions& options);
+[[nodiscard]] Exit run_reclaim(const Context& ctx, const ReclaimOptions& options);
 
 }  // namespace shm::shmctl

@@ -43,6 +43,35 @@ void describe_header(const Segment& segment, Node& out);
 // slot turned out to be alive.
 [[nodiscard]] Result<bool> reclaim_slot(Segment& segment, std::size_t slot);
 
+// What reclaim_dead_attacher() did with one slot.
+enum class ReclaimOutcome : std::uint8_t {
+  Reclaimed,  // the kind released what the holder had; the slot is Free, a Reclaimed event recorded
+  LockHeld,   // another open file description holds the slot's lock (a live holder, a process
+              // taking the slot over, another reclaimer): nothing touched
+  Changed,    // the slot was freed or attached again (another generation) since it was read:
+              // nothing touched
+};
+[[nodiscard]] std::string_view to_string(ReclaimOutcome outcome) noexcept;
+
+struct SlotReclaim {
+  ReclaimOutcome outcome = ReclaimOutcome::Changed;
+  std::vector<std::string> actions;  // the kind's reclaim() lines (Reclaimed only)
+};
+
+// The one reclaim path of the programs (shm-sidecar's Monitor, `shmctl
+// reclaim`). `dead` is a slot read from `segment` as Liveness::Dead (it says
+// Attached, its kernel lock is free). Takes the slot's kernel lock and keeps it
+// to the end, so no process attaches to the slot meanwhile and a live holder is
+// never touched; checks the slot still names `dead` (Attached, same
+// generation); runs kind.reclaim(); then marks the slot Free and records a
+// Reclaimed event. `segment` must be a writable mapping of a segment whose kind
+// id and layout fingerprint are `kind`'s (else InvalidArgument / KindMismatch /
+// FingerprintMismatch, and nothing is touched). An exception from the kind's
+// reclaim is SystemError; the slot then stays Attached (and dead), to be retried.
+[[nodiscard]] Result<SlotReclaim> reclaim_dead_attacher(Segment& segment,
+                                                        const KindDescriptor& kind,
+                                                        const SlotInfo& dead);
+
 // Per-kind descriptors (defined next to each kind).
 extern const KindDescriptor kSpscRingDescriptor;
 extern const KindDescriptor kMpmcRingDescriptor;
