@@ -75,7 +75,9 @@ std::string metric_fragment(std::string_view s) {
         (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     out += ok ? c : '_';
   }
-  if (out.empty()) out = "_";
+  // push_back, not = "_": GCC 12 at -O3 reports a bogus -Wrestrict for the
+  // literal assignment after reserve() (breaks Release builds with -Werror).
+  if (out.empty()) out.push_back('_');
   return out;
 }
 
