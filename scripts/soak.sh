@@ -1,34 +1,79 @@
 #!/usr/bin/env bash
-# Soak v1: producer and consumer processes over every ring kind the soak knows
-# (SpscRing today), the sidecar watching them, and a random kill -9 every
-# --kill-interval seconds followed by a restart of the victim. At the end:
-# stop everything cleanly, verify, clean up, print a summary; exit 1 on any
-# violation.
+# Soak v1: producer and consumer processes over every kind the soak knows, the
+# sidecar watching them, and a random kill -9 every --kill-interval seconds
+# followed by a restart of the victim. At the end: stop everything cleanly,
+# verify, clean up, print a summary; exit 1 on any violation.
 #
 #   scripts/soak.sh [--build-dir DIR] [--duration S] [--kill-interval S]
-#                   [--pairs N] [--rate R] [--seed N] [--keep]
+#                   [--kinds LIST] [--seed N] [--keep]
+#                   [--pairs N] [--rate R]                          (spsc)
+#                   [--fanout-producers N] [--fanout-consumers M]
+#                   [--fanout-rate R]                               (fanout)
+#                   [--ledger-workers N] [--ledger-rate R]          (ledger)
 #
-# What is verified (details in tests/helpers/soak_common.hpp, soak_verify.cpp):
+#   --build-dir DIR    the build to test (default: build/ next to scripts/)
+#   --duration S       seconds of chaos (default 30)
+#   --kill-interval S  seconds between kills, fractions allowed (default 1); the
+#                      victim is restarted 0-300 ms after its kill. Every
+#                      process, the sidecar included, is a candidate.
+#   --kinds LIST       comma-separated, default spsc,fanout,ledger:
+#     spsc    SpscRing: --pairs producer/consumer pairs (default 2), one ring
+#             each (processes producer-I, consumer-I); --rate records/s per
+#             producer (default 20000);
+#     fanout  PriorityFanout of 4 MpmcRings + bitmap (alias: mpmc): N producers
+#             and M consumers sharing it (default 2 and 2; processes
+#             fanout-producer-I, fanout-consumer-I); --fanout-rate items/s per
+#             producer (default 4000);
+#     ledger  Ledger: N workers (default 3; ledger-worker-I) reserving,
+#             committing, replacing and releasing at random on pools of their
+#             own and admitting on shared token buckets, --ledger-rate
+#             operations/s each (default 1500); and a checker sampling every
+#             account (ledger-checker).
+#   --seed N           seeds the choice of victims and restart delays
+#   --keep             keep the logs (they are always kept on a failure)
+#
+# What is verified (details in the verifiers, tests/helpers/soak_*verify.cpp):
+#   spsc:
 #   - nothing lost: every record a producer published reaches the consumer log;
 #   - nothing duplicated, except at-least-once redelivery of the batch a killed
 #     consumer had in hand (peeked and logged, maybe not released) - a new
 #     consumer incarnation may start no earlier than that batch's first record;
 #   - exactly-once publication across producer kills (a partial batch is never
 #     visible; a restarted producer continues at the first unpublished number);
-#   - nothing corrupt: every record passes its CRC, and `shmctl verify --all`
-#     (when shmctl is built) finds no violated invariant;
+#   - nothing corrupt: every record passes its CRC;
+#   fanout:
+#   - nothing duplicated, ever; each producer's items of one priority reach a
+#     consumer in submission order;
+#   - nothing lost beyond the documented MpmcRing cases: a consumer killed
+#     mid-drain loses at most the one item it had popped (at most one missing
+#     item per consumer kill, counted and reported), and the item a producer
+#     was submitting when killed is published once or not at all;
+#   - nothing corrupt: every item passes its body and routing checks;
+#   ledger:
+#   - never over a limit: the checker samples every account while the workers
+#     run and get killed, and recomputes the counters from the ticket table;
+#   - every worker's pools always match the tickets it holds;
+#   - no leaked charge: after the workers stop and the sidecar ran its cycles
+#     (reclaiming what killed workers held), every account is at 0 used and 0
+#     reserved, no ticket is live, no pool is open;
+#   every kind:
+#   - `shmctl verify --all` (when shmctl is built) finds no violated invariant;
 #   - every process stops cleanly at the end, the sidecar logs no error and
-#     exits 0, every killed process recovers (time from kill to first progress);
+#     exits 0, every killed process recovers (time from restart to its first
+#     progress; test_soak_recovery);
 #   - no stale segment: after a `shm-sidecar --once --gc-ephemeral` pass the
 #     root holds nothing but the sidecar's lock file.
+# Summary: messages delivered, ledger operations, kills by process type,
+# recoveries, max recovery time; the documented losses are counted apart.
 #
 # Adding a kind = one more block like the spsc_* functions below (register its
-# processes, verify its logs) and its name in KINDS.
+# processes, list its progress logs and segment count, verify its logs) and
+# its name in ALL_KINDS.
 set -u -o pipefail
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
-  exit 2
+  sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
 }
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,27 +86,66 @@ PRODUCER_BATCH=16     # records per commit, at most
 CONSUMER_BATCH=32     # records per release, at most = the most a kill can redeliver
 HOLD_US=400           # helpers pause up to this long between journal/log and commit/release,
                       # so kills often land in those windows (the interesting ones)
+FANOUT_PRODUCERS=2
+FANOUT_CONSUMERS=2
+FANOUT_RATE=4000      # items per second per fanout producer (a ceiling)
+FANOUT_PRIORITIES=4
+FANOUT_CAPACITY=1024  # cells per priority ring
+FANOUT_HOLD_US=1000   # consumers pause up to this long (every 16th item) between pop and log
+LEDGER_WORKERS=3
+LEDGER_RATE=1500      # operations per second per ledger worker (a ceiling)
+LEDGER_CHECK_US=2000  # the checker's sampling interval
 SIDECAR_INTERVAL=50   # ms
 SEED=$$
 KEEP=0
+ALL_KINDS=(spsc fanout ledger)
+KINDS_ARG=$(IFS=,; echo "${ALL_KINDS[*]}")
 while (($#)); do
   case "$1" in
     --build-dir) BUILD_DIR=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --kill-interval) KILL_INTERVAL=$2; shift 2 ;;
+    --kinds) KINDS_ARG=$2; shift 2 ;;
     --pairs) PAIRS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
+    --fanout-producers) FANOUT_PRODUCERS=$2; shift 2 ;;
+    --fanout-consumers) FANOUT_CONSUMERS=$2; shift 2 ;;
+    --fanout-rate) FANOUT_RATE=$2; shift 2 ;;
+    --ledger-workers) LEDGER_WORKERS=$2; shift 2 ;;
+    --ledger-rate) LEDGER_RATE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage ;;
     *) echo "soak: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+bad_usage() { echo "soak: $* (see --help)" >&2; exit 2; }
+for v in DURATION PAIRS RATE FANOUT_PRODUCERS FANOUT_CONSUMERS FANOUT_RATE LEDGER_WORKERS \
+         LEDGER_RATE SEED; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || bad_usage "--$(tr '_A-Z' '-a-z' <<<"$v") must be a whole number, not '${!v}'"
+done
+[[ $KILL_INTERVAL =~ ^[0-9]*\.?[0-9]+$ ]] || bad_usage "--kill-interval must be a number of seconds"
+KINDS=()
+IFS=, read -r -a kinds_wanted <<<"$KINDS_ARG"
+for k in "${kinds_wanted[@]}"; do
+  [[ $k == mpmc ]] && k=fanout
+  [[ " ${ALL_KINDS[*]} " == *" $k "* ]] || bad_usage "unknown kind '$k' (kinds: ${ALL_KINDS[*]})"
+  [[ " ${KINDS[*]} " == *" $k "* ]] || KINDS+=("$k")
+done
+((${#KINDS[@]})) || bad_usage "--kinds is empty"
 [[ -n "$BUILD_DIR" ]] || BUILD_DIR="$script_dir/../build"
 BIN="$BUILD_DIR/bin"
 HELPERS="$BUILD_DIR/test-helpers"
-for exe in "$BIN/shm-sidecar" "$HELPERS/test_soak_producer" "$HELPERS/test_soak_consumer" \
-           "$HELPERS/test_soak_verify"; do
+declare -A KIND_HELPERS=(
+  [spsc]="test_soak_producer test_soak_consumer test_soak_verify"
+  [fanout]="test_soak_fanout_producer test_soak_fanout_consumer test_soak_fanout_verify"
+  [ledger]="test_soak_ledger_worker test_soak_ledger_checker test_soak_ledger_verify"
+)
+needed=("$BIN/shm-sidecar" "$HELPERS/test_soak_recovery")
+for kind in "${KINDS[@]}"; do
+  for h in ${KIND_HELPERS[$kind]}; do needed+=("$HELPERS/$h"); done
+done
+for exe in "${needed[@]}"; do
   if [[ ! -x "$exe" ]]; then
     echo "soak: $exe not found; build first (cmake --build $BUILD_DIR)" >&2
     exit 2
@@ -144,11 +228,60 @@ spsc_progress_logs() {
   local i
   for ((i = 0; i < PAIRS; i++)); do echo "$WORK/producer-$i.log" "$WORK/consumer-$i.log"; done
 }
+spsc_segments() { echo "$PAIRS"; }
 spsc_verify() {
-  "$HELPERS/test_soak_verify" --dir "$WORK" --pairs "$PAIRS" --batch-max "$CONSUMER_BATCH" \
-    --end-ns "$END_NS"
+  "$HELPERS/test_soak_verify" --dir "$WORK" --pairs "$PAIRS" --batch-max "$CONSUMER_BATCH"
 }
-KINDS=(spsc)
+
+# ---------------------------------------------------------------- kind: fanout (MpmcRing)
+# One PriorityFanout (FANOUT_PRIORITIES MpmcRings + the bitmap) shared by every
+# fanout producer and consumer; items carry (producer, sequence, priority).
+FANOUT=soak.fanout
+fanout_register() {
+  local i shape=(--priorities "$FANOUT_PRIORITIES" --capacity "$FANOUT_CAPACITY")
+  for ((i = 0; i < FANOUT_PRODUCERS; i++)); do
+    register 1 "fanout-producer-$i" "$HELPERS/test_soak_fanout_producer" --fanout "$FANOUT" \
+      --id "$i" --journal "$WORK/fanout-producer-$i.journal" --log "$WORK/fanout-producer-$i.log" \
+      --rate "$FANOUT_RATE" "${shape[@]}"
+  done
+  for ((i = 0; i < FANOUT_CONSUMERS; i++)); do
+    register 2 "fanout-consumer-$i" "$HELPERS/test_soak_fanout_consumer" --fanout "$FANOUT" \
+      --id "$i" --log "$WORK/fanout-consumer-$i.log" --hold-us "$FANOUT_HOLD_US" "${shape[@]}"
+  done
+}
+fanout_progress_logs() {
+  local i
+  for ((i = 0; i < FANOUT_PRODUCERS; i++)); do echo "$WORK/fanout-producer-$i.log"; done
+  for ((i = 0; i < FANOUT_CONSUMERS; i++)); do echo "$WORK/fanout-consumer-$i.log"; done
+}
+fanout_segments() { echo $((FANOUT_PRIORITIES + 1)); }
+fanout_verify() {
+  "$HELPERS/test_soak_fanout_verify" --dir "$WORK" --producers "$FANOUT_PRODUCERS" \
+    --consumers "$FANOUT_CONSUMERS"
+}
+
+# ---------------------------------------------------------------- kind: ledger
+# One Ledger shared by every worker; the checker samples it read-only.
+LEDGER=soak.ledger
+ledger_register() {
+  local i
+  for ((i = 0; i < LEDGER_WORKERS; i++)); do
+    register 1 "ledger-worker-$i" "$HELPERS/test_soak_ledger_worker" --ledger "$LEDGER" \
+      --id "$i" --log "$WORK/ledger-worker-$i.log" --rate "$LEDGER_RATE"
+  done
+  register 2 ledger-checker "$HELPERS/test_soak_ledger_checker" --ledger "$LEDGER" \
+    --log "$WORK/ledger-checker.log" --interval-us "$LEDGER_CHECK_US"
+}
+ledger_progress_logs() {
+  local i
+  for ((i = 0; i < LEDGER_WORKERS; i++)); do echo "$WORK/ledger-worker-$i.log"; done
+  echo "$WORK/ledger-checker.log"
+}
+ledger_segments() { echo 1; }
+ledger_verify() {
+  "$HELPERS/test_soak_ledger_verify" --ledger "$LEDGER" --dir "$WORK" --workers "$LEDGER_WORKERS" \
+    --sidecar-log "$WORK/sidecar.out"
+}
 
 # ---------------------------------------------------------------- the sidecar
 register 3 sidecar "$BIN/shm-sidecar" --root "$ROOT" --interval "$SIDECAR_INTERVAL" \
@@ -165,8 +298,18 @@ http_get() {
 
 for kind in "${KINDS[@]}"; do "${kind}_register"; done
 
-log "$DURATION s, kill -9 every $KILL_INTERVAL s, $PAIRS producer/consumer pair(s) per kind" \
-    "(${KINDS[*]}), seed $SEED"
+shape=()
+for kind in "${KINDS[@]}"; do
+  case $kind in
+    spsc) shape+=("spsc: $PAIRS producer/consumer pair(s)") ;;
+    fanout) shape+=("fanout: $FANOUT_PRODUCERS producer(s), $FANOUT_CONSUMERS consumer(s)") ;;
+    ledger) shape+=("ledger: $LEDGER_WORKERS worker(s) + checker") ;;
+  esac
+done
+log "$DURATION s, kill -9 every $KILL_INTERVAL s over ${#NAMES[@]} processes (sidecar included)," \
+    "seed $SEED"
+shape_text=$(IFS=';'; echo "${shape[*]}")
+log "${shape_text//;/; }"
 log "root $ROOT, logs $WORK"
 start_proc sidecar
 for ((i = 0; i < 100; i++)); do grep -qx ready "$WORK/sidecar.out" 2>/dev/null && break; sleep 0.1; done
@@ -216,11 +359,33 @@ if [[ "$metrics" != *"200 OK"* ]]; then
   violation "GET /metrics on port ${port:-?} failed"
 else
   up=$(grep -c '^libshm_segment_up{.*} 1$' <<<"$metrics")
-  ((up == PAIRS * ${#KINDS[@]})) || violation "/metrics lists $up segments up, expected $((PAIRS * ${#KINDS[@]}))"
+  expected=0
+  for kind in "${KINDS[@]}"; do expected=$((expected + $("${kind}_segments"))); done
+  ((up == expected)) || violation "/metrics lists $up segments up, expected $expected"
 fi
 
+# The sidecar's duty-cycle count, from /metrics (empty when it does not answer).
+sidecar_cycles() {
+  http_get "$(sidecar_port)" /metrics 2>/dev/null | awk '$1 == "libshm_sidecar_cycles_total" {print $2}'
+}
+
 # ---------------------------------------------------------------- clean stop
+# Producers (and ledger workers) first, then consumers (which drain what is
+# left), then - after the sidecar has run two more cycles over the stopped
+# processes, reclaiming whatever a process killed at the very end still held -
+# the sidecar.
 for phase in 1 2 3; do
+  if ((phase == 3)); then
+    c0=$(sidecar_cycles)
+    for ((i = 0; i < 50; i++)); do
+      c=$(sidecar_cycles)
+      [[ -n "$c0" && -n "$c" ]] && ((c >= c0 + 2)) && break
+      sleep 0.1
+    done
+    if ! [[ -n "$c0" && -n "$c" ]] || ((c < c0 + 2)); then
+      violation "the sidecar did not run two duty cycles after the clean stop (cycles ${c0:-?} -> ${c:-?})"
+    fi
+  fi
   for name in "${NAMES[@]}"; do ((PHASE[$name] == phase)) && kill -TERM "${PID[$name]}" 2>/dev/null; done
   for name in "${NAMES[@]}"; do
     ((PHASE[$name] == phase)) || continue
@@ -232,8 +397,11 @@ done
 # ---------------------------------------------------------------- verify
 for kind in "${KINDS[@]}"; do
   log "verify $kind:"
-  "${kind}_verify" || violation "$kind: delivery semantics violated (see above)"
+  "${kind}_verify" | tee -a "$WORK/verify.txt" || violation "$kind: semantics violated (see above)"
 done
+log "kills and recovery:"
+"$HELPERS/test_soak_recovery" --dir "$WORK" --end-ns "$END_NS" | tee -a "$WORK/verify.txt" ||
+  violation "a killed process did not recover (see above)"
 deaths=$(grep -c 'event=attacher_dead' "$WORK/sidecar.out")
 reclaimed=$(grep -c 'event=attacher_reclaimed' "$WORK/sidecar.out")
 replaced=$(grep -c 'event=attacher_replaced' "$WORK/sidecar.out")
@@ -264,7 +432,22 @@ mapfile -t stale < <(find "$ROOT" -mindepth 1 -maxdepth 1 ! -name '.libshm-sidec
 ((${#stale[@]} == 0)) || violation "stale files left in the root after cleanup: ${stale[*]}"
 log "  cleanup: $segments_before segment(s) collected, ${#stale[@]} left"
 
-log "summary: $KILLS kill(s) in $DURATION s"
+# One line: the numbers the verifiers printed above.
+messages=$(grep -o 'messages: [0-9]* delivered' "$WORK/verify.txt" | awk '{n += $2} END {print n + 0}')
+ledger_ops=$(grep -o 'operations: [0-9]*' "$WORK/verify.txt" | awk '{print $2}')
+documented=$(grep -o 'had popped): [0-9]*, allowed [0-9]*' "$WORK/verify.txt" |
+  awk '{print $3 + 0 " fanout item(s) lost to consumer kills mid-drain (documented; " $5 " allowed)"}')
+recoveries=$(grep -o 'recoveries: [0-9]* of [0-9]*' "$WORK/verify.txt" | cut -d' ' -f2-)
+max_recovery=$(grep -o 'first progress): max [0-9.]* ms' "$WORK/verify.txt" | awk '{print $4}')
+parts=()
+[[ " ${KINDS[*]} " == *" spsc "* || " ${KINDS[*]} " == *" fanout "* ]] &&
+  parts+=("$messages messages delivered")
+[[ -n "$ledger_ops" ]] && parts+=("$ledger_ops ledger operations")
+[[ -n "$documented" ]] && parts+=("$documented")
+summary="${KINDS[*]}: $(IFS='|'; echo "${parts[*]}")"
+summary=${summary//|/, }
+log "summary: $summary; $KILLS kill(s) in $DURATION s, ${recoveries:-?} recovered," \
+    "max recovery ${max_recovery:-?} ms"
 if ((${#VIOLATIONS[@]})); then
   {
     log "FAIL: ${#VIOLATIONS[@]} violation(s):"

@@ -344,6 +344,11 @@ Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
   return r;
 }
 
+void PriorityFanout::heartbeat() noexcept {
+  attachment_.heartbeat();
+  for (MpmcRing& r : rings_) r.heartbeat();
+}
+
 mpmc::RepairReport PriorityFanout::repair() const {
   mpmc::RepairReport total;
   for (const MpmcRing& r : rings_) {

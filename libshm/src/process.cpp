@@ -1,11 +1,7 @@
 #include "shm/platform/process.hpp"
 
-#include <fmt/format.h>
-
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -47,8 +43,19 @@ bool process_alive(const ProcessId& id) noexcept {
 }
 
 std::string process_cmdline(std::int32_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // stdio, not std::ifstream: reading the file of a process that is exiting
+  // fails (ESRCH), and libstdc++'s filebuf throws on a read error.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return {};
+  std::string s;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0 && s.size() < (1u << 16);)
+    s.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return {};
   while (!s.empty() && s.back() == '\0') s.pop_back();
   for (char& c : s)
     if (c == '\0') c = ' ';

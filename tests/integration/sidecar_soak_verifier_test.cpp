@@ -1,7 +1,8 @@
 // The soak's verdict is only as good as its verifier: feed test_soak_verify
 // hand-written logs and check that it accepts exactly the documented
 // semantics (at-least-once only for the batch in hand at a consumer kill) and
-// names every other loss or duplication.
+// names every other loss or duplication; and test_soak_recovery, which times
+// every kind's recoveries and names a process that never recovered.
 #include "common/subprocess.hpp"
 
 #include <gtest/gtest.h>
@@ -118,6 +119,52 @@ TEST_F(SoakVerifier, RejectsCorruptRecordsAndUncleanStops) {
   EXPECT_NE(out.find("consumer-0: corrupt record after sequence 5 crc"), std::string::npos) << out;
   EXPECT_NE(out.find("producer-0: did not stop cleanly"), std::string::npos) << out;
   EXPECT_NE(out.find("consumer-0: did not drain and stop cleanly"), std::string::npos) << out;
+}
+
+// ---------------------------------------------------------------- recovery
+
+class SoakRecovery : public SoakVerifier {
+ protected:
+  void SetUp() override {
+    SoakVerifier::SetUp();
+    write("events.log",
+          "K fanout-consumer-0 1000000000\nR fanout-consumer-0 1100000000\n"
+          "K sidecar 2000000000\nR sidecar 2100000000\n"
+          "K ledger-worker-1 3000000000\nR ledger-worker-1 3100000000\n");
+    // Restarted 100 ms after the kill, first item 12 ms after the restart.
+    write("fanout-consumer-0.log", "\nS 1 500\nF 600\n\nS 2 1100000001\nF 1112000000\nX 5\n");
+    // Restarted, never made progress again.
+    write("ledger-worker-1.log", "\nS 3 500\nF 600\n\nS 4 3100000001\n");
+  }
+  int recovery(const std::string& end_ns, std::string& out) {
+    test::Subprocess p(
+        {test::helper_path("soak_recovery"), "--dir", dir.string(), "--end-ns", end_ns});
+    const int rc = p.wait(10s);
+    out = p.output();
+    return rc;
+  }
+};
+
+TEST_F(SoakRecovery, TimesRecoveriesAndRejectsAProcessThatNeverRecovered) {
+  std::string out;
+  EXPECT_EQ(recovery("20000000000", out), 1) << out;
+  EXPECT_NE(out.find("kills: 3 (fanout-consumer 1, ledger-worker 1, sidecar 1); recoveries: 1 "
+                     "of 1"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("recovery (restart to first progress): max 12.0 ms"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("longest outage (kill to first progress) 112.0 ms"), std::string::npos) << out;
+  EXPECT_NE(out.find("VIOLATION: ledger-worker-1: killed at 3000000000 and never made progress "
+                     "again"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(SoakRecovery, CountsAKillShortlyBeforeTheEndAsPending) {
+  std::string out;
+  EXPECT_EQ(recovery("4000000000", out), 0) << out;
+  EXPECT_NE(out.find("recoveries: 1 of 2 (1 too close to the end)"), std::string::npos) << out;
 }
 
 }  // namespace

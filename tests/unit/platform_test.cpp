@@ -39,6 +39,21 @@ TEST(Process, ExitedChildIsNotAlive) {
   EXPECT_FALSE(process_alive(ProcessId{child, start}));
 }
 
+TEST(Process, CmdlineOfAnExitingOrGoneProcessIsEmptyNeverAnException) {
+  EXPECT_NE(process_cmdline(::getpid()).find("shm_unit_tests"), std::string::npos);
+  // Read while the child exits (the read may fail with ESRCH), as a zombie, and once reaped.
+  for (int i = 0; i < 100; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(0);
+    EXPECT_NO_THROW((void)process_cmdline(child));
+    siginfo_t info{};
+    ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);  // a zombie now
+    EXPECT_NO_THROW((void)process_cmdline(child));
+    ::waitpid(child, nullptr, 0);
+    EXPECT_EQ(process_cmdline(child), "");
+  }
+}
+
 TEST(Clock, MonotonicNeverGoesBack) {
   const auto a = monotonic_ns();
   const auto b = monotonic_ns();

@@ -99,6 +99,30 @@ TEST_F(PriorityFanoutTest, FifoWithinAPriority) {
     EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "job" + std::to_string(i)}));
 }
 
+TEST_F(PriorityFanoutTest, HeartbeatStampsTheBitmapAndEveryRingAttachment) {
+  auto f = make();
+  // The newest heartbeat of the (single) attached handle in each of the K+1 files.
+  auto stamps = [&] {
+    std::vector<std::uint64_t> out;
+    auto newest = [](const Segment& s) {
+      std::uint64_t ns = 0;
+      for (const SlotInfo& i : s.slots())
+        if (i.state == SlotState::Attached) ns = std::max(ns, i.heartbeat_ns);
+      return ns;
+    };
+    out.push_back(newest(f.bitmap_segment()));
+    for (std::uint32_t p = 0; p < f.priorities(); ++p) out.push_back(newest(f.ring(p).segment()));
+    return out;
+  };
+  const std::vector<std::uint64_t> before = stamps();
+  std::this_thread::sleep_for(2ms);
+  f.heartbeat();
+  const std::vector<std::uint64_t> after = stamps();
+  ASSERT_EQ(after.size(), std::size_t{kParams.priorities} + 1);
+  for (std::size_t i = 0; i < after.size(); ++i)
+    EXPECT_GT(after[i], before[i]) << (i == 0 ? "bitmap" : "ring " + std::to_string(i - 1));
+}
+
 TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
   auto f = make();
   auto s = f.submit(4, bytes("x"));

@@ -107,6 +107,10 @@ class PriorityFanout {
   [[nodiscard]] const MpmcRing& ring(std::uint32_t priority) const { return rings_.at(priority); }
   // Repairs cells of every ring held by dead handles now (normally automatic).
   [[nodiscard]] mpmc::RepairReport repair() const;
+  // "Alive and making progress" for the sidecar and shmctl: stamps the bitmap's
+  // and every ring's attachment. The blocking calls do it while they park; a
+  // handle that never parks (a throttled submitter) calls it now and then.
+  void heartbeat() noexcept;
 
  private:
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,

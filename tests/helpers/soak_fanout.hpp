@@ -1,0 +1,69 @@
+// The fanout block of scripts/soak.sh (test_soak_fanout_producer,
+// test_soak_fanout_consumer, test_soak_fanout_verify): one PriorityFanout
+// (K MpmcRings + the bitmap) shared by N producer and M consumer processes.
+//
+// Items are shm::test::FanoutItem (fanout_items.hpp): (producer, seq,
+// priority) and a body derived from them; the priority is a function of
+// (producer, seq), so a consumer can tell an item routed to the wrong ring.
+//
+// Producer journal (soak_common.hpp's JournalEntry, first == last == the
+// sequence number): before submitting s the producer journals s; a restarted
+// producer continues at s + 1. So s is the only item "in doubt" at a producer
+// kill: a push killed before its claim never happened, one killed between
+// claim and publish is repaired into a tombstone (MpmcRing: "claimed,
+// unpublished" cells are skipped), one that completed is published once.
+// Never repeated.
+//
+// Logs (one write(2) per line group; formats common to every kind in soak_logs.hpp):
+//   producer:  S <pid> <realtime_ns> <next_seq> <in_doubt_seq|->
+//              F <realtime_ns>                first item submitted
+//              X <next_seq>                   clean stop: 0..next_seq-1 submitted
+//              V <message>
+//   consumer:  S <pid> <realtime_ns>
+//              I <producer> <seq> <priority>  one item, logged after it was
+//                                             popped, before the next pop: a
+//                                             kill in between loses this one
+//                                             item (the documented MpmcRing loss)
+//              F <realtime_ns>                first item of this incarnation
+//              C <reason> <producer> <seq> <priority>  an item failed its checks
+//              X <items_this_incarnation>     drained and stopped (SIGTERM)
+//              V <message>
+#pragma once
+
+#include "fanout_items.hpp"
+
+#include "shm/priority_fanout.hpp"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace soak {
+
+// Opens the fanout, creating it (ephemeral) when it does not exist yet. Both
+// sides may create: whoever comes first. Retries while another process is
+// creating it (rings present, bitmap not yet) and while attachment slots of
+// dead handles wait for reclaim.
+inline shm::Result<shm::PriorityFanout> attach_fanout(const std::string& base,
+                                                      const shm::FanoutParams& params,
+                                                      shm::FanoutRole role) {
+  for (int attempt = 0;; ++attempt) {
+    auto opened = shm::PriorityFanout::open(base, params, {}, role);
+    if (opened) return opened;
+    shm::Errc code = opened.error().code;
+    if (code == shm::Errc::NotFound) {
+      shm::CreateOptions co;
+      co.ephemeral = true;
+      auto created = shm::PriorityFanout::create(base, params, co, role);
+      if (created) return created;
+      code = created.error().code;
+      if (code != shm::Errc::AlreadyExists) return created;
+    } else if (code != shm::Errc::NoFreeSlot && code != shm::Errc::NotReady) {
+      return opened;
+    }
+    if (attempt > 1000) return opened;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace soak

@@ -1,0 +1,142 @@
+// Soak fanout consumer: drains the PriorityFanout --fanout (highest priority
+// first), checks every item (size, body, producer, ring it came from) and logs
+// it as one "I" line after the pop and before the next one, so a kill -9 can
+// lose at most the one item popped and not logged yet — the documented loss
+// of an MpmcRing consumer killed mid-drain (soak_fanout.hpp).
+// SIGTERM: drain what is left (every priority, also items whose bitmap bit a
+// killed producer never set), log "X <count>", exit 0.
+//
+//   test_soak_fanout_consumer --fanout BASE --id N --log PATH
+//                             [--priorities K] [--capacity CELLS] [--hold-us US]
+// --hold-us: every 16th item, pause up to US microseconds between the pop and
+// the log line (as if processing it), widening the window in which a kill
+// loses the item in hand.
+#include "soak_common.hpp"
+#include "soak_fanout.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_term(int) {
+  g_stop = 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string base, log_path;
+  std::uint32_t id = 0;
+  shm::FanoutParams params{4, 1024, sizeof(shm::test::FanoutItem)};
+  std::uint64_t hold_us = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k(argv[i]);
+    const char* v = argv[i + 1];
+    if (k == "--fanout")
+      base = v;
+    else if (k == "--id")
+      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (k == "--log")
+      log_path = v;
+    else if (k == "--priorities")
+      params.priorities = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (k == "--capacity")
+      params.ring_capacity = std::strtoull(v, nullptr, 10);
+    else if (k == "--hold-us")
+      hold_us = std::strtoull(v, nullptr, 10);
+    else {
+      std::fprintf(stderr, "test_soak_fanout_consumer: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (base.empty() || log_path.empty()) {
+    std::fprintf(stderr, "test_soak_fanout_consumer: need --fanout and --log\n");
+    return 2;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_term;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return 2;
+  auto violation = [&](const std::string& what) {
+    soak::append(log, fmt::format("\nV {}\n", what));
+    std::fprintf(stderr, "test_soak_fanout_consumer %u: %s\n", id, what.c_str());
+    return 1;
+  };
+
+  auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Drainer);
+  if (!attached) return violation(attached.error().what());
+  shm::PriorityFanout f = std::move(*attached);
+  const std::uint32_t k = f.priorities();
+  soak::append(log, fmt::format("\nS {} {}\n", ::getpid(), soak::realtime_ns()));
+
+  std::mt19937_64 rng(soak::mix(soak::realtime_ns() ^ static_cast<std::uint64_t>(::getpid())));
+  shm::test::FanoutItem it{};
+  const auto buf = std::as_writable_bytes(std::span(&it, 1));
+  std::uint64_t total = 0;
+  bool first = true;
+  // Logs one popped item: "I" when it is intact and came from its own ring.
+  auto accept = [&](std::uint32_t priority, std::size_t size) {
+    if (hold_us != 0 && (rng() & 15u) == 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % hold_us));
+    std::string_view why;
+    if (size != sizeof it)
+      why = "size";
+    else if (!shm::test::item_intact(it))
+      why = "body";
+    else if (it.priority != priority)
+      why = "ring";
+    else if (shm::test::item_priority(it.producer, it.seq, k) != priority)
+      why = "priority";
+    std::string line = why.empty()
+                           ? fmt::format("I {} {} {}\n", it.producer, it.seq, priority)
+                           : fmt::format("C {} {} {} {}\n", why, it.producer, it.seq, priority);
+    if (first) {
+      line += fmt::format("F {}\n", soak::realtime_ns());
+      first = false;
+    }
+    ++total;
+    if ((total & 255u) == 0) f.heartbeat();
+    return soak::append(log, line);
+  };
+
+  while (g_stop == 0) {
+    auto d = f.drain_highest(buf, std::chrono::milliseconds(50));
+    if (!d) return violation(d.error().what());
+    if (*d && !accept((*d)->priority, (*d)->size)) return violation("log write failed");
+  }
+  // Drain what is left. A killed producer may have left an item whose bit is
+  // clear (drain_highest does not look there) or a held cell that a repair
+  // turns into a tombstone within a few ms: sweep every priority until three
+  // rounds in a row find nothing.
+  for (int idle = 0; idle < 3;) {
+    bool got = false;
+    auto d = f.drain_highest(buf, std::chrono::milliseconds(20));
+    if (!d) return violation(d.error().what());
+    if (*d) {
+      got = true;
+      if (!accept((*d)->priority, (*d)->size)) return violation("log write failed");
+    }
+    for (std::uint32_t p = 0; p < k; ++p) {
+      for (;;) {
+        auto r = f.try_drain_priority(p, buf);
+        if (!r) return violation(r.error().what());
+        if (!*r) break;
+        got = true;
+        if (!accept(p, **r)) return violation("log write failed");
+      }
+    }
+    idle = got ? 0 : idle + 1;
+  }
+  soak::append(log, fmt::format("X {}\n", total));
+  return 0;
+}

@@ -1,0 +1,118 @@
+// Soak fanout producer: submits items 0, 1, 2, ... of producer --id to the
+// PriorityFanout --fanout, each at the priority its (producer, seq) picks,
+// journalling each sequence number before its submit so a restart after
+// kill -9 neither repeats nor skips one (soak_fanout.hpp). Throttled to --rate
+// items per second; a full ring is waited for (never dropped). SIGTERM: finish
+// the current item, log "X <next>", exit 0.
+//
+//   test_soak_fanout_producer --fanout BASE --id N --journal PATH --log PATH
+//                             [--priorities K] [--capacity CELLS] [--rate R]
+#include "soak_common.hpp"
+#include "soak_fanout.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_term(int) {
+  g_stop = 1;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr, "test_soak_fanout_producer: %s\n", why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string base, journal_path, log_path;
+  std::uint32_t id = 0;
+  shm::FanoutParams params{4, 1024, sizeof(shm::test::FanoutItem)};
+  std::uint64_t rate = 5000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k(argv[i]);
+    const char* v = argv[i + 1];
+    if (k == "--fanout")
+      base = v;
+    else if (k == "--id")
+      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (k == "--journal")
+      journal_path = v;
+    else if (k == "--log")
+      log_path = v;
+    else if (k == "--priorities")
+      params.priorities = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
+    else if (k == "--capacity")
+      params.ring_capacity = std::strtoull(v, nullptr, 10);
+    else if (k == "--rate")
+      rate = std::strtoull(v, nullptr, 10);
+    else
+      return usage("unknown option");
+  }
+  if (base.empty() || journal_path.empty() || log_path.empty() || rate == 0)
+    return usage("need --fanout, --journal, --log; --rate > 0");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_term;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int journal = ::open(journal_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (log < 0 || journal < 0) return usage("cannot open the log or the journal");
+  auto violation = [&](const std::string& what) {
+    soak::append(log, fmt::format("\nV {}\n", what));
+    std::fprintf(stderr, "test_soak_fanout_producer %u: %s\n", id, what.c_str());
+    return 1;
+  };
+
+  auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Submitter);
+  if (!attached) return violation(attached.error().what());
+  shm::PriorityFanout f = std::move(*attached);
+
+  // The journalled sequence number was in flight when the last incarnation
+  // died: published or not, it is never sent again.
+  std::uint64_t next = 0, counter = 0;
+  std::string doubt = "-";
+  if (auto e = soak::read_journal(journal)) {
+    next = e->first + 1;
+    doubt = std::to_string(e->first);
+    counter = e->counter + 1;
+  }
+  soak::append(log, fmt::format("\nS {} {} {} {}\n", ::getpid(), soak::realtime_ns(), next, doubt));
+
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t start_seq = next;
+  bool first = true;
+  while (g_stop == 0) {
+    const std::uint32_t prio = shm::test::item_priority(id, next, f.priorities());
+    const shm::test::FanoutItem item = shm::test::make_item(id, next, prio);
+    if (!soak::write_journal(journal, soak::JournalEntry{counter++, 0, next, next, 0, 0}))
+      return violation("journal write failed");
+    bool sent = false;
+    while (!sent && g_stop == 0) {
+      auto ok = f.submit(prio, std::as_bytes(std::span(&item, 1)), std::chrono::milliseconds(50));
+      if (!ok) return violation(fmt::format("submit {}: {}", next, ok.error().what()));
+      sent = *ok;  // false: that ring is full (the consumers are away); wait on
+    }
+    if (!sent) break;  // stopped while the ring was full: `next` was not submitted
+    ++next;
+    if (first) {
+      soak::append(log, fmt::format("F {}\n", soak::realtime_ns()));
+      first = false;
+    }
+    if ((next & 255u) == 0) f.heartbeat();
+    // Throttle: never ahead of `rate` items per second since start.
+    const auto due = start + std::chrono::nanoseconds((next - start_seq) * 1'000'000'000ull / rate);
+    if (due > std::chrono::steady_clock::now()) std::this_thread::sleep_until(due);
+  }
+  soak::append(log, fmt::format("X {}\n", next));
+  return 0;
+}
