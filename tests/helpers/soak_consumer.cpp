@@ -7,7 +7,7 @@
 //   test_soak_consumer --ring NAME --id N --log PATH [--batch-max K] [--hold-us US]
 // --hold-us pauses between logging a batch and releasing it (as if processing
 // it), widening the window in which a kill leaves a batch in hand.
-#include "soak_common.hpp"
+#include "soak_process.hpp"
 
 #include "shm/ring_consumer.hpp"
 
@@ -19,54 +19,24 @@
 #include <random>
 #include <thread>
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
-
-}  // namespace
+using soak::g_stop;
 
 int main(int argc, char** argv) {
-  std::string ring, log_path;
-  std::uint32_t id = 0;
-  std::uint64_t batch_max = 32;
-  std::uint64_t hold_us = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--ring")
-      ring = v;
-    else if (k == "--id")
-      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--log")
-      log_path = v;
-    else if (k == "--batch-max")
-      batch_max = std::strtoull(v, nullptr, 10);
-    else if (k == "--hold-us")
-      hold_us = std::strtoull(v, nullptr, 10);
-    else {
-      std::fprintf(stderr, "test_soak_consumer: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (ring.empty() || log_path.empty() || batch_max == 0) {
-    std::fprintf(stderr, "test_soak_consumer: need --ring and --log\n");
-    return 2;
-  }
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) return 2;
-  auto violation = [&](const std::string& what) {
-    soak::append(log, fmt::format("\nV {}\n", what));
-    std::fprintf(stderr, "test_soak_consumer %u: %s\n", id, what.c_str());
-    return 1;
-  };
+  constexpr std::string_view kProgram = "test_soak_consumer";
+  const auto opts = soak::Options::parse(argc, argv, kProgram,
+                                         {"--ring", "--id", "--log", "--batch-max", "--hold-us"});
+  if (!opts) return 2;
+  const std::string ring = opts->str("--ring"), log_path = opts->str("--log");
+  const std::uint32_t id = opts->u32("--id", 0);
+  const std::uint64_t batch_max = opts->u64("--batch-max", 32);
+  const std::uint64_t hold_us = opts->u64("--hold-us", 0);
+  if (ring.empty() || log_path.empty() || batch_max == 0)
+    return soak::usage_error(kProgram, "need --ring and --log; --batch-max > 0");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(log_path, kProgram, id);
+  if (!process_log.ok()) return 2;
+  const int log = process_log.fd();
+  auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
   // Attach, waiting for the producer to create the ring.
   shm::RingConsumer c;

@@ -11,8 +11,8 @@
 // --hold-us: every 16th item, pause up to US microseconds between the pop and
 // the log line (as if processing it), widening the window in which a kill
 // loses the item in hand.
-#include "soak_common.hpp"
 #include "soak_fanout.hpp"
+#include "soak_process.hpp"
 
 #include <fmt/format.h>
 
@@ -22,56 +22,26 @@
 #include <random>
 #include <thread>
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
-
-}  // namespace
+using soak::g_stop;
 
 int main(int argc, char** argv) {
-  std::string base, log_path;
-  std::uint32_t id = 0;
-  shm::FanoutParams params{4, 1024, sizeof(shm::test::FanoutItem)};
-  std::uint64_t hold_us = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--fanout")
-      base = v;
-    else if (k == "--id")
-      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--log")
-      log_path = v;
-    else if (k == "--priorities")
-      params.priorities = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--capacity")
-      params.ring_capacity = std::strtoull(v, nullptr, 10);
-    else if (k == "--hold-us")
-      hold_us = std::strtoull(v, nullptr, 10);
-    else {
-      std::fprintf(stderr, "test_soak_fanout_consumer: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (base.empty() || log_path.empty()) {
-    std::fprintf(stderr, "test_soak_fanout_consumer: need --fanout and --log\n");
-    return 2;
-  }
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) return 2;
-  auto violation = [&](const std::string& what) {
-    soak::append(log, fmt::format("\nV {}\n", what));
-    std::fprintf(stderr, "test_soak_fanout_consumer %u: %s\n", id, what.c_str());
-    return 1;
-  };
+  constexpr std::string_view kProgram = "test_soak_fanout_consumer";
+  const auto opts = soak::Options::parse(
+      argc, argv, kProgram,
+      {"--fanout", "--id", "--log", "--priorities", "--capacity", "--hold-us"});
+  if (!opts) return 2;
+  const std::string base = opts->str("--fanout"), log_path = opts->str("--log");
+  const std::uint32_t id = opts->u32("--id", 0);
+  const shm::FanoutParams params{opts->u32("--priorities", 4), opts->u64("--capacity", 1024),
+                                 sizeof(shm::test::FanoutItem)};
+  const std::uint64_t hold_us = opts->u64("--hold-us", 0);
+  if (base.empty() || log_path.empty())
+    return soak::usage_error(kProgram, "need --fanout and --log");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(log_path, kProgram, id);
+  if (!process_log.ok()) return 2;
+  const int log = process_log.fd();
+  auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
   auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Drainer);
   if (!attached) return violation(attached.error().what());

@@ -7,8 +7,8 @@
 //
 //   test_soak_fanout_producer --fanout BASE --id N --journal PATH --log PATH
 //                             [--priorities K] [--capacity CELLS] [--rate R]
-#include "soak_common.hpp"
 #include "soak_fanout.hpp"
+#include "soak_process.hpp"
 
 #include <fmt/format.h>
 
@@ -17,61 +17,29 @@
 #include <cstdlib>
 #include <thread>
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
-
-int usage(const char* why) {
-  std::fprintf(stderr, "test_soak_fanout_producer: %s\n", why);
-  return 2;
-}
-
-}  // namespace
+using soak::g_stop;
 
 int main(int argc, char** argv) {
-  std::string base, journal_path, log_path;
-  std::uint32_t id = 0;
-  shm::FanoutParams params{4, 1024, sizeof(shm::test::FanoutItem)};
-  std::uint64_t rate = 5000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--fanout")
-      base = v;
-    else if (k == "--id")
-      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--journal")
-      journal_path = v;
-    else if (k == "--log")
-      log_path = v;
-    else if (k == "--priorities")
-      params.priorities = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--capacity")
-      params.ring_capacity = std::strtoull(v, nullptr, 10);
-    else if (k == "--rate")
-      rate = std::strtoull(v, nullptr, 10);
-    else
-      return usage("unknown option");
-  }
+  constexpr std::string_view kProgram = "test_soak_fanout_producer";
+  const auto opts = soak::Options::parse(
+      argc, argv, kProgram,
+      {"--fanout", "--id", "--journal", "--log", "--priorities", "--capacity", "--rate"});
+  if (!opts) return 2;
+  const std::string base = opts->str("--fanout"), journal_path = opts->str("--journal"),
+                    log_path = opts->str("--log");
+  const std::uint32_t id = opts->u32("--id", 0);
+  const shm::FanoutParams params{opts->u32("--priorities", 4), opts->u64("--capacity", 1024),
+                                 sizeof(shm::test::FanoutItem)};
+  const std::uint64_t rate = opts->u64("--rate", 5000);
   if (base.empty() || journal_path.empty() || log_path.empty() || rate == 0)
-    return usage("need --fanout, --journal, --log; --rate > 0");
-
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    return soak::usage_error(kProgram, "need --fanout, --journal, --log; --rate > 0");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(log_path, kProgram, id);
   const int journal = ::open(journal_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (log < 0 || journal < 0) return usage("cannot open the log or the journal");
-  auto violation = [&](const std::string& what) {
-    soak::append(log, fmt::format("\nV {}\n", what));
-    std::fprintf(stderr, "test_soak_fanout_producer %u: %s\n", id, what.c_str());
-    return 1;
-  };
+  if (!process_log.ok() || journal < 0)
+    return soak::usage_error(kProgram, "cannot open the log or the journal");
+  const int log = process_log.fd();
+  auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
   auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Submitter);
   if (!attached) return violation(attached.error().what());

@@ -11,8 +11,8 @@
 // log "X <samples> <verified> <violations>", exit 0.
 //
 //   test_soak_ledger_checker --ledger NAME --log PATH [--interval-us US]
-#include "soak_common.hpp"
 #include "soak_ledger.hpp"
+#include "soak_process.hpp"
 
 #include <fmt/format.h>
 
@@ -21,42 +21,21 @@
 #include <cstdlib>
 #include <thread>
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
-
-}  // namespace
+using soak::g_stop;
 
 int main(int argc, char** argv) {
-  std::string name, log_path;
-  std::uint64_t interval_us = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--ledger")
-      name = v;
-    else if (k == "--log")
-      log_path = v;
-    else if (k == "--interval-us")
-      interval_us = std::strtoull(v, nullptr, 10);
-    else {
-      std::fprintf(stderr, "test_soak_ledger_checker: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (name.empty() || log_path.empty()) {
-    std::fprintf(stderr, "test_soak_ledger_checker: need --ledger and --log\n");
-    return 2;
-  }
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) return 2;
+  constexpr std::string_view kProgram = "test_soak_ledger_checker";
+  const auto opts =
+      soak::Options::parse(argc, argv, kProgram, {"--ledger", "--log", "--interval-us"});
+  if (!opts) return 2;
+  const std::string name = opts->str("--ledger"), log_path = opts->str("--log");
+  const std::uint64_t interval_us = opts->u64("--interval-us", 2000);
+  if (name.empty() || log_path.empty())
+    return soak::usage_error(kProgram, "need --ledger and --log");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(log_path, kProgram, 0);
+  if (!process_log.ok()) return 2;
+  const int log = process_log.fd();
 
   // Wait for a worker to create the ledger.
   shm::ledger::ParamBlock block{};

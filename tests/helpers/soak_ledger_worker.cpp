@@ -7,8 +7,8 @@
 // its pools are back at zero, close them, log "X ...", exit 0.
 //
 //   test_soak_ledger_worker --ledger NAME --id N --log PATH [--rate R]
-#include "soak_common.hpp"
 #include "soak_ledger.hpp"
+#include "soak_process.hpp"
 
 #include <fmt/format.h>
 
@@ -21,11 +21,6 @@
 #include <vector>
 
 namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
 
 constexpr std::size_t kMaxLive = 48;
 constexpr std::uint64_t kCheckEvery = 32;
@@ -46,42 +41,23 @@ struct AccountModel {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string name, log_path;
-  std::uint32_t id = 0;
-  std::uint64_t rate = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--ledger")
-      name = v;
-    else if (k == "--id")
-      id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--log")
-      log_path = v;
-    else if (k == "--rate")
-      rate = std::strtoull(v, nullptr, 10);
-    else {
-      std::fprintf(stderr, "test_soak_ledger_worker: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (name.empty() || log_path.empty() || rate == 0) {
-    std::fprintf(stderr, "test_soak_ledger_worker: need --ledger and --log; --rate > 0\n");
-    return 2;
-  }
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
+using soak::g_stop;
 
-  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) return 2;
-  auto violation = [&](const std::string& what) {
-    soak::append(log, fmt::format("\nV {}\n", what));
-    std::fprintf(stderr, "test_soak_ledger_worker %u: %s\n", id, what.c_str());
-    return 1;
-  };
+int main(int argc, char** argv) {
+  constexpr std::string_view kProgram = "test_soak_ledger_worker";
+  const auto opts =
+      soak::Options::parse(argc, argv, kProgram, {"--ledger", "--id", "--log", "--rate"});
+  if (!opts) return 2;
+  const std::string name = opts->str("--ledger"), log_path = opts->str("--log");
+  const std::uint32_t id = opts->u32("--id", 0);
+  const std::uint64_t rate = opts->u64("--rate", 2000);
+  if (name.empty() || log_path.empty() || rate == 0)
+    return soak::usage_error(kProgram, "need --ledger and --log; --rate > 0");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(log_path, kProgram, id);
+  if (!process_log.ok()) return 2;
+  const int log = process_log.fd();
+  auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
   auto attached = soak::attach_ledger(name);
   if (!attached) return violation(attached.error().what());

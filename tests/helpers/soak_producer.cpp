@@ -7,7 +7,7 @@
 //                      [--rate R] [--batch-max K] [--capacity BYTES] [--hold-us US]
 // --hold-us pauses between the journal write and the commit, widening the
 // window in which a kill leaves a journalled but unpublished batch.
-#include "soak_common.hpp"
+#include "soak_process.hpp"
 
 #include "shm/ring_producer.hpp"
 
@@ -19,69 +19,35 @@
 #include <random>
 #include <thread>
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_term(int) {
-  g_stop = 1;
-}
-
-struct Args {
-  std::string ring, journal, log;
-  std::uint32_t id = 0;
-  std::uint64_t rate = 20000;
-  std::uint64_t batch_max = 16;
-  std::uint64_t capacity = 1u << 16;
-  std::uint64_t hold_us = 0;
-};
-
-int usage(const char* why) {
-  std::fprintf(stderr, "test_soak_producer: %s\n", why);
-  return 2;
-}
-
-}  // namespace
+using soak::g_stop;
 
 int main(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k(argv[i]);
-    const char* v = argv[i + 1];
-    if (k == "--ring")
-      a.ring = v;
-    else if (k == "--id")
-      a.id = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
-    else if (k == "--journal")
-      a.journal = v;
-    else if (k == "--log")
-      a.log = v;
-    else if (k == "--rate")
-      a.rate = std::strtoull(v, nullptr, 10);
-    else if (k == "--batch-max")
-      a.batch_max = std::strtoull(v, nullptr, 10);
-    else if (k == "--capacity")
-      a.capacity = std::strtoull(v, nullptr, 10);
-    else if (k == "--hold-us")
-      a.hold_us = std::strtoull(v, nullptr, 10);
-    else
-      return usage("unknown option");
-  }
+  constexpr std::string_view kProgram = "test_soak_producer";
+  const auto opts = soak::Options::parse(
+      argc, argv, kProgram,
+      {"--ring", "--id", "--journal", "--log", "--rate", "--batch-max", "--capacity", "--hold-us"});
+  if (!opts) return 2;
+  struct {
+    std::string ring, journal, log;
+    std::uint32_t id;
+    std::uint64_t rate, batch_max, capacity, hold_us;
+  } const a{opts->str("--ring"),
+            opts->str("--journal"),
+            opts->str("--log"),
+            opts->u32("--id", 0),
+            opts->u64("--rate", 20000),
+            opts->u64("--batch-max", 16),
+            opts->u64("--capacity", 1u << 16),
+            opts->u64("--hold-us", 0)};
   if (a.ring.empty() || a.journal.empty() || a.log.empty() || a.rate == 0 || a.batch_max == 0)
-    return usage("need --ring, --journal, --log; --rate and --batch-max > 0");
-
-  struct sigaction sa {};
-  sa.sa_handler = on_term;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-
-  const int log = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    return soak::usage_error(kProgram, "need --ring, --journal, --log; --rate and --batch-max > 0");
+  soak::stop_on_term_signals();
+  const soak::ProcessLog process_log(a.log, kProgram, a.id);
   const int journal = ::open(a.journal.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (log < 0 || journal < 0) return usage("cannot open the log or the journal");
-  auto violation = [&](const std::string& what) {
-    soak::append(log, fmt::format("\nV {}\n", what));
-    std::fprintf(stderr, "test_soak_producer %u: %s\n", a.id, what.c_str());
-    return 1;
-  };
+  if (!process_log.ok() || journal < 0)
+    return soak::usage_error(kProgram, "cannot open the log or the journal");
+  const int log = process_log.fd();
+  auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
   // Attach: open the ring (taking over a dead producer's slot) or create it.
   shm::RingProducer p;
