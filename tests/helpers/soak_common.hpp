@@ -35,10 +35,12 @@
 #pragma once
 
 #include "shm/platform/crc32c.hpp"
+#include "shm/segment.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -47,6 +49,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace soak {
 
@@ -173,6 +176,30 @@ inline bool write_journal(int fd, JournalEntry e) {
   e.crc = journal_crc(e);
   return ::pwrite(fd, &e, sizeof e, static_cast<off_t>((e.counter % 2) * kJournalSlot)) ==
          static_cast<ssize_t>(sizeof e);
+}
+
+// Opens a segment object with open(), creating it (ephemeral) with create(co)
+// when it does not exist yet; retries (10 ms apart, about 10 s) while another
+// process is creating it or attachment slots of dead processes wait for reclaim.
+template <class Open, class Create>
+auto open_or_create(Open open, Create create) -> decltype(open()) {
+  for (int attempt = 0;; ++attempt) {
+    auto opened = open();
+    if (opened) return opened;
+    shm::Errc code = opened.error().code;
+    if (code == shm::Errc::NotFound) {
+      shm::CreateOptions co;
+      co.ephemeral = true;
+      auto created = create(co);
+      if (created) return created;
+      code = created.error().code;
+      if (code != shm::Errc::AlreadyExists) return created;
+    } else if (code != shm::Errc::NoFreeSlot && code != shm::Errc::NotReady) {
+      return opened;
+    }
+    if (attempt > 1000) return opened;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace soak

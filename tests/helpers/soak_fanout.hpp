@@ -31,12 +31,11 @@
 #pragma once
 
 #include "fanout_items.hpp"
+#include "soak_common.hpp"
 
 #include "shm/priority_fanout.hpp"
 
-#include <chrono>
 #include <string>
-#include <thread>
 
 namespace soak {
 
@@ -47,23 +46,10 @@ namespace soak {
 inline shm::Result<shm::PriorityFanout> attach_fanout(const std::string& base,
                                                       const shm::FanoutParams& params,
                                                       shm::FanoutRole role) {
-  for (int attempt = 0;; ++attempt) {
-    auto opened = shm::PriorityFanout::open(base, params, {}, role);
-    if (opened) return opened;
-    shm::Errc code = opened.error().code;
-    if (code == shm::Errc::NotFound) {
-      shm::CreateOptions co;
-      co.ephemeral = true;
-      auto created = shm::PriorityFanout::create(base, params, co, role);
-      if (created) return created;
-      code = created.error().code;
-      if (code != shm::Errc::AlreadyExists) return created;
-    } else if (code != shm::Errc::NoFreeSlot && code != shm::Errc::NotReady) {
-      return opened;
-    }
-    if (attempt > 1000) return opened;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  return open_or_create([&] { return shm::PriorityFanout::open(base, params, {}, role); },
+                        [&](const shm::CreateOptions& co) {
+                          return shm::PriorityFanout::create(base, params, co, role);
+                        });
 }
 
 }  // namespace soak

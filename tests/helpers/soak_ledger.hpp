@@ -33,10 +33,9 @@
 #pragma once
 
 #include "shm/ledger.hpp"
+#include "soak_common.hpp"
 
-#include <chrono>
 #include <string>
-#include <thread>
 
 namespace soak {
 
@@ -60,23 +59,9 @@ inline shm::LedgerConfig ledger_config() {
 // Opens the ledger, creating it (ephemeral) when it does not exist yet;
 // retries while attachment slots of dead workers wait for reclaim.
 inline shm::Result<shm::Ledger> attach_ledger(const std::string& name) {
-  for (int attempt = 0;; ++attempt) {
-    auto opened = shm::Ledger::open(name);
-    if (opened) return opened;
-    shm::Errc code = opened.error().code;
-    if (code == shm::Errc::NotFound) {
-      shm::CreateOptions co;
-      co.ephemeral = true;
-      auto created = shm::Ledger::create(name, ledger_config(), co);
-      if (created) return created;
-      code = created.error().code;
-      if (code != shm::Errc::AlreadyExists) return created;
-    } else if (code != shm::Errc::NoFreeSlot && code != shm::Errc::NotReady) {
-      return opened;
-    }
-    if (attempt > 1000) return opened;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  return open_or_create(
+      [&] { return shm::Ledger::open(name); },
+      [&](const shm::CreateOptions& co) { return shm::Ledger::create(name, ledger_config(), co); });
 }
 
 }  // namespace soak
