@@ -7,6 +7,7 @@
 
 #include <array>
 #include <charconv>
+#include <stdexcept>
 
 namespace shm {
 namespace {
@@ -135,15 +136,18 @@ std::vector<std::string> verify(const Segment& seg) {
 }
 
 std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
+  // Failures throw: reclaim_dead_attacher() then leaves the slot Attached (and
+  // dead) for the next attempt instead of freeing it with its tickets held.
   if (!seg.writable())
-    return {fmt::format("{}: reclaim needs a writable mapping; nothing released", seg.path())};
+    throw std::runtime_error(
+        fmt::format("{}: reclaim needs a writable mapping; nothing released", seg.path()));
   auto view = make_view(seg);
-  if (!view) return {fmt::format("reclaim failed: {}", view.error().message)};
+  if (!view) throw std::runtime_error(fmt::format("reclaim failed: {}", view.error().message));
   const Owner owner{static_cast<std::uint32_t>(dead.index), dead.generation};
   auto r = release_owned(*view, seg.path(), owner, Match::Exact, true, true);
   if (!r)
-    return {fmt::format("slot {} (pid {}) generation {}: reclaim failed: {}", dead.index, dead.pid,
-                        dead.generation, r.error().what())};
+    throw std::runtime_error(fmt::format("slot {} (pid {}) generation {}: reclaim failed: {}",
+                                         dead.index, dead.pid, dead.generation, r.error().what()));
   return {
       fmt::format("slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools",
                   dead.index, dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed)};

@@ -7,6 +7,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 namespace shm {
@@ -196,10 +197,11 @@ std::vector<std::string> verify(const Segment& seg) {
 std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = mpmc::view(seg, &why);
-  if (!v) return {fmt::format("slot {}: ring not repaired: {}", dead.index, why)};
-  // Liveness is probed again inside: a slot taken over meanwhile is left to
-  // its new holder (which repairs it when it attaches).
-  mpmc::RepairReport report = mpmc::repair_slots(seg, *v, dead.index);
+  if (!v) throw std::runtime_error(fmt::format("slot {}: ring not repaired: {}", dead.index, why));
+  // `dead` is assumed dead, not probed: the caller (reclaim_dead_attacher)
+  // holds its kernel lock, which a probe through another file description
+  // would report as a live holder. Other handles named on a cell are probed.
+  mpmc::RepairReport report = mpmc::repair_slots(seg, *v, dead.index, dead.index);
   if (report.actions.empty())
     report.actions.push_back(
         fmt::format("slot {} (pid {}) held no cell of the ring", dead.index, dead.pid));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <thread>
 
 namespace shm {
@@ -210,13 +211,15 @@ std::vector<std::string> verify(const Segment& seg) {
 std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = view(seg, why);
-  if (!v) return {fmt::format("slot {}: nothing reclaimed: {}", dead.index, why)};
+  if (!v) throw std::runtime_error(fmt::format("slot {}: nothing reclaimed: {}", dead.index, why));
   // The rings are segments of their own: the sidecar reclaims their slots
   // through the mpmc_ring descriptor. Here only the drainer's waiter bit.
   auto* ctl = reinterpret_cast<fanout::Control*>(seg.data().data());
   const std::uint32_t bit = 1u << dead.index;
-  if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0 &&
-      seg.liveness(dead.index) != Liveness::Alive) {
+  // No liveness probe here: the caller (reclaim_dead_attacher) holds the dead
+  // slot's kernel lock, and a probe through another file description would see
+  // that lock and report the slot alive.
+  if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
     ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
     return {fmt::format("slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit",
                         dead.index, dead.pid)};

@@ -10,8 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <array>
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +173,41 @@ TEST_F(PriorityFanoutProcessTest, ProducerKilledMidSubmitLeavesADeliveredPrefixA
   for (std::uint64_t i = per_producer; i < kProducers * per_producer; ++i)
     ASSERT_EQ(seen_->slot(i).load(), 1) << i;
   expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhileParked) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  auto f = PriorityFanout::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a drainer that parks on the empty fanout
+    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    std::array<std::byte, 48> out{};
+    if (d) (void)d->drain_highest(out, 60s);
+    ::_exit(d ? 0 : 1);
+  }
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the drainer never parked";
+  std::optional<SlotInfo> dead;
+  for (const SlotInfo& s : f->bitmap_segment().slots())
+    if (s.pid == child) dead = s;
+  ASSERT_TRUE(dead);
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  ASSERT_EQ(ctl->hot.waiters.load(), 1u << dead->index) << "a dead drainer's bit stays set";
+
+  auto seg = Segment::open_any("jobs.bitmap", OpenOptions{});  // writable, as the sidecar
+  ASSERT_TRUE(seg) << seg.error().what();
+  auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
+  ASSERT_TRUE(done) << done.error().what();
+  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->actions.size(), 1u);
+  EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
+  EXPECT_EQ(ctl->hot.waiters.load(), 0u) << "submitters would keep waking a drainer that is gone";
 }
 
 }  // namespace

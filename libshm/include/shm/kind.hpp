@@ -24,7 +24,10 @@ struct KindDescriptor {
   // Invariant violations, one line each; empty = healthy.
   std::vector<std::string> (*verify)(const Segment& segment);
   // Releases what a dead attacher held (the slot itself is freed by the caller).
-  // Returns a line per action taken. Needs a writable mapping.
+  // Returns a line per action taken. Needs a writable mapping. The caller holds
+  // the dead slot's kernel lock, so `dead` must be treated as dead, never probed
+  // (a liveness probe would see that lock as a live holder). Throws when it
+  // could not release everything: the caller then keeps the slot for a retry.
   std::vector<std::string> (*reclaim)(Segment& segment, const SlotInfo& dead);
   // Optional: live-tunable parameters (`shmctl set`); nullptr when none.
   Result<void> (*set)(Segment& segment, std::string_view key, std::string_view value) = nullptr;
