@@ -22,6 +22,7 @@
 // within a round, then its median and p10/p90 over rounds are reported
 // (target: <= 1.10). Output: Markdown on stdout, progress on stderr.
 #include "harness/harness.hpp"
+#include "harness/stream.hpp"
 #include "shm/channel_consumer.hpp"
 #include "shm/channel_producer.hpp"
 #include "shm/ring_consumer.hpp"
@@ -45,7 +46,6 @@ namespace {
 using namespace shm::bench;
 using namespace std::chrono_literals;
 
-constexpr std::uint64_t kStop = ~std::uint64_t{0};
 constexpr auto kBlockingTimeout = std::chrono::seconds(5);
 
 constexpr std::string_view kUsage =
@@ -127,36 +127,7 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-// ---------------------------------------------------------------- messages
-
-// Messages are at least 16 bytes (checked in parse_options).
-void stamp(std::span<std::byte> m, std::uint64_t seq, bool full) noexcept {
-  if (m.size() < 16) return;
-  std::memcpy(m.data(), &seq, 8);
-  std::memcpy(m.data() + m.size() - 8, &seq, 8);
-  if (full)
-    for (std::size_t i = 8; i + 8 < m.size(); ++i) m[i] = static_cast<std::byte>(seq * 131 + i);
-}
-
-std::uint64_t sequence_of(std::span<const std::byte> m) noexcept {
-  std::uint64_t seq = 0;
-  std::memcpy(&seq, m.data(), 8);
-  return seq;
-}
-
-void check(std::span<const std::byte> m, std::uint64_t expected, bool full) {
-  if (m.size() < 16) throw BenchError(fmt::format("message of {} bytes", m.size()));
-  std::uint64_t first = 0, last = 0;
-  std::memcpy(&first, m.data(), 8);
-  std::memcpy(&last, m.data() + m.size() - 8, 8);
-  bool ok = first == expected && last == expected;
-  if (ok && full)
-    for (std::size_t i = 8; i + 8 < m.size() && ok; ++i)
-      ok = m[i] == static_cast<std::byte>(expected * 131 + i);
-  if (!ok)
-    throw BenchError(fmt::format("message {} of {} bytes arrived corrupt or out of order (got {})",
-                                 expected, m.size(), first));
-}
+// ---------------------------------------------------------------- helpers
 
 template <class T>
 T value_or_throw(shm::Result<T> r, std::string_view what) {
@@ -363,11 +334,7 @@ class ChannelTransport {
 
 // ---------------------------------------------------------------- runs
 
-struct Control {
-  StartGate gate;
-  std::atomic<std::uint64_t> counted{0};
-  std::atomic<std::uint64_t> elapsed_ns{0};
-};
+using Control = StreamControl;
 
 // One way: this process sends for warm-up + duration; the peer receives and
 // times the measured window from its side.
@@ -380,53 +347,18 @@ Measurement throughput_run(const Options& o, SharedBlock<Control>& control, std:
   Peer peer = Peer::fork_pinned(o.cpus.peer, [&]() -> int {
     auto rx = t.receiver();
     std::vector<std::byte> buf(size);
-    prefault(buf, true);
-    if (!ctl.gate.arrive_and_wait(2, o.run_limit())) throw BenchError("start gate timed out");
-    const std::uint64_t start = now_ns();
-    std::uint64_t expected = 0, t0 = start, count0 = 0;
-    bool measuring = o.warmup_ns == 0;
-    for (;;) {
-      rx.recv(buf);
-      if (sequence_of(buf) == kStop) break;
-      check(buf, expected, o.smoke);
-      ++expected;
-      if (!measuring && (expected & 255) == 0) {
-        const std::uint64_t now = now_ns();
-        if (now - start >= o.warmup_ns) {
-          measuring = true;
-          t0 = now;
-          count0 = expected;
-        }
-      }
-    }
-    const std::uint64_t t1 = now_ns();
-    ctl.counted.store(expected - count0, std::memory_order_relaxed);
-    ctl.elapsed_ns.store(t1 - t0, std::memory_order_relaxed);
+    receive_stream(o, ctl, buf, [&](std::span<std::byte> b) { rx.recv(b); });
     return 0;
   });
   {
     auto tx = t.sender();
     std::vector<std::byte> buf(size);
-    prefault(buf, true);
-    stamp(buf, 0, true);
-    if (!ctl.gate.arrive_and_wait(2, o.run_limit())) throw BenchError("start gate timed out");
-    const std::uint64_t end = now_ns() + o.warmup_ns + o.duration_ns;
-    std::uint64_t seq = 0;
-    do {
-      for (int k = 0; k < 64; ++k) {
-        stamp(buf, seq++, o.smoke);
-        tx.send(buf);
-      }
-    } while (now_ns() < end || seq < o.min_count);
-    stamp(buf, kStop, false);
-    tx.send(buf);
+    send_stream(o, ctl, buf, [&](std::span<const std::byte> b) { tx.send(b); });
     tx.finish();
     const int rc = peer.wait(o.run_limit());
     if (rc != 0) throw BenchError(fmt::format("consumer peer failed with status {}", rc));
   }
-  const auto counted = static_cast<double>(ctl.counted.load(std::memory_order_relaxed));
-  const auto seconds = static_cast<double>(ctl.elapsed_ns.load(std::memory_order_relaxed)) / 1e9;
-  const double rate = seconds > 0 ? counted / seconds : 0.0;
+  const double rate = stream_rate(ctl);
   return Measurement()
       .set("msg_s", rate)
       .set("ns_msg", rate > 0 ? 1e9 / rate : 0.0)

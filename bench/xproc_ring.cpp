@@ -21,6 +21,7 @@
 // and p10/p90 over rounds are reported. Output: Markdown on stdout, progress
 // on stderr.
 #include "harness/harness.hpp"
+#include "harness/stream.hpp"
 #include "shm/ring_consumer.hpp"
 #include "shm/ring_producer.hpp"
 
@@ -47,7 +48,6 @@ namespace bip = boost::interprocess;
 using namespace shm::bench;
 using namespace std::chrono_literals;
 
-constexpr std::uint64_t kStop = ~std::uint64_t{0};
 constexpr auto kBlockingTimeout = std::chrono::seconds(5);
 
 // ---------------------------------------------------------------- options
@@ -153,45 +153,6 @@ Options parse_options(int argc, char** argv) {
   if (o.rtt_size < 8 || o.rtt_size > max_payload)
     throw BenchError(fmt::format("--rtt-size {} outside [8, {}]", o.rtt_size, max_payload));
   return o;
-}
-
-// ---------------------------------------------------------------- messages
-
-// Sequence number in the first and the last 8 bytes; with `full`, every byte
-// in between is a function of it too.
-void stamp(std::span<std::byte> m, std::uint64_t seq, bool full) noexcept {
-  std::memcpy(m.data(), &seq, 8);
-  if (m.size() >= 16) std::memcpy(m.data() + m.size() - 8, &seq, 8);
-  if (full) {
-    const std::size_t end = m.size() >= 16 ? m.size() - 8 : m.size();
-    for (std::size_t i = 8; i < end; ++i) m[i] = static_cast<std::byte>(seq * 131 + i);
-  }
-}
-
-std::uint64_t sequence_of(std::span<const std::byte> m) noexcept {
-  std::uint64_t seq = 0;
-  std::memcpy(&seq, m.data(), 8);
-  return seq;
-}
-
-void check(std::span<const std::byte> m, std::uint64_t expected, bool full) {
-  const std::uint64_t seq = sequence_of(m);
-  bool ok = seq == expected;
-  if (ok && m.size() >= 16) {
-    std::uint64_t last = 0;
-    std::memcpy(&last, m.data() + m.size() - 8, 8);
-    ok = last == expected;
-  }
-  if (ok && full) {
-    const std::size_t end = m.size() >= 16 ? m.size() - 8 : m.size();
-    for (std::size_t i = 8; i < end && ok; ++i)
-      ok = m[i] == static_cast<std::byte>(expected * 131 + i);
-  }
-  if (!ok)
-    throw BenchError(
-        fmt::format("message {} of {} bytes arrived corrupt or out of order (got "
-                    "sequence {})",
-                    expected, m.size(), seq));
 }
 
 // ---------------------------------------------------------------- transports
@@ -451,11 +412,7 @@ auto& end_ref(E& e) {
 // ---------------------------------------------------------------- runs
 
 // Lives in an anonymous shared mapping, fresh for every run.
-struct Control {
-  StartGate gate;
-  std::atomic<std::uint64_t> counted{0};     // messages in the measured window
-  std::atomic<std::uint64_t> elapsed_ns{0};  // length of the measured window
-};
+using Control = StreamControl;
 
 struct Env {
   const Options& o;
@@ -485,53 +442,18 @@ Measurement throughput_run(const Env& env, std::size_t size, const Channel& ch) 
     auto rx = ch.receiver();
     auto& r = end_ref(rx);
     std::vector<std::byte> buf(size);
-    prefault(buf, true);
-    if (!ctl.gate.arrive_and_wait(2, o.run_limit())) throw BenchError("start gate timed out");
-    const std::uint64_t start = now_ns();
-    std::uint64_t expected = 0, t0 = start, count0 = 0;
-    bool measuring = o.warmup_ns == 0;
-    for (;;) {
-      r.recv(buf);
-      if (sequence_of(buf) == kStop) break;
-      check(buf, expected, o.smoke);
-      ++expected;
-      if (!measuring && (expected & 255) == 0) {
-        const std::uint64_t now = now_ns();
-        if (now - start >= o.warmup_ns) {
-          measuring = true;
-          t0 = now;
-          count0 = expected;
-        }
-      }
-    }
-    const std::uint64_t t1 = now_ns();
-    ctl.counted.store(expected - count0, std::memory_order_relaxed);
-    ctl.elapsed_ns.store(t1 - t0, std::memory_order_relaxed);
+    receive_stream(o, ctl, buf, [&](std::span<std::byte> b) { r.recv(b); });
     return 0;
   });
   {
     auto tx = ch.sender();
     auto& s = end_ref(tx);
     std::vector<std::byte> buf(size);
-    prefault(buf, true);
-    stamp(buf, 0, true);
-    if (!ctl.gate.arrive_and_wait(2, o.run_limit())) throw BenchError("start gate timed out");
-    const std::uint64_t end = now_ns() + o.warmup_ns + o.duration_ns;
-    std::uint64_t seq = 0;
-    do {
-      for (int k = 0; k < 64; ++k) {
-        stamp(buf, seq++, o.smoke);
-        s.send(buf);
-      }
-    } while (now_ns() < end || seq < o.min_count);
-    stamp(buf, kStop, false);
-    s.send(buf);
+    send_stream(o, ctl, buf, [&](std::span<const std::byte> b) { s.send(b); });
     s.flush();
     finish_peer(peer, o);
   }
-  const auto counted = static_cast<double>(ctl.counted.load(std::memory_order_relaxed));
-  const auto seconds = static_cast<double>(ctl.elapsed_ns.load(std::memory_order_relaxed)) / 1e9;
-  const double rate = seconds > 0 ? counted / seconds : 0.0;
+  const double rate = stream_rate(ctl);
   return Measurement().set("msg_s", rate).set("bytes_s", rate * static_cast<double>(size));
 }
 

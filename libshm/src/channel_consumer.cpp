@@ -23,9 +23,7 @@ std::string_view to_string(ReceiveStatus s) noexcept {
   return "unknown";
 }
 
-Result<ChannelConsumer> ChannelConsumer::open(std::string_view name, const ChannelParams& expected,
-                                              const OpenOptions& options) {
-  auto seg = open_channel(name, expected, options);
+Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
   if (!seg) return std::unexpected(seg.error());
   ChannelConsumer c;
   if (auto ok = bind(c, std::move(*seg), channel::kConsumerRole); !ok)
@@ -34,15 +32,14 @@ Result<ChannelConsumer> ChannelConsumer::open(std::string_view name, const Chann
   return c;
 }
 
+Result<ChannelConsumer> ChannelConsumer::open(std::string_view name, const ChannelParams& expected,
+                                              const OpenOptions& options) {
+  return attach(open_channel(name, expected, options));
+}
+
 Result<ChannelConsumer> ChannelConsumer::create(std::string_view name, const ChannelParams& params,
                                                 const CreateOptions& options) {
-  auto seg = create_channel(name, params, options);
-  if (!seg) return std::unexpected(seg.error());
-  ChannelConsumer c;
-  if (auto ok = bind(c, std::move(*seg), channel::kConsumerRole); !ok)
-    return std::unexpected(ok.error());
-  if (auto ok = c.resume(); !ok) return std::unexpected(ok.error());
-  return c;
+  return attach(create_channel(name, params, options));
 }
 
 void ChannelConsumer::bind_epoch(std::uint64_t epoch) noexcept {

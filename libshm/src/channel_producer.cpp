@@ -19,9 +19,7 @@ std::string_view to_string(Admission a) noexcept {
   return "unknown";
 }
 
-Result<ChannelProducer> ChannelProducer::create(std::string_view name, const ChannelParams& params,
-                                                const CreateOptions& options) {
-  auto seg = create_channel(name, params, options);
+Result<ChannelProducer> ChannelProducer::attach(Result<Segment> seg) {
   if (!seg) return std::unexpected(seg.error());
   ChannelProducer p;
   if (auto ok = bind(p, std::move(*seg), channel::kProducerRole); !ok)
@@ -30,15 +28,14 @@ Result<ChannelProducer> ChannelProducer::create(std::string_view name, const Cha
   return p;
 }
 
+Result<ChannelProducer> ChannelProducer::create(std::string_view name, const ChannelParams& params,
+                                                const CreateOptions& options) {
+  return attach(create_channel(name, params, options));
+}
+
 Result<ChannelProducer> ChannelProducer::open(std::string_view name, const ChannelParams& expected,
                                               const OpenOptions& options) {
-  auto seg = open_channel(name, expected, options);
-  if (!seg) return std::unexpected(seg.error());
-  ChannelProducer p;
-  if (auto ok = bind(p, std::move(*seg), channel::kProducerRole); !ok)
-    return std::unexpected(ok.error());
-  if (auto ok = p.resume(); !ok) return std::unexpected(ok.error());
-  return p;
+  return attach(open_channel(name, expected, options));
 }
 
 // Picks up the channel as created. A channel carries one producer lifetime:

@@ -188,6 +188,8 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] std::unexpected<Error> lease_misuse() const;
   [[nodiscard]] std::string too_small_message(std::size_t length, std::size_t room) const;
   [[nodiscard]] bool probe_due() noexcept;
+  // Binds the consumer role on a segment just created or opened, then resume().
+  [[nodiscard]] static Result<ChannelConsumer> attach(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
   void bind_epoch(std::uint64_t epoch) noexcept;
   void give_back() noexcept;

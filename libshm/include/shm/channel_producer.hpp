@@ -104,6 +104,8 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] Result<bool> refresh_head();
   [[nodiscard]] std::unexpected<Error> not_open();
   [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
+  // Binds the producer role on a segment just created or opened, then resume().
+  [[nodiscard]] static Result<ChannelProducer> attach(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
 
   page::PageWriter page_;   // the active page
