@@ -152,7 +152,36 @@ std::unexpected<Error> ChannelConsumer::lease_misuse() const {
                           segment_.path(), head_));
 }
 
-Result<bool> ChannelConsumer::refresh_tail() {
+Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
+  constexpr std::chrono::nanoseconds kMaxDelay = std::chrono::seconds(1);
+  if (c.descriptors < 1 || c.descriptors > view_.params.ring_capacity)
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: coalescing of {} descriptors is outside [1, {}] (the ring's "
+                            "capacity)",
+                            segment_.path(), c.descriptors, view_.params.ring_capacity));
+  if (c.max_delay < std::chrono::nanoseconds::zero() || c.max_delay > kMaxDelay)
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: coalescing delay of {} ns is outside [0, {}]", segment_.path(),
+                            c.max_delay.count(), kMaxDelay.count()));
+  coalescing_ = c;
+  max_delay_ns_ = static_cast<std::uint64_t>(c.max_delay.count());
+  held_since_ns_ = 0;
+  return {};
+}
+
+bool ChannelConsumer::holds(std::uint64_t tail) noexcept {
+  const std::uint64_t waiting = tail - head_;
+  if (waiting == 0 || waiting >= coalescing_.descriptors) return false;
+  // relaxed: a hint; a finished or faulted stream is delivered at once, and
+  // on_empty() reads the word again with acquire before acting on it.
+  if (control().terminal.word.load(std::memory_order_relaxed) != channel::kTerminalOpen)
+    return false;
+  const std::uint64_t now = monotonic_ns();
+  if (held_since_ns_ == 0) held_since_ns_ = now;
+  return now - held_since_ns_ < max_delay_ns_;
+}
+
+Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
   // [R'] acquire: pairs with the producer's [R]; descriptors before tail (and
   // the cells, payloads and bindings they reference) are complete.
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
@@ -161,6 +190,8 @@ Result<bool> ChannelConsumer::refresh_tail() {
                                fmt::format("producer tail {} is impossible (head {}, last tail {}, "
                                            "ring of {})",
                                            tail, head_, cached_tail_, view_.params.ring_capacity)));
+  if (batch == Batch::MayHold && coalescing_.descriptors > 1 && holds(tail)) return false;
+  held_since_ns_ = 0;
   cached_tail_ = tail;
   return tail != head_;
 }
@@ -335,19 +366,19 @@ Result<ChannelConsumer::Wait> ChannelConsumer::on_empty(bool probe_producer) {
   }
 }
 
-Result<ChannelConsumer::Wait> ChannelConsumer::ready(bool probe_producer) {
+Result<ChannelConsumer::Wait> ChannelConsumer::ready(bool probe_producer, Batch batch) {
   if (ended_) return Wait::End;
   if (head_ != cached_tail_) return Wait::Ready;
-  auto more = refresh_tail();
+  auto more = refresh_tail(batch);
   if (!more) return std::unexpected(std::move(more.error()));
   if (*more) return Wait::Ready;
   return on_empty(probe_producer);
 }
 
 Result<ChannelConsumer::Wait> ChannelConsumer::ready_slow() {
-  auto w = ready(false);
+  auto w = ready(false, Batch::MayHold);
   // Looks empty: the producer's liveness is probed at most every kProbeInterval.
-  if (w && *w == Wait::Empty && probe_due()) w = ready(true);
+  if (w && *w == Wait::Empty && probe_due()) w = ready(true, Batch::MayHold);
   return w;
 }
 
@@ -374,7 +405,7 @@ Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take t
   };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spin = 0; spin < 4096; ++spin) {
-    auto w = ready(false);
+    auto w = ready(false, Batch::MayHold);
     if (!w) return std::unexpected(std::move(w.error()));
     if (*w == Wait::Ready) return take();
     if (*w == Wait::End) return end_or_empty(*w);
@@ -395,7 +426,8 @@ Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take t
     (void)control().producer.tail.load(std::memory_order_seq_cst);
     (void)control().terminal.word.load(std::memory_order_seq_cst);
     // Looks empty: the only place a blocking receive pays the liveness probe.
-    auto w = ready(true);
+    // Flush: a coalesced batch is taken rather than slept on (nothing would wake us).
+    auto w = ready(true, Batch::Flush);
     if (!w || *w != Wait::Empty) {
       sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
       if (!w) return std::unexpected(std::move(w.error()));

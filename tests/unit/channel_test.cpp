@@ -850,6 +850,120 @@ TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
   EXPECT_EQ(r->status, ReceiveStatus::End);
 }
 
+// ---------------------------------------------------------------- receive coalescing
+
+TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  struct Case {
+    Coalescing value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {{.descriptors = 0, .max_delay = 1ms}, "coalescing of 0 descriptors is outside [1, 16]"},
+      {{.descriptors = 17, .max_delay = 1ms}, "coalescing of 17 descriptors is outside [1, 16]"},
+      {{.descriptors = 4, .max_delay = -1ns}, "coalescing delay of -1 ns is outside"},
+      {{.descriptors = 4, .max_delay = 2s}, "coalescing delay of 2000000000 ns is outside"},
+  };
+  for (const Case& k : cases) {
+    auto r = c.set_coalescing(k.value);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+    EXPECT_NE(r.error().message.find(k.needle), std::string::npos) << r.error().message;
+    EXPECT_EQ(c.coalescing().descriptors, 1u) << "a refused setting changes nothing";
+  }
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 16, .max_delay = 1s}));
+  EXPECT_EQ(c.coalescing().descriptors, 16u);
+  EXPECT_EQ(c.coalescing().max_delay, 1s);
+}
+
+TEST_F(ChannelTest, CoalescingHoldsAPartialBatchUntilItIsComplete) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 4, .max_delay = 1s}));
+  for (int i = 0; i < 3; ++i) send(p, std::to_string(i));
+  for (int poll = 0; poll < 100; ++poll) {
+    auto r = c.try_receive();
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, ReceiveStatus::Empty) << "3 of 4 waiting: held back (poll " << poll << ")";
+  }
+  auto copied = c.try_receive_into(std::span<std::byte>());
+  ASSERT_TRUE(copied);
+  EXPECT_EQ(copied->status, ReceiveStatus::Empty) << "receive_into is held back too";
+  send(p, "3");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(take(c), std::to_string(i));
+  auto r = c.try_receive();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, ReceiveStatus::Empty);
+}
+
+TEST_F(ChannelTest, CoalescingDeliversAPartialBatchOnceTheDelayHasPassed) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 20ms}));
+  send(p, "a");
+  auto held = c.try_receive();  // the first sighting starts the delay
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->status, ReceiveStatus::Empty);
+  std::this_thread::sleep_for(40ms);
+  EXPECT_EQ(take(c), "a");
+  // A new partial batch waits its own delay.
+  send(p, "b");
+  auto again = c.try_receive();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, ReceiveStatus::Empty);
+  std::this_thread::sleep_for(40ms);
+  EXPECT_EQ(take(c), "b");
+}
+
+TEST_F(ChannelTest, CoalescingNeverHoldsBackAFinishedStream) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
+  send(p, "x");
+  send(p, "y");
+  ASSERT_TRUE(p.finish());
+  EXPECT_EQ(take(c), "x");
+  EXPECT_EQ(take(c), "y");
+  auto r = c.try_receive();
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r->status, ReceiveStatus::End);
+}
+
+TEST_F(ChannelTest, CoalescingDrainsAProducerThatLeftThenReportsIt) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
+  send(p, "a");
+  p = ChannelProducer();   // detaches without finish(): the terminal word stays OPEN
+  auto r = c.receive(5s);  // must not wait out the delay, let alone the timeout
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_EQ(r->status, ReceiveStatus::Received);
+  EXPECT_EQ(str(r->lease.bytes()), "a");
+  r->lease.release();
+  auto died = c.receive(5s);
+  ASSERT_FALSE(died);
+  EXPECT_EQ(died.error().code, Errc::ProducerDied);
+}
+
+TEST_F(ChannelTest, BlockingReceiveTakesACoalescedBatchRatherThanSleepOnIt) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
+  send(p, "only");
+  // Nothing would wake a consumer parked on a batch that is already
+  // published: receive() takes it before parking, long before the 1 s delay
+  // or the 30 s timeout (the bound below only separates "took it" from
+  // "slept on it").
+  const auto start = std::chrono::steady_clock::now();
+  auto r = c.receive(30s);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_EQ(r->status, ReceiveStatus::Received);
+  EXPECT_EQ(str(r->lease.bytes()), "only");
+  EXPECT_LT(waited, 900ms);
+}
+
 TEST_F(ChannelTest, ThreadsStreamThousandsOfPayloadsAcrossManyRotations) {
   auto [p, c] =
       make({.pages = 8, .page_bytes = 2048, .descriptors_per_page = 16, .ring_capacity = 64});

@@ -19,6 +19,17 @@
 // parking and at least every kLivenessSlice while parked, in try_receive() at
 // most once per kProbeInterval.
 //
+// Receive coalescing (off by default; set_coalescing()): like a network
+// card's interrupt moderation (rx-frames / rx-usecs), a consumer may leave a
+// few waiting payloads alone until `descriptors` of them have gathered or
+// `max_delay` has passed since it first saw them. While it waits it reads no
+// descriptor, cell or payload line, so the producer fills whole cache lines
+// undisturbed; without it, a consumer that keeps up reads every line the
+// producer is about to write next, and both sides pay a cache-line transfer
+// per line per message (bench/RESULTS.md, Channel). Coalescing trades up to
+// max_delay of latency for that throughput. A finished or faulted stream, a
+// dead producer and a blocking receive about to park are never held back.
+//
 // A consumer that dies may be replaced: open() resumes at the first payload
 // whose lease was not given back (at-least-once for the lease in hand).
 #pragma once
@@ -109,6 +120,12 @@ struct Copied {
   explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
 };
 
+// See "Receive coalescing" above. descriptors == 1 (the default) turns it off.
+struct Coalescing {
+  std::uint32_t descriptors = 1;          // deliver once this many wait: [1, ring capacity]
+  std::chrono::nanoseconds max_delay{0};  // ... or once the first waited this long: [0, 1 s]
+};
+
 class ChannelConsumer : public detail::ChannelEndpoint {
  public:
   // A parked consumer re-probes the producer's liveness this often.
@@ -143,6 +160,10 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] Result<Copied> receive_into(std::span<std::byte> out,
                                             std::chrono::nanoseconds timeout);
 
+  // Errc::InvalidArgument when a field is outside its range (nothing changes then).
+  [[nodiscard]] Result<void> set_coalescing(const Coalescing& c);
+  [[nodiscard]] const Coalescing& coalescing() const noexcept { return coalescing_; }
+
   [[nodiscard]] bool lease_held() const noexcept { return lease_held_; }
   // The sequence the next payload must carry (== payloads committed).
   [[nodiscard]] std::uint64_t next_sequence() const noexcept { return head_; }
@@ -159,7 +180,9 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   // consumes; terminal problems are errors. `probe_producer` allows the
   // liveness syscall when the channel looks empty.
   enum class Wait : std::uint8_t { Ready, Empty, End };
-  [[nodiscard]] Result<Wait> ready(bool probe_producer);
+  // Whether a refresh of the tail may leave a partial batch waiting (coalescing).
+  enum class Batch : std::uint8_t { MayHold, Flush };
+  [[nodiscard]] Result<Wait> ready(bool probe_producer, Batch batch);
   [[nodiscard]] Result<Wait> on_empty(bool probe_producer);
   [[nodiscard]] Result<Wait> clean_end();
   [[nodiscard]] std::unexpected<Error> producer_died();
@@ -178,7 +201,9 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   template <class T, class Take>
   [[nodiscard]] Result<T> receive_with(std::chrono::nanoseconds timeout, Take take);
   [[nodiscard]] std::optional<Error> refuse() const;
-  [[nodiscard]] Result<bool> refresh_tail();
+  // True when a descriptor waits at head_ (and, with Batch::MayHold, coalescing lets it go).
+  [[nodiscard]] Result<bool> refresh_tail(Batch batch = Batch::Flush);
+  [[nodiscard]] bool holds(std::uint64_t tail) noexcept;
   [[nodiscard]] Result<void> cross_seam(const channel::Descriptor& d);
   [[nodiscard]] Result<void> refresh_published(const channel::Descriptor& d);
   [[nodiscard]] std::unexpected<Error> reject(ChannelFault fault, const channel::Descriptor& d,
@@ -204,7 +229,10 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   std::uint32_t cached_published_ = 0;  // current page's published count as last read
   std::uint64_t next_offset_ = 0;       // arena offset the next cell must have
   std::uint64_t last_probe_ns_ = 0;
-  std::optional<Error> sticky_;  // the terminal error, repeated by later calls
+  Coalescing coalescing_{};
+  std::uint64_t max_delay_ns_ = 0;   // coalescing_.max_delay
+  std::uint64_t held_since_ns_ = 0;  // when a partial batch was first left waiting (0: none)
+  std::optional<Error> sticky_;      // the terminal error, repeated by later calls
   bool lease_held_ = false;
   bool ended_ = false;
 };
