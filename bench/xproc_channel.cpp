@@ -10,6 +10,9 @@
 //                      copied out and given back (two passes over the payload)
 //     ring blocking    push / pop with a timeout (spin, then futex park)
 //     channel blocking send / receive_into with a timeout
+//     ... coalesced    the same two channel cases with receive coalescing
+//                      (ChannelConsumer::set_coalescing: --coalesce N payloads
+//                      or --coalesce-us U microseconds, 256 / 20 by default)
 //   Channel pages are sized for a rotation every --events-per-page messages
 //   (1000). Both transports get the same in-flight byte budget: the ring's
 //   capacity is the smallest power of two >= the P pages.
@@ -64,6 +67,8 @@ usage: xproc_channel [--quick | --smoke] [options]
   --pages P            channel page slots (default 4)
   --cpus A,B           this process on A, the peer on B (default: first two allowed)
   --no-blocking        only the spin cases
+  --coalesce N         the coalesced cases' batch (default 256 payloads)
+  --coalesce-us U      ... and their delay bound (default 20 microseconds)
   --csv FILE           also write every per-round value to FILE
   --check-targets      exit 3 when the 1.10 per-event cost target is missed
 )";
@@ -78,6 +83,7 @@ struct Options {
   CpuPair cpus;
   bool smoke = false;
   bool blocking = true;
+  shm::Coalescing coalescing{.descriptors = 256, .max_delay = std::chrono::microseconds(20)};
   std::string csv;
   bool check_targets = false;
   std::uint64_t min_count = 100;
@@ -114,6 +120,9 @@ Options parse_options(int argc, char** argv) {
   o.pages = static_cast<std::uint32_t>(args.int_value("--pages", 4));
   o.cpus = choose_cpus(args.value("--cpus", ""));
   o.blocking = !args.flag("--no-blocking");
+  o.coalescing.descriptors = static_cast<std::uint32_t>(
+      args.int_value("--coalesce", static_cast<int>(o.coalescing.descriptors)));
+  o.coalescing.max_delay = std::chrono::microseconds(args.int_value("--coalesce-us", 20));
   o.csv = args.value("--csv", "");
   o.check_targets = args.flag("--check-targets");
   args.finish(kUsage);
@@ -312,8 +321,9 @@ class ChannelRx {
 
 class ChannelTransport {
  public:
-  ChannelTransport(const Options& o, std::size_t size, Mode mode)
-      : name_(unique_name("chan")), mode_(mode), limit_(o.run_limit()) {
+  ChannelTransport(const Options& o, std::size_t size, Mode mode,
+                   const shm::Coalescing& coalescing = {})
+      : name_(unique_name("chan")), mode_(mode), limit_(o.run_limit()), coalescing_(coalescing) {
     (void)value_or_throw(shm::create_channel(name_, channel_params(o, size)), "create_channel");
   }
   ChannelTransport(const ChannelTransport&) = delete;
@@ -323,13 +333,17 @@ class ChannelTransport {
     return {value_or_throw(shm::ChannelProducer::open(name_), "open producer"), mode_, limit_};
   }
   [[nodiscard]] ChannelRx receiver() const {
-    return {value_or_throw(shm::ChannelConsumer::open(name_), "open consumer"), mode_, limit_};
+    auto c = value_or_throw(shm::ChannelConsumer::open(name_), "open consumer");
+    if (auto ok = c.set_coalescing(coalescing_); !ok)
+      throw BenchError("set_coalescing: " + ok.error().what());
+    return {std::move(c), mode_, limit_};
   }
 
  private:
   std::string name_;
   Mode mode_;
   std::chrono::milliseconds limit_;
+  shm::Coalescing coalescing_;
 };
 
 // ---------------------------------------------------------------- runs
@@ -389,6 +403,10 @@ Comparison comparison(const Options& o, SharedBlock<Control>& control, std::size
     ChannelTransport t(o, size, Mode::Lease);
     return throughput_run(o, control, size, t);
   });
+  c.add_case("channel spin coalesced", [&o, &control, size] {
+    ChannelTransport t(o, size, Mode::Spin, o.coalescing);
+    return throughput_run(o, control, size, t);
+  });
   if (o.blocking) {
     c.add_case("ring blocking", [&o, &control, size] {
       RingTransport t(o, size, Mode::Blocking);
@@ -398,14 +416,24 @@ Comparison comparison(const Options& o, SharedBlock<Control>& control, std::size
       ChannelTransport t(o, size, Mode::Blocking);
       return throughput_run(o, control, size, t);
     });
+    c.add_case("channel blocking coalesced", [&o, &control, size] {
+      ChannelTransport t(o, size, Mode::Blocking, o.coalescing);
+      return throughput_run(o, control, size, t);
+    });
   }
   c.add_ratio({"channel spin / ring spin (ns per message)", "channel spin", "ns_msg", "ring spin",
                "ns_msg", Target{Goal::AtMost, 1.10}});
   c.add_ratio({"channel lease / ring spin (ns per message)", "channel lease", "ns_msg", "ring spin",
                "ns_msg", std::nullopt});
+  c.add_ratio({"channel spin coalesced / ring spin (ns per message)", "channel spin coalesced",
+               "ns_msg", "ring spin", "ns_msg", Target{Goal::AtMost, 1.10}});
   if (o.blocking)
     c.add_ratio({"channel blocking / ring blocking (ns per message)", "channel blocking", "ns_msg",
                  "ring blocking", "ns_msg", Target{Goal::AtMost, 1.10}});
+  if (o.blocking)
+    c.add_ratio({"channel blocking coalesced / ring blocking (ns per message)",
+                 "channel blocking coalesced", "ns_msg", "ring blocking", "ns_msg",
+                 Target{Goal::AtMost, 1.10}});
   return c;
 }
 
