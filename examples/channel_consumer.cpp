@@ -32,6 +32,8 @@ struct Options {
   std::uint32_t descriptors = 4096;
   std::uint32_t ring = 16384;
   double timeout_s = 10;
+  std::uint32_t coalesce = 1;      // receive coalescing: payloads (1: off)
+  std::uint32_t coalesce_us = 20;  // ... and its delay bound
   bool quiet = false;
 };
 
@@ -68,6 +70,12 @@ int run(const Options& o) {
   auto consumer = attach(o);
   if (!consumer) {
     fmt::print(stderr, "channel_consumer: {}\n", consumer.error().what());
+    return 1;
+  }
+  if (auto ok = consumer->set_coalescing(
+          {.descriptors = o.coalesce, .max_delay = std::chrono::microseconds(o.coalesce_us)});
+      !ok) {
+    fmt::print(stderr, "channel_consumer: {}\n", ok.error().what());
     return 1;
   }
   if (!o.quiet)
@@ -126,6 +134,9 @@ int main(int argc, char** argv) {
   app.add_option("--descriptors", o.descriptors, "descriptor cells per page, with --create");
   app.add_option("--ring", o.ring, "descriptor ring cells (power of two), with --create");
   app.add_option("--timeout", o.timeout_s, "seconds to wait for the channel / a message");
+  app.add_option("--coalesce", o.coalesce,
+                 "receive coalescing: wait for this many payloads (default 1: off)");
+  app.add_option("--coalesce-us", o.coalesce_us, "... or this many microseconds (default 20)");
   app.add_flag("--quiet", o.quiet, "only the final line");
   CLI11_PARSE(app, argc, argv);
   return run(o);

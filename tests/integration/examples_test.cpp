@@ -128,5 +128,41 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
   EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
+TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer) {
+  const std::string count = std::to_string(test::scaled(100'000));
+  auto consumer =
+      start("channel_consumer",
+            {"--name", "coal", "--create", "--pages", "4", "--page-bytes", "16384", "--descriptors",
+             "256", "--ring", "1024", "--quiet", "--coalesce", "64", "--coalesce-us", "50"});
+  auto producer = start("channel_producer", {"--name", "coal", "--count", count, "--min-size", "8",
+                                             "--max-size", "300"});
+  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_NE(consumer.output().find("stream ended cleanly: " + count + " messages"),
+            std::string::npos)
+      << consumer.output();
+
+  // A held partial batch must not hide a dead producer.
+  auto waiting = start("channel_consumer", {"--name", "coal-killed", "--create", "--quiet",
+                                            "--timeout", "60", "--coalesce", "4096"});
+  auto doomed = start("channel_producer",
+                      {"--name", "coal-killed", "--count", "1000000000", "--timeout", "60"});
+  std::this_thread::sleep_for(300ms);
+  doomed.kill(SIGKILL);
+  (void)doomed.wait(kDeadline);
+  EXPECT_EQ(waiting.wait(kDeadline), 3) << "3 is ProducerDied; " << waiting.output();
+}
+
+TEST_F(ExamplesTest, ChannelConsumerRejectsACoalescingOutsideTheRing) {
+  // The error goes to stderr: read it through a shell that merges the two.
+  Subprocess consumer({"/bin/sh", "-c",
+                       test::bin_path("channel_consumer") +
+                           " --name bad-coal --create --ring 1024 --coalesce 2048 --quiet 2>&1"});
+  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_NE(consumer.output().find("coalescing of 2048 descriptors is outside [1, 1024]"),
+            std::string::npos)
+      << consumer.output();
+}
+
 }  // namespace
 }  // namespace shm
