@@ -6,8 +6,9 @@
 // Creates channel NAME (under $LIBSHM_ROOT), attaches both ends, then counts
 // allocations while it runs many rotations through every steady-state path:
 // try_send, reserve/commit, abandon, PageQuotaExhausted, RingFull, receive
-// with leases, blocking send/receive that time out (parking), and the clean
-// end of stream. Prints "allocations after setup: N"; exits 0 iff N == 0.
+// with leases (plain and coalesced), blocking send/receive that time out
+// (parking), and the clean end of stream. Prints "allocations after setup:
+// N"; exits 0 iff N == 0.
 #include "shm/channel_consumer.hpp"
 #include "shm/channel_producer.hpp"
 
@@ -111,6 +112,10 @@ int main(int argc, char** argv) {
 
   g_counting = true;  // ---- steady state from here on
   for (int round = 0; round < 20000; ++round) {
+    // The second half receives with coalescing: held partial batches too.
+    if (round == 10000)
+      if (auto ok = c->set_coalescing({.descriptors = 3, .max_delay = 1ms}); !ok)
+        fail_with("set_coalescing", ok.error());
     const std::size_t len = static_cast<std::size_t>(round * 37) % buf.size();
     if (round % 3 == 0) {
       auto r = p->try_reserve(len);
