@@ -27,8 +27,9 @@
 // undisturbed; without it, a consumer that keeps up reads every line the
 // producer is about to write next, and both sides pay a cache-line transfer
 // per line per message (bench/RESULTS.md, Channel). Coalescing trades up to
-// max_delay of latency for that throughput. A finished or faulted stream, a
-// dead producer and a blocking receive about to park are never held back.
+// max_delay of latency for that throughput. A finished or faulted stream and
+// a blocking receive about to park are never held back; the last payloads of
+// a producer that died wait at most until the next liveness probe.
 //
 // A consumer that dies may be replaced: open() resumes at the first payload
 // whose lease was not given back (at-least-once for the lease in hand).
