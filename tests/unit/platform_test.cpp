@@ -2,15 +2,19 @@
 #include "shm/platform/file.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/platform/process.hpp"
+#include "shm/platform/truncation_guard.hpp"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <fcntl.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <thread>
+#include <vector>
 
 namespace shm {
 namespace {
@@ -118,6 +122,94 @@ TEST(OfdLock, SecondDescriptionCannotTakeHeldByteAndSeesItHeld) {
   a = FileHandle();  // closing the description drops its locks
   EXPECT_EQ(*probe_byte(b->get(), 10), LockProbe::Free);
   EXPECT_TRUE(*try_lock_byte(b->get(), 10));
+}
+
+// Runs `body` in a forked child (the SIGBUS handler is process-wide: it is
+// installed there, never in the test process) and returns its wait status.
+template <class Body>
+int in_child(Body body) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(body());
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return status;
+}
+
+// A 3-page file mapped read-only, then truncated to 1 page under the mapping.
+struct ShrunkMapping {
+  FileHandle fd;
+  Mapping map;
+  long page = ::sysconf(_SC_PAGESIZE);
+};
+std::optional<ShrunkMapping> shrunk_mapping() {
+  char path[] = "/dev/shm/libshm-trunc-XXXXXX";
+  const int raw = ::mkstemp(path);
+  if (raw < 0) return std::nullopt;
+  ShrunkMapping m{FileHandle(raw), Mapping{}};
+  ::unlink(path);
+  const auto size = static_cast<std::size_t>(3 * m.page);
+  if (::ftruncate(raw, static_cast<off_t>(size)) != 0) return std::nullopt;
+  std::vector<char> fill(size, '\xab');
+  if (::pwrite(raw, fill.data(), size, 0) != static_cast<ssize_t>(size)) return std::nullopt;
+  auto map = Mapping::map(raw, size, false, path);
+  if (!map) return std::nullopt;
+  m.map = std::move(*map);
+  if (::ftruncate(raw, m.page) != 0) return std::nullopt;
+  return m;
+}
+
+TEST(TruncationGuard, GuardedReadPastTheNewEndReadsZerosAndReportsTheHit) {
+  const int status = in_child([] {
+    auto m = shrunk_mapping();
+    if (!m) return 10;
+    if (!TruncationGuard::install() || !TruncationGuard::install()) return 11;  // idempotent
+    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+    TruncationGuard::Scope scope(m->map.data(), m->map.size());
+    if (bytes[0] != 0xab || scope.hit()) return 12;              // the page the file still has
+    if (bytes[2 * m->page + 5] != 0 || !scope.hit()) return 13;  // a lost page
+    if (bytes[m->page] != 0) return 14;                          // another lost page: handled again
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(TruncationGuard, ADefaultScopeGuardsEveryFileMappingAndHidesTheOuterScope) {
+  const int status = in_child([] {
+    auto m = shrunk_mapping();
+    if (!m) return 10;
+    if (!TruncationGuard::install()) return 11;
+    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+    TruncationGuard::Scope outer;
+    {
+      TruncationGuard::Scope inner;
+      if (bytes[2 * m->page] != 0 || !inner.hit()) return 12;
+    }
+    if (outer.hit()) return 13;  // the inner scope took the hit
+    if (bytes[m->page] != 0 || !outer.hit()) return 14;
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(TruncationGuard, AFaultOutsideTheGuardedRangeStillKills) {
+  const int status = in_child([] {
+    auto m = shrunk_mapping();
+    if (!m) return 10;
+    if (!TruncationGuard::install()) return 11;
+    static const char elsewhere[64] = {};
+    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+    TruncationGuard::Scope scope(elsewhere, sizeof elsewhere);
+    (void)bytes[2 * m->page];  // not guarded: must not be survived
+    return 0;
+  });
+  // Killed by SIGBUS, or (under a sanitizer that reports SIGBUS) a failing exit.
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "an unguarded SIGBUS was swallowed";
+  if (WIFSIGNALED(status)) {
+    EXPECT_EQ(WTERMSIG(status), SIGBUS);
+  }
 }
 
 }  // namespace
