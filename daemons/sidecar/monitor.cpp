@@ -3,6 +3,7 @@
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"
+#include "shm/platform/truncation_guard.hpp"
 
 #include <fmt/format.h>
 
@@ -64,6 +65,11 @@ Monitor::Monitor(MonitorOptions options, const Logger& log)
           .kv("error", std::string(std::strerror(errno)))
           .kv("fallback_rescan_ms", static_cast<std::int64_t>(options_.rescan_every.count()));
   }
+  // Reads of tracked segments run under TruncationGuard scopes (do_work).
+  if (auto ok = TruncationGuard::install(); !ok)
+    log_.warn("truncation_guard_unavailable")
+        .kv("error", ok.error().what())
+        .kv("effect", "a segment file truncated while being read kills the sidecar (SIGBUS)");
 }
 
 Monitor::Monitor(Monitor&&) noexcept = default;
@@ -128,9 +134,18 @@ void Monitor::do_work() {
         t.observed_cycle = cycle;
         bool keep = false;
         try {
+          // still_valid() checks the file size first, but the file can
+          // still shrink before the reads: a read of a lost page then sees
+          // zeros instead of killing us (SIGBUS), and the segment is dropped.
+          const TruncationGuard::Scope guard;
           if (still_valid(name, t)) {
+            if (options_.before_reading) options_.before_reading(name);
             observe(name, t);
             keep = !maybe_collect(name, t);
+          }
+          if (guard.hit()) {
+            keep = false;
+            truncated_while_read(name);
           }
         } catch (const std::exception& e) {
           log_.error("segment_observe_failed").kv("segment", name).kv("error", e.what());
@@ -146,11 +161,21 @@ void Monitor::do_work() {
     }
     // Snapshot, sorted by name.
     snapshot_.clear();
-    for (auto& [name, t] : tracked_) {
+    for (auto it = tracked_.begin(); it != tracked_.end();) {
+      const TruncationGuard::Scope guard;  // as in the observe loop above
+      const std::size_t views = snapshot_.size();
       try {
-        build_view(name, t);
+        build_view(it->first, it->second);
       } catch (const std::exception& e) {
-        log_.error("segment_describe_failed").kv("segment", name).kv("error", e.what());
+        log_.error("segment_describe_failed").kv("segment", it->first).kv("error", e.what());
+      }
+      if (guard.hit()) {
+        if (snapshot_.size() > views) snapshot_.pop_back();  // built from zeros
+        truncated_while_read(it->first);
+        it = tracked_.erase(it);
+        rescan_due_ = true;
+      } else {
+        ++it;
       }
     }
     for (const auto& [name, u] : unreadable_) {
@@ -313,6 +338,13 @@ bool Monitor::still_valid(const std::string& name, Tracked& t) {
     return false;
   }
   return true;
+}
+
+void Monitor::truncated_while_read(const std::string& name) {
+  ++stats_.removed;
+  log_.error("segment_truncated")
+      .kv("segment", name)
+      .kv("reason", "the file shrank while it was being read; what was read is discarded");
 }
 
 void Monitor::observe(const std::string& name, Tracked& t) {

@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,6 +49,9 @@ struct MonitorOptions {
   // Unlink segments created ephemeral once every attacher is dead.
   bool gc_ephemeral = false;
   bool use_inotify = true;
+  // Tests only: runs after a tracked segment passed its per-cycle checks and
+  // before it is read (a test shrinks the file there).
+  std::function<void(const std::string& name)> before_reading;
 };
 
 struct AttacherView {
@@ -151,6 +155,8 @@ class Monitor {
   void try_open(const std::string& name);
   // False when the segment must be dropped (gone, replaced, truncated, corrupt).
   bool still_valid(const std::string& name, Tracked& t);
+  // Counts and logs a segment whose file shrank during a guarded read.
+  void truncated_while_read(const std::string& name);
   void observe(const std::string& name, Tracked& t);
   void handle_dead(const std::string& name, Tracked& t, const SlotInfo& slot, SlotMemo& memo);
   // True when the segment was unlinked.

@@ -457,6 +457,32 @@ TEST_F(SidecarMonitor, SurvivesSegmentTruncatedUnderIt) {
   EXPECT_NE(v->error.find("Truncated"), std::string::npos) << v->error;
 }
 
+TEST_F(SidecarMonitor, SurvivesASegmentThatShrinksBetweenItsChecksAndItsReads) {
+  Segment ring = make_ring("shrinking", 1 << 16);
+  MonitorOptions o = options();
+  bool shrunk = false;
+  // The file shrinks after the size check of the cycle and before the data
+  // pages are read (describe): those reads fault, and must not kill us.
+  o.before_reading = [&](const std::string& name) {
+    if (name != "shrinking" || shrunk) return;
+    shrunk = true;
+    EXPECT_EQ(::truncate(root.file("shrinking").c_str(), 100), 0);
+  };
+  Monitor m(o, log);
+  m.do_work();
+  ASSERT_TRUE(shrunk);
+  EXPECT_EQ(
+      count("segment_truncated", {"segment=shrinking", "the file shrank while it was being read"}),
+      1u)
+      << log_text();
+  EXPECT_EQ(m.find("shrinking"), nullptr) << "a view built from zeros is not shown";
+  m.do_work();  // rediscovered as what it is now: too short to be a segment
+  const SegmentView* v = m.find("shrinking");
+  ASSERT_NE(v, nullptr);
+  EXPECT_FALSE(v->up);
+  EXPECT_NE(v->error.find("Truncated"), std::string::npos) << v->error;
+}
+
 TEST_F(SidecarMonitor, SurvivesSegmentDeletedOrReplacedUnderIt) {
   Segment gone = make_ring("gone");
   Segment swapped = make_ring("swapped");

@@ -7,6 +7,7 @@
 #include "segment_access.hpp"
 
 #include "shm/platform/clock.hpp"
+#include "shm/platform/truncation_guard.hpp"
 
 #include <fmt/format.h>
 
@@ -61,6 +62,8 @@ Sample take_sample(const Context& ctx, const std::string& name) {
     s.error = opened.error();
     return s;
   }
+  // The file may shrink between the size check of open and the reads below.
+  const TruncationGuard::Scope guard;
   s.opened = true;
   s.kind = opened->kind_label();
   s.incarnation = opened->segment.header().incarnation;
@@ -75,6 +78,13 @@ Sample take_sample(const Context& ctx, const std::string& name) {
   Node description;
   (*kind)->describe(opened->segment, description);
   collect_metrics(description, "", s);
+  if (guard.hit()) {
+    Sample lost{name};
+    lost.taken_ns = s.taken_ns;
+    lost.error =
+        Error{Errc::Truncated, fmt::format("{}: the file shrank while it was being read", name)};
+    return lost;
+  }
   return s;
 }
 

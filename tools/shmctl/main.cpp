@@ -2,6 +2,7 @@
 #include "output.hpp"
 #include "shmctl.hpp"
 
+#include "shm/platform/truncation_guard.hpp"
 #include "shm/segment.hpp"
 
 #include <CLI/CLI.hpp>
@@ -176,11 +177,21 @@ int main(int argc, char** argv) {
   }
 
   const Context ctx{root.empty() ? shm::default_root() : root, json, std::cout, std::cerr};
+  // A segment file truncated while a command reads its mapping would kill us
+  // with SIGBUS: the reads see zeros instead, and the command is failed here.
+  const bool guarded = static_cast<bool>(shm::TruncationGuard::install());
   try {
     for (const auto& [command, run] : runners) {
       if (!command->parsed()) continue;
-      const Exit result = run(ctx);
+      const shm::TruncationGuard::Scope guard;
+      Exit result = run(ctx);
       std::cout.flush();
+      if (guarded && guard.hit()) {
+        std::cerr << "shmctl: " << command->get_name()
+                  << ": a segment file shrank while it was being read; what was shown for it "
+                     "was read as zeros and is not to be trusted\n";
+        result = Exit::Invalid;
+      }
       return static_cast<int>(result);
     }
     return static_cast<int>(Exit::Usage);  // unreachable: require_subcommand(1)
