@@ -68,6 +68,7 @@ Result<void> ChannelConsumer::resume() {
   const std::uint64_t active = control().producer.active_epoch.load(std::memory_order_relaxed);
   head_ = head;
   cached_tail_ = head;
+  seen_tail_ = head;
   if (head > tail || tail - head > view_.params.ring_capacity || released > active + 1 ||
       active - std::min(active, released) >= view_.params.pages)
     return terminal(fault_here(
@@ -154,11 +155,17 @@ std::unexpected<Error> ChannelConsumer::lease_misuse() const {
 
 Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
   constexpr std::chrono::nanoseconds kMaxDelay = std::chrono::seconds(1);
-  if (c.descriptors < 1 || c.descriptors > view_.params.ring_capacity)
+  // The most that can ever wait at once: the ring's capacity, and what fits
+  // in P - 1 pages (the producer cannot reuse the page the consumer is in).
+  const std::uint64_t most =
+      std::min<std::uint64_t>(view_.params.ring_capacity, std::uint64_t{view_.params.pages - 1} *
+                                                              view_.params.descriptors_per_page);
+  if (c.descriptors < 1 || c.descriptors > most)
     return fail(Errc::InvalidArgument,
-                fmt::format("{}: coalescing of {} descriptors is outside [1, {}] (the ring's "
-                            "capacity)",
-                            segment_.path(), c.descriptors, view_.params.ring_capacity));
+                fmt::format("{}: coalescing of {} descriptors is outside [1, {}] (no more can "
+                            "wait at once: ring of {}, {} pages of {} descriptors)",
+                            segment_.path(), c.descriptors, most, view_.params.ring_capacity,
+                            view_.params.pages, view_.params.descriptors_per_page));
   if (c.max_delay < std::chrono::nanoseconds::zero() || c.max_delay > kMaxDelay)
     return fail(Errc::InvalidArgument,
                 fmt::format("{}: coalescing delay of {} ns is outside [0, {}]", segment_.path(),
@@ -185,11 +192,12 @@ Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
   // [R'] acquire: pairs with the producer's [R]; descriptors before tail (and
   // the cells, payloads and bindings they reference) are complete.
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
-  if (tail < cached_tail_ || tail - head_ > view_.params.ring_capacity)
+  if (tail < seen_tail_ || tail - head_ > view_.params.ring_capacity)
     return terminal(fault_here(ChannelFault::CorruptState,
                                fmt::format("producer tail {} is impossible (head {}, last tail {}, "
                                            "ring of {})",
-                                           tail, head_, cached_tail_, view_.params.ring_capacity)));
+                                           tail, head_, seen_tail_, view_.params.ring_capacity)));
+  seen_tail_ = tail;
   if (batch == Batch::MayHold && coalescing_.descriptors > 1 && holds(tail)) return false;
   held_since_ns_ = 0;
   cached_tail_ = tail;

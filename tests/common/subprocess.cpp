@@ -1,13 +1,13 @@
 #include "common/subprocess.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdexcept>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
 
 namespace shm::test {
 
@@ -34,7 +34,11 @@ Subprocess::Subprocess(std::vector<std::string> argv, bool capture) {
 }
 
 Subprocess::Subprocess(Subprocess&& o) noexcept
-    : pid_(o.pid_), out_fd_(o.out_fd_), reaped_(o.reaped_), status_(o.status_), out_(std::move(o.out_)) {
+    : pid_(o.pid_),
+      out_fd_(o.out_fd_),
+      reaped_(o.reaped_),
+      status_(o.status_),
+      out_(std::move(o.out_)) {
   o.pid_ = -1;
   o.out_fd_ = -1;
   o.reaped_ = true;
@@ -79,6 +83,17 @@ bool Subprocess::wait_for_line(const std::string& line, std::chrono::millisecond
   }
 }
 
+bool Subprocess::wait_for_text(const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (out_.find(text) != std::string::npos) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline || out_fd_ < 0) return false;
+    drain(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+          std::chrono::milliseconds(1));
+  }
+}
+
 int Subprocess::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!reaped_) {
@@ -109,7 +124,11 @@ void Subprocess::kill(int sig) {
   if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
 }
 
-std::string helper_path(const std::string& name) { return std::string(SHM_HELPER_DIR) + "/test_" + name; }
-std::string bin_path(const std::string& name) { return std::string(SHM_BIN_DIR) + "/" + name; }
+std::string helper_path(const std::string& name) {
+  return std::string(SHM_HELPER_DIR) + "/test_" + name;
+}
+std::string bin_path(const std::string& name) {
+  return std::string(SHM_BIN_DIR) + "/" + name;
+}
 
 }  // namespace shm::test

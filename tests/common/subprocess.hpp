@@ -2,11 +2,11 @@
 // deadline, so a hang fails the test instead of blocking CI.
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <csignal>
 #include <string>
 #include <vector>
-#include <sys/types.h>
 
 namespace shm::test {
 
@@ -23,6 +23,8 @@ class Subprocess {
   [[nodiscard]] pid_t pid() const { return pid_; }
   // Reads stdout until a line equal to `line` appears or the timeout passes.
   [[nodiscard]] bool wait_for_line(const std::string& line, std::chrono::milliseconds timeout);
+  // Reads stdout until `text` appears anywhere in it or the timeout passes.
+  [[nodiscard]] bool wait_for_text(const std::string& text, std::chrono::milliseconds timeout);
   // Waits for exit; returns the exit code, 128+signal when killed, -1 on timeout
   // (the child is then killed).
   int wait(std::chrono::milliseconds timeout);

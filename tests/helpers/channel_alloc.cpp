@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 20000; ++round) {
     // The second half receives with coalescing: held partial batches too.
     if (round == 10000)
-      if (auto ok = c->set_coalescing({.descriptors = 3, .max_delay = 1ms}); !ok)
+      if (auto ok = c->set_coalescing({.descriptors = 2, .max_delay = 1ms}); !ok)
         fail_with("set_coalescing", ok.error());
     const std::size_t len = static_cast<std::size_t>(round * 37) % buf.size();
     if (round % 3 == 0) {

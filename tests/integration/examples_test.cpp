@@ -122,6 +122,9 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
       start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
   auto producer =
       start("channel_producer", {"--name", "killed", "--count", "1000000000", "--timeout", "60"});
+  // Killed mid-stream, not before it attached (a slow start under a sanitizer).
+  ASSERT_TRUE(producer.wait_for_text("channel_producer: channel 'killed'", kDeadline))
+      << producer.output();
   std::this_thread::sleep_for(300ms);
   producer.kill(SIGKILL);
   (void)producer.wait(kDeadline);
@@ -147,6 +150,8 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
                                             "--timeout", "60", "--coalesce", "4096"});
   auto doomed = start("channel_producer",
                       {"--name", "coal-killed", "--count", "1000000000", "--timeout", "60"});
+  ASSERT_TRUE(doomed.wait_for_text("channel_producer: channel 'coal-killed'", kDeadline))
+      << doomed.output();
   std::this_thread::sleep_for(300ms);
   doomed.kill(SIGKILL);
   (void)doomed.wait(kDeadline);

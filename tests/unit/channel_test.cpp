@@ -853,6 +853,7 @@ TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
 // ---------------------------------------------------------------- receive coalescing
 
 TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
+  // P - 1 pages of 8 descriptors is the bound here (the ring holds 16).
   auto [p, c] =
       make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
   struct Case {
@@ -860,8 +861,8 @@ TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
     const char* needle;
   };
   const Case cases[] = {
-      {{.descriptors = 0, .max_delay = 1ms}, "coalescing of 0 descriptors is outside [1, 16]"},
-      {{.descriptors = 17, .max_delay = 1ms}, "coalescing of 17 descriptors is outside [1, 16]"},
+      {{.descriptors = 0, .max_delay = 1ms}, "coalescing of 0 descriptors is outside [1, 8]"},
+      {{.descriptors = 9, .max_delay = 1ms}, "coalescing of 9 descriptors is outside [1, 8]"},
       {{.descriptors = 4, .max_delay = -1ns}, "coalescing delay of -1 ns is outside"},
       {{.descriptors = 4, .max_delay = 2s}, "coalescing delay of 2000000000 ns is outside"},
   };
@@ -872,9 +873,20 @@ TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
     EXPECT_NE(r.error().message.find(k.needle), std::string::npos) << r.error().message;
     EXPECT_EQ(c.coalescing().descriptors, 1u) << "a refused setting changes nothing";
   }
-  ASSERT_TRUE(c.set_coalescing({.descriptors = 16, .max_delay = 1s}));
-  EXPECT_EQ(c.coalescing().descriptors, 16u);
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
+  EXPECT_EQ(c.coalescing().descriptors, 8u);
   EXPECT_EQ(c.coalescing().max_delay, 1s);
+
+  // Here the ring is the bound: 4 pages of 8 could hold 24, the ring 16.
+  auto ring_bound = ChannelConsumer::create(
+      "ch2", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(ring_bound) << ring_bound.error().what();
+  auto r = ring_bound->set_coalescing({.descriptors = 17, .max_delay = 1ms});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("coalescing of 17 descriptors is outside [1, 16]"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_TRUE(ring_bound->set_coalescing({.descriptors = 16, .max_delay = 1ms}));
 }
 
 TEST_F(ChannelTest, CoalescingHoldsAPartialBatchUntilItIsComplete) {
@@ -943,6 +955,29 @@ TEST_F(ChannelTest, CoalescingDrainsAProducerThatLeftThenReportsIt) {
   r->lease.release();
   auto died = c.receive(5s);
   ASSERT_FALSE(died);
+  EXPECT_EQ(died.error().code, Errc::ProducerDied);
+}
+
+TEST_F(ChannelTest, PollingConsumerDrainsACoalescedBatchOfAProducerThatLeft) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
+  send(p, "a");
+  p = ChannelProducer();  // detaches without finish(): the terminal word stays OPEN
+  // try_receive() never parks: the liveness probe (every kProbeInterval) must
+  // find the producer gone and take the held payload, well before the 1 s delay.
+  const auto start = std::chrono::steady_clock::now();
+  std::string got;
+  while (got.empty() && std::chrono::steady_clock::now() - start < 30s) {
+    auto r = c.try_receive();
+    ASSERT_TRUE(r) << r.error().what();
+    if (*r) got = str(r->lease.bytes());
+  }
+  EXPECT_EQ(got, "a");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms) << "waited out the delay";
+  Result<Received> died = c.try_receive();
+  while (died && std::chrono::steady_clock::now() - start < 30s) died = c.try_receive();
+  ASSERT_FALSE(died) << "still " << to_string(died->status);
   EXPECT_EQ(died.error().code, Errc::ProducerDied);
 }
 

@@ -122,8 +122,12 @@ struct Copied {
 };
 
 // See "Receive coalescing" above. descriptors == 1 (the default) turns it off.
+// At most min(ring capacity, (P - 1) x descriptors per page) can ever wait at
+// once, so `descriptors` is refused above that; with payloads so large that a
+// page fills by bytes first, fewer can, and every batch then waits max_delay:
+// choose N below what P - 1 pages hold.
 struct Coalescing {
-  std::uint32_t descriptors = 1;          // deliver once this many wait: [1, ring capacity]
+  std::uint32_t descriptors = 1;          // deliver once this many wait: [1, see above]
   std::chrono::nanoseconds max_delay{0};  // ... or once the first waited this long: [0, 1 s]
 };
 
@@ -221,7 +225,8 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   void give_back() noexcept;
 
   std::uint64_t head_ = 0;              // descriptors committed (mirror of control.consumer.head)
-  std::uint64_t cached_tail_ = 0;       // producer's tail as last read; refreshed when empty
+  std::uint64_t cached_tail_ = 0;       // producer's tail as last taken; refreshed when empty
+  std::uint64_t seen_tail_ = 0;         // producer's tail as last read (>= cached_tail_)
   std::uint64_t epoch_ = 0;             // current page epoch
   std::uint32_t generation_ = 0;        // epoch_ as u32
   page::PageView page_{};               // the current epoch's slot
