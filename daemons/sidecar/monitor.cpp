@@ -133,22 +133,26 @@ void Monitor::do_work() {
         }
         t.observed_cycle = cycle;
         bool keep = false;
+        // still_valid() checks the file size first, but the file can still
+        // shrink before the reads: a read of a lost page then sees zeros
+        // instead of killing us (SIGBUS), and the segment is dropped. The
+        // scope reads only this segment's mappings (its own, and a reclaim's).
+        const TruncationGuard::Scope guard;
+        bool valid = false;
         try {
-          // still_valid() checks the file size first, but the file can
-          // still shrink before the reads: a read of a lost page then sees
-          // zeros instead of killing us (SIGBUS), and the segment is dropped.
-          const TruncationGuard::Scope guard;
-          if (still_valid(name, t)) {
+          valid = still_valid(name, t);
+          if (valid) {
             if (options_.before_reading) options_.before_reading(name);
             observe(name, t);
-            keep = !maybe_collect(name, t);
-          }
-          if (guard.hit()) {
-            keep = false;
-            truncated_while_read(name);
+            // Never act (collect) on what may have been read as zeros.
+            keep = guard.hit() || !maybe_collect(name, t);
           }
         } catch (const std::exception& e) {
           log_.error("segment_observe_failed").kv("segment", name).kv("error", e.what());
+        }
+        if (guard.hit()) {
+          keep = false;
+          truncated_while_read(name, valid);
         }
         if (keep) {
           ++it;
@@ -171,7 +175,7 @@ void Monitor::do_work() {
       }
       if (guard.hit()) {
         if (snapshot_.size() > views) snapshot_.pop_back();  // built from zeros
-        truncated_while_read(it->first);
+        truncated_while_read(it->first, true);
         it = tracked_.erase(it);
         rescan_due_ = true;
       } else {
@@ -238,8 +242,14 @@ void Monitor::try_open(const std::string& name) {
     o.read_only = true;
     o.allow_other_owner = true;
     o.ready_wait = std::chrono::milliseconds(0);  // a published segment is READY; never wait
+    // open_any() checks the size, then reads the header: the file may shrink
+    // in between (see do_work()).
+    const TruncationGuard::Scope guard;
     auto seg = Segment::open_any(name, o);
-    if (seg) {
+    if (seg && guard.hit()) {
+      problem = "the file shrank while it was being opened";
+      code = Errc::Truncated;
+    } else if (seg) {
       struct stat st {};
       if (::fstat(seg->fd(), &st) != 0) {
         problem = fmt::format("fstat: {}", std::strerror(errno));
@@ -340,8 +350,8 @@ bool Monitor::still_valid(const std::string& name, Tracked& t) {
   return true;
 }
 
-void Monitor::truncated_while_read(const std::string& name) {
-  ++stats_.removed;
+void Monitor::truncated_while_read(const std::string& name, bool count_removal) {
+  if (count_removal) ++stats_.removed;  // else still_valid() already counted it
   log_.error("segment_truncated")
       .kv("segment", name)
       .kv("reason", "the file shrank while it was being read; what was read is discarded");

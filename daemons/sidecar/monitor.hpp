@@ -155,8 +155,9 @@ class Monitor {
   void try_open(const std::string& name);
   // False when the segment must be dropped (gone, replaced, truncated, corrupt).
   bool still_valid(const std::string& name, Tracked& t);
-  // Counts and logs a segment whose file shrank during a guarded read.
-  void truncated_while_read(const std::string& name);
+  // Logs (and counts, unless already counted) a segment whose file shrank
+  // during a guarded read.
+  void truncated_while_read(const std::string& name, bool count_removal);
   void observe(const std::string& name, Tracked& t);
   void handle_dead(const std::string& name, Tracked& t, const SlotInfo& slot, SlotMemo& memo);
   // True when the segment was unlinked.

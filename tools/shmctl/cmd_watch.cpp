@@ -56,14 +56,14 @@ void collect_metrics(const Node& node, const std::string& prefix, Sample& s) {
 
 Sample take_sample(const Context& ctx, const std::string& name) {
   Sample s{name};
+  // The file may shrink between open's size check and the reads below.
+  const TruncationGuard::Scope guard;
   auto opened = open_segment(ctx, name, Access::Inspect);
   s.taken_ns = monotonic_ns();
   if (!opened) {
     s.error = opened.error();
     return s;
   }
-  // The file may shrink between the size check of open and the reads below.
-  const TruncationGuard::Scope guard;
   s.opened = true;
   s.kind = opened->kind_label();
   s.incarnation = opened->segment.header().incarnation;

@@ -35,9 +35,11 @@ class TruncationGuard {
   // Installs the SIGBUS handler (idempotent). SystemError if sigaction fails.
   [[nodiscard]] static Result<void> install();
 
-  // Guards [base, base + size) for reads by this thread until destroyed (the
-  // default constructor: every file mapping the thread reads). An inner scope
-  // hides the outer one until it ends.
+  // Guards [base, base + size) for reads by this thread until destroyed. The
+  // default constructor guards every file mapping the thread reads (a hit
+  // then means "some mapping read in this scope lost its file", whichever
+  // one: use it where the scope reads one segment's mappings). An inner
+  // scope hides the outer one until it ends.
   class Scope {
    public:
     Scope() noexcept;
