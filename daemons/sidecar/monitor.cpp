@@ -145,7 +145,7 @@ void Monitor::do_work() {
             if (options_.before_reading) options_.before_reading(name);
             observe(name, t);
             // Never act (collect) on what may have been read as zeros.
-            keep = guard.hit() || !maybe_collect(name, t);
+            if (!guard.hit()) keep = !maybe_collect(name, t);
           }
         } catch (const std::exception& e) {
           log_.error("segment_observe_failed").kv("segment", name).kv("error", e.what());

@@ -171,7 +171,6 @@ Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
                 fmt::format("{}: coalescing delay of {} ns is outside [0, {}]", segment_.path(),
                             c.max_delay.count(), kMaxDelay.count()));
   coalescing_ = c;
-  max_delay_ns_ = static_cast<std::uint64_t>(c.max_delay.count());
   held_since_ns_ = 0;
   return {};
 }
@@ -185,7 +184,7 @@ bool ChannelConsumer::holds(std::uint64_t tail) noexcept {
     return false;
   const std::uint64_t now = monotonic_ns();
   if (held_since_ns_ == 0) held_since_ns_ = now;
-  return now - held_since_ns_ < max_delay_ns_;
+  return now - held_since_ns_ < static_cast<std::uint64_t>(coalescing_.max_delay.count());
 }
 
 Result<bool> ChannelConsumer::refresh_tail(Batch batch) {

@@ -38,6 +38,18 @@ class ExamplesTest : public ::testing::Test {
     return Subprocess(std::move(args));
   }
 
+  // Runs channel_producer on channel `name` and kill -9s it mid-stream: only
+  // once it has attached (a slow start under a sanitizer), then 300 ms later.
+  static void kill_producer_mid_stream(const std::string& name) {
+    auto producer =
+        start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout", "60"});
+    ASSERT_TRUE(producer.wait_for_text("channel_producer: channel '" + name + "'", kDeadline))
+        << producer.output();
+    std::this_thread::sleep_for(300ms);
+    producer.kill(SIGKILL);
+    (void)producer.wait(kDeadline);
+  }
+
   test::TempRoot root_;
 };
 
@@ -120,14 +132,7 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
   // published, not wait for a producer that will never come back.
   auto consumer =
       start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
-  auto producer =
-      start("channel_producer", {"--name", "killed", "--count", "1000000000", "--timeout", "60"});
-  // Killed mid-stream, not before it attached (a slow start under a sanitizer).
-  ASSERT_TRUE(producer.wait_for_text("channel_producer: channel 'killed'", kDeadline))
-      << producer.output();
-  std::this_thread::sleep_for(300ms);
-  producer.kill(SIGKILL);
-  (void)producer.wait(kDeadline);
+  kill_producer_mid_stream("killed");
   EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
@@ -148,13 +153,7 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
   // A held partial batch must not hide a dead producer.
   auto waiting = start("channel_consumer", {"--name", "coal-killed", "--create", "--quiet",
                                             "--timeout", "60", "--coalesce", "4096"});
-  auto doomed = start("channel_producer",
-                      {"--name", "coal-killed", "--count", "1000000000", "--timeout", "60"});
-  ASSERT_TRUE(doomed.wait_for_text("channel_producer: channel 'coal-killed'", kDeadline))
-      << doomed.output();
-  std::this_thread::sleep_for(300ms);
-  doomed.kill(SIGKILL);
-  (void)doomed.wait(kDeadline);
+  kill_producer_mid_stream("coal-killed");
   EXPECT_EQ(waiting.wait(kDeadline), 3) << "3 is ProducerDied; " << waiting.output();
 }
 

@@ -236,7 +236,6 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   std::uint64_t next_offset_ = 0;       // arena offset the next cell must have
   std::uint64_t last_probe_ns_ = 0;
   Coalescing coalescing_{};
-  std::uint64_t max_delay_ns_ = 0;   // coalescing_.max_delay
   std::uint64_t held_since_ns_ = 0;  // when a partial batch was first left waiting (0: none)
   std::optional<Error> sticky_;      // the terminal error, repeated by later calls
   bool lease_held_ = false;

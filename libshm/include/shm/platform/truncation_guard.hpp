@@ -5,8 +5,8 @@
 // this thread is about to read; a SIGBUS inside it maps a private zero page
 // over the lost page (the faulting read is then retried and sees zeros) and
 // records the hit, so the caller can drop the segment instead of dying. A
-// SIGBUS anywhere else keeps its default action (the process is killed), so
-// real bugs are not hidden.
+// SIGBUS anywhere else goes to the handler installed before (or the default
+// action: the process is killed), so real bugs are not hidden.
 //
 // Opt-in and process-wide: install() sets the SIGBUS handler once; the
 // library never installs it on its own. What a guarded read returned after
