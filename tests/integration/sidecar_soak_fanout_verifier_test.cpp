@@ -3,13 +3,12 @@
 // the documented MpmcRing semantics (at most one item lost per consumer
 // kill, the in-flight item of a killed producer published once or not at all)
 // and names every other loss, duplicate, reordering or corruption.
+#include "common/log_dir.hpp"
 #include "common/subprocess.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 
 namespace shm {
 namespace {
@@ -18,20 +17,11 @@ using namespace std::chrono_literals;
 
 class SoakFanoutVerifier : public ::testing::Test {
  protected:
-  std::filesystem::path dir;
-  void SetUp() override {
-    char tmpl[] = "/tmp/libshm-soak-fanout-verify-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir); }
+  test::LogDir dir{"libshm-soak-fanout-verify"};
 
-  void write(const std::string& file, const std::string& text) {
-    std::ofstream(dir / file) << text;
-  }
   // Producer 0 submitted `n` items in one incarnation and stopped cleanly.
   void producer(std::uint64_t n) {
-    write("fanout-producer-0.log", "\nS 100 1000 0 -\nF 1001\nX " + std::to_string(n) + "\n");
+    dir.write("fanout-producer-0.log", "\nS 100 1000 0 -\nF 1001\nX " + std::to_string(n) + "\n");
   }
 
   int verify(std::string& out) {
@@ -49,8 +39,9 @@ bool has(const std::string& out, const std::string& what) {
 
 TEST_F(SoakFanoutVerifier, AcceptsEveryItemOnceSplitAcrossConsumers) {
   producer(6);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nF 1002\nI 0 2 1\nX 2\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 3 0\nI 0 4 2\nI 0 5 1\nX 4\n");
+  dir.write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nF 1002\nI 0 2 1\nX 2\n");
+  dir.write("fanout-consumer-1.log",
+            "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 3 0\nI 0 4 2\nI 0 5 1\nX 4\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_TRUE(has(out, "messages: 6 delivered, 0 duplicated")) << out;
@@ -63,9 +54,9 @@ TEST_F(SoakFanoutVerifier, AcceptsEveryItemOnceSplitAcrossConsumers) {
 TEST_F(SoakFanoutVerifier, AcceptsOneLostItemPerConsumerKill) {
   producer(6);
   // Consumer 0 was killed once (an incarnation without X): item 3 is gone.
-  write("fanout-consumer-0.log",
-        "\nS 200 1000\nI 0 0 1\nF 1002\nI 0 2 1\n\nS 202 2000\nI 0 5 1\nX 1\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 4 2\nX 2\n");
+  dir.write("fanout-consumer-0.log",
+            "\nS 200 1000\nI 0 0 1\nF 1002\nI 0 2 1\n\nS 202 2000\nI 0 5 1\nX 1\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 4 2\nX 2\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_TRUE(has(out, "messages: 5 delivered")) << out;
@@ -74,8 +65,9 @@ TEST_F(SoakFanoutVerifier, AcceptsOneLostItemPerConsumerKill) {
 
 TEST_F(SoakFanoutVerifier, RejectsMoreLostItemsThanConsumerKills) {
   producer(6);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 2 1\n\nS 202 2000\nI 0 5 1\nX 1\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nX 1\n");
+  dir.write("fanout-consumer-0.log",
+            "\nS 200 1000\nI 0 0 1\nI 0 2 1\n\nS 202 2000\nI 0 5 1\nX 1\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out,
@@ -86,8 +78,8 @@ TEST_F(SoakFanoutVerifier, RejectsMoreLostItemsThanConsumerKills) {
 
 TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutAnyConsumerKill) {
   producer(3);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nX 1\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nX 1\n");
+  dir.write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nX 1\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out, "1 item(s) lost (producer 0 seq 1), more than the 0 consumer kill(s)"))
@@ -96,10 +88,10 @@ TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutAnyConsumerKill) {
 
 TEST_F(SoakFanoutVerifier, AcceptsTheItemAKilledProducerHadInFlightEitherWay) {
   // Killed while submitting 3 (journalled): the next incarnation goes on at 4.
-  write("fanout-producer-0.log",
-        "\nS 100 1000 0 -\nF 1001\n\nS 101 2000 4 3\nF 2001\n\nS 102 3000 6 5\nF 3001\nX 8\n");
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 1 1\nI 0 2 1\nI 0 4 1\nX 4\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 5 0\nI 0 6 2\nI 0 7 1\nX 3\n");
+  dir.write("fanout-producer-0.log",
+            "\nS 100 1000 0 -\nF 1001\n\nS 101 2000 4 3\nF 2001\n\nS 102 3000 6 5\nF 3001\nX 8\n");
+  dir.write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 1 1\nI 0 2 1\nI 0 4 1\nX 4\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 5 0\nI 0 6 2\nI 0 7 1\nX 3\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_TRUE(has(out,
@@ -110,8 +102,9 @@ TEST_F(SoakFanoutVerifier, AcceptsTheItemAKilledProducerHadInFlightEitherWay) {
 
 TEST_F(SoakFanoutVerifier, RejectsADuplicateEvenAfterAConsumerKill) {
   producer(4);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 1 1\n\nS 202 2000\nI 0 3 1\nX 1\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nI 0 1 2\nX 2\n");
+  dir.write("fanout-consumer-0.log",
+            "\nS 200 1000\nI 0 0 1\nI 0 1 1\n\nS 202 2000\nI 0 3 1\nX 1\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nI 0 1 2\nX 2\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out, "VIOLATION: producer 0: 1 duplicate deliveries (seq 1)")) << out;
@@ -119,8 +112,8 @@ TEST_F(SoakFanoutVerifier, RejectsADuplicateEvenAfterAConsumerKill) {
 
 TEST_F(SoakFanoutVerifier, RejectsItemsOutOfSubmissionOrderWithinAPriority) {
   producer(4);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 2 1\nI 0 1 1\nI 0 3 0\nX 4\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nX 0\n");
+  dir.write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nI 0 2 1\nI 0 1 1\nI 0 3 0\nX 4\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nX 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out,
@@ -131,8 +124,9 @@ TEST_F(SoakFanoutVerifier, RejectsItemsOutOfSubmissionOrderWithinAPriority) {
 
 TEST_F(SoakFanoutVerifier, RejectsCorruptAndUnknownItemsAndUncleanStops) {
   producer(3);
-  write("fanout-consumer-0.log", "\nS 200 1000\nI 0 0 1\nC body 0 1 1\nI 0 2 1\nI 0 7 1\nX 4\n");
-  write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nI 4 0 0\n");
+  dir.write("fanout-consumer-0.log",
+            "\nS 200 1000\nI 0 0 1\nC body 0 1 1\nI 0 2 1\nI 0 7 1\nX 4\n");
+  dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nI 4 0 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(

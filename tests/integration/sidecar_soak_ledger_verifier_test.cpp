@@ -2,6 +2,7 @@
 // test_soak_ledger_verify against real ledgers and hand-written logs, and
 // check that it passes a ledger back at zero and names every leaked charge,
 // unreclaimed ticket of a killed process, open pool and logged violation.
+#include "common/log_dir.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 #include "helpers/soak_ledger.hpp"
@@ -10,8 +11,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 
 namespace shm {
 namespace {
@@ -25,29 +24,21 @@ bool has(const std::string& out, const std::string& what) {
 class SoakLedgerVerifier : public ::testing::Test {
  protected:
   test::TempRoot root_;
-  std::filesystem::path dir;
+  test::LogDir dir{"libshm-soak-ledger-verify"};
   void SetUp() override {
-    char tmpl[] = "/tmp/libshm-soak-ledger-verify-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir = tmpl;
     // One worker killed once, then stopped cleanly; a checker that saw nothing
     // wrong, killed once after 512 samples, then stopped cleanly after 400.
-    write("ledger-worker-0.log",
-          "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nS 101 2000 w0.101.a w0.101.b\nF 2001\n"
-          "X 500 200 30\n");
-    write("ledger-checker.log",
-          "\nS 102 1000\nF 1001\nP 256 16\nP 512 30\n\nS 103 2000\nF 2001\nX 400 25 0\n");
-  }
-  void TearDown() override { std::filesystem::remove_all(dir); }
-
-  void write(const std::string& file, const std::string& text) {
-    std::ofstream(dir / file) << text;
+    dir.write("ledger-worker-0.log",
+              "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nS 101 2000 w0.101.a w0.101.b\nF 2001\n"
+              "X 500 200 30\n");
+    dir.write("ledger-checker.log",
+              "\nS 102 1000\nF 1001\nP 256 16\nP 512 30\n\nS 103 2000\nF 2001\nX 400 25 0\n");
   }
 
   int verify(std::string& out) {
     test::Subprocess p({test::helper_path("soak_ledger_verify"), "--ledger", "soak.ledger", "--dir",
                         dir.string(), "--workers", "1", "--sidecar-log",
-                        (dir / "sidecar.out").string()});
+                        (dir.path() / "sidecar.out").string()});
     const int rc = p.wait(20s);
     out = p.output();
     return rc;
@@ -67,15 +58,16 @@ TEST_F(SoakLedgerVerifier, AcceptsALedgerBackAtZeroAndCleanLogs) {
     ASSERT_TRUE(l->close_pool(*pool));
   }
   // The sidecar's reclaim lines: only those of this segment count.
-  write("sidecar.out",
-        "ts=1 level=info event=attacher_reclaimed segment=soak.ledger slot=9 role=member pid=7 "
-        "generation=1 actions=\"slot 9 (pid 7) generation 1: released 16 tickets (9178 bytes), "
-        "closed 2 pools\"\n"
-        "ts=2 level=info event=attacher_reclaimed segment=soak.ledger.other slot=3 role=member "
-        "actions=\"slot 3 (pid 8) generation 1: released 5 tickets (1 bytes), closed 2 pools\"\n"
-        "ts=3 level=info event=attacher_dead segment=soak.ledger slot=4 role=member\n"
-        "ts=4 level=info event=attacher_reclaimed segment=soak.ledger slot=4 role=member "
-        "actions=\"slot 4 (pid 9) generation 2: released 2 tickets (10 bytes), closed 2 pools\"\n");
+  dir.write(
+      "sidecar.out",
+      "ts=1 level=info event=attacher_reclaimed segment=soak.ledger slot=9 role=member pid=7 "
+      "generation=1 actions=\"slot 9 (pid 7) generation 1: released 16 tickets (9178 bytes), "
+      "closed 2 pools\"\n"
+      "ts=2 level=info event=attacher_reclaimed segment=soak.ledger.other slot=3 role=member "
+      "actions=\"slot 3 (pid 8) generation 1: released 5 tickets (1 bytes), closed 2 pools\"\n"
+      "ts=3 level=info event=attacher_dead segment=soak.ledger slot=4 role=member\n"
+      "ts=4 level=info event=attacher_reclaimed segment=soak.ledger slot=4 role=member "
+      "actions=\"slot 4 (pid 9) generation 2: released 2 tickets (10 bytes), closed 2 pools\"\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_TRUE(has(out, "their tickets reclaimed: 0, 18 of them by the sidecar")) << out;
@@ -130,11 +122,11 @@ TEST_F(SoakLedgerVerifier, RejectsViolationsTheProcessesLogged) {
     auto l = Ledger::create("soak.ledger", soak::ledger_config());
     ASSERT_TRUE(l) << l.error().what();
   }
-  write("ledger-worker-0.log",
-        "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nV pool 'w0.100.a' account 'data': used 5\n");
-  write("ledger-checker.log",
-        "\nS 102 1000\nF 1001\nV sample 9: global: used 99000 reserved 0 outside [0, 98304]\n"
-        "X 400 25 1\n");
+  dir.write("ledger-worker-0.log",
+            "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nV pool 'w0.100.a' account 'data': used 5\n");
+  dir.write("ledger-checker.log",
+            "\nS 102 1000\nF 1001\nV sample 9: global: used 99000 reserved 0 outside [0, 98304]\n"
+            "X 400 25 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out, "VIOLATION: ledger-worker-0: pool 'w0.100.a' account 'data': used 5"))

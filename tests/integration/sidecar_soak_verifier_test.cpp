@@ -3,13 +3,12 @@
 // semantics (at-least-once only for the batch in hand at a consumer kill) and
 // names every other loss or duplication; and test_soak_recovery, which times
 // every kind's recoveries and names a process that never recovered.
+#include "common/log_dir.hpp"
 #include "common/subprocess.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 
 namespace shm {
 namespace {
@@ -18,22 +17,13 @@ using namespace std::chrono_literals;
 
 class SoakVerifier : public ::testing::Test {
  protected:
-  std::filesystem::path dir;
-  void SetUp() override {
-    char tmpl[] = "/tmp/libshm-soak-verify-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-    std::ofstream(dir / "events.log");
-  }
-  void TearDown() override { std::filesystem::remove_all(dir); }
-
-  void write(const std::string& file, const std::string& text) {
-    std::ofstream(dir / file) << text;
-  }
+  test::LogDir dir{"libshm-soak-verify"};
+  void SetUp() override { dir.write("events.log", ""); }
 
   // Producer 0 published `published` records and stopped cleanly.
   void producer(std::uint64_t published) {
-    write("producer-0.log", "\nS 100 1000 0 fresh\nF 1001\nX " + std::to_string(published) + "\n");
+    dir.write("producer-0.log",
+              "\nS 100 1000 0 fresh\nF 1001\nX " + std::to_string(published) + "\n");
   }
 
   int verify(std::string& out) {
@@ -47,7 +37,7 @@ class SoakVerifier : public ::testing::Test {
 
 TEST_F(SoakVerifier, AcceptsACompleteInOrderStream) {
   producer(10);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nF 1002\nB 5 9\nX 10\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nF 1002\nB 5 9\nX 10\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_NE(out.find("messages: 10 delivered, 0 redelivered"), std::string::npos) << out;
@@ -57,7 +47,8 @@ TEST_F(SoakVerifier, AcceptsRedeliveryOfTheBatchInHandAtAConsumerKill) {
   producer(10);
   // Killed after logging 5..7 (maybe before releasing it): the next incarnation
   // may see 5..7 again, and no more than that.
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nF 1002\nB 5 7\n\nS 201 2000\nB 5 9\nF 2002\nX 5\n");
+  dir.write("consumer-0.log",
+            "\nS 200 1000\nB 0 4\nF 1002\nB 5 7\n\nS 201 2000\nB 5 9\nF 2002\nX 5\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
   EXPECT_NE(out.find("10 delivered, 3 redelivered"), std::string::npos) << out;
@@ -65,7 +56,7 @@ TEST_F(SoakVerifier, AcceptsRedeliveryOfTheBatchInHandAtAConsumerKill) {
 
 TEST_F(SoakVerifier, RejectsAGapInsideAnIncarnation) {
   producer(10);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 6 9\nX 9\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 6 9\nX 9\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(out.find("VIOLATION: consumer-0: incarnation 0: 6 follows 4 (records lost)"),
@@ -75,7 +66,7 @@ TEST_F(SoakVerifier, RejectsAGapInsideAnIncarnation) {
 
 TEST_F(SoakVerifier, RejectsADuplicateInsideAnIncarnation) {
   producer(10);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 3 9\nX 12\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 3 9\nX 12\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(out.find("3 follows 4 (records duplicated)"), std::string::npos) << out;
@@ -83,7 +74,7 @@ TEST_F(SoakVerifier, RejectsADuplicateInsideAnIncarnation) {
 
 TEST_F(SoakVerifier, RejectsRedeliveryBeyondTheBatchInHand) {
   producer(10);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 5 7\n\nS 201 2000\nB 3 9\nX 7\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nB 5 7\n\nS 201 2000\nB 3 9\nX 7\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(
@@ -94,7 +85,7 @@ TEST_F(SoakVerifier, RejectsRedeliveryBeyondTheBatchInHand) {
 
 TEST_F(SoakVerifier, RejectsRedeliveryAfterACleanStop) {
   producer(10);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nX 5\n\nS 201 2000\nB 4 9\nX 6\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nX 5\n\nS 201 2000\nB 4 9\nX 6\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(out.find("records 4..4 duplicated"), std::string::npos) << out;
@@ -102,7 +93,7 @@ TEST_F(SoakVerifier, RejectsRedeliveryAfterACleanStop) {
 
 TEST_F(SoakVerifier, RejectsRecordsLostAtTheEndOrAtARestart) {
   producer(12);
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\n\nS 201 2000\nB 6 9\nX 4\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\n\nS 201 2000\nB 6 9\nX 4\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(out.find("incarnation 1 starts at 6: records 5..5 lost"), std::string::npos) << out;
@@ -112,8 +103,8 @@ TEST_F(SoakVerifier, RejectsRecordsLostAtTheEndOrAtARestart) {
 }
 
 TEST_F(SoakVerifier, RejectsCorruptRecordsAndUncleanStops) {
-  write("producer-0.log", "\nS 100 1000 0 fresh\nF 1001\n");
-  write("consumer-0.log", "\nS 200 1000\nB 0 4\nC 5 crc\n");
+  dir.write("producer-0.log", "\nS 100 1000 0 fresh\nF 1001\n");
+  dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nC 5 crc\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_NE(out.find("consumer-0: corrupt record after sequence 5 crc"), std::string::npos) << out;
@@ -127,14 +118,14 @@ class SoakRecovery : public SoakVerifier {
  protected:
   void SetUp() override {
     SoakVerifier::SetUp();
-    write("events.log",
-          "K fanout-consumer-0 1000000000\nR fanout-consumer-0 1100000000\n"
-          "K sidecar 2000000000\nR sidecar 2100000000\n"
-          "K ledger-worker-1 3000000000\nR ledger-worker-1 3100000000\n");
+    dir.write("events.log",
+              "K fanout-consumer-0 1000000000\nR fanout-consumer-0 1100000000\n"
+              "K sidecar 2000000000\nR sidecar 2100000000\n"
+              "K ledger-worker-1 3000000000\nR ledger-worker-1 3100000000\n");
     // Restarted 100 ms after the kill, first item 12 ms after the restart.
-    write("fanout-consumer-0.log", "\nS 1 500\nF 600\n\nS 2 1100000001\nF 1112000000\nX 5\n");
+    dir.write("fanout-consumer-0.log", "\nS 1 500\nF 600\n\nS 2 1100000001\nF 1112000000\nX 5\n");
     // Restarted, never made progress again.
-    write("ledger-worker-1.log", "\nS 3 500\nF 600\n\nS 4 3100000001\n");
+    dir.write("ledger-worker-1.log", "\nS 3 500\nF 600\n\nS 4 3100000001\n");
   }
   int recovery(const std::string& end_ns, std::string& out) {
     test::Subprocess p(
