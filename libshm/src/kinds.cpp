@@ -101,7 +101,10 @@ namespace {
 // slot's kernel lock, so no process attaches to it meanwhile.
 void free_locked_slot(Segment& segment, std::size_t slot) {
   AttachmentSlot& s = segment.mutable_header()->slots[slot];
+  // release: as in Attachment::detach(), the kind's reclaim writes above come
+  // before the slot reads Free to an acquiring attacher ([A'] in attach()).
   s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
+  // relaxed: the role is the dead holder's, unchanged while we hold its lock.
   segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(slot),
                        s.role.load(std::memory_order_relaxed));
 }

@@ -219,6 +219,8 @@ std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
   // No liveness probe here: the caller (reclaim_dead_attacher) holds the dead
   // slot's kernel lock, and a probe through another file description would see
   // that lock and report the slot alive.
+  // relaxed: the waiter bits are a wake hint; a spurious or missed clear
+  // costs at most one extra futex wake (see drain_highest()).
   if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
     ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
     return {fmt::format("slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit",
