@@ -1,15 +1,21 @@
-// test_fanout_consumer BASE SEEN_FILE MODE
+// test_fanout_consumer BASE SEEN_FILE MODE [HOLD_AT]
 //   MODE drain:   drain_highest() until every item was delivered, or producers
 //                 are done and nothing arrived for 300 ms. Marks each item in
 //                 the seen table; a duplicate or a damaged payload fails.
+//   MODE hold:    drain like `drain` until the table counts HOLD_AT
+//                 deliveries, then pop one more item, do not mark it, print
+//                 "holding producer P seq S until killed" and sleep until
+//                 killed (a drainer killed with a popped item in hand).
 //   MODE ordered: one consumer of a quiescent queue: try_drain_highest() until
 //                 empty; priorities must never increase, and within a priority
 //                 each producer's items must come in submission order.
 #include "helpers/fanout_items.hpp"
 #include "shm/priority_fanout.hpp"
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -28,12 +34,13 @@ int fail(const char* what, const shm::test::FanoutItem& it) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s BASE SEEN_FILE drain|ordered\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: %s BASE SEEN_FILE drain|ordered|hold [HOLD_AT]\n", argv[0]);
     return 64;
   }
   const std::string base = argv[1];
   const std::string mode = argv[3];
+  const std::uint64_t hold_at = argc == 5 ? std::strtoull(argv[4], nullptr, 10) : 0;
   auto seen = shm::test::SeenTable::map(argv[2], false);
   if (!seen) {
     std::fprintf(stderr, "seen: %s\n", seen.error().what().c_str());
@@ -98,6 +105,14 @@ int main(int argc, char** argv) {
       return 6;
     }
     if (*d) {
+      if (mode == "hold" && hdr.delivered.load() >= hold_at) {
+        if ((*d)->size != sizeof it || !shm::test::item_intact(it))
+          return fail("damaged payload", it);
+        std::printf("holding producer %u seq %llu until killed\n", it.producer,
+                    static_cast<unsigned long long>(it.seq));
+        std::fflush(stdout);
+        for (;;) ::pause();
+      }
       if (int rc = accept((*d)->priority, (*d)->size); rc != 0) return rc;
       idle_since = Clock::now();
       continue;

@@ -1,6 +1,7 @@
 // MpmcRing across real processes: a handle killed (or stopped) in the middle
 // of a push or a pop never wedges the ring for the others.
 #include "shm/mpmc_ring.hpp"
+#include "common/mpmc_probe.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 #include "shm/kind.hpp"
@@ -43,6 +44,8 @@ TEST_F(MpmcRingProcessTest, ProducerKilledBetweenClaimAndPublishIsSkippedAfterRe
   ASSERT_TRUE(r && p);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();
+  ASSERT_EQ(test::claimed_by(r->segment(), holder.pid(), mpmc::Side::Push), 0u)
+      << "the victim holds position 0 claimed and unpublished";
   ASSERT_TRUE(*p->try_push(bytes("behind")));
   holder.kill(SIGKILL);
   ASSERT_EQ(holder.wait(10s), 128 + SIGKILL);
@@ -66,6 +69,8 @@ TEST_F(MpmcRingProcessTest, StoppedProducerKeepsConsumersEmptyWithoutHanging) {
   ASSERT_TRUE(r);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();
+  ASSERT_EQ(test::claimed_by(r->segment(), holder.pid(), mpmc::Side::Push), 0u)
+      << "the victim holds position 0 claimed and unpublished";
   ASSERT_TRUE(*r->try_push(bytes("behind")));
   holder.kill(SIGSTOP);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(pop_str(*r), std::nullopt);
@@ -84,6 +89,8 @@ TEST_F(MpmcRingProcessTest, ConsumerKilledBetweenPopAndReleaseLosesOnlyThatItem)
   for (const char* s : {"a", "b", "c", "d"}) ASSERT_TRUE(*r->try_push(bytes(s)));
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "peek"});
   ASSERT_TRUE(holder.wait_for_line("held a", 10s)) << holder.output();
+  ASSERT_EQ(test::claimed_by(r->segment(), holder.pid(), mpmc::Side::Pop), 0u)
+      << "the victim holds position 0 popped and unreleased";
   holder.kill(SIGKILL);
   ASSERT_EQ(holder.wait(10s), 128 + SIGKILL);
   EXPECT_EQ(pop_str(*r), "b");
@@ -107,6 +114,8 @@ TEST_F(MpmcRingProcessTest, ReclaimOfTheDeadSlotRepairsItsCellAtOnce) {
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();
   ASSERT_TRUE(*r->try_push(bytes("behind")));
+  ASSERT_EQ(test::claimed_by(r->segment(), holder.pid(), mpmc::Side::Push), 0u)
+      << "the victim holds position 0 claimed and unpublished";
   std::optional<SlotInfo> dead;
   for (const SlotInfo& s : r->segment().slots())
     if (s.pid == holder.pid()) dead = s;

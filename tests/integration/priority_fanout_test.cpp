@@ -2,6 +2,7 @@
 // executables (test_fanout_producer / test_fanout_consumer) sharing the K+1
 // files and a "seen" table that records every delivery.
 #include "shm/priority_fanout.hpp"
+#include "common/mpmc_probe.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
@@ -10,9 +11,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <sys/wait.h>
+#include <algorithm>
 #include <array>
 #include <csignal>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,15 +39,29 @@ class PriorityFanoutProcessTest : public ::testing::Test {
     ASSERT_TRUE(s) << s.error().what();
     seen_ = std::make_unique<test::SeenTable>(std::move(*s));
   }
-  std::unique_ptr<Subprocess> producer(std::uint64_t id, std::uint64_t count) {
-    return std::make_unique<Subprocess>(std::vector<std::string>{
-        test::helper_path("fanout_producer"), "jobs", std::to_string(id), std::to_string(count)});
+  std::unique_ptr<Subprocess> producer(std::uint64_t id, std::uint64_t count, bool hold = false) {
+    std::vector<std::string> argv{test::helper_path("fanout_producer"), "jobs", std::to_string(id),
+                                  std::to_string(count)};
+    if (hold) argv.emplace_back("hold");
+    return std::make_unique<Subprocess>(std::move(argv));
   }
-  std::unique_ptr<Subprocess> consumer(const char* mode = "drain") {
-    auto c = std::make_unique<Subprocess>(
-        std::vector<std::string>{test::helper_path("fanout_consumer"), "jobs", seen_path_, mode});
+  std::unique_ptr<Subprocess> consumer(const char* mode = "drain",
+                                       std::optional<std::uint64_t> hold_at = std::nullopt) {
+    std::vector<std::string> argv{test::helper_path("fanout_consumer"), "jobs", seen_path_, mode};
+    if (hold_at) argv.push_back(std::to_string(*hold_at));
+    auto c = std::make_unique<Subprocess>(std::move(argv));
     EXPECT_TRUE(c->wait_for_line("started", 30s)) << c->output();
     return c;
+  }
+  // The two numbers of a helper's "holding ..." line, parsed with `format`.
+  static std::optional<std::pair<std::uint64_t, std::uint64_t>> holding(const std::string& out,
+                                                                        const char* format) {
+    const auto at = out.find("holding ");
+    unsigned a = 0;
+    unsigned long long b = 0;
+    if (at == std::string::npos || std::sscanf(out.c_str() + at, format, &a, &b) != 2)
+      return std::nullopt;
+    return std::make_pair(std::uint64_t{a}, std::uint64_t{b});
   }
   // Every ring and the bitmap verify clean (after their dead handles were repaired).
   void expect_healthy() {
@@ -102,62 +121,72 @@ TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPrio
   expect_healthy();
 }
 
-TEST_F(PriorityFanoutProcessTest, ConsumerKilledMidDrainLosesAtMostTheItemItHadPopped) {
+TEST_F(PriorityFanoutProcessTest, ConsumerKilledHoldingAPoppedItemLosesExactlyThatItem) {
   constexpr std::uint64_t kProducers = 2, kKills = 3;
   const std::uint64_t per_producer = test::scaled(100'000);
   create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  const std::uint64_t total = kProducers * per_producer;
   auto steady = consumer();
-  auto victim = consumer();
+  // Victim k drains with the others until k/(kKills+1) of the stream is
+  // delivered, then pops one more item and holds it (never marked seen). They
+  // all start before the producers, so each reaches its mark mid-stream.
+  std::vector<std::unique_ptr<Subprocess>> victims;
+  for (std::uint64_t k = 1; k <= kKills; ++k)
+    victims.push_back(consumer("hold", total * k / (kKills + 1)));
   std::vector<std::unique_ptr<Subprocess>> producers;
   for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
-  const std::uint64_t total = kProducers * per_producer;
-  std::uint64_t kills_landed = 0;
-  for (std::uint64_t k = 1; k <= kKills; ++k) {
-    // Let it drain for a while (bounded), then kill -9 it mid-drain and start another.
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (seen_->header().delivered.load() < total * k / (kKills + 1) &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
-    // On a fast run the consumers may drain everything before the kill lands;
-    // then the victim has already exited cleanly and there is nothing to lose.
+  std::vector<std::uint64_t> held;  // seen-table indices of the items the victims died holding
+  for (auto& victim : victims) {
+    ASSERT_TRUE(victim->wait_for_text("until killed", 60s))
+        << "the victim never held a popped item: " << victim->output();
+    const auto item = holding(victim->output(), "holding producer %u seq %llu");
+    ASSERT_TRUE(item) << victim->output();
+    const std::uint64_t index = item->first * per_producer + item->second;
+    ASSERT_EQ(seen_->slot(index).load(), 0u)
+        << "the item in the victim's hand is already delivered: it holds nothing to lose";
     victim->kill(SIGKILL);
-    const int rc = victim->wait(10s);
-    if (rc == 0 && seen_->header().delivered.load() == total) break;
-    ASSERT_EQ(rc, 128 + SIGKILL) << victim->output();
-    ++kills_landed;
-    victim = consumer();
+    ASSERT_EQ(victim->wait(10s), 128 + SIGKILL) << victim->output();
+    held.push_back(index);
   }
-  // The first kill comes at a quarter of the stream, while the producers are
-  // still throttled by the 256-cell rings: it always lands mid-drain.
-  EXPECT_GE(kills_landed, 1u) << "no consumer was killed mid-drain: the test tested nothing";
   for (auto& p : producers) ASSERT_EQ(p->wait(300s), 0) << p->output();
   seen_->header().producers_done.store(1);
   ASSERT_EQ(steady->wait(120s), 0) << steady->output();
-  ASSERT_EQ(victim->wait(120s), 0) << victim->output();
-  std::uint64_t missing = 0, duplicated = 0;
+  std::vector<std::uint64_t> missing;
+  std::uint64_t duplicated = 0;
   for (std::uint64_t i = 0; i < total; ++i) {
     const std::uint8_t n = seen_->slot(i).load();
-    missing += n == 0 ? 1 : 0;
+    if (n == 0) missing.push_back(i);
     duplicated += n > 1 ? 1 : 0;
   }
   EXPECT_EQ(duplicated, 0u);
-  EXPECT_LE(missing, kKills) << "each killed consumer loses at most the item it had popped";
-  EXPECT_LE(ring_counter("lost_pops"), kKills);
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(missing, held) << "exactly the items the killed consumers held are lost";
+  EXPECT_EQ(ring_counter("lost_pops"), 0u) << "they were popped (released): the rings lost nothing";
   expect_healthy();
 }
 
-TEST_F(PriorityFanoutProcessTest, ProducerKilledMidSubmitLeavesADeliveredPrefixAndHealthyRings) {
+TEST_F(PriorityFanoutProcessTest, ProducerKilledHoldingAClaimedCellLeavesADeliveredPrefix) {
   constexpr std::uint64_t kProducers = 3;
   const std::uint64_t per_producer = test::scaled(100'000);
   create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
   auto c1 = consumer();
   auto c2 = consumer();
+  // Producer 0 submits half its items, then claims a cell for the next one
+  // and never publishes it.
   std::vector<std::unique_ptr<Subprocess>> producers;
-  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (seen_->header().delivered.load() < per_producer / 2 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  producers.push_back(producer(0, per_producer / 2, true));
+  for (std::uint64_t i = 1; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  ASSERT_TRUE(producers[0]->wait_for_text("until killed", 60s))
+      << "the victim never claimed a cell: " << producers[0]->output();
+  const auto claim = holding(producers[0]->output(), "holding priority %u seq %llu");
+  ASSERT_TRUE(claim) << producers[0]->output();
+  const std::uint64_t in_flight = claim->second;
+  {
+    auto ring = open_mpmc_ring(fmt::format("jobs.prio{}", claim->first));
+    ASSERT_TRUE(ring) << ring.error().what();
+    EXPECT_TRUE(test::claimed_by(*ring, producers[0]->pid(), mpmc::Side::Push))
+        << "the victim holds no claimed, unpublished cell";
+  }
   producers[0]->kill(SIGKILL);
   ASSERT_EQ(producers[0]->wait(10s), 128 + SIGKILL);
   for (std::size_t i = 1; i < producers.size(); ++i)
@@ -166,12 +195,12 @@ TEST_F(PriorityFanoutProcessTest, ProducerKilledMidSubmitLeavesADeliveredPrefixA
   ASSERT_EQ(c1->wait(120s), 0) << c1->output();
   ASSERT_EQ(c2->wait(120s), 0) << c2->output();
   // The killed producer's items form a prefix: everything it submitted before
-  // the fatal submit() was delivered; nothing after it exists.
-  std::uint64_t prefix = 0;
-  while (prefix < per_producer && seen_->slot(prefix).load() == 1) ++prefix;
-  for (std::uint64_t i = prefix; i < per_producer; ++i) ASSERT_EQ(seen_->slot(i).load(), 0) << i;
+  // the claimed cell was delivered; the claimed item never was.
+  for (std::uint64_t i = 0; i < per_producer; ++i)
+    ASSERT_EQ(seen_->slot(i).load(), i < in_flight ? 1u : 0u) << i;
   for (std::uint64_t i = per_producer; i < kProducers * per_producer; ++i)
     ASSERT_EQ(seen_->slot(i).load(), 1) << i;
+  EXPECT_EQ(ring_counter("abandoned_pushes"), 1u) << "the claimed cell was repaired (tombstone)";
   expect_healthy();
 }
 
