@@ -28,8 +28,13 @@ class ExamplesTest : public ::testing::Test {
   void SetUp() override {
     for (const char* exe :
          {"ring_producer", "ring_consumer", "channel_producer", "channel_consumer"}) {
-      if (!std::filesystem::exists(test::bin_path(exe)))
-        GTEST_SKIP() << test::bin_path(exe) << " is not built (LIBSHM_BUILD_EXAMPLES=OFF?)";
+      if (std::filesystem::exists(test::bin_path(exe))) continue;
+#if SHM_EXPECT_EXAMPLES
+      FAIL() << test::bin_path(exe)
+             << " is missing although LIBSHM_BUILD_EXAMPLES is ON (did its output path move?)";
+#else
+      GTEST_SKIP() << test::bin_path(exe) << " is not built: LIBSHM_BUILD_EXAMPLES is OFF";
+#endif
     }
   }
 
