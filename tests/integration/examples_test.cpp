@@ -12,7 +12,6 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace shm {
@@ -43,14 +42,14 @@ class ExamplesTest : public ::testing::Test {
     return Subprocess(std::move(args));
   }
 
-  // Runs channel_producer on channel `name` and kill -9s it mid-stream: only
-  // once it has attached (a slow start under a sanitizer), then 300 ms later.
+  // Runs channel_producer on channel `name` and kill -9s it mid-stream: once
+  // it has sent its first thousand messages (of a billion: it is still
+  // streaming), however slowly it starts under a sanitizer.
   static void kill_producer_mid_stream(const std::string& name) {
-    auto producer =
-        start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout", "60"});
-    ASSERT_TRUE(producer.wait_for_text("channel_producer: channel '" + name + "'", kDeadline))
+    auto producer = start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout",
+                                               "60", "--progress", "1000"});
+    ASSERT_TRUE(producer.wait_for_text("channel_producer: 1000 messages sent\n", kDeadline))
         << producer.output();
-    std::this_thread::sleep_for(300ms);
     producer.kill(SIGKILL);
     (void)producer.wait(kDeadline);
   }
@@ -137,7 +136,7 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
   // published, not wait for a producer that will never come back.
   auto consumer =
       start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
-  kill_producer_mid_stream("killed");
+  ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("killed"));
   EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
@@ -158,7 +157,7 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
   // A held partial batch must not hide a dead producer.
   auto waiting = start("channel_consumer", {"--name", "coal-killed", "--create", "--quiet",
                                             "--timeout", "60", "--coalesce", "4096"});
-  kill_producer_mid_stream("coal-killed");
+  ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("coal-killed"));
   EXPECT_EQ(waiting.wait(kDeadline), 3) << "3 is ProducerDied; " << waiting.output();
 }
 
