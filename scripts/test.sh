@@ -2,8 +2,10 @@
 # The test command (README, CI): installs what is missing, then runs the whole
 # suite in three lanes, each its own build directory, configure + build + ctest:
 #
-#   normal  RelWithDebInfo, everything (tests, examples, tools, benchmarks built)
-#   asan    -DLIBSHM_SANITIZE=address,undefined, benchmarks off
+#   normal  RelWithDebInfo (-O2 -DNDEBUG), everything (tests, examples, tools, benchmarks built)
+#   asan    -DLIBSHM_SANITIZE=address,undefined, benchmarks off, and WITHOUT
+#           -DNDEBUG: the library's contract asserts are on, and the tests'
+#           EXPECT_DEATH checks of them (compiled only without NDEBUG) run
 #   tsan    -DLIBSHM_SANITIZE=thread, benchmarks off
 #
 # Usage: scripts/test.sh [--lane normal|asan|tsan|all]... [-- CTEST_ARGS...]
@@ -156,9 +158,10 @@ check_skips() {
 
 run_lane() {
   local lane=$1 dir="$build_root/ci-$1" sanitize="" bench=OFF prefix=() t0 t_build t_test rc log
+  local cxx_flags="-O2 -g1 -DNDEBUG"
   case "$lane" in
     normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON ;;
-    asan) sanitize="address,undefined" ;;
+    asan) sanitize="address,undefined" cxx_flags="-O2 -g1" ;;  # asserts on (no NDEBUG)
     tsan) sanitize="thread" ;;
   esac
   echo
@@ -184,7 +187,7 @@ run_lane() {
   # Configure and build. gtest_discover_tests runs the test binaries at build
   # time, so the build runs under the same prefix (setarch) as the tests.
   if ! bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
     -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize"; then
     result[$lane]=FAIL
