@@ -36,6 +36,7 @@ struct Options {
   std::uint32_t descriptors = 4096;
   std::uint32_t ring = 16384;
   double timeout_s = 10;
+  std::uint64_t progress = 0;  // a progress line every this many messages (0: none)
 };
 
 // Message n: its sequence in the first 8 bytes, then bytes derived from it.
@@ -105,6 +106,10 @@ int run(const Options& o) {
     fill(r->bytes, seq);  // written straight into the page
     (void)producer->commit();
     if (seq % 65536 == 0) producer->heartbeat();
+    if (o.progress != 0 && (seq + 1) % o.progress == 0) {
+      fmt::print("channel_producer: {} messages sent\n", seq + 1);
+      std::fflush(stdout);
+    }
   }
   if (auto ok = producer->finish(); !ok) {
     fmt::print(stderr, "channel_producer: finish: {}\n", ok.error().what());
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
   app.add_option("--descriptors", o.descriptors, "descriptor cells per page, with --create");
   app.add_option("--ring", o.ring, "descriptor ring cells (power of two), with --create");
   app.add_option("--timeout", o.timeout_s, "seconds to wait for the channel / the consumer");
+  app.add_option("--progress", o.progress, "print a line every N messages sent (default 0: none)");
   CLI11_PARSE(app, argc, argv);
   if (o.max_size < o.min_size) {
     fmt::print(stderr, "channel_producer: --max-size must be >= --min-size\n");

@@ -11,9 +11,11 @@
 //  - nothing lost: the consumers' logs cover 0..N-1 without a gap;
 //  - at-least-once only at a consumer kill: within one consumer incarnation
 //    sequence numbers are strictly consecutive; a new incarnation after a kill
-//    may start again no earlier than the first record of the batch the killed
-//    one had logged but maybe not released (the batch in hand), and nowhere
-//    else is a record repeated;
+//    starts either after everything logged, or again exactly at the first
+//    record of the batch the killed one had logged but maybe not released
+//    (the batch in hand: a consumer releases a whole batch at once, so its
+//    successor never resumes in its middle), and nowhere else is a record
+//    repeated;
 //  - nothing corrupt: every record passed its magic/length/CRC/producer checks.
 // Kills and recovery times of every kind are test_soak_recovery's part.
 //
@@ -93,13 +95,19 @@ int main(int argc, char** argv) {
         if (!pos) {
           // The incarnation's first record.
           const bool fresh = r.first == hi;
-          const bool redelivery = r.first < hi && !prev_clean && have_in_hand &&
-                                  r.first >= in_hand.first && hi - r.first <= batch_max;
+          const bool after_kill = !prev_clean && have_in_hand;
+          const bool redelivery =
+              after_kill && r.first == in_hand.first && r.first < hi && hi - r.first <= batch_max;
           if (!fresh && !redelivery) {
             if (r.first > hi)
               violations.push_back(
                   fmt::format("{}: incarnation {} starts at {}: records {}..{} lost", cname, n,
                               r.first, hi, r.first - 1));
+            else if (after_kill && r.first > in_hand.first)
+              violations.push_back(fmt::format(
+                  "{}: incarnation {} starts at {}, not at the first record of the batch in hand "
+                  "at the previous kill ({}..{}): a redelivery starts exactly there",
+                  cname, n, r.first, in_hand.first, in_hand.last));
             else
               violations.push_back(fmt::format(
                   "{}: incarnation {} starts at {}, before the batch in hand at the previous kill "

@@ -12,7 +12,6 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace shm {
@@ -28,8 +27,13 @@ class ExamplesTest : public ::testing::Test {
   void SetUp() override {
     for (const char* exe :
          {"ring_producer", "ring_consumer", "channel_producer", "channel_consumer"}) {
-      if (!std::filesystem::exists(test::bin_path(exe)))
-        GTEST_SKIP() << test::bin_path(exe) << " is not built (LIBSHM_BUILD_EXAMPLES=OFF?)";
+      if (std::filesystem::exists(test::bin_path(exe))) continue;
+#if SHM_EXPECT_EXAMPLES
+      FAIL() << test::bin_path(exe)
+             << " is missing although LIBSHM_BUILD_EXAMPLES is ON (did its output path move?)";
+#else
+      GTEST_SKIP() << test::bin_path(exe) << " is not built: LIBSHM_BUILD_EXAMPLES is OFF";
+#endif
     }
   }
 
@@ -38,14 +42,14 @@ class ExamplesTest : public ::testing::Test {
     return Subprocess(std::move(args));
   }
 
-  // Runs channel_producer on channel `name` and kill -9s it mid-stream: only
-  // once it has attached (a slow start under a sanitizer), then 300 ms later.
+  // Runs channel_producer on channel `name` and kill -9s it mid-stream: once
+  // it has sent its first thousand messages (of a billion: it is still
+  // streaming), however slowly it starts under a sanitizer.
   static void kill_producer_mid_stream(const std::string& name) {
-    auto producer =
-        start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout", "60"});
-    ASSERT_TRUE(producer.wait_for_text("channel_producer: channel '" + name + "'", kDeadline))
+    auto producer = start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout",
+                                               "60", "--progress", "1000"});
+    ASSERT_TRUE(producer.wait_for_text("channel_producer: 1000 messages sent\n", kDeadline))
         << producer.output();
-    std::this_thread::sleep_for(300ms);
     producer.kill(SIGKILL);
     (void)producer.wait(kDeadline);
   }
@@ -132,7 +136,7 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
   // published, not wait for a producer that will never come back.
   auto consumer =
       start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
-  kill_producer_mid_stream("killed");
+  ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("killed"));
   EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
@@ -153,7 +157,7 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
   // A held partial batch must not hide a dead producer.
   auto waiting = start("channel_consumer", {"--name", "coal-killed", "--create", "--quiet",
                                             "--timeout", "60", "--coalesce", "4096"});
-  kill_producer_mid_stream("coal-killed");
+  ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("coal-killed"));
   EXPECT_EQ(waiting.wait(kDeadline), 3) << "3 is ProducerDied; " << waiting.output();
 }
 

@@ -83,6 +83,20 @@ TEST_F(SoakVerifier, RejectsRedeliveryBeyondTheBatchInHand) {
       << out;
 }
 
+TEST_F(SoakVerifier, RejectsARedeliveryStartingInsideTheBatchInHand) {
+  producer(10);
+  // Killed with 5..7 in hand: the consumer releases a whole batch at once, so
+  // its successor starts at 5 (not released) or at 8 (released), never at 6.
+  dir.write("consumer-0.log",
+            "\nS 200 1000\nB 0 4\nF 1002\nB 5 7\n\nS 201 2000\nB 6 9\nF 2002\nX 4\n");
+  std::string out;
+  EXPECT_EQ(verify(out), 1) << out;
+  EXPECT_NE(out.find("VIOLATION: consumer-0: incarnation 1 starts at 6, not at the first record "
+                     "of the batch in hand at the previous kill (5..7)"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(SoakVerifier, RejectsRedeliveryAfterACleanStop) {
   producer(10);
   dir.write("consumer-0.log", "\nS 200 1000\nB 0 4\nX 5\n\nS 201 2000\nB 4 9\nX 6\n");

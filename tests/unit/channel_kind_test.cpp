@@ -6,7 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace shm {
 namespace {
@@ -201,18 +206,74 @@ TEST_F(ChannelKindTest, DumpCopiesThePublishedUnconsumedPayloads) {
 }
 
 TEST_F(ChannelKindTest, ReclaimOfADeadConsumerKeepsItsPositionForASuccessor) {
-  send("a");
-  take();
-  SlotInfo dead{};
-  dead.index = 1;
-  dead.role = 1;
-  dead.pid = 4242;
+  for (const char* m : {"a", "b", "c"}) send(m);
+  consumer_ = ChannelConsumer();  // leaves: the consumer role is free for one that dies
+  // A consumer in a child process takes "a" (released: its position moves to
+  // 1), holds the lease of "b" and is killed with it in hand.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto c = ChannelConsumer::open("k");
+    bool ok = false;
+    if (c) {
+      auto a = c->try_receive();
+      ok = a && *a && a->lease.sequence() == 0;
+      if (ok) a->lease.release();
+      auto b = c->try_receive();
+      ok = ok && b && *b && b->lease.sequence() == 1;
+      const char byte = ok ? 'y' : 'n';
+      (void)::write(ready[1], &byte, 1);
+      ::pause();  // killed here, "b" in hand
+    }
+    const char byte = 'n';
+    (void)::write(ready[1], &byte, 1);
+    ::_exit(1);
+  }
+  char byte = 0;
+  const bool answered = ::read(ready[0], &byte, 1) == 1;
+  ::close(ready[0]);
+  ::close(ready[1]);
+  std::optional<SlotInfo> dead;
+  for (const SlotInfo& s : observer_.slots())
+    if (s.pid == child) dead = s;
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  ASSERT_TRUE(answered && byte == 'y') << "the child's consumer did not take a and hold b";
+  ASSERT_TRUE(dead) << "the child's consumer slot";
+  ASSERT_EQ(dead->role, channel::kConsumerRole.id);
+
   auto seg = Segment::open_any("k", {});
-  ASSERT_TRUE(seg);
-  const auto lines = kChannelDescriptor.reclaim(*seg, dead);
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("consumer pid 4242 freed at sequence 1"), std::string::npos) << lines[0];
+  ASSERT_TRUE(seg) << seg.error().what();
+  ASSERT_EQ(seg->liveness(dead->index), Liveness::Dead);
+  auto reclaimed = reclaim_dead_attacher(*seg, kChannelDescriptor, *dead);
+  ASSERT_TRUE(reclaimed) << reclaimed.error().what();
+  EXPECT_EQ(reclaimed->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(reclaimed->actions.size(), 1u);
+  EXPECT_NE(
+      reclaimed->actions[0].find("consumer pid " + std::to_string(child) + " freed at sequence 1"),
+      std::string::npos)
+      << reclaimed->actions[0];
   EXPECT_EQ(producer_.state(), ChannelState::Open) << "a dead consumer does not fault the channel";
+
+  // The successor resumes at the kept position: "b" again (it was in hand,
+  // never released), then "c"; "a" is not delivered twice.
+  auto successor = ChannelConsumer::open("k");
+  ASSERT_TRUE(successor) << successor.error().what();
+  EXPECT_EQ(successor->next_sequence(), 1u);
+  for (const auto& [seq, text] : {std::pair<std::uint64_t, std::string>{1, "b"}, {2, "c"}}) {
+    auto r = successor->try_receive();
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, ReceiveStatus::Received) << "expected " << text;
+    EXPECT_EQ(r->lease.sequence(), seq);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(r->lease.bytes().data()),
+                          r->lease.bytes().size()),
+              text);
+  }
+  auto empty = successor->try_receive();
+  ASSERT_TRUE(empty) << empty.error().what();
+  EXPECT_EQ(empty->status, ReceiveStatus::Empty);
 }
 
 }  // namespace

@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -37,9 +39,11 @@ TEST(Process, ReusedPidWithOtherStartTimeIsNotAlive) {
 
 TEST(Process, ExitedChildIsNotAlive) {
   const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
   if (child == 0) ::_exit(0);
   const std::uint64_t start = process_start_time(child);
-  ::waitpid(child, nullptr, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  ASSERT_GT(start, 0u) << "read while the child existed (a zombie at worst)";
   EXPECT_FALSE(process_alive(ProcessId{child, start}));
 }
 
@@ -48,12 +52,13 @@ TEST(Process, CmdlineOfAnExitingOrGoneProcessIsEmptyNeverAnException) {
   // Read while the child exits (the read may fail with ESRCH), as a zombie, and once reaped.
   for (int i = 0; i < 100; ++i) {
     const pid_t child = ::fork();
+    ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
     if (child == 0) ::_exit(0);
     EXPECT_NO_THROW((void)process_cmdline(child));
     siginfo_t info{};
-    ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);  // a zombie now
+    ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);  // a zombie
     EXPECT_NO_THROW((void)process_cmdline(child));
-    ::waitpid(child, nullptr, 0);
+    ASSERT_EQ(::waitpid(child, nullptr, 0), child);
     EXPECT_EQ(process_cmdline(child), "");
   }
 }
@@ -75,36 +80,68 @@ TEST(Futex, WaitTimesOutWhenNobodyWakes) {
   EXPECT_EQ(futex_wait(word, 0, 20'000'000ull), WaitResult::TimedOut);
 }
 
+// Polls `done` every millisecond until it holds or `deadline` passes.
+template <class Done>
+bool poll_until(Done done, std::chrono::seconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
 TEST(Futex, WakeReachesWaiterInAnotherProcessThroughSharedFileMapping) {
   char path[] = "/dev/shm/libshm-futex-XXXXXX";
   const int fd = ::mkstemp(path);
   ASSERT_GE(fd, 0);
+  FileHandle file(fd);
+  ::unlink(path);
   ASSERT_EQ(::ftruncate(fd, 4096), 0);
   auto map = Mapping::map(fd, 4096, true, path);
   ASSERT_TRUE(map);
-  ::unlink(path);
+  // The futex word, the child's "about to wait" flag and how its wait ended.
   auto* word = new (map->data()) std::atomic<std::uint32_t>(0);
+  auto* ready = new (map->data() + 64) std::atomic<std::uint32_t>(0);
+  constexpr std::uint32_t kNotReturned = 0xff;
+  auto* outcome = new (map->data() + 128) std::atomic<std::uint32_t>(kNotReturned);
   const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
   if (child == 0) {
-    // Waits in another process (own address space, same file page).
-    while (word->load() == 0) (void)futex_wait(*word, 0, 5'000'000'000ull);
-    ::_exit(word->load() == 7 ? 0 : 1);
+    // Waits in another process (own address space, same file page), far
+    // longer than the parent's deadline: only a wake can end this wait. The
+    // word never changes, so the wait cannot end as ValueChanged either.
+    ready->store(1);
+    WaitResult r = WaitResult::Interrupted;
+    while (r == WaitResult::Interrupted) r = futex_wait(*word, 0, 600'000'000'000ull);
+    outcome->store(static_cast<std::uint32_t>(r));
+    ::_exit(0);
   }
-  std::this_thread::sleep_for(50ms);
-  word->store(7);
-  // The child may not be parked yet; keep waking until it exits.
+  struct Reaper {  // kills and reaps the child on every way out of the test
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  ASSERT_TRUE(poll_until([&] { return ready->load() != 0; }, 30s)) << "the child never started";
+  // Wake until the kernel reports a waiter woken: the child may not be parked
+  // yet (then the wake finds nobody and is repeated). A wake that cannot reach
+  // another process (private, or none) never finds it.
+  int woken = 0;
+  ASSERT_TRUE(poll_until([&] { return (woken = futex_wake_all(*word)) > 0; }, 30s))
+      << "no wake through the shared mapping ever reached the waiter in the child";
+  EXPECT_EQ(woken, 1);
+  ASSERT_TRUE(poll_until([&] { return outcome->load() != kNotReturned; }, 30s))
+      << "the child's wait never returned";
+  EXPECT_EQ(outcome->load(), static_cast<std::uint32_t>(WaitResult::Woken))
+      << "0 Woken, 1 ValueChanged, 2 TimedOut, 3 Interrupted";
   int status = 0;
-  for (int i = 0; i < 500 && ::waitpid(child, &status, WNOHANG) == 0; ++i) {
-    (void)futex_wake_all(*word);
-    std::this_thread::sleep_for(10ms);
-  }
-  if (::waitpid(child, &status, WNOHANG) == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-    FAIL() << "waiter in the child process was never woken";
-  }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  ::close(fd);
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  reaper.pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(OfdLock, SecondDescriptionCannotTakeHeldByteAndSeesItHeld) {
@@ -125,15 +162,19 @@ TEST(OfdLock, SecondDescriptionCannotTakeHeldByteAndSeesItHeld) {
 }
 
 // Runs `body` in a forked child (the SIGBUS handler is process-wide: it is
-// installed there, never in the test process) and returns its wait status.
+// installed there, never in the test process) and stores its wait status.
+// A fork or wait that fails is a fatal failure (ASSERT_NO_FATAL_FAILURE).
 template <class Body>
-int in_child(Body body) {
+void in_child(Body body, int& status) {
   const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork: " << std::strerror(errno);
   if (child == 0) ::_exit(body());
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return status;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
 }
+
+// The child's exit codes for a failed setup, before what the test checks.
+constexpr int kNoShrunkMapping = 10;
+constexpr int kInstallFailed = 11;
 
 // A 3-page file mapped read-only, then truncated to 1 page under the mapping.
 struct ShrunkMapping {
@@ -159,52 +200,67 @@ std::optional<ShrunkMapping> shrunk_mapping() {
 }
 
 TEST(TruncationGuard, GuardedReadPastTheNewEndReadsZerosAndReportsTheHit) {
-  const int status = in_child([] {
-    auto m = shrunk_mapping();
-    if (!m) return 10;
-    if (!TruncationGuard::install() || !TruncationGuard::install()) return 11;  // idempotent
-    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
-    TruncationGuard::Scope scope(m->map.data(), m->map.size());
-    if (bytes[0] != 0xab || scope.hit()) return 12;              // the page the file still has
-    if (bytes[2 * m->page + 5] != 0 || !scope.hit()) return 13;  // a lost page
-    if (bytes[m->page] != 0) return 14;                          // another lost page: handled again
-    return 0;
-  });
+  int status = -1;
+  ASSERT_NO_FATAL_FAILURE(in_child(
+      [] {
+        auto m = shrunk_mapping();
+        if (!m) return kNoShrunkMapping;
+        // install() is idempotent.
+        if (!TruncationGuard::install() || !TruncationGuard::install()) return kInstallFailed;
+        const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+        TruncationGuard::Scope scope(m->map.data(), m->map.size());
+        if (bytes[0] != 0xab || scope.hit()) return 12;              // the page the file still has
+        if (bytes[2 * m->page + 5] != 0 || !scope.hit()) return 13;  // a lost page
+        if (bytes[m->page] != 0) return 14;  // another lost page: handled again
+        return 0;
+      },
+      status));
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(TruncationGuard, ADefaultScopeGuardsEveryFileMappingAndHidesTheOuterScope) {
-  const int status = in_child([] {
-    auto m = shrunk_mapping();
-    if (!m) return 10;
-    if (!TruncationGuard::install()) return 11;
-    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
-    TruncationGuard::Scope outer;
-    {
-      TruncationGuard::Scope inner;
-      if (bytes[2 * m->page] != 0 || !inner.hit()) return 12;
-    }
-    if (outer.hit()) return 13;  // the inner scope took the hit
-    if (bytes[m->page] != 0 || !outer.hit()) return 14;
-    return 0;
-  });
+  int status = -1;
+  ASSERT_NO_FATAL_FAILURE(in_child(
+      [] {
+        auto m = shrunk_mapping();
+        if (!m) return kNoShrunkMapping;
+        if (!TruncationGuard::install()) return kInstallFailed;
+        const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+        TruncationGuard::Scope outer;
+        {
+          TruncationGuard::Scope inner;
+          if (bytes[2 * m->page] != 0 || !inner.hit()) return 12;
+        }
+        if (outer.hit()) return 13;  // the inner scope took the hit
+        if (bytes[m->page] != 0 || !outer.hit()) return 14;
+        return 0;
+      },
+      status));
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(TruncationGuard, AFaultOutsideTheGuardedRangeStillKills) {
-  const int status = in_child([] {
-    auto m = shrunk_mapping();
-    if (!m) return 10;
-    if (!TruncationGuard::install()) return 11;
-    static const char elsewhere[64] = {};
-    const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
-    TruncationGuard::Scope scope(elsewhere, sizeof elsewhere);
-    (void)bytes[2 * m->page];  // not guarded: must not be survived
-    return 0;
-  });
-  // Killed by SIGBUS, or (under a sanitizer that reports SIGBUS) a failing exit.
+  int status = -1;
+  ASSERT_NO_FATAL_FAILURE(in_child(
+      [] {
+        auto m = shrunk_mapping();
+        if (!m) return kNoShrunkMapping;
+        if (!TruncationGuard::install()) return kInstallFailed;
+        static const char elsewhere[64] = {};
+        const auto* bytes = reinterpret_cast<const volatile unsigned char*>(m->map.data());
+        TruncationGuard::Scope scope(elsewhere, sizeof elsewhere);
+        (void)bytes[2 * m->page];  // not guarded: must not be survived
+        return 0;
+      },
+      status));
+  // Killed by SIGBUS, or (under a sanitizer that reports SIGBUS) a failing
+  // exit; but not a failed setup, which would pass for one.
+  ASSERT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == kNoShrunkMapping)
+      << "setup failed in the child: no truncated mapping";
+  ASSERT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == kInstallFailed)
+      << "setup failed in the child: TruncationGuard::install()";
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "an unguarded SIGBUS was swallowed";
   if (WIFSIGNALED(status)) {
