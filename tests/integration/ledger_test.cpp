@@ -73,17 +73,20 @@ TEST_F(LedgerProcessTest, FourProcessesAtRandomNeverPushAnAccountOverItsLimitAnd
     reserves += r;
     rejections += j;
   }
+  // Exit 0 also means at least one snapshot was verified against the tickets.
   ASSERT_EQ(checker.wait(60s), 0) << checker.output();
-  unsigned long long samples = 0, verified = 0, violations = 1;
-  ASSERT_EQ(std::sscanf(checker.output().c_str(), "samples %llu verified %llu violations %llu",
-                        &samples, &verified, &violations),
-            3)
+  unsigned long long samples = 0, verified = 0, skipped = 0, violations = 1;
+  ASSERT_EQ(std::sscanf(checker.output().c_str(),
+                        "samples %llu verified %llu skipped %llu violations %llu", &samples,
+                        &verified, &skipped, &violations),
+            4)
       << checker.output();
   EXPECT_EQ(violations, 0u) << checker.output();
   RecordProperty("checker", checker.output());
   RecordProperty("reserves", static_cast<int>(reserves));
   RecordProperty("rejections", static_cast<int>(rejections));
   EXPECT_GT(samples, 0u);
+  EXPECT_GT(verified, 0u) << checker.output();
   EXPECT_GT(reserves, 100u);
   EXPECT_GT(rejections, 0u) << "limits were never reached: the test did not test them";
 
@@ -99,6 +102,62 @@ TEST_F(LedgerProcessTest, FourProcessesAtRandomNeverPushAnAccountOverItsLimitAnd
   auto lines = l->verify();
   ASSERT_TRUE(lines);
   EXPECT_TRUE(lines->empty()) << (*lines)[0];
+}
+
+// A crash-point fixture: pools "crash" and "other", buckets 0 and 1, as
+// test_ledger_worker crash expects.
+LedgerConfig crash_config() {
+  LedgerConfig cfg;
+  cfg.params = {10'000, 1'000, 32, 4, 4, 4};
+  cfg.categories = {{"a", 5'000, Partition::Ordinary}};
+  cfg.buckets = {{"api", 10, 5}, {"ip", 1'000, 100}};
+  return cfg;
+}
+
+// Starts test_ledger_worker crash at `point` and kills it -9 while it holds
+// the ledger mutex with a mutation half done.
+void kill_inside(const std::string& name, const std::string& point) {
+  auto helper = worker({"crash", name, point});
+  ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+  helper.kill(SIGKILL);
+  ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+}
+
+// A checker that can take no consistent snapshot has verified nothing: it
+// must say so and fail, not report its samples as verified.
+TEST_F(LedgerProcessTest, CheckerFailsWhenNoSnapshotCouldBeVerified) {
+  auto l = Ledger::create("stalled", crash_config());
+  ASSERT_TRUE(l) << l.error().what();
+  ASSERT_TRUE(l->open_pool({"crash", {{"all", 5'000, {}}}, 0}));
+  ASSERT_TRUE(l->open_pool({"other", {{"all", 5'000, {}}}, 0}));
+  // A holder killed inside the lock leaves the seqlock odd until the next
+  // locker repairs: no snapshot can be had meanwhile.
+  ASSERT_NO_FATAL_FAILURE(kill_inside("stalled", "reserve-published"));
+  ASSERT_EQ(ledger::read_snapshot(l->view()).version % 2, 1u);
+
+  test::Subprocess stalled({test::helper_path("ledger_checker"), "stalled", "1000"});
+  EXPECT_EQ(stalled.wait(60s), 1) << stalled.output();
+  const std::string out = stalled.output();
+  unsigned long long samples = 0, verified = 1, skipped = 0, violations = 1;
+  ASSERT_EQ(std::sscanf(out.c_str(), "samples %llu verified %llu skipped %llu violations %llu",
+                        &samples, &verified, &skipped, &violations),
+            4)
+      << out;
+  EXPECT_GE(samples, 16u) << out;
+  EXPECT_EQ(verified, 0u) << out;
+  EXPECT_GT(skipped, 0u) << out;
+  EXPECT_EQ(violations, 0u) << out;
+  EXPECT_TRUE(contains(out, fmt::format("skipped: 0 busy, {} in progress", skipped))) << out;
+  EXPECT_TRUE(contains(out, "skip: a ledger mutation has been in progress")) << out;
+  EXPECT_TRUE(contains(out, "error: no snapshot could be verified")) << out;
+
+  // Once the next locker has repaired, the same checker verifies and passes.
+  auto s = l->snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->stats.repairs, 1u);
+  test::Subprocess repaired({test::helper_path("ledger_checker"), "stalled", "300"});
+  EXPECT_EQ(repaired.wait(60s), 0) << repaired.output();
+  EXPECT_TRUE(contains(repaired.output(), "skipped 0 violations 0")) << repaired.output();
 }
 
 // ---------------------------------------------------------------- kill -9 inside the lock
