@@ -25,8 +25,12 @@
 //             V <message>                      a model mismatch or an unexpected error
 //   checker:  S <pid> <realtime_ns>
 //             F <realtime_ns>                  first sample taken
-//             P <samples> <verified>           progress, every 256 samples
-//             X <samples> <verified> <violations>
+//             P <samples> <verified> <busy> <in progress>
+//                                              progress, every 256 samples
+//             X <samples> <verified> <violations> <busy> <in progress>
+//                                              verified: snapshots checked against
+//                                              the tickets; busy / in progress:
+//                                              snapshots skipped, by reason
 //             V <message>                      an account outside its limit, a
 //                                              derived counter that disagrees
 //                                              with the ticket table, ...

@@ -13,7 +13,11 @@
 //    plus reclaimed), give or take one per lock repair (a worker killed inside
 //    the critical section may leave the statistics one step behind);
 //  - never over a limit: the checker, sampling throughout, saw no account
-//    outside [0, limit] and no derived counter that disagreed with the tickets;
+//    outside [0, limit] and no derived counter that disagreed with the tickets,
+//    and at least one of its snapshots was actually checked against the
+//    tickets (snapshots it could not take, because writers were busy or a
+//    killed worker left a mutation in progress, are shown as skipped, by
+//    reason, and verify nothing);
 //  - every worker's own model of its pools matched the ledger (no V line) and
 //    every worker and the checker stopped cleanly (their last incarnation
 //    logged X).
@@ -102,36 +106,57 @@ int main(int argc, char** argv) {
       violations.push_back(fmt::format("{}: did not stop cleanly (no final X line)", proc));
     worker_kills += soak::killed_incarnations(incs);
   }
-  std::uint64_t samples = 0, verified = 0, over = 0;
+  std::uint64_t samples = 0, verified = 0, over = 0, busy = 0, in_progress = 0;
   {
-    // Samples of every incarnation: a clean one's X line, a killed one's last P line.
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> progress;  // per incarnation
+    // Counts of every incarnation: a clean one's X line, a killed one's last P line.
+    struct Counts {
+      std::uint64_t samples = 0, verified = 0, busy = 0, in_progress = 0;
+    };
+    std::vector<Counts> progress;  // per incarnation
     const auto incs = soak::parse_log(
         dir + "/ledger-checker.log", violations,
         [&](char tag, std::istringstream& ls, soak::Incarnation&, std::size_t index) {
-          std::uint64_t n = 0, v = 0;
-          if (tag != 'P' || !(ls >> n >> v)) return;
+          Counts c;
+          if (tag != 'P' || !(ls >> c.samples >> c.verified >> c.busy >> c.in_progress)) return;
           if (progress.size() <= index) progress.resize(index + 1);
-          progress[index] = {n, v};
+          progress[index] = c;
         });
     progress.resize(incs.size());
+    auto field = [](const soak::Incarnation& inc, std::size_t i) {
+      return std::strtoull(inc.stop_fields[i].c_str(), nullptr, 10);
+    };
     for (std::size_t i = 0; i < incs.size(); ++i) {
       const soak::Incarnation& inc = incs[i];
       for (const std::string& v : inc.violations)
         violations.push_back(fmt::format("ledger-checker: {}", v));
-      if (inc.stop && inc.stop_fields.size() >= 2) {
+      if (inc.stop && inc.stop_fields.size() >= 4) {
         samples += *inc.stop;
-        verified += std::strtoull(inc.stop_fields[0].c_str(), nullptr, 10);
-        over += std::strtoull(inc.stop_fields[1].c_str(), nullptr, 10);
+        verified += field(inc, 0);
+        over += field(inc, 1);
+        busy += field(inc, 2);
+        in_progress += field(inc, 3);
+      } else if (inc.stop) {
+        violations.push_back(fmt::format(
+            "ledger-checker: X line of incarnation {} has {} fields after the samples, expected "
+            "<verified> <violations> <busy> <in progress>",
+            i, inc.stop_fields.size()));
       } else {
-        samples += progress[i].first;
-        verified += progress[i].second;
+        samples += progress[i].samples;
+        verified += progress[i].verified;
+        busy += progress[i].busy;
+        in_progress += progress[i].in_progress;
       }
     }
     if (incs.empty() || !incs.back().stop)
       violations.push_back("ledger-checker: did not stop cleanly (no final X line)");
     else if (samples == 0)
       violations.push_back("ledger-checker: took no sample");
+    else if (verified == 0)
+      violations.push_back(fmt::format(
+          "ledger-checker: no snapshot could be verified against the tickets ({} skipped: {} with "
+          "writers too busy, {} with a mutation in progress): the derived counters were never "
+          "checked",
+          busy + in_progress, busy, in_progress));
     if (over != 0)
       violations.push_back(fmt::format("ledger-checker: {} violation(s) while sampling", over));
   }
@@ -219,11 +244,14 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(s.stats.reclaimed_tickets), from_sidecar.c_str(),
       static_cast<unsigned long long>(s.stats.repairs));
   std::printf(
-      "  never over a limit: %llu samples (%llu verified against the tickets), %llu violations; "
-      "end state: %llu live tickets, %zu open pools, global used %lld\n",
+      "  never over a limit: %llu samples (%llu verified against the tickets, %llu skipped: %llu "
+      "busy, %llu in progress), %llu violations; end state: %llu live tickets, %zu open pools, "
+      "global used %lld\n",
       static_cast<unsigned long long>(samples), static_cast<unsigned long long>(verified),
-      static_cast<unsigned long long>(over), static_cast<unsigned long long>(s.live_tickets),
-      s.pools.size(), static_cast<long long>(s.global.used));
+      static_cast<unsigned long long>(busy + in_progress), static_cast<unsigned long long>(busy),
+      static_cast<unsigned long long>(in_progress), static_cast<unsigned long long>(over),
+      static_cast<unsigned long long>(s.live_tickets), s.pools.size(),
+      static_cast<long long>(s.global.used));
   for (const std::string& v : violations) std::printf("  VIOLATION: %s\n", v.c_str());
   return violations.empty() ? 0 : 1;
 }

@@ -11,6 +11,12 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
 
 namespace shm {
 namespace {
@@ -27,12 +33,14 @@ class SoakLedgerVerifier : public ::testing::Test {
   test::LogDir dir{"libshm-soak-ledger-verify"};
   void SetUp() override {
     // One worker killed once, then stopped cleanly; a checker that saw nothing
-    // wrong, killed once after 512 samples, then stopped cleanly after 400.
+    // wrong, killed once after 512 samples (30 verified, 1 + 2 skipped), then
+    // stopped cleanly after 400 (25 verified, 3 + 1 skipped).
     dir.write("ledger-worker-0.log",
               "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nS 101 2000 w0.101.a w0.101.b\nF 2001\n"
               "X 500 200 30\n");
     dir.write("ledger-checker.log",
-              "\nS 102 1000\nF 1001\nP 256 16\nP 512 30\n\nS 103 2000\nF 2001\nX 400 25 0\n");
+              "\nS 102 1000\nF 1001\nP 256 16 0 0\nP 512 30 1 2\n\nS 103 2000\nF 2001\n"
+              "X 400 25 0 3 1\n");
   }
 
   int verify(std::string& out) {
@@ -74,8 +82,8 @@ TEST_F(SoakLedgerVerifier, AcceptsALedgerBackAtZeroAndCleanLogs) {
   EXPECT_TRUE(has(out, "operations: 3 (1 reserves, 1 commits, 0 replaces, 1 releases")) << out;
   EXPECT_TRUE(has(out, "killed workers: 1;")) << out;
   EXPECT_TRUE(has(out,
-                  "never over a limit: 912 samples (55 verified against the tickets), 0 "
-                  "violations"))
+                  "never over a limit: 912 samples (55 verified against the tickets, 7 skipped: "
+                  "4 busy, 3 in progress), 0 violations"))
       << out;
 }
 
@@ -126,7 +134,7 @@ TEST_F(SoakLedgerVerifier, RejectsViolationsTheProcessesLogged) {
             "\nS 100 1000 w0.100.a w0.100.b\nF 1001\n\nV pool 'w0.100.a' account 'data': used 5\n");
   dir.write("ledger-checker.log",
             "\nS 102 1000\nF 1001\nV sample 9: global: used 99000 reserved 0 outside [0, 98304]\n"
-            "X 400 25 1\n");
+            "X 400 25 1 0 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(has(out, "VIOLATION: ledger-worker-0: pool 'w0.100.a' account 'data': used 5"))
@@ -134,6 +142,91 @@ TEST_F(SoakLedgerVerifier, RejectsViolationsTheProcessesLogged) {
   EXPECT_TRUE(has(out, "VIOLATION: ledger-worker-0: did not stop cleanly")) << out;
   EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: sample 9: global: used 99000")) << out;
   EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: 1 violation(s) while sampling")) << out;
+}
+
+// Samples whose snapshot could not be had verified nothing: a checker that
+// never had one checked no derived counter, however many samples it took.
+TEST_F(SoakLedgerVerifier, RejectsACheckerThatVerifiedNoSnapshot) {
+  {
+    auto l = Ledger::create("soak.ledger", soak::ledger_config());
+    ASSERT_TRUE(l) << l.error().what();
+  }
+  dir.write("ledger-checker.log",
+            "\nS 102 1000\nF 1001\nP 256 0 0 16\n\nS 103 2000\nF 2001\nX 300 0 0 2 16\n");
+  std::string out;
+  EXPECT_EQ(verify(out), 1) << out;
+  EXPECT_TRUE(has(out,
+                  "VIOLATION: ledger-checker: no snapshot could be verified against the tickets "
+                  "(34 skipped: 2 with writers too busy, 32 with a mutation in progress)"))
+      << out;
+  EXPECT_TRUE(has(out,
+                  "556 samples (0 verified against the tickets, 34 skipped: 2 busy, 32 in "
+                  "progress)"))
+      << out;
+}
+
+// End to end: the real soak checker sampling a ledger whose last holder was
+// killed inside the lock (no snapshot can be had until somebody repairs) logs
+// every attempt as skipped "in progress", none as verified, and the verifier
+// rejects the run.
+TEST_F(SoakLedgerVerifier, CheckerOfAStalledLedgerVerifiesNothingAndTheRunIsRejected) {
+  auto l = Ledger::create("soak.ledger", soak::ledger_config());
+  ASSERT_TRUE(l) << l.error().what();
+  ASSERT_TRUE(l->open_pool({"crash", {{"all", 4096, {}}}, 0}));
+  ASSERT_TRUE(l->open_pool({"other", {{"all", 4096, {}}}, 0}));
+  test::Subprocess holder(
+      {test::helper_path("ledger_worker"), "crash", "soak.ledger", "reserve-published"});
+  ASSERT_TRUE(holder.wait_for_line("inside", 20s)) << holder.output();
+  holder.kill(SIGKILL);
+  ASSERT_EQ(holder.wait(20s), 128 + SIGKILL);
+
+  const std::string log = (dir.path() / "ledger-checker.log").string();
+  std::filesystem::remove(log);
+  test::Subprocess checker({test::helper_path("soak_ledger_checker"), "--ledger", "soak.ledger",
+                            "--log", log, "--interval-us", "1"},
+                           false);
+  // 256 samples: 16 snapshot attempts, each given up after its retries.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  auto text = [&] {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  while (!has(text(), "\nP 256 ") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(has(text(), "\nP 256 0 0 16\n")) << text();
+  checker.kill(SIGTERM);
+  ASSERT_EQ(checker.wait(60s), 0);
+  unsigned long long samples = 0, verified = 1, over = 1, busy = 1, in_progress = 0;
+  const std::string all = text();
+  const auto x = all.rfind("\nX ");
+  ASSERT_NE(x, std::string::npos) << all;
+  ASSERT_EQ(std::sscanf(all.c_str() + x, "\nX %llu %llu %llu %llu %llu", &samples, &verified, &over,
+                        &busy, &in_progress),
+            5)
+      << all;
+  EXPECT_GE(samples, 256u) << all;
+  EXPECT_EQ(verified, 0u) << all;
+  EXPECT_EQ(over, 0u) << all;
+  EXPECT_EQ(busy, 0u) << all;
+  EXPECT_EQ(in_progress, samples / 16) << all;
+
+  std::string out;
+  EXPECT_EQ(verify(out), 1) << out;
+  EXPECT_TRUE(has(out,
+                  "VIOLATION: ledger-checker: no snapshot could be verified against the "
+                  "tickets"))
+      << out;
+}
+
+TEST_F(SoakLedgerVerifier, RejectsACheckerStopLineWithoutItsSkipCounts) {
+  {
+    auto l = Ledger::create("soak.ledger", soak::ledger_config());
+    ASSERT_TRUE(l) << l.error().what();
+  }
+  dir.write("ledger-checker.log", "\nS 102 1000\nF 1001\nX 400 25 0\n");
+  std::string out;
+  EXPECT_EQ(verify(out), 1) << out;
+  EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: X line of incarnation 0 has 2 fields")) << out;
 }
 
 TEST_F(SoakLedgerVerifier, RejectsAMissingLedger) {

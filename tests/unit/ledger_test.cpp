@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -435,6 +437,63 @@ TEST_F(LedgerTest, PoolSpecsAreValidatedAndLabelsAreUnique) {
   auto found = l.pool("conn");
   ASSERT_TRUE(found);
   EXPECT_EQ(*found, p);
+}
+
+// Every byte of the data area after the mutex word (which a lock/unlock pair
+// may leave in another, equivalent state): a refusal must change none of them.
+std::vector<std::byte> tables(const Ledger& l) {
+  const std::span<const std::byte> data = l.segment().data();
+  return {data.begin() + sizeof(detail::RobustMutex), data.begin() + l.view().geometry.data_size};
+}
+
+TEST_F(LedgerTest, FullCategoryTableRefusesANewCategoryAndChangesNothing) {
+  LedgerConfig c = config();
+  c.params.max_categories = 3;  // the three configured categories fill it
+  Ledger l = make(c);
+  const std::vector<std::byte> before = tables(l);
+  expect_error(l.define_category({"late", 5, Partition::Ordinary}), Errc::NoFreeSlot,
+               "category table is full (3 of 3); cannot define 'late'");
+  EXPECT_TRUE(tables(l) == before) << "a refused definition wrote into the ledger";
+  // Lookups and identical redefinitions still work on a full table.
+  auto same = l.define_category({"ctl", 400, Partition::Control});
+  ASSERT_TRUE(same) << same.error().what();
+  EXPECT_EQ(*same, kCtl);
+  expect_error(l.category("late"), Errc::NotFound, "no category 'late' (3 defined)");
+  EXPECT_EQ(snap(l).categories.size(), 3u);
+}
+
+TEST_F(LedgerTest, FullBucketTableRefusesANewBucketAndChangesNothing) {
+  LedgerConfig c = config();
+  c.params.max_buckets = 2;  // api and ip fill it
+  Ledger l = make(c);
+  const std::vector<std::byte> before = tables(l);
+  expect_error(l.define_bucket({"late", 1, 1}), Errc::NoFreeSlot,
+               "bucket table is full (2 of 2); cannot define 'late'");
+  EXPECT_TRUE(tables(l) == before) << "a refused definition wrote into the ledger";
+  auto same = l.define_bucket({"ip", 1000, 100});
+  ASSERT_TRUE(same) << same.error().what();
+  EXPECT_EQ(*same, kIp);
+  expect_error(l.bucket("late"), Errc::NotFound, "no bucket 'late' (2 defined)");
+  EXPECT_EQ(snap(l).buckets.size(), 2u);
+}
+
+TEST_F(LedgerTest, FullPoolTableRefusesANewPoolAndChangesNothing) {
+  LedgerConfig c = config();
+  c.params.max_pools = 2;
+  Ledger l = make(c);
+  const PoolId a = pool(l, "a", 100);
+  pool(l, "b", 100);
+  const std::vector<std::byte> before = tables(l);
+  expect_error(l.open_pool({"third", {{"all", 5, {}}}, 0}), Errc::NoFreeSlot,
+               "all 2 pools are open; cannot open 'third'");
+  EXPECT_TRUE(tables(l) == before) << "a refused open_pool wrote into the ledger";
+  expect_error(l.pool("third"), Errc::NotFound, "third");
+  // A closed pool frees its slot for the next one.
+  ASSERT_TRUE(l.close_pool(a));
+  auto third = l.open_pool({"third", {{"all", 5, {}}}, 0});
+  ASSERT_TRUE(third) << third.error().what();
+  EXPECT_EQ(third->index, a.index);
+  EXPECT_EQ(snap(l).pools.size(), 2u);
 }
 
 TEST_F(LedgerTest, PoolWithLiveTicketsCannotCloseAndAClosedPoolHandleIsStale) {
