@@ -159,6 +159,9 @@ const SizeCase kCases[] = {
     {"LedgerExactExpectationLarger", forge_ledger, Delta::PageMore,
      [](const std::string& n) { return error_of(Ledger::open(n, kLedger)); },
      [](const Forged& f) { return generic(f, "ledger"); }},
+    {"LedgerAnyGeometryLarger", forge_ledger, Delta::PageMore,
+     [](const std::string& n) { return error_of(Ledger::open(n)); },
+     [](const Forged& f) { return generic(f, "ledger"); }},
     {"LedgerAnyGeometrySmaller", forge_ledger, Delta::PageLess,
      [](const std::string& n) { return error_of(Ledger::open(n)); },
      [](const Forged& f) {
