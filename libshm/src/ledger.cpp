@@ -423,6 +423,15 @@ Result<Ledger> Ledger::open(std::string_view name, const OpenOptions& options) {
   const KindSpec spec = kind_spec(LedgerParams{}, true, block);
   auto seg = Segment::open(name, spec, options);
   if (!seg) return std::unexpected(seg.error());
+  // Any geometry skips Segment::open's size check: check the size against the
+  // segment's own (validated) geometry, as the other kinds do.
+  auto view = make_view(*seg);
+  if (!view) return std::unexpected(view.error());
+  const std::uint64_t needed = kHeaderSize + round_up(view->geometry.data_size, kPageSize);
+  if (seg->header().total_size != needed)
+    return fail(Errc::SizeMismatch,
+                fmt::format("{}: size: segment has {} bytes, its ledger parameters need {}",
+                            seg->path(), seg->header().total_size, needed));
   return bind(std::move(*seg));
 }
 

@@ -1,26 +1,111 @@
 #include "shm/segment.hpp"
 #include "common/temp_root.hpp"
+#include "shm/layout.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/spsc_ring.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
 #include <sys/mount.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
 
 namespace shm {
 namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+
+// Everything a pipe delivers until its writers are gone.
+std::string read_all(int fd) {
+  std::string out;
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      return out;
+    }
+  }
+}
+
+void write_all(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// "key=value" lines (a child's report) as a map.
+std::map<std::string, std::string> parse_report(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    if (const std::size_t eq = line.find('='); eq != std::string::npos)
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+    pos = end + 1;
+  }
+  return out;
+}
+
+template <class T>
+std::string error_report(const Result<T>& r) {
+  if (r) return "code=ok\n";
+  return fmt::format("code={}\nmessage={}\n", to_string(r.error().code), r.error().message);
+}
+
+// Runs `f` in a forked child that first drops every privilege to nobody
+// (uid/gid 65534, no supplementary groups; a root parent keeps no capability),
+// and returns the child's report: "code" (an Errc name or "ok") and "message",
+// or "setup" when the drop itself failed.
+std::map<std::string, std::string> run_as_nobody(const std::function<std::string()>& f) {
+  int p[2];
+  if (::pipe(p) != 0) return {{"setup", std::strerror(errno)}};
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
+        ::geteuid() != 65534 || ::getegid() != 65534) {
+      write_all(p[1], fmt::format("setup=dropping to uid 65534: {}\n", std::strerror(errno)));
+      ::_exit(0);
+    }
+    write_all(p[1], f());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string text = read_all(p[0]);
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    text += fmt::format("setup=child ended with status {:#x}\n", status);
+  return parse_report(text);
+}
 
 class SegmentTest : public ::testing::Test {
  protected:
@@ -152,6 +237,145 @@ TEST_F(SegmentTest, FilesystemTooSmallIsNoSpaceBeforeAnythingIsWritten) {
   EXPECT_THAT(s.error().message, HasSubstr("needs"));
   EXPECT_TRUE(std::filesystem::is_empty(mnt));
   ::umount(mnt.c_str());
+}
+
+// posix_fallocate refusing after the free-space check passed (another process
+// filled the filesystem in between). Deterministic without a hook in the
+// library: the creator runs under ptrace, and its tracer fills a private tmpfs
+// at the creator's fallocate syscall entry, so the check saw room and the
+// kernel's allocation finds none. Everything runs in a child with its own mount
+// namespace (the tmpfs vanishes with it); the child reports back over a pipe.
+TEST_F(SegmentTest, FilesystemFilledAfterTheFreeSpaceCheckIsNoSpaceAndLeavesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs in a private mount namespace";
+  const std::string mnt = root_.path() + "/filled";
+  std::filesystem::create_directories(mnt);
+  const RingParams params{.capacity = 1 << 16};
+  ring::ParamBlock block{};
+  const std::uint64_t total =
+      kHeaderSize + round_up(ring::kind_spec(params, block).data_size, kPageSize);
+
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(report[0]);
+    const auto out = [&](const std::string& line) { write_all(report[1], line + "\n"); };
+    if (::unshare(CLONE_NEWNS) != 0) {
+      out(fmt::format("skip=unshare(CLONE_NEWNS): {}", std::strerror(errno)));
+      ::_exit(0);
+    }
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+      out(fmt::format("skip=mount a private tmpfs: {}", std::strerror(errno)));
+      ::_exit(0);
+    }
+    int result[2];
+    if (::pipe(result) != 0) ::_exit(3);
+    const pid_t creator = ::fork();
+    if (creator == 0) {
+      ::close(result[0]);
+      if (::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) {
+        write_all(result[1],
+                  fmt::format("skip=ptrace(PTRACE_TRACEME): {}\n", std::strerror(errno)));
+        ::_exit(0);
+      }
+      ::raise(SIGSTOP);
+      write_all(result[1], error_report(create_ring("victim", params, {.root = mnt})));
+      ::_exit(0);
+    }
+    ::close(result[1]);
+    // Steps the creator from syscall stop to syscall stop until it enters
+    // fallocate; there fills the filesystem and lets it go.
+    int status = 0;
+    bool filled = false;
+    int deliver = 0;
+    if (::waitpid(creator, &status, 0) == creator && WIFSTOPPED(status)) {
+      // ptrace is variadic: addr and data go as pointer-sized values.
+      const auto as_data = [](long v) { return reinterpret_cast<void*>(v); };
+      ::ptrace(PTRACE_SETOPTIONS, creator, nullptr,
+               as_data(PTRACE_O_TRACESYSGOOD | PTRACE_O_EXITKILL));
+      while (::ptrace(PTRACE_SYSCALL, creator, nullptr, as_data(deliver)) == 0 &&
+             ::waitpid(creator, &status, 0) == creator && WIFSTOPPED(status)) {
+        deliver = 0;
+        if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
+          if (WSTOPSIG(status) != SIGSTOP) deliver = WSTOPSIG(status);
+          continue;
+        }
+        __ptrace_syscall_info info{};
+        if (::ptrace(PTRACE_GET_SYSCALL_INFO, creator, as_data(static_cast<long>(sizeof info)),
+                     &info) <= 0) {
+          out(fmt::format("error=PTRACE_GET_SYSCALL_INFO: {}", std::strerror(errno)));
+          break;
+        }
+        if (info.op != PTRACE_SYSCALL_INFO_ENTRY || info.entry.nr != SYS_fallocate) continue;
+        struct statvfs st {};
+        ::statvfs(mnt.c_str(), &st);
+        out(fmt::format("free_before={}", std::uint64_t{st.f_bavail} * st.f_frsize));
+        const int fd = ::open((mnt + "/filler").c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(st.f_bavail * st.f_frsize));
+        ::close(fd);
+        ::statvfs(mnt.c_str(), &st);
+        out(fmt::format("fill_rc={}", rc));
+        out(fmt::format("free_after={}", std::uint64_t{st.f_bavail} * st.f_frsize));
+        filled = true;
+        ::ptrace(PTRACE_DETACH, creator, nullptr, nullptr);
+        break;
+      }
+    }
+    out(fmt::format("filled={}", filled));
+    if (!filled) ::kill(creator, SIGKILL);  // it may still sit in a ptrace stop
+    write_all(report[1], read_all(result[0]));
+    ::waitpid(creator, &status, 0);
+    std::string left;
+    for (const auto& e : std::filesystem::directory_iterator(mnt))
+      left += (left.empty() ? "" : ",") + e.path().filename().string();
+    out("left=" + left);
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  auto r = parse_report(read_all(report[0]));
+  ::close(report[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  if (r.contains("skip")) GTEST_SKIP() << r["skip"];
+  ASSERT_FALSE(r.contains("error")) << r["error"];
+  ASSERT_EQ(r["filled"], "true") << "the creator never entered fallocate";
+  // The preflight had room; the filler took all of it.
+  EXPECT_GE(std::stoull(r["free_before"]), total);
+  EXPECT_EQ(r["fill_rc"], "0");
+  EXPECT_EQ(r["free_after"], "0");
+  EXPECT_EQ(r["code"], "NoSpace");
+  EXPECT_EQ(r["message"],
+            fmt::format("filesystem of {} cannot hold segment 'victim' ({} bytes)", mnt, total));
+  EXPECT_EQ(r["left"], "filler") << "no temp file, no segment";
+}
+
+// ---------------------------------------------------------------- permissions (a real EACCES)
+
+TEST_F(SegmentTest, OpenOfASegmentTheProcessMayNotAccessIsPermissionDeniedNamingThePath) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
+  make_ring("private");                               // root's, mode 0600
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);  // the root may be searched, not the file read
+  for (const bool read_only : {false, true}) {
+    auto r = run_as_nobody(
+        [&] { return error_report(open_ring("private", {}, {.read_only = read_only})); });
+    ASSERT_FALSE(r.contains("setup")) << r["setup"];
+    EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
+    EXPECT_EQ(r["message"], "open " + root_.file("private") + ": Permission denied");
+  }
+}
+
+TEST_F(SegmentTest, CreateInARootTheProcessMayNotWriteIsPermissionDeniedAndLeavesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);  // root's: searchable, not writable
+  auto r = run_as_nobody([] { return error_report(create_ring("new", {.capacity = 4096})); });
+  ASSERT_FALSE(r.contains("setup")) << r["setup"];
+  EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
+  EXPECT_THAT(r["message"], HasSubstr("create " + root_.path() + "/.libshm-tmp-new-"));
+  EXPECT_THAT(r["message"], HasSubstr(": Permission denied"));
+  EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
 }
 
 TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {
