@@ -69,6 +69,18 @@ class ChannelTest : public ::testing::Test {
     return str(r->lease.bytes());
   }
   static channel::View view_of(const ChannelProducer& p) { return ChannelTesting::view(p); }
+  // Waits (up to a generous deadline) until a blocking call announced it is
+  // going to sleep (`flag`: waiters.consumer_parked or producer_parked), so
+  // what follows must wake it: acting before the park would pass without
+  // exercising the wake. False on timeout.
+  static bool wait_until_parked(const std::atomic<std::uint32_t>& flag) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (flag.load() != 0) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
 
   test::TempRoot root_;
 };
@@ -798,15 +810,20 @@ TEST_F(ChannelTest, RingFullIsReportedBeforeARotation) {
 TEST_F(ChannelTest, BlockingReceiveWakesWhenTheProducerThreadSends) {
   auto [p, c] =
       make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
-  std::thread t([&p = p] {
-    std::this_thread::sleep_for(50ms);
+  const channel::View v = view_of(p);
+  const std::uint32_t signals = v.control->waiters.data_signal.load();
+  std::thread t([&p = p, &v] {
+    EXPECT_TRUE(wait_until_parked(v.control->waiters.consumer_parked)) << "never parked";
     auto r = p.try_send(bytes("late"));
     ASSERT_TRUE(r && *r);
   });
-  auto r = c.receive(10s);
+  auto r = c.receive(30s);
   t.join();
   ASSERT_TRUE(r && *r) << (r ? to_string(r->status) : r.error().what());
   EXPECT_EQ(str(r->lease.bytes()), "late");
+  // A parked consumer also wakes every kLivenessSlice, so the outcome alone
+  // does not prove the wake: the futex word the send bumps does.
+  EXPECT_GT(v.control->waiters.data_signal.load(), signals) << "the send issued no wake";
 }
 
 TEST_F(ChannelTest, BlockingReceiveTimesOutAsEmpty) {
@@ -825,29 +842,35 @@ TEST_F(ChannelTest, BlockingSendWaitsForTheQuotaAndTimesOutWithTheReason) {
   auto timed_out = p.send(bytes("2"), 20ms);
   ASSERT_TRUE(timed_out);
   EXPECT_EQ(timed_out->status, Admission::PageQuotaExhausted);
-  std::thread t([&c = c] {
-    std::this_thread::sleep_for(50ms);
+  const channel::View v = view_of(p);
+  const std::uint32_t signals = v.control->waiters.space_signal.load();
+  std::thread t([&c = c, &v] {
+    EXPECT_TRUE(wait_until_parked(v.control->waiters.producer_parked)) << "never parked";
     EXPECT_EQ(take(c), "0");
     EXPECT_EQ(take(c), "1");  // crosses into epoch 1: releases epoch 0
   });
-  auto r = p.send(bytes("2"), 10s);
+  auto r = p.send(bytes("2"), 30s);
   t.join();
   ASSERT_TRUE(r) << r.error().what();
   EXPECT_TRUE(r->admitted());
   EXPECT_EQ(r->epoch, 2u);
+  EXPECT_GT(v.control->waiters.space_signal.load(), signals) << "the release issued no wake";
 }
 
 TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
   auto [p, c] =
       make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
-  std::thread t([&p = p] {
-    std::this_thread::sleep_for(30ms);
+  const channel::View v = view_of(p);
+  const std::uint32_t signals = v.control->waiters.data_signal.load();
+  std::thread t([&p = p, &v] {
+    EXPECT_TRUE(wait_until_parked(v.control->waiters.consumer_parked)) << "never parked";
     ASSERT_TRUE(p.finish());
   });
-  auto r = c.receive(10s);
+  auto r = c.receive(30s);
   t.join();
   ASSERT_TRUE(r) << r.error().what();
   EXPECT_EQ(r->status, ReceiveStatus::End);
+  EXPECT_GT(v.control->waiters.data_signal.load(), signals) << "finish() issued no wake";
 }
 
 // ---------------------------------------------------------------- receive coalescing
