@@ -24,9 +24,11 @@ namespace {
 // next one, so a burst of file events costs one pass, not one per event.
 constexpr std::uint64_t kDebounceNs = 20'000'000u;
 
-HttpResponse route(std::string_view path, const Monitor& monitor, std::uint64_t start_ns) {
+HttpResponse route(std::string_view path, const Monitor& monitor, const HttpServer& server,
+                   std::uint64_t start_ns) {
   if (path == "/metrics")
-    return {200, "text/plain; version=0.0.4; charset=utf-8", render_metrics(monitor, start_ns)};
+    return {200, "text/plain; version=0.0.4; charset=utf-8",
+            render_metrics(monitor, start_ns, server.connections())};
   if (path == "/status")
     return {200, "application/json", status_json(monitor, start_ns).dump(2) + "\n"};
   if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
@@ -115,7 +117,7 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
   const auto interval_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.interval).count());
   const HttpServer::Handler handler = [&](std::string_view path) {
-    return route(path, monitor, start_ns);
+    return route(path, monitor, server, start_ns);
   };
   bool changed = false;  // the root changed since the last cycle (inotify)
   std::vector<pollfd> fds;
@@ -164,11 +166,14 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
     }
   }
   const MonitorStats& st = monitor.stats();
+  // http_connections: clients still connected, dropped unanswered by the
+  // exit (an idle client never delays the shutdown).
   log.info("stopped")
       .kv("cycles", st.cycles)
       .kv("deaths", st.deaths)
       .kv("reclaims", st.reclaims)
-      .kv("collected", st.collected);
+      .kv("collected", st.collected)
+      .kv("http_connections", server.connections());
   return kExitOk;
 }
 

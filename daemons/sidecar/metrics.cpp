@@ -193,7 +193,8 @@ std::string MetricsWriter::render() const {
   return out;
 }
 
-std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns) {
+std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns,
+                           std::optional<std::uint64_t> http_connections) {
   using T = MetricsWriter::Type;
   MetricsWriter w;
   const MonitorStats& st = monitor.stats();
@@ -223,6 +224,10 @@ std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns) 
            "Duration of the last duty cycle.", none, static_cast<double>(st.last_cycle_ns) / 1e9);
   w.sample("libshm_sidecar_start_time_seconds", T::Gauge, "Start time of the sidecar (Unix time).",
            none, static_cast<double>(start_time_ns / 1'000'000u) / 1e3);
+  if (http_connections)
+    w.sample("libshm_sidecar_http_connections", T::Gauge,
+             "HTTP connections open, the one answering this scrape included.", none,
+             *http_connections);
 
   std::uint64_t up = 0, down = 0;
   for (const SegmentView& v : monitor.snapshot()) (v.up ? up : down) += 1;

@@ -11,13 +11,18 @@
 // libshm_<kind>_<path>, where <path> joins the keys from the root with '_'.
 // Elements of an array add a label named after the array whose value is the
 // element's "name", "label" or "id" member, or else its index.
-// The sidecar itself: libshm_sidecar_* (cycles, deaths, reclaims, ...).
+// The sidecar itself: libshm_sidecar_* (cycles, deaths, reclaims, ...), and
+// when rendered by the daemon for a scrape, libshm_sidecar_http_connections
+// (connections open, the scrape being answered included: a client that
+// connected and said nothing shows up here, served around, not waited on).
 #pragma once
 
 #include "sidecar/monitor.hpp"
 
 #include "shm/describe.hpp"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,6 +64,9 @@ class MetricsWriter {
 // A label value with \, " and newline escaped.
 [[nodiscard]] std::string escape_label(std::string_view s);
 
-[[nodiscard]] std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns);
+// `http_connections`: the daemon's open HTTP connections (absent: no server,
+// e.g. a test rendering a bare monitor).
+[[nodiscard]] std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns,
+                                         std::optional<std::uint64_t> http_connections = {});
 
 }  // namespace shm::sidecar

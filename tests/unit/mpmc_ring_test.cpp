@@ -34,6 +34,20 @@ std::uint64_t u64(const Node& n, std::string_view key) {
   return f ? std::get<std::uint64_t>(f->value()) : 0;
 }
 
+// Waits (up to a generous deadline) until `gauge` (consumers_waiting or
+// producers_waiting) shows a parked handle, so what follows must wake it: a
+// test that acted before the park would pass without exercising the wake.
+bool wait_until_waiting(const Segment& seg, std::string_view gauge) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Node n;
+    kMpmcRingDescriptor.describe(seg, n);
+    if (u64(n, gauge) == 1) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
 class MpmcRingTest : public ::testing::Test {
  protected:
   // A second, raw mapping of the ring: what a buggy or hostile process could write.
@@ -400,14 +414,19 @@ TEST_F(MpmcRingTest, BlockingPopWakesWhenAnotherThreadPushes) {
   auto p = MpmcRing::open("r");
   ASSERT_TRUE(c && p);
   std::thread t([&] {
-    std::this_thread::sleep_for(30ms);
+    EXPECT_TRUE(wait_until_waiting(p->segment(), "consumers_waiting")) << "never parked";
     ASSERT_TRUE(*p->try_push(bytes("late")));
   });
   std::vector<std::byte> buf(16);
-  auto got = c->pop(buf, 10s);
+  auto got = c->pop(buf, 30s);
   t.join();
   ASSERT_TRUE(got && *got);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "late");
+  // A parked pop also re-checks every kMaxParkNs, so the outcome alone does
+  // not prove the wake: the counter does.
+  Node n;
+  kMpmcRingDescriptor.describe(p->segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 1u) << "the push issued no wake";
 }
 
 TEST_F(MpmcRingTest, BlockingPopTimesOutOnAnEmptyRing) {
@@ -429,12 +448,15 @@ TEST_F(MpmcRingTest, BlockingPushWakesWhenAConsumerFreesACell) {
   ASSERT_TRUE(*p->try_push(bytes("a")));
   ASSERT_TRUE(*p->try_push(bytes("b")));
   std::thread t([&] {
-    std::this_thread::sleep_for(30ms);
+    EXPECT_TRUE(wait_until_waiting(c->segment(), "producers_waiting")) << "never parked";
     EXPECT_EQ(pop_str(*c), "a");
   });
-  auto ok = p->push(bytes("c"), 10s);
+  auto ok = p->push(bytes("c"), 30s);
   t.join();
   ASSERT_TRUE(ok && *ok);
+  Node n;
+  kMpmcRingDescriptor.describe(p->segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 1u) << "the pop issued no wake";
   auto timed_out = p->push(bytes("d"), 10ms);
   ASSERT_TRUE(timed_out);
   EXPECT_FALSE(*timed_out);
@@ -460,12 +482,7 @@ TEST_F(MpmcRingTest, ParkedConsumerIsVisibleAndWokenOnlyThen) {
     done = true;
   });
   // Wait (bounded) until the consumer has announced itself.
-  for (int i = 0; i < 5000; ++i) {
-    Node n;
-    kMpmcRingDescriptor.describe(p->segment(), n);
-    if (u64(n, "consumers_waiting") == 1) break;
-    std::this_thread::sleep_for(1ms);
-  }
+  EXPECT_TRUE(wait_until_waiting(p->segment(), "consumers_waiting"));
   Node parked;
   kMpmcRingDescriptor.describe(p->segment(), parked);
   EXPECT_EQ(u64(parked, "consumers_waiting"), 1u);

@@ -392,8 +392,10 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
   auto submitter = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Submitter);
   ASSERT_TRUE(submitter);
   std::thread t([&] {
-    // Bounded wait until the drainer is parked, then submit.
-    for (int i = 0; i < 5000; ++i) {
+    // Bounded wait until the drainer is parked, then submit (the parks and
+    // wakeups counters below fail the test if it never parked).
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
       Node n;
       kFanoutBitmapDescriptor.describe(submitter->bitmap_segment(), n);
       if (u64(n, "drainers_waiting") == 1) break;

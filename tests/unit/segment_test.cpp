@@ -534,6 +534,8 @@ TEST_F(SegmentTest, InitializingSegmentThatBecomesReadyOpens) {
   Segment s = make_ring("late");
   s.mutable_header()->state.store(static_cast<std::uint32_t>(SegmentState::Initializing));
   std::thread t([&] {
+    // Only makes it likely that the open is already waiting; an open that
+    // arrives after the store sees READY at once, the same outcome.
     std::this_thread::sleep_for(20ms);
     s.mutable_header()->state.store(static_cast<std::uint32_t>(SegmentState::Ready),
                                     std::memory_order_release);

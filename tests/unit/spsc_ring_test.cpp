@@ -1,4 +1,6 @@
+#include "shm/spsc_ring.hpp"
 #include "common/temp_root.hpp"
+#include "shm/kind.hpp"
 #include "shm/ring_consumer.hpp"
 #include "shm/ring_producer.hpp"
 
@@ -16,8 +18,33 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s)); }
-std::string str(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
+std::string str(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+// Waits (up to a generous deadline) until a blocking call on the ring has
+// announced that it is going to sleep (`flag`: consumer_parked or
+// producer_parked), so what follows must wake it: a test that acted before
+// the park would pass without exercising the wake at all. False on timeout.
+bool wait_until_parked(const Segment& seg, std::string_view flag) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Node n;
+    kSpscRingDescriptor.describe(seg, n);
+    const Node* f = n.find(flag);
+    if (f != nullptr && std::get<bool>(f->value())) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// The ring's control block (waiters: the futex words a wake bumps).
+const ring::RingControl& control(const Segment& seg) {
+  return *reinterpret_cast<const ring::RingControl*>(seg.data().data());
+}
 
 class SpscRingTest : public ::testing::Test {
  protected:
@@ -77,14 +104,18 @@ TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
   auto p = RingProducer::create("r", {.capacity = 4096});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
+  const std::uint32_t signals = control(p->segment()).waiters.data_signal.load();
   std::thread t([&] {
-    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(wait_until_parked(p->segment(), "consumer_parked")) << "the consumer never parked";
     ASSERT_TRUE(*p->try_push(bytes("late")));
   });
-  auto r = c->peek(5s);
+  auto r = c->peek(30s);
   t.join();
   ASSERT_TRUE(r && *r);
   EXPECT_EQ(str(**r), "late");
+  // A consumer that was never woken still finds the record when its timeout
+  // ends: the outcome alone does not prove the wake, the futex word does.
+  EXPECT_GT(control(p->segment()).waiters.data_signal.load(), signals) << "the push issued no wake";
 }
 
 }  // namespace
@@ -188,15 +219,18 @@ TEST_F(SpscRingSemanticsTest, BlockingProducerWakesWhenConsumerThreadFreesSpace)
   std::string rec(56, 'x');
   while (*p->try_push(std::as_bytes(std::span(rec)))) {
   }
+  const std::uint32_t signals = control(p->segment()).waiters.space_signal.load();
   std::thread t([&] {
-    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(wait_until_parked(c->segment(), "producer_parked")) << "the producer never parked";
     ASSERT_TRUE(*c->try_peek());
     c->release();
   });
-  auto pushed = p->push(std::as_bytes(std::span(rec)), 5s);
+  auto pushed = p->push(std::as_bytes(std::span(rec)), 30s);
   t.join();
   ASSERT_TRUE(pushed);
   EXPECT_TRUE(*pushed);
+  EXPECT_GT(control(p->segment()).waiters.space_signal.load(), signals)
+      << "the release issued no wake";
 }
 
 TEST_F(SpscRingSemanticsTest, PopIntoSmallBufferIsTooLargeAndKeepsRecord) {
