@@ -240,9 +240,12 @@ int main(int argc, char** argv) {
           unnamed.emplace_back(p, s);
         } else {
           ++lost_in_hand;
-          const std::uint32_t q = shm::test::item_priority(
-              static_cast<std::uint32_t>(p), s, static_cast<std::uint32_t>(budget.size()));
-          if (h->second && !budget.empty() && budget[q] > 0) --budget[q];
+          // No ring counters logged (budget empty): no priority to charge.
+          if (h->second && !budget.empty()) {
+            const std::uint32_t q = shm::test::item_priority(
+                static_cast<std::uint32_t>(p), s, static_cast<std::uint32_t>(budget.size()));
+            if (budget[q] > 0) --budget[q];
+          }
         }
       }
     }
