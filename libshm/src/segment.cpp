@@ -28,12 +28,19 @@ std::string join(const std::string& root, std::string_view name) {
   return fmt::format("{}/{}", root, name);
 }
 
+// Every std::filesystem call here takes an error_code: no exception may leave
+// the library (a root whose parent cannot be searched is EACCES, not a throw).
 Result<void> ensure_root(const std::string& root) {
   std::error_code ec;
   if (std::filesystem::is_directory(root, ec)) return {};
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fail_errno(ec.value(), fmt::format("root directory {}", root));
   std::filesystem::create_directories(root, ec);
-  if (ec && !std::filesystem::is_directory(root))
-    return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+  if (ec) {
+    std::error_code again;
+    if (!std::filesystem::is_directory(root, again))  // another process may have created it
+      return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+  }
   ::chmod(root.c_str(), 0700);
   return {};
 }

@@ -378,6 +378,27 @@ TEST_F(SegmentTest, CreateInARootTheProcessMayNotWriteIsPermissionDeniedAndLeave
   EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
 }
 
+// The root's parent is root's, mode 0700: nobody cannot even look up the
+// root. The std::filesystem error must come back as a typed error, never as an
+// exception that aborts the caller.
+TEST_F(SegmentTest, CreateUnderAParentTheProcessMayNotSearchIsPermissionDeniedNotAnException) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0700), 0);
+  const std::string sub = root_.path() + "/sub";
+  auto r = run_as_nobody([&] {
+    try {
+      return error_report(create_ring("new", {.capacity = 4096}, {.root = sub}));
+    } catch (const std::exception& e) {
+      return fmt::format("code=exception\nmessage={}\n", e.what());
+    }
+  });
+  ASSERT_FALSE(r.contains("setup")) << r["setup"];
+  EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
+  EXPECT_THAT(r["message"], HasSubstr(sub));
+  EXPECT_THAT(r["message"], HasSubstr("Permission denied"));
+  EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+}
+
 TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {
   auto s = create_ring("bad", {.capacity = 1000});
   ASSERT_FALSE(s);

@@ -70,8 +70,10 @@ Result<RootListing> list_root(const std::string& root) {
   listing.root_exists = true;
   fs::directory_iterator it(root, ec);
   if (ec) return fail_errno(ec.value(), "read root directory " + root);
-  for (const fs::directory_entry& entry : it) {
-    std::string name = entry.path().filename().string();
+  // increment(ec), not the range-for: its operator++ throws on a read error
+  // (on an error increment(ec) sets ec and makes `it` the end iterator).
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
     if (name.starts_with(kReservedPrefix)) {
       if (name.starts_with(std::string(kReservedPrefix) + "tmp-"))
         listing.temp_files.push_back(std::move(name));
@@ -79,6 +81,7 @@ Result<RootListing> list_root(const std::string& root) {
     }
     listing.segments.push_back(std::move(name));
   }
+  if (ec) return fail_errno(ec.value(), "read root directory " + root);
   std::ranges::sort(listing.segments);
   std::ranges::sort(listing.temp_files);
   return listing;
