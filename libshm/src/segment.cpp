@@ -66,6 +66,11 @@ Result<void> validate_name(std::string_view name) {
                 fmt::format("segment name is {} characters long, the limit is 200", name.size()));
   if (name == "." || name == "..")
     return fail(Errc::InvalidName, fmt::format("segment name '{}' is not allowed", name));
+  if (name.front() == '-')
+    return fail(Errc::InvalidName,
+                fmt::format("segment name '{}' starts with '-'; a name may not start with '-' "
+                            "(command-line tools would read it as an option)",
+                            name));
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';

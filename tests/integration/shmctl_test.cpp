@@ -421,6 +421,24 @@ TEST_F(ShmctlTest, InvalidSegmentNameIsUsageError) {
   EXPECT_TRUE(rm.says("contains '/'")) << rm;
 }
 
+// A name starting with '-' would be read as an option by every tool; even
+// after "--" it is refused as an invalid name, and such a file in the root is
+// listed as invalid.
+TEST_F(ShmctlTest, NamesStartingWithADashAreInvalidNames) {
+  make_file("-x", "planted");
+  for (const char* command : {"inspect", "rm", "verify", "dump", "events"}) {
+    const CliResult r = run({command, "--root", root_.path(), "--", "-x"}, false);
+    EXPECT_EQ(r.code, 2) << command << "\n" << r;
+    EXPECT_TRUE(r.says("InvalidName")) << r;
+    EXPECT_TRUE(r.says("starts with '-'")) << r;
+  }
+  EXPECT_TRUE(fs::exists(root_.file("-x")));
+  const json doc = run({"ls", "--json"}).parsed();
+  ASSERT_EQ(doc["segments"].size(), 1u) << doc.dump(2);
+  EXPECT_EQ(doc["segments"][0]["name"], "-x");
+  EXPECT_EQ(doc["segments"][0]["error"]["code"], "InvalidName");
+}
+
 TEST_F(ShmctlTest, BadUsageExitsTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {},                               // no command

@@ -156,6 +156,22 @@ TEST_F(SegmentTest, NamesOutsideTheAllowedAlphabetAreInvalid) {
   EXPECT_TRUE(validate_name("Ab-9_.x"));
 }
 
+// Every command-line tool would read such a name as an option.
+TEST_F(SegmentTest, NamesStartingWithADashAreInvalidNamingTheRule) {
+  for (const std::string bad : {"-", "-x", "--force", "-rf"}) {
+    auto r = validate_name(bad);
+    ASSERT_FALSE(r) << "'" << bad << "'";
+    EXPECT_EQ(r.error().code, Errc::InvalidName);
+    EXPECT_THAT(r.error().message, HasSubstr("'" + bad + "' starts with '-'")) << r.error().what();
+  }
+  EXPECT_TRUE(validate_name("x-"));
+  EXPECT_TRUE(validate_name("a-b"));
+  auto c = create_ring("-x", {.capacity = 1024});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::InvalidName);
+  EXPECT_FALSE(std::filesystem::exists(root_.file("-x")));
+}
+
 TEST_F(SegmentTest, CreateAndOpenRejectInvalidNames) {
   auto c = create_ring("../escape", {.capacity = 1024});
   ASSERT_FALSE(c);
