@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -844,23 +847,91 @@ TEST_F(ShmctlTest, RmRemovesTheNameAndNamesLiveAttachers) {
   EXPECT_EQ(doc["live_attachers"][0]["role"], "producer");
 }
 
-TEST_F(ShmctlTest, RmRemovesInvalidFilesButNotDirectories) {
+// rm removes only a valid segment: a text file, a copy of /etc/passwd, a
+// FIFO, a socket, a symbolic link, a directory are refused with the reason,
+// even with --force (none of them carries the segment magic).
+TEST_F(ShmctlTest, RmRefusesEveryFileThatIsNotAValidSegment) {
   make_file("junk", "x");
-  const CliResult r = run({"rm", "junk"});
-  ASSERT_EQ(r.code, 0) << r;
-  EXPECT_TRUE(r.says("it was not a valid segment")) << r;
-  EXPECT_FALSE(fs::exists(ring_path("junk")));
-
+  fs::copy_file("/etc/passwd", root_.file("passwd"));
+  ASSERT_EQ(::mkfifo(root_.file("fifo").c_str(), 0600), 0);
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = root_.file("sock");
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::copy(sock_path.begin(), sock_path.end(), addr.sun_path);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  ::close(sock);
   { RingProducer p = make_ring("target"); }
   fs::create_symlink(ring_path("target"), ring_path("link"));
-  ASSERT_EQ(run({"rm", "link"}).code, 0);
-  EXPECT_FALSE(fs::is_symlink(ring_path("link")));
-  EXPECT_TRUE(fs::exists(ring_path("target")));  // the link, never its target
-
   fs::create_directory(ring_path("dir"));
-  const CliResult dir = run({"rm", "dir"});
-  EXPECT_EQ(dir.code, 4) << dir;
-  EXPECT_TRUE(fs::exists(ring_path("dir")));
+
+  // What is wrong, without --force (validation) and with it (the magic check).
+  const std::map<std::string, std::pair<std::string, std::string>> reasons = {
+      {"junk", {"less than the 4096-byte header", "does not start with the segment magic"}},
+      {"passwd", {"less than the 4096-byte header", "does not start with the segment magic"}},
+      {"fifo", {"is a FIFO", "is a FIFO"}},
+      {"sock", {"is a socket", "is a socket"}},
+      {"link", {"symbolic link", "symbolic link"}},
+      {"dir", {"is a directory", "is a directory"}},
+  };
+  for (const auto& [name, reason] : reasons) {
+    for (const bool force : {false, true}) {
+      std::vector<std::string> args = {"rm", name};
+      if (force) args.push_back("--force");
+      const CliResult r = run(args);
+      EXPECT_EQ(r.code, 3) << name << "\n" << r;
+      EXPECT_TRUE(r.says("refusing to remove '" + name + "'")) << r;
+      EXPECT_TRUE(r.says(force ? reason.second : reason.first)) << r;
+      EXPECT_TRUE(fs::exists(fs::symlink_status(ring_path(name)))) << name;
+    }
+  }
+  const CliResult js = run({"rm", "passwd", "--force", "--json"});
+  EXPECT_EQ(js.code, 3) << js;
+  EXPECT_EQ(js.parsed()["error"]["code"], "BadMagic") << js;
+  EXPECT_EQ(file_bytes("passwd"), [] {
+    std::ifstream in("/etc/passwd", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }());
+  EXPECT_TRUE(fs::exists(ring_path("target")));
+}
+
+// A damaged segment of the caller (it still starts with the segment magic) is
+// refused without --force, naming the option, and removed with it.
+TEST_F(ShmctlTest, RmForceRemovesADamagedSegmentOfTheCaller) {
+  { RingProducer p = make_ring("cut"); }
+  fs::resize_file(ring_path("cut"), 8192);
+  { RingProducer p = make_ring("short"); }
+  fs::resize_file(ring_path("short"), 100);
+
+  for (const char* name : {"cut", "short"}) {
+    const CliResult refused = run({"rm", name});
+    EXPECT_EQ(refused.code, 3) << refused;
+    EXPECT_TRUE(refused.says("refusing to remove '" + std::string(name) + "'")) << refused;
+    EXPECT_TRUE(refused.says("--force")) << refused;
+    EXPECT_TRUE(fs::exists(ring_path(name)));
+
+    const CliResult forced = run({"rm", name, "--force"});
+    ASSERT_EQ(forced.code, 0) << forced;
+    EXPECT_TRUE(forced.says("removed '" + std::string(name) + "' (it was not a valid segment"))
+        << forced;
+    EXPECT_FALSE(fs::exists(ring_path(name)));
+  }
+}
+
+// Even with --force, rm never removes a file of another user, segment magic
+// or not (a mistyped --root must not turn `shmctl rm` into `rm` as root).
+TEST_F(ShmctlTest, RmForceRefusesADamagedSegmentOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a file to another uid";
+  { RingProducer p = make_ring("foreign"); }
+  fs::resize_file(ring_path("foreign"), 8192);
+  ASSERT_EQ(::chown(ring_path("foreign").c_str(), 12345, 12345), 0);
+  const CliResult r = run({"rm", "foreign", "--force"});
+  EXPECT_EQ(r.code, 4) << r;
+  EXPECT_TRUE(r.says("WrongOwner")) << r;
+  EXPECT_TRUE(r.says("owned by uid 12345")) << r;
+  EXPECT_TRUE(fs::exists(ring_path("foreign")));
 }
 
 // ---------------------------------------------------------------- gc
