@@ -26,6 +26,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -947,7 +949,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   RingProducer mine = make_ring("mine");                     // creator alive
   { RingProducer p = make_ring("mine-idle"); }               // creator alive, nothing attached
   make_file("junk", "not a segment");
-  make_file(".libshm-tmp-old-0000000000000001", "interrupted create");
+  make_file(".libshm-tmp-old-0000000000000001", "");  // interrupted before it was filled
   make_file(".libshm-tmp-new-0000000000000002", "create in progress");
   make_file(".libshm-sidecar.lock", "");
   fs::last_write_time(root_.file(".libshm-tmp-old-0000000000000001"),
@@ -989,6 +991,70 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
                            ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
     EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
   EXPECT_FALSE(live_consumer.segment().stale());
+}
+
+// Sets a file's modification time `by` into the past (the entry itself, never
+// through a link), so gc sees an old temp file without waiting.
+void make_old(const std::string& path, std::chrono::seconds by) {
+  timespec now{};
+  ASSERT_EQ(::clock_gettime(CLOCK_REALTIME, &now), 0);
+  const timespec then{now.tv_sec - static_cast<time_t>(by.count()), now.tv_nsec};
+  const std::array<timespec, 2> times{then, then};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times.data(), AT_SYMLINK_NOFOLLOW), 0)
+      << path << ": " << std::strerror(errno);
+}
+
+// gc removes an old temp file only when it is the caller's and empty or starts
+// with the segment magic (what an interrupted create leaves); any other file
+// that happens to carry the reserved name is skipped with the reason.
+TEST_F(ShmctlTest, GcRemovesOnlyTempFilesThatAreEmptyOrCarryTheSegmentMagic) {
+  const std::string empty = ".libshm-tmp-empty-0000000000000001";
+  const std::string magic = ".libshm-tmp-magic-0000000000000002";
+  const std::string text = ".libshm-tmp-text-0000000000000003";
+  const std::string link = ".libshm-tmp-link-0000000000000004";
+  make_file(empty, "");
+  std::string header(4096, '\0');
+  std::memcpy(header.data(), &kSegmentMagic, sizeof kSegmentMagic);
+  make_file(magic, header);
+  make_file(text, "precious notes");
+  make_file("target", "");
+  fs::create_symlink(root_.file("target"), root_.file(link));
+  for (const std::string& name : {empty, magic, text, link}) make_old(root_.file(name), 600s);
+
+  const CliResult r = run({"gc", "--json"});
+  ASSERT_EQ(r.code, 0) << r;
+  std::map<std::string, std::pair<std::string, std::string>> actions;
+  const json doc = r.parsed();
+  for (const json& a : doc["actions"]) actions[a["name"]] = {a["action"], a["reason"]};
+  EXPECT_EQ(actions[empty].first, "removed") << r;
+  EXPECT_EQ(actions[magic].first, "removed") << r;
+  EXPECT_EQ(actions[text].first, "skipped") << r;
+  EXPECT_NE(actions[text].second.find("does not start with the segment magic"), std::string::npos)
+      << actions[text].second;
+  EXPECT_EQ(actions[link].first, "skipped") << r;
+  EXPECT_FALSE(fs::exists(root_.file(empty)));
+  EXPECT_FALSE(fs::exists(root_.file(magic)));
+  EXPECT_EQ(file_bytes(text), "precious notes");
+  EXPECT_TRUE(fs::is_symlink(root_.file(link)));
+  EXPECT_TRUE(fs::exists(root_.file("target")));
+}
+
+TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a file to another uid";
+  const std::string foreign = ".libshm-tmp-foreign-0000000000000001";
+  make_file(foreign, "");
+  ASSERT_EQ(::chown(root_.file(foreign).c_str(), 12345, 12345), 0);
+  make_old(root_.file(foreign), 600s);
+
+  const CliResult r = run({"gc", "--json"});
+  ASSERT_EQ(r.code, 0) << r;
+  const json doc = r.parsed();
+  ASSERT_EQ(doc["actions"].size(), 1u) << r;
+  EXPECT_EQ(doc["actions"][0]["action"], "skipped") << r;
+  EXPECT_NE(doc["actions"][0]["reason"].get<std::string>().find("owned by uid 12345"),
+            std::string::npos)
+      << r;
+  EXPECT_TRUE(fs::exists(root_.file(foreign)));
 }
 
 // ---------------------------------------------------------------- reclaim

@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
   gc->add_flag("--dry-run", gc_options.dry_run, "Only print what would be removed");
   gc->footer(
       "A segment with a live attacher or a live creator is never removed; invalid\n"
-      "segments are skipped (use rm). Temp files older than 60 s are removed.\n\n"
+      "segments are skipped (use rm). Temp files older than 60 s are removed if they are\n"
+      "yours and empty or start with the segment magic.\n\n"
       "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json");
   runners.emplace_back(gc, [&](const Context& c) { return run_gc(c, gc_options); });
 
