@@ -385,7 +385,10 @@ TEST_F(SegmentTest, OpenOfASegmentTheProcessMayNotAccessIsPermissionDeniedNaming
 
 TEST_F(SegmentTest, CreateInARootTheProcessMayNotWriteIsPermissionDeniedAndLeavesNothing) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
-  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);  // root's: searchable, not writable
+  // nobody's own root (another owner's root would be refused as unsafe), but
+  // not writable even by its owner.
+  ASSERT_EQ(::chown(root_.path().c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0555), 0);
   auto r = run_as_nobody([] { return error_report(create_ring("new", {.capacity = 4096})); });
   ASSERT_FALSE(r.contains("setup")) << r["setup"];
   EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
@@ -413,6 +416,66 @@ TEST_F(SegmentTest, CreateUnderAParentTheProcessMayNotSearchIsPermissionDeniedNo
   EXPECT_THAT(r["message"], HasSubstr(sub));
   EXPECT_THAT(r["message"], HasSubstr("Permission denied"));
   EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+}
+
+// ---------------------------------------------------------------- unsafe roots
+
+// A root another user can redirect or whose files another user can remove or
+// replace is refused before anything is created in it.
+TEST_F(SegmentTest, RootThatIsASymbolicLinkIsRefusedAsUnsafe) {
+  const std::string real = root_.file("real");
+  ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+  const std::string link = root_.file("link");
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  for (const std::string& root : {link, link + "/"}) {
+    auto s = create_ring("r", {.capacity = 4096}, {.root = root});
+    ASSERT_FALSE(s) << root;
+    EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+    EXPECT_THAT(s.error().message, HasSubstr("root " + link));
+    EXPECT_THAT(s.error().message, HasSubstr("is a symbolic link"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(real));
+}
+
+TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
+  const std::string open_root = root_.file("open");
+  ASSERT_EQ(::mkdir(open_root.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
+  auto s = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+  EXPECT_THAT(s.error().message, HasSubstr("root " + open_root + " is world-writable (mode 777)"));
+  EXPECT_THAT(s.error().message, HasSubstr("sticky bit"));
+  EXPECT_TRUE(std::filesystem::is_empty(open_root));
+  // With the sticky bit (like /tmp, /dev/shm) only a file's owner may remove it.
+  ASSERT_EQ(::chmod(open_root.c_str(), 01777), 0);
+  auto sticky = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  EXPECT_TRUE(sticky) << sticky.error().what();
+}
+
+TEST_F(SegmentTest, RootOwnedByAnotherUserIsRefusedAsUnsafe) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a directory to another uid";
+  const std::string theirs = root_.file("theirs");
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 12345, 12345), 0);
+  auto s = create_ring("r", {.capacity = 4096}, {.root = theirs});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+  EXPECT_THAT(s.error().message,
+              HasSubstr("root " + theirs + " is owned by uid 12345, this process runs as uid 0"));
+  EXPECT_TRUE(std::filesystem::is_empty(theirs));
+}
+
+TEST_F(SegmentTest, PrivateRootsOfTheCallerAreAccepted) {
+  // mkdtemp's 0700 directory (every test's root) and a root the library
+  // creates itself.
+  EXPECT_TRUE(create_ring("in-mkdtemp-root", {.capacity = 4096}));
+  const std::string fresh = root_.file("fresh/nested");
+  auto s = create_ring("in-fresh-root", {.capacity = 4096}, {.root = fresh});
+  ASSERT_TRUE(s) << s.error().what();
+  struct stat st {};
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
 TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {
