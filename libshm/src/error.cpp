@@ -34,6 +34,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::Faulted: return "Faulted";
     case Errc::SystemError: return "SystemError";
     case Errc::PriorityOutOfBounds: return "PriorityOutOfBounds";
+    case Errc::UnsafeRoot: return "UnsafeRoot";
   }
   return "Unknown";
 }

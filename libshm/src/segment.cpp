@@ -28,12 +28,50 @@ std::string join(const std::string& root, std::string_view name) {
   return fmt::format("{}/{}", root, name);
 }
 
+// Refuses a root whose segments another user could redirect, remove or
+// replace: a symbolic link, a directory of another user (a root-owned one with
+// the sticky bit, like /dev/shm itself, is fine), a world-writable directory
+// without the sticky bit.
+Result<void> check_root_is_safe(const std::string& root) {
+  std::string entry = root;  // lstat of "link/" would follow the link
+  while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
+  struct stat st {};
+  if (::lstat(entry.c_str(), &st) != 0) return fail_errno(errno, "root directory " + root);
+  if (S_ISLNK(st.st_mode))
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is a symbolic link; a root must be a directory itself "
+                            "(whoever controls the link controls where segments go)",
+                            entry));
+  if (!S_ISDIR(st.st_mode))
+    return fail(Errc::UnsafeRoot, fmt::format("root {} is not a directory", entry));
+  const bool sticky = (st.st_mode & S_ISVTX) != 0;
+  if (st.st_uid != ::geteuid() && !(st.st_uid == 0 && sticky))
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is owned by uid {}, this process runs as uid {}: its owner "
+                            "could remove or replace the segments; use a root of your own",
+                            entry, st.st_uid, ::geteuid()));
+  if ((st.st_mode & S_IWOTH) != 0 && !sticky)
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is world-writable (mode {:o}) without the sticky bit: any "
+                            "user could remove or replace its segments",
+                            entry, static_cast<unsigned>(st.st_mode & 07777)));
+  return {};
+}
+
+// Every std::filesystem call here takes an error_code: no exception may leave
+// the library (a root whose parent cannot be searched is EACCES, not a throw).
 Result<void> ensure_root(const std::string& root) {
   std::error_code ec;
-  if (std::filesystem::is_directory(root, ec)) return {};
+  if (std::filesystem::is_directory(root, ec)) return check_root_is_safe(root);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fail_errno(ec.value(), fmt::format("root directory {}", root));
   std::filesystem::create_directories(root, ec);
-  if (ec && !std::filesystem::is_directory(root))
-    return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+  if (ec) {
+    std::error_code again;
+    if (!std::filesystem::is_directory(root, again))  // another process may have created it
+      return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+    return check_root_is_safe(root);  // created by another process meanwhile
+  }
   ::chmod(root.c_str(), 0700);
   return {};
 }
@@ -59,6 +97,11 @@ Result<void> validate_name(std::string_view name) {
                 fmt::format("segment name is {} characters long, the limit is 200", name.size()));
   if (name == "." || name == "..")
     return fail(Errc::InvalidName, fmt::format("segment name '{}' is not allowed", name));
+  if (name.front() == '-')
+    return fail(Errc::InvalidName,
+                fmt::format("segment name '{}' starts with '-'; a name may not start with '-' "
+                            "(command-line tools would read it as an option)",
+                            name));
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';

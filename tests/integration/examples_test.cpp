@@ -110,6 +110,12 @@ TEST_F(ExamplesTest, OpenerGivesUpWhenTheRingNeverAppears) {
   EXPECT_EQ(consumer.wait(kDeadline), 3) << consumer.output();
 }
 
+TEST_F(ExamplesTest, ProducerRefusesANameStartingWithADash) {
+  auto producer = start("ring_producer", {"--name=-x", "--create", "--count", "1"});
+  EXPECT_NE(producer.wait(kDeadline), 0) << producer.output();
+  EXPECT_FALSE(std::filesystem::exists(root_.file("-x")));
+}
+
 TEST_F(ExamplesTest, ProducerRejectsMessagesLargerThanTheRing) {
   auto producer = start("ring_producer", {"--name", "small", "--create", "--capacity", "1KiB",
                                           "--count", "1", "--size", "600"});

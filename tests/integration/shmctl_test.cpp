@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -23,6 +26,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -419,6 +424,24 @@ TEST_F(ShmctlTest, InvalidSegmentNameIsUsageError) {
   const CliResult rm = run({"rm", "../etc"});
   EXPECT_EQ(rm.code, 2) << rm;
   EXPECT_TRUE(rm.says("contains '/'")) << rm;
+}
+
+// A name starting with '-' would be read as an option by every tool; even
+// after "--" it is refused as an invalid name, and such a file in the root is
+// listed as invalid.
+TEST_F(ShmctlTest, NamesStartingWithADashAreInvalidNames) {
+  make_file("-x", "planted");
+  for (const char* command : {"inspect", "rm", "verify", "dump", "events"}) {
+    const CliResult r = run({command, "--root", root_.path(), "--", "-x"}, false);
+    EXPECT_EQ(r.code, 2) << command << "\n" << r;
+    EXPECT_TRUE(r.says("InvalidName")) << r;
+    EXPECT_TRUE(r.says("starts with '-'")) << r;
+  }
+  EXPECT_TRUE(fs::exists(root_.file("-x")));
+  const json doc = run({"ls", "--json"}).parsed();
+  ASSERT_EQ(doc["segments"].size(), 1u) << doc.dump(2);
+  EXPECT_EQ(doc["segments"][0]["name"], "-x");
+  EXPECT_EQ(doc["segments"][0]["error"]["code"], "InvalidName");
 }
 
 TEST_F(ShmctlTest, BadUsageExitsTwo) {
@@ -826,23 +849,91 @@ TEST_F(ShmctlTest, RmRemovesTheNameAndNamesLiveAttachers) {
   EXPECT_EQ(doc["live_attachers"][0]["role"], "producer");
 }
 
-TEST_F(ShmctlTest, RmRemovesInvalidFilesButNotDirectories) {
+// rm removes only a valid segment: a text file, a copy of /etc/passwd, a
+// FIFO, a socket, a symbolic link, a directory are refused with the reason,
+// even with --force (none of them carries the segment magic).
+TEST_F(ShmctlTest, RmRefusesEveryFileThatIsNotAValidSegment) {
   make_file("junk", "x");
-  const CliResult r = run({"rm", "junk"});
-  ASSERT_EQ(r.code, 0) << r;
-  EXPECT_TRUE(r.says("it was not a valid segment")) << r;
-  EXPECT_FALSE(fs::exists(ring_path("junk")));
-
+  fs::copy_file("/etc/passwd", root_.file("passwd"));
+  ASSERT_EQ(::mkfifo(root_.file("fifo").c_str(), 0600), 0);
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = root_.file("sock");
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::copy(sock_path.begin(), sock_path.end(), addr.sun_path);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  ::close(sock);
   { RingProducer p = make_ring("target"); }
   fs::create_symlink(ring_path("target"), ring_path("link"));
-  ASSERT_EQ(run({"rm", "link"}).code, 0);
-  EXPECT_FALSE(fs::is_symlink(ring_path("link")));
-  EXPECT_TRUE(fs::exists(ring_path("target")));  // the link, never its target
-
   fs::create_directory(ring_path("dir"));
-  const CliResult dir = run({"rm", "dir"});
-  EXPECT_EQ(dir.code, 4) << dir;
-  EXPECT_TRUE(fs::exists(ring_path("dir")));
+
+  // What is wrong, without --force (validation) and with it (the magic check).
+  const std::map<std::string, std::pair<std::string, std::string>> reasons = {
+      {"junk", {"less than the 4096-byte header", "does not start with the segment magic"}},
+      {"passwd", {"less than the 4096-byte header", "does not start with the segment magic"}},
+      {"fifo", {"is a FIFO", "is a FIFO"}},
+      {"sock", {"is a socket", "is a socket"}},
+      {"link", {"symbolic link", "symbolic link"}},
+      {"dir", {"is a directory", "is a directory"}},
+  };
+  for (const auto& [name, reason] : reasons) {
+    for (const bool force : {false, true}) {
+      std::vector<std::string> args = {"rm", name};
+      if (force) args.push_back("--force");
+      const CliResult r = run(args);
+      EXPECT_EQ(r.code, 3) << name << "\n" << r;
+      EXPECT_TRUE(r.says("refusing to remove '" + name + "'")) << r;
+      EXPECT_TRUE(r.says(force ? reason.second : reason.first)) << r;
+      EXPECT_TRUE(fs::exists(fs::symlink_status(ring_path(name)))) << name;
+    }
+  }
+  const CliResult js = run({"rm", "passwd", "--force", "--json"});
+  EXPECT_EQ(js.code, 3) << js;
+  EXPECT_EQ(js.parsed()["error"]["code"], "BadMagic") << js;
+  EXPECT_EQ(file_bytes("passwd"), [] {
+    std::ifstream in("/etc/passwd", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }());
+  EXPECT_TRUE(fs::exists(ring_path("target")));
+}
+
+// A damaged segment of the caller (it still starts with the segment magic) is
+// refused without --force, naming the option, and removed with it.
+TEST_F(ShmctlTest, RmForceRemovesADamagedSegmentOfTheCaller) {
+  { RingProducer p = make_ring("cut"); }
+  fs::resize_file(ring_path("cut"), 8192);
+  { RingProducer p = make_ring("short"); }
+  fs::resize_file(ring_path("short"), 100);
+
+  for (const char* name : {"cut", "short"}) {
+    const CliResult refused = run({"rm", name});
+    EXPECT_EQ(refused.code, 3) << refused;
+    EXPECT_TRUE(refused.says("refusing to remove '" + std::string(name) + "'")) << refused;
+    EXPECT_TRUE(refused.says("--force")) << refused;
+    EXPECT_TRUE(fs::exists(ring_path(name)));
+
+    const CliResult forced = run({"rm", name, "--force"});
+    ASSERT_EQ(forced.code, 0) << forced;
+    EXPECT_TRUE(forced.says("removed '" + std::string(name) + "' (it was not a valid segment"))
+        << forced;
+    EXPECT_FALSE(fs::exists(ring_path(name)));
+  }
+}
+
+// Even with --force, rm never removes a file of another user, segment magic
+// or not (a mistyped --root must not turn `shmctl rm` into `rm` as root).
+TEST_F(ShmctlTest, RmForceRefusesADamagedSegmentOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a file to another uid";
+  { RingProducer p = make_ring("foreign"); }
+  fs::resize_file(ring_path("foreign"), 8192);
+  ASSERT_EQ(::chown(ring_path("foreign").c_str(), 12345, 12345), 0);
+  const CliResult r = run({"rm", "foreign", "--force"});
+  EXPECT_EQ(r.code, 4) << r;
+  EXPECT_TRUE(r.says("WrongOwner")) << r;
+  EXPECT_TRUE(r.says("owned by uid 12345")) << r;
+  EXPECT_TRUE(fs::exists(ring_path("foreign")));
 }
 
 // ---------------------------------------------------------------- gc
@@ -858,7 +949,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   RingProducer mine = make_ring("mine");                     // creator alive
   { RingProducer p = make_ring("mine-idle"); }               // creator alive, nothing attached
   make_file("junk", "not a segment");
-  make_file(".libshm-tmp-old-0000000000000001", "interrupted create");
+  make_file(".libshm-tmp-old-0000000000000001", "");  // interrupted before it was filled
   make_file(".libshm-tmp-new-0000000000000002", "create in progress");
   make_file(".libshm-sidecar.lock", "");
   fs::last_write_time(root_.file(".libshm-tmp-old-0000000000000001"),
@@ -900,6 +991,70 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
                            ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
     EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
   EXPECT_FALSE(live_consumer.segment().stale());
+}
+
+// Sets a file's modification time `by` into the past (the entry itself, never
+// through a link), so gc sees an old temp file without waiting.
+void make_old(const std::string& path, std::chrono::seconds by) {
+  timespec now{};
+  ASSERT_EQ(::clock_gettime(CLOCK_REALTIME, &now), 0);
+  const timespec then{now.tv_sec - static_cast<time_t>(by.count()), now.tv_nsec};
+  const std::array<timespec, 2> times{then, then};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times.data(), AT_SYMLINK_NOFOLLOW), 0)
+      << path << ": " << std::strerror(errno);
+}
+
+// gc removes an old temp file only when it is the caller's and empty or starts
+// with the segment magic (what an interrupted create leaves); any other file
+// that happens to carry the reserved name is skipped with the reason.
+TEST_F(ShmctlTest, GcRemovesOnlyTempFilesThatAreEmptyOrCarryTheSegmentMagic) {
+  const std::string empty = ".libshm-tmp-empty-0000000000000001";
+  const std::string magic = ".libshm-tmp-magic-0000000000000002";
+  const std::string text = ".libshm-tmp-text-0000000000000003";
+  const std::string link = ".libshm-tmp-link-0000000000000004";
+  make_file(empty, "");
+  std::string header(4096, '\0');
+  std::memcpy(header.data(), &kSegmentMagic, sizeof kSegmentMagic);
+  make_file(magic, header);
+  make_file(text, "precious notes");
+  make_file("target", "");
+  fs::create_symlink(root_.file("target"), root_.file(link));
+  for (const std::string& name : {empty, magic, text, link}) make_old(root_.file(name), 600s);
+
+  const CliResult r = run({"gc", "--json"});
+  ASSERT_EQ(r.code, 0) << r;
+  std::map<std::string, std::pair<std::string, std::string>> actions;
+  const json doc = r.parsed();
+  for (const json& a : doc["actions"]) actions[a["name"]] = {a["action"], a["reason"]};
+  EXPECT_EQ(actions[empty].first, "removed") << r;
+  EXPECT_EQ(actions[magic].first, "removed") << r;
+  EXPECT_EQ(actions[text].first, "skipped") << r;
+  EXPECT_NE(actions[text].second.find("does not start with the segment magic"), std::string::npos)
+      << actions[text].second;
+  EXPECT_EQ(actions[link].first, "skipped") << r;
+  EXPECT_FALSE(fs::exists(root_.file(empty)));
+  EXPECT_FALSE(fs::exists(root_.file(magic)));
+  EXPECT_EQ(file_bytes(text), "precious notes");
+  EXPECT_TRUE(fs::is_symlink(root_.file(link)));
+  EXPECT_TRUE(fs::exists(root_.file("target")));
+}
+
+TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a file to another uid";
+  const std::string foreign = ".libshm-tmp-foreign-0000000000000001";
+  make_file(foreign, "");
+  ASSERT_EQ(::chown(root_.file(foreign).c_str(), 12345, 12345), 0);
+  make_old(root_.file(foreign), 600s);
+
+  const CliResult r = run({"gc", "--json"});
+  ASSERT_EQ(r.code, 0) << r;
+  const json doc = r.parsed();
+  ASSERT_EQ(doc["actions"].size(), 1u) << r;
+  EXPECT_EQ(doc["actions"][0]["action"], "skipped") << r;
+  EXPECT_NE(doc["actions"][0]["reason"].get<std::string>().find("owned by uid 12345"),
+            std::string::npos)
+      << r;
+  EXPECT_TRUE(fs::exists(root_.file(foreign)));
 }
 
 // ---------------------------------------------------------------- reclaim

@@ -156,6 +156,22 @@ TEST_F(SegmentTest, NamesOutsideTheAllowedAlphabetAreInvalid) {
   EXPECT_TRUE(validate_name("Ab-9_.x"));
 }
 
+// Every command-line tool would read such a name as an option.
+TEST_F(SegmentTest, NamesStartingWithADashAreInvalidNamingTheRule) {
+  for (const std::string bad : {"-", "-x", "--force", "-rf"}) {
+    auto r = validate_name(bad);
+    ASSERT_FALSE(r) << "'" << bad << "'";
+    EXPECT_EQ(r.error().code, Errc::InvalidName);
+    EXPECT_THAT(r.error().message, HasSubstr("'" + bad + "' starts with '-'")) << r.error().what();
+  }
+  EXPECT_TRUE(validate_name("x-"));
+  EXPECT_TRUE(validate_name("a-b"));
+  auto c = create_ring("-x", {.capacity = 1024});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::InvalidName);
+  EXPECT_FALSE(std::filesystem::exists(root_.file("-x")));
+}
+
 TEST_F(SegmentTest, CreateAndOpenRejectInvalidNames) {
   auto c = create_ring("../escape", {.capacity = 1024});
   ASSERT_FALSE(c);
@@ -369,13 +385,97 @@ TEST_F(SegmentTest, OpenOfASegmentTheProcessMayNotAccessIsPermissionDeniedNaming
 
 TEST_F(SegmentTest, CreateInARootTheProcessMayNotWriteIsPermissionDeniedAndLeavesNothing) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
-  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);  // root's: searchable, not writable
+  // nobody's own root (another owner's root would be refused as unsafe), but
+  // not writable even by its owner.
+  ASSERT_EQ(::chown(root_.path().c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0555), 0);
   auto r = run_as_nobody([] { return error_report(create_ring("new", {.capacity = 4096})); });
   ASSERT_FALSE(r.contains("setup")) << r["setup"];
   EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
   EXPECT_THAT(r["message"], HasSubstr("create " + root_.path() + "/.libshm-tmp-new-"));
   EXPECT_THAT(r["message"], HasSubstr(": Permission denied"));
   EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+}
+
+// The root's parent is root's, mode 0700: nobody cannot even look up the
+// root. The std::filesystem error must come back as a typed error, never as an
+// exception that aborts the caller.
+TEST_F(SegmentTest, CreateUnderAParentTheProcessMayNotSearchIsPermissionDeniedNotAnException) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0700), 0);
+  const std::string sub = root_.path() + "/sub";
+  auto r = run_as_nobody([&] {
+    try {
+      return error_report(create_ring("new", {.capacity = 4096}, {.root = sub}));
+    } catch (const std::exception& e) {
+      return fmt::format("code=exception\nmessage={}\n", e.what());
+    }
+  });
+  ASSERT_FALSE(r.contains("setup")) << r["setup"];
+  EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
+  EXPECT_THAT(r["message"], HasSubstr(sub));
+  EXPECT_THAT(r["message"], HasSubstr("Permission denied"));
+  EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+}
+
+// ---------------------------------------------------------------- unsafe roots
+
+// A root another user can redirect or whose files another user can remove or
+// replace is refused before anything is created in it.
+TEST_F(SegmentTest, RootThatIsASymbolicLinkIsRefusedAsUnsafe) {
+  const std::string real = root_.file("real");
+  ASSERT_EQ(::mkdir(real.c_str(), 0700), 0);
+  const std::string link = root_.file("link");
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  for (const std::string& root : {link, link + "/"}) {
+    auto s = create_ring("r", {.capacity = 4096}, {.root = root});
+    ASSERT_FALSE(s) << root;
+    EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+    EXPECT_THAT(s.error().message, HasSubstr("root " + link));
+    EXPECT_THAT(s.error().message, HasSubstr("is a symbolic link"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(real));
+}
+
+TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
+  const std::string open_root = root_.file("open");
+  ASSERT_EQ(::mkdir(open_root.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
+  auto s = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+  EXPECT_THAT(s.error().message, HasSubstr("root " + open_root + " is world-writable (mode 777)"));
+  EXPECT_THAT(s.error().message, HasSubstr("sticky bit"));
+  EXPECT_TRUE(std::filesystem::is_empty(open_root));
+  // With the sticky bit (like /tmp, /dev/shm) only a file's owner may remove it.
+  ASSERT_EQ(::chmod(open_root.c_str(), 01777), 0);
+  auto sticky = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  EXPECT_TRUE(sticky) << sticky.error().what();
+}
+
+TEST_F(SegmentTest, RootOwnedByAnotherUserIsRefusedAsUnsafe) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a directory to another uid";
+  const std::string theirs = root_.file("theirs");
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 12345, 12345), 0);
+  auto s = create_ring("r", {.capacity = 4096}, {.root = theirs});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
+  EXPECT_THAT(s.error().message,
+              HasSubstr("root " + theirs + " is owned by uid 12345, this process runs as uid 0"));
+  EXPECT_TRUE(std::filesystem::is_empty(theirs));
+}
+
+TEST_F(SegmentTest, PrivateRootsOfTheCallerAreAccepted) {
+  // mkdtemp's 0700 directory (every test's root) and a root the library
+  // creates itself.
+  EXPECT_TRUE(create_ring("in-mkdtemp-root", {.capacity = 4096}));
+  const std::string fresh = root_.file("fresh/nested");
+  auto s = create_ring("in-fresh-root", {.capacity = 4096}, {.root = fresh});
+  ASSERT_TRUE(s) << s.error().what();
+  struct stat st {};
+  ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
 }
 
 TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {

@@ -6,7 +6,9 @@
 // gc takes the lock of every slot itself: while it holds them no process can
 // attach, so "no live attacher" cannot change between the check and the
 // unlink. Segments that fail validation or belong to another user are never
-// touched (inspect them; `shmctl rm` removes them deliberately).
+// touched (inspect them; `shmctl rm` removes them deliberately). A temp file
+// (".libshm-tmp-*") is removed only when it is older than 60 s, belongs to
+// this user and is empty or starts with the segment magic.
 #include "output.hpp"
 #include "segment_access.hpp"
 
@@ -120,14 +122,23 @@ Decision collect_temp_file(const Context& ctx, const std::string& name, const Gc
                            age.count(), options.temp_file_age.count());
     return d;
   }
+  // Only what an interrupted create of this user leaves: empty, or starting
+  // with the segment magic. Any other file that carries the reserved name is
+  // not ours to delete.
+  auto id = check_own_segment_file(path.string(), true);
+  if (!id) {
+    d.action = "skipped";
+    d.reason = fmt::format("not a temp file of an interrupted create ({})", id.error().message);
+    return d;
+  }
   d.reason = fmt::format("temp file of an interrupted create, {} s old", age.count());
   if (options.dry_run) {
     d.action = "would_remove";
     return d;
   }
-  if (!fs::remove(path, ec) && ec) {
+  if (auto removed = unlink_if_same(path.string(), *id); !removed) {
     d.action = "failed";
-    d.reason = fmt::format("remove: {}", ec.message());
+    d.reason = fmt::format("remove: {}", removed.error().message);
     return d;
   }
   d.action = "removed";

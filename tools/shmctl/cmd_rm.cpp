@@ -1,7 +1,11 @@
-// shmctl rm NAME: removes the name. Processes still attached keep working on
-// the removed incarnation (and see Segment::stale()); rm names them. A file
-// that fails validation (corrupt, truncated, a symbolic link) is removed too:
-// cleaning such files up is what rm is for.
+// shmctl rm NAME [--force]: removes the name. Processes still attached keep
+// working on the removed incarnation (and see Segment::stale()); rm names them.
+// rm removes only a valid segment. A file that fails validation is refused with
+// the reason; with --force, rm removes it only if it is a regular file of this
+// user that still starts with the segment magic (a damaged segment). A text
+// file, a FIFO, a socket, a device, a symbolic link, a directory or another
+// user's file is never removed: a mistyped --root must not make rm delete
+// whatever it finds.
 #include "output.hpp"
 #include "segment_access.hpp"
 
@@ -11,7 +15,18 @@
 
 namespace shm::shmctl {
 
-Exit run_rm(const Context& ctx, const std::string& name) {
+namespace {
+
+Exit refuse(const Context& ctx, const std::string& name, const Error& why, std::string_view hint) {
+  return report_error(
+      ctx, "rm",
+      Error{why.code, fmt::format("refusing to remove '{}': {}{}", name, why.message, hint)});
+}
+
+}  // namespace
+
+Exit run_rm(const Context& ctx, const RmOptions& options) {
+  const std::string& name = options.name;
   if (auto ok = validate_name(name); !ok) return report_error(ctx, "rm", ok.error());
   Json doc = Json::object();
   doc["name"] = name;
@@ -20,7 +35,19 @@ Exit run_rm(const Context& ctx, const std::string& name) {
   if (!opened) {
     if (exit_for(opened.error().code) != Exit::Invalid)
       return report_error(ctx, "rm", opened.error());
-    if (auto removed = Segment::unlink(name, ctx.root); !removed)
+    if (!options.force) {
+      const bool file = opened.error().code != Errc::NotRegularFile;
+      return refuse(ctx, name,
+                    Error{opened.error().code,
+                          fmt::format("not a valid segment ({})", opened.error().message)},
+                    file ? "; `shmctl rm --force` removes a damaged segment file that still "
+                           "starts with the segment magic and belongs to you"
+                         : "; shmctl removes only segment files");
+    }
+    const std::string path = fmt::format("{}/{}", ctx.root, name);
+    auto id = check_own_segment_file(path, false);
+    if (!id) return refuse(ctx, name, id.error(), "");
+    if (auto removed = unlink_if_same(path, *id); !removed)
       return report_error(ctx, "rm", removed.error());
     doc["removed"] = true;
     doc["valid"] = false;

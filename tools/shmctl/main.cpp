@@ -64,12 +64,19 @@ int main(int argc, char** argv) {
   inspect->footer("Examples:\n  shmctl inspect orders\n  shmctl inspect orders --json");
   runners.emplace_back(inspect, [&](const Context& c) { return run_inspect(c, name); });
 
+  shm::shmctl::RmOptions rm_options;
   auto* rm = app.add_subcommand("rm",
                                 "Remove a segment's name (attached processes keep the old "
                                 "incarnation)");
-  rm->add_option("name", name, "Segment name")->required();
-  rm->footer("Examples:\n  shmctl rm orders");
-  runners.emplace_back(rm, [&](const Context& c) { return run_rm(c, name); });
+  rm->add_option("name", rm_options.name, "Segment name")->required();
+  rm->add_flag("--force", rm_options.force,
+               "Also remove a segment that fails validation, if it is a regular file of yours "
+               "that starts with the segment magic");
+  rm->footer(
+      "Only a valid segment is removed. Anything else (a text file, a FIFO, a socket, a\n"
+      "link, a directory, another user's file) is refused with the reason (exit 3, or 4\n"
+      "for another user's file).\n\nExamples:\n  shmctl rm orders\n  shmctl rm damaged --force");
+  runners.emplace_back(rm, [&](const Context& c) { return run_rm(c, rm_options); });
 
   shm::shmctl::VerifyOptions verify_options;
   std::string verify_name;
@@ -140,7 +147,8 @@ int main(int argc, char** argv) {
   gc->add_flag("--dry-run", gc_options.dry_run, "Only print what would be removed");
   gc->footer(
       "A segment with a live attacher or a live creator is never removed; invalid\n"
-      "segments are skipped (use rm). Temp files older than 60 s are removed.\n\n"
+      "segments are skipped (use rm). Temp files older than 60 s are removed if they are\n"
+      "yours and empty or start with the segment magic.\n\n"
       "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json");
   runners.emplace_back(gc, [&](const Context& c) { return run_gc(c, gc_options); });
 

@@ -1,9 +1,14 @@
 #include "segment_access.hpp"
 
+#include "shm/header.hpp"
+#include "shm/platform/file.hpp"
 #include "shm/platform/process.hpp"
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -57,7 +62,59 @@ Result<void> check_entry(const std::string& path, std::string_view name, const s
   return {};
 }
 
+std::string_view mode_type_name(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
 }  // namespace
+
+Result<FileIdentity> check_own_segment_file(const std::string& path, bool allow_empty) {
+  struct stat entry {};
+  if (::lstat(path.c_str(), &entry) != 0) return fail_errno(errno, "stat " + path);
+  if (S_ISLNK(entry.st_mode))
+    return fail(Errc::NotRegularFile,
+                fmt::format("{} is a symbolic link, not a segment file", path));
+  if (!S_ISREG(entry.st_mode))
+    return fail(Errc::NotRegularFile,
+                fmt::format("{} is {}, not a segment file", path, mode_type_name(entry.st_mode)));
+  if (entry.st_uid != ::geteuid())
+    return fail(Errc::WrongOwner, fmt::format("{} is owned by uid {}, not by this user (uid {})",
+                                              path, entry.st_uid, ::geteuid()));
+  FileHandle fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return fail_errno(errno, "open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "fstat " + path);
+  if (st.st_dev != entry.st_dev || st.st_ino != entry.st_ino || !S_ISREG(st.st_mode))
+    return fail(Errc::NotRegularFile, fmt::format("{} changed while it was checked", path));
+  const FileIdentity id{static_cast<std::uint64_t>(st.st_dev),
+                        static_cast<std::uint64_t>(st.st_ino)};
+  if (st.st_size == 0 && allow_empty) return id;
+  std::uint64_t magic = 0;
+  const ssize_t n = ::pread(fd.get(), &magic, sizeof magic, 0);
+  if (n < 0) return fail_errno(errno, "read " + path);
+  if (static_cast<std::size_t>(n) != sizeof magic || magic != kSegmentMagic)
+    return fail(
+        Errc::BadMagic,
+        fmt::format("{} does not start with the segment magic: not a libshm segment file", path));
+  return id;
+}
+
+Result<void> unlink_if_same(const std::string& path, const FileIdentity& id) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return fail_errno(errno, "stat " + path);
+  if (static_cast<std::uint64_t>(st.st_dev) != id.dev ||
+      static_cast<std::uint64_t>(st.st_ino) != id.ino)
+    return fail(Errc::NotFound,
+                fmt::format("{} names another file since it was checked; nothing removed", path));
+  if (::unlink(path.c_str()) != 0) return fail_errno(errno, "unlink " + path);
+  return {};
+}
 
 Result<RootListing> list_root(const std::string& root) {
   RootListing listing;
@@ -70,8 +127,10 @@ Result<RootListing> list_root(const std::string& root) {
   listing.root_exists = true;
   fs::directory_iterator it(root, ec);
   if (ec) return fail_errno(ec.value(), "read root directory " + root);
-  for (const fs::directory_entry& entry : it) {
-    std::string name = entry.path().filename().string();
+  // increment(ec), not the range-for: its operator++ throws on a read error
+  // (on an error increment(ec) sets ec and makes `it` the end iterator).
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
     if (name.starts_with(kReservedPrefix)) {
       if (name.starts_with(std::string(kReservedPrefix) + "tmp-"))
         listing.temp_files.push_back(std::move(name));
@@ -79,6 +138,7 @@ Result<RootListing> list_root(const std::string& root) {
     }
     listing.segments.push_back(std::move(name));
   }
+  if (ec) return fail_errno(ec.value(), "read root directory " + root);
   std::ranges::sort(listing.segments);
   std::ranges::sort(listing.temp_files);
   return listing;

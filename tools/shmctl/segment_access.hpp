@@ -65,6 +65,21 @@ struct AttacherCounts {
 // Whether the creator (pid + start time, so a reused pid does not count) lives.
 [[nodiscard]] bool creator_alive(const SegmentHeader& header) noexcept;
 
+// Which file a name pointed to when it was checked.
+struct FileIdentity {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+};
+// For removing a file that is not a valid segment (rm --force, gc of temp
+// files): the entry itself (never followed through a link) must be a regular
+// file, belong to this user (WrongOwner) and start with the segment magic
+// (BadMagic), or be empty when `allow_empty`. Nothing but a regular file is
+// ever opened.
+[[nodiscard]] Result<FileIdentity> check_own_segment_file(const std::string& path,
+                                                          bool allow_empty);
+// Unlinks `path` only if it still names the file `id` was taken from.
+[[nodiscard]] Result<void> unlink_if_same(const std::string& path, const FileIdentity& id);
+
 // "spsc_ring(1), channel(2)": the kinds this build knows, for messages.
 [[nodiscard]] std::string known_kinds();
 

@@ -49,6 +49,11 @@ struct WatchOptions {
   std::uint64_t count = 0;  // refreshes; 0 = until interrupted
 };
 
+struct RmOptions {
+  std::string name;
+  bool force = false;  // also remove a damaged segment file of this user (it has the magic)
+};
+
 struct GcOptions {
   bool dry_run = false;
   std::chrono::seconds temp_file_age{60};  // leftover temp files older than this are removed
@@ -62,7 +67,7 @@ struct ReclaimOptions {
 
 [[nodiscard]] Exit run_ls(const Context& ctx);
 [[nodiscard]] Exit run_inspect(const Context& ctx, const std::string& name);
-[[nodiscard]] Exit run_rm(const Context& ctx, const std::string& name);
+[[nodiscard]] Exit run_rm(const Context& ctx, const RmOptions& options);
 [[nodiscard]] Exit run_verify(const Context& ctx, const VerifyOptions& options);
 [[nodiscard]] Exit run_dump(const Context& ctx, const DumpOptions& options);
 [[nodiscard]] Exit run_set(const Context& ctx, const std::string& name,

@@ -40,6 +40,8 @@ enum class Errc : std::uint8_t {
   SystemError,
   // priority fanout
   PriorityOutOfBounds,
+  // roots (added after the others: the values above are stable)
+  UnsafeRoot,  // a symbolic link, another user's directory, world-writable without sticky bit
 };
 
 [[nodiscard]] std::string_view to_string(Errc code) noexcept;

@@ -21,8 +21,9 @@
 
 namespace shm {
 
-// Checks a segment name: [A-Za-z0-9._-]{1,200}, not "." or "..", not the
-// reserved ".libshm-" prefix.
+// Checks a segment name: [A-Za-z0-9._-]{1,200}, not "." or "..", not starting
+// with '-' (a tool would read it as an option), not the reserved ".libshm-"
+// prefix.
 [[nodiscard]] Result<void> validate_name(std::string_view name);
 // $LIBSHM_ROOT, or /dev/shm/libshm.
 [[nodiscard]] std::string default_root();
@@ -43,10 +44,10 @@ struct KindSpec {
 };
 
 struct CreateOptions {
-  std::string root;                 // empty: default_root()
-  std::uint32_t mode = 0600;        // file mode bits
+  std::string root;                    // empty: default_root()
+  std::uint32_t mode = 0600;           // file mode bits
   std::optional<std::uint32_t> group;  // chown to this gid (mode 0660 makes it useful)
-  bool ephemeral = false;           // the sidecar may collect it once every attacher is dead
+  bool ephemeral = false;              // the sidecar may collect it once every attacher is dead
 };
 
 struct OpenOptions {
@@ -82,7 +83,7 @@ struct EventInfo {
 [[nodiscard]] std::string_view to_string(Liveness liveness) noexcept;
 
 struct RoleSpec {
-  std::uint32_t id;        // exclusive roles: id < kExclusiveSlots and is the slot index
+  std::uint32_t id;  // exclusive roles: id < kExclusiveSlots and is the slot index
   bool exclusive;
   std::string_view name;
 };
@@ -130,7 +131,8 @@ class Segment {
 
   // Creates and publishes a new segment; `init` fills the data area before READY.
   [[nodiscard]] static Result<Segment> create(std::string_view name, const KindSpec& spec,
-                                              const CreateOptions& options, const Initializer& init);
+                                              const CreateOptions& options,
+                                              const Initializer& init);
   // Opens and validates a segment against a kind (kind, fingerprint, parameters).
   [[nodiscard]] static Result<Segment> open(std::string_view name, const KindSpec& expected,
                                             const OpenOptions& options);
