@@ -256,9 +256,9 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
 }
 
 // The first dimension that refuses `bytes` (counted), or damage. Caller holds the mutex.
-[[gnu::cold]] Result<Reservation> reserve_refused(const View& v, Pool& p, Category& cat,
-                                                  PoolAccount& pa, std::uint32_t part,
-                                                  std::int64_t bytes, std::string_view path) {
+[[gnu::cold]] Result<LedgerReservation> reserve_refused(const View& v, Pool& p, Category& cat,
+                                                        PoolAccount& pa, std::uint32_t part,
+                                                        std::int64_t bytes, std::string_view path) {
   // A refusal changes statistics only: no write section.
   LedgerControl& c = *v.control;
   const std::uint32_t top = ld(c.lock.free_top);
@@ -267,16 +267,16 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
                                      v.params.max_tickets));
   if (top == 0) {
     count_rejection(c, LedgerScope::Tickets, nullptr);
-    return Reservation(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, "tickets", {},
-                                      static_cast<std::int64_t>(ld(c.lock.live_tickets)), 1,
-                                      v.params.max_tickets));
+    return LedgerReservation(std::unexpect,
+                             make_rejection(LedgerScope::Tickets, "tickets", {},
+                                            static_cast<std::int64_t>(ld(c.lock.live_tickets)), 1,
+                                            v.params.max_tickets));
   }
   const std::uint32_t ticket_limit = ld(p.ticket_limit);
   if (ticket_limit != 0 && ld(p.tickets) >= ticket_limit) {
     count_rejection(c, LedgerScope::Tickets, &p.rejections);
-    return Reservation(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, read_label(p.label), "tickets",
+    return LedgerReservation(
+        std::unexpect, make_rejection(LedgerScope::Tickets, read_label(p.label), "tickets",
                                       static_cast<std::int64_t>(ld(p.tickets)), 1, ticket_limit));
   }
   Account* const dims[] = {&c.global, &c.partitions[part], &cat.account, &pa.account};
@@ -293,8 +293,9 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
                           : d == 2 ? read_label(cat.label)
                                    : read_label(p.label);
     const std::string b = d == 3 ? read_label(pa.label) : std::string();
-    return Reservation(std::unexpect, make_rejection(kScopesInOrder[d], a, b, ld(dims[d]->used),
-                                                     bytes, ld(dims[d]->limit)));
+    return LedgerReservation(
+        std::unexpect,
+        make_rejection(kScopesInOrder[d], a, b, ld(dims[d]->used), bytes, ld(dims[d]->limit)));
   }
   return corrupt(path, "reserve: inconsistent refusal");  // not reached: the fast path refused
 }
@@ -316,11 +317,11 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
               co ? std::string("admit: malformed constraints") : "admit: " + co.error().message);
 }
 
-[[gnu::cold]] Result<Admission> admit_refused(LedgerControl& c, Bucket& b, std::int64_t burst,
-                                              std::int64_t available, std::int64_t cost) {
+[[gnu::cold]] Result<LedgerAdmission> admit_refused(LedgerControl& c, Bucket& b, std::int64_t burst,
+                                                    std::int64_t available, std::int64_t cost) {
   count_rejection(c, LedgerScope::Bucket, &b.rejections);
-  return Admission(std::unexpect, make_rejection(LedgerScope::Bucket, read_label(b.label), {},
-                                                 burst - available, cost, burst));
+  return LedgerAdmission(std::unexpect, make_rejection(LedgerScope::Bucket, read_label(b.label), {},
+                                                       burst - available, cost, burst));
 }
 
 }  // namespace
@@ -607,7 +608,7 @@ Result<void> Ledger::close_pool(PoolId id) {
 
 // ---------------------------------------------------------------- accounting
 
-Result<Reservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::int64_t bytes) {
+Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   if (bytes < 0 || pool_id.index >= v.params.max_pools || category.index >= v.params.max_categories)
@@ -668,7 +669,7 @@ Result<Reservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::in
   bump(p.tickets);
   bump(c.lock.live_tickets);
   bump(c.stats.reserves);
-  return Reservation(Ticket{index, gen});
+  return LedgerReservation(Ticket{index, gen});
 }
 
 Result<void> Ledger::commit(Ticket ticket) {
@@ -724,7 +725,7 @@ Result<void> Ledger::release(Ticket ticket) {
   return {};
 }
 
-Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
+Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   if (bytes < 0)
@@ -762,8 +763,8 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   const std::uint32_t ticket_limit = ld(np.ticket_limit);
   if (!same_pool && ticket_limit != 0 && ld(np.tickets) >= ticket_limit) {
     count_rejection(c, LedgerScope::Tickets, &np.rejections);
-    return Replacement(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, read_label(np.label), "tickets",
+    return LedgerReplacement(
+        std::unexpect, make_rejection(LedgerScope::Tickets, read_label(np.label), "tickets",
                                       static_cast<std::int64_t>(ld(np.tickets)), 1, ticket_limit));
   }
   Account* const shared[] = {old->global, old->partition, old->category};
@@ -780,8 +781,9 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
           : d == 1 ? std::string(to_string(ld(cat.partition) == 1 ? Partition::Control
                                                                   : Partition::Ordinary))
                    : read_label(cat.label);
-      return Replacement(std::unexpect, make_rejection(kSharedScopes[d], a, {}, ld(shared[d]->used),
-                                                       delta, ld(shared[d]->limit)));
+      return LedgerReplacement(std::unexpect,
+                               make_rejection(kSharedScopes[d], a, {}, ld(shared[d]->used), delta,
+                                              ld(shared[d]->limit)));
     }
   }
   auto left = room(*new_account, path, "pool");
@@ -790,7 +792,7 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   if (need > *left) {
     count_rejection(c, LedgerScope::Pool, &new_account->rejections);
     bump(np.rejections);
-    return Replacement(
+    return LedgerReplacement(
         std::unexpect,
         make_rejection(LedgerScope::Pool, read_label(np.label), read_label((*npa)->label),
                        ld(new_account->used), need, ld(new_account->limit)));
@@ -821,12 +823,13 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   st(old->pool->tickets, ld(old->pool->tickets) - 1);
   bump(np.tickets);
   bump(c.stats.replaces);
-  return Replacement();
+  return LedgerReplacement();
 }
 
 // ---------------------------------------------------------------- rate admission
 
-Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::int64_t now_ms) {
+Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
+                                      std::int64_t now_ms) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   token_bucket::Term terms[kMaxConstraints];  // scratch: deliberately not initialised
@@ -834,7 +837,7 @@ Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::in
   if (count < 0 || now_ms < 0) [[unlikely]]
     return admit_argument_error(constraints, now_ms);
   const auto n = static_cast<std::size_t>(count);
-  if (n == 0) return Admission();
+  if (n == 0) return LedgerAdmission();
   for (std::size_t k = 0; k < n; ++k)
     if (terms[k].bucket >= v.params.max_buckets) [[unlikely]]
       return fail(Errc::InvalidArgument, fmt::format("admit: bucket {} is outside the table of {}",
@@ -894,7 +897,7 @@ Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::in
   j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
   for (std::size_t k = 0; k < n; ++k) bump(v.buckets[terms[k].bucket].admits);
   bump(c.stats.admits);
-  return Admission();
+  return LedgerAdmission();
 }
 
 // ---------------------------------------------------------------- ownership, inspection

@@ -99,9 +99,9 @@ struct Rejection {
 [[nodiscard]] std::string_view to_string(LedgerScope scope) noexcept;
 [[nodiscard]] std::string_view to_string(Partition partition) noexcept;
 
-using Reservation = std::expected<Ticket, Rejection>;
-using Replacement = std::expected<void, Rejection>;
-using Admission = std::expected<void, Rejection>;
+using LedgerReservation = std::expected<Ticket, Rejection>;
+using LedgerReplacement = std::expected<void, Rejection>;
+using LedgerAdmission = std::expected<void, Rejection>;
 
 // Labels: [A-Za-z0-9._-]{1,32}.
 struct CategorySpec {
@@ -301,16 +301,17 @@ class Ledger {
   [[nodiscard]] Result<void> close_pool(PoolId pool);
 
   // ---- accounting
-  [[nodiscard]] Result<Reservation> reserve(PoolId pool, CategoryId category, std::int64_t bytes);
+  [[nodiscard]] Result<LedgerReservation> reserve(PoolId pool, CategoryId category,
+                                                  std::int64_t bytes);
   [[nodiscard]] Result<void> commit(Ticket ticket);
   [[nodiscard]] Result<void> release(Ticket ticket);
   // Moves `ticket` to `pool` (same category) with `bytes`, atomically; a
   // rejection leaves the ticket and every account as they were.
-  [[nodiscard]] Result<Replacement> replace(Ticket ticket, PoolId pool, std::int64_t bytes);
+  [[nodiscard]] Result<LedgerReplacement> replace(Ticket ticket, PoolId pool, std::int64_t bytes);
 
   // ---- rate admission: all refills and debits commit together, or none
-  [[nodiscard]] Result<Admission> admit(std::span<const Constraint> constraints,
-                                        std::int64_t now_ms);
+  [[nodiscard]] Result<LedgerAdmission> admit(std::span<const Constraint> constraints,
+                                              std::int64_t now_ms);
 
   // ---- ownership and inspection
   // Releases every ticket this handle owns; returns how many.
