@@ -269,14 +269,6 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
 
 namespace detail {
 
-#ifndef NDEBUG
-void ChannelGuard::enter() noexcept {
-  const bool was_busy = busy_.exchange(true, std::memory_order_acquire);
-  assert(!was_busy && "a channel endpoint is used by two threads at once");
-  (void)was_busy;
-}
-#endif
-
 Result<void> ChannelEndpoint::bind(ChannelEndpoint& e, Segment segment, const RoleSpec& role) {
   auto v = channel::view(segment);
   if (!v) return std::unexpected(v.error());
