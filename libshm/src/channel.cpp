@@ -4,6 +4,7 @@
 
 #include "shm/channel_endpoint.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/testing/channel.hpp"  // create_channel_for_test (libshm/testing, not installed)
 
 #include <fmt/format.h>
 

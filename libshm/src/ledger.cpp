@@ -11,6 +11,7 @@ namespace shm {
 
 using namespace ledger;
 using namespace ledger::internal;
+using CrashPoint = test_hooks::LedgerCrashPoint;
 
 namespace {
 
@@ -665,7 +666,12 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   // [T] release: crash order — every field above is in memory before the ticket
   // is live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole ticket or none.
   t.state.store(kTicketReserved, std::memory_order_release);
-  for (Account* a : dims) charge(*a, bytes, true);
+  detail::ledger_crash_point(CrashPoint::ReserveAfterTicketPublished);
+  charge(*dims[0], bytes, true);
+  charge(*dims[1], bytes, true);
+  detail::ledger_crash_point(CrashPoint::ReserveMidCounters);
+  charge(*dims[2], bytes, true);
+  charge(*dims[3], bytes, true);
   bump(p.tickets);
   bump(c.lock.live_tickets);
   bump(c.stats.reserves);
@@ -699,7 +705,10 @@ Result<void> Ledger::commit(Ticket ticket) {
   held.write();
   // [T] release (crash order, as in reserve): the state is the source of truth.
   t.state.store(kTicketCommitted, std::memory_order_release);
-  for (Account* a : dims) st(a->reserved, ld(a->reserved) - ch.bytes);
+  st(dims[0]->reserved, ld(dims[0]->reserved) - ch.bytes);
+  detail::ledger_crash_point(CrashPoint::CommitMidCounters);
+  for (std::size_t d = 1; d < std::size(dims); ++d)
+    st(dims[d]->reserved, ld(dims[d]->reserved) - ch.bytes);
   bump(c.stats.commits);
   return {};
 }
@@ -810,6 +819,7 @@ Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::in
   std::atomic_thread_fence(std::memory_order_release);
   st(t.pool, pool_id.index);
   st(t.pool_generation, pool_id.generation);
+  detail::ledger_crash_point(CrashPoint::ReplaceMidTicket);
   st(t.bytes, bytes);
   // [J2] release: crash order — the ticket's new fields are in memory before
   // the journal is retired.
@@ -892,6 +902,7 @@ Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
     st(b.frac, after[k].frac);
     st(b.started, 1u);
     st(b.last_ms, after[k].last_ms);
+    if (k == 0) detail::ledger_crash_point(CrashPoint::AdmitMidBuckets);
   }
   // [J2] release: crash order, as in replace().
   j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
@@ -959,127 +970,11 @@ Result<std::vector<std::string>> Ledger::verify() const {
 // ---------------------------------------------------------------- test hook
 
 namespace detail {
-
-Result<void> ledger_stop_inside(Ledger& l, LedgerCrashPoint point, PoolId pool_id,
-                                CategoryId category, std::int64_t bytes, Ticket ticket,
-                                std::span<const Constraint> constraints, std::int64_t now_ms,
-                                void (*stop)()) {
-  const View& v = l.view_;
-  const std::string& path = l.segment_.path();
-  if (auto ok = lock(v, path); !ok) return ok;
-  LedgerControl& c = *v.control;
-  Held held(c);
-  auto halt = [&]() {
-    stop();
-    std::abort();  // stop() must not return: dying here also leaves the lock to EOWNERDEAD
-  };
-  switch (point) {
-    case LedgerCrashPoint::ReserveAfterTicketPublished:
-    case LedgerCrashPoint::ReserveMidCounters: {
-      auto pool = open_pool_at(v, pool_id, "reserve");
-      if (!pool) return std::unexpected(pool.error());
-      if (category.index >= ld(c.lock.category_count))
-        return fail(Errc::InvalidArgument, "stop_inside: category not defined");
-      auto pa = pool_account(v, **pool, category.index, path);
-      if (!pa) return std::unexpected(pa.error());
-      const std::uint32_t top = ld(c.lock.free_top);
-      if (top == 0 || top > v.params.max_tickets)
-        return fail(Errc::InvalidArgument, "stop_inside: no free ticket");
-      const std::uint32_t index = ld(v.free_stack[top - 1]);
-      if (index >= v.params.max_tickets) return corrupt(path, "stop_inside: free stack");
-      held.write();
-      st(c.lock.free_top, top - 1);
-      TicketSlot& t = v.tickets[index];
-      st(t.generation, ld(t.generation) + 1);
-      st(t.owner_slot, l.owner_.slot);
-      st(t.owner_generation, l.owner_.generation);
-      st(t.pool, pool_id.index);
-      st(t.pool_generation, pool_id.generation);
-      st(t.category, category.index);
-      st(t.bytes, bytes);
-      t.state.store(kTicketReserved, std::memory_order_release);  // [T] as in reserve()
-      if (point == LedgerCrashPoint::ReserveMidCounters) {
-        charge(c.global, bytes, true);
-        charge(c.partitions[ld(v.categories[category.index].partition) & 1u], bytes, true);
-      }
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::CommitMidCounters:
-    case LedgerCrashPoint::ReleaseAfterTicketFreed: {
-      if (ticket.index >= v.params.max_tickets)
-        return fail(Errc::InvalidArgument, "stop_inside: ticket");
-      if (auto ok = check_ticket(v, "stop_inside", ticket, l.owner_); !ok) return ok;
-      auto ch = resolve(v, ticket.index, path);
-      if (!ch) return std::unexpected(ch.error());
-      held.write();
-      if (point == LedgerCrashPoint::CommitMidCounters) {
-        v.tickets[ticket.index].state.store(kTicketCommitted, std::memory_order_release);  // [T]
-        st(ch->global->reserved, ld(ch->global->reserved) - ch->bytes);
-      } else {
-        v.tickets[ticket.index].state.store(kTicketFree, std::memory_order_release);  // [F]
-      }
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::ReplaceMidTicket: {
-      if (ticket.index >= v.params.max_tickets || pool_id.index >= v.params.max_pools)
-        return fail(Errc::InvalidArgument, "stop_inside: ticket or pool");
-      if (auto ok = check_ticket(v, "stop_inside", ticket, l.owner_); !ok) return ok;
-      auto pool = open_pool_at(v, pool_id, "replace");
-      if (!pool) return std::unexpected(pool.error());
-      TicketSlot& t = v.tickets[ticket.index];
-      held.write();
-      Journal& j = c.journal;
-      st(j.ticket, ticket.index);
-      st(j.ticket_image.pool, ld(t.pool));
-      st(j.ticket_image.pool_generation, ld(t.pool_generation));
-      st(j.ticket_image.bytes, ld(t.bytes));
-      st(j.op, JournalOp::Replace);
-      std::atomic_thread_fence(std::memory_order_release);  // [J1] as in replace()
-      st(t.pool, pool_id.index);
-      st(t.pool_generation, pool_id.generation);
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::AdmitMidBuckets: {
-      auto co = token_bucket::coalesce(constraints);
-      if (!co) return std::unexpected(co.error());
-      if (co->size == 0) return fail(Errc::InvalidArgument, "stop_inside: no constraints");
-      const std::uint32_t bc = ld(c.lock.bucket_count);
-      for (const Constraint& k : co->view())
-        if (k.bucket.index >= bc || bc > v.params.max_buckets)
-          return fail(Errc::InvalidArgument, "stop_inside: bucket");
-      held.write();
-      Journal& j = c.journal;
-      for (std::size_t k = 0; k < co->size; ++k) {
-        const Bucket& b = v.buckets[co->items[k].bucket.index];
-        BucketImage& img = j.buckets[k];
-        st(img.index, co->items[k].bucket.index);
-        st(img.tokens, ld(b.tokens));
-        st(img.frac, ld(b.frac));
-        st(img.started, ld(b.started));
-        st(img.last_ms, ld(b.last_ms));
-      }
-      st(j.count, co->size);
-      st(j.op, JournalOp::Admit);
-      std::atomic_thread_fence(std::memory_order_release);  // [J1] as in admit()
-      Bucket& first = v.buckets[co->items[0].bucket.index];
-      const token_bucket::Level next =
-          token_bucket::refill(token_bucket::Level{ld(first.tokens), ld(first.frac),
-                                                   ld(first.started) != 0, ld(first.last_ms)},
-                               ld(first.rate), ld(first.burst), now_ms);
-      st(first.tokens, next.tokens - co->items[0].cost);
-      st(first.frac, next.frac);
-      st(first.started, 1u);
-      st(first.last_ms, next.last_ms);
-      halt();
-      break;
-    }
-  }
-  return fail(Errc::InvalidArgument, "stop_inside: unknown crash point");
-}
-
+std::atomic<test_hooks::LedgerCrashHook> ledger_crash_hook{nullptr};
 }  // namespace detail
+
+void test_hooks::set_ledger_crash_hook(LedgerCrashHook hook) noexcept {
+  detail::ledger_crash_hook.store(hook, std::memory_order_relaxed);
+}
 
 }  // namespace shm

@@ -2,10 +2,10 @@
 // terminal fault, blocking, and a differential oracle. Multi-process
 // behaviour (kill -9 at fault points, zero allocation) is in
 // tests/integration/channel_process_test.cpp.
+#include "shm/testing/channel.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
 #include "helpers/channel_payload.hpp"
-#include "shm/channel_testing.hpp"
 #include "shm/spsc_ring.hpp"
 
 #include <gtest/gtest.h>
