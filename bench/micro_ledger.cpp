@@ -134,8 +134,8 @@ class BaselineLedger {
       buckets_.push_back(BucketRec{b.rate_per_sec, b.burst, {b.burst, 0, false, 0}});
   }
 
-  Reservation reserve(std::uint32_t pool, std::uint32_t category, std::int64_t bytes,
-                      std::uint32_t owner) {
+  LedgerReservation reserve(std::uint32_t pool, std::uint32_t category, std::int64_t bytes,
+                            std::uint32_t owner) {
     std::lock_guard lock(m_);
     PoolRec& p = pools_[pool];
     int a = -1;
@@ -143,11 +143,11 @@ class BaselineLedger {
       if ((p.masks[i] >> category) & 1u) a = static_cast<int>(i);
     Account* dims[] = {&global_, &partitions_[partition_of_[category]], &categories_[category],
                        &p.accounts[a]};
-    if (free_.empty()) return Reservation(std::unexpect, Rejection{});
+    if (free_.empty()) return LedgerReservation(std::unexpect, Rejection{});
     for (Account* d : dims)
       if (bytes > d->limit - d->used) {
         ++d->rejections;
-        return Reservation(std::unexpect, Rejection{});
+        return LedgerReservation(std::unexpect, Rejection{});
       }
     const std::uint32_t index = free_.back();
     free_.pop_back();

@@ -1,13 +1,23 @@
 # ctest entry "install_find_package" (label: install): installs this build into a
 # temporary prefix with `cmake --install`, then configures, builds and runs
 # tests/outside_project against it through find_package(libshm), as a user's
-# project would. The steps are in outside_project/check_install.cmake.
+# project would: every installed header alone and all together, and a Debug
+# program (no NDEBUG) run as a ring user and as a channel producer and consumer
+# in two processes. The steps are in outside_project/check_install.cmake.
 
 # A sanitizer build's libshm.a calls into the sanitizer runtime, so whatever
 # links it must be compiled and linked with the same -fsanitize flags.
 set(SHM_OUTSIDE_CXX_FLAGS "")
 if(NOT LIBSHM_SANITIZE STREQUAL "")
   set(SHM_OUTSIDE_CXX_FLAGS "-fsanitize=${LIBSHM_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all")
+endif()
+# Whether this build's library is compiled with NDEBUG (the outside program is
+# always Debug: check_install.cmake reports which mix it checked).
+string(TOUPPER "${CMAKE_BUILD_TYPE}" SHM_BUILD_TYPE_UPPER)
+if("${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${SHM_BUILD_TYPE_UPPER}}" MATCHES "-DNDEBUG")
+  set(SHM_OUTSIDE_LIBRARY_NDEBUG ON)
+else()
+  set(SHM_OUTSIDE_LIBRARY_NDEBUG OFF)
 endif()
 if(TARGET shmctl)
   set(SHM_OUTSIDE_EXPECT_SHMCTL ON)
@@ -25,5 +35,6 @@ add_test(NAME install_find_package
     -DSHM_BUILD_TYPE=${CMAKE_BUILD_TYPE}
     "-DSHM_CXX_FLAGS=${SHM_OUTSIDE_CXX_FLAGS}"
     -DSHM_EXPECT_SHMCTL=${SHM_OUTSIDE_EXPECT_SHMCTL}
+    -DSHM_LIBRARY_NDEBUG=${SHM_OUTSIDE_LIBRARY_NDEBUG}
     -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
 set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)

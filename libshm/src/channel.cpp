@@ -4,6 +4,7 @@
 
 #include "shm/channel_endpoint.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/testing/channel.hpp"  // create_channel_for_test (libshm/testing, not installed)
 
 #include <fmt/format.h>
 
@@ -268,14 +269,6 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
 // ---------------------------------------------------------------- endpoints
 
 namespace detail {
-
-#ifndef NDEBUG
-void ChannelGuard::enter() noexcept {
-  const bool was_busy = busy_.exchange(true, std::memory_order_acquire);
-  assert(!was_busy && "a channel endpoint is used by two threads at once");
-  (void)was_busy;
-}
-#endif
 
 Result<void> ChannelEndpoint::bind(ChannelEndpoint& e, Segment segment, const RoleSpec& role) {
   auto v = channel::view(segment);

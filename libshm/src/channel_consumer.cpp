@@ -405,7 +405,7 @@ std::string ChannelConsumer::too_small_message(std::size_t length, std::size_t r
 
 template <class T, class Take>
 Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take take) {
-  detail::GuardScope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
   if (auto e = refuse()) return std::unexpected(std::move(*e));
   const auto end_or_empty = [](Wait w) {
     return T{w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};

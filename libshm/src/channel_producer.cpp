@@ -217,7 +217,7 @@ Result<SendOutcome> ChannelProducer::send(std::span<const std::byte> payload,
 }
 
 Result<void> ChannelProducer::finish() {
-  detail::GuardScope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
   assert(!reserving_ && "finish() with a reservation outstanding");
   reserving_ = false;
   if (finished_) return {};

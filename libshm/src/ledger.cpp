@@ -11,6 +11,7 @@ namespace shm {
 
 using namespace ledger;
 using namespace ledger::internal;
+using CrashPoint = test_hooks::LedgerCrashPoint;
 
 namespace {
 
@@ -256,9 +257,9 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
 }
 
 // The first dimension that refuses `bytes` (counted), or damage. Caller holds the mutex.
-[[gnu::cold]] Result<Reservation> reserve_refused(const View& v, Pool& p, Category& cat,
-                                                  PoolAccount& pa, std::uint32_t part,
-                                                  std::int64_t bytes, std::string_view path) {
+[[gnu::cold]] Result<LedgerReservation> reserve_refused(const View& v, Pool& p, Category& cat,
+                                                        PoolAccount& pa, std::uint32_t part,
+                                                        std::int64_t bytes, std::string_view path) {
   // A refusal changes statistics only: no write section.
   LedgerControl& c = *v.control;
   const std::uint32_t top = ld(c.lock.free_top);
@@ -267,16 +268,16 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
                                      v.params.max_tickets));
   if (top == 0) {
     count_rejection(c, LedgerScope::Tickets, nullptr);
-    return Reservation(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, "tickets", {},
-                                      static_cast<std::int64_t>(ld(c.lock.live_tickets)), 1,
-                                      v.params.max_tickets));
+    return LedgerReservation(std::unexpect,
+                             make_rejection(LedgerScope::Tickets, "tickets", {},
+                                            static_cast<std::int64_t>(ld(c.lock.live_tickets)), 1,
+                                            v.params.max_tickets));
   }
   const std::uint32_t ticket_limit = ld(p.ticket_limit);
   if (ticket_limit != 0 && ld(p.tickets) >= ticket_limit) {
     count_rejection(c, LedgerScope::Tickets, &p.rejections);
-    return Reservation(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, read_label(p.label), "tickets",
+    return LedgerReservation(
+        std::unexpect, make_rejection(LedgerScope::Tickets, read_label(p.label), "tickets",
                                       static_cast<std::int64_t>(ld(p.tickets)), 1, ticket_limit));
   }
   Account* const dims[] = {&c.global, &c.partitions[part], &cat.account, &pa.account};
@@ -293,8 +294,9 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
                           : d == 2 ? read_label(cat.label)
                                    : read_label(p.label);
     const std::string b = d == 3 ? read_label(pa.label) : std::string();
-    return Reservation(std::unexpect, make_rejection(kScopesInOrder[d], a, b, ld(dims[d]->used),
-                                                     bytes, ld(dims[d]->limit)));
+    return LedgerReservation(
+        std::unexpect,
+        make_rejection(kScopesInOrder[d], a, b, ld(dims[d]->used), bytes, ld(dims[d]->limit)));
   }
   return corrupt(path, "reserve: inconsistent refusal");  // not reached: the fast path refused
 }
@@ -316,11 +318,11 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
               co ? std::string("admit: malformed constraints") : "admit: " + co.error().message);
 }
 
-[[gnu::cold]] Result<Admission> admit_refused(LedgerControl& c, Bucket& b, std::int64_t burst,
-                                              std::int64_t available, std::int64_t cost) {
+[[gnu::cold]] Result<LedgerAdmission> admit_refused(LedgerControl& c, Bucket& b, std::int64_t burst,
+                                                    std::int64_t available, std::int64_t cost) {
   count_rejection(c, LedgerScope::Bucket, &b.rejections);
-  return Admission(std::unexpect, make_rejection(LedgerScope::Bucket, read_label(b.label), {},
-                                                 burst - available, cost, burst));
+  return LedgerAdmission(std::unexpect, make_rejection(LedgerScope::Bucket, read_label(b.label), {},
+                                                       burst - available, cost, burst));
 }
 
 }  // namespace
@@ -607,7 +609,7 @@ Result<void> Ledger::close_pool(PoolId id) {
 
 // ---------------------------------------------------------------- accounting
 
-Result<Reservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::int64_t bytes) {
+Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   if (bytes < 0 || pool_id.index >= v.params.max_pools || category.index >= v.params.max_categories)
@@ -664,11 +666,16 @@ Result<Reservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::in
   // [T] release: crash order — every field above is in memory before the ticket
   // is live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole ticket or none.
   t.state.store(kTicketReserved, std::memory_order_release);
-  for (Account* a : dims) charge(*a, bytes, true);
+  detail::ledger_crash_point(CrashPoint::ReserveAfterTicketPublished);
+  charge(*dims[0], bytes, true);
+  charge(*dims[1], bytes, true);
+  detail::ledger_crash_point(CrashPoint::ReserveMidCounters);
+  charge(*dims[2], bytes, true);
+  charge(*dims[3], bytes, true);
   bump(p.tickets);
   bump(c.lock.live_tickets);
   bump(c.stats.reserves);
-  return Reservation(Ticket{index, gen});
+  return LedgerReservation(Ticket{index, gen});
 }
 
 Result<void> Ledger::commit(Ticket ticket) {
@@ -698,7 +705,10 @@ Result<void> Ledger::commit(Ticket ticket) {
   held.write();
   // [T] release (crash order, as in reserve): the state is the source of truth.
   t.state.store(kTicketCommitted, std::memory_order_release);
-  for (Account* a : dims) st(a->reserved, ld(a->reserved) - ch.bytes);
+  st(dims[0]->reserved, ld(dims[0]->reserved) - ch.bytes);
+  detail::ledger_crash_point(CrashPoint::CommitMidCounters);
+  for (std::size_t d = 1; d < std::size(dims); ++d)
+    st(dims[d]->reserved, ld(dims[d]->reserved) - ch.bytes);
   bump(c.stats.commits);
   return {};
 }
@@ -724,7 +734,7 @@ Result<void> Ledger::release(Ticket ticket) {
   return {};
 }
 
-Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
+Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   if (bytes < 0)
@@ -762,8 +772,8 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   const std::uint32_t ticket_limit = ld(np.ticket_limit);
   if (!same_pool && ticket_limit != 0 && ld(np.tickets) >= ticket_limit) {
     count_rejection(c, LedgerScope::Tickets, &np.rejections);
-    return Replacement(std::unexpect,
-                       make_rejection(LedgerScope::Tickets, read_label(np.label), "tickets",
+    return LedgerReplacement(
+        std::unexpect, make_rejection(LedgerScope::Tickets, read_label(np.label), "tickets",
                                       static_cast<std::int64_t>(ld(np.tickets)), 1, ticket_limit));
   }
   Account* const shared[] = {old->global, old->partition, old->category};
@@ -780,8 +790,9 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
           : d == 1 ? std::string(to_string(ld(cat.partition) == 1 ? Partition::Control
                                                                   : Partition::Ordinary))
                    : read_label(cat.label);
-      return Replacement(std::unexpect, make_rejection(kSharedScopes[d], a, {}, ld(shared[d]->used),
-                                                       delta, ld(shared[d]->limit)));
+      return LedgerReplacement(std::unexpect,
+                               make_rejection(kSharedScopes[d], a, {}, ld(shared[d]->used), delta,
+                                              ld(shared[d]->limit)));
     }
   }
   auto left = room(*new_account, path, "pool");
@@ -790,7 +801,7 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   if (need > *left) {
     count_rejection(c, LedgerScope::Pool, &new_account->rejections);
     bump(np.rejections);
-    return Replacement(
+    return LedgerReplacement(
         std::unexpect,
         make_rejection(LedgerScope::Pool, read_label(np.label), read_label((*npa)->label),
                        ld(new_account->used), need, ld(new_account->limit)));
@@ -808,6 +819,7 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   std::atomic_thread_fence(std::memory_order_release);
   st(t.pool, pool_id.index);
   st(t.pool_generation, pool_id.generation);
+  detail::ledger_crash_point(CrashPoint::ReplaceMidTicket);
   st(t.bytes, bytes);
   // [J2] release: crash order — the ticket's new fields are in memory before
   // the journal is retired.
@@ -821,12 +833,13 @@ Result<Replacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t 
   st(old->pool->tickets, ld(old->pool->tickets) - 1);
   bump(np.tickets);
   bump(c.stats.replaces);
-  return Replacement();
+  return LedgerReplacement();
 }
 
 // ---------------------------------------------------------------- rate admission
 
-Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::int64_t now_ms) {
+Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
+                                      std::int64_t now_ms) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   token_bucket::Term terms[kMaxConstraints];  // scratch: deliberately not initialised
@@ -834,7 +847,7 @@ Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::in
   if (count < 0 || now_ms < 0) [[unlikely]]
     return admit_argument_error(constraints, now_ms);
   const auto n = static_cast<std::size_t>(count);
-  if (n == 0) return Admission();
+  if (n == 0) return LedgerAdmission();
   for (std::size_t k = 0; k < n; ++k)
     if (terms[k].bucket >= v.params.max_buckets) [[unlikely]]
       return fail(Errc::InvalidArgument, fmt::format("admit: bucket {} is outside the table of {}",
@@ -889,12 +902,13 @@ Result<Admission> Ledger::admit(std::span<const Constraint> constraints, std::in
     st(b.frac, after[k].frac);
     st(b.started, 1u);
     st(b.last_ms, after[k].last_ms);
+    if (k == 0) detail::ledger_crash_point(CrashPoint::AdmitMidBuckets);
   }
   // [J2] release: crash order, as in replace().
   j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
   for (std::size_t k = 0; k < n; ++k) bump(v.buckets[terms[k].bucket].admits);
   bump(c.stats.admits);
-  return Admission();
+  return LedgerAdmission();
 }
 
 // ---------------------------------------------------------------- ownership, inspection
@@ -956,127 +970,11 @@ Result<std::vector<std::string>> Ledger::verify() const {
 // ---------------------------------------------------------------- test hook
 
 namespace detail {
-
-Result<void> ledger_stop_inside(Ledger& l, LedgerCrashPoint point, PoolId pool_id,
-                                CategoryId category, std::int64_t bytes, Ticket ticket,
-                                std::span<const Constraint> constraints, std::int64_t now_ms,
-                                void (*stop)()) {
-  const View& v = l.view_;
-  const std::string& path = l.segment_.path();
-  if (auto ok = lock(v, path); !ok) return ok;
-  LedgerControl& c = *v.control;
-  Held held(c);
-  auto halt = [&]() {
-    stop();
-    std::abort();  // stop() must not return: dying here also leaves the lock to EOWNERDEAD
-  };
-  switch (point) {
-    case LedgerCrashPoint::ReserveAfterTicketPublished:
-    case LedgerCrashPoint::ReserveMidCounters: {
-      auto pool = open_pool_at(v, pool_id, "reserve");
-      if (!pool) return std::unexpected(pool.error());
-      if (category.index >= ld(c.lock.category_count))
-        return fail(Errc::InvalidArgument, "stop_inside: category not defined");
-      auto pa = pool_account(v, **pool, category.index, path);
-      if (!pa) return std::unexpected(pa.error());
-      const std::uint32_t top = ld(c.lock.free_top);
-      if (top == 0 || top > v.params.max_tickets)
-        return fail(Errc::InvalidArgument, "stop_inside: no free ticket");
-      const std::uint32_t index = ld(v.free_stack[top - 1]);
-      if (index >= v.params.max_tickets) return corrupt(path, "stop_inside: free stack");
-      held.write();
-      st(c.lock.free_top, top - 1);
-      TicketSlot& t = v.tickets[index];
-      st(t.generation, ld(t.generation) + 1);
-      st(t.owner_slot, l.owner_.slot);
-      st(t.owner_generation, l.owner_.generation);
-      st(t.pool, pool_id.index);
-      st(t.pool_generation, pool_id.generation);
-      st(t.category, category.index);
-      st(t.bytes, bytes);
-      t.state.store(kTicketReserved, std::memory_order_release);  // [T] as in reserve()
-      if (point == LedgerCrashPoint::ReserveMidCounters) {
-        charge(c.global, bytes, true);
-        charge(c.partitions[ld(v.categories[category.index].partition) & 1u], bytes, true);
-      }
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::CommitMidCounters:
-    case LedgerCrashPoint::ReleaseAfterTicketFreed: {
-      if (ticket.index >= v.params.max_tickets)
-        return fail(Errc::InvalidArgument, "stop_inside: ticket");
-      if (auto ok = check_ticket(v, "stop_inside", ticket, l.owner_); !ok) return ok;
-      auto ch = resolve(v, ticket.index, path);
-      if (!ch) return std::unexpected(ch.error());
-      held.write();
-      if (point == LedgerCrashPoint::CommitMidCounters) {
-        v.tickets[ticket.index].state.store(kTicketCommitted, std::memory_order_release);  // [T]
-        st(ch->global->reserved, ld(ch->global->reserved) - ch->bytes);
-      } else {
-        v.tickets[ticket.index].state.store(kTicketFree, std::memory_order_release);  // [F]
-      }
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::ReplaceMidTicket: {
-      if (ticket.index >= v.params.max_tickets || pool_id.index >= v.params.max_pools)
-        return fail(Errc::InvalidArgument, "stop_inside: ticket or pool");
-      if (auto ok = check_ticket(v, "stop_inside", ticket, l.owner_); !ok) return ok;
-      auto pool = open_pool_at(v, pool_id, "replace");
-      if (!pool) return std::unexpected(pool.error());
-      TicketSlot& t = v.tickets[ticket.index];
-      held.write();
-      Journal& j = c.journal;
-      st(j.ticket, ticket.index);
-      st(j.ticket_image.pool, ld(t.pool));
-      st(j.ticket_image.pool_generation, ld(t.pool_generation));
-      st(j.ticket_image.bytes, ld(t.bytes));
-      st(j.op, JournalOp::Replace);
-      std::atomic_thread_fence(std::memory_order_release);  // [J1] as in replace()
-      st(t.pool, pool_id.index);
-      st(t.pool_generation, pool_id.generation);
-      halt();
-      break;
-    }
-    case LedgerCrashPoint::AdmitMidBuckets: {
-      auto co = token_bucket::coalesce(constraints);
-      if (!co) return std::unexpected(co.error());
-      if (co->size == 0) return fail(Errc::InvalidArgument, "stop_inside: no constraints");
-      const std::uint32_t bc = ld(c.lock.bucket_count);
-      for (const Constraint& k : co->view())
-        if (k.bucket.index >= bc || bc > v.params.max_buckets)
-          return fail(Errc::InvalidArgument, "stop_inside: bucket");
-      held.write();
-      Journal& j = c.journal;
-      for (std::size_t k = 0; k < co->size; ++k) {
-        const Bucket& b = v.buckets[co->items[k].bucket.index];
-        BucketImage& img = j.buckets[k];
-        st(img.index, co->items[k].bucket.index);
-        st(img.tokens, ld(b.tokens));
-        st(img.frac, ld(b.frac));
-        st(img.started, ld(b.started));
-        st(img.last_ms, ld(b.last_ms));
-      }
-      st(j.count, co->size);
-      st(j.op, JournalOp::Admit);
-      std::atomic_thread_fence(std::memory_order_release);  // [J1] as in admit()
-      Bucket& first = v.buckets[co->items[0].bucket.index];
-      const token_bucket::Level next =
-          token_bucket::refill(token_bucket::Level{ld(first.tokens), ld(first.frac),
-                                                   ld(first.started) != 0, ld(first.last_ms)},
-                               ld(first.rate), ld(first.burst), now_ms);
-      st(first.tokens, next.tokens - co->items[0].cost);
-      st(first.frac, next.frac);
-      st(first.started, 1u);
-      st(first.last_ms, next.last_ms);
-      halt();
-      break;
-    }
-  }
-  return fail(Errc::InvalidArgument, "stop_inside: unknown crash point");
-}
-
+std::atomic<test_hooks::LedgerCrashHook> ledger_crash_hook{nullptr};
 }  // namespace detail
+
+void test_hooks::set_ledger_crash_hook(LedgerCrashHook hook) noexcept {
+  detail::ledger_crash_hook.store(hook, std::memory_order_relaxed);
+}
 
 }  // namespace shm

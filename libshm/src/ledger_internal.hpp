@@ -2,12 +2,30 @@
 #pragma once
 
 #include "shm/ledger.hpp"
+#include "shm/testing/ledger_crash.hpp"  // LedgerCrashPoint (libshm/testing, not installed)
 
 #include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace shm::detail {
+
+// The test-only crash hook (shm/testing/ledger_crash.hpp); null unless a test
+// installed one. Defined in ledger.cpp.
+extern std::atomic<test_hooks::LedgerCrashHook> ledger_crash_hook;
+
+// A crash point in a real ledger code path. With no hook installed the cost is
+// one relaxed load and a never-taken branch; ledger operations are multi-word
+// updates under a process-shared mutex, so that is lost in the noise.
+inline void ledger_crash_point(test_hooks::LedgerCrashPoint point) noexcept {
+  // relaxed: the hook is installed before the operations it watches start.
+  if (const auto hook = ledger_crash_hook.load(std::memory_order_relaxed)) [[unlikely]]
+    hook(point);
+}
+
+}  // namespace shm::detail
 
 namespace shm::ledger::internal {
 
@@ -170,6 +188,7 @@ inline void free_ticket(const View& v, std::uint32_t index, const Charge& ch) no
   // a holder killed below leaves counters that repair() recomputes from tickets.
   v.tickets[index].state.store(static_cast<std::uint32_t>(TicketState::Free),
                                std::memory_order_release);
+  detail::ledger_crash_point(test_hooks::LedgerCrashPoint::ReleaseAfterTicketFreed);
   uncharge(*ch.global, ch.bytes, ch.reserved);
   uncharge(*ch.partition, ch.bytes, ch.reserved);
   uncharge(*ch.category, ch.bytes, ch.reserved);

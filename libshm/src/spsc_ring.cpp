@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace shm {
@@ -86,6 +88,10 @@ std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
   return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
 }
 
+void endpoint_used_concurrently(const char* what) noexcept {
+  std::fprintf(stderr, "libshm: %s is used by two threads at once\n", what);
+  std::abort();
+}
 
 Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
   auto attachment = segment.attach(role);

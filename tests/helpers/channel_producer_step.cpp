@@ -14,7 +14,7 @@
 //         finish            finishes and exits (prints "finished")
 // Payload n has test::channel_length(n, 40) bytes of test::channel_byte(n, i).
 #include "helpers/channel_payload.hpp"
-#include "shm/channel_testing.hpp"
+#include "shm/testing/channel.hpp"
 
 #include <chrono>
 #include <cstdio>

@@ -9,14 +9,17 @@
 //       one, prints "held COUNT TOTAL SLOT GENERATION", then "ready", and sleeps
 //       until it is killed.
 //   test_ledger_worker crash NAME POINT
-//       Stops inside the ledger's critical section at POINT (see
-//       detail::LedgerCrashPoint), printing "inside", and sleeps until killed.
+//       Runs the real operation named by POINT with the test-only crash hook
+//       (shm/testing/ledger_crash.hpp) installed, which stops it inside the
+//       ledger's critical section, prints "inside" and sleeps until killed.
 //       Pools "crash" and "other" and buckets 0 and 1 must exist.
 #include "shm/ledger.hpp"
+#include "shm/testing/ledger_crash.hpp"
 
 #include <fmt/format.h>
 
 #include <unistd.h>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -123,46 +126,58 @@ int run_hold(const std::string& name, const std::string& pool, int count, std::i
   sleep_forever();
 }
 
-void announce_inside() {
+// The crash point run_crash() stops at (set before the hook is installed).
+std::atomic<test_hooks::LedgerCrashPoint> g_stop_at{};
+
+void stop_at_crash_point(test_hooks::LedgerCrashPoint point) {
+  if (point != g_stop_at.load()) return;
   std::printf("inside\n");
   std::fflush(stdout);
   sleep_forever();
 }
 
+// Runs the real operation with the crash hook installed; the hook stops it at
+// `point`, with the ledger's mutex held, until the test kills this process.
 int run_crash(const std::string& name, const std::string& point) {
-  using detail::LedgerCrashPoint;
+  using test_hooks::LedgerCrashPoint;
   Ledger l = must(Ledger::open(name), "open");
   const PoolId crash = must(l.pool("crash"), "pool crash");
   const PoolId other = must(l.pool("other"), "pool other");
   const std::vector<Constraint> cs = {{BucketId{0}, 2}, {BucketId{1}, 3}};
-  auto own_ticket = [&] {
+  auto own_ticket = [&] {  // before the hook is installed
     auto r = l.reserve(crash, CategoryId{0}, 55);
     if (!r || !r->has_value()) die("reserve before the crash failed");
     return **r;
   };
-  Result<void> r;
+  auto arm = [](LedgerCrashPoint at) {
+    g_stop_at.store(at);
+    test_hooks::set_ledger_crash_hook(stop_at_crash_point);
+  };
   if (point == "reserve-published") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::ReserveAfterTicketPublished, crash,
-                                   CategoryId{0}, 77, {}, {}, 0, announce_inside);
+    arm(LedgerCrashPoint::ReserveAfterTicketPublished);
+    (void)l.reserve(crash, CategoryId{0}, 77);
   } else if (point == "reserve-counters") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::ReserveMidCounters, crash, CategoryId{0},
-                                   77, {}, {}, 0, announce_inside);
+    arm(LedgerCrashPoint::ReserveMidCounters);
+    (void)l.reserve(crash, CategoryId{0}, 77);
   } else if (point == "commit") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::CommitMidCounters, {}, {}, 0, own_ticket(),
-                                   {}, 0, announce_inside);
+    const Ticket t = own_ticket();
+    arm(LedgerCrashPoint::CommitMidCounters);
+    (void)l.commit(t);
   } else if (point == "release") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::ReleaseAfterTicketFreed, {}, {}, 0,
-                                   own_ticket(), {}, 0, announce_inside);
+    const Ticket t = own_ticket();
+    arm(LedgerCrashPoint::ReleaseAfterTicketFreed);
+    (void)l.release(t);
   } else if (point == "replace") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::ReplaceMidTicket, other, {}, 0,
-                                   own_ticket(), {}, 0, announce_inside);
+    const Ticket t = own_ticket();
+    arm(LedgerCrashPoint::ReplaceMidTicket);
+    (void)l.replace(t, other, 66);
   } else if (point == "admit") {
-    r = detail::ledger_stop_inside(l, LedgerCrashPoint::AdmitMidBuckets, {}, {}, 0, {}, cs, 5000,
-                                   announce_inside);
+    arm(LedgerCrashPoint::AdmitMidBuckets);
+    (void)l.admit(cs, 5000);
   } else {
     die("unknown crash point " + point);
   }
-  die(r ? std::string("stop_inside returned") : r.error().what());
+  die("the operation returned without reaching crash point " + point);
 }
 
 }  // namespace

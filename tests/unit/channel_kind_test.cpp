@@ -1,8 +1,8 @@
 // The Channel kind descriptor: what shmctl inspect / verify / dump and the
 // sidecar see, with no channel-specific code in them.
 #include "common/temp_root.hpp"
-#include "shm/channel_testing.hpp"
 #include "shm/kind.hpp"
+#include "shm/testing/channel.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,10 +2,10 @@
 // terminal fault, blocking, and a differential oracle. Multi-process
 // behaviour (kill -9 at fault points, zero allocation) is in
 // tests/integration/channel_process_test.cpp.
+#include "shm/testing/channel.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
 #include "helpers/channel_payload.hpp"
-#include "shm/channel_testing.hpp"
 #include "shm/spsc_ring.hpp"
 
 #include <gtest/gtest.h>
@@ -871,6 +871,22 @@ TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
   ASSERT_TRUE(r) << r.error().what();
   EXPECT_EQ(r->status, ReceiveStatus::End);
   EXPECT_GT(v.control->waiters.data_signal.load(), signals) << "finish() issued no wake";
+}
+
+// The endpoint guard is on in every build (its layout and code do not depend
+// on NDEBUG): a second thread entering a consumer that is parked inside a
+// blocking receive is refused with an abort, in Release as in Debug.
+TEST_F(ChannelTest, SecondThreadOnABusyEndpointAbortsInEveryBuild) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  const channel::View v = view_of(p);
+  EXPECT_DEATH(
+      {
+        std::thread t([&c = c] { (void)c.receive(30s); });
+        if (wait_until_parked(v.control->waiters.consumer_parked)) (void)c.try_receive();
+        t.join();  // reached only if the guard let the second thread in
+      },
+      "a channel endpoint is used by two threads at once");
 }
 
 // ---------------------------------------------------------------- receive coalescing

@@ -41,7 +41,7 @@ void expect_error(const Result<T>& r, Errc code, const std::string& fragment) {
   EXPECT_TRUE(contains(r.error().message, fragment)) << r.error().what();
 }
 
-Ticket ok_ticket(const Result<Reservation>& r) {
+Ticket ok_ticket(const Result<LedgerReservation>& r) {
   EXPECT_TRUE(r) << r.error().what();
   if (!r) return {};
   EXPECT_TRUE(r->has_value()) << r->error().describe();

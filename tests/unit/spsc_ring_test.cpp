@@ -100,6 +100,20 @@ TEST_F(SpscRingTest, TooLargeRecordIsRejectedWithLimitInMessage) {
   EXPECT_NE(r.error().message.find(std::to_string(p->max_payload())), std::string::npos);
 }
 
+// The guard is on in every build (nothing in it depends on NDEBUG): a second
+// scope on a busy endpoint aborts, and a closed scope leaves it idle.
+TEST(EndpointGuardTest, ASecondScopeOnABusyEndpointAbortsInEveryBuild) {
+  detail::EndpointGuard guard;
+  { const detail::EndpointGuard::Scope first(guard, "an SPSC endpoint"); }
+  { const detail::EndpointGuard::Scope again(guard, "an SPSC endpoint"); }
+  EXPECT_DEATH(
+      {
+        const detail::EndpointGuard::Scope inside(guard, "an SPSC endpoint");
+        const detail::EndpointGuard::Scope second(guard, "an SPSC endpoint");
+      },
+      "an SPSC endpoint is used by two threads at once");
+}
+
 TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
   auto p = RingProducer::create("r", {.capacity = 4096});
   auto c = RingConsumer::open("r");

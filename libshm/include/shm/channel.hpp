@@ -243,16 +243,4 @@ struct View {
                                            const ChannelParams& expected = {},
                                            const OpenOptions& options = {});
 
-namespace detail {
-// Test-only creation knobs (never used by the library itself): start the epoch
-// counter at `first_epoch` to exercise the u32 generation wrap with a small P.
-struct ChannelTestOptions {
-  std::uint64_t first_epoch = 0;
-};
-[[nodiscard]] Result<Segment> create_channel_for_test(std::string_view name,
-                                                      const ChannelParams& params,
-                                                      const ChannelTestOptions& test,
-                                                      const CreateOptions& options = {});
-}  // namespace detail
-
 }  // namespace shm

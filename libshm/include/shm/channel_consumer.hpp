@@ -305,7 +305,7 @@ inline std::optional<Error> ChannelConsumer::refuse() const {
 
 template <class T, class Take>
 inline Result<T> ChannelConsumer::try_with(Take take) {
-  detail::GuardScope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
   if (lease_held_ || sticky_ || ended_ || head_ == cached_tail_) [[unlikely]] {
     if (auto e = refuse()) return std::unexpected(std::move(*e));
     auto w = ready_slow();

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "shm/channel.hpp"
-#include "shm/detail/ring_endpoint.hpp"  // cpu_relax
+#include "shm/detail/ring_endpoint.hpp"  // cpu_relax, EndpointGuard
 #include "shm/segment.hpp"
 
 #include <atomic>
@@ -14,38 +14,6 @@
 namespace shm::detail {
 
 class ChannelTesting;
-
-// Debug-only guard: two threads using one channel endpoint at once is a bug.
-// Movable (a moved-to guard starts idle), unlike a bare atomic.
-class ChannelGuard {
- public:
-  ChannelGuard() = default;
-  ChannelGuard(ChannelGuard&&) noexcept {}
-  ChannelGuard& operator=(ChannelGuard&&) noexcept { return *this; }
-#ifndef NDEBUG
-  void enter() noexcept;
-  void leave() noexcept {
-    busy_.store(false, std::memory_order_release);
-  }
-
- private:
-  std::atomic<bool> busy_{false};
-#else
-  void enter() noexcept {}
-  void leave() noexcept {}
-#endif
-};
-
-class GuardScope {
- public:
-  explicit GuardScope(ChannelGuard& g) noexcept : g_(g) { g_.enter(); }
-  GuardScope(const GuardScope&) = delete;
-  GuardScope& operator=(const GuardScope&) = delete;
-  ~GuardScope() { g_.leave(); }
-
- private:
-  ChannelGuard& g_;
-};
 
 class ChannelEndpoint {
  public:
@@ -110,7 +78,7 @@ class ChannelEndpoint {
   std::uint64_t slot_mask_ = 0;  // pages - 1
   std::uint64_t ring_mask_ = 0;  // ring_capacity - 1
   std::uint32_t role_ = 0;
-  ChannelGuard guard_;
+  EndpointGuard guard_;  // see ring_endpoint.hpp
 };
 
 }  // namespace shm::detail

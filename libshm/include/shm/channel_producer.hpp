@@ -124,7 +124,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
 // ---------------------------------------------------------------- inline hot path
 
 inline Result<Reservation> ChannelProducer::try_reserve(std::size_t n) {
-  detail::GuardScope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
   assert(!reserving_ && "a reservation is outstanding: commit() or abandon() it first");
   // relaxed: a hint only; not_open() re-reads it with acquire before reporting.
   if (control().terminal.word.load(std::memory_order_relaxed) != channel::kTerminalOpen ||

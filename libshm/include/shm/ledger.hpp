@@ -99,9 +99,9 @@ struct Rejection {
 [[nodiscard]] std::string_view to_string(LedgerScope scope) noexcept;
 [[nodiscard]] std::string_view to_string(Partition partition) noexcept;
 
-using Reservation = std::expected<Ticket, Rejection>;
-using Replacement = std::expected<void, Rejection>;
-using Admission = std::expected<void, Rejection>;
+using LedgerReservation = std::expected<Ticket, Rejection>;
+using LedgerReplacement = std::expected<void, Rejection>;
+using LedgerAdmission = std::expected<void, Rejection>;
 
 // Labels: [A-Za-z0-9._-]{1,32}.
 struct CategorySpec {
@@ -247,29 +247,6 @@ struct View {
 
 class Ledger;
 
-namespace detail {
-// Test hook: where ledger_stop_inside() interrupts an operation.
-enum class LedgerCrashPoint : std::uint8_t {
-  ReserveAfterTicketPublished,  // ticket live, no counter updated
-  ReserveMidCounters,           // global and partition charged, category and pool not
-  CommitMidCounters,            // ticket committed, global moved, the rest not
-  ReleaseAfterTicketFreed,      // ticket free, counters still charged
-  ReplaceMidTicket,             // journal written, ticket moved to the new pool, bytes not changed
-  AdmitMidBuckets,              // journal written, first bucket debited, the rest not
-};
-// Takes the ledger's lock, performs the first part of an operation exactly as
-// the real code would (reserve of `bytes` in (pool, category); commit/release
-// of `ticket`; replace of `ticket` into (pool, bytes); admit of `constraints`
-// at `now_ms`) and then calls stop() with the lock still held; stop() is
-// expected never to return (a test helper prints a line and waits for
-// SIGKILL). Used only by tests; the normal paths carry no hook.
-[[nodiscard]] Result<void> ledger_stop_inside(Ledger& ledger, LedgerCrashPoint point, PoolId pool,
-                                              CategoryId category, std::int64_t bytes,
-                                              Ticket ticket,
-                                              std::span<const Constraint> constraints,
-                                              std::int64_t now_ms, void (*stop)());
-}  // namespace detail
-
 class Ledger {
  public:
   Ledger() = default;
@@ -301,16 +278,17 @@ class Ledger {
   [[nodiscard]] Result<void> close_pool(PoolId pool);
 
   // ---- accounting
-  [[nodiscard]] Result<Reservation> reserve(PoolId pool, CategoryId category, std::int64_t bytes);
+  [[nodiscard]] Result<LedgerReservation> reserve(PoolId pool, CategoryId category,
+                                                  std::int64_t bytes);
   [[nodiscard]] Result<void> commit(Ticket ticket);
   [[nodiscard]] Result<void> release(Ticket ticket);
   // Moves `ticket` to `pool` (same category) with `bytes`, atomically; a
   // rejection leaves the ticket and every account as they were.
-  [[nodiscard]] Result<Replacement> replace(Ticket ticket, PoolId pool, std::int64_t bytes);
+  [[nodiscard]] Result<LedgerReplacement> replace(Ticket ticket, PoolId pool, std::int64_t bytes);
 
   // ---- rate admission: all refills and debits commit together, or none
-  [[nodiscard]] Result<Admission> admit(std::span<const Constraint> constraints,
-                                        std::int64_t now_ms);
+  [[nodiscard]] Result<LedgerAdmission> admit(std::span<const Constraint> constraints,
+                                              std::int64_t now_ms);
 
   // ---- ownership and inspection
   // Releases every ticket this handle owns; returns how many.
@@ -329,10 +307,6 @@ class Ledger {
   void heartbeat() noexcept { attachment_.heartbeat(); }
 
  private:
-  friend Result<void> detail::ledger_stop_inside(Ledger&, detail::LedgerCrashPoint, PoolId,
-                                                 CategoryId, std::int64_t, Ticket,
-                                                 std::span<const Constraint>, std::int64_t,
-                                                 void (*)());
   [[nodiscard]] static Result<Ledger> bind(Segment segment);
   void shutdown() noexcept;
 

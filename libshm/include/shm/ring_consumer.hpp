@@ -71,7 +71,7 @@ class RingConsumer : public detail::RingEndpoint {
 // ---------------------------------------------------------------- inline hot path
 
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek() {
-  const detail::EndpointGuard::Scope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   for (;;) {
     if (peek_pos_ == cached_tail_) {
       auto more = refresh_tail();
@@ -103,7 +103,7 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
 }
 
 inline void RingConsumer::release() noexcept {
-  const detail::EndpointGuard::Scope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   if (peek_pos_ == head_) return;
   head_ = peek_pos_;
   records_ += peeked_records_;

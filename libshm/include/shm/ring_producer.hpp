@@ -59,7 +59,7 @@ class RingProducer : public detail::RingEndpoint {
 // ---------------------------------------------------------------- inline hot path
 
 inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std::size_t n) {
-  const detail::EndpointGuard::Scope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   if (n > max_payload_) [[unlikely]]
     return fail(Errc::TooLarge, detail::too_large_message(n, max_payload_));
   const std::uint64_t need = ring::record_size(n);
@@ -85,7 +85,7 @@ inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std
 }
 
 inline void RingProducer::commit() noexcept {
-  const detail::EndpointGuard::Scope scope(guard_);
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   if (reserved_ == tail_) return;
   tail_ = reserved_;
   records_ += pending_records_;

@@ -1,16 +1,30 @@
 // Test-only access to a channel's internals: drive a producer's rotation one
 // step at a time (so a helper process can stop between steps and be killed),
-// and inject what a buggy or hostile producer could write. Header-only and
-// never included by the library: it costs nothing in the hot path.
+// inject what a buggy or hostile producer could write, and create a channel
+// whose epoch counter starts late. Not installed: only the shm_testing target
+// (tests) sees libshm/testing/. ChannelTesting is header-only: it costs nothing
+// in the hot path.
 #pragma once
 
 #include "shm/channel_consumer.hpp"
 #include "shm/channel_producer.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <span>
+#include <string_view>
 
 namespace shm::detail {
+
+// Creation knobs the library itself never uses: start the epoch counter at
+// `first_epoch` to exercise the u32 generation wrap with a small P.
+struct ChannelTestOptions {
+  std::uint64_t first_epoch = 0;
+};
+[[nodiscard]] Result<Segment> create_channel_for_test(std::string_view name,
+                                                      const ChannelParams& params,
+                                                      const ChannelTestOptions& test,
+                                                      const CreateOptions& options = {});
 
 class ChannelTesting {
  public:
