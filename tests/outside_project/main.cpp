@@ -116,7 +116,8 @@ int channel_across_processes() {
   char* argv[] = {const_cast<char*>("outside_main"), const_cast<char*>("consume"),
                   const_cast<char*>(name.c_str()), const_cast<char*>(count.c_str()), nullptr};
   pid_t child = 0;
-  if (const int e = posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, environ); e != 0) {
+  if (const int e = posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, environ);
+      e != 0) {
     std::fprintf(stderr, "outside_main: posix_spawn: error %d\n", e);
     return 1;
   }
@@ -148,9 +149,10 @@ int channel_across_processes() {
   *producer = shm::ChannelProducer{};  // detach before removing the segment
   if (auto removed = shm::Segment::unlink(name); !removed)
     return fail("unlink channel", removed.error());
-  std::printf("outside_main: %d payloads through an installed libshm channel, producer and "
-              "consumer in two processes: ok\n",
-              kCount);
+  std::printf(
+      "outside_main: %d payloads through an installed libshm channel, producer and "
+      "consumer in two processes: ok\n",
+      kCount);
   return 0;
 }
 
