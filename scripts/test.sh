@@ -118,7 +118,7 @@ tsan_probe() {
   return 1
 }
 
-declare -A result detail
+declare -A result detail failures
 total_passed=0
 total_failed=0
 total_skipped=0
@@ -233,11 +233,40 @@ run_lane() {
   total_failed=$((total_failed + failed))
   total_skipped=$((total_skipped + skipped))
   if ((rc == 0 && unexpected == 0)); then result[$lane]=PASS; else result[$lane]=FAIL; fi
+  failures[$lane]=$(failed_tests_report "$log")
+  local names
+  names=$(sed -n 's/^--- FAILED: //p' <<<"${failures[$lane]}" | paste -sd, - | sed 's/,/, /g')
+  [[ -z "$names" ]] || summary+="; failed: $names"
   detail[$lane]="build ${t_build}s, tests ${t_test}s: $summary"
+}
+
+# The tests ctest lists under "The following tests FAILED:" in the log $1,
+# each with the last lines of its own output, so the end of a long CI log
+# still says which test failed and why.
+failed_tests_report() {
+  local log=$1 name
+  while IFS= read -r name; do
+    [[ -n "$name" ]] || continue
+    echo "--- FAILED: $name"
+    awk -v name="$name" '
+      function flush() { if (n) { s = n > 40 ? n - 40 : 0; for (i = s + 1; i <= n; i++) print "    " buf[i] } n = 0 }
+      index($0, "Test #") && index($0, ": " name " ") && /\*\*\*|Failed|Timeout|Exception/ { grab = 1; n = 0; next }
+      grab && (/^ *Start +[0-9]+: / || /^ *[0-9]+\/[0-9]+ Test +#/ || /^[0-9]+% tests passed/) { flush(); grab = 0 }
+      grab { buf[++n] = $0 }
+      END { if (grab) flush() }' "$log"
+  done < <(sed -n '/^The following tests FAILED:/,/^Errors while running/p' "$log" |
+    sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \((Failed|Timeout|SEGFAULT|Child aborted|Exception|[A-Za-z ]+)\)[[:space:]]*$/\1/p')
 }
 
 for lane in "${lanes[@]}"; do
   run_lane "$lane"
+done
+
+for lane in "${lanes[@]}"; do
+  [[ -n "${failures[$lane]:-}" ]] || continue
+  echo
+  echo "==================== lane $lane: failed tests (last lines of each) ===================="
+  echo "${failures[$lane]}"
 done
 
 echo
