@@ -16,7 +16,7 @@
 // Targets (issue 5): reserve+release < 100 ns, admit(4) < 200 ns, each within
 // 2x of its baseline.
 #include "harness/harness.hpp"
-#include "shm/ledger.hpp"
+#include "shm/ledger/ledger.hpp"
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>

@@ -21,7 +21,7 @@
 //
 // The baseline's process is made multi-threaded first (see become_multithreaded()).
 #include "harness/harness.hpp"
-#include "shm/priority_fanout.hpp"
+#include "shm/fanout/priority_fanout.hpp"
 
 #include <benchmark/benchmark.h>
 

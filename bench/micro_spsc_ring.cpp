@@ -8,8 +8,8 @@
 // boost::lockfree::spsc_queue with fixed-size elements (in-process, no
 // variable-length records, no shared-memory checks).
 #include "harness/harness.hpp"
-#include "shm/ring_consumer.hpp"
-#include "shm/ring_producer.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
 
 #include <benchmark/benchmark.h>
 #include <boost/lockfree/spsc_queue.hpp>

@@ -26,10 +26,10 @@
 // (target: <= 1.10). Output: Markdown on stdout, progress on stderr.
 #include "harness/harness.hpp"
 #include "harness/stream.hpp"
-#include "shm/channel_consumer.hpp"
-#include "shm/channel_producer.hpp"
-#include "shm/ring_consumer.hpp"
-#include "shm/ring_producer.hpp"
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
 

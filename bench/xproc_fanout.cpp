@@ -13,7 +13,7 @@
 // Cases are interleaved run by run (harness Comparison); ratios are taken
 // within a round, then the median and p10/p90 over rounds are reported.
 #include "harness/harness.hpp"
-#include "shm/priority_fanout.hpp"
+#include "shm/fanout/priority_fanout.hpp"
 
 #include <fmt/format.h>
 

@@ -22,8 +22,8 @@
 // on stderr.
 #include "harness/harness.hpp"
 #include "harness/stream.hpp"
-#include "shm/ring_consumer.hpp"
-#include "shm/ring_producer.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
 #include <boost/interprocess/ipc/message_queue.hpp>

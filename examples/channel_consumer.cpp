@@ -10,7 +10,7 @@
 // everything it published arrived), 3 the producer died or left without
 // finishing (everything it published was still delivered), 4 the channel is
 // corrupt or faulted, 1 other errors, 2 usage.
-#include <shm/channel_consumer.hpp>
+#include <shm/channel/consumer.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>

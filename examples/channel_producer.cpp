@@ -11,7 +11,7 @@
 // it (the library adds a CRC32C the consumer checks). When the consumer lags,
 // the producer sees back-pressure (ring full / page quota exhausted) and
 // waits for it with the blocking reserve().
-#include <shm/channel_producer.hpp>
+#include <shm/channel/producer.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>

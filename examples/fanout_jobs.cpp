@@ -13,7 +13,7 @@
 //   fanout_jobs remove BASE                   removes the K+1 files
 //
 // Inspect a running fanout with `shmctl inspect BASE.bitmap`.
-#include "shm/priority_fanout.hpp"
+#include "shm/fanout/priority_fanout.hpp"
 
 #include <fmt/format.h>
 

@@ -10,7 +10,7 @@
 // job, holds a few jobs at a time and releases the oldest. Rejections (budget
 // full, rate exceeded) are ordinary outcomes the worker counts and backs off
 // from. At the end the parent prints what the ledger saw and verifies it.
-#include "shm/ledger.hpp"
+#include "shm/ledger/ledger.hpp"
 
 #include <fmt/format.h>
 

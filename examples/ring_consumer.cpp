@@ -11,7 +11,7 @@
 #include "ring_message.hpp"
 
 #include <shm/platform/crc32c.hpp>
-#include <shm/ring_consumer.hpp>
+#include <shm/spsc/consumer.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>

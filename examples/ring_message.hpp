@@ -12,8 +12,8 @@
 #pragma once
 
 #include <shm/error.hpp>
-#include <shm/ring_consumer.hpp>
-#include <shm/ring_producer.hpp>
+#include <shm/spsc/consumer.hpp>
+#include <shm/spsc/producer.hpp>
 
 #include <fmt/format.h>
 

@@ -10,7 +10,7 @@
 #include "ring_message.hpp"
 
 #include <shm/platform/crc32c.hpp>
-#include <shm/ring_producer.hpp>
+#include <shm/spsc/producer.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>

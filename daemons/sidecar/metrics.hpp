@@ -19,7 +19,7 @@
 
 #include "sidecar/monitor.hpp"
 
-#include "shm/describe.hpp"
+#include "shm/segment/describe.hpp"
 
 #include <cstdint>
 #include <optional>

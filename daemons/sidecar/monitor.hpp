@@ -16,16 +16,16 @@
 // only for the moment of a reclaim or a collection. Nothing here waits on
 // anything a producer or consumer holds, so the data path runs the same with or
 // without the sidecar. Kinds are seen only through the descriptor table
-// (shm/kind.hpp). Tests drive do_work() step by step.
+// (shm/segment/kind.hpp). Tests drive do_work() step by step.
 #pragma once
 
 #include "sidecar/log.hpp"
 
-#include "shm/describe.hpp"
+#include "shm/segment/describe.hpp"
 #include "shm/error.hpp"
-#include "shm/kind.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/platform/file.hpp"
-#include "shm/segment.hpp"
+#include "shm/segment/segment.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // they prove the victim died holding something (not merely alive).
 #pragma once
 
-#include "shm/mpmc_ring.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 
 #include <sys/types.h>
 #include <optional>

@@ -15,11 +15,11 @@
 #error "outside_main checks a Debug program (no NDEBUG) against the installed library"
 #endif
 
-#include <shm/channel_consumer.hpp>
-#include <shm/channel_producer.hpp>
+#include <shm/channel/consumer.hpp>
+#include <shm/channel/producer.hpp>
 #include <shm/platform/crc32c.hpp>
-#include <shm/ring_consumer.hpp>
-#include <shm/ring_producer.hpp>
+#include <shm/spsc/consumer.hpp>
+#include <shm/spsc/producer.hpp>
 
 #include <spawn.h>
 #include <sys/wait.h>

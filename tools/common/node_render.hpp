@@ -2,7 +2,7 @@
 // indented "key: value" text. Shared by shmctl and shm-sidecar.
 #pragma once
 
-#include "shm/describe.hpp"
+#include "shm/segment/describe.hpp"
 
 #include <nlohmann/json.hpp>
 

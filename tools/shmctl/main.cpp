@@ -3,7 +3,7 @@
 #include "shmctl.hpp"
 
 #include "shm/platform/truncation_guard.hpp"
-#include "shm/segment.hpp"
+#include "shm/segment/segment.hpp"
 
 #include <CLI/CLI.hpp>
 

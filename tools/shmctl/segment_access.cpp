@@ -1,6 +1,6 @@
 #include "segment_access.hpp"
 
-#include "shm/header.hpp"
+#include "shm/segment/header.hpp"
 #include "shm/platform/file.hpp"
 #include "shm/platform/process.hpp"
 

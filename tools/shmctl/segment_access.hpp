@@ -5,8 +5,8 @@
 
 #include "shmctl.hpp"
 
-#include "shm/kind.hpp"
-#include "shm/segment.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/segment/segment.hpp"
 
 #include <optional>
 #include <string>

@@ -6,8 +6,8 @@
 // in the hot path.
 #pragma once
 
-#include "shm/channel_consumer.hpp"
-#include "shm/channel_producer.hpp"
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
 
 #include <cstdint>
 #include <cstring>

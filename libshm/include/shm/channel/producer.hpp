@@ -1,0 +1,190 @@
+// The producing end of a Channel (move-only; one per channel lifetime: the
+// attachment table refuses a second live producer with Errc::RoleTaken, and a
+// channel whose producer is gone cannot get a new one).
+//
+// Admission outcomes. Back-pressure is not an error: Admission::RingFull (the
+// descriptor ring is full) and Admission::PageQuotaExhausted (rotation needs a
+// slot the consumer has not released yet) are ordinary outcomes and change
+// nothing in the channel. A payload larger than an empty page is TooLarge.
+// After create, no operation allocates on the heap (error paths aside).
+#pragma once
+
+#include "shm/channel/endpoint.hpp"
+#include "shm/channel/page_crc.hpp"
+
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <span>
+
+namespace shm {
+
+enum class Admission : std::uint8_t {
+  Ok,                  // admitted (or, for a reservation, space reserved)
+  RingFull,            // the descriptor ring is full: the consumer is behind
+  PageQuotaExhausted,  // all P page slots are outstanding: the consumer is behind
+};
+[[nodiscard]] std::string_view to_string(Admission a) noexcept;
+
+// What an admitted payload is called from now on.
+struct SendOutcome {
+  Admission status = Admission::RingFull;
+  std::uint64_t sequence = 0;  // when Ok: the payload's sequence
+  std::uint64_t epoch = 0;     // when Ok: the page epoch it was admitted to
+
+  [[nodiscard]] bool admitted() const noexcept { return status == Admission::Ok; }
+  explicit operator bool() const noexcept { return admitted(); }
+  [[nodiscard]] std::uint32_t generation() const noexcept {
+    return static_cast<std::uint32_t>(epoch);
+  }
+};
+
+// Writable bytes in the active page (zero copy). Nothing is visible to the
+// consumer until commit().
+struct Reservation {
+  Admission status = Admission::RingFull;
+  std::span<std::byte> bytes;  // when Ok
+
+  explicit operator bool() const noexcept { return status == Admission::Ok; }
+};
+
+class ChannelProducer : public detail::ChannelEndpoint {
+ public:
+  ChannelProducer() = default;
+  ChannelProducer(ChannelProducer&&) noexcept = default;
+  ChannelProducer& operator=(ChannelProducer&&) noexcept = default;
+  ~ChannelProducer() = default;
+
+  // Creates the channel segment and attaches as its producer.
+  [[nodiscard]] static Result<ChannelProducer> create(std::string_view name,
+                                                      const ChannelParams& params,
+                                                      const CreateOptions& options = {});
+  // Opens a channel (created by the consumer, say) and attaches as its producer.
+  [[nodiscard]] static Result<ChannelProducer> open(std::string_view name,
+                                                    const ChannelParams& expected = {},
+                                                    const OpenOptions& options = {});
+
+  // Reserves n bytes in the active page, rotating to a fresh page when the
+  // active one is out of bytes or descriptor cells (ADR-0010). Refusals
+  // (RingFull, PageQuotaExhausted) mutate nothing.
+  [[nodiscard]] Result<Reservation> try_reserve(std::size_t n);
+  // Blocking reserve: spins, then parks until room appears or `timeout`
+  // passes; on timeout the status says what was missing.
+  [[nodiscard]] Result<Reservation> reserve(std::size_t n, std::chrono::nanoseconds timeout);
+  // Publishes the reservation (all of it, or its first `used` bytes): CRC32C,
+  // page release [P], descriptor, ring release [R].
+  SendOutcome commit() noexcept { return commit(reserved_length_); }
+  SendOutcome commit(std::size_t used) noexcept;
+  // Drops the reservation; nothing becomes visible.
+  void abandon() noexcept { reserving_ = false; }
+
+  // Copying conveniences.
+  [[nodiscard]] Result<SendOutcome> try_send(std::span<const std::byte> payload);
+  [[nodiscard]] Result<SendOutcome> send(std::span<const std::byte> payload,
+                                         std::chrono::nanoseconds timeout);
+
+  // Ends the stream: seals the active page and stores CLEAN. Idempotent.
+  [[nodiscard]] Result<void> finish();
+
+  [[nodiscard]] std::uint64_t active_epoch() const noexcept { return page_.epoch(); }
+  [[nodiscard]] std::uint64_t next_sequence() const noexcept { return page_.next_sequence(); }
+  [[nodiscard]] std::uint64_t published_descriptors() const noexcept { return tail_; }
+  [[nodiscard]] bool has_reservation() const noexcept { return reserving_; }
+
+ private:
+  friend class detail::ChannelTesting;
+
+  // Publishes the reservation's first `used` bytes, whose CRC32C is `crc`.
+  SendOutcome publish(std::size_t used, std::uint32_t crc) noexcept;
+  // Rotation, one step per function (tests stop a helper between them).
+  [[nodiscard]] Result<bool> rotate();        // false: PageQuotaExhausted
+  [[nodiscard]] Result<bool> quota_allows();  // [A]
+  void seal_active() noexcept;                // [S]
+  void rebind_next() noexcept;                // slot (active + 1) mod P, active += 1
+  [[nodiscard]] Result<bool> refresh_head();
+  [[nodiscard]] std::unexpected<Error> not_open();
+  [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
+  // Binds the producer role on a segment just created or opened, then resume().
+  [[nodiscard]] static Result<ChannelProducer> attach(Result<Segment> seg);
+  [[nodiscard]] Result<void> resume();
+
+  page::PageWriter page_;   // the active page
+  std::uint64_t tail_ = 0;  // descriptors published (mirror of control.producer.tail)
+  // The consumer's head as last read; refreshed when the ring looks full.
+  std::uint64_t cached_head_ = 0;
+  std::uint64_t cached_released_ = 0;  // released_epoch as last read; refreshed when rotating
+  std::uint64_t rotations_ = 0;
+  std::uint64_t quota_refusals_ = 0;
+  std::uint64_t ring_full_ = 0;
+  std::size_t reserved_length_ = 0;
+  bool reserving_ = false;
+  bool finished_ = false;
+};
+
+// ---------------------------------------------------------------- inline hot path
+
+inline Result<Reservation> ChannelProducer::try_reserve(std::size_t n) {
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  assert(!reserving_ && "a reservation is outstanding: commit() or abandon() it first");
+  // relaxed: a hint only; not_open() re-reads it with acquire before reporting.
+  if (control().terminal.word.load(std::memory_order_relaxed) != channel::kTerminalOpen ||
+      finished_ || reserving_) [[unlikely]]
+    return not_open();
+  if (n > view_.params.max_payload) [[unlikely]]
+    return too_large(n);
+  // Ring first: a RingFull refusal must not have rotated the page.
+  if (tail_ - cached_head_ >= view_.params.ring_capacity) [[unlikely]] {
+    auto room = refresh_head();
+    if (!room) return std::unexpected(std::move(room.error()));
+    if (!*room) {
+      control().stats.ring_full.store(++ring_full_, std::memory_order_relaxed);  // statistics
+      return Reservation{Admission::RingFull, {}};
+    }
+  }
+  if (!page_.fits(n)) [[unlikely]] {
+    auto rotated = rotate();
+    if (!rotated) return std::unexpected(std::move(rotated.error()));
+    if (!*rotated) return Reservation{Admission::PageQuotaExhausted, {}};
+    // Re-validation against the fresh page: n <= max_payload fits an empty page.
+    assert(page_.fits(n));
+  }
+  reserving_ = true;
+  reserved_length_ = n;
+  return Reservation{Admission::Ok, std::span<std::byte>(page_.next_payload(), n)};
+}
+
+inline SendOutcome ChannelProducer::commit(std::size_t used) noexcept {
+  assert(reserving_ && "commit() without a reservation");
+  assert(used <= reserved_length_ && "commit() of more bytes than reserved");
+  return publish(used, page::checksum(page_.next_payload(), used));
+}
+
+inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc) noexcept {
+  reserving_ = false;
+  const auto length = static_cast<std::uint32_t>(used);
+  const std::uint64_t sequence = page_.next_sequence();
+  const std::uint32_t cell = page_.publish(length, crc, sequence);  // [P]
+  const channel::Descriptor d{sequence, page_.generation(), cell};
+  std::memcpy(view_.ring + (tail_ & ring_mask_), &d, sizeof d);
+  ++tail_;
+  // [R] publishes the descriptor (and, through [P] before it, the page cell
+  // and payload); pairs with [R'] in the consumer's refresh_tail(). [D1]
+  // seq_cst, with the seq_cst load of the parked flag below: Dekker pairing
+  // with [D1'] in ChannelConsumer::receive(), so a parking consumer either
+  // sees the new tail or we see its flag (one xchg: the price of a fence).
+  control().producer.tail.store(tail_, std::memory_order_seq_cst);
+  if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+    wake_consumer();
+  return SendOutcome{Admission::Ok, sequence, page_.epoch()};
+}
+
+inline Result<SendOutcome> ChannelProducer::try_send(std::span<const std::byte> payload) {
+  auto r = try_reserve(payload.size());
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return SendOutcome{r->status, 0, 0};
+  // One pass over the payload: copy into the page and checksum it.
+  return publish(payload.size(),
+                 page::copy_checksum(r->bytes.data(), payload.data(), payload.size()));
+}
+
+}  // namespace shm

@@ -1,0 +1,197 @@
+// PriorityFanout: a tiered work queue with O(1) priority selection across
+// processes. K <= 64 MpmcRings (one per priority, priority 0 the lowest) and a
+// 64-bit bitmap of non-empty priorities; K+1 files (priority_fanout_layout.hpp)
+// created and opened as one object. The bitmap is a hint, the rings are the truth.
+//
+// Submit: push into ring p, then make sure bit p is set (a seq_cst load, and a
+// fetch_or only when the bit is clear). Drain: load the bitmap, take the
+// highest set bit (one count-leading-zeros), pop from that ring; when the ring
+// looks empty after the pop, clear its bit. A pop that finds the ring empty
+// (a stale bit) clears the bit too and moves on to the next lower priority; a
+// call gives up after 2K attempts. Every clear (fetch_and) re-checks the ring
+// and sets the bit again if a push has claimed a cell meanwhile. Races (all benign):
+//  - a push whose bit is not set yet is missed by a concurrent drain (the next
+//    drain sees it: the pusher sets the bit before submit() returns);
+//  - a clear racing a push never strands an item: [B1]/[B2] in the code are a
+//    Dekker pair, so either the pusher sees the clear and sets the bit, or the
+//    clearer sees the pushed claim and sets it back;
+//  - a bit left set over an empty ring (a stale bit) costs one failed pop and
+//    is counted in `stale_retries`.
+// Invariant checked by `verify`: every non-empty ring has its bit set or a
+// push in flight.
+//
+// Crashes. A submitter killed mid-push and a drainer killed mid-pop are
+// handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
+// and returning loses at most the one item it had popped; the rings stay
+// consistent and the dead handle's cells are repaired. A submitter killed
+// between its push and setting the bit leaves the item with a clear bit until
+// the next submit to that priority or a try_drain_priority() (verify reports it).
+//
+// Handles. One handle per thread (each attaches one slot to the bitmap and to
+// every ring: at most 24 handles per fanout at once). Full and Empty are
+// ordinary outcomes; errors: PriorityOutOfBounds, TooLarge, ParamMismatch
+// ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
+#pragma once
+
+#include "shm/mpmc/mpmc_ring.hpp"
+#include "shm/fanout/layout.hpp"
+
+#include <bit>
+#include <chrono>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace shm {
+
+struct Drained {
+  std::uint32_t priority;
+  std::size_t size;  // payload bytes copied into the caller's buffer
+};
+
+class PriorityFanout {
+ public:
+  PriorityFanout() = default;
+  PriorityFanout(PriorityFanout&&) noexcept = default;
+  PriorityFanout& operator=(PriorityFanout&&) noexcept = default;
+  PriorityFanout(const PriorityFanout&) = delete;
+  PriorityFanout& operator=(const PriorityFanout&) = delete;
+  ~PriorityFanout() = default;
+
+  // Creates the K ring files, then the bitmap file (the bitmap is published
+  // last, so an opener that finds it finds all rings); removes what it created
+  // on failure.
+  [[nodiscard]] static Result<PriorityFanout> create(std::string_view base,
+                                                     const FanoutParams& params,
+                                                     const CreateOptions& options = {},
+                                                     FanoutRole role = FanoutRole::Peer);
+  // Opens the bitmap and the K rings; a different K, ring capacity or slot size
+  // than `expected` is ParamMismatch naming both values (0 = accept any).
+  [[nodiscard]] static Result<PriorityFanout> open(std::string_view base,
+                                                   const FanoutParams& expected,
+                                                   const OpenOptions& options = {},
+                                                   FanoutRole role = FanoutRole::Peer);
+  // Removes the bitmap and every `<base>.prio<i>` file; NotFound when none existed.
+  [[nodiscard]] static Result<void> unlink(std::string_view base, const std::string& root = {});
+
+  // Pushes into ring `priority`, then sets its bit: true, or false when that
+  // ring is full (back-pressure, not an error).
+  [[nodiscard]] Result<bool> submit(std::uint32_t priority, std::span<const std::byte> payload);
+  // Blocking submit: waits up to `timeout` for room in ring `priority`.
+  [[nodiscard]] Result<bool> submit(std::uint32_t priority, std::span<const std::byte> payload,
+                                    std::chrono::nanoseconds timeout);
+  // Pops from the highest non-empty priority: {priority, size}, or nullopt
+  // when every ring looked empty (after at most 2K attempts).
+  [[nodiscard]] Result<std::optional<Drained>> try_drain_highest(std::span<std::byte> out);
+  // Blocking drain: spins briefly, then parks on the bitmap's epoch word until
+  // a submit wakes it or `timeout` passes (an idle drainer burns no CPU).
+  [[nodiscard]] Result<std::optional<Drained>> drain_highest(std::span<std::byte> out,
+                                                             std::chrono::nanoseconds timeout);
+  // Pops from one priority only (dedicated workers); the bitmap is not
+  // consulted (only its bit cleared when the pop emptied the ring).
+  [[nodiscard]] Result<std::optional<std::size_t>> try_drain_priority(std::uint32_t priority,
+                                                                      std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<std::size_t>> drain_priority(std::uint32_t priority,
+                                                                  std::span<std::byte> out,
+                                                                  std::chrono::nanoseconds timeout);
+
+  // The bitmap as it is now: a HINT for observability and short-circuits. An
+  // empty ring may briefly keep its bit, a just-pushed item may briefly lack it.
+  [[nodiscard]] std::uint64_t active_priorities() const noexcept;
+
+  [[nodiscard]] std::uint32_t priorities() const noexcept { return k_; }
+  [[nodiscard]] std::uint64_t ring_capacity() const noexcept;
+  [[nodiscard]] std::uint64_t slot_size() const noexcept;
+  [[nodiscard]] const std::string& base() const noexcept { return base_; }
+  [[nodiscard]] const Segment& bitmap_segment() const noexcept { return segment_; }
+  [[nodiscard]] const MpmcRing& ring(std::uint32_t priority) const { return rings_.at(priority); }
+  // Repairs cells of every ring held by dead handles now (normally automatic).
+  [[nodiscard]] mpmc::RepairReport repair() const;
+  // "Alive and making progress" for the sidecar and shmctl: stamps the bitmap's
+  // and every ring's attachment. The blocking calls do it while they park; a
+  // handle that never parks (a throttled submitter) calls it now and then.
+  void heartbeat() noexcept;
+
+ private:
+  [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
+                                                   std::vector<MpmcRing> rings, FanoutRole role);
+  [[nodiscard]] std::unexpected<Error> out_of_bounds(std::uint32_t priority) const;
+  [[nodiscard]] std::unexpected<Error> bit_out_of_range(std::uint64_t bitmap) const;
+  void announce(std::uint32_t priority) noexcept;
+  // Clears bit `priority`, then sets it again if a push has claimed a cell of
+  // that ring meanwhile ([B2]/[C]); clear_stale() also counts a stale retry.
+  void clear_bit(std::uint32_t priority) noexcept;
+  void clear_stale(std::uint32_t priority) noexcept;
+  void wake_drainers() noexcept;
+
+  Segment segment_;  // <base>.bitmap
+  Attachment attachment_;
+  fanout::Control* control_ = nullptr;
+  std::vector<MpmcRing> rings_;
+  std::uint32_t k_ = 0;
+  std::uint32_t slot_bit_ = 0;  // this handle's bit in the drainers' waiters mask
+  FanoutRole role_ = FanoutRole::Peer;
+  std::string base_;
+};
+
+// ---------------------------------------------------------------- inline hot paths
+
+inline void PriorityFanout::announce(std::uint32_t priority) noexcept {
+  const std::uint64_t bit = std::uint64_t{1} << priority;
+  auto& hot = control_->hot;
+  // [B1] seq_cst: follows the ring's seq_cst claim [T]; Dekker pair with a
+  // clearer's [B2] fetch_and + [C] tail load: either this load sees the clear
+  // (and we set the bit) or the clearer sees our claim (and sets it back).
+  if ((hot.bitmap.load(std::memory_order_seq_cst) & bit) == 0) [[unlikely]]
+    hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
+  // [D1] seq_cst: Dekker pair with a parking drainer's [D] (its waiter bit)
+  // + [D2] (its bitmap load): either it sees the bit or we see it waiting.
+  if (hot.waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+    wake_drainers();
+}
+
+inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
+                                           std::span<const std::byte> payload) {
+  if (priority >= k_) [[unlikely]]
+    return out_of_bounds(priority);
+  auto r = rings_[priority].try_push(payload);
+  if (!r || !*r) return r;
+  announce(priority);
+  return true;
+}
+
+inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::span<std::byte> out) {
+  std::uint64_t tried = 0;  // priorities found empty during this call
+  for (std::uint32_t attempt = 0; attempt < 2 * k_; ++attempt) {
+    // Relaxed is enough: the bitmap only chooses a ring; the ring's own
+    // acquire/CAS protocol decides what is there.
+    const std::uint64_t bm = control_->hot.bitmap.load(std::memory_order_relaxed) & ~tried;
+    if (bm == 0) return std::optional<Drained>{};
+    const auto p = static_cast<std::uint32_t>(63 - std::countl_zero(bm));
+    if (p >= k_) [[unlikely]]
+      return bit_out_of_range(bm);
+    auto r = rings_[p].try_pop(out);
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (*r) {
+      // The ring looks empty now: clear its bit at once (the specification's
+      // "if ring now empty, fetch_and"), so the next drain does not pay a
+      // failed pop for it.
+      if (rings_[p].popped_last()) clear_bit(p);
+      return std::optional<Drained>{Drained{p, **r}};
+    }
+    clear_stale(p);
+    tried |= std::uint64_t{1} << p;
+  }
+  return std::optional<Drained>{};
+}
+
+inline Result<std::optional<std::size_t>> PriorityFanout::try_drain_priority(
+    std::uint32_t priority, std::span<std::byte> out) {
+  if (priority >= k_) [[unlikely]]
+    return out_of_bounds(priority);
+  auto r = rings_[priority].try_pop(out);
+  if (r && *r && rings_[priority].popped_last()) clear_bit(priority);
+  return r;
+}
+
+}  // namespace shm

@@ -1,0 +1,304 @@
+// MpmcRing: a process-local handle (move-only) on a bounded multi-producer
+// multi-consumer ring of fixed-size cells shared by any number of processes.
+// The shared layout and its protocol are described in mpmc_ring_layout.hpp.
+//
+// Handles and slots. Every handle attaches to one shared slot of the segment's
+// attachment table (kMaxAttachments - kExclusiveSlots = 24 handles per ring at
+// once; the 25th gets Errc::NoFreeSlot). The slot gives the kernel liveness
+// (OFD lock) that makes a crashed process's half-done push or pop repairable,
+// and lets the sidecar and shmctl see who uses the ring. A handle is used by
+// one thread at a time (open one handle per thread; it is cheap).
+//
+// Outcomes. Full and Empty are ordinary outcomes (false / nullopt); errors are
+// TooLarge (payload or buffer), Corrupt (an impossible sequence, length or
+// position in the mapping) and the open/attach errors.
+//
+// Dead peers. A producer killed between claiming a cell and publishing it
+// leaves that cell "claimed, unpublished": consumers stop in front of it —
+// try_pop() returns nullopt (never spins), pop(timeout) waits and times out —
+// until it is repaired, which happens when (a) a blocked/polling handle has seen
+// the same held cell for 1 ms and every slot that may hold it is dead, (b) any
+// handle opens the ring, or (c) the sidecar reclaims the dead slot. The repair
+// publishes a tombstone that consumers skip. A consumer killed between claiming
+// and releasing a cell loses that one item; repair releases the cell so
+// producers can reuse it. While the holder is alive (e.g. SIGSTOPped) nothing
+// is repaired: consumers see Empty and producers Full behind it. `verify`
+// reports a held cell whose holder is dead, naming the slot, pid and position.
+#pragma once
+
+#include "shm/mpmc/layout.hpp"
+#include "shm/platform/clock.hpp"
+
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <span>
+
+namespace shm {
+namespace mpmc {
+
+// memcpy for payloads: sizes up to 64 bytes (the common job size) are copied
+// with fixed-size moves the compiler inlines, instead of a libc call.
+inline void copy_payload(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+  if (n >= 16 && n <= 64) {
+    unsigned char a[16], b[16], c[16], d[16];
+    std::memcpy(a, src, 16);
+    std::memcpy(d, src + n - 16, 16);
+    if (n > 32) {
+      std::memcpy(b, src + 16, 16);
+      std::memcpy(c, src + n - 32, 16);
+      std::memcpy(dst + 16, b, 16);
+      std::memcpy(dst + n - 32, c, 16);
+    }
+    std::memcpy(dst, a, 16);
+    std::memcpy(dst + n - 16, d, 16);
+    return;
+  }
+  if (n != 0) std::memcpy(dst, src, n);
+}
+
+}  // namespace mpmc
+
+class MpmcRing {
+ public:
+  MpmcRing() = default;
+  MpmcRing(MpmcRing&&) noexcept = default;
+  MpmcRing& operator=(MpmcRing&&) noexcept = default;
+  MpmcRing(const MpmcRing&) = delete;
+  MpmcRing& operator=(const MpmcRing&) = delete;
+  ~MpmcRing() = default;
+
+  // Creates the ring segment and attaches to it.
+  [[nodiscard]] static Result<MpmcRing> create(std::string_view name, const MpmcParams& params,
+                                               const CreateOptions& options = {},
+                                               MpmcRole role = MpmcRole::Peer);
+  // Opens an existing ring (0 fields of `expected` accept any value) and
+  // attaches; repairs what dead handles left held.
+  [[nodiscard]] static Result<MpmcRing> open(std::string_view name, const MpmcParams& expected = {},
+                                             const OpenOptions& options = {},
+                                             MpmcRole role = MpmcRole::Peer);
+
+  // Copies `payload` into the next cell: true when pushed, false when full.
+  [[nodiscard]] Result<bool> try_push(std::span<const std::byte> payload);
+  // Blocking push: spins briefly, then parks until a cell frees or `timeout` passes.
+  [[nodiscard]] Result<bool> push(std::span<const std::byte> payload,
+                                  std::chrono::nanoseconds timeout);
+  // Copies the oldest item into `out`: its length, or nullopt when empty. An
+  // item longer than `out` is TooLarge and stays in the ring.
+  [[nodiscard]] Result<std::optional<std::size_t>> try_pop(std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
+                                                       std::chrono::nanoseconds timeout);
+
+  // Zero-copy push: claims the next cell and returns its slot_size() bytes, or
+  // nullopt when full. Publish it with commit(n) or cancel() (a tombstone that
+  // consumers skip). Nothing is visible to consumers until then.
+  [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve();
+  void commit(std::size_t n) noexcept;
+  void cancel() noexcept;
+  // Zero-copy pop: claims the oldest item and returns it in place, or nullopt
+  // when empty; release() frees the cell. A process that dies in between loses
+  // that one item (repair releases the cell).
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
+  void release() noexcept;
+
+  // Repairs cells held by dead handles now (normally automatic, see above).
+  [[nodiscard]] mpmc::RepairReport repair() const;
+
+  [[nodiscard]] std::uint64_t capacity() const noexcept { return v_.capacity; }
+  [[nodiscard]] std::uint64_t slot_size() const noexcept { return v_.slot_size; }
+  // tail - head as seen now: items published or in flight. A hint under concurrency.
+  [[nodiscard]] std::uint64_t size_hint() const noexcept;
+  // True when some push has claimed a position no consumer has claimed yet
+  // (published or still in flight). Sequentially consistent: see PriorityFanout.
+  [[nodiscard]] bool has_claimed_items() const noexcept;
+  // After a successful pop: true when no push has claimed a position after it
+  // (the ring was empty right after this pop). A hint: reads the producers'
+  // tail, not the next cell, whose line is usually cold.
+  [[nodiscard]] bool popped_last() const noexcept {
+    // Relaxed: a stale answer only costs a needless clear-and-recheck or a stale bit.
+    return v_.control->producer.tail.load(std::memory_order_relaxed) == peeked_pos_ + 1;
+  }
+  [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
+  [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
+  [[nodiscard]] MpmcRole role() const noexcept { return role_; }
+  void heartbeat() noexcept { attachment_.heartbeat(); }
+
+ private:
+  friend class PriorityFanout;
+  struct Stuck {
+    mpmc::Side side = mpmc::Side::Push;
+    std::uint64_t pos = ~0ull;
+    std::uint64_t since_ns = 0;
+  };
+
+  [[nodiscard]] static Result<MpmcRing> bind(Segment segment, MpmcRole role);
+  [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room);
+  // Slow paths: classify a sequence that is not the expected one. A value is
+  // the position to retry at; nullopt = full (push) / empty (pop).
+  [[nodiscard]] Result<std::optional<std::uint64_t>> push_slow(std::uint64_t pos,
+                                                               std::uint64_t seq);
+  [[nodiscard]] Result<std::optional<std::uint64_t>> pop_slow(std::uint64_t pos, std::uint64_t seq);
+  [[nodiscard]] std::unexpected<Error> corrupt_cell(std::uint64_t pos, std::uint64_t seq,
+                                                    std::string_view expected) const;
+  [[nodiscard]] std::unexpected<Error> corrupt_length(std::uint64_t pos, std::uint32_t len) const;
+  [[nodiscard]] std::unexpected<Error> too_small(std::uint32_t len, std::size_t room) const;
+  [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
+  // Records that `pos` looks held; repairs it once it stayed held kStuckGraceNs.
+  void note_stuck(mpmc::Side side, std::uint64_t pos) noexcept;
+  void wake_consumers() noexcept;
+  void wake_producers() noexcept;
+  // Parks on `signal` until attempt() reports done (or an error) or the deadline.
+  template <class Attempt, class Busy>
+  [[nodiscard]] Result<bool> wait(std::atomic<std::uint32_t>& signal,
+                                  std::atomic<std::uint32_t>& waiting,
+                                  std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
+                                  Busy&& busy);
+
+  Segment segment_;
+  Attachment attachment_;
+  mpmc::View v_{};
+  mpmc::Control::Intent* intent_ = nullptr;  // this handle's slot's intent words
+  std::uint32_t slot_bit_ = 0;               // this handle's bit in the waiter masks
+  MpmcRole role_ = MpmcRole::Peer;
+  std::uint64_t reserved_pos_ = 0;  // claimed by try_reserve(), until commit()/cancel()
+  std::uint64_t peeked_pos_ = 0;    // claimed by try_peek(), until release()
+  bool reserved_ = false;
+  bool peeked_ = false;
+  bool wake_consumers_ = false;  // a consumer was waiting when we claimed reserved_pos_
+  bool wake_producers_ = false;  // a producer was waiting when we claimed peeked_pos_
+  Stuck stuck_{};
+};
+
+// ---------------------------------------------------------------- inline hot paths
+
+inline Result<std::optional<std::span<std::byte>>> MpmcRing::try_reserve() {
+  assert(!reserved_ && "try_reserve() twice without commit()/cancel()");
+  assert(role_ != MpmcRole::Consumer && "a consumer handle does not push");
+  auto& tail = v_.control->producer.tail;
+  // [T'] acquire: pairs with [T] of the producer that moved tail here, so the
+  // cell states that producer saw are visible (stale-position checks rely on it).
+  std::uint64_t pos = tail.load(std::memory_order_acquire);
+  for (;;) {
+    mpmc::Cell& c = v_.cell(pos);
+    // [R'] acquire: pairs with the consumer's [R] in release(): it no longer reads the cell.
+    const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
+    if (seq == pos) [[likely]] {
+      // Made visible to repair by the release half of [T].
+      intent_->push.store(pos + 1, std::memory_order_relaxed);
+      // [T] seq_cst: claims `pos`. Release: publishes the intent (pairs with
+      // repair's acquire of tail). Seq_cst: Dekker pair with a parking
+      // consumer's [W] fetch_or of its waiter bit + [W2] load of tail.
+      // Failure order acquire: the reloaded tail is read like [T'].
+      if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                     std::memory_order_acquire)) [[likely]] {
+        // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
+        wake_consumers_ =
+            v_.control->waiters.consumers_waiting.load(std::memory_order_seq_cst) != 0;
+        reserved_pos_ = pos;
+        reserved_ = true;
+        return std::optional<std::span<std::byte>>{
+            std::span<std::byte>(v_.payload(pos), v_.slot_size)};
+      }
+      intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
+      continue;  // pos was reloaded by the failed CAS
+    }
+    auto next = push_slow(pos, seq);
+    if (!next) return std::unexpected(std::move(next.error()));
+    if (!*next) return std::optional<std::span<std::byte>>{};
+    pos = **next;
+  }
+}
+
+inline void MpmcRing::commit(std::size_t n) noexcept {
+  assert(reserved_ && "commit() without try_reserve()");
+  assert(n <= v_.slot_size);
+  mpmc::Cell& c = v_.cell(reserved_pos_);
+  c.length.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);  // published by [S]
+  // [S] release: publishes payload and length; pairs with the consumer's [S'].
+  c.seq.store(reserved_pos_ + 1, std::memory_order_release);
+  reserved_ = false;
+  if (wake_consumers_) [[unlikely]]
+    wake_consumers();
+}
+
+inline Result<bool> MpmcRing::try_push(std::span<const std::byte> payload) {
+  if (payload.size() > v_.slot_size) [[unlikely]]
+    return too_large(payload.size());
+  auto r = try_reserve();
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return false;
+  mpmc::copy_payload((*r)->data(), payload.data(), payload.size());
+  commit(payload.size());
+  return true;
+}
+
+inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room) {
+  assert(!peeked_ && "pop/peek while a peeked item is not released");
+  assert(role_ != MpmcRole::Producer && "a producer handle does not pop");
+  auto& head = v_.control->consumer.head;
+  // [H'] acquire: pairs with [H] of the consumer that moved head here.
+  std::uint64_t pos = head.load(std::memory_order_acquire);
+  for (;;) {
+    mpmc::Cell& c = v_.cell(pos);
+    // [S'] acquire: pairs with the producer's [S] in commit(): payload and length are complete.
+    const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
+    if (seq == pos + 1) [[likely]] {
+      const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by [S']
+      if (len > v_.slot_size) [[unlikely]]
+        return corrupt_length(pos, len);
+      if (len > room) [[unlikely]]
+        return too_small(len, room);
+      intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [H]
+      // [H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
+      // of head pairs with it); seq_cst: Dekker pair with a parking producer's [W]/[W2].
+      // Failure order acquire: the reloaded head is read like [H'].
+      if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                     std::memory_order_acquire)) [[likely]] {
+        // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
+        wake_producers_ =
+            v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
+        peeked_pos_ = pos;
+        peeked_ = true;
+        return std::optional<std::uint32_t>{len};
+      }
+      intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
+      continue;
+    }
+    auto next = pop_slow(pos, seq);
+    if (!next) return std::unexpected(std::move(next.error()));
+    if (!*next) return std::optional<std::uint32_t>{};
+    pos = **next;
+  }
+}
+
+inline void MpmcRing::release() noexcept {
+  assert(peeked_ && "release() without try_peek()");
+  // [R] release: we no longer read the cell; pairs with [R'] of the producer of
+  // peeked_pos_ + capacity.
+  v_.cell(peeked_pos_).seq.store(peeked_pos_ + v_.capacity, std::memory_order_release);
+  peeked_ = false;
+  if (wake_producers_) [[unlikely]]
+    wake_producers();
+}
+
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_peek() {
+  auto r = claim_pop(~std::size_t{0});
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return std::optional<std::span<const std::byte>>{};
+  return std::optional<std::span<const std::byte>>{
+      std::span<const std::byte>(v_.payload(peeked_pos_), **r)};
+}
+
+inline Result<std::optional<std::size_t>> MpmcRing::try_pop(std::span<std::byte> out) {
+  auto r = claim_pop(out.size());
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return std::optional<std::size_t>{};
+  const std::uint32_t len = **r;
+  mpmc::copy_payload(out.data(), v_.payload(peeked_pos_), len);
+  release();
+  return std::optional<std::size_t>{len};
+}
+
+}  // namespace shm

@@ -1,0 +1,85 @@
+// Kind descriptors: how programs (shmctl, the sidecar) see every segment kind.
+// Adding a kind = writing one descriptor and listing it in kinds.cpp; the
+// programs need no edits.
+#pragma once
+
+#include "shm/segment/describe.hpp"
+#include "shm/error.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace shm {
+
+struct KindDescriptor {
+  KindId kind;
+  std::string_view name;
+  std::uint64_t fingerprint;
+  std::span<const RoleSpec> roles;
+  // Kind-specific state for `inspect` and metrics. The segment may be mapped
+  // read-only and may be corrupt: describe reads defensively.
+  void (*describe)(const Segment& segment, Node& out);
+  // Invariant violations, one line each; empty = healthy.
+  std::vector<std::string> (*verify)(const Segment& segment);
+  // Releases what a dead attacher held (the slot itself is freed by the caller).
+  // Returns a line per action taken. Needs a writable mapping. The caller holds
+  // the dead slot's kernel lock, so `dead` must be treated as dead, never probed
+  // (a liveness probe would see that lock as a live holder). Throws when it
+  // could not release everything: the caller then keeps the slot for a retry.
+  std::vector<std::string> (*reclaim)(Segment& segment, const SlotInfo& dead);
+  // Optional: live-tunable parameters (`shmctl set`); nullptr when none.
+  Result<void> (*set)(Segment& segment, std::string_view key, std::string_view value) = nullptr;
+  // Optional: records without consuming them (`shmctl dump`), up to `limit`.
+  std::vector<std::vector<std::byte>> (*dump)(const Segment& segment, std::size_t limit) = nullptr;
+};
+
+[[nodiscard]] std::span<const KindDescriptor* const> all_kinds() noexcept;
+[[nodiscard]] const KindDescriptor* find_kind(KindId kind) noexcept;
+[[nodiscard]] std::string_view role_name(const KindDescriptor* kind, std::uint32_t role) noexcept;
+
+// Generic header description shared by every kind (identity, attachers, counters).
+void describe_header(const Segment& segment, Node& out);
+// Frees a dead holder's slot: takes its kernel lock first, so it never races a
+// taker-over, then marks it Free and records a Reclaimed event. False if the
+// slot turned out to be alive.
+[[nodiscard]] Result<bool> reclaim_slot(Segment& segment, std::size_t slot);
+
+// What reclaim_dead_attacher() did with one slot.
+enum class ReclaimOutcome : std::uint8_t {
+  Reclaimed,  // the kind released what the holder had; the slot is Free, a Reclaimed event recorded
+  LockHeld,   // another open file description holds the slot's lock (a live holder, a process
+              // taking the slot over, another reclaimer): nothing touched
+  Changed,    // the slot was freed or attached again (another generation) since it was read:
+              // nothing touched
+};
+[[nodiscard]] std::string_view to_string(ReclaimOutcome outcome) noexcept;
+
+struct SlotReclaim {
+  ReclaimOutcome outcome = ReclaimOutcome::Changed;
+  std::vector<std::string> actions;  // the kind's reclaim() lines (Reclaimed only)
+};
+
+// The one reclaim path of the programs (shm-sidecar's Monitor, `shmctl
+// reclaim`). `dead` is a slot read from `segment` as Liveness::Dead (it says
+// Attached, its kernel lock is free). Takes the slot's kernel lock and keeps it
+// to the end, so no process attaches to the slot meanwhile and a live holder is
+// never touched; checks the slot still names `dead` (Attached, same
+// generation); runs kind.reclaim(); then marks the slot Free and records a
+// Reclaimed event. `segment` must be a writable mapping of a segment whose kind
+// id and layout fingerprint are `kind`'s (else InvalidArgument / KindMismatch /
+// FingerprintMismatch, and nothing is touched). An exception from the kind's
+// reclaim is SystemError; the slot then stays Attached (and dead), to be retried.
+[[nodiscard]] Result<SlotReclaim> reclaim_dead_attacher(Segment& segment,
+                                                        const KindDescriptor& kind,
+                                                        const SlotInfo& dead);
+
+// Per-kind descriptors (defined next to each kind).
+extern const KindDescriptor kSpscRingDescriptor;
+extern const KindDescriptor kMpmcRingDescriptor;
+extern const KindDescriptor kFanoutBitmapDescriptor;
+extern const KindDescriptor kChannelDescriptor;
+extern const KindDescriptor kLedgerDescriptor;
+
+}  // namespace shm

@@ -1,0 +1,137 @@
+// The consuming end of an SpscRing (move-only; one per ring).
+//
+// Records are read in place (zero copy): try_peek() returns the next record
+// after every record already peeked; release() frees all peeked records with
+// one store. A record is consumed when released: a consumer killed between
+// peek and release leaves it in the ring, and the next consumer to attach sees
+// it again (at-least-once for the records in hand, nothing lost).
+#pragma once
+
+#include "shm/spsc/endpoint.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <span>
+
+namespace shm {
+
+class RingConsumer : public detail::RingEndpoint {
+ public:
+  RingConsumer() = default;
+  RingConsumer(RingConsumer&&) noexcept = default;
+  RingConsumer& operator=(RingConsumer&&) noexcept = default;
+
+  [[nodiscard]] static Result<RingConsumer> open(std::string_view name,
+                                                 const RingParams& expected = {},
+                                                 const OpenOptions& options = {});
+  // Creates the ring and attaches as its consumer (for a consumer that starts first).
+  [[nodiscard]] static Result<RingConsumer> create(std::string_view name, const RingParams& params,
+                                                   const CreateOptions& options = {});
+
+  // The next unpeeked record, or nullopt when none is published yet. The span
+  // stays valid until release().
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
+  // Blocking peek: spins, then parks until a record arrives or `timeout` passes.
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek(std::chrono::nanoseconds timeout);
+  // Frees every record peeked so far (one release store of head).
+  void release() noexcept;
+  // Forgets the peeks since the last release; the records will be peeked again.
+  void unpeek() noexcept {
+    peek_pos_ = head_;
+    peeked_records_ = 0;
+  }
+
+  // Copies the next record into `out` and releases it; nullopt when empty.
+  // A record larger than `out` is TooLarge and stays in the ring.
+  [[nodiscard]] Result<std::optional<std::size_t>> try_pop(std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
+                                                       std::chrono::nanoseconds timeout);
+  // Calls f(record) for up to `max` published records, then releases them all
+  // at once. Returns how many were handled.
+  template <class F>
+  [[nodiscard]] Result<std::size_t> drain(F&& f, std::size_t max);
+
+  [[nodiscard]] std::uint64_t released_position() const noexcept { return head_; }
+
+ private:
+  [[nodiscard]] Result<bool> refresh_tail();
+  [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
+                                               std::uint64_t bound) const;
+  void wake_producer() noexcept;
+
+  std::uint64_t head_ = 0;         // released position (mirror of control_->consumer.head)
+  std::uint64_t peek_pos_ = 0;     // end of peeked records, >= head_
+  std::uint64_t cached_tail_ = 0;  // producer's tail as last read; refreshed when empty
+  std::uint64_t records_ = 0;
+  std::uint64_t peeked_records_ = 0;
+};
+
+// ---------------------------------------------------------------- inline hot path
+
+inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek() {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  for (;;) {
+    if (peek_pos_ == cached_tail_) {
+      auto more = refresh_tail();
+      if (!more) return std::unexpected(std::move(more.error()));
+      if (!*more) return std::optional<std::span<const std::byte>>{};
+    }
+    // The producer may be buggy or hostile: check the header against the
+    // published range and the buffer end before using it.
+    const std::uint64_t offset = peek_pos_ & mask_;
+    const std::uint64_t available = cached_tail_ - peek_pos_;
+    ring::RecordHeader rec;
+    std::memcpy(&rec, at(peek_pos_), sizeof rec);
+    if (rec.type == ring::kRecordPadding) [[unlikely]] {
+      if (rec.length != capacity_ - offset || rec.length > available)
+        return corrupt("padding record length", rec.length, capacity_ - offset);
+      peek_pos_ += rec.length;
+      continue;
+    }
+    if (rec.type != ring::kRecordData) [[unlikely]]
+      return corrupt("record type", rec.type, ring::kRecordData);
+    const std::uint64_t size = ring::record_size(rec.length);
+    if (rec.length > max_payload_ || size > available || offset + size > capacity_) [[unlikely]]
+      return corrupt("record length", rec.length, std::min<std::uint64_t>(max_payload_, available));
+    const std::byte* p = at(peek_pos_) + ring::kRecordHeader;
+    peek_pos_ += size;
+    ++peeked_records_;
+    return std::optional<std::span<const std::byte>>{std::span<const std::byte>(p, rec.length)};
+  }
+}
+
+inline void RingConsumer::release() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  if (peek_pos_ == head_) return;
+  head_ = peek_pos_;
+  records_ += peeked_records_;
+  peeked_records_ = 0;
+  control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
+  // [C] frees the records' bytes (release; pairs with [C'] in the producer).
+  // [D2] seq_cst with the flag load below: Dekker pairing with [D2'] in
+  // RingProducer::reserve() (see [D1]).
+  control_->consumer.head.store(head_, std::memory_order_seq_cst);
+  if (control_->waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+    wake_producer();
+}
+
+template <class F>
+Result<std::size_t> RingConsumer::drain(F&& f, std::size_t max) {
+  std::size_t n = 0;
+  while (n < max) {
+    auto r = try_peek();
+    if (!r) {
+      release();
+      return std::unexpected(std::move(r.error()));
+    }
+    if (!*r) break;
+    f(**r);
+    ++n;
+  }
+  release();
+  return n;
+}
+
+}  // namespace shm

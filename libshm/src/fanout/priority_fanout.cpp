@@ -1,0 +1,365 @@
+#include "shm/fanout/priority_fanout.hpp"
+
+#include "shm/platform/futex.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace shm {
+namespace fanout {
+
+std::string bitmap_name(std::string_view base) {
+  return fmt::format("{}.bitmap", base);
+}
+
+std::string ring_name(std::string_view base, std::uint32_t priority) {
+  return fmt::format("{}.prio{}", base, priority);
+}
+
+std::string base_of(std::string_view name) {
+  constexpr std::string_view suffix = ".bitmap";
+  if (name.size() <= suffix.size() || !name.ends_with(suffix)) return {};
+  return std::string(name.substr(0, name.size() - suffix.size()));
+}
+
+Result<void> validate(const FanoutParams& params) {
+  if (params.priorities < 1 || params.priorities > kMaxPriorities)
+    return fail(Errc::InvalidArgument,
+                fmt::format("priorities {} must be in [1, {}] (one bit each in a 64-bit bitmap)",
+                            params.priorities, kMaxPriorities));
+  return mpmc::validate(MpmcParams{params.ring_capacity, params.slot_size});
+}
+
+KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
+  storage = ParamBlock{params.priorities, 0, params.ring_capacity, params.slot_size};
+  KindSpec spec;
+  spec.kind = kFanoutBitmapKind;
+  spec.kind_name = "fanout_bitmap";
+  spec.fingerprint = kFingerprint;
+  spec.params = std::as_bytes(std::span(&storage, 1));
+  spec.data_size = sizeof(Control);
+  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
+    ParamBlock f{}, e{};
+    if (found.size() != sizeof f)
+      return fmt::format("parameter block: segment has {} bytes, fanout_bitmap uses {}",
+                         found.size(), sizeof f);
+    std::memcpy(&f, found.data(), sizeof f);
+    std::memcpy(&e, expected.data(), sizeof e);
+    if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
+      return fmt::format("parameters: segment has invalid ones: {}", ok.error().message);
+    if (e.priorities != 0 && f.priorities != e.priorities)
+      return fmt::format("priorities: segment has {}, caller expects {}", f.priorities,
+                         e.priorities);
+    if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
+      return fmt::format("ring_capacity: segment has {}, caller expects {}", f.ring_capacity,
+                         e.ring_capacity);
+    if (e.slot_size != 0 && f.slot_size != e.slot_size)
+      return fmt::format("slot_size: segment has {}, caller expects {}", f.slot_size, e.slot_size);
+    return std::string();
+  };
+  return spec;
+}
+
+}  // namespace fanout
+
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+constexpr int kSpins = 128;
+constexpr std::uint64_t kMaxParkNs = 250'000'000;
+constexpr std::uint64_t kBusyBackoffMaxNs = 1'000'000;
+
+MpmcRole ring_role(FanoutRole role) {
+  switch (role) {
+    case FanoutRole::Submitter:
+      return MpmcRole::Producer;
+    case FanoutRole::Drainer:
+      return MpmcRole::Consumer;
+    case FanoutRole::Peer:
+      break;
+  }
+  return MpmcRole::Peer;
+}
+
+const RoleSpec& role_spec(FanoutRole role) {
+  switch (role) {
+    case FanoutRole::Submitter:
+      return fanout::kSubmitterRole;
+    case FanoutRole::Drainer:
+      return fanout::kDrainerRole;
+    case FanoutRole::Peer:
+      break;
+  }
+  return fanout::kPeerRole;
+}
+
+std::string resolved_root(const std::string& root) {
+  return root.empty() ? default_root() : root;
+}
+
+}  // namespace
+
+Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitmap,
+                                            std::vector<MpmcRing> rings, FanoutRole role) {
+  if (bitmap.data().size() < sizeof(fanout::Control))
+    return fail(Errc::Corrupt,
+                fmt::format("{}: data area has {} bytes, the bitmap needs {}", bitmap.path(),
+                            bitmap.data().size(), sizeof(fanout::Control)));
+  auto attachment = bitmap.attach(role_spec(role));
+  if (!attachment) return std::unexpected(attachment.error());
+  PriorityFanout f;
+  f.segment_ = std::move(bitmap);
+  f.attachment_ = std::move(*attachment);
+  f.control_ = reinterpret_cast<fanout::Control*>(f.segment_.data().data());
+  f.rings_ = std::move(rings);
+  f.k_ = static_cast<std::uint32_t>(f.rings_.size());
+  f.slot_bit_ = 1u << f.attachment_.slot();
+  f.role_ = role;
+  f.base_ = std::string(base);
+  // A previous holder of our slot may have died parked: its waiter bit is ours now.
+  f.control_->hot.waiters.fetch_and(~f.slot_bit_, std::memory_order_relaxed);
+  return f;
+}
+
+Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options, FanoutRole role) {
+  if (auto ok = fanout::validate(params); !ok) return std::unexpected(ok.error());
+  if (auto ok = validate_name(fanout::bitmap_name(base)); !ok) return std::unexpected(ok.error());
+  if (auto ok = validate_name(fanout::ring_name(base, params.priorities - 1)); !ok)
+    return std::unexpected(ok.error());
+  std::vector<MpmcRing> rings;
+  rings.reserve(params.priorities);
+  auto undo = [&] {
+    for (auto& r : rings) (void)r.segment().unlink();
+  };
+  for (std::uint32_t i = 0; i < params.priorities; ++i) {
+    auto r = MpmcRing::create(fanout::ring_name(base, i), {params.ring_capacity, params.slot_size},
+                              options, ring_role(role));
+    if (!r) {
+      undo();
+      return std::unexpected(r.error());
+    }
+    rings.push_back(std::move(*r));
+  }
+  fanout::ParamBlock block{};
+  const KindSpec spec = fanout::kind_spec(params, block);
+  auto seg = Segment::create(
+      fanout::bitmap_name(base), spec, options, [&](std::span<std::byte> data) -> Result<void> {
+        auto* ctl = reinterpret_cast<fanout::Control*>(data.data());
+        for (std::uint32_t i = 0; i < params.priorities; ++i)
+          ctl->rings.incarnation[i] = rings[i].segment().header().incarnation;
+        return {};
+      });
+  if (!seg) {
+    undo();
+    return std::unexpected(seg.error());
+  }
+  auto f = bind(base, std::move(*seg), std::move(rings), role);
+  if (!f) (void)unlink(base, options.root);
+  return f;
+}
+
+Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options, FanoutRole role) {
+  if (options.read_only)
+    return fail(Errc::InvalidArgument,
+                fmt::format("fanout '{}': a handle needs writable mappings", base));
+  if (expected.priorities > fanout::kMaxPriorities)
+    return fail(Errc::InvalidArgument, fmt::format("priorities {} must be in [1, {}]",
+                                                   expected.priorities, fanout::kMaxPriorities));
+  fanout::ParamBlock block{};
+  const KindSpec spec = fanout::kind_spec(expected, block);
+  auto seg = Segment::open(fanout::bitmap_name(base), spec, options);
+  if (!seg) {
+    if (seg.error().code == Errc::NotFound)
+      return fail(Errc::NotFound, fmt::format("fanout '{}': {}", base, seg.error().message));
+    return std::unexpected(seg.error());
+  }
+  fanout::ParamBlock found{};
+  std::memcpy(&found, seg->params().data(), sizeof found);
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(seg->data().data());
+  std::vector<MpmcRing> rings;
+  rings.reserve(found.priorities);
+  for (std::uint32_t i = 0; i < found.priorities; ++i) {
+    const std::string name = fanout::ring_name(base, i);
+    auto r = MpmcRing::open(name, {found.ring_capacity, found.slot_size}, options, ring_role(role));
+    if (!r) {
+      if (r.error().code == Errc::NotFound)
+        return fail(Errc::NotFound, fmt::format("fanout '{}': ring file '{}' of priority {} is "
+                                                "missing ({})",
+                                                base, name, i, r.error().message));
+      return std::unexpected(r.error());
+    }
+    const std::uint64_t inc = r->segment().header().incarnation;
+    if (inc != ctl->rings.incarnation[i])
+      return fail(Errc::ParamMismatch,
+                  fmt::format("{}: incarnation: segment has {:016x}, the fanout's bitmap expects "
+                              "{:016x} (the ring was re-created on its own)",
+                              r->segment().path(), inc, ctl->rings.incarnation[i]));
+    rings.push_back(std::move(*r));
+  }
+  return bind(base, std::move(*seg), std::move(rings), role);
+}
+
+Result<void> PriorityFanout::unlink(std::string_view base, const std::string& root) {
+  bool removed = false;
+  auto drop = [&](const std::string& name) -> Result<void> {
+    auto ok = Segment::unlink(name, root);
+    if (ok) {
+      removed = true;
+      return {};
+    }
+    if (ok.error().code == Errc::NotFound) return {};
+    return ok;
+  };
+  // The bitmap first: openers fail fast instead of finding half the rings.
+  if (auto ok = drop(fanout::bitmap_name(base)); !ok) return ok;
+  for (std::uint32_t i = 0; i < fanout::kMaxPriorities; ++i)
+    if (auto ok = drop(fanout::ring_name(base, i)); !ok) return ok;
+  if (!removed)
+    return fail(Errc::NotFound,
+                fmt::format("fanout '{}' not found in {}", base, resolved_root(root)));
+  return {};
+}
+
+std::uint64_t PriorityFanout::ring_capacity() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().capacity();
+}
+
+std::uint64_t PriorityFanout::slot_size() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().slot_size();
+}
+
+std::uint64_t PriorityFanout::active_priorities() const noexcept {
+  const std::uint64_t all = k_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << k_) - 1;
+  // Acquire: pairs with the submitters' seq_cst fetch_or (a hint either way).
+  return control_->hot.bitmap.load(std::memory_order_acquire) & all;
+}
+
+std::unexpected<Error> PriorityFanout::out_of_bounds(std::uint32_t priority) const {
+  return fail(Errc::PriorityOutOfBounds,
+              fmt::format("priority {} is out of bounds for fanout '{}' with {} priorities "
+                          "(0..{}, 0 is the lowest)",
+                          priority, base_, k_, k_ - 1));
+}
+
+std::unexpected<Error> PriorityFanout::bit_out_of_range(std::uint64_t bitmap) const {
+  return fail(Errc::Corrupt, fmt::format("{}: bitmap {:#018x} has a bit set above priority {} "
+                                         "(the fanout has {} priorities)",
+                                         segment_.path(), bitmap, k_ - 1, k_));
+}
+
+void PriorityFanout::clear_stale(std::uint32_t priority) noexcept {
+  control_->stats.stale_retries.fetch_add(1, std::memory_order_relaxed);  // statistics only
+  clear_bit(priority);
+}
+
+void PriorityFanout::clear_bit(std::uint32_t priority) noexcept {
+  const std::uint64_t bit = std::uint64_t{1} << priority;
+  auto& hot = control_->hot;
+  // [B2] seq_cst: see announce() [B1].
+  hot.bitmap.fetch_and(~bit, std::memory_order_seq_cst);
+  // [C] (inside has_claimed_items: a seq_cst load of the ring's tail).
+  if (rings_[priority].has_claimed_items()) {
+    hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
+    // [D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
+    if (hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
+  }
+}
+
+void PriorityFanout::wake_drainers() noexcept {
+  auto& hot = control_->hot;
+  // [E] release: pairs with the drainer's [E'] load of the epoch before its re-check.
+  hot.epoch.fetch_add(1, std::memory_order_release);
+  (void)futex_wake(hot.epoch, 1);
+  control_->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
+}
+
+Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std::byte> payload,
+                                    std::chrono::nanoseconds timeout) {
+  if (priority >= k_) return out_of_bounds(priority);
+  auto r = rings_[priority].push(payload, timeout);
+  if (!r || !*r) return r;
+  announce(priority);
+  return true;
+}
+
+Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
+                                                             std::chrono::nanoseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int i = 0; i < kSpins; ++i) {
+    auto r = try_drain_highest(out);
+    if (!r || *r) return r;
+    cpu_relax();
+  }
+  auto& hot = control_->hot;
+  control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
+  std::uint64_t backoff_ns = 20'000;
+  Result<std::optional<Drained>> r = std::optional<Drained>{};
+  for (;;) {
+    // [E'] acquire: pairs with a waker's [E]; a wake after this load changes
+    // the word, so futex_wait returns at once instead of sleeping.
+    const std::uint32_t seen = hot.epoch.load(std::memory_order_acquire);
+    // [D] seq_cst: announce (re-asserted every round); Dekker pair with [D1].
+    hot.waiters.fetch_or(slot_bit_, std::memory_order_seq_cst);
+    r = try_drain_highest(out);
+    if (!r || *r) break;
+    // [D2] seq_cst: a bit set before [D] in the total order shows here (a push
+    // in flight, or a ring whose held cell awaits repair): poll instead of
+    // sleeping; a bit set after [D] is followed by its setter seeing our bit.
+    const bool busy = hot.bitmap.load(std::memory_order_seq_cst) != 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    std::uint64_t ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
+    if (busy) {
+      ns = std::min(ns, backoff_ns);
+      backoff_ns = std::min(backoff_ns * 2, kBusyBackoffMaxNs);
+    }
+    ns = std::min(ns, kMaxParkNs);
+    attachment_.heartbeat();
+    (void)futex_wait(hot.epoch, seen, ns);
+  }
+  // Relaxed: a bit seen late only costs a submitter a spurious wake.
+  hot.waiters.fetch_and(~slot_bit_, std::memory_order_relaxed);
+  return r;
+}
+
+Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
+    std::uint32_t priority, std::span<std::byte> out, std::chrono::nanoseconds timeout) {
+  if (priority >= k_) return out_of_bounds(priority);
+  auto r = rings_[priority].pop(out, timeout);
+  if (r && *r && rings_[priority].popped_last()) clear_bit(priority);
+  return r;
+}
+
+void PriorityFanout::heartbeat() noexcept {
+  attachment_.heartbeat();
+  for (MpmcRing& r : rings_) r.heartbeat();
+}
+
+mpmc::RepairReport PriorityFanout::repair() const {
+  mpmc::RepairReport total;
+  for (const MpmcRing& r : rings_) {
+    mpmc::RepairReport one = r.repair();
+    total.repaired_pushes += one.repaired_pushes;
+    total.repaired_pops += one.repaired_pops;
+    total.held_by_live += one.held_by_live;
+    for (auto& a : one.actions)
+      total.actions.push_back(fmt::format("{}: {}", r.segment().name(), a));
+  }
+  return total;
+}
+
+}  // namespace shm

@@ -1,0 +1,575 @@
+#include "shm/segment/segment.hpp"
+
+#include "shm/platform/clock.hpp"
+#include "shm/platform/crc32c.hpp"
+#include "shm/platform/process.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+namespace shm {
+namespace {
+
+std::string resolve_root(const std::string& root) {
+  return root.empty() ? default_root() : root;
+}
+
+std::string join(const std::string& root, std::string_view name) {
+  return fmt::format("{}/{}", root, name);
+}
+
+// Refuses a root whose segments another user could redirect, remove or
+// replace: a symbolic link, a directory of another user (a root-owned one with
+// the sticky bit, like /dev/shm itself, is fine), a world-writable directory
+// without the sticky bit.
+Result<void> check_root_is_safe(const std::string& root) {
+  std::string entry = root;  // lstat of "link/" would follow the link
+  while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
+  struct stat st {};
+  if (::lstat(entry.c_str(), &st) != 0) return fail_errno(errno, "root directory " + root);
+  if (S_ISLNK(st.st_mode))
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is a symbolic link; a root must be a directory itself "
+                            "(whoever controls the link controls where segments go)",
+                            entry));
+  if (!S_ISDIR(st.st_mode))
+    return fail(Errc::UnsafeRoot, fmt::format("root {} is not a directory", entry));
+  const bool sticky = (st.st_mode & S_ISVTX) != 0;
+  if (st.st_uid != ::geteuid() && !(st.st_uid == 0 && sticky))
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is owned by uid {}, this process runs as uid {}: its owner "
+                            "could remove or replace the segments; use a root of your own",
+                            entry, st.st_uid, ::geteuid()));
+  if ((st.st_mode & S_IWOTH) != 0 && !sticky)
+    return fail(Errc::UnsafeRoot,
+                fmt::format("root {} is world-writable (mode {:o}) without the sticky bit: any "
+                            "user could remove or replace its segments",
+                            entry, static_cast<unsigned>(st.st_mode & 07777)));
+  return {};
+}
+
+// Every std::filesystem call here takes an error_code: no exception may leave
+// the library (a root whose parent cannot be searched is EACCES, not a throw).
+Result<void> ensure_root(const std::string& root) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(root, ec)) return check_root_is_safe(root);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    return fail_errno(ec.value(), fmt::format("root directory {}", root));
+  std::filesystem::create_directories(root, ec);
+  if (ec) {
+    std::error_code again;
+    if (!std::filesystem::is_directory(root, again))  // another process may have created it
+      return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+    return check_root_is_safe(root);  // created by another process meanwhile
+  }
+  ::chmod(root.c_str(), 0700);
+  return {};
+}
+
+std::uint32_t header_crc(const SegmentHeader& h) {
+  return crc32c(&h, offsetof(SegmentHeader, header_crc));
+}
+
+// Reads a shared field of the header with relaxed order: the immutable part was
+// published by the creator's READY release store, paired with our acquire load
+// of `state` in validate_header().
+template <class T>
+T relaxed(const std::atomic<T>& a) {
+  return a.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Result<void> validate_name(std::string_view name) {
+  if (name.empty()) return fail(Errc::InvalidName, "segment name is empty");
+  if (name.size() > 200)
+    return fail(Errc::InvalidName,
+                fmt::format("segment name is {} characters long, the limit is 200", name.size()));
+  if (name == "." || name == "..")
+    return fail(Errc::InvalidName, fmt::format("segment name '{}' is not allowed", name));
+  if (name.front() == '-')
+    return fail(Errc::InvalidName,
+                fmt::format("segment name '{}' starts with '-'; a name may not start with '-' "
+                            "(command-line tools would read it as an option)",
+                            name));
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return fail(Errc::InvalidName,
+                  fmt::format("segment name '{}' contains '{}'; allowed: [A-Za-z0-9._-]", name,
+                              std::isprint(static_cast<unsigned char>(c))
+                                  ? std::string(1, c)
+                                  : fmt::format("\\x{:02x}", static_cast<unsigned char>(c))));
+  }
+  if (name.starts_with(kReservedPrefix))
+    return fail(Errc::InvalidName, fmt::format("segment name '{}' uses the reserved prefix '{}'",
+                                               name, kReservedPrefix));
+  return {};
+}
+
+std::string default_root() {
+  const char* env = std::getenv("LIBSHM_ROOT");
+  return (env != nullptr && *env != '\0') ? std::string(env) : std::string("/dev/shm/libshm");
+}
+
+std::string_view to_string(EventType type) noexcept {
+  switch (type) {
+    case EventType::Created:
+      return "created";
+    case EventType::Attached:
+      return "attached";
+    case EventType::Detached:
+      return "detached";
+    case EventType::Takeover:
+      return "takeover";
+    case EventType::Fault:
+      return "fault";
+    case EventType::Reclaimed:
+      return "reclaimed";
+  }
+  return "unknown";
+}
+
+void record_event(SegmentHeader& h, EventType type, std::uint32_t slot,
+                  std::uint32_t detail) noexcept {
+  const std::uint64_t n = h.counters.events.fetch_add(1, std::memory_order_relaxed);
+  EventEntry& e = h.events[n % kEventRingSize];
+  // Seqlock writer: odd while writing. Two writers 32 events apart could
+  // overlap on one entry; the reader then sees a sequence mismatch and skips it.
+  // [E1] acq_rel exchange: the field stores below cannot move above the odd
+  // marker (no fences: ThreadSanitizer does not model them); pairs with [E1'].
+  (void)e.seq.exchange(2 * n + 1, std::memory_order_acq_rel);
+  e.time_ns.store(realtime_ns(), std::memory_order_relaxed);
+  e.type.store(static_cast<std::uint32_t>(type), std::memory_order_relaxed);
+  e.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
+  e.slot.store(slot, std::memory_order_relaxed);
+  e.detail.store(detail, std::memory_order_relaxed);
+  e.seq.store(2 * n + 2, std::memory_order_release);  // [E2] pairs with reader acquire [E2']
+}
+
+// ---------------------------------------------------------------- Attachment
+
+Attachment::Attachment(Attachment&& o) noexcept
+    : lock_fd_(std::move(o.lock_fd_)),
+      header_(std::exchange(o.header_, nullptr)),
+      slot_(o.slot_),
+      generation_(o.generation_),
+      took_over_(o.took_over_) {}
+
+Attachment& Attachment::operator=(Attachment&& o) noexcept {
+  if (this != &o) {
+    detach();
+    lock_fd_ = std::move(o.lock_fd_);
+    header_ = std::exchange(o.header_, nullptr);
+    slot_ = o.slot_;
+    generation_ = o.generation_;
+    took_over_ = o.took_over_;
+  }
+  return *this;
+}
+
+Attachment::~Attachment() {
+  detach();
+}
+
+void Attachment::heartbeat() noexcept {
+  if (header_ != nullptr)
+    header_->slots[slot_].heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
+}
+
+void Attachment::detach() noexcept {
+  if (header_ == nullptr) return;
+  AttachmentSlot& s = header_->slots[slot_];
+  s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
+  header_->counters.detaches.fetch_add(1, std::memory_order_relaxed);
+  record_event(*header_, EventType::Detached, static_cast<std::uint32_t>(slot_),
+               s.role.load(std::memory_order_relaxed));
+  header_ = nullptr;
+  lock_fd_ = FileHandle();  // closing the last fd of the OFD drops the lock
+}
+
+// ---------------------------------------------------------------- Segment
+
+Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
+                                const CreateOptions& options, const Initializer& init) {
+  if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
+  if (spec.params.size() > kParamBytes)
+    return fail(Errc::InvalidArgument,
+                fmt::format("{} parameter block is {} bytes, limit {}", spec.kind_name,
+                            spec.params.size(), kParamBytes));
+  const std::string root = resolve_root(options.root);
+  if (auto ok = ensure_root(root); !ok) return std::unexpected(ok.error());
+  const std::string path = join(root, name);
+  const std::uint64_t total = kHeaderSize + round_up(spec.data_size, kPageSize);
+
+  if (::access(path.c_str(), F_OK) == 0)
+    return fail(Errc::AlreadyExists, fmt::format("segment '{}' already exists at {}", name, path));
+
+  auto space = filesystem_space(root);
+  if (!space) return std::unexpected(space.error());
+  if (space->available_bytes < total)
+    return fail(Errc::NoSpace,
+                fmt::format("filesystem of {} has {} bytes free (of {}), segment '{}' needs {}; "
+                            "enlarge it (Docker: --shm-size) or choose a smaller segment",
+                            root, space->available_bytes, space->total_bytes, name, total));
+
+  const std::string tmp =
+      fmt::format("{}/{}tmp-{}-{:016x}", root, kReservedPrefix, name, random_u64());
+  FileHandle fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       static_cast<mode_t>(options.mode)));
+  if (!fd.valid()) return fail_errno(errno, "create " + tmp);
+  struct TmpGuard {
+    const std::string& p;
+    bool armed = true;
+    ~TmpGuard() {
+      if (armed) ::unlink(p.c_str());
+    }
+  } guard{tmp};
+
+  if (::fchmod(fd.get(), static_cast<mode_t>(options.mode)) != 0)
+    return fail_errno(errno, "fchmod " + tmp);
+  if (options.group && ::fchown(fd.get(), static_cast<uid_t>(-1), *options.group) != 0)
+    return fail_errno(errno, fmt::format("fchown {} to gid {}", tmp, *options.group));
+  if (const int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); rc != 0) {
+    if (rc == ENOSPC)
+      return fail(Errc::NoSpace, fmt::format("filesystem of {} cannot hold segment '{}' ({} bytes)",
+                                             root, name, total));
+    return fail_errno(rc, "posix_fallocate " + tmp);
+  }
+
+  auto mapping = Mapping::map(fd.get(), total, true, tmp);
+  if (!mapping) return std::unexpected(mapping.error());
+  auto* h = reinterpret_cast<SegmentHeader*>(mapping->data());
+  const ProcessId self = self_process();
+  h->magic = kSegmentMagic;
+  h->layout_major = kLayoutMajor;
+  h->layout_minor = kLayoutMinor;
+  h->kind = spec.kind;
+  h->flags = options.ephemeral ? static_cast<std::uint16_t>(SegmentFlags::Ephemeral) : 0;
+  h->header_size = static_cast<std::uint32_t>(kHeaderSize);
+  h->params_size = static_cast<std::uint32_t>(spec.params.size());
+  h->total_size = total;
+  h->fingerprint = spec.fingerprint;
+  h->incarnation = random_u64();
+  h->creator_pid = self.pid;
+  h->creator_start_time = self.start_time;
+  h->creation_time_ns = realtime_ns();
+  if (!spec.params.empty()) std::memcpy(h->params, spec.params.data(), spec.params.size());
+  h->header_crc = header_crc(*h);
+  h->state.store(static_cast<std::uint32_t>(SegmentState::Initializing), std::memory_order_relaxed);
+
+  Segment seg;
+  seg.fd_ = std::move(fd);
+  seg.mapping_ = std::move(*mapping);
+  seg.name_ = std::string(name);
+  seg.path_ = path;
+  if (init) {
+    if (auto ok = init(seg.data()); !ok) return std::unexpected(ok.error());
+  }
+  // [R] release: publishes header + data initialisation; pairs with [R'] in validate_header().
+  h->state.store(static_cast<std::uint32_t>(SegmentState::Ready), std::memory_order_release);
+
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == EEXIST)
+      return fail(Errc::AlreadyExists,
+                  fmt::format("segment '{}' already exists at {}", name, path));
+    if (errno != EINVAL && errno != ENOSYS) return fail_errno(errno, "publish " + path);
+    // Filesystem without RENAME_NOREPLACE: link() also refuses to replace.
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      if (errno == EEXIST)
+        return fail(Errc::AlreadyExists,
+                    fmt::format("segment '{}' already exists at {}", name, path));
+      return fail_errno(errno, "publish " + path);
+    }
+    ::unlink(tmp.c_str());
+  }
+  guard.armed = false;
+  struct stat st {};
+  ::fstat(seg.fd_.get(), &st);
+  seg.dev_ = st.st_dev;
+  seg.ino_ = st.st_ino;
+  shm::record_event(*h, EventType::Created, 0, spec.kind);
+  return seg;
+}
+
+Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& options) {
+  if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
+  const std::string root = resolve_root(options.root);
+  const std::string path = join(root, name);
+  // O_NONBLOCK: a FIFO planted under a segment's name must not block the open
+  // (fstat below refuses it); for a regular file the flag changes nothing.
+  const int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  FileHandle fd(::open(path.c_str(), flags));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT)
+      return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, root));
+    if (err == ELOOP)
+      return fail(
+          Errc::NotRegularFile,
+          fmt::format("{} is a symbolic link; segments are never followed through links", path));
+    return fail_errno(err, "open " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::NotRegularFile, fmt::format("{} is not a regular file (mode {:o})", path,
+                                                  static_cast<unsigned>(st.st_mode)));
+  if (st.st_uid != ::geteuid() && !options.allow_other_owner)
+    return fail(Errc::WrongOwner,
+                fmt::format("{} is owned by uid {}, this process runs as uid {}; pass "
+                            "allow_other_owner to trust it",
+                            path, st.st_uid, ::geteuid()));
+  if (static_cast<std::uint64_t>(st.st_size) < kHeaderSize)
+    return fail(Errc::Truncated, fmt::format("{} has {} bytes, less than the {}-byte header", path,
+                                             st.st_size, kHeaderSize));
+  auto mapping =
+      Mapping::map(fd.get(), static_cast<std::size_t>(st.st_size), !options.read_only, path);
+  if (!mapping) return std::unexpected(mapping.error());
+  Segment seg;
+  seg.fd_ = std::move(fd);
+  seg.mapping_ = std::move(*mapping);
+  seg.name_ = std::string(name);
+  seg.path_ = path;
+  seg.dev_ = st.st_dev;
+  seg.ino_ = st.st_ino;
+  if (auto ok = seg.validate_header(options); !ok) return std::unexpected(ok.error());
+  return seg;
+}
+
+Result<void> Segment::validate_header(const OpenOptions& options) const {
+  const SegmentHeader& h = header();
+  if (h.magic != kSegmentMagic)
+    return fail(Errc::BadMagic,
+                fmt::format("{}: magic is {:#018x}, expected {:#018x} (not a libshm segment)",
+                            path_, h.magic, kSegmentMagic));
+  if (h.layout_major != kLayoutMajor)
+    return fail(Errc::VersionMismatch,
+                fmt::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
+                            path_, h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
+  // [R'] acquire: pairs with the creator's READY release [R]; after it the
+  // immutable header and the kind's initial data are visible.
+  const auto deadline = std::chrono::steady_clock::now() + options.ready_wait;
+  std::uint32_t state = h.state.load(std::memory_order_acquire);
+  while (state == static_cast<std::uint32_t>(SegmentState::Initializing) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    state = h.state.load(std::memory_order_acquire);
+  }
+  if (state == static_cast<std::uint32_t>(SegmentState::Initializing))
+    return fail(Errc::NotReady, fmt::format("{}: still INITIALIZING after {} ms (creator pid {} "
+                                            "may have died while creating it)",
+                                            path_, options.ready_wait.count(), h.creator_pid));
+  if (state != static_cast<std::uint32_t>(SegmentState::Ready))
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: state word is {}, expected READY ({})", path_, state,
+                            static_cast<std::uint32_t>(SegmentState::Ready)));
+  if (const std::uint32_t crc = header_crc(h); crc != h.header_crc)
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: header CRC: segment has {:#010x}, computed {:#010x}", path_,
+                            h.header_crc, crc));
+  if (h.header_size != kHeaderSize)
+    return fail(Errc::HeaderCorrupt, fmt::format("{}: header size: segment has {}, expected {}",
+                                                 path_, h.header_size, kHeaderSize));
+  if (h.params_size > kParamBytes)
+    return fail(Errc::HeaderCorrupt,
+                fmt::format("{}: parameter block: segment has {} bytes, limit {}", path_,
+                            h.params_size, kParamBytes));
+  if (h.total_size < mapping_.size())
+    return fail(Errc::SizeMismatch, fmt::format("{}: size: header states {} bytes, file has {}",
+                                                path_, h.total_size, mapping_.size()));
+  if (h.total_size > mapping_.size())
+    return fail(Errc::Truncated, fmt::format("{}: size: header states {} bytes, file has only {}",
+                                             path_, h.total_size, mapping_.size()));
+  return {};
+}
+
+Result<Segment> Segment::open_any(std::string_view name, const OpenOptions& options) {
+  return open_file(name, options);
+}
+
+Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
+                              const OpenOptions& options) {
+  auto seg = open_file(name, options);
+  if (!seg) return seg;
+  const SegmentHeader& h = seg->header();
+  if (h.kind != expected.kind)
+    return fail(Errc::KindMismatch,
+                fmt::format("{}: kind: segment has {}, caller expects {} ({})", seg->path(), h.kind,
+                            expected.kind, expected.kind_name));
+  if (h.fingerprint != expected.fingerprint)
+    return fail(
+        Errc::FingerprintMismatch,
+        fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
+                    "(built from a different layout)",
+                    seg->path(), expected.kind_name, h.fingerprint, expected.fingerprint));
+  if (expected.param_mismatch) {
+    const std::string why = expected.param_mismatch(seg->params(), expected.params);
+    if (!why.empty()) return fail(Errc::ParamMismatch, fmt::format("{}: {}", seg->path(), why));
+  }
+  const std::uint64_t needed = kHeaderSize + round_up(expected.data_size, kPageSize);
+  if (expected.data_size != 0 && h.total_size != needed)
+    return fail(Errc::SizeMismatch,
+                fmt::format("{}: size: segment has {} bytes, its {} parameters need {}",
+                            seg->path(), h.total_size, expected.kind_name, needed));
+  return seg;
+}
+
+Result<Attachment> Segment::attach(const RoleSpec& role) {
+  if (!writable())
+    return fail(Errc::InvalidArgument, fmt::format("{}: attach needs a writable mapping", path_));
+  if (role.exclusive && role.id >= kExclusiveSlots)
+    return fail(Errc::InvalidArgument, fmt::format("exclusive role {} has id {}, limit {}",
+                                                   role.name, role.id, kExclusiveSlots));
+  auto lock_fd = reopen(fd_.get(), true);
+  if (!lock_fd) return std::unexpected(lock_fd.error());
+  SegmentHeader* h = mutable_header();
+
+  std::size_t first = role.id;
+  std::size_t last = role.id + 1;
+  if (!role.exclusive) {
+    first = kExclusiveSlots;
+    last = kMaxAttachments;
+  }
+  // Non-exclusive roles prefer never-used/free slots, so a dead holder's record
+  // stays visible to the sidecar for reclaim as long as possible.
+  std::optional<std::size_t> won;
+  for (int pass = 0; pass < 2 && !won; ++pass) {
+    for (std::size_t i = first; i < last; ++i) {
+      const bool free = relaxed(h->slots[i].state) == static_cast<std::uint32_t>(SlotState::Free);
+      if (!role.exclusive && pass == 0 && !free) continue;
+      auto got = try_lock_byte(lock_fd->get(), slot_lock_offset(i));
+      if (!got) return std::unexpected(got.error());
+      if (*got) {
+        won = i;
+        break;
+      }
+    }
+  }
+  if (!won) {
+    if (role.exclusive) {
+      const AttachmentSlot& s = h->slots[role.id];
+      const std::int32_t pid = relaxed(s.pid);
+      return fail(Errc::RoleTaken, fmt::format("{}: role '{}' is held by live pid {} ({})", path_,
+                                               role.name, pid, process_cmdline(pid)));
+    }
+    return fail(Errc::NoFreeSlot, fmt::format("{}: all {} shared attachment slots are held by live "
+                                              "processes",
+                                              path_, kMaxAttachments - kExclusiveSlots));
+  }
+  // We hold the slot's kernel lock: we are its only writer from here on.
+  AttachmentSlot& s = h->slots[*won];
+  const bool takeover = relaxed(s.state) == static_cast<std::uint32_t>(SlotState::Attached);
+  const ProcessId self = self_process();
+  s.role.store(role.id, std::memory_order_relaxed);
+  s.pid.store(self.pid, std::memory_order_relaxed);
+  s.start_time.store(self.start_time, std::memory_order_relaxed);
+  s.attach_time_ns.store(realtime_ns(), std::memory_order_relaxed);
+  s.heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  const std::uint32_t generation = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
+  // [A] release: readers that acquire-load `state` see the fields above.
+  s.state.store(static_cast<std::uint32_t>(SlotState::Attached), std::memory_order_release);
+  h->counters.attaches.fetch_add(1, std::memory_order_relaxed);
+  if (takeover) h->counters.takeovers.fetch_add(1, std::memory_order_relaxed);
+  shm::record_event(*h, takeover ? EventType::Takeover : EventType::Attached,
+                    static_cast<std::uint32_t>(*won), role.id);
+
+  Attachment a;
+  a.lock_fd_ = std::move(*lock_fd);
+  a.header_ = h;
+  a.slot_ = *won;
+  a.generation_ = generation;
+  a.took_over_ = takeover;
+  return a;
+}
+
+bool Segment::stale() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return true;
+  return static_cast<std::uint64_t>(st.st_dev) != dev_ ||
+         static_cast<std::uint64_t>(st.st_ino) != ino_;
+}
+
+Result<void> Segment::unlink() const {
+  if (stale()) return fail(Errc::NotFound, fmt::format("{} no longer names this segment", path_));
+  if (::unlink(path_.c_str()) != 0) return fail_errno(errno, "unlink " + path_);
+  return {};
+}
+
+Result<void> Segment::unlink(std::string_view name, const std::string& root) {
+  if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
+  const std::string r = resolve_root(root);
+  const std::string path = join(r, name);
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT)
+      return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, r));
+    return fail_errno(errno, "unlink " + path);
+  }
+  return {};
+}
+
+Liveness Segment::liveness(std::size_t slot) const {
+  if (slot >= kMaxAttachments) return Liveness::Free;
+  auto probe = probe_byte(fd_.get(), slot_lock_offset(slot));
+  const bool held = probe && *probe == LockProbe::Held;
+  // [A'] acquire: pairs with [A] in attach().
+  const bool attached = header().slots[slot].state.load(std::memory_order_acquire) ==
+                        static_cast<std::uint32_t>(SlotState::Attached);
+  if (held) return Liveness::Alive;  // attached, or attaching right now
+  return attached ? Liveness::Dead : Liveness::Free;
+}
+
+std::vector<SlotInfo> Segment::slots() const {
+  std::vector<SlotInfo> out;
+  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
+    const AttachmentSlot& s = header().slots[i];
+    const Liveness live = liveness(i);
+    const auto state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+    if (state == SlotState::Free && live == Liveness::Free) continue;
+    out.push_back(SlotInfo{i, state, relaxed(s.role), relaxed(s.pid), relaxed(s.start_time),
+                           relaxed(s.generation), relaxed(s.attach_time_ns),
+                           relaxed(s.heartbeat_ns), live});
+  }
+  return out;
+}
+
+std::vector<EventInfo> Segment::events() const {
+  const SegmentHeader& h = header();
+  const std::uint64_t end = h.counters.events.load(std::memory_order_acquire);
+  const std::uint64_t begin = end > kEventRingSize ? end - kEventRingSize : 0;
+  std::vector<EventInfo> out;
+  for (std::uint64_t n = begin; n < end; ++n) {
+    const EventEntry& e = h.events[n % kEventRingSize];
+    const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);  // [E2'] pairs with [E2]
+    // [E1'] acquire loads keep the re-read of seq below after them; a writer
+    // that started meanwhile ([E1]) changed seq, and the entry is skipped.
+    constexpr auto acq = std::memory_order_acquire;
+    EventInfo info{n,
+                   e.time_ns.load(acq),
+                   static_cast<EventType>(e.type.load(acq)),
+                   e.pid.load(acq),
+                   e.slot.load(acq),
+                   e.detail.load(acq)};
+    const std::uint64_t s2 = e.seq.load(std::memory_order_relaxed);
+    if (s1 == s2 && s1 == 2 * n + 2) out.push_back(info);
+  }
+  return out;
+}
+
+void Segment::record_event(EventType type, std::uint32_t slot,
+                           std::uint32_t detail) const noexcept {
+  if (writable()) shm::record_event(*mutable_header(), type, slot, detail);
+}
+
+}  // namespace shm

@@ -1,0 +1,340 @@
+#include "shm/spsc/layout.hpp"
+
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+#include "shm/platform/futex.hpp"
+
+#include <fmt/format.h>
+
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace shm {
+namespace ring {
+
+Result<void> validate(const RingParams& params) {
+  if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
+      params.capacity > kMaxCapacity)
+    return fail(Errc::InvalidArgument,
+                fmt::format("ring capacity {} must be a power of two in [{}, {}]", params.capacity,
+                            kMinCapacity, kMaxCapacity));
+  return {};
+}
+
+KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
+  storage = ParamBlock{params.capacity, params.capacity ? max_payload_for(params.capacity) : 0};
+  KindSpec spec;
+  spec.kind = kSpscRingKind;
+  spec.kind_name = "spsc_ring";
+  spec.fingerprint = kFingerprint;
+  spec.params = std::as_bytes(std::span(&storage, 1));
+  spec.data_size = params.capacity ? kBufferOffset + params.capacity : 0;
+  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
+    ParamBlock f{}, e{};
+    if (found.size() != sizeof f)
+      return fmt::format("parameter block: segment has {} bytes, spsc_ring uses {}", found.size(),
+                         sizeof f);
+    std::memcpy(&f, found.data(), sizeof f);
+    std::memcpy(&e, expected.data(), sizeof e);
+    if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
+      return fmt::format("capacity: segment has {}, not a power of two in [{}, {}]", f.capacity,
+                         kMinCapacity, kMaxCapacity);
+    if (f.max_payload != max_payload_for(f.capacity))
+      return fmt::format("max_payload: segment has {}, capacity {} implies {}", f.max_payload,
+                         f.capacity, max_payload_for(f.capacity));
+    if (e.capacity != 0 && f.capacity != e.capacity)
+      return fmt::format("capacity: segment has {}, caller expects {}", f.capacity, e.capacity);
+    return std::string();
+  };
+  return spec;
+}
+
+}  // namespace ring
+
+Result<Segment> create_ring(std::string_view name, const RingParams& params,
+                            const CreateOptions& options) {
+  if (auto ok = ring::validate(params); !ok) return std::unexpected(ok.error());
+  ring::ParamBlock block{};
+  const KindSpec spec = ring::kind_spec(params, block);
+  // The data area comes zero-filled from posix_fallocate: head = tail = 0.
+  return Segment::create(name, spec, options, nullptr);
+}
+
+Result<Segment> open_ring(std::string_view name, const RingParams& expected,
+                          const OpenOptions& options) {
+  if (expected.capacity != 0) {
+    if (auto ok = ring::validate(expected); !ok) return std::unexpected(ok.error());
+  }
+  ring::ParamBlock block{};
+  KindSpec spec = ring::kind_spec(expected, block);
+  auto seg = Segment::open(name, spec, options);
+  if (!seg) return seg;
+  // capacity 0 = "any": check the size against the segment's own (validated) capacity.
+  ring::ParamBlock found{};
+  std::memcpy(&found, seg->params().data(), sizeof found);
+  const std::uint64_t needed = kHeaderSize + round_up(ring::kBufferOffset + found.capacity, kPageSize);
+  if (seg->header().total_size != needed)
+    return fail(Errc::SizeMismatch, fmt::format("{}: size: segment has {} bytes, capacity {} needs {}",
+                                                seg->path(), seg->header().total_size,
+                                                found.capacity, needed));
+  return seg;
+}
+
+namespace detail {
+
+std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
+  return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
+}
+
+void endpoint_used_concurrently(const char* what) noexcept {
+  std::fprintf(stderr, "libshm: %s is used by two threads at once\n", what);
+  std::abort();
+}
+
+Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
+  auto attachment = segment.attach(role);
+  if (!attachment) return std::unexpected(attachment.error());
+  ring::ParamBlock block{};
+  std::memcpy(&block, segment.params().data(), sizeof block);
+  e.segment_ = std::move(segment);
+  e.attachment_ = std::move(*attachment);
+  e.control_ = reinterpret_cast<ring::RingControl*>(e.segment_.data().data());
+  e.buffer_ = e.segment_.data().data() + ring::kBufferOffset;
+  e.capacity_ = block.capacity;
+  e.mask_ = block.capacity - 1;
+  e.max_payload_ = block.max_payload;
+  return {};
+}
+
+}  // namespace detail
+
+namespace {
+
+// Both positions, as read at attach, must describe a possible ring state.
+Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
+                             std::uint64_t capacity) {
+  if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0 || tail < head ||
+      tail - head > capacity)
+    return fail(Errc::Corrupt, fmt::format("{}: ring positions head {} tail {} are impossible for "
+                                           "capacity {}",
+                                           seg.path(), head, tail, capacity));
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- producer
+
+Result<RingProducer> RingProducer::create(std::string_view name, const RingParams& params,
+                                          const CreateOptions& options) {
+  auto seg = create_ring(name, params, options);
+  if (!seg) return std::unexpected(seg.error());
+  RingProducer p;
+  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok) return std::unexpected(ok.error());
+  return p;
+}
+
+Result<RingProducer> RingProducer::open(std::string_view name, const RingParams& expected,
+                                        const OpenOptions& options) {
+  auto seg = open_ring(name, expected, options);
+  if (!seg) return std::unexpected(seg.error());
+  RingProducer p;
+  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok) return std::unexpected(ok.error());
+  // We are the only writer of tail now; a dead predecessor's unpublished
+  // reservations are simply overwritten.
+  p.tail_ = p.control_->producer.tail.load(std::memory_order_acquire);
+  p.cached_head_ = p.control_->consumer.head.load(std::memory_order_acquire);
+  if (auto ok = check_positions(p.segment_, p.cached_head_, p.tail_, p.capacity_); !ok)
+    return std::unexpected(ok.error());
+  p.reserved_ = p.tail_;
+  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);
+  return p;
+}
+
+Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
+  // [C'] acquire: pairs with the consumer's [C]; the bytes before head are free.
+  const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
+  if (head < cached_head_ || head > tail_ || head % ring::kRecordAlign != 0)
+    return fail(Errc::Corrupt, fmt::format("{}: consumer head {} is outside [{}, {}] (published tail)",
+                                           segment_.path(), head, cached_head_, tail_));
+  cached_head_ = head;
+  return need_end - head <= capacity_;
+}
+
+Result<std::optional<std::span<std::byte>>> RingProducer::reserve(std::size_t n,
+                                                                  std::chrono::nanoseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int spin = 0; spin < 4096; ++spin) {
+    auto r = try_reserve(n);
+    if (!r || *r) return r;
+    detail::cpu_relax();
+  }
+  auto& w = control_->waiters;
+  for (;;) {
+    // Read the futex word before announcing ourselves: a wake that happens
+    // after this load changes it, and futex_wait then returns at once.
+    const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
+    // [D2'] seq_cst store of the flag, then a seq_cst load of head: pairs
+    // with [D2] in RingConsumer::release(). Either we see the new head here,
+    // or the consumer sees our flag and wakes us.
+    w.producer_parked.store(1, std::memory_order_seq_cst);
+    if (control_->consumer.head.load(std::memory_order_seq_cst) != cached_head_) {
+      w.producer_parked.store(0, std::memory_order_relaxed);
+      auto r = try_reserve(n);
+      if (!r || *r) return r;
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      w.producer_parked.store(0, std::memory_order_relaxed);
+      return std::optional<std::span<std::byte>>{};
+    }
+    attachment_.heartbeat();
+    (void)futex_wait(w.space_signal, seen,
+                     static_cast<std::uint64_t>((deadline - now).count()));
+  }
+}
+
+void RingProducer::wake_consumer() noexcept {
+  auto& w = control_->waiters;
+  if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    w.data_signal.fetch_add(1, std::memory_order_release);
+    (void)futex_wake_all(w.data_signal);
+  }
+}
+
+Result<bool> RingProducer::push(std::span<const std::byte> record, std::chrono::nanoseconds timeout) {
+  auto r = reserve(record.size(), timeout);
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return false;
+  if (!record.empty()) std::memcpy((*r)->data(), record.data(), record.size());
+  commit();
+  return true;
+}
+
+Result<std::size_t> RingProducer::try_push_batch(std::span<const std::span<const std::byte>> records) {
+  std::size_t n = 0;
+  for (const auto& rec : records) {
+    auto r = try_reserve(rec.size());
+    if (!r) {
+      commit();
+      return std::unexpected(std::move(r.error()));
+    }
+    if (!*r) break;
+    if (!rec.empty()) std::memcpy((*r)->data(), rec.data(), rec.size());
+    ++n;
+  }
+  commit();
+  return n;
+}
+
+// ---------------------------------------------------------------- consumer
+
+Result<RingConsumer> RingConsumer::create(std::string_view name, const RingParams& params,
+                                          const CreateOptions& options) {
+  auto seg = create_ring(name, params, options);
+  if (!seg) return std::unexpected(seg.error());
+  RingConsumer c;
+  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok) return std::unexpected(ok.error());
+  return c;
+}
+
+Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams& expected,
+                                        const OpenOptions& options) {
+  auto seg = open_ring(name, expected, options);
+  if (!seg) return std::unexpected(seg.error());
+  RingConsumer c;
+  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok) return std::unexpected(ok.error());
+  // A predecessor's peeked-but-unreleased records are still past head: we see them again.
+  c.head_ = c.control_->consumer.head.load(std::memory_order_acquire);
+  c.cached_tail_ = c.control_->producer.tail.load(std::memory_order_acquire);
+  if (auto ok = check_positions(c.segment_, c.head_, c.cached_tail_, c.capacity_); !ok)
+    return std::unexpected(ok.error());
+  c.peek_pos_ = c.head_;
+  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);
+  return c;
+}
+
+std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t value,
+                                             std::uint64_t bound) const {
+  return fail(Errc::Corrupt, fmt::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
+                                         "expected {}",
+                                         segment_.path(), what, value, peek_pos_, head_,
+                                         cached_tail_, bound));
+}
+
+Result<bool> RingConsumer::refresh_tail() {
+  // [P'] acquire: pairs with the producer's [P]; records before tail are complete.
+  const std::uint64_t tail = control_->producer.tail.load(std::memory_order_acquire);
+  if (tail < cached_tail_ || tail - head_ > capacity_ || tail % ring::kRecordAlign != 0)
+    return fail(Errc::Corrupt, fmt::format("{}: producer tail {} is impossible (head {}, last tail "
+                                           "{}, capacity {})",
+                                           segment_.path(), tail, head_, cached_tail_, capacity_));
+  cached_tail_ = tail;
+  return peek_pos_ != tail;
+}
+
+Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(std::chrono::nanoseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int spin = 0; spin < 4096; ++spin) {
+    auto r = try_peek();
+    if (!r || *r) return r;
+    detail::cpu_relax();
+  }
+  auto& w = control_->waiters;
+  for (;;) {
+    const std::uint32_t seen = w.data_signal.load(std::memory_order_acquire);
+    // [D1'] seq_cst store of the flag, then a seq_cst load of tail: pairs
+    // with [D1] in RingProducer::commit().
+    w.consumer_parked.store(1, std::memory_order_seq_cst);
+    if (control_->producer.tail.load(std::memory_order_seq_cst) != cached_tail_) {
+      w.consumer_parked.store(0, std::memory_order_relaxed);
+      auto r = try_peek();
+      if (!r || *r) return r;
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      w.consumer_parked.store(0, std::memory_order_relaxed);
+      return std::optional<std::span<const std::byte>>{};
+    }
+    attachment_.heartbeat();
+    (void)futex_wait(w.data_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
+  }
+}
+
+void RingConsumer::wake_producer() noexcept {
+  auto& w = control_->waiters;
+  if (w.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    w.space_signal.fetch_add(1, std::memory_order_release);
+    (void)futex_wake_all(w.space_signal);
+  }
+}
+
+Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
+  auto r = try_peek();
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return std::optional<std::size_t>{};
+  const auto rec = **r;
+  if (rec.size() > out.size()) {
+    unpeek();
+    return fail(Errc::TooLarge, fmt::format("record of {} bytes does not fit the {}-byte buffer",
+                                            rec.size(), out.size()));
+  }
+  if (!rec.empty()) std::memcpy(out.data(), rec.data(), rec.size());
+  release();
+  return std::optional<std::size_t>{rec.size()};
+}
+
+Result<std::optional<std::size_t>> RingConsumer::pop(std::span<std::byte> out,
+                                                     std::chrono::nanoseconds timeout) {
+  auto r = peek(timeout);
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return std::optional<std::size_t>{};
+  unpeek();
+  return try_pop(out);
+}
+
+}  // namespace shm

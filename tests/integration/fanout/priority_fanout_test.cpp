@@ -1,0 +1,243 @@
+// PriorityFanout across real processes: producers and consumers are separate
+// executables (test_fanout_producer / test_fanout_consumer) sharing the K+1
+// files and a "seen" table that records every delivery.
+#include "shm/fanout/priority_fanout.hpp"
+#include "common/mpmc_probe.hpp"
+#include "common/scale.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+#include "helpers/fanout/fanout_items.hpp"
+#include "shm/segment/kind.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <sys/wait.h>
+#include <algorithm>
+#include <array>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+class PriorityFanoutProcessTest : public ::testing::Test {
+ protected:
+  void create(const FanoutParams& params, std::uint64_t producers, std::uint64_t per_producer) {
+    auto f = PriorityFanout::create("jobs", params);
+    ASSERT_TRUE(f) << f.error().what();
+    auto s = test::SeenTable::map(seen_path_, true, producers, per_producer);
+    ASSERT_TRUE(s) << s.error().what();
+    seen_ = std::make_unique<test::SeenTable>(std::move(*s));
+  }
+  std::unique_ptr<Subprocess> producer(std::uint64_t id, std::uint64_t count, bool hold = false) {
+    std::vector<std::string> argv{test::helper_path("fanout_producer"), "jobs", std::to_string(id),
+                                  std::to_string(count)};
+    if (hold) argv.emplace_back("hold");
+    return std::make_unique<Subprocess>(std::move(argv));
+  }
+  std::unique_ptr<Subprocess> consumer(const char* mode = "drain",
+                                       std::optional<std::uint64_t> hold_at = std::nullopt) {
+    std::vector<std::string> argv{test::helper_path("fanout_consumer"), "jobs", seen_path_, mode};
+    if (hold_at) argv.push_back(std::to_string(*hold_at));
+    auto c = std::make_unique<Subprocess>(std::move(argv));
+    EXPECT_TRUE(c->wait_for_line("started", 30s)) << c->output();
+    return c;
+  }
+  // The two numbers of a helper's "holding ..." line, parsed with `format`.
+  static std::optional<std::pair<std::uint64_t, std::uint64_t>> holding(const std::string& out,
+                                                                        const char* format) {
+    const auto at = out.find("holding ");
+    unsigned a = 0;
+    unsigned long long b = 0;
+    if (at == std::string::npos || std::sscanf(out.c_str() + at, format, &a, &b) != 2)
+      return std::nullopt;
+    return std::make_pair(std::uint64_t{a}, std::uint64_t{b});
+  }
+  // Every ring and the bitmap verify clean (after their dead handles were repaired).
+  void expect_healthy() {
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    ASSERT_TRUE(f) << f.error().what();
+    EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
+    for (std::uint32_t p = 0; p < f->priorities(); ++p)
+      EXPECT_EQ(kMpmcRingDescriptor.verify(f->ring(p).segment()), std::vector<std::string>{}) << p;
+  }
+  std::uint64_t ring_counter(const char* key) {
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    EXPECT_TRUE(f);
+    std::uint64_t sum = 0;
+    for (std::uint32_t p = 0; f && p < f->priorities(); ++p) {
+      Node n;
+      kMpmcRingDescriptor.describe(f->ring(p).segment(), n);
+      sum += std::get<std::uint64_t>(n.find(key)->value());
+    }
+    return sum;
+  }
+
+  test::TempRoot root_;
+  std::string seen_path_ = root_.file("seen.table");
+  std::unique_ptr<test::SeenTable> seen_;
+};
+
+TEST_F(PriorityFanoutProcessTest, FourProducersTwoConsumersExchangeAMillionItemsExactlyOnce) {
+  constexpr std::uint64_t kProducers = 4;
+  const std::uint64_t per_producer = test::scaled(250'000);
+  create({.priorities = 4, .ring_capacity = 4096, .slot_size = 48}, kProducers, per_producer);
+  auto c1 = consumer();
+  auto c2 = consumer();
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  for (auto& p : producers) ASSERT_EQ(p->wait(300s), 0) << p->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(c1->wait(120s), 0) << c1->output();
+  ASSERT_EQ(c2->wait(120s), 0) << c2->output();
+  const std::uint64_t total = kProducers * per_producer;
+  EXPECT_EQ(seen_->header().delivered.load(), total);
+  std::uint64_t once = 0;
+  for (std::uint64_t i = 0; i < total; ++i) once += seen_->slot(i).load() == 1 ? 1 : 0;
+  EXPECT_EQ(once, total) << "every item delivered exactly once";
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPriority) {
+  // The producers exit before the consumer starts: the items live on in the files.
+  constexpr std::uint64_t kProducers = 4, kPerProducer = 1000;
+  create({.priorities = 8, .ring_capacity = 1024, .slot_size = 48}, kProducers, kPerProducer);
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, kPerProducer));
+  for (auto& p : producers) ASSERT_EQ(p->wait(120s), 0) << p->output();
+  auto c = consumer("ordered");
+  ASSERT_EQ(c->wait(120s), 0) << c->output();
+  EXPECT_NE(c->output().find("ordered 4000"), std::string::npos) << c->output();
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ConsumerKilledHoldingAPoppedItemLosesExactlyThatItem) {
+  constexpr std::uint64_t kProducers = 2, kKills = 3;
+  const std::uint64_t per_producer = test::scaled(100'000);
+  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  const std::uint64_t total = kProducers * per_producer;
+  auto steady = consumer();
+  // Victim k drains with the others until k/(kKills+1) of the stream is
+  // delivered, then pops one more item and holds it (never marked seen). They
+  // all start before the producers, so each reaches its mark mid-stream.
+  std::vector<std::unique_ptr<Subprocess>> victims;
+  for (std::uint64_t k = 1; k <= kKills; ++k)
+    victims.push_back(consumer("hold", total * k / (kKills + 1)));
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  std::vector<std::uint64_t> held;  // seen-table indices of the items the victims died holding
+  for (auto& victim : victims) {
+    ASSERT_TRUE(victim->wait_for_text("until killed", 60s))
+        << "the victim never held a popped item: " << victim->output();
+    const auto item = holding(victim->output(), "holding producer %u seq %llu");
+    ASSERT_TRUE(item) << victim->output();
+    const std::uint64_t index = item->first * per_producer + item->second;
+    ASSERT_EQ(seen_->slot(index).load(), 0u)
+        << "the item in the victim's hand is already delivered: it holds nothing to lose";
+    victim->kill(SIGKILL);
+    ASSERT_EQ(victim->wait(10s), 128 + SIGKILL) << victim->output();
+    held.push_back(index);
+  }
+  for (auto& p : producers) ASSERT_EQ(p->wait(300s), 0) << p->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(steady->wait(120s), 0) << steady->output();
+  std::vector<std::uint64_t> missing;
+  std::uint64_t duplicated = 0;
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const std::uint8_t n = seen_->slot(i).load();
+    if (n == 0) missing.push_back(i);
+    duplicated += n > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(duplicated, 0u);
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(missing, held) << "exactly the items the killed consumers held are lost";
+  EXPECT_EQ(ring_counter("lost_pops"), 0u) << "they were popped (released): the rings lost nothing";
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ProducerKilledHoldingAClaimedCellLeavesADeliveredPrefix) {
+  constexpr std::uint64_t kProducers = 3;
+  const std::uint64_t per_producer = test::scaled(100'000);
+  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  auto c1 = consumer();
+  auto c2 = consumer();
+  // Producer 0 submits half its items, then claims a cell for the next one
+  // and never publishes it.
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  producers.push_back(producer(0, per_producer / 2, true));
+  for (std::uint64_t i = 1; i < kProducers; ++i) producers.push_back(producer(i, per_producer));
+  ASSERT_TRUE(producers[0]->wait_for_text("until killed", 60s))
+      << "the victim never claimed a cell: " << producers[0]->output();
+  const auto claim = holding(producers[0]->output(), "holding priority %u seq %llu");
+  ASSERT_TRUE(claim) << producers[0]->output();
+  const std::uint64_t in_flight = claim->second;
+  {
+    auto ring = open_mpmc_ring(fmt::format("jobs.prio{}", claim->first));
+    ASSERT_TRUE(ring) << ring.error().what();
+    EXPECT_TRUE(test::claimed_by(*ring, producers[0]->pid(), mpmc::Side::Push))
+        << "the victim holds no claimed, unpublished cell";
+  }
+  producers[0]->kill(SIGKILL);
+  ASSERT_EQ(producers[0]->wait(10s), 128 + SIGKILL);
+  for (std::size_t i = 1; i < producers.size(); ++i)
+    ASSERT_EQ(producers[i]->wait(300s), 0) << producers[i]->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(c1->wait(120s), 0) << c1->output();
+  ASSERT_EQ(c2->wait(120s), 0) << c2->output();
+  // The killed producer's items form a prefix: everything it submitted before
+  // the claimed cell was delivered; the claimed item never was.
+  for (std::uint64_t i = 0; i < per_producer; ++i)
+    ASSERT_EQ(seen_->slot(i).load(), i < in_flight ? 1u : 0u) << i;
+  for (std::uint64_t i = per_producer; i < kProducers * per_producer; ++i)
+    ASSERT_EQ(seen_->slot(i).load(), 1) << i;
+  EXPECT_EQ(ring_counter("abandoned_pushes"), 1u) << "the claimed cell was repaired (tombstone)";
+  expect_healthy();
+}
+
+TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhileParked) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  auto f = PriorityFanout::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a drainer that parks on the empty fanout
+    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    std::array<std::byte, 48> out{};
+    if (d) (void)d->drain_highest(out, 60s);
+    ::_exit(d ? 0 : 1);
+  }
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the drainer never parked";
+  std::optional<SlotInfo> dead;
+  for (const SlotInfo& s : f->bitmap_segment().slots())
+    if (s.pid == child) dead = s;
+  ASSERT_TRUE(dead);
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  ASSERT_EQ(ctl->hot.waiters.load(), 1u << dead->index) << "a dead drainer's bit stays set";
+
+  auto seg = Segment::open_any("jobs.bitmap", OpenOptions{});  // writable, as the sidecar
+  ASSERT_TRUE(seg) << seg.error().what();
+  auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
+  ASSERT_TRUE(done) << done.error().what();
+  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->actions.size(), 1u);
+  EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
+  EXPECT_EQ(ctl->hot.waiters.load(), 0u) << "submitters would keep waking a drainer that is gone";
+}
+
+}  // namespace
+}  // namespace shm

@@ -1,0 +1,520 @@
+// The ledger across real processes: random load under a sampling checker,
+// kill -9 inside the critical section, and reclaim of a killed holder.
+#include "shm/ledger/ledger.hpp"
+#include "common/scale.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+test::Subprocess worker(std::vector<std::string> args) {
+  args.insert(args.begin(), test::helper_path("ledger_worker"));
+  return test::Subprocess(std::move(args));
+}
+
+// The attachment slot left behind by a killed process.
+std::optional<SlotInfo> dead_slot(const Segment& seg) {
+  for (const SlotInfo& s : seg.slots())
+    if (s.liveness == Liveness::Dead) return s;
+  return std::nullopt;
+}
+
+class LedgerProcessTest : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_F(LedgerProcessTest, FourProcessesAtRandomNeverPushAnAccountOverItsLimitAndEndAtZero) {
+  LedgerConfig cfg;
+  cfg.params = {20'000, 4'000, 256, 8, 16, 4};
+  cfg.categories = {{"a", 9'000, Partition::Ordinary},
+                    {"b", 6'000, Partition::Ordinary},
+                    {"c", 5'000, Partition::Control}};
+  cfg.buckets = {{"api", 2'000, 50}};
+  auto l = Ledger::create("budget", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto shared = l->open_pool({"shared", {{"all", 12'000, {}}}, 0});
+  ASSERT_TRUE(shared) << shared.error().what();
+
+  const auto millis = static_cast<long>(std::max<std::uint64_t>(test::scaled(3'000), 500));
+  test::Subprocess checker(
+      {test::helper_path("ledger_checker"), "budget", std::to_string(millis + 300)});
+  std::vector<test::Subprocess> workers;
+  for (int i = 1; i <= 4; ++i)
+    workers.push_back(worker({"random", "budget", std::to_string(millis), std::to_string(i)}));
+
+  std::uint64_t reserves = 0, rejections = 0;
+  for (auto& w : workers) {
+    const int rc = w.wait(std::chrono::milliseconds(millis) + 60s);
+    ASSERT_EQ(rc, 0) << w.output();
+    ASSERT_TRUE(contains(w.output(), "done ops=")) << w.output();
+    unsigned long long ops = 0, r = 0, j = 0;
+    ASSERT_EQ(std::sscanf(w.output().c_str(), "done ops=%llu reserves=%llu rejections=%llu", &ops,
+                          &r, &j),
+              3)
+        << w.output();
+    reserves += r;
+    rejections += j;
+  }
+  // Exit 0 also means at least one snapshot was verified against the tickets.
+  ASSERT_EQ(checker.wait(60s), 0) << checker.output();
+  unsigned long long samples = 0, verified = 0, skipped = 0, violations = 1;
+  ASSERT_EQ(std::sscanf(checker.output().c_str(),
+                        "samples %llu verified %llu skipped %llu violations %llu", &samples,
+                        &verified, &skipped, &violations),
+            4)
+      << checker.output();
+  EXPECT_EQ(violations, 0u) << checker.output();
+  RecordProperty("checker", checker.output());
+  RecordProperty("reserves", static_cast<int>(reserves));
+  RecordProperty("rejections", static_cast<int>(rejections));
+  EXPECT_GT(samples, 0u);
+  EXPECT_GT(verified, 0u) << checker.output();
+  EXPECT_GT(reserves, 100u);
+  EXPECT_GT(rejections, 0u) << "limits were never reached: the test did not test them";
+
+  auto s = l->snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->global.used, 0);
+  EXPECT_EQ(s->global.tickets, 0u);
+  EXPECT_EQ(s->partitions[0].used + s->partitions[1].used, 0);
+  for (const CategoryState& c : s->categories) EXPECT_EQ(c.account.used, 0) << c.account.label;
+  EXPECT_EQ(s->live_tickets, 0u);
+  ASSERT_EQ(s->pools.size(), 1u);  // the workers closed their own pools
+  EXPECT_EQ(s->pools[0].accounts[0].used, 0);
+  auto lines = l->verify();
+  ASSERT_TRUE(lines);
+  EXPECT_TRUE(lines->empty()) << (*lines)[0];
+}
+
+// A crash-point fixture: pools "crash" and "other", buckets 0 and 1, as
+// test_ledger_worker crash expects.
+LedgerConfig crash_config() {
+  LedgerConfig cfg;
+  cfg.params = {10'000, 1'000, 32, 4, 4, 4};
+  cfg.categories = {{"a", 5'000, Partition::Ordinary}};
+  cfg.buckets = {{"api", 10, 5}, {"ip", 1'000, 100}};
+  return cfg;
+}
+
+// Starts test_ledger_worker crash at `point` and kills it -9 while it holds
+// the ledger mutex with a mutation half done.
+void kill_inside(const std::string& name, const std::string& point) {
+  auto helper = worker({"crash", name, point});
+  ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+  helper.kill(SIGKILL);
+  ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+}
+
+// A checker that can take no consistent snapshot has verified nothing: it
+// must say so and fail, not report its samples as verified.
+TEST_F(LedgerProcessTest, CheckerFailsWhenNoSnapshotCouldBeVerified) {
+  auto l = Ledger::create("stalled", crash_config());
+  ASSERT_TRUE(l) << l.error().what();
+  ASSERT_TRUE(l->open_pool({"crash", {{"all", 5'000, {}}}, 0}));
+  ASSERT_TRUE(l->open_pool({"other", {{"all", 5'000, {}}}, 0}));
+  // A holder killed inside the lock leaves the seqlock odd until the next
+  // locker repairs: no snapshot can be had meanwhile.
+  ASSERT_NO_FATAL_FAILURE(kill_inside("stalled", "reserve-published"));
+  ASSERT_EQ(ledger::read_snapshot(l->view()).version % 2, 1u);
+
+  test::Subprocess stalled({test::helper_path("ledger_checker"), "stalled", "1000"});
+  EXPECT_EQ(stalled.wait(60s), 1) << stalled.output();
+  const std::string out = stalled.output();
+  unsigned long long samples = 0, verified = 1, skipped = 0, violations = 1;
+  ASSERT_EQ(std::sscanf(out.c_str(), "samples %llu verified %llu skipped %llu violations %llu",
+                        &samples, &verified, &skipped, &violations),
+            4)
+      << out;
+  EXPECT_GE(samples, 16u) << out;
+  EXPECT_EQ(verified, 0u) << out;
+  EXPECT_GT(skipped, 0u) << out;
+  EXPECT_EQ(violations, 0u) << out;
+  EXPECT_TRUE(contains(out, fmt::format("skipped: 0 busy, {} in progress", skipped))) << out;
+  EXPECT_TRUE(contains(out, "skip: a ledger mutation has been in progress")) << out;
+  EXPECT_TRUE(contains(out, "error: no snapshot could be verified")) << out;
+
+  // Once the next locker has repaired, the same checker verifies and passes.
+  auto s = l->snapshot();
+  ASSERT_TRUE(s) << s.error().what();
+  EXPECT_EQ(s->stats.repairs, 1u);
+  test::Subprocess repaired({test::helper_path("ledger_checker"), "stalled", "300"});
+  EXPECT_EQ(repaired.wait(60s), 0) << repaired.output();
+  EXPECT_TRUE(contains(repaired.output(), "skipped 0 violations 0")) << repaired.output();
+}
+
+// ---------------------------------------------------------------- kill -9 inside the lock
+
+struct CrashCase {
+  const char* point;
+  std::int64_t used_after_repair;  // global bytes once the test reserved its second ticket
+  std::int64_t reserved_after_repair;
+  std::int64_t dead_owner_bytes;  // what reclaim then releases
+};
+
+class LedgerCrashTest : public ::testing::TestWithParam<CrashCase> {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_P(LedgerCrashTest, ProcessKilledInsideTheCriticalSectionLeavesALedgerTheNextLockerRepairs) {
+  const CrashCase& c = GetParam();
+  LedgerConfig cfg;
+  cfg.params = {10'000, 1'000, 32, 4, 4, 4};
+  cfg.categories = {{"a", 5'000, Partition::Ordinary}};
+  cfg.buckets = {{"api", 10, 5}, {"ip", 1'000, 100}};
+  auto l = Ledger::create("crashy", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto crash = l->open_pool({"crash", {{"all", 5'000, {}}}, 0});
+  auto other = l->open_pool({"other", {{"all", 5'000, {}}}, 0});
+  ASSERT_TRUE(crash && other);
+  auto mine = l->reserve(*crash, CategoryId{0}, 10);
+  ASSERT_TRUE(mine && mine->has_value());
+  const auto before = l->snapshot();
+  ASSERT_TRUE(before);
+
+  auto helper = worker({"crash", "crashy", c.point});
+  ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+  helper.kill(SIGKILL);  // kill -9 while it holds the ledger mutex
+  EXPECT_EQ(helper.wait(20s), 128 + SIGKILL);
+
+  // An observer (read-only, no lock) sees the interrupted mutation.
+  auto any = Segment::open_any("crashy", {});
+  ASSERT_TRUE(any) << any.error().what();
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  ASSERT_NE(kind, nullptr);
+  const std::vector<std::string> during = kind->verify(*any);
+  ASSERT_EQ(during.size(), 1u);
+  EXPECT_TRUE(contains(during[0], "in progress")) << during[0];
+
+  // The next locker repairs and goes on.
+  auto next = l->reserve(*crash, CategoryId{0}, 20);
+  ASSERT_TRUE(next) << next.error().what();
+  ASSERT_TRUE(next->has_value()) << next->error().describe();
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->stats.repairs, 1u);
+  EXPECT_EQ(s->global.used, c.used_after_repair);
+  EXPECT_EQ(s->global.reserved, c.reserved_after_repair);
+  EXPECT_EQ(s->version % 2, 0u);
+  if (std::string(c.point) == "replace") {
+    EXPECT_EQ(s->pools[1].accounts[0].used, 0);  // the transfer to "other" never happened
+    EXPECT_EQ(s->pools[0].accounts[0].used, c.used_after_repair);
+  }
+  if (std::string(c.point) == "admit") {
+    for (std::size_t b = 0; b < 2; ++b) {  // the journal undid the half-applied admission
+      EXPECT_EQ(s->buckets[b].level.tokens, before->buckets[b].level.tokens) << b;
+      EXPECT_EQ(s->buckets[b].level.started, before->buckets[b].level.started) << b;
+    }
+  }
+  // Consistent, except for the dead helper's tickets awaiting reclaim.
+  auto lines = l->verify();
+  ASSERT_TRUE(lines);
+  if (c.dead_owner_bytes > 0 || std::string(c.point) == "reserve-published") {
+    ASSERT_EQ(lines->size(), 1u) << (*lines)[0];
+    EXPECT_TRUE(contains((*lines)[0], "which is dead: pending reclaim")) << (*lines)[0];
+  } else {
+    EXPECT_TRUE(lines->empty()) << (*lines)[0];
+  }
+
+  auto dead = dead_slot(*any);
+  ASSERT_TRUE(dead);
+  const std::vector<std::string> reclaimed = kind->reclaim(*any, *dead);
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_TRUE(contains(reclaimed[0], fmt::format("({} bytes)", c.dead_owner_bytes)))
+      << reclaimed[0];
+  auto freed = reclaim_slot(*any, dead->index);
+  ASSERT_TRUE(freed && *freed);
+  s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->global.used, 30);
+  auto after = l->verify();
+  ASSERT_TRUE(after);
+  EXPECT_TRUE(after->empty()) << (*after)[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(CrashPoints, LedgerCrashTest,
+                         ::testing::Values(CrashCase{"reserve-published", 107, 107, 77},
+                                           CrashCase{"reserve-counters", 107, 107, 77},
+                                           CrashCase{"commit", 85, 30, 55},
+                                           CrashCase{"release", 30, 30, 0},
+                                           CrashCase{"replace", 85, 85, 55},
+                                           CrashCase{"admit", 30, 30, 0}),
+                         [](const ::testing::TestParamInfo<CrashCase>& param) {
+                           std::string n = param.param.point;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// ---------------------------------------------------------------- repair that finds damage
+
+// What a test writes into the mapping while the killed holder's lock waits
+// for repair, and the line repair then reports.
+struct Damage {
+  const char* name;
+  void (*write)(const ledger::View& v, Ticket mine);
+  const char* report;
+};
+void PrintTo(const Damage& d, std::ostream* os) {
+  *os << d.name;
+}
+
+void damage_ticket_state(const ledger::View& v, Ticket mine) {
+  v.tickets[mine.index].state.store(7, std::memory_order_relaxed);
+}
+void damage_journal_op(const ledger::View& v, Ticket) {
+  v.control->journal.op.store(9, std::memory_order_relaxed);
+}
+void damage_journal_ticket(const ledger::View& v, Ticket) {
+  v.control->journal.ticket.store(999, std::memory_order_relaxed);
+  v.control->journal.op.store(static_cast<std::uint32_t>(ledger::JournalOp::Replace),
+                              std::memory_order_relaxed);
+}
+void damage_journal_bucket(const ledger::View& v, Ticket) {
+  v.control->journal.count.store(1, std::memory_order_relaxed);
+  v.control->journal.buckets[0].index.store(3, std::memory_order_relaxed);
+  v.control->journal.op.store(static_cast<std::uint32_t>(ledger::JournalOp::Admit),
+                              std::memory_order_relaxed);
+}
+void damage_category_count(const ledger::View& v, Ticket) {
+  v.control->lock.category_count.store(99, std::memory_order_relaxed);
+}
+void damage_pool_state(const ledger::View& v, Ticket) {
+  v.pools[1].state.store(5, std::memory_order_relaxed);  // "other", which holds no ticket
+}
+
+class LedgerDamageTest : public ::testing::TestWithParam<Damage> {
+ protected:
+  test::TempRoot root_;
+};
+
+// A holder killed mid-reserve leaves derived counters that disagree with the
+// tickets; repair would recompute them, but damage the tickets cannot explain
+// makes it stop: it reports the damage, faults the ledger and stores nothing,
+// and every later operation fails Faulted instead of trusting the tables.
+TEST_P(LedgerDamageTest, RepairThatFindsDamageFaultsTheLedgerAndEveryLaterOperationSaysSo) {
+  const Damage& d = GetParam();
+  auto l = Ledger::create("damaged", crash_config());
+  ASSERT_TRUE(l) << l.error().what();
+  auto crash = l->open_pool({"crash", {{"all", 5'000, {}}}, 0});
+  auto other = l->open_pool({"other", {{"all", 5'000, {}}}, 0});
+  ASSERT_TRUE(crash && other);
+  auto mine = l->reserve(*crash, CategoryId{0}, 10);
+  ASSERT_TRUE(mine && mine->has_value());
+  ASSERT_NO_FATAL_FAILURE(kill_inside("damaged", "reserve-counters"));
+  const ledger::View& v = l->view();
+  d.write(v, **mine);
+  const LedgerSnapshot before = ledger::read_snapshot(v);
+  ASSERT_EQ(before.version % 2, 1u);
+  ASSERT_EQ(before.global.used, 10 + 77);  // the dead holder charged global, not the category
+  ASSERT_EQ(before.global.tickets, 2u);
+
+  // The next locker repairs, finds the damage and says what it is.
+  auto first = l->reserve(*crash, CategoryId{0}, 20);
+  ASSERT_FALSE(first) << "repair accepted " << d.name;
+  EXPECT_EQ(first.error().code, Errc::Corrupt) << first.error().what();
+  EXPECT_TRUE(contains(first.error().message,
+                       "a holder of the ledger lock died and repair found damage; the ledger is "
+                       "now faulted: "))
+      << first.error().what();
+  EXPECT_TRUE(contains(first.error().message, d.report)) << first.error().what();
+
+  // Faulted, repaired once, the write section closed, and the derived
+  // counters left as the dead holder left them (nothing recomputed from
+  // tables that cannot be trusted).
+  const LedgerSnapshot after = ledger::read_snapshot(v);
+  EXPECT_TRUE(after.faulted);
+  EXPECT_EQ(after.stats.repairs, 1u);
+  EXPECT_EQ(after.version % 2, 0u);
+  EXPECT_EQ(after.global, before.global);
+  EXPECT_EQ(after.partitions, before.partitions);
+  EXPECT_EQ(after.live_tickets, before.live_tickets);
+  EXPECT_EQ(after.stats.reserves, before.stats.reserves);
+
+  // Every operation that locks now fails Faulted, naming the cure.
+  const std::string faulted = "the ledger is faulted (a repair found damage";
+  auto expect_faulted = [&](const auto& r, const char* op) {
+    ASSERT_FALSE(r) << op << " succeeded on a faulted ledger";
+    EXPECT_EQ(r.error().code, Errc::Faulted) << op << ": " << r.error().what();
+    EXPECT_TRUE(contains(r.error().message, faulted)) << op << ": " << r.error().what();
+    EXPECT_TRUE(contains(r.error().message, "re-create it")) << op << ": " << r.error().what();
+  };
+  expect_faulted(l->reserve(*crash, CategoryId{0}, 20), "reserve");
+  expect_faulted(l->commit(**mine), "commit");
+  expect_faulted(l->release(**mine), "release");
+  expect_faulted(l->replace(**mine, *other, 5), "replace");
+  expect_faulted(l->admit(std::vector<Constraint>{{BucketId{0}, 1}}, 0), "admit");
+  expect_faulted(l->open_pool({"late", {{"all", 5, {}}}, 0}), "open_pool");
+  expect_faulted(l->close_pool(*other), "close_pool");
+  expect_faulted(l->define_category({"late", 5, Partition::Ordinary}), "define_category");
+  expect_faulted(l->define_bucket({"late", 1, 1}), "define_bucket");
+  expect_faulted(l->release_all(), "release_all");
+  expect_faulted(l->snapshot(), "snapshot");
+  expect_faulted(l->tickets(), "tickets");
+  expect_faulted(l->verify(), "verify");
+  expect_faulted(Ledger::open("damaged"), "open");  // its sweep of earlier slot holders locks
+
+  // The observers see it without the lock; the sidecar's reclaim refuses it.
+  auto any = Segment::open_any("damaged", {});
+  ASSERT_TRUE(any) << any.error().what();
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  ASSERT_NE(kind, nullptr);
+  const std::vector<std::string> lines = kind->verify(*any);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return contains(line, "the ledger is faulted: a repair found damage");
+  })) << lines[0];
+  auto dead = dead_slot(*any);
+  ASSERT_TRUE(dead);
+  try {
+    (void)kind->reclaim(*any, *dead);
+    ADD_FAILURE() << "reclaim of a faulted ledger succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(contains(e.what(), "reclaim failed: ")) << e.what();
+    EXPECT_TRUE(contains(e.what(), faulted)) << e.what();
+  }
+  EXPECT_EQ(ledger::read_snapshot(v).global, before.global);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Damages, LedgerDamageTest,
+    ::testing::Values(
+        Damage{"ticket_state", damage_ticket_state, "has state 7"},
+        Damage{"journal_op", damage_journal_op, "journal: unknown operation 9"},
+        Damage{"journal_ticket", damage_journal_ticket,
+               "journal: replaced ticket 999 is outside the table of 32"},
+        Damage{"journal_bucket", damage_journal_bucket, "journal: bucket 3 is not defined (2 are)"},
+        Damage{"category_count", damage_category_count, "category count 99 exceeds the table of 4"},
+        Damage{"pool_state", damage_pool_state, "pool 1 has state 5"}),
+    [](const ::testing::TestParamInfo<Damage>& param) { return std::string(param.param.name); });
+
+// A repairer that unlocks without marking the mutex consistent (a bug, or a
+// process killed between the two) leaves it unrecoverable: every operation
+// then fails Faulted, and none touches the tables.
+TEST_F(LedgerProcessTest, UnrecoverableMutexFailsEveryOperationFaultedAndChangesNothing) {
+  auto l = Ledger::create("wedged", crash_config());
+  ASSERT_TRUE(l) << l.error().what();
+  auto crash = l->open_pool({"crash", {{"all", 5'000, {}}}, 0});
+  ASSERT_TRUE(crash);
+  ASSERT_TRUE(l->open_pool({"other", {{"all", 5'000, {}}}, 0}));
+  auto mine = l->reserve(*crash, CategoryId{0}, 10);
+  ASSERT_TRUE(mine && mine->has_value());
+  ASSERT_NO_FATAL_FAILURE(kill_inside("wedged", "reserve-counters"));
+  const ledger::View& v = l->view();
+  ASSERT_EQ(v.control->lock.mutex.lock(), detail::LockResult::OwnerDied);
+  v.control->lock.mutex.unlock();  // without mark_consistent(): ENOTRECOVERABLE from now on
+  const LedgerSnapshot before = ledger::read_snapshot(v);
+
+  const std::string what =
+      "the ledger mutex is not recoverable (a repairer unlocked it without marking it "
+      "consistent)";
+  auto expect_faulted = [&](const auto& r, const char* op) {
+    ASSERT_FALSE(r) << op << " succeeded on an unrecoverable mutex";
+    EXPECT_EQ(r.error().code, Errc::Faulted) << op << ": " << r.error().what();
+    EXPECT_TRUE(contains(r.error().message, what)) << op << ": " << r.error().what();
+  };
+  expect_faulted(l->reserve(*crash, CategoryId{0}, 20), "reserve");
+  expect_faulted(l->release(**mine), "release");
+  expect_faulted(l->admit(std::vector<Constraint>{{BucketId{0}, 1}}, 0), "admit");
+  expect_faulted(l->define_category({"late", 5, Partition::Ordinary}), "define_category");
+  expect_faulted(l->snapshot(), "snapshot");
+  expect_faulted(l->verify(), "verify");
+  expect_faulted(Ledger::open("wedged"), "open");
+
+  // Nothing was repaired or changed: the interrupted mutation is still there.
+  const LedgerSnapshot after = ledger::read_snapshot(v);
+  EXPECT_EQ(after.version, before.version);
+  EXPECT_EQ(after.version % 2, 1u);
+  EXPECT_EQ(after.stats, before.stats);
+  EXPECT_EQ(after.stats.repairs, 0u);
+  EXPECT_EQ(after.global, before.global);
+  EXPECT_EQ(after.live_tickets, before.live_tickets);
+  EXPECT_FALSE(after.faulted);
+}
+
+// ---------------------------------------------------------------- reclaim
+
+TEST_F(LedgerProcessTest, ReclaimReleasesExactlyTheChargesOfAKilledHolder) {
+  LedgerConfig cfg;
+  cfg.params = {100'000, 0, 64, 4, 4, 0};
+  cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+  auto l = Ledger::create("held", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto p = l->open_pool({"p", {{"all", 100'000, {}}}, 0});
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(l->reserve(*p, CategoryId{0}, 100)->has_value());
+  ASSERT_TRUE(l->reserve(*p, CategoryId{0}, 50)->has_value());
+
+  auto a = worker({"hold", "held", "p", "5", "40"});
+  auto b = worker({"hold", "held", "p", "3", "70"});
+  ASSERT_TRUE(a.wait_for_line("ready", 20s)) << a.output();
+  ASSERT_TRUE(b.wait_for_line("ready", 20s)) << b.output();
+  unsigned count = 0, slot = 0, generation = 0;
+  long long total = 0;
+  ASSERT_EQ(
+      std::sscanf(a.output().c_str(), "held %u %lld %u %u", &count, &total, &slot, &generation), 4);
+  EXPECT_EQ(l->snapshot()->global.used, 150 + 200 + 210);
+
+  a.kill(SIGKILL);
+  ASSERT_EQ(a.wait(20s), 128 + SIGKILL);
+  auto seg = Segment::open_any("held", {});
+  ASSERT_TRUE(seg);
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  const std::vector<std::string> pending = kind->verify(*seg);
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_TRUE(contains(
+      pending[0], fmt::format("5 tickets (200 bytes) belong to attachment slot {} generation {}, "
+                              "which is dead",
+                              slot, generation)))
+      << pending[0];
+
+  auto dead = dead_slot(*seg);
+  ASSERT_TRUE(dead);
+  ASSERT_EQ(dead->index, slot);
+  ASSERT_EQ(dead->generation, generation);
+  const std::vector<std::string> lines = kind->reclaim(*seg, *dead);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(contains(lines[0], "released 5 tickets (200 bytes)")) << lines[0];
+
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->global.used, 150 + 210);  // exactly A's charges went
+  EXPECT_EQ(s->live_tickets, 2u + 3u);
+  EXPECT_EQ(s->stats.reclaimed_tickets, 5u);
+  auto tickets = l->tickets();
+  ASSERT_TRUE(tickets);
+  for (const TicketInfo& t : *tickets) EXPECT_NE(t.owner, (Owner{slot, generation}));
+  // A second reclaim of the same owner finds nothing.
+  EXPECT_TRUE(contains(kind->reclaim(*seg, *dead)[0], "released 0 tickets"));
+  EXPECT_TRUE(kind->verify(*seg).empty());
+
+  b.kill(SIGKILL);
+  ASSERT_EQ(b.wait(20s), 128 + SIGKILL);
+  ASSERT_TRUE(*reclaim_slot(*seg, dead->index));  // A's slot is free now; B's is the dead one
+  auto dead_b = dead_slot(*seg);
+  ASSERT_TRUE(dead_b);
+  EXPECT_TRUE(contains(kind->reclaim(*seg, *dead_b)[0], "released 3 tickets (210 bytes)"));
+  EXPECT_EQ(l->snapshot()->global.used, 150);
+}
+
+}  // namespace
+}  // namespace shm

@@ -1,0 +1,394 @@
+// The shm-sidecar binary as a user runs it: HTTP endpoints scraped with a real
+// TCP client on loopback, --once output, the single-instance lock, signals.
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+
+#include "shm/spsc/producer.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+// Runs shm-sidecar with stderr merged into the captured stdout.
+Subprocess sidecar(const std::string& root, const std::vector<std::string>& args) {
+  std::string cmd = fmt::format("exec '{}' --root '{}'", test::bin_path("shm-sidecar"), root);
+  for (const auto& a : args) cmd += fmt::format(" '{}'", a);
+  cmd += " 2>&1";
+  return Subprocess({"/bin/sh", "-c", cmd});
+}
+
+// Starts a daemon on an ephemeral port and returns the port.
+std::uint16_t start(Subprocess& p) {
+  EXPECT_TRUE(p.wait_for_line("ready", 10s)) << p.output();
+  const std::string marker = "listening on 127.0.0.1:";
+  const auto at = p.output().find(marker);
+  if (at == std::string::npos) return 0;
+  return static_cast<std::uint16_t>(std::stoi(p.output().substr(at + marker.size())));
+}
+
+struct HttpReply {
+  int status = 0;
+  std::string head;
+  std::string body;
+};
+
+// A plain TCP client: one request, read to EOF.
+std::optional<HttpReply> http(std::uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string raw;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      raw.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  const auto split = raw.find("\r\n\r\n");
+  if (raw.compare(0, 9, "HTTP/1.1 ") != 0 || split == std::string::npos) return std::nullopt;
+  return HttpReply{std::stoi(raw.substr(9, 3)), raw.substr(0, split), raw.substr(split + 4)};
+}
+
+std::optional<HttpReply> get(std::uint16_t port, const std::string& path) {
+  return http(port, fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path));
+}
+
+// The Prometheus text format: samples keyed by "name{labels as written}", and
+// the declared type of every family.
+struct Exposition {
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  std::vector<std::string> errors;
+};
+
+Exposition parse_exposition(const std::string& text) {
+  Exposition e;
+  std::istringstream in(text);
+  std::string line;
+  std::string family;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.starts_with("# TYPE ")) {
+      std::istringstream ls(line.substr(7));
+      std::string name, type;
+      ls >> name >> type;
+      if (e.types.contains(name)) e.errors.push_back("family declared twice: " + name);
+      e.types[name] = type;
+      family = name;
+      continue;
+    }
+    if (line.starts_with("#")) continue;
+    const auto sp = line.rfind(' ');
+    const std::string key = line.substr(0, sp);
+    const std::string name = key.substr(0, key.find('{'));
+    if (name != family) e.errors.push_back("sample outside its family block: " + line);
+    try {
+      e.samples[key] = std::stod(line.substr(sp + 1));
+    } catch (...) {
+      e.errors.push_back("bad value: " + line);
+    }
+  }
+  return e;
+}
+
+// Scrapes /metrics until `sample` satisfies `done` or a generous deadline
+// passes; returns the last value read (nullopt: never scraped or absent) and
+// the last body, for the failure message.
+struct Polled {
+  std::optional<double> value;
+  std::string body;
+};
+template <class Done>
+Polled poll_metric(std::uint16_t port, const std::string& sample, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  Polled last;
+  for (;;) {
+    if (auto reply = get(port, "/metrics")) {
+      last.body = reply->body;
+      const Exposition e = parse_exposition(reply->body);
+      const auto it = e.samples.find(sample);
+      last.value = it == e.samples.end() ? std::nullopt : std::optional<double>(it->second);
+      if (last.value && done(*last.value)) return last;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return last;
+    std::this_thread::sleep_for(10ms);  // a polling pace, not a synchronisation
+  }
+}
+
+// The daemon's log line with event=EVENT ("" when absent).
+std::string log_line(const std::string& output, std::string_view event) {
+  std::istringstream in(output);
+  std::string line;
+  const std::string tag = fmt::format("event={}", event);
+  while (std::getline(in, line)) {
+    const std::size_t at = line.find(tag);
+    const std::size_t end = at + tag.size();
+    if (at != std::string::npos && (end == line.size() || line[end] == ' ')) return line;
+  }
+  return {};
+}
+
+class SidecarDaemon : public ::testing::Test {
+ protected:
+  test::TempRoot root;
+};
+
+TEST_F(SidecarDaemon, MetricsEndpointReportsRingDepthToARealTcpClient) {
+  auto p = RingProducer::create("orders", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  const std::vector<std::byte> rec(24, std::byte{7});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(p->try_push(rec).value_or(false));
+
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "50"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  auto reply = get(port, "/metrics");
+  ASSERT_TRUE(reply) << d.output();
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_NE(reply->head.find("Content-Type: text/plain; version=0.0.4"), std::string::npos)
+      << reply->head;
+
+  const Exposition e = parse_exposition(reply->body);
+  EXPECT_TRUE(e.errors.empty()) << e.errors.front();
+  EXPECT_EQ(e.types.at("libshm_spsc_ring_depth_records"), "gauge");
+  EXPECT_EQ(e.samples.at("libshm_spsc_ring_depth_records{segment=\"orders\"}"), 5.0) << reply->body;
+  EXPECT_EQ(e.types.at("libshm_spsc_ring_records_pushed_total"), "counter");
+  EXPECT_EQ(e.samples.at("libshm_spsc_ring_records_pushed_total{segment=\"orders\"}"), 5.0);
+  EXPECT_EQ(e.samples.at("libshm_segment_up{segment=\"orders\",kind=\"spsc_ring\"}"), 1.0);
+  EXPECT_EQ(e.samples.at("libshm_segment_attachers{segment=\"orders\",state=\"alive\"}"), 1.0);
+  EXPECT_EQ(e.samples.at("libshm_segment_attachers{segment=\"orders\",state=\"dead\"}"), 0.0);
+  EXPECT_GT(e.samples.at("libshm_segment_size_bytes{segment=\"orders\"}"), 4096.0);
+  EXPECT_GE(e.samples.at("libshm_sidecar_cycles_total"), 1.0);
+  EXPECT_NE(reply->body.find("# HELP libshm_spsc_ring_depth_records "), std::string::npos);
+
+  // The value follows the ring on later scrapes (once a later duty cycle ran).
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(p->try_push(rec).value_or(false));
+  const Polled depth = poll_metric(port, "libshm_spsc_ring_depth_records{segment=\"orders\"}",
+                                   [](double v) { return v == 7.0; });
+  EXPECT_EQ(depth.value, 7.0) << "the depth never followed the ring:\n" << depth.body;
+
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(5s), 0) << d.output();
+}
+
+TEST_F(SidecarDaemon, StatusEndpointServesJsonPerSegment) {
+  auto p = RingProducer::create("ticks", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  { std::ofstream(root.file("junk")) << std::string(5000, 'j'); }
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "50"});
+  const std::uint16_t port = start(d);
+  auto reply = get(port, "/status");
+  ASSERT_TRUE(reply) << d.output();
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_NE(reply->head.find("Content-Type: application/json"), std::string::npos);
+  const auto j = nlohmann::json::parse(reply->body);
+  EXPECT_EQ(j["sidecar"]["root"], root.path());
+  ASSERT_EQ(j["segments"].size(), 2u) << j.dump(2);
+  const auto& junk = j["segments"][0];
+  EXPECT_EQ(junk["name"], "junk");
+  EXPECT_FALSE(junk["up"].get<bool>());
+  EXPECT_NE(junk["error"].get<std::string>().find("BadMagic"), std::string::npos) << junk.dump();
+  const auto& ticks = j["segments"][1];
+  EXPECT_EQ(ticks["name"], "ticks");
+  EXPECT_EQ(ticks["kind"], "spsc_ring");
+  EXPECT_EQ(ticks["attachers"]["alive"], 1);
+  EXPECT_EQ(ticks["attachers"]["dead"], 0);
+  EXPECT_EQ(ticks["attachers"]["slots"][0]["role"], "producer");
+  EXPECT_EQ(ticks["detail"]["capacity"], 4096);
+  EXPECT_EQ(ticks["detail"]["depth_records"], 0);
+  EXPECT_EQ(ticks["header"]["kind"], "spsc_ring");
+}
+
+TEST_F(SidecarDaemon, AnswersUnknownPathsAndMethodsWithHttpErrors) {
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0"});
+  const std::uint16_t port = start(d);
+  auto missing = get(port, "/nope");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  auto post = http(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_NE(post->head.find("Allow: GET, HEAD"), std::string::npos);
+  auto head = http(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_TRUE(head->body.empty());
+  auto bad = http(port, "garbage\r\n\r\n");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+}
+
+TEST_F(SidecarDaemon, SigtermStopsPromptlyEvenWithAnIdleClientConnected) {
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "60000"});
+  const std::uint16_t port = start(d);
+  // A client that connects and never sends a request.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  // Wait until the daemon holds the idle connection: the gauge then counts it
+  // besides the scrape asking. That scrape being answered at all shows the
+  // idle client blocks nobody.
+  const Polled open =
+      poll_metric(port, "libshm_sidecar_http_connections", [](double v) { return v >= 2.0; });
+  ASSERT_EQ(open.value, 2.0) << "the idle client was never accepted, or it stalls the server:\n"
+                             << open.body;
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+  EXPECT_NE(d.output().find("event=stopping signal=SIGTERM"), std::string::npos) << d.output();
+  // The path, not the time: it stopped with the idle client still connected,
+  // so it waited neither for that client nor for its 5 s idle timeout.
+  const std::string stopped = log_line(d.output(), "stopped");
+  EXPECT_NE(stopped.find("http_connections=1"), std::string::npos) << d.output();
+  ::close(fd);
+}
+
+TEST_F(SidecarDaemon, SigintStopsCleanlyAndReleasesTheInstanceLock) {
+  auto p = RingProducer::create("orders", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "50"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  ASSERT_TRUE(get(port, "/status")) << d.output();
+  d.kill(SIGINT);  // Ctrl-C
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+  EXPECT_NE(d.output().find("event=stopping signal=SIGINT"), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("event=stopped"), std::string::npos) << d.output();
+  // Clean: the port is closed and the next instance starts on the same root.
+  EXPECT_FALSE(get(port, "/status")) << "still serving after SIGINT";
+  Subprocess next = sidecar(root.path(), {"--once"});
+  EXPECT_EQ(next.wait(10s), 0) << next.output();
+  // The segments it watched are untouched.
+  EXPECT_FALSE(p->segment().stale());
+  EXPECT_EQ(p->segment().liveness(0), Liveness::Alive);
+}
+
+TEST_F(SidecarDaemon, SecondInstanceOnTheSameRootIsRefusedNamingTheFirst) {
+  Subprocess first = sidecar(root.path(), {"--listen", "127.0.0.1:0"});
+  const std::uint16_t port = start(first);
+  Subprocess second = sidecar(root.path(), {"--once"});
+  EXPECT_EQ(second.wait(10s), 3) << second.output();
+  EXPECT_NE(second.output().find("event=already_running"), std::string::npos) << second.output();
+  EXPECT_NE(second.output().find("another shm-sidecar already monitors"), std::string::npos);
+  EXPECT_NE(second.output().find(fmt::format("pid {}", first.pid())), std::string::npos)
+      << second.output();
+  EXPECT_NE(second.output().find(fmt::format("http://127.0.0.1:{}", port)), std::string::npos)
+      << second.output();
+}
+
+TEST_F(SidecarDaemon, RestartsAfterKill9BecauseTheKernelDropsTheLock) {
+  Subprocess first = sidecar(root.path(), {});
+  ASSERT_TRUE(first.wait_for_line("ready", 10s)) << first.output();
+  first.kill(SIGKILL);
+  ASSERT_EQ(first.wait(5s), 128 + SIGKILL);
+  Subprocess second = sidecar(root.path(), {"--once"});
+  EXPECT_EQ(second.wait(10s), 0) << second.output();
+}
+
+TEST_F(SidecarDaemon, OncePrintsOneLinePerSegmentAndExits) {
+  auto p = RingProducer::create("alpha", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  { std::ofstream(root.file("beta")) << std::string(5000, 'z'); }
+  Subprocess d = sidecar(root.path(), {"--once"});
+  ASSERT_EQ(d.wait(10s), 0) << d.output();
+  const std::string& out = d.output();
+  EXPECT_NE(out.find("1 segment(s), 1 unreadable"), std::string::npos) << out;
+  EXPECT_NE(out.find("SEGMENT"), std::string::npos) << out;
+  std::istringstream in(out);
+  std::string line;
+  bool alpha = false, beta = false;
+  while (std::getline(in, line)) {
+    if (line.starts_with("alpha ")) {
+      alpha = true;
+      EXPECT_NE(line.find("spsc_ring"), std::string::npos) << line;
+      EXPECT_TRUE(line.ends_with("ok")) << line;
+    }
+    if (line.starts_with("beta ")) {
+      beta = true;
+      EXPECT_NE(line.find("unreadable: BadMagic"), std::string::npos) << line;
+    }
+  }
+  EXPECT_TRUE(alpha && beta) << out;
+}
+
+TEST_F(SidecarDaemon, OnceJsonIsMachineReadable) {
+  auto p = RingProducer::create("alpha", RingParams{4096});
+  ASSERT_TRUE(p) << p.error().what();
+  Subprocess d =
+      Subprocess({test::bin_path("shm-sidecar"), "--root", root.path(), "--once", "--json"});
+  ASSERT_EQ(d.wait(10s), 0) << d.output();
+  const auto j = nlohmann::json::parse(d.output());
+  ASSERT_EQ(j["segments"].size(), 1u);
+  EXPECT_EQ(j["segments"][0]["name"], "alpha");
+  EXPECT_EQ(j["segments"][0]["attachers"]["alive"], 1);
+  EXPECT_EQ(j["sidecar"]["cycles"], 1);
+}
+
+TEST_F(SidecarDaemon, ReportsADeathEndToEnd) {
+  Subprocess c({test::helper_path("sidecar_attacher"), "victim", "consumer", "--create", "4096"});
+  ASSERT_TRUE(c.wait_for_line("attached 1", 5s)) << c.output();
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
+  const std::uint16_t port = start(d);
+  c.kill(SIGKILL);
+  c.wait(5s);
+  const Polled reclaims =
+      poll_metric(port, "libshm_sidecar_reclaims_total", [](double v) { return v >= 1.0; });
+  EXPECT_EQ(reclaims.value, 1.0) << reclaims.body;
+  const Exposition e = parse_exposition(reclaims.body);
+  EXPECT_EQ(e.samples.at("libshm_sidecar_attacher_deaths_total"), 1.0) << reclaims.body;
+  d.kill(SIGTERM);
+  ASSERT_EQ(d.wait(5s), 0);
+  EXPECT_NE(d.output().find(fmt::format(
+                "event=attacher_dead segment=victim slot=1 role=consumer pid={}", c.pid())),
+            std::string::npos)
+      << d.output();
+}
+
+TEST_F(SidecarDaemon, RefusesANonLoopbackListenAddress) {
+  Subprocess d = sidecar(root.path(), {"--listen", "0.0.0.0:9464"});
+  EXPECT_EQ(d.wait(10s), 1) << d.output();
+  EXPECT_NE(d.output().find("not a loopback address"), std::string::npos) << d.output();
+}
+
+TEST_F(SidecarDaemon, BadCommandLineExitsWithUsageCode) {
+  Subprocess d = sidecar(root.path(), {"--interval", "0"});
+  EXPECT_EQ(d.wait(10s), 2) << d.output();
+  Subprocess help = sidecar(root.path(), {"--help"});
+  EXPECT_EQ(help.wait(10s), 0);
+  EXPECT_NE(help.output().find("--gc-ephemeral"), std::string::npos) << help.output();
+}
+
+}  // namespace
+}  // namespace shm

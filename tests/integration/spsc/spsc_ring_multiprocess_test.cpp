@@ -1,0 +1,168 @@
+// SpscRing across real processes: every peer is a separate executable
+// (tests/helpers/spsc/ring_peer.cpp) started with fork+exec and a deadline.
+#include "common/ring_record.hpp"
+#include "common/scale.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+using ::testing::HasSubstr;
+
+Subprocess peer(std::initializer_list<std::string> args) {
+  std::vector<std::string> argv{test::helper_path("ring_peer")};
+  argv.insert(argv.end(), args);
+  return Subprocess(argv);
+}
+
+// The sequence number of the first unreleased record, read without consuming.
+// The ring may be empty for a moment (the consumer had caught up with a slow
+// producer); the producer is still running, so wait for the next record.
+std::uint64_t seq_at_head(const std::string& name) {
+  auto seg = open_ring(name, {}, {.read_only = true});
+  EXPECT_TRUE(seg);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    const auto recs = kSpscRingDescriptor.dump(*seg, 1);
+    if (!recs.empty()) {
+      std::uint64_t seq = 0;
+      std::memcpy(&seq, recs[0].data(), sizeof seq);
+      return seq;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "ring stayed empty for 60 s after the consumer was killed";
+      return 0;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+class SpscRingMultiProcess : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_F(SpscRingMultiProcess, TenMillionMixedRecordsArriveIntactInOrder) {
+  const std::string count = std::to_string(test::scaled(10'000'000));
+  ASSERT_TRUE(create_ring("big", {.capacity = 1 << 20}));
+  auto consumer = peer({"consume", "big", count, "--start", "0", "--min", "1", "--max", "4096"});
+  auto producer = peer({"produce", "big", count, "--min", "1", "--max", "4096"});
+  EXPECT_EQ(producer.wait(600s), 0) << producer.output();
+  EXPECT_EQ(consumer.wait(600s), 0) << consumer.output();
+  EXPECT_THAT(consumer.output(), HasSubstr("OK " + count + " " + std::to_string(std::stoull(count) - 1)));
+  auto seg = open_ring("big");
+  ASSERT_TRUE(seg);
+  EXPECT_TRUE(kSpscRingDescriptor.verify(*seg).empty());
+}
+
+TEST_F(SpscRingMultiProcess, KilledConsumerIsReplacedAndStreamContinuesWithNothingLost) {
+  const std::uint64_t total = test::scaled(400'000);
+  ASSERT_TRUE(create_ring("k", {.capacity = 1 << 16}));
+  auto producer = peer({"produce", "k", std::to_string(total), "--min", "16", "--max", "512"});
+  auto first = peer({"consume", "k", std::to_string(total), "--min", "16", "--max", "512",
+                     "--report-every", "1000"});
+  const std::uint64_t kill_at = total / 4 / 1000 * 1000 - 1;
+  ASSERT_TRUE(first.wait_for_line("REL " + std::to_string(kill_at), 120s)) << first.output();
+  first.kill(SIGKILL);
+  EXPECT_EQ(first.wait(10s), 128 + SIGKILL);
+  // Whatever the dead consumer had not released is still in the ring.
+  const std::uint64_t head_seq = seq_at_head("k");
+  EXPECT_GT(head_seq, kill_at);
+  const std::uint64_t rest = total - head_seq;
+  auto second = peer({"consume", "k", std::to_string(rest), "--min", "16", "--max", "512"});
+  EXPECT_EQ(second.wait(300s), 0) << second.output();
+  EXPECT_THAT(second.output(), HasSubstr("FIRST " + std::to_string(head_seq)));
+  EXPECT_THAT(second.output(), HasSubstr("OK " + std::to_string(rest) + " " + std::to_string(total - 1)));
+  EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+  auto seg = open_ring("k");
+  ASSERT_TRUE(seg);
+  EXPECT_EQ(seg->header().counters.takeovers.load(), 1u);
+}
+
+TEST_F(SpscRingMultiProcess, ConsumerKilledBetweenPeekAndReleaseRedeliversThatRecord) {
+  ASSERT_TRUE(create_ring("p", {.capacity = 1 << 16}));
+  auto producer = peer({"produce", "p", "100", "--min", "16", "--max", "64"});
+  EXPECT_EQ(producer.wait(30s), 0);
+  auto first = peer({"consume-then-hang", "p", "40", "--min", "16", "--max", "64"});
+  ASSERT_TRUE(first.wait_for_line("PEEKED 40", 30s)) << first.output();
+  first.kill(SIGKILL);
+  (void)first.wait(10s);
+  auto second = peer({"consume", "p", "60", "--min", "16", "--max", "64"});
+  EXPECT_EQ(second.wait(30s), 0) << second.output();
+  EXPECT_THAT(second.output(), HasSubstr("FIRST 40"));
+  EXPECT_THAT(second.output(), HasSubstr("OK 60 99"));
+}
+
+TEST_F(SpscRingMultiProcess, ProducerKilledBetweenReserveAndCommitNeverExposesPartialRecord) {
+  ASSERT_TRUE(create_ring("half", {.capacity = 1 << 16}));
+  auto producer = peer({"produce-then-hang", "half", "10", "1000", "--min", "16", "--max", "1024"});
+  ASSERT_TRUE(producer.wait_for_line("RESERVED", 30s)) << producer.output();
+  producer.kill(SIGKILL);
+  (void)producer.wait(10s);
+  auto consumer = RingConsumer::open("half");
+  ASSERT_TRUE(consumer);
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    auto r = consumer->try_peek();
+    ASSERT_TRUE(r && *r) << i;
+    auto seq = test::ring_record::check(**r, 16, 1024);
+    ASSERT_TRUE(seq) << seq.error();
+    EXPECT_EQ(*seq, i);
+    consumer->release();
+  }
+  auto none = consumer->try_peek();
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none) << "the dead producer's reservation became visible";
+  // A new producer takes the dead one's slot and overwrites the abandoned bytes.
+  auto next = peer({"produce", "half", "5", "--start", "10", "--min", "16", "--max", "1024"});
+  EXPECT_EQ(next.wait(30s), 0) << next.output();
+  for (std::uint64_t i = 10; i < 15; ++i) {
+    auto r = consumer->peek(10s);
+    ASSERT_TRUE(r && *r) << i;
+    auto seq = test::ring_record::check(**r, 16, 1024);
+    ASSERT_TRUE(seq) << seq.error();
+    EXPECT_EQ(*seq, i);
+    consumer->release();
+  }
+}
+
+TEST_F(SpscRingMultiProcess, SecondLiveProducerGetsRoleTakenUntilTheFirstDies) {
+  ASSERT_TRUE(create_ring("role", {.capacity = 4096}));
+  auto holder = peer({"hold-producer", "role"});
+  ASSERT_TRUE(holder.wait_for_line("ATTACHED", 30s));
+  auto mine = RingProducer::open("role");
+  ASSERT_FALSE(mine);
+  EXPECT_EQ(mine.error().code, Errc::RoleTaken);
+  EXPECT_THAT(mine.error().message, HasSubstr(std::to_string(holder.pid())));
+  EXPECT_THAT(mine.error().message, HasSubstr("test_ring_peer"));
+  holder.kill(SIGKILL);
+  (void)holder.wait(10s);
+  auto after = RingProducer::open("role");
+  ASSERT_TRUE(after) << after.error().what();
+  EXPECT_TRUE(after->attachment().took_over());
+}
+
+TEST_F(SpscRingMultiProcess, BlockedConsumerWakesForProducerInAnotherProcess) {
+  auto consumer = RingConsumer::create("wake", {.capacity = 4096});
+  ASSERT_TRUE(consumer);
+  auto producer = peer({"push-after", "wake", "200", "--min", "16", "--max", "64"});
+  auto r = consumer->peek(30s);
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_TRUE(*r) << "timed out: the futex wake did not cross the process boundary";
+  EXPECT_EQ(*test::ring_record::check(**r, 16, 64), 0u);
+  EXPECT_EQ(producer.wait(10s), 0);
+}
+
+}  // namespace
+}  // namespace shm

@@ -1,0 +1,158 @@
+// The fanout block of scripts/soak.sh (test_soak_fanout_producer,
+// test_soak_fanout_consumer, test_soak_fanout_verify): one PriorityFanout
+// (K MpmcRings + the bitmap) shared by N producer and M consumer processes.
+//
+// Items are shm::test::FanoutItem (fanout_items.hpp): (producer, seq,
+// priority) and a body derived from them; the priority is a function of
+// (producer, seq), so a consumer can tell an item routed to the wrong ring.
+//
+// Producer journal (soak_common.hpp's JournalEntry, first == last == the
+// sequence number): before submitting s the producer journals s; a restarted
+// producer continues at s + 1. So s is the only item "in doubt" at a producer
+// kill: a push killed before its claim never happened, one killed between
+// claim and publish is repaired into a tombstone (MpmcRing: "claimed,
+// unpublished" cells are skipped), one that completed is published once.
+// Never repeated.
+//
+// Logs (one write(2) per line group; formats common to every kind in soak_logs.hpp):
+//   producer:  S <pid> <realtime_ns> <next_seq> <in_doubt_seq|->
+//              F <realtime_ns>                first item submitted
+//              X <next_seq>                   clean stop: 0..next_seq-1 submitted
+//              V <message>
+//   consumer:  S <pid> <realtime_ns>
+//              H <owner_pid> idle|popping|held [<producer> <seq> <priority>]
+//                                             what the hand file (below) held
+//                                             when this incarnation took it
+//                                             over from incarnation owner_pid;
+//                                             the item only when intact
+//              I <producer> <seq> <priority>  one item, logged after it was
+//                                             popped, before the next pop: a
+//                                             kill in between loses this one
+//                                             item (the documented MpmcRing loss),
+//                                             which the hand then names
+//              L <lost_pops ring 0> ... <ring K-1>  the rings' counters at the
+//                                             clean stop (before X)
+//              F <realtime_ns>                first item of this incarnation
+//              C <reason> <producer> <seq> <priority>  an item failed its checks
+//              X <items_this_incarnation>     drained and stopped (SIGTERM)
+//              V <message>
+//
+// Hand file (consumer, --hand, default <log>.hand): a MAP_SHARED page the
+// consumer pops into, so an item copied out of a ring survives a kill -9.
+// Per pop: zero the item, state = popping, pop into it, state = held when the
+// pop returned an item, then log "I". A compiler fence orders each step (a
+// kill stops the process between instructions; what it stored is in the page
+// cache). So a killed consumer's hand shows "held X" (X popped; lost unless
+// its I line was written), "popping X" (X copied, the pop had not returned:
+// lost, and maybe also counted in its ring's lost_pops) or "popping" with no
+// intact item (died waiting in a pop or before the copy finished: a claimed
+// cell, if any, is counted in that ring's lost_pops by its repair).
+#pragma once
+
+#include "helpers/fanout/fanout_items.hpp"
+#include "soak_common.hpp"
+
+#include "shm/fanout/priority_fanout.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <atomic>
+#include <string>
+
+namespace soak {
+
+// Opens the fanout, creating it (ephemeral) when it does not exist yet. Both
+// sides may create: whoever comes first. Retries while another process is
+// creating it (rings present, bitmap not yet) and while attachment slots of
+// dead handles wait for reclaim.
+inline shm::Result<shm::PriorityFanout> attach_fanout(const std::string& base,
+                                                      const shm::FanoutParams& params,
+                                                      shm::FanoutRole role) {
+  return open_or_create([&] { return shm::PriorityFanout::open(base, params, {}, role); },
+                        [&](const shm::CreateOptions& co) {
+                          return shm::PriorityFanout::create(base, params, co, role);
+                        });
+}
+
+enum class HandState : std::uint32_t { Idle = 0, Popping = 1, Held = 2 };
+
+inline const char* to_string(HandState s) {
+  switch (s) {
+    case HandState::Popping:
+      return "popping";
+    case HandState::Held:
+      return "held";
+    case HandState::Idle:
+      break;
+  }
+  return "idle";
+}
+
+struct Hand {
+  std::atomic<std::int64_t> owner;  // pid of the incarnation using it (0: never used)
+  std::atomic<HandState> state;
+  std::uint32_t reserved;
+  shm::test::FanoutItem item;  // the pop buffer
+};
+
+// The consumer's hand file, mapped shared (it outlives the process).
+class HandFile {
+ public:
+  explicit HandFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (::ftruncate(fd, sizeof(Hand)) == 0) {
+      void* p = ::mmap(nullptr, sizeof(Hand), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) hand_ = static_cast<Hand*>(p);
+    }
+    ::close(fd);
+  }
+  HandFile(const HandFile&) = delete;
+  HandFile& operator=(const HandFile&) = delete;
+  ~HandFile() {
+    if (hand_ != nullptr) ::munmap(hand_, sizeof(Hand));
+  }
+  [[nodiscard]] bool ok() const noexcept { return hand_ != nullptr; }
+  [[nodiscard]] Hand& operator*() const noexcept { return *hand_; }
+  [[nodiscard]] Hand* operator->() const noexcept { return hand_; }
+
+  // "H ..." for the log: what the previous owner left (empty when none).
+  [[nodiscard]] std::string describe() const {
+    const std::int64_t owner = hand_->owner.load(std::memory_order_relaxed);
+    if (owner == 0) return {};
+    const HandState st = hand_->state.load(std::memory_order_relaxed);
+    const shm::test::FanoutItem& it = hand_->item;
+    if (!shm::test::item_intact(it)) return fmt::format("H {} {}\n", owner, to_string(st));
+    return fmt::format("H {} {} {} {} {}\n", owner, to_string(st), it.producer, it.seq,
+                       it.priority);
+  }
+  // Takes the hand over (after its previous state was logged).
+  void take_over() const noexcept {
+    hand_->state.store(HandState::Idle, std::memory_order_relaxed);
+    hand_->item = {};
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    hand_->owner.store(::getpid(), std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  // Before a pop into hand_->item.
+  void before_pop() const noexcept {
+    hand_->item = {};
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    hand_->state.store(HandState::Popping, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  // After a pop that returned an item (before it is logged).
+  void popped() const noexcept {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    hand_->state.store(HandState::Held, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+
+ private:
+  Hand* hand_ = nullptr;
+};
+
+}  // namespace soak

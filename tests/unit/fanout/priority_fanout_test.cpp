@@ -1,0 +1,478 @@
+#include "shm/fanout/priority_fanout.hpp"
+#include "common/scale.hpp"
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
+
+std::uint64_t u64(const Node& n, std::string_view key) {
+  const Node* f = n.find(key);
+  EXPECT_NE(f, nullptr) << key;
+  return f ? std::get<std::uint64_t>(f->value()) : 0;
+}
+
+class PriorityFanoutTest : public ::testing::Test {
+ protected:
+  static constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+
+  PriorityFanout make(const FanoutParams& p = kParams) {
+    auto f = PriorityFanout::create("jobs", p);
+    EXPECT_TRUE(f) << f.error().what();
+    return std::move(*f);
+  }
+  // {priority, payload} of the next drained item, or nullopt.
+  std::optional<std::pair<std::uint32_t, std::string>> drain(PriorityFanout& f) {
+    std::vector<std::byte> buf(f.slot_size());
+    auto d = f.try_drain_highest(buf);
+    EXPECT_TRUE(d) << d.error().what();
+    if (!d || !*d) return std::nullopt;
+    return std::pair{(*d)->priority,
+                     std::string(reinterpret_cast<const char*>(buf.data()), (*d)->size)};
+  }
+  // A raw writable view of the bitmap segment (what a buggy process could change).
+  struct Raw {
+    Segment seg;
+    fanout::Control* ctl;
+  };
+  Raw raw_bitmap() {
+    auto seg = Segment::open_any("jobs.bitmap", {});
+    EXPECT_TRUE(seg) << seg.error().what();
+    auto* ctl = reinterpret_cast<fanout::Control*>(seg->data().data());
+    return Raw{std::move(*seg), ctl};
+  }
+
+  test::TempRoot root_;
+};
+
+TEST_F(PriorityFanoutTest, BitmapStartsEmpty) {
+  auto f = make();
+  EXPECT_EQ(f.active_priorities(), 0u);
+  EXPECT_EQ(drain(f), std::nullopt);
+  Node n;
+  kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+  EXPECT_EQ(std::get<std::string>(n.find("bitmap")->value()), "0b0000");
+}
+
+TEST_F(PriorityFanoutTest, SubmitSetsThePriorityBit) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(2, bytes("mid")));
+  EXPECT_EQ(f.active_priorities(), 0b0100u);
+  ASSERT_TRUE(*f.submit(0, bytes("low")));
+  EXPECT_EQ(f.active_priorities(), 0b0101u);
+}
+
+TEST_F(PriorityFanoutTest, DrainsHighestPriorityFirst) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(0, bytes("low-prio")));
+  ASSERT_TRUE(*f.submit(2, bytes("med-prio")));
+  ASSERT_TRUE(*f.submit(3, bytes("high-prio")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "high-prio"}));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "med-prio"}));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "low-prio"}));
+  EXPECT_EQ(drain(f), std::nullopt);
+  EXPECT_EQ(f.active_priorities(), 0u) << "the pop that empties a ring clears its bit";
+  Node n;
+  kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+  EXPECT_EQ(u64(n, "stale_retries"), 0u);
+}
+
+TEST_F(PriorityFanoutTest, FifoWithinAPriority) {
+  auto f = make();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*f.submit(1, bytes("job" + std::to_string(i))));
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "job" + std::to_string(i)}));
+}
+
+TEST_F(PriorityFanoutTest, HeartbeatStampsTheBitmapAndEveryRingAttachment) {
+  auto f = make();
+  // The newest heartbeat of the (single) attached handle in each of the K+1 files.
+  auto stamps = [&] {
+    std::vector<std::uint64_t> out;
+    auto newest = [](const Segment& s) {
+      std::uint64_t ns = 0;
+      for (const SlotInfo& i : s.slots())
+        if (i.state == SlotState::Attached) ns = std::max(ns, i.heartbeat_ns);
+      return ns;
+    };
+    out.push_back(newest(f.bitmap_segment()));
+    for (std::uint32_t p = 0; p < f.priorities(); ++p) out.push_back(newest(f.ring(p).segment()));
+    return out;
+  };
+  const std::vector<std::uint64_t> before = stamps();
+  std::this_thread::sleep_for(2ms);
+  f.heartbeat();
+  const std::vector<std::uint64_t> after = stamps();
+  ASSERT_EQ(after.size(), std::size_t{kParams.priorities} + 1);
+  for (std::size_t i = 0; i < after.size(); ++i)
+    EXPECT_GT(after[i], before[i]) << (i == 0 ? "bitmap" : "ring " + std::to_string(i - 1));
+}
+
+TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
+  auto f = make();
+  auto s = f.submit(4, bytes("x"));
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::PriorityOutOfBounds);
+  EXPECT_NE(s.error().message.find("priority 4 is out of bounds"), std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("4 priorities (0..3"), std::string::npos) << s.error().message;
+  std::vector<std::byte> buf(48);
+  EXPECT_EQ(f.try_drain_priority(7, buf).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.drain_priority(7, buf, 1ms).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.submit(64, bytes("x"), 1ms).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.active_priorities(), 0u) << "nothing changed";
+}
+
+TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(3, bytes("urgent")));
+  ASSERT_TRUE(*f.submit(1, bytes("routine")));
+  auto worker = PriorityFanout::open("jobs", kParams);
+  ASSERT_TRUE(worker);
+  std::vector<std::byte> buf(48);
+  auto got = worker->try_drain_priority(1, buf);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "routine");
+  got = worker->try_drain_priority(1, buf);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(*got);
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "urgent"}));
+  EXPECT_EQ(f.active_priorities(), 0u) << "each pop that emptied its ring cleared the bit";
+}
+
+TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
+  auto f = make();
+  for (std::uint64_t i = 0; i < kParams.ring_capacity; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
+  auto full = f.submit(2, bytes("x"));
+  ASSERT_TRUE(full) << full.error().what();
+  EXPECT_FALSE(*full);
+  EXPECT_TRUE(*f.submit(1, bytes("other priorities have their own room")));
+  auto timed = f.submit(2, bytes("x"), 5ms);
+  ASSERT_TRUE(timed);
+  EXPECT_FALSE(*timed);
+}
+
+TEST_F(PriorityFanoutTest, CapacityBoundary) {
+  auto f = make({.priorities = 2, .ring_capacity = 4, .slot_size = 8});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(*f.submit(1, bytes(std::to_string(i))));
+  EXPECT_FALSE(*f.submit(1, bytes("4")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "0"}));
+  EXPECT_TRUE(*f.submit(1, bytes("4")));
+  EXPECT_FALSE(*f.submit(1, bytes("5")));
+  for (int i = 1; i <= 4; ++i)
+    EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, std::to_string(i)}));
+  const std::string exact(8, 'e');
+  EXPECT_TRUE(*f.submit(0, bytes(exact)));
+  auto big = f.submit(0, bytes(exact + "!"));
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code, Errc::TooLarge);
+  EXPECT_NE(big.error().message.find("9 bytes exceeds the ring's slot size of 8"),
+            std::string::npos)
+      << big.error().message;
+}
+
+TEST_F(PriorityFanoutTest, SubmitsAreVisibleThroughAnotherHandle) {
+  auto a = make();
+  auto b = PriorityFanout::open("jobs", kParams);
+  ASSERT_TRUE(b) << b.error().what();
+  ASSERT_TRUE(*a.submit(1, bytes("from a")));
+  EXPECT_EQ(b->active_priorities(), 0b0010u);
+  EXPECT_EQ(drain(*b), (std::pair<std::uint32_t, std::string>{1, "from a"}));
+  ASSERT_TRUE(*b->submit(3, bytes("from b")));
+  EXPECT_EQ(drain(a), (std::pair<std::uint32_t, std::string>{3, "from b"}));
+}
+
+TEST_F(PriorityFanoutTest, InterleavedSubmitAndDrainKeepPriorityOrder) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(1, bytes("a1")));
+  ASSERT_TRUE(*f.submit(0, bytes("a0")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "a1"}));
+  ASSERT_TRUE(*f.submit(3, bytes("b3")));
+  ASSERT_TRUE(*f.submit(1, bytes("b1")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "b3"}));
+  ASSERT_TRUE(*f.submit(2, bytes("c2")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "c2"}));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "b1"}));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "a0"}));
+  EXPECT_EQ(drain(f), std::nullopt);
+}
+
+TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 1024, .slot_size = 16};
+  auto f = make(params);
+  const std::uint64_t per_thread = test::scaled(20'000);
+  std::atomic<bool> go{false}, failed{false};
+  std::atomic<std::uint64_t> drained{0};
+  std::vector<std::array<std::uint64_t, 4>> counts(2, std::array<std::uint64_t, 4>{});
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      auto h = PriorityFanout::open("jobs", params, {}, FanoutRole::Submitter);
+      if (!h) return failed.store(true);
+      while (!go.load()) std::this_thread::yield();
+      for (std::uint64_t i = 0; i < per_thread; ++i) {
+        const std::uint32_t prio = static_cast<std::uint32_t>((i + t) % 4);
+        const std::uint64_t item[2] = {prio, t * per_thread + i};
+        auto ok = h->submit(prio, std::as_bytes(std::span(item)), 10s);
+        if (!ok || !*ok) return failed.store(true);
+      }
+    });
+  for (int c = 0; c < 2; ++c)
+    threads.emplace_back([&, c] {
+      auto h = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+      if (!h) return failed.store(true);
+      std::uint64_t item[2];
+      while (drained.load() < 4 * per_thread && !failed.load()) {
+        auto d = h->drain_highest(std::as_writable_bytes(std::span(item)), 20ms);
+        if (!d) return failed.store(true);
+        if (!*d) continue;
+        if ((*d)->priority != item[0]) return failed.store(true);  // routed to the wrong ring
+        ++counts[c][(*d)->priority];
+        drained.fetch_add(1);
+      }
+    });
+  go = true;
+  for (auto& th : threads) th.join();
+  ASSERT_FALSE(failed.load());
+  for (std::uint32_t p = 0; p < 4; ++p) EXPECT_EQ(counts[0][p] + counts[1][p], per_thread) << p;
+  EXPECT_TRUE(kFanoutBitmapDescriptor.verify(f.bitmap_segment()).empty());
+}
+
+TEST_F(PriorityFanoutTest, FilesPersistAfterHandlesCloseAndUnlinkRemovesThem) {
+  {
+    auto f = make();
+    ASSERT_TRUE(*f.submit(2, bytes("persisted")));
+  }
+  for (const char* file : {"jobs.bitmap", "jobs.prio0", "jobs.prio1", "jobs.prio2", "jobs.prio3"})
+    EXPECT_TRUE(std::filesystem::exists(root_.file(file))) << file;
+  {
+    auto f = PriorityFanout::open("jobs", kParams);
+    ASSERT_TRUE(f) << f.error().what();
+    EXPECT_EQ(f->active_priorities(), 0b0100u);
+    EXPECT_EQ(drain(*f), (std::pair<std::uint32_t, std::string>{2, "persisted"}));
+  }
+  ASSERT_TRUE(PriorityFanout::unlink("jobs"));
+  EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+  auto again = PriorityFanout::unlink("jobs");
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::NotFound);
+  auto gone = PriorityFanout::open("jobs", kParams);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, Errc::NotFound);
+}
+
+TEST_F(PriorityFanoutTest, OpenWithDifferentParametersIsMismatchNamingBothValues) {
+  auto f = make();
+  struct Case {
+    FanoutParams params;
+    const char* message;
+  };
+  for (const Case& c : {Case{{8, 16, 48}, "priorities: segment has 4, caller expects 8"},
+                        Case{{4, 32, 48}, "ring_capacity: segment has 16, caller expects 32"},
+                        Case{{4, 16, 64}, "slot_size: segment has 48, caller expects 64"}}) {
+    auto o = PriorityFanout::open("jobs", c.params);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error().code, Errc::ParamMismatch);
+    EXPECT_NE(o.error().message.find(c.message), std::string::npos) << o.error().message;
+  }
+  auto any = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  ASSERT_TRUE(any) << any.error().what();
+  EXPECT_EQ(any->priorities(), 4u);
+  EXPECT_EQ(any->ring_capacity(), 16u);
+}
+
+TEST_F(PriorityFanoutTest, CreateRejectsBadPriorityCounts) {
+  for (std::uint32_t k : {0u, 65u}) {
+    auto f = PriorityFanout::create("bad", {.priorities = k, .ring_capacity = 16, .slot_size = 8});
+    ASSERT_FALSE(f);
+    EXPECT_EQ(f.error().code, Errc::InvalidArgument);
+    EXPECT_NE(f.error().message.find("must be in [1, 64]"), std::string::npos) << f.error().message;
+  }
+  auto cap = PriorityFanout::create("bad", {.priorities = 4, .ring_capacity = 10, .slot_size = 8});
+  ASSERT_FALSE(cap);
+  EXPECT_EQ(cap.error().code, Errc::InvalidArgument);
+  EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
+}
+
+TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
+  auto f = make({.priorities = 64, .ring_capacity = 2, .slot_size = 8});
+  ASSERT_TRUE(*f.submit(0, bytes("bottom")));
+  ASSERT_TRUE(*f.submit(63, bytes("top")));
+  EXPECT_EQ(f.active_priorities(), (1ull << 63) | 1u);
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{63, "top"}));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "bottom"}));
+}
+
+TEST_F(PriorityFanoutTest, CreateFailsCleanlyWhenOneFileExists) {
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio2", {.capacity = 16, .slot_size = 48}));
+  auto f = PriorityFanout::create("jobs", kParams);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, Errc::AlreadyExists);
+  EXPECT_FALSE(std::filesystem::exists(root_.file("jobs.prio0")));
+  EXPECT_FALSE(std::filesystem::exists(root_.file("jobs.prio1")));
+  EXPECT_TRUE(std::filesystem::exists(root_.file("jobs.prio2"))) << "not ours: left alone";
+  EXPECT_FALSE(std::filesystem::exists(root_.file("jobs.bitmap")));
+}
+
+TEST_F(PriorityFanoutTest, RingRecreatedOnItsOwnIsRefused) {
+  { auto f = make(); }
+  ASSERT_TRUE(Segment::unlink("jobs.prio1"));
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio1", {.capacity = 16, .slot_size = 48}));
+  auto o = PriorityFanout::open("jobs", kParams);
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, Errc::ParamMismatch);
+  EXPECT_NE(o.error().message.find("jobs.prio1: incarnation"), std::string::npos)
+      << o.error().message;
+  ASSERT_TRUE(Segment::unlink("jobs.prio1"));
+  auto missing = PriorityFanout::open("jobs", kParams);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::NotFound);
+  EXPECT_NE(missing.error().message.find("'jobs.prio1' of priority 1 is missing"),
+            std::string::npos)
+      << missing.error().message;
+  const auto bad = kFanoutBitmapDescriptor.verify(raw_bitmap().seg);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("priority 1"), std::string::npos) << bad[0];
+}
+
+TEST_F(PriorityFanoutTest, StaleBitIsClearedAndCounted) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(3, bytes("x")));
+  ASSERT_TRUE(*f.submit(3, bytes("y")));
+  // Pops that bypass the fanout (a plain ring handle) leave bit 3 set over an empty ring.
+  auto bypass = MpmcRing::open("jobs.prio3");
+  ASSERT_TRUE(bypass);
+  std::vector<std::byte> buf(48);
+  ASSERT_TRUE(*bypass->try_pop(buf));
+  ASSERT_TRUE(*bypass->try_pop(buf));
+  EXPECT_EQ(f.active_priorities(), 0b1000u);
+  ASSERT_TRUE(*f.submit(1, bytes("y")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "y"}));
+  EXPECT_EQ(f.active_priorities(), 0u)
+      << "stale bit 3 cleared by the failed pop, bit 1 by the emptying pop";
+  Node n;
+  kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+  EXPECT_EQ(u64(n, "stale_retries"), 1u);
+}
+
+TEST_F(PriorityFanoutTest, InFlightPushDoesNotHideLowerPriorities) {
+  auto f = make();
+  auto top = MpmcRing::open("jobs.prio3");  // a pusher of priority 3, mid-push
+  ASSERT_TRUE(top);
+  auto held = top->try_reserve();
+  ASSERT_TRUE(held && *held);
+  Raw raw = raw_bitmap();
+  raw.ctl->hot.bitmap.fetch_or(1u << 3);  // as if another item of priority 3 had been announced
+  ASSERT_TRUE(*f.submit(1, bytes("low")));
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "low"}));
+  EXPECT_EQ(f.active_priorities() & 0b1000u, 0b1000u) << "kept: a push of priority 3 is in flight";
+  EXPECT_TRUE(kFanoutBitmapDescriptor.verify(f.bitmap_segment()).empty());
+  std::memcpy((*held)->data(), "top", 3);
+  top->commit(3);
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "top"}));
+}
+
+TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
+  auto drainer = make();
+  auto submitter = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Submitter);
+  ASSERT_TRUE(submitter);
+  std::thread t([&] {
+    // Bounded wait until the drainer is parked, then submit (the parks and
+    // wakeups counters below fail the test if it never parked).
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      Node n;
+      kFanoutBitmapDescriptor.describe(submitter->bitmap_segment(), n);
+      if (u64(n, "drainers_waiting") == 1) break;
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(*submitter->submit(2, bytes("wake up")));
+  });
+  std::vector<std::byte> buf(48);
+  auto d = drainer.drain_highest(buf, 30s);
+  t.join();
+  ASSERT_TRUE(d && *d) << (d ? "timed out" : d.error().what());
+  EXPECT_EQ((*d)->priority, 2u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), (*d)->size), "wake up");
+  Node n;
+  kFanoutBitmapDescriptor.describe(drainer.bitmap_segment(), n);
+  EXPECT_EQ(u64(n, "drainers_waiting"), 0u);
+  EXPECT_GE(u64(n, "parks"), 1u);
+  EXPECT_GE(u64(n, "wakeups"), 1u);
+}
+
+TEST_F(PriorityFanoutTest, BlockingDrainTimesOutWhenIdle) {
+  auto f = make();
+  std::vector<std::byte> buf(48);
+  auto d = f.drain_highest(buf, 20ms);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(*d);
+  auto p = f.drain_priority(1, buf, 5ms);
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(*p);
+}
+
+TEST_F(PriorityFanoutTest, DescribeShowsBitmapAsBitsAndListWithPerPriorityDepth) {
+  auto f = make();
+  ASSERT_TRUE(*f.submit(3, bytes("a")));
+  ASSERT_TRUE(*f.submit(1, bytes("b")));
+  ASSERT_TRUE(*f.submit(1, bytes("c")));
+  Node n;
+  describe_header(f.bitmap_segment(), n);
+  kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+  EXPECT_EQ(std::get<std::string>(n.find("kind")->value()), "fanout_bitmap");
+  EXPECT_EQ(std::get<std::string>(n.find("bitmap")->value()), "0b1010");
+  std::vector<std::uint64_t> active;
+  for (const Node& e : n.find("active")->elements())
+    active.push_back(std::get<std::uint64_t>(e.value()));
+  EXPECT_EQ(active, (std::vector<std::uint64_t>{3, 1}));
+  EXPECT_EQ(u64(n, "depth_total"), 3u);
+  const auto& rings = n.find("rings")->elements();
+  ASSERT_EQ(rings.size(), 4u);
+  EXPECT_EQ(u64(rings[0], "priority"), 3u);  // highest first
+  EXPECT_EQ(u64(rings[2], "priority"), 1u);
+  EXPECT_EQ(u64(rings[2], "depth"), 2u);
+  EXPECT_EQ(rings[2].find("depth")->metric(), Node::Metric::Gauge);
+  EXPECT_EQ(u64(rings[2], "capacity"), 16u);
+  EXPECT_EQ(u64(rings[2], "submitted"), 2u);
+  EXPECT_EQ(rings[2].find("submitted")->metric(), Node::Metric::Counter);
+  EXPECT_EQ(u64(rings[2], "drained"), 0u);
+}
+
+TEST_F(PriorityFanoutTest, VerifyReportsBitsAboveKAndStrandedItems) {
+  auto f = make();
+  EXPECT_TRUE(kFanoutBitmapDescriptor.verify(f.bitmap_segment()).empty());
+  ASSERT_TRUE(*f.submit(2, bytes("x")));
+  Raw raw = raw_bitmap();
+  raw.ctl->hot.bitmap.store(1u << 6);  // priority 2's bit lost, a bit beyond K set
+  const auto bad = kFanoutBitmapDescriptor.verify(raw.seg);
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_NE(bad[0].find("bits set above priority 3"), std::string::npos) << bad[0];
+  EXPECT_NE(bad[1].find("priority 2: ring holds 1 item(s) but its bitmap bit is clear"),
+            std::string::npos)
+      << bad[1];
+  std::vector<std::byte> buf(48);
+  auto d = f.try_drain_highest(buf);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, Errc::Corrupt);
+  EXPECT_NE(d.error().message.find("has a bit set above priority 3"), std::string::npos)
+      << d.error().message;
+}
+
+}  // namespace
+}  // namespace shm

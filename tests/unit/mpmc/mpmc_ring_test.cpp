@@ -1,0 +1,565 @@
+#include "shm/mpmc/mpmc_ring.hpp"
+#include "common/scale.hpp"
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/spsc/layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
+std::string str(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+const Node* find(const Node& n, std::string_view key) {
+  return n.find(key);
+}
+std::uint64_t u64(const Node& n, std::string_view key) {
+  const Node* f = n.find(key);
+  EXPECT_NE(f, nullptr) << key;
+  return f ? std::get<std::uint64_t>(f->value()) : 0;
+}
+
+// Waits (up to a generous deadline) until `gauge` (consumers_waiting or
+// producers_waiting) shows a parked handle, so what follows must wake it: a
+// test that acted before the park would pass without exercising the wake.
+bool wait_until_waiting(const Segment& seg, std::string_view gauge) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Node n;
+    kMpmcRingDescriptor.describe(seg, n);
+    if (u64(n, gauge) == 1) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+class MpmcRingTest : public ::testing::Test {
+ protected:
+  // A second, raw mapping of the ring: what a buggy or hostile process could write.
+  struct Raw {
+    Segment seg;
+    mpmc::View v;
+  };
+  Raw raw(const std::string& name) {
+    auto seg = open_mpmc_ring(name);
+    EXPECT_TRUE(seg) << seg.error().what();
+    auto v = mpmc::view(*seg);
+    EXPECT_TRUE(v.has_value());
+    return Raw{std::move(*seg), *v};
+  }
+  std::optional<std::string> pop_str(MpmcRing& r) {
+    std::vector<std::byte> buf(r.slot_size());
+    auto got = r.try_pop(buf);
+    EXPECT_TRUE(got) << got.error().what();
+    if (!got || !*got) return std::nullopt;
+    return std::string(reinterpret_cast<const char*>(buf.data()), **got);
+  }
+
+  test::TempRoot root_;
+};
+
+TEST_F(MpmcRingTest, PushThenPopReturnsItemsInFifoOrder) {
+  auto r = MpmcRing::create("r", {.capacity = 16, .slot_size = 48});
+  ASSERT_TRUE(r) << r.error().what();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*r->try_push(bytes("item" + std::to_string(i))));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(pop_str(*r), "item" + std::to_string(i));
+  EXPECT_EQ(pop_str(*r), std::nullopt);
+}
+
+TEST_F(MpmcRingTest, EmptyItemsAreDelivered) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 8});
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r->try_push({}));
+  std::vector<std::byte> buf(8);
+  auto got = r->try_pop(buf);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ(**got, 0u);
+}
+
+TEST_F(MpmcRingTest, FullRingRefusesPushUntilAnItemIsPopped) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  for (int lap = 0; lap < 3; ++lap) {
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(*r->try_push(bytes("x" + std::to_string(i))));
+    auto full = r->try_push(bytes("one too many"));
+    ASSERT_TRUE(full) << full.error().what();  // back-pressure is not an error
+    EXPECT_FALSE(*full);
+    EXPECT_EQ(pop_str(*r), "x0");
+    EXPECT_TRUE(*r->try_push(bytes("x8")));
+    EXPECT_FALSE(*r->try_push(bytes("x9")));
+    for (int i = 1; i <= 8; ++i) EXPECT_EQ(pop_str(*r), "x" + std::to_string(i));
+    EXPECT_EQ(pop_str(*r), std::nullopt);
+  }
+}
+
+TEST_F(MpmcRingTest, PayloadLargerThanSlotIsTooLargeNamingBothSizes) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 48});
+  ASSERT_TRUE(r);
+  const std::string big(49, 'x');
+  auto p = r->try_push(bytes(big));
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::TooLarge);
+  EXPECT_NE(p.error().message.find("49"), std::string::npos) << p.error().message;
+  EXPECT_NE(p.error().message.find("48"), std::string::npos) << p.error().message;
+  auto blocking = r->push(bytes(big), 1ms);
+  ASSERT_FALSE(blocking);
+  EXPECT_EQ(blocking.error().code, Errc::TooLarge);
+}
+
+TEST_F(MpmcRingTest, ItemLargerThanBufferIsTooLargeAndStaysInRing) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 48});
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r->try_push(bytes("twelve bytes")));
+  std::vector<std::byte> small(4);
+  auto got = r->try_pop(small);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::TooLarge);
+  EXPECT_NE(got.error().message.find("12"), std::string::npos) << got.error().message;
+  EXPECT_EQ(pop_str(*r), "twelve bytes");
+}
+
+TEST_F(MpmcRingTest, CreateRejectsInvalidParameters) {
+  for (const MpmcParams& p :
+       {MpmcParams{3, 8}, MpmcParams{1, 8}, MpmcParams{0, 8}, MpmcParams{8, 0},
+        MpmcParams{8, mpmc::kMaxSlotSize + 1}, MpmcParams{mpmc::kMaxCapacity * 2, 8}}) {
+    auto r = MpmcRing::create("bad", p);
+    ASSERT_FALSE(r) << p.capacity << "/" << p.slot_size;
+    EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  }
+  auto r = MpmcRing::create("bad", {.capacity = 6, .slot_size = 8});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("capacity 6 must be a power of two"), std::string::npos)
+      << r.error().message;
+}
+
+TEST_F(MpmcRingTest, OpenWithDifferentCapacityIsParamMismatchNamingBothValues) {
+  auto r = MpmcRing::create("r", {.capacity = 64, .slot_size = 48});
+  ASSERT_TRUE(r);
+  auto o = MpmcRing::open("r", {.capacity = 128, .slot_size = 48});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, Errc::ParamMismatch);
+  EXPECT_NE(o.error().message.find("capacity: segment has 64, caller expects 128"),
+            std::string::npos)
+      << o.error().message;
+  auto s = MpmcRing::open("r", {.capacity = 64, .slot_size = 32});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::ParamMismatch);
+  EXPECT_NE(s.error().message.find("slot_size: segment has 48, caller expects 32"),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_TRUE(MpmcRing::open("r")) << "zero fields accept any geometry";
+}
+
+TEST_F(MpmcRingTest, OpeningAnotherKindIsKindMismatch) {
+  ASSERT_TRUE(create_ring("spsc", {.capacity = 1024}));
+  auto o = MpmcRing::open("spsc");
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, Errc::KindMismatch);
+  EXPECT_NE(o.error().message.find("mpmc_ring"), std::string::npos) << o.error().message;
+}
+
+TEST_F(MpmcRingTest, ZeroCopyReserveCommitAndPeekRelease) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 32});
+  ASSERT_TRUE(r);
+  auto w = r->try_reserve();
+  ASSERT_TRUE(w && *w);
+  EXPECT_EQ((*w)->size(), 32u);
+  std::memcpy((*w)->data(), "hello", 5);
+  {
+    std::vector<std::byte> buf(32);
+    auto none = r->try_pop(buf);  // reserved but not committed: invisible
+    ASSERT_TRUE(none);
+    EXPECT_FALSE(*none);
+  }
+  r->commit(5);
+  auto p = r->try_peek();
+  ASSERT_TRUE(p && *p);
+  EXPECT_EQ(str(**p), "hello");
+  r->release();
+  EXPECT_EQ(pop_str(*r), std::nullopt);
+}
+
+TEST_F(MpmcRingTest, CancelledReservationIsSkippedByConsumers) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 32});
+  auto other = MpmcRing::open("r");
+  ASSERT_TRUE(r && other);
+  auto w = r->try_reserve();
+  ASSERT_TRUE(w && *w);
+  ASSERT_TRUE(*other->try_push(bytes("after")));
+  r->cancel();
+  EXPECT_EQ(pop_str(*r), "after");
+  EXPECT_EQ(pop_str(*r), std::nullopt);
+  Node n;
+  kMpmcRingDescriptor.describe(r->segment(), n);
+  EXPECT_EQ(u64(n, "cancelled_pushes"), 1u);
+  EXPECT_EQ(u64(n, "tombstones_skipped"), 1u);
+}
+
+TEST_F(MpmcRingTest, ConsumerReportsImpossibleSequenceInsteadOfSpinning) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  Raw w = raw("r");
+  // Not congruent to the cell index at all.
+  w.v.cell(0).seq.store(5, std::memory_order_relaxed);
+  std::vector<std::byte> buf(16);
+  auto got = r->try_pop(buf);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::Corrupt);
+  EXPECT_NE(got.error().message.find("cell 0 (position 0): sequence 0x5 is impossible"),
+            std::string::npos)
+      << got.error().message;
+  // Congruent but ahead of a head that does not move: a naive popper would
+  // reload head forever.
+  w.v.cell(0).seq.store(8 * 1000, std::memory_order_relaxed);
+  got = r->try_pop(buf);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::Corrupt);
+  EXPECT_NE(got.error().message.find("while head is 0"), std::string::npos) << got.error().message;
+  // The blocking variant reports it too instead of waiting.
+  auto blocking = r->pop(buf, 10s);
+  ASSERT_FALSE(blocking);
+  EXPECT_EQ(blocking.error().code, Errc::Corrupt);
+}
+
+TEST_F(MpmcRingTest, ProducerReportsImpossibleSequenceInsteadOfSpinning) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  Raw w = raw("r");
+  w.v.cell(0).seq.store(3, std::memory_order_relaxed);
+  auto p = r->try_push(bytes("x"));
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::Corrupt);
+  w.v.cell(0).seq.store(8 * 7 + 1, std::memory_order_relaxed);  // "published" far ahead
+  p = r->try_push(bytes("x"));
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::Corrupt);
+  EXPECT_NE(p.error().message.find("while tail is 0"), std::string::npos) << p.error().message;
+}
+
+TEST_F(MpmcRingTest, CorruptPayloadLengthIsReportedAndNotCopied) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r->try_push(bytes("ok")));
+  Raw w = raw("r");
+  w.v.cell(0).length.store(1u << 30, std::memory_order_relaxed);
+  std::vector<std::byte> buf(1 << 12);
+  auto got = r->try_pop(buf);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::Corrupt);
+  EXPECT_NE(got.error().message.find("payload length 1073741824 exceeds the slot size 16"),
+            std::string::npos)
+      << got.error().message;
+  const auto bad = kMpmcRingDescriptor.verify(w.seg);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("payload length 1073741824"), std::string::npos) << bad[0];
+}
+
+TEST_F(MpmcRingTest, ImpossiblePositionsAreReportedByVerify) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  Raw w = raw("r");
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(w.seg).empty());
+  w.v.control->producer.tail.store(100, std::memory_order_relaxed);
+  const auto bad = kMpmcRingDescriptor.verify(w.seg);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("head 0 and tail 100 are impossible for capacity 8"), std::string::npos)
+      << bad[0];
+  // And a producer at that tail reports Corrupt instead of looping.
+  auto p = r->try_push(bytes("x"));
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::Corrupt);
+}
+
+TEST_F(MpmcRingTest, DeadProducersHeldCellIsRepairedAndConsumersMoveOn) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  Raw w = raw("r");
+  // Simulate a handle in (free, i.e. dead) slot 20 that claimed position 0 and
+  // died before publishing it.
+  w.v.control->intents[20].push.store(1, std::memory_order_relaxed);
+  w.v.control->producer.tail.store(1, std::memory_order_relaxed);
+  ASSERT_TRUE(*r->try_push(bytes("behind")));
+  const auto bad = kMpmcRingDescriptor.verify(w.seg);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("cell 0 (position 0) was claimed by slot 20"), std::string::npos) << bad[0];
+  EXPECT_NE(bad[0].find("died before publishing"), std::string::npos) << bad[0];
+  // try_pop never spins on it: nullopt while it is held...
+  EXPECT_EQ(pop_str(*r), std::nullopt);
+  // ...and once it stayed held past the grace period, the next attempt repairs it.
+  std::vector<std::byte> buf(16);
+  auto got = r->pop(buf, 5s);
+  ASSERT_TRUE(got && *got) << (got ? "timed out" : got.error().what());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "behind");
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(w.seg).empty());
+  Node n;
+  kMpmcRingDescriptor.describe(w.seg, n);
+  EXPECT_EQ(u64(n, "abandoned_pushes"), 1u);
+  EXPECT_EQ(u64(n, "tombstones_skipped"), 1u);
+}
+
+TEST_F(MpmcRingTest, DeadConsumersHeldCellIsReleasedAndProducersMoveOn) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 16});
+  ASSERT_TRUE(r);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(*r->try_push(bytes("i" + std::to_string(i))));
+  Raw w = raw("r");
+  // A consumer in dead slot 21 popped position 0 and died before releasing it.
+  w.v.control->intents[21].pop.store(1, std::memory_order_relaxed);
+  w.v.control->consumer.head.store(1, std::memory_order_relaxed);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(pop_str(*r), "i" + std::to_string(i));
+  const auto bad = kMpmcRingDescriptor.verify(w.seg);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("popped by slot 21"), std::string::npos) << bad[0];
+  EXPECT_NE(bad[0].find("its item is lost"), std::string::npos) << bad[0];
+  EXPECT_FALSE(*r->try_push(bytes("i4")));  // cell 0 is still held: full
+  auto pushed = r->push(bytes("i4"), 5s);
+  ASSERT_TRUE(pushed && *pushed);
+  EXPECT_EQ(pop_str(*r), "i4");
+  Node n;
+  kMpmcRingDescriptor.describe(w.seg, n);
+  EXPECT_EQ(u64(n, "lost_pops"), 1u);
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(w.seg).empty());
+}
+
+TEST_F(MpmcRingTest, CellHeldByALiveHandleIsNeverRepaired) {
+  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 16});
+  auto holder = MpmcRing::open("r");
+  ASSERT_TRUE(r && holder);
+  auto w = holder->try_reserve();
+  ASSERT_TRUE(w && *w);
+  ASSERT_TRUE(*r->try_push(bytes("behind")));
+  std::vector<std::byte> buf(16);
+  auto got = r->pop(buf, 20ms);  // times out: the holder is alive
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(*got);
+  const auto report = r->repair();
+  EXPECT_EQ(report.repaired_pushes, 0u);
+  EXPECT_EQ(report.held_by_live, 1u);
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(r->segment()).empty()) << "in flight is healthy";
+  std::memcpy((*w)->data(), "first", 5);
+  holder->commit(5);
+  EXPECT_EQ(pop_str(*r), "first");
+  EXPECT_EQ(pop_str(*r), "behind");
+}
+
+TEST_F(MpmcRingTest, OpeningAHandleRepairsWhatDeadHandlesLeft) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  Raw w = raw("r");
+  w.v.control->intents[22].push.store(1, std::memory_order_relaxed);
+  w.v.control->producer.tail.store(1, std::memory_order_relaxed);
+  ASSERT_TRUE(*r->try_push(bytes("behind")));
+  auto fresh = MpmcRing::open("r");
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(pop_str(*fresh), "behind");  // no grace period needed
+}
+
+TEST_F(MpmcRingTest, ManyThreadsDeliverEveryItemExactlyOnce) {
+  constexpr int kProducers = 4, kConsumers = 4;
+  const std::uint64_t per_producer = test::scaled(50'000);
+  auto r = MpmcRing::create("r", {.capacity = 256, .slot_size = 16});
+  ASSERT_TRUE(r);
+  std::vector<std::atomic<std::uint8_t>> seen(kProducers * per_producer);
+  std::atomic<std::uint64_t> delivered{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < kProducers; ++p)
+    threads.emplace_back([&, p] {
+      auto h = MpmcRing::open("r", {}, {}, MpmcRole::Producer);
+      if (!h) return failed.store(true);
+      for (std::uint64_t i = 0; i < per_producer; ++i) {
+        const std::uint64_t item[2] = {static_cast<std::uint64_t>(p), i};
+        auto ok = h->push(std::as_bytes(std::span(item)), 10s);
+        if (!ok || !*ok) return failed.store(true);
+      }
+    });
+  for (int c = 0; c < kConsumers; ++c)
+    threads.emplace_back([&] {
+      auto h = MpmcRing::open("r", {}, {}, MpmcRole::Consumer);
+      if (!h) return failed.store(true);
+      std::uint64_t item[2];
+      while (delivered.load() < kProducers * per_producer && !failed.load()) {
+        auto got = h->pop(std::as_writable_bytes(std::span(item)), 20ms);
+        if (!got) return failed.store(true);
+        if (!*got) continue;
+        if (**got != sizeof item || item[0] >= kProducers || item[1] >= per_producer)
+          return failed.store(true);
+        seen[item[0] * per_producer + item[1]].fetch_add(1);
+        delivered.fetch_add(1);
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(failed.load());
+  EXPECT_EQ(delivered.load(), kProducers * per_producer);
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](auto& s) { return s.load() == 1; }));
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(r->segment()).empty());
+}
+
+TEST_F(MpmcRingTest, BlockingPopWakesWhenAnotherThreadPushes) {
+  auto c = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto p = MpmcRing::open("r");
+  ASSERT_TRUE(c && p);
+  std::thread t([&] {
+    EXPECT_TRUE(wait_until_waiting(p->segment(), "consumers_waiting")) << "never parked";
+    ASSERT_TRUE(*p->try_push(bytes("late")));
+  });
+  std::vector<std::byte> buf(16);
+  auto got = c->pop(buf, 30s);
+  t.join();
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "late");
+  // A parked pop also re-checks every kMaxParkNs, so the outcome alone does
+  // not prove the wake: the counter does.
+  Node n;
+  kMpmcRingDescriptor.describe(p->segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 1u) << "the push issued no wake";
+}
+
+TEST_F(MpmcRingTest, BlockingPopTimesOutOnAnEmptyRing) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  std::vector<std::byte> buf(16);
+  auto got = r->pop(buf, 20ms);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(*got);
+  Node n;
+  kMpmcRingDescriptor.describe(r->segment(), n);
+  EXPECT_EQ(u64(n, "consumers_waiting"), 0u) << "the waiter bit is cleared on return";
+}
+
+TEST_F(MpmcRingTest, BlockingPushWakesWhenAConsumerFreesACell) {
+  auto p = MpmcRing::create("r", {.capacity = 2, .slot_size = 16});
+  auto c = MpmcRing::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_push(bytes("a")));
+  ASSERT_TRUE(*p->try_push(bytes("b")));
+  std::thread t([&] {
+    EXPECT_TRUE(wait_until_waiting(c->segment(), "producers_waiting")) << "never parked";
+    EXPECT_EQ(pop_str(*c), "a");
+  });
+  auto ok = p->push(bytes("c"), 30s);
+  t.join();
+  ASSERT_TRUE(ok && *ok);
+  Node n;
+  kMpmcRingDescriptor.describe(p->segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 1u) << "the pop issued no wake";
+  auto timed_out = p->push(bytes("d"), 10ms);
+  ASSERT_TRUE(timed_out);
+  EXPECT_FALSE(*timed_out);
+}
+
+TEST_F(MpmcRingTest, ParkedConsumerIsVisibleAndWokenOnlyThen) {
+  auto c = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto p = MpmcRing::open("r");
+  ASSERT_TRUE(c && p);
+  // Nobody waits: pushes and pops issue no wake.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(*p->try_push(bytes("x")));
+    ASSERT_TRUE(pop_str(*c));
+  }
+  Node before;
+  kMpmcRingDescriptor.describe(c->segment(), before);
+  EXPECT_EQ(u64(before, "wakeups"), 0u);
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    std::vector<std::byte> buf(16);
+    auto got = c->pop(buf, 30s);
+    EXPECT_TRUE(got && *got);
+    done = true;
+  });
+  // Wait (bounded) until the consumer has announced itself.
+  EXPECT_TRUE(wait_until_waiting(p->segment(), "consumers_waiting"));
+  Node parked;
+  kMpmcRingDescriptor.describe(p->segment(), parked);
+  EXPECT_EQ(u64(parked, "consumers_waiting"), 1u);
+  ASSERT_TRUE(*p->try_push(bytes("wake")));
+  t.join();
+  EXPECT_TRUE(done);
+  Node after;
+  kMpmcRingDescriptor.describe(p->segment(), after);
+  EXPECT_GE(u64(after, "wakeups"), 1u);
+}
+
+TEST_F(MpmcRingTest, TwentyFifthHandleGetsNoFreeSlot) {
+  std::vector<MpmcRing> handles;
+  auto first = MpmcRing::create("r", {.capacity = 4, .slot_size = 8});
+  ASSERT_TRUE(first);
+  handles.push_back(std::move(*first));
+  while (handles.size() < kMaxAttachments - kExclusiveSlots) {
+    auto h = MpmcRing::open("r");
+    ASSERT_TRUE(h) << h.error().what();
+    handles.push_back(std::move(*h));
+  }
+  auto extra = MpmcRing::open("r");
+  ASSERT_FALSE(extra);
+  EXPECT_EQ(extra.error().code, Errc::NoFreeSlot);
+  EXPECT_NE(extra.error().message.find("24 shared attachment slots"), std::string::npos)
+      << extra.error().message;
+  handles.pop_back();
+  EXPECT_TRUE(MpmcRing::open("r")) << "a closed handle frees its slot";
+}
+
+TEST_F(MpmcRingTest, DescribeShowsDepthCountersAndRoles) {
+  auto p = MpmcRing::create("r", {.capacity = 16, .slot_size = 48}, {}, MpmcRole::Producer);
+  auto c = MpmcRing::open("r", {}, {}, MpmcRole::Consumer);
+  ASSERT_TRUE(p && c);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(*p->try_push(bytes("x")));
+  ASSERT_TRUE(pop_str(*c));
+  Node n;
+  describe_header(p->segment(), n);
+  kMpmcRingDescriptor.describe(p->segment(), n);
+  EXPECT_EQ(std::get<std::string>(find(n, "kind")->value()), "mpmc_ring");
+  EXPECT_EQ(u64(n, "capacity"), 16u);
+  EXPECT_EQ(u64(n, "slot_size"), 48u);
+  EXPECT_EQ(u64(n, "cell_stride"), 64u);
+  EXPECT_EQ(u64(n, "depth"), 4u);
+  EXPECT_EQ(find(n, "depth")->metric(), Node::Metric::Gauge);
+  EXPECT_EQ(u64(n, "pushed"), 5u);
+  EXPECT_EQ(u64(n, "popped"), 1u);
+  EXPECT_EQ(find(n, "popped")->metric(), Node::Metric::Counter);
+  std::vector<std::string> roles;
+  for (const Node& a : find(n, "attachers")->elements())
+    roles.push_back(std::get<std::string>(a.find("role")->value()));
+  std::sort(roles.begin(), roles.end());
+  EXPECT_EQ(roles, (std::vector<std::string>{"consumer", "producer"}));
+}
+
+TEST_F(MpmcRingTest, DumpShowsQueuedItemsWithoutConsumingThem) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(*r->try_push(bytes("one")));
+  ASSERT_TRUE(*r->try_push(bytes("two")));
+  const auto items = kMpmcRingDescriptor.dump(r->segment(), 10);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(str(items[0]), "one");
+  EXPECT_EQ(str(items[1]), "two");
+  EXPECT_EQ(pop_str(*r), "one");
+}
+
+TEST_F(MpmcRingTest, ItemsSurviveTheHandlesThatWroteThem) {
+  {
+    auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+    ASSERT_TRUE(r);
+    ASSERT_TRUE(*r->try_push(bytes("kept")));
+  }
+  auto r = MpmcRing::open("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(pop_str(*r), "kept");
+}
+
+}  // namespace
+}  // namespace shm

@@ -1,0 +1,182 @@
+// Pieces of the sidecar that need no process: the Prometheus writer, the log
+// line formats, the listen address rules, the HTTP responder.
+#include "sidecar/http_server.hpp"
+#include "sidecar/log.hpp"
+#include "sidecar/metrics.hpp"
+
+#include "shm/segment/describe.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <chrono>
+
+namespace shm::sidecar {
+namespace {
+
+TEST(SidecarMetrics, CountersGetTotalSuffixGaugesDoNotAndEachFamilyIsDeclaredOnce) {
+  Node a;
+  a.counter("records_pushed", 10);
+  a.gauge("depth", 3);
+  a.set("capacity", std::uint64_t{4096});                    // not marked: not a metric
+  a.set("state", std::string("open"), Node::Metric::Gauge);  // not numeric: skipped
+  Node b;
+  b.counter("records_pushed", 20);
+  b.gauge("depth", 4);
+  MetricsWriter w;
+  w.tree("libshm_ring", a, {{"segment", "a"}});
+  w.tree("libshm_ring", b, {{"segment", "b"}});
+  EXPECT_EQ(w.render(),
+            "# HELP libshm_ring_records_pushed_total Counter 'records_pushed' of the kind's "
+            "describe() tree.\n"
+            "# TYPE libshm_ring_records_pushed_total counter\n"
+            "libshm_ring_records_pushed_total{segment=\"a\"} 10\n"
+            "libshm_ring_records_pushed_total{segment=\"b\"} 20\n"
+            "# HELP libshm_ring_depth Gauge 'depth' of the kind's describe() tree.\n"
+            "# TYPE libshm_ring_depth gauge\n"
+            "libshm_ring_depth{segment=\"a\"} 3\n"
+            "libshm_ring_depth{segment=\"b\"} 4\n");
+}
+
+TEST(SidecarMetrics, NestedObjectsJoinKeysAndArrayElementsBecomeLabels) {
+  Node t;
+  Node& pool = t.object("pool");
+  pool.gauge("free-pages", 7);
+  Node& prios = t.array("priorities");
+  prios.push_object().gauge("depth", 1);
+  prios.push_object().counter("drops_total", 2);
+  Node& pools = t.array("pools");
+  pools.push_object().set("label", std::string("workers")).gauge("tickets", 5);
+  MetricsWriter w;
+  w.tree("libshm_fanout", t, {{"segment", "f"}});
+  const std::string out = w.render();
+  EXPECT_NE(out.find("libshm_fanout_pool_free_pages{segment=\"f\"} 7\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("libshm_fanout_priorities_depth{segment=\"f\",priorities=\"0\"} 1\n"),
+            std::string::npos)
+      << out;
+  // An element with a name of its own is labelled by it.
+  EXPECT_NE(out.find("libshm_fanout_pools_tickets{segment=\"f\",pools=\"workers\"} 5\n"),
+            std::string::npos)
+      << out;
+  // Already ends in _total: not doubled.
+  EXPECT_NE(out.find("libshm_fanout_priorities_drops_total{segment=\"f\",priorities=\"1\"} 2\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST(SidecarMetrics, LabelValuesAndNamesAreEscaped) {
+  EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(metric_fragment("depth.bytes-x"), "depth_bytes_x");
+  MetricsWriter w;
+  w.sample("m", MetricsWriter::Type::Gauge, "help", {{"segment", "we\"ird"}}, std::uint64_t{1});
+  w.sample("m", MetricsWriter::Type::Counter, "help", {{"segment", "other"}}, std::uint64_t{2});
+  const std::string out = w.render();
+  EXPECT_NE(out.find("m{segment=\"we\\\"ird\"} 1\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("other"), std::string::npos) << "a sample of another type joined the family";
+}
+
+TEST(SidecarLog, LogfmtQuotesValuesThatNeedIt) {
+  std::vector<std::string> lines;
+  Logger log([&](std::string_view l) { lines.emplace_back(l); }, Logger::Format::Logfmt);
+  log.warn("attacher_dead")
+      .kv("segment", "orders")
+      .kv("pid", 42)
+      .kv("error", "has \"quotes\" and spaces");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(lines[0].starts_with("ts=")) << lines[0];
+  EXPECT_NE(lines[0].find(" level=warn event=attacher_dead segment=orders pid=42 "
+                          "error=\"has \\\"quotes\\\" and spaces\""),
+            std::string::npos)
+      << lines[0];
+}
+
+TEST(SidecarLog, JsonLinesParseAndLevelsBelowTheMinimumAreDropped) {
+  std::vector<std::string> lines;
+  Logger log([&](std::string_view l) { lines.emplace_back(l); }, Logger::Format::Json, Level::Info);
+  log.debug("noise").kv("x", 1);
+  log.info("segment_discovered")
+      .kv("segment", "a")
+      .kv("size", std::uint64_t{8192})
+      .kv("ephemeral", true);
+  ASSERT_EQ(lines.size(), 1u);
+  const auto j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j["level"], "info");
+  EXPECT_EQ(j["event"], "segment_discovered");
+  EXPECT_EQ(j["segment"], "a");
+  EXPECT_EQ(j["size"], 8192);
+  EXPECT_EQ(j["ephemeral"], true);
+}
+
+TEST(SidecarListen, AcceptsLoopbackOnlyWithAPort) {
+  auto a = parse_listen_address("127.0.0.1:9464");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->port, 9464);
+  EXPECT_TRUE(parse_listen_address("localhost:0"));
+  EXPECT_TRUE(parse_listen_address("127.1.2.3:1"));
+  auto any = parse_listen_address("0.0.0.0:9464");
+  ASSERT_FALSE(any);
+  EXPECT_EQ(any.error().code, Errc::InvalidArgument);
+  EXPECT_NE(any.error().message.find("0.0.0.0 is not a loopback address"), std::string::npos);
+  auto noport = parse_listen_address("127.0.0.1");
+  ASSERT_FALSE(noport);
+  EXPECT_NE(noport.error().message.find("HOST:PORT"), std::string::npos);
+  auto big = parse_listen_address("127.0.0.1:70000");
+  ASSERT_FALSE(big);
+  EXPECT_NE(big.error().message.find("'70000'"), std::string::npos);
+  EXPECT_FALSE(parse_listen_address("example.com:80"));
+}
+
+// Drives the server in this thread while a non-blocking client talks to it.
+std::string round_trip(HttpServer& server, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(server.port());
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  const HttpServer::Handler handler = [](std::string_view path) {
+    if (path == "/hello") return HttpResponse{200, "text/plain", "hi\n"};
+    return HttpResponse{404, "text/plain", "no\n"};
+  };
+  std::string reply;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    server.poll_fds(fds);
+    ::poll(fds.data(), fds.size(), 10);
+    server.service(handler);
+    char buf[1024];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) reply.append(buf, static_cast<std::size_t>(n));
+    if (n == 0) break;
+  }
+  ::close(fd);
+  return reply;
+}
+
+TEST(SidecarHttp, ServesOneRequestPerConnectionWithContentLength) {
+  auto server = HttpServer::listen("127.0.0.1:0");
+  ASSERT_TRUE(server) << server.error().what();
+  EXPECT_NE(server->port(), 0);
+  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
+  const std::string ok = round_trip(*server, "GET /hello?x=1 HTTP/1.0\r\n\r\n");
+  EXPECT_TRUE(ok.starts_with("HTTP/1.1 200 OK\r\n")) << ok;
+  EXPECT_NE(ok.find("Content-Length: 3\r\n"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("Connection: close\r\n"), std::string::npos) << ok;
+  EXPECT_TRUE(ok.ends_with("\r\n\r\nhi\n")) << ok;
+  EXPECT_TRUE(
+      round_trip(*server, "GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 Not Found"));
+  EXPECT_TRUE(round_trip(*server, "DELETE /hello HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+  EXPECT_TRUE(round_trip(*server, std::string(9000, 'A')).starts_with("HTTP/1.1 431"));
+  EXPECT_EQ(server->connections(), 0u);
+}
+
+}  // namespace
+}  // namespace shm::sidecar

@@ -1,0 +1,146 @@
+// A buggy or hostile process can write anything into the mapping. Every
+// position and length the ring reads from it is checked: Errc::Corrupt, never
+// a crash or an out-of-bounds access (ASan checks the latter).
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace shm {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s)); }
+
+class SpscRingCorruptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = RingProducer::create("r", {.capacity = 1024});
+    ASSERT_TRUE(p);
+    producer_ = std::move(*p);
+    auto c = RingConsumer::open("r");
+    ASSERT_TRUE(c);
+    consumer_ = std::move(*c);
+    auto s = open_ring("r");
+    ASSERT_TRUE(s);
+    raw_ = std::move(*s);
+  }
+  ring::RingControl& control() { return *reinterpret_cast<ring::RingControl*>(raw_.data().data()); }
+  std::byte* buffer() { return raw_.data().data() + ring::kBufferOffset; }
+  std::vector<std::string> verify() { return kSpscRingDescriptor.verify(raw_); }
+
+  test::TempRoot root_;
+  RingProducer producer_;
+  RingConsumer consumer_;
+  Segment raw_;  // a third mapping, playing the hostile writer
+};
+
+TEST_F(SpscRingCorruptTest, TailBeyondCapacityIsCorruptForConsumer) {
+  control().producer.tail.store(1u << 20);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("producer tail 1048576"));
+  EXPECT_FALSE(verify().empty());
+}
+
+TEST_F(SpscRingCorruptTest, UnalignedTailIsCorrupt) {
+  control().producer.tail.store(13);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+}
+
+TEST_F(SpscRingCorruptTest, TailMovingBackwardsIsCorrupt) {
+  ASSERT_TRUE(*producer_.try_push(bytes("abc")));
+  ASSERT_TRUE(*consumer_.try_peek());  // cached tail = 16
+  consumer_.release();
+  control().producer.tail.store(8);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+}
+
+TEST_F(SpscRingCorruptTest, GarbageRecordLengthIsCorruptNotAnOverread) {
+  ASSERT_TRUE(*producer_.try_push(bytes("hello")));
+  const std::uint32_t huge = 0x7fffffff;
+  std::memcpy(buffer(), &huge, sizeof huge);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("record length 2147483647"));
+  EXPECT_THAT(verify(), ::testing::Contains(HasSubstr("length 2147483647")));
+}
+
+TEST_F(SpscRingCorruptTest, LengthPastPublishedTailIsCorrupt) {
+  ASSERT_TRUE(*producer_.try_push(bytes("hello")));  // record = 16 bytes
+  const std::uint32_t len = 100;                     // within max, beyond tail
+  std::memcpy(buffer(), &len, sizeof len);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+}
+
+TEST_F(SpscRingCorruptTest, UnknownRecordTypeIsCorrupt) {
+  ASSERT_TRUE(*producer_.try_push(bytes("hello")));
+  const std::uint32_t type = 0xabcd;
+  std::memcpy(buffer() + 4, &type, sizeof type);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("record type"));
+}
+
+TEST_F(SpscRingCorruptTest, WrongPaddingLengthIsCorrupt) {
+  ASSERT_TRUE(*producer_.try_push(bytes("hello")));
+  const ring::RecordHeader pad{8, ring::kRecordPadding};  // must fill to the end
+  std::memcpy(buffer(), &pad, sizeof pad);
+  auto r = consumer_.try_peek();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("padding"));
+}
+
+TEST_F(SpscRingCorruptTest, HeadBeyondTailIsCorruptForProducer) {
+  // Fill so that the producer must refresh head, then poison head.
+  std::string rec(100, 'x');
+  while (*producer_.try_push(bytes(rec))) {
+  }
+  control().consumer.head.store(1u << 30);
+  auto r = producer_.try_push(bytes(rec));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("consumer head 1073741824"));
+}
+
+TEST_F(SpscRingCorruptTest, ImpossiblePositionsRefuseAttach) {
+  control().consumer.head.store(64);
+  control().producer.tail.store(32);
+  auto c = RingConsumer::open("r");
+  // The live consumer still holds the role; a fresh process would see Corrupt.
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::RoleTaken);
+  consumer_ = RingConsumer();
+  c = RingConsumer::open("r");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::Corrupt);
+  EXPECT_THAT(c.error().message, HasSubstr("impossible"));
+}
+
+TEST_F(SpscRingCorruptTest, VerifyAndDumpOfHealthyRingAgree) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(*producer_.try_push(bytes("r" + std::to_string(i))));
+  EXPECT_TRUE(verify().empty());
+  const auto records = kSpscRingDescriptor.dump(raw_, 3);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(records[2].data()), records[2].size()), "r2");
+}
+
+}  // namespace
+}  // namespace shm

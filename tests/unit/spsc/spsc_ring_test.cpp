@@ -1,0 +1,311 @@
+#include "shm/spsc/layout.hpp"
+#include "common/temp_root.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+#include <vector>
+
+namespace shm {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
+std::string str(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+// Waits (up to a generous deadline) until a blocking call on the ring has
+// announced that it is going to sleep (`flag`: consumer_parked or
+// producer_parked), so what follows must wake it: a test that acted before
+// the park would pass without exercising the wake at all. False on timeout.
+bool wait_until_parked(const Segment& seg, std::string_view flag) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Node n;
+    kSpscRingDescriptor.describe(seg, n);
+    const Node* f = n.find(flag);
+    if (f != nullptr && std::get<bool>(f->value())) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// The ring's control block (waiters: the futex words a wake bumps).
+const ring::RingControl& control(const Segment& seg) {
+  return *reinterpret_cast<const ring::RingControl*>(seg.data().data());
+}
+
+class SpscRingTest : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_F(SpscRingTest, PushThenPopReturnsTheSameRecordsInOrder) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(p) << p.error().what();
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(c) << c.error().what();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*p->try_push(bytes("rec" + std::to_string(i))));
+  for (int i = 0; i < 10; ++i) {
+    auto r = c->try_peek();
+    ASSERT_TRUE(r && *r);
+    EXPECT_EQ(str(**r), "rec" + std::to_string(i));
+    c->release();
+  }
+  auto r = c->try_peek();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(*r);
+}
+
+TEST_F(SpscRingTest, WrapsWithPaddingRecordAcrossManyLaps) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::uint64_t sent = 0, got = 0;
+  std::vector<std::byte> buf(256);
+  for (int lap = 0; lap < 2000; ++lap) {
+    const std::size_t n = (lap * 37) % (p->max_payload() + 1);
+    std::string s(n, static_cast<char>('a' + lap % 26));
+    auto ok = p->try_push(bytes(s));
+    ASSERT_TRUE(ok) << ok.error().what();
+    if (*ok) ++sent;
+    auto r = c->try_pop(buf);
+    ASSERT_TRUE(r) << r.error().what();
+    if (*r) {
+      ++got;
+      ASSERT_EQ(**r, n);
+      EXPECT_EQ(std::memcmp(buf.data(), s.data(), n), 0);
+    }
+  }
+  EXPECT_EQ(sent, got);
+}
+
+TEST_F(SpscRingTest, TooLargeRecordIsRejectedWithLimitInMessage) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  ASSERT_TRUE(p);
+  auto r = p->try_reserve(p->max_payload() + 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::TooLarge);
+  EXPECT_NE(r.error().message.find(std::to_string(p->max_payload())), std::string::npos);
+}
+
+// The guard is on in every build (nothing in it depends on NDEBUG): a second
+// scope on a busy endpoint aborts, and a closed scope leaves it idle.
+TEST(EndpointGuardTest, ASecondScopeOnABusyEndpointAbortsInEveryBuild) {
+  detail::EndpointGuard guard;
+  { const detail::EndpointGuard::Scope first(guard, "an SPSC endpoint"); }
+  { const detail::EndpointGuard::Scope again(guard, "an SPSC endpoint"); }
+  EXPECT_DEATH(
+      {
+        const detail::EndpointGuard::Scope inside(guard, "an SPSC endpoint");
+        const detail::EndpointGuard::Scope second(guard, "an SPSC endpoint");
+      },
+      "an SPSC endpoint is used by two threads at once");
+}
+
+TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
+  auto p = RingProducer::create("r", {.capacity = 4096});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  const std::uint32_t signals = control(p->segment()).waiters.data_signal.load();
+  std::thread t([&] {
+    EXPECT_TRUE(wait_until_parked(p->segment(), "consumer_parked")) << "the consumer never parked";
+    ASSERT_TRUE(*p->try_push(bytes("late")));
+  });
+  auto r = c->peek(30s);
+  t.join();
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ(str(**r), "late");
+  // A consumer that was never woken still finds the record when its timeout
+  // ends: the outcome alone does not prove the wake, the futex word does.
+  EXPECT_GT(control(p->segment()).waiters.data_signal.load(), signals) << "the push issued no wake";
+}
+
+}  // namespace
+}  // namespace shm
+
+namespace shm {
+namespace {
+
+class SpscRingSemanticsTest : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_F(SpscRingSemanticsTest, ReservationsAreInvisibleUntilCommit) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  auto r = p->try_reserve(10);
+  ASSERT_TRUE(r && *r);
+  std::memset((*r)->data(), 'x', 10);
+  EXPECT_FALSE(*c->try_peek());
+  p->commit();
+  auto got = c->try_peek();
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->size(), 10u);
+}
+
+TEST_F(SpscRingSemanticsTest, AbandonedReservationIsNeverPublished) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_reserve(10));
+  p->abandon();
+  p->commit();
+  EXPECT_FALSE(*c->try_peek());
+  ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("ok", 2))));
+  auto got = c->try_peek();
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->size(), 2u);
+}
+
+TEST_F(SpscRingSemanticsTest, BatchPeekReleasesAllAtOnceAndUnpeekRewinds) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::vector<std::string> recs = {"a", "bb", "ccc"};
+  std::vector<std::span<const std::byte>> spans;
+  for (auto& s : recs) spans.push_back(std::as_bytes(std::span(s)));
+  ASSERT_EQ(*p->try_push_batch(spans), 3u);
+  ASSERT_EQ((**c->try_peek()).size(), 1u);
+  ASSERT_EQ((**c->try_peek()).size(), 2u);
+  c->unpeek();
+  ASSERT_EQ((**c->try_peek()).size(), 1u);
+  std::size_t seen = 0;
+  auto n = c->drain([&](std::span<const std::byte> rec) { seen += rec.size(); }, 10);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 2u);  // the two after the one already peeked
+  EXPECT_EQ(seen, 5u);
+  EXPECT_FALSE(*c->try_peek());
+  EXPECT_EQ(c->released_position(), p->published_position());
+}
+
+TEST_F(SpscRingSemanticsTest, FullRingRefusesThenAcceptsAfterRelease) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');  // 64-byte records: exactly 4 fit
+  int pushed = 0;
+  while (*p->try_push(std::as_bytes(std::span(rec)))) ++pushed;
+  EXPECT_EQ(pushed, 4);
+  ASSERT_TRUE(*c->try_peek());
+  c->release();
+  EXPECT_TRUE(*p->try_push(std::as_bytes(std::span(rec))));
+}
+
+TEST_F(SpscRingSemanticsTest, BlockingPushTimesOutOnFullRingAndPopTimesOutWhenEmpty) {
+  auto p = RingProducer::create("r", {.capacity = 128});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');
+  while (*p->try_push(std::as_bytes(std::span(rec)))) {
+  }
+  auto pushed = p->push(std::as_bytes(std::span(rec)), 20ms);
+  ASSERT_TRUE(pushed);
+  EXPECT_FALSE(*pushed);
+  std::vector<std::byte> out(64);
+  for (;;) {
+    auto r = c->try_pop(out);
+    ASSERT_TRUE(r);
+    if (!*r) break;
+  }
+  auto popped = c->pop(out, 20ms);
+  ASSERT_TRUE(popped);
+  EXPECT_FALSE(*popped);
+}
+
+TEST_F(SpscRingSemanticsTest, BlockingProducerWakesWhenConsumerThreadFreesSpace) {
+  auto p = RingProducer::create("r", {.capacity = 128});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  std::string rec(56, 'x');
+  while (*p->try_push(std::as_bytes(std::span(rec)))) {
+  }
+  const std::uint32_t signals = control(p->segment()).waiters.space_signal.load();
+  std::thread t([&] {
+    EXPECT_TRUE(wait_until_parked(c->segment(), "producer_parked")) << "the producer never parked";
+    ASSERT_TRUE(*c->try_peek());
+    c->release();
+  });
+  auto pushed = p->push(std::as_bytes(std::span(rec)), 30s);
+  t.join();
+  ASSERT_TRUE(pushed);
+  EXPECT_TRUE(*pushed);
+  EXPECT_GT(control(p->segment()).waiters.space_signal.load(), signals)
+      << "the release issued no wake";
+}
+
+TEST_F(SpscRingSemanticsTest, PopIntoSmallBufferIsTooLargeAndKeepsRecord) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("0123456789", 10))));
+  std::vector<std::byte> small(4), big(16);
+  auto r = c->try_pop(small);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::TooLarge);
+  auto ok = c->try_pop(big);
+  ASSERT_TRUE(ok && *ok);
+  EXPECT_EQ(**ok, 10u);
+}
+
+TEST_F(SpscRingSemanticsTest, TwoThreadsStreamManyRecordsInOrder) {
+  auto p = RingProducer::create("r", {.capacity = 4096});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  constexpr std::uint64_t kCount = 200'000;
+  std::thread producer([&] {
+    for (std::uint64_t i = 0; i < kCount; ++i) {
+      const std::size_t n = 9 + i % 200;
+      auto r = p->reserve(n, 10s);
+      ASSERT_TRUE(r && *r);
+      std::memset((*r)->data(), static_cast<int>(i & 0xff), n);
+      std::memcpy((*r)->data(), &i, sizeof i);
+      p->commit();
+    }
+  });
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    auto r = c->peek(10s);
+    ASSERT_TRUE(r && *r) << i;
+    std::uint64_t seq = 0;
+    std::memcpy(&seq, (*r)->data(), sizeof seq);
+    ASSERT_EQ(seq, i);
+    ASSERT_EQ((*r)->size(), 9 + i % 200);
+    ASSERT_EQ(static_cast<unsigned char>((**r)[(*r)->size() - 1]), (i & 0xff)) << i;
+    c->release();
+  }
+  producer.join();
+}
+
+TEST_F(SpscRingSemanticsTest, ProducerTakeoverContinuesFromPublishedTail) {
+  auto c = RingConsumer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(c);
+  {
+    auto p = RingProducer::open("r");
+    ASSERT_TRUE(p);
+    ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("one", 3))));
+    ASSERT_TRUE(*p->try_reserve(7));  // never committed
+  }
+  auto p2 = RingProducer::open("r");
+  ASSERT_TRUE(p2);
+  ASSERT_TRUE(*p2->try_push(std::as_bytes(std::span("two", 3))));
+  EXPECT_EQ((**c->try_peek()).size(), 3u);
+  auto second = c->try_peek();
+  ASSERT_TRUE(second && *second);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*second)->data()), 3), "two");
+}
+
+}  // namespace
+}  // namespace shm
