@@ -21,10 +21,10 @@
 
 #include "sidecar/log.hpp"
 
-#include "shm/segment/describe.hpp"
 #include "shm/error.hpp"
-#include "shm/segment/kind.hpp"
 #include "shm/platform/file.hpp"
+#include "shm/segment/describe.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/segment/segment.hpp"
 
 #include <chrono>

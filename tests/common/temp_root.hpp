@@ -2,10 +2,10 @@
 // other's segments (or the user's).
 #pragma once
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace shm::test {
 

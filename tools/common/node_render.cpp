@@ -35,13 +35,15 @@ std::string value_text(const Node::Value& v) {
 
 nlohmann::ordered_json to_json(const Node& node) {
   switch (node.type()) {
-    case Node::Type::Value: return value_json(node.value());
+    case Node::Type::Value:
+      return value_json(node.value());
     case Node::Type::Array: {
       auto a = nlohmann::ordered_json::array();
       for (const Node& e : node.elements()) a.push_back(to_json(e));
       return a;
     }
-    case Node::Type::Object: break;
+    case Node::Type::Object:
+      break;
   }
   auto o = nlohmann::ordered_json::object();
   for (const auto& [k, v] : node.members()) o[k] = to_json(v);
@@ -58,7 +60,8 @@ std::string to_text(const Node& node, int indent) {
         out += pad + "- " + value_text(e.value()) + "\n";
       } else {
         std::string inner = to_text(e, indent + 2);
-        if (inner.size() >= static_cast<std::size_t>(indent) + 2) inner.replace(static_cast<std::size_t>(indent), 2, "- ");
+        if (inner.size() >= static_cast<std::size_t>(indent) + 2)
+          inner.replace(static_cast<std::size_t>(indent), 2, "- ");
         out += inner;
       }
     }

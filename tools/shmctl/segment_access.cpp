@@ -1,8 +1,8 @@
 #include "segment_access.hpp"
 
-#include "shm/segment/header.hpp"
 #include "shm/platform/file.hpp"
 #include "shm/platform/process.hpp"
+#include "shm/segment/header.hpp"
 
 #include <fmt/format.h>
 

@@ -3,15 +3,15 @@
 // the individual headers (shm/<structure>/...) is equivalent and compiles less.
 #pragma once
 
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
 #include "shm/error.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/ledger/ledger.hpp"
+#include "shm/ledger/token_bucket.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/segment/describe.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/segment/segment.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
-#include "shm/channel/consumer.hpp"
-#include "shm/channel/producer.hpp"
-#include "shm/mpmc/mpmc_ring.hpp"
-#include "shm/fanout/priority_fanout.hpp"
-#include "shm/ledger/ledger.hpp"
-#include "shm/ledger/token_bucket.hpp"

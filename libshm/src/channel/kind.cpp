@@ -1,8 +1,8 @@
 // The Channel kind descriptor: what shmctl and the sidecar see of a channel.
 // The segment may be mapped read-only, may be live and may be corrupt: every
 // value read from it is checked before it is used as an index.
-#include "shm/channel/layout.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/channel/layout.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 // The ledger kind descriptor: what shmctl and the sidecar see of a ledger.
-#include "internal.hpp"
 #include "shm/segment/kind.hpp"
+#include "internal.hpp"
 #include "shm/platform/process.hpp"
 
 #include <fmt/format.h>

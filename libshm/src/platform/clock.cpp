@@ -12,7 +12,11 @@ std::uint64_t read_clock(clockid_t id) noexcept {
 }
 }  // namespace
 
-std::uint64_t monotonic_ns() noexcept { return read_clock(CLOCK_MONOTONIC); }
-std::uint64_t realtime_ns() noexcept { return read_clock(CLOCK_REALTIME); }
+std::uint64_t monotonic_ns() noexcept {
+  return read_clock(CLOCK_MONOTONIC);
+}
+std::uint64_t realtime_ns() noexcept {
+  return read_clock(CLOCK_REALTIME);
+}
 
 }  // namespace shm

@@ -22,7 +22,8 @@ constexpr std::array<std::array<std::uint32_t, 256>, 8> make_tables() {
     t[0][i] = c;
   }
   for (std::size_t s = 1; s < 8; ++s)
-    for (std::uint32_t i = 0; i < 256; ++i) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFu];
+    for (std::uint32_t i = 0; i < 256; ++i)
+      t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFFu];
   return t;
 }
 
@@ -50,7 +51,7 @@ std::uint32_t crc32c_table(const void* data, std::size_t size, std::uint32_t crc
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(const void* data, std::size_t size,
-                                                           std::uint32_t crc) noexcept {
+                                                          std::uint32_t crc) noexcept {
   const auto* p = static_cast<const unsigned char*>(data);
   std::uint64_t c = ~crc;
   while (size >= 8) {
@@ -74,7 +75,9 @@ bool crc32c_hw_available() noexcept {
 std::uint32_t crc32c_hw(const void* data, std::size_t size, std::uint32_t crc) noexcept {
   return crc32c_table(data, size, crc);
 }
-bool crc32c_hw_available() noexcept { return false; }
+bool crc32c_hw_available() noexcept {
+  return false;
+}
 #endif
 
 }  // namespace detail

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <cerrno>
 
 namespace shm {
 

@@ -1,10 +1,10 @@
 #include "shm/platform/futex.hpp"
 
-#include <cerrno>
-#include <ctime>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <cerrno>
+#include <ctime>
 
 namespace shm {
 namespace {
@@ -26,9 +26,12 @@ WaitResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expe
   ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000ull);
   if (futex_call(word, FUTEX_WAIT, expected, &ts) == 0) return WaitResult::Woken;
   switch (errno) {
-    case EAGAIN: return WaitResult::ValueChanged;
-    case ETIMEDOUT: return WaitResult::TimedOut;
-    default: return WaitResult::Interrupted;
+    case EAGAIN:
+      return WaitResult::ValueChanged;
+    case ETIMEDOUT:
+      return WaitResult::TimedOut;
+    default:
+      return WaitResult::Interrupted;
   }
 }
 

@@ -1,9 +1,9 @@
 #include "shm/platform/process.hpp"
 
-#include <cstdio>
-#include <cstring>
 #include <sys/random.h>
 #include <unistd.h>
+#include <cstdio>
+#include <cstring>
 
 namespace shm {
 

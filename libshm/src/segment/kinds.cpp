@@ -12,15 +12,14 @@ namespace shm {
 namespace {
 // The kind table. One line per kind.
 constexpr std::array<const KindDescriptor*, 5> kKinds = {
-    &kSpscRingDescriptor,
-    &kChannelDescriptor,
-    &kLedgerDescriptor,
-    &kMpmcRingDescriptor,
-    &kFanoutBitmapDescriptor,
+    &kSpscRingDescriptor, &kChannelDescriptor,      &kLedgerDescriptor,
+    &kMpmcRingDescriptor, &kFanoutBitmapDescriptor,
 };
 }  // namespace
 
-std::span<const KindDescriptor* const> all_kinds() noexcept { return kKinds; }
+std::span<const KindDescriptor* const> all_kinds() noexcept {
+  return kKinds;
+}
 
 const KindDescriptor* find_kind(KindId kind) noexcept {
   for (const KindDescriptor* d : kKinds)
@@ -37,9 +36,12 @@ std::string_view role_name(const KindDescriptor* kind, std::uint32_t role) noexc
 
 std::string_view to_string(Liveness l) noexcept {
   switch (l) {
-    case Liveness::Free: return "free";
-    case Liveness::Alive: return "alive";
-    case Liveness::Dead: return "dead";
+    case Liveness::Free:
+      return "free";
+    case Liveness::Alive:
+      return "alive";
+    case Liveness::Dead:
+      return "dead";
   }
   return "unknown";
 }

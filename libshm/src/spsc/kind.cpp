@@ -35,7 +35,8 @@ RingView view(const Segment& seg) {
 // Walks records in [head, tail); calls f(payload) for each; returns a
 // violation or an empty string.
 template <class F>
-std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std::size_t limit, F&& f) {
+std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std::size_t limit,
+                 F&& f) {
   const std::uint64_t cap = v.params.capacity;
   std::uint64_t pos = head;
   std::size_t n = 0;
@@ -45,7 +46,8 @@ std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std:
     std::memcpy(&rec, v.buffer + off, sizeof rec);
     if (rec.type == ring::kRecordPadding) {
       if (rec.length != cap - off || pos + rec.length > tail)
-        return fmt::format("padding record at {} has length {}, expected {}", pos, rec.length, cap - off);
+        return fmt::format("padding record at {} has length {}, expected {}", pos, rec.length,
+                           cap - off);
       pos += rec.length;
       continue;
     }
@@ -80,8 +82,10 @@ void describe(const Segment& seg, Node& out) {
   out.gauge("depth_records", pushed >= popped ? pushed - popped : 0);
   out.counter("records_pushed", pushed);
   out.counter("records_popped", popped);
-  out.set("consumer_parked", v.control->waiters.consumer_parked.load(std::memory_order_relaxed) != 0);
-  out.set("producer_parked", v.control->waiters.producer_parked.load(std::memory_order_relaxed) != 0);
+  out.set("consumer_parked",
+          v.control->waiters.consumer_parked.load(std::memory_order_relaxed) != 0);
+  out.set("producer_parked",
+          v.control->waiters.producer_parked.load(std::memory_order_relaxed) != 0);
 }
 
 std::vector<std::string> verify(const Segment& seg) {
@@ -98,7 +102,8 @@ std::vector<std::string> verify(const Segment& seg) {
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0)
-    bad.push_back(fmt::format("head {} / tail {} not {}-byte aligned", head, tail, ring::kRecordAlign));
+    bad.push_back(
+        fmt::format("head {} / tail {} not {}-byte aligned", head, tail, ring::kRecordAlign));
   if (tail < head || tail - head > v.params.capacity) {
     bad.push_back(fmt::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
                               v.params.capacity));
@@ -122,7 +127,8 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   if (tail < head || tail - head > v.params.capacity) return out;
-  (void)walk(v, head, tail, limit, [&](std::span<const std::byte> p) { out.emplace_back(p.begin(), p.end()); });
+  (void)walk(v, head, tail, limit,
+             [&](std::span<const std::byte> p) { out.emplace_back(p.begin(), p.end()); });
   return out;
 }
 
@@ -132,7 +138,8 @@ constexpr std::array<RoleSpec, 3> kRoles = {ring::kProducerRole, ring::kConsumer
 }  // namespace
 
 const KindDescriptor kSpscRingDescriptor{
-    kSpscRingKind, "spsc_ring", ring::kFingerprint, kRoles, describe, verify, reclaim, nullptr, dump,
+    kSpscRingKind, "spsc_ring", ring::kFingerprint, kRoles, describe, verify, reclaim,
+    nullptr,       dump,
 };
 
 }  // namespace shm

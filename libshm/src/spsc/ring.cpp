@@ -1,8 +1,8 @@
 #include "shm/spsc/layout.hpp"
 
+#include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
-#include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
 
@@ -74,11 +74,12 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
   // capacity 0 = "any": check the size against the segment's own (validated) capacity.
   ring::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  const std::uint64_t needed = kHeaderSize + round_up(ring::kBufferOffset + found.capacity, kPageSize);
+  const std::uint64_t needed =
+      kHeaderSize + round_up(ring::kBufferOffset + found.capacity, kPageSize);
   if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch, fmt::format("{}: size: segment has {} bytes, capacity {} needs {}",
-                                                seg->path(), seg->header().total_size,
-                                                found.capacity, needed));
+    return fail(Errc::SizeMismatch,
+                fmt::format("{}: size: segment has {} bytes, capacity {} needs {}", seg->path(),
+                            seg->header().total_size, found.capacity, needed));
   return seg;
 }
 
@@ -132,7 +133,8 @@ Result<RingProducer> RingProducer::create(std::string_view name, const RingParam
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok) return std::unexpected(ok.error());
+  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
+    return std::unexpected(ok.error());
   return p;
 }
 
@@ -141,7 +143,8 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
   RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok) return std::unexpected(ok.error());
+  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
+    return std::unexpected(ok.error());
   // We are the only writer of tail now; a dead predecessor's unpublished
   // reservations are simply overwritten.
   p.tail_ = p.control_->producer.tail.load(std::memory_order_acquire);
@@ -157,14 +160,15 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
   // [C'] acquire: pairs with the consumer's [C]; the bytes before head are free.
   const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_ || head % ring::kRecordAlign != 0)
-    return fail(Errc::Corrupt, fmt::format("{}: consumer head {} is outside [{}, {}] (published tail)",
-                                           segment_.path(), head, cached_head_, tail_));
+    return fail(Errc::Corrupt,
+                fmt::format("{}: consumer head {} is outside [{}, {}] (published tail)",
+                            segment_.path(), head, cached_head_, tail_));
   cached_head_ = head;
   return need_end - head <= capacity_;
 }
 
-Result<std::optional<std::span<std::byte>>> RingProducer::reserve(std::size_t n,
-                                                                  std::chrono::nanoseconds timeout) {
+Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
+    std::size_t n, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spin = 0; spin < 4096; ++spin) {
     auto r = try_reserve(n);
@@ -192,8 +196,7 @@ Result<std::optional<std::span<std::byte>>> RingProducer::reserve(std::size_t n,
       return std::optional<std::span<std::byte>>{};
     }
     attachment_.heartbeat();
-    (void)futex_wait(w.space_signal, seen,
-                     static_cast<std::uint64_t>((deadline - now).count()));
+    (void)futex_wait(w.space_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
   }
 }
 
@@ -205,7 +208,8 @@ void RingProducer::wake_consumer() noexcept {
   }
 }
 
-Result<bool> RingProducer::push(std::span<const std::byte> record, std::chrono::nanoseconds timeout) {
+Result<bool> RingProducer::push(std::span<const std::byte> record,
+                                std::chrono::nanoseconds timeout) {
   auto r = reserve(record.size(), timeout);
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return false;
@@ -214,7 +218,8 @@ Result<bool> RingProducer::push(std::span<const std::byte> record, std::chrono::
   return true;
 }
 
-Result<std::size_t> RingProducer::try_push_batch(std::span<const std::span<const std::byte>> records) {
+Result<std::size_t> RingProducer::try_push_batch(
+    std::span<const std::span<const std::byte>> records) {
   std::size_t n = 0;
   for (const auto& rec : records) {
     auto r = try_reserve(rec.size());
@@ -237,7 +242,8 @@ Result<RingConsumer> RingConsumer::create(std::string_view name, const RingParam
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok) return std::unexpected(ok.error());
+  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
+    return std::unexpected(ok.error());
   return c;
 }
 
@@ -246,7 +252,8 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
   RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok) return std::unexpected(ok.error());
+  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
+    return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
   c.head_ = c.control_->consumer.head.load(std::memory_order_acquire);
   c.cached_tail_ = c.control_->producer.tail.load(std::memory_order_acquire);
@@ -259,10 +266,10 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
 
 std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t value,
                                              std::uint64_t bound) const {
-  return fail(Errc::Corrupt, fmt::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
-                                         "expected {}",
-                                         segment_.path(), what, value, peek_pos_, head_,
-                                         cached_tail_, bound));
+  return fail(Errc::Corrupt,
+              fmt::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
+                          "expected {}",
+                          segment_.path(), what, value, peek_pos_, head_, cached_tail_, bound));
 }
 
 Result<bool> RingConsumer::refresh_tail() {
@@ -276,7 +283,8 @@ Result<bool> RingConsumer::refresh_tail() {
   return peek_pos_ != tail;
 }
 
-Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(std::chrono::nanoseconds timeout) {
+Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
+    std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int spin = 0; spin < 4096; ++spin) {
     auto r = try_peek();

@@ -22,13 +22,13 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -114,7 +114,8 @@ void consume(const Args& a) {
       expected = *seq;
       first = false;
     }
-    if (*seq != expected) die(4, fmt::format("sequence gap/duplicate: got {}, expected {}", *seq, expected));
+    if (*seq != expected)
+      die(4, fmt::format("sequence gap/duplicate: got {}, expected {}", *seq, expected));
     ++expected;
     c.release();
     if (a.report_every != 0 && (*seq + 1) % a.report_every == 0) say(fmt::format("REL {}", *seq));
@@ -187,18 +188,28 @@ int main(int argc, char** argv) {
     if (s == "--start") {
       a.start = next();
       a.has_start = true;
-    }
-    else if (s == "--min") a.min = next();
-    else if (s == "--max") a.max = next();
-    else if (s == "--report-every") a.report_every = next();
-    else a.pos.push_back(s);
+    } else if (s == "--min")
+      a.min = next();
+    else if (s == "--max")
+      a.max = next();
+    else if (s == "--report-every")
+      a.report_every = next();
+    else
+      a.pos.push_back(s);
   }
-  if (a.mode == "produce") produce(a);
-  else if (a.mode == "consume") consume(a);
-  else if (a.mode == "produce-then-hang") produce_then_hang(a);
-  else if (a.mode == "consume-then-hang") consume_then_hang(a);
-  else if (a.mode == "hold-producer") hold_producer(a);
-  else if (a.mode == "push-after") push_after(a);
-  else die(2, "unknown mode " + a.mode);
+  if (a.mode == "produce")
+    produce(a);
+  else if (a.mode == "consume")
+    consume(a);
+  else if (a.mode == "produce-then-hang")
+    produce_then_hang(a);
+  else if (a.mode == "consume-then-hang")
+    consume_then_hang(a);
+  else if (a.mode == "hold-producer")
+    hold_producer(a);
+  else if (a.mode == "push-after")
+    push_after(a);
+  else
+    die(2, "unknown mode " + a.mode);
   return 0;
 }

@@ -13,13 +13,13 @@
 #include "sidecar/status.hpp"
 
 #include "shm/channel/consumer.hpp"
-#include "shm/segment/kind.hpp"
+#include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/platform/clock.hpp"
-#include "shm/fanout/priority_fanout.hpp"
-#include "shm/spsc/producer.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/spsc/layout.hpp"
+#include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -61,7 +61,8 @@ TEST_F(SpscRingMultiProcess, TenMillionMixedRecordsArriveIntactInOrder) {
   auto producer = peer({"produce", "big", count, "--min", "1", "--max", "4096"});
   EXPECT_EQ(producer.wait(600s), 0) << producer.output();
   EXPECT_EQ(consumer.wait(600s), 0) << consumer.output();
-  EXPECT_THAT(consumer.output(), HasSubstr("OK " + count + " " + std::to_string(std::stoull(count) - 1)));
+  EXPECT_THAT(consumer.output(),
+              HasSubstr("OK " + count + " " + std::to_string(std::stoull(count) - 1)));
   auto seg = open_ring("big");
   ASSERT_TRUE(seg);
   EXPECT_TRUE(kSpscRingDescriptor.verify(*seg).empty());
@@ -84,7 +85,8 @@ TEST_F(SpscRingMultiProcess, KilledConsumerIsReplacedAndStreamContinuesWithNothi
   auto second = peer({"consume", "k", std::to_string(rest), "--min", "16", "--max", "512"});
   EXPECT_EQ(second.wait(300s), 0) << second.output();
   EXPECT_THAT(second.output(), HasSubstr("FIRST " + std::to_string(head_seq)));
-  EXPECT_THAT(second.output(), HasSubstr("OK " + std::to_string(rest) + " " + std::to_string(total - 1)));
+  EXPECT_THAT(second.output(),
+              HasSubstr("OK " + std::to_string(rest) + " " + std::to_string(total - 1)));
   EXPECT_EQ(producer.wait(60s), 0) << producer.output();
   auto seg = open_ring("k");
   ASSERT_TRUE(seg);

@@ -4,9 +4,9 @@
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 
-#include "shm/segment/kind.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/platform/crc32c.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 

@@ -5,10 +5,10 @@
 // kind's own (the caller accepts any geometry, the kind checks the segment's).
 #include "common/temp_root.hpp"
 #include "shm/channel/layout.hpp"
-#include "shm/segment/layout.hpp"
+#include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
-#include "shm/fanout/priority_fanout.hpp"
+#include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 #include "shm/spsc/layout.hpp"
 

@@ -1,7 +1,7 @@
 #include "shm/segment/segment.hpp"
 #include "common/temp_root.hpp"
-#include "shm/segment/layout.hpp"
 #include "shm/platform/crc32c.hpp"
+#include "shm/segment/layout.hpp"
 #include "shm/spsc/layout.hpp"
 
 #include <gmock/gmock.h>

@@ -17,7 +17,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s)); }
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span(s));
+}
 
 class SpscRingCorruptTest : public ::testing::Test {
  protected:

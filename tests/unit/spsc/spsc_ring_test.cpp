@@ -1,7 +1,7 @@
-#include "shm/spsc/layout.hpp"
 #include "common/temp_root.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
+#include "shm/spsc/layout.hpp"
 #include "shm/spsc/producer.hpp"
 
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "shm/channel/layout.hpp"
-#include "shm/spsc/endpoint.hpp"  // cpu_relax, EndpointGuard
 #include "shm/segment/segment.hpp"
+#include "shm/spsc/endpoint.hpp"  // cpu_relax, EndpointGuard
 
 #include <atomic>
 #include <cstdint>

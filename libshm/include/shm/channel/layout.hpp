@@ -49,10 +49,10 @@
 // OPEN: the consumer drains what was published and reports ProducerDied.
 #pragma once
 
-#include "shm/segment/kind_ids.hpp"
-#include "shm/error.hpp"
-#include "shm/segment/layout.hpp"
 #include "shm/channel/page.hpp"
+#include "shm/error.hpp"
+#include "shm/segment/kind_ids.hpp"
+#include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 
 #include <atomic>
@@ -62,7 +62,6 @@
 #include <type_traits>
 
 namespace shm {
-
 
 struct ChannelParams {
   std::uint32_t pages = 0;                 // P: a power of two in [2, 65536]

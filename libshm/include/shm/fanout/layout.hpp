@@ -11,11 +11,11 @@
 // drainer) is non-zero.
 #pragma once
 
-#include "shm/segment/kind_ids.hpp"
 #include "shm/error.hpp"
-#include "shm/segment/header.hpp"
-#include "shm/segment/layout.hpp"
 #include "shm/mpmc/layout.hpp"
+#include "shm/segment/header.hpp"
+#include "shm/segment/kind_ids.hpp"
+#include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 
 #include <atomic>
@@ -25,7 +25,6 @@
 #include <type_traits>
 
 namespace shm {
-
 
 struct FanoutParams {
   std::uint32_t priorities = 0;     // K in [1, 64]; 0 on open = accept any

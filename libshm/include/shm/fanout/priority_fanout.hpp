@@ -33,8 +33,8 @@
 // ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
 #pragma once
 
-#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/fanout/layout.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 
 #include <bit>
 #include <chrono>

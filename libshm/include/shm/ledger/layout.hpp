@@ -20,11 +20,11 @@
 // (no read-modify-write instructions are needed under the lock).
 #pragma once
 
-#include "shm/segment/kind_ids.hpp"
+#include "shm/ledger/token_bucket.hpp"
 #include "shm/platform/robust_mutex.hpp"
 #include "shm/segment/header.hpp"
+#include "shm/segment/kind_ids.hpp"
 #include "shm/segment/layout.hpp"
-#include "shm/ledger/token_bucket.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -32,7 +32,6 @@
 #include <type_traits>
 
 namespace shm {
-
 
 namespace ledger {
 

@@ -44,8 +44,8 @@
 
 #include "shm/error.hpp"
 #include "shm/ledger/layout.hpp"
-#include "shm/segment/segment.hpp"
 #include "shm/ledger/token_bucket.hpp"
+#include "shm/segment/segment.hpp"
 
 #include <array>
 #include <cstdint>

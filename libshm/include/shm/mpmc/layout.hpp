@@ -29,9 +29,9 @@
 // spin or an out-of-bounds access.
 #pragma once
 
-#include "shm/segment/kind_ids.hpp"
 #include "shm/error.hpp"
 #include "shm/segment/header.hpp"
+#include "shm/segment/kind_ids.hpp"
 #include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 
@@ -44,7 +44,6 @@
 #include <vector>
 
 namespace shm {
-
 
 struct MpmcParams {
   std::uint64_t capacity = 0;   // cells, a power of two in [2, 2^30]; 0 on open = accept any

@@ -10,7 +10,8 @@
 namespace shm {
 
 // Continues a CRC: crc32c(b, crc32c(a)) == crc32c(a ++ b). Start with 0.
-[[nodiscard]] std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0) noexcept;
+[[nodiscard]] std::uint32_t crc32c(const void* data, std::size_t size,
+                                   std::uint32_t crc = 0) noexcept;
 
 [[nodiscard]] inline std::uint32_t crc32c(std::span<const std::byte> bytes,
                                           std::uint32_t crc = 0) noexcept {
@@ -18,8 +19,10 @@ namespace shm {
 }
 
 namespace detail {
-[[nodiscard]] std::uint32_t crc32c_table(const void* data, std::size_t size, std::uint32_t crc) noexcept;
-[[nodiscard]] std::uint32_t crc32c_hw(const void* data, std::size_t size, std::uint32_t crc) noexcept;
+[[nodiscard]] std::uint32_t crc32c_table(const void* data, std::size_t size,
+                                         std::uint32_t crc) noexcept;
+[[nodiscard]] std::uint32_t crc32c_hw(const void* data, std::size_t size,
+                                      std::uint32_t crc) noexcept;
 [[nodiscard]] bool crc32c_hw_available() noexcept;
 }  // namespace detail
 

@@ -3,11 +3,11 @@
 
 #include "shm/error.hpp"
 
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <sys/stat.h>
-#include <sys/types.h>
 
 namespace shm {
 

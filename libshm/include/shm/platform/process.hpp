@@ -1,9 +1,9 @@
 // Process identity: a pid alone is reused by the kernel, pid + start time is not.
 #pragma once
 
+#include <sys/types.h>
 #include <cstdint>
 #include <string>
-#include <sys/types.h>
 
 namespace shm {
 

@@ -12,7 +12,8 @@ namespace shm {
 
 class Node {
  public:
-  using Value = std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string>;
+  using Value =
+      std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string>;
   enum class Type : std::uint8_t { Value, Object, Array };
   // Counters and gauges are exported as metrics by the sidecar.
   enum class Metric : std::uint8_t { None, Counter, Gauge };
@@ -22,8 +23,12 @@ class Node {
 
   // Object members (insertion order kept).
   Node& set(std::string key, Value value, Metric metric = Metric::None);
-  Node& counter(std::string key, std::uint64_t value) { return set(std::move(key), value, Metric::Counter); }
-  Node& gauge(std::string key, std::uint64_t value) { return set(std::move(key), value, Metric::Gauge); }
+  Node& counter(std::string key, std::uint64_t value) {
+    return set(std::move(key), value, Metric::Counter);
+  }
+  Node& gauge(std::string key, std::uint64_t value) {
+    return set(std::move(key), value, Metric::Gauge);
+  }
   Node& object(std::string key);
   Node& array(std::string key);
   // Array elements.
@@ -33,7 +38,9 @@ class Node {
   [[nodiscard]] Type type() const noexcept { return type_; }
   [[nodiscard]] const Value& value() const noexcept { return value_; }
   [[nodiscard]] Metric metric() const noexcept { return metric_; }
-  [[nodiscard]] const std::vector<std::pair<std::string, Node>>& members() const noexcept { return members_; }
+  [[nodiscard]] const std::vector<std::pair<std::string, Node>>& members() const noexcept {
+    return members_;
+  }
   [[nodiscard]] const std::vector<Node>& elements() const noexcept { return elements_; }
   [[nodiscard]] const Node* find(std::string_view key) const noexcept;
 

@@ -35,11 +35,11 @@ enum class SlotState : std::uint32_t { Free = 0, Attached = 1 };
 // One attachment. Written only by the process holding the slot's OFD lock
 // (or by a taker-over after it has won the lock); read by anyone.
 struct alignas(64) AttachmentSlot {
-  std::atomic<std::uint32_t> state;       // SlotState
-  std::atomic<std::uint32_t> role;        // kind-defined role id
+  std::atomic<std::uint32_t> state;  // SlotState
+  std::atomic<std::uint32_t> role;   // kind-defined role id
   std::atomic<std::int32_t> pid;
-  std::atomic<std::uint32_t> generation;  // +1 per attach: (slot, generation) names an owner
-  std::atomic<std::uint64_t> start_time;  // of pid, /proc ticks: survives pid reuse
+  std::atomic<std::uint32_t> generation;      // +1 per attach: (slot, generation) names an owner
+  std::atomic<std::uint64_t> start_time;      // of pid, /proc ticks: survives pid reuse
   std::atomic<std::uint64_t> attach_time_ns;  // realtime
   std::atomic<std::uint64_t> heartbeat_ns;    // monotonic; "stuck" signal, not liveness
 };
@@ -61,7 +61,7 @@ struct alignas(32) EventEntry {
   std::atomic<std::uint32_t> type;     // EventType
   std::atomic<std::int32_t> pid;
   std::atomic<std::uint32_t> slot;
-  std::atomic<std::uint32_t> detail;   // kind-defined (fault code, role, ...)
+  std::atomic<std::uint32_t> detail;  // kind-defined (fault code, role, ...)
 };
 
 struct SegmentCounters {
@@ -107,11 +107,11 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(std::atomic<std::int32_t>::is_always_lock_free);
 
-inline constexpr std::uint64_t kHeaderFingerprint = layout_fingerprint(
-    {kLayoutMajor, sizeof(SegmentHeader), offsetof(SegmentHeader, header_crc),
-     offsetof(SegmentHeader, counters), offsetof(SegmentHeader, events),
-     offsetof(SegmentHeader, slots), sizeof(AttachmentSlot), sizeof(EventEntry), kMaxAttachments,
-     kEventRingSize});
+inline constexpr std::uint64_t kHeaderFingerprint =
+    layout_fingerprint({kLayoutMajor, sizeof(SegmentHeader), offsetof(SegmentHeader, header_crc),
+                        offsetof(SegmentHeader, counters), offsetof(SegmentHeader, events),
+                        offsetof(SegmentHeader, slots), sizeof(AttachmentSlot), sizeof(EventEntry),
+                        kMaxAttachments, kEventRingSize});
 
 // The byte of the segment file whose OFD lock marks slot `i` as held.
 [[nodiscard]] constexpr std::uint64_t slot_lock_offset(std::size_t i) noexcept {

@@ -3,8 +3,8 @@
 // programs need no edits.
 #pragma once
 
-#include "shm/segment/describe.hpp"
 #include "shm/error.hpp"
+#include "shm/segment/describe.hpp"
 #include "shm/segment/segment.hpp"
 
 #include <span>

@@ -6,8 +6,8 @@
 #pragma once
 
 #include "shm/error.hpp"
-#include "shm/segment/header.hpp"
 #include "shm/platform/file.hpp"
+#include "shm/segment/header.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -34,7 +34,8 @@ class RingConsumer : public detail::RingEndpoint {
   // stays valid until release().
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
   // Blocking peek: spins, then parks until a record arrives or `timeout` passes.
-  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek(std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek(
+      std::chrono::nanoseconds timeout);
   // Frees every record peeked so far (one release store of head).
   void release() noexcept;
   // Forgets the peeks since the last release; the records will be peeked again.

@@ -19,8 +19,8 @@
 // issues a seq_cst fence and wakes only if the flag is set (Dekker pairing).
 #pragma once
 
-#include "shm/segment/kind_ids.hpp"
 #include "shm/error.hpp"
+#include "shm/segment/kind_ids.hpp"
 #include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 
@@ -30,7 +30,6 @@
 #include <type_traits>
 
 namespace shm {
-
 
 struct RingParams {
   std::uint64_t capacity = 0;  // bytes, a power of two in [64, 2^40]; 0 on open = accept any
@@ -68,10 +67,10 @@ struct RingControl {
   } consumer;
   // Written only around a park: read on every commit/release, rarely written.
   struct alignas(kFalseSharingRange) Waiters {
-    std::atomic<std::uint32_t> data_signal;       // futex: bumped by the producer to wake the consumer
-    std::atomic<std::uint32_t> consumer_parked;   // set by a consumer about to sleep
-    std::atomic<std::uint32_t> space_signal;      // futex: bumped by the consumer to wake the producer
-    std::atomic<std::uint32_t> producer_parked;   // set by a producer about to sleep
+    std::atomic<std::uint32_t> data_signal;  // futex: bumped by the producer to wake the consumer
+    std::atomic<std::uint32_t> consumer_parked;  // set by a consumer about to sleep
+    std::atomic<std::uint32_t> space_signal;  // futex: bumped by the consumer to wake the producer
+    std::atomic<std::uint32_t> producer_parked;  // set by a producer about to sleep
   } waiters;
 };
 

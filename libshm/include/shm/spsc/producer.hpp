@@ -29,19 +29,24 @@ class RingProducer : public detail::RingEndpoint {
   // when the ring is full. Nothing is visible to the consumer until commit().
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve(std::size_t n);
   // Blocking reserve: spins, then parks until space appears or `timeout` passes.
-  [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve(std::size_t n,
-                                                                    std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve(
+      std::size_t n, std::chrono::nanoseconds timeout);
   // Publishes every record reserved since the last commit (one release store).
   void commit() noexcept;
   // Drops every reservation made since the last commit.
-  void abandon() noexcept { reserved_ = tail_; pending_records_ = 0; }
+  void abandon() noexcept {
+    reserved_ = tail_;
+    pending_records_ = 0;
+  }
 
   // Copying conveniences: false when the ring is full (or the timeout passed).
   [[nodiscard]] Result<bool> try_push(std::span<const std::byte> record);
-  [[nodiscard]] Result<bool> push(std::span<const std::byte> record, std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<bool> push(std::span<const std::byte> record,
+                                  std::chrono::nanoseconds timeout);
   // Pushes records in order until one does not fit; one commit for all.
   // Returns how many were pushed.
-  [[nodiscard]] Result<std::size_t> try_push_batch(std::span<const std::span<const std::byte>> records);
+  [[nodiscard]] Result<std::size_t> try_push_batch(
+      std::span<const std::span<const std::byte>> records);
 
   [[nodiscard]] std::uint64_t published_position() const noexcept { return tail_; }
 
