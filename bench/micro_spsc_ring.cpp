@@ -4,7 +4,7 @@
 // under a private LIBSHM_ROOT in /dev/shm and pre-faults it before timing.
 //
 // Baselines in the same binary: one seq_cst fence (each commit() and release()
-// issues one, see [D1]/[D2] in ring_producer.hpp / ring_consumer.hpp) and
+// issues one, see [D1]/[D2] in shm/spsc/producer.hpp / consumer.hpp) and
 // boost::lockfree::spsc_queue with fixed-size elements (in-process, no
 // variable-length records, no shared-memory checks).
 #include "harness/harness.hpp"

@@ -34,7 +34,7 @@ void PageWriter::rebind(std::byte* slot, const Geometry& g, std::uint64_t epoch,
   header_->binding.first_sequence.store(first_sequence, std::memory_order_relaxed);
   header_->binding.generation.store(static_cast<std::uint32_t>(epoch), std::memory_order_relaxed);
   // [B] release: a reader that acquire-loads `state` == Open sees the binding
-  // above; pairs with [B'] in the verifiers (channel_kind.cpp).
+  // above; pairs with [B'] in the verifiers (channel/kind.cpp).
   header_->binding.state.store(kOpen, std::memory_order_release);
 }
 

@@ -1,4 +1,4 @@
-// Private helpers shared by ledger.cpp, ledger_repair.cpp and ledger_kind.cpp.
+// Private helpers shared by ledger.cpp, repair.cpp, view.cpp and kind.cpp (this folder).
 #pragma once
 
 #include "shm/ledger/ledger.hpp"

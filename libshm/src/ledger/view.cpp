@@ -228,7 +228,7 @@ AccountState read_account(const Account& a, std::string label) {
 LedgerSnapshot read_snapshot(const View& v) {
   LedgerSnapshot s;
   const LedgerControl& c = *v.control;
-  // [V2'] acquire: pairs with end_write's release [V2] (see ledger_internal.hpp).
+  // [V2'] acquire: pairs with end_write's release [V2] (see internal.hpp).
   s.version = c.lock.version.load(std::memory_order_acquire);
   s.params = v.params;
   s.faulted = ld(c.lock.faulted) != 0;

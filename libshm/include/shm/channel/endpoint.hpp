@@ -78,7 +78,7 @@ class ChannelEndpoint {
   std::uint64_t slot_mask_ = 0;  // pages - 1
   std::uint64_t ring_mask_ = 0;  // ring_capacity - 1
   std::uint32_t role_ = 0;
-  EndpointGuard guard_;  // see ring_endpoint.hpp
+  EndpointGuard guard_;  // see shm/spsc/endpoint.hpp
 };
 
 }  // namespace shm::detail

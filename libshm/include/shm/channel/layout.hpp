@@ -5,7 +5,7 @@
 //   ChannelControl   producer / consumer / stats / released_epoch / terminal /
 //                    waiters, each on its own 128-byte block
 //   descriptor ring  ring_capacity fixed 16-byte Descriptor cells (SPSC)
-//   page slots       P identical published-prefix pages (published_page.hpp)
+//   page slots       P identical published-prefix pages (page.hpp)
 //
 // Epochs and slots. Page epoch e (u64, from 0) lives in slot e mod P and tags
 // its descriptors with generation = e as u32. P is a power of two, so the

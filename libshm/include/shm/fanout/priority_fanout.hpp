@@ -1,6 +1,6 @@
 // PriorityFanout: a tiered work queue with O(1) priority selection across
 // processes. K <= 64 MpmcRings (one per priority, priority 0 the lowest) and a
-// 64-bit bitmap of non-empty priorities; K+1 files (priority_fanout_layout.hpp)
+// 64-bit bitmap of non-empty priorities; K+1 files (fanout/layout.hpp)
 // created and opened as one object. The bitmap is a hint, the rings are the truth.
 //
 // Submit: push into ring p, then make sure bit p is set (a seq_cst load, and a

@@ -1,6 +1,6 @@
 // The binary layout of a ledger segment (kind 5). Everything here lives in the
 // mapping and is shared by every attached process; process-local handles are
-// in ledger.hpp.
+// in ledger/ledger.hpp.
 //
 // Data area (after the 4 KiB header), offsets from LedgerGeometry:
 //   LedgerControl                  mutex, seqlock version, stats, global and

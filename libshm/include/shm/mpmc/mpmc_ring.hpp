@@ -1,6 +1,6 @@
 // MpmcRing: a process-local handle (move-only) on a bounded multi-producer
 // multi-consumer ring of fixed-size cells shared by any number of processes.
-// The shared layout and its protocol are described in mpmc_ring_layout.hpp.
+// The shared layout and its protocol are described in mpmc/layout.hpp.
 //
 // Handles and slots. Every handle attaches to one shared slot of the segment's
 // attachment table (kMaxAttachments - kExclusiveSlots = 24 handles per ring at

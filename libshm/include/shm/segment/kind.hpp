@@ -1,5 +1,5 @@
 // Kind descriptors: how programs (shmctl, the sidecar) see every segment kind.
-// Adding a kind = writing one descriptor and listing it in kinds.cpp; the
+// Adding a kind = writing one descriptor and listing it in libshm/src/segment/kinds.cpp; the
 // programs need no edits.
 #pragma once
 

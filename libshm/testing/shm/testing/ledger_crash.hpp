@@ -1,7 +1,7 @@
 // Test-only: stop a ledger operation in the middle of its critical section.
 //
 // The crash points are calls placed in the real code paths of
-// libshm/src/ledger/ledger.cpp and ledger_internal.hpp (detail::ledger_crash_point):
+// libshm/src/ledger/ledger.cpp and libshm/src/ledger/internal.hpp (detail::ledger_crash_point):
 // with no hook installed each costs one predictable branch on a relaxed load.
 // A test helper installs a hook that stops (prints a line, sleeps until it is
 // killed -9) at the point it wants, with the ledger's robust mutex held and a
