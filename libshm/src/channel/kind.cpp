@@ -279,7 +279,7 @@ std::vector<std::string> verify(const Segment& seg) {
   return bad;
 }
 
-std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
+Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::vector<std::string> lines;
   auto v = channel::view(seg);
   if (!v) {

@@ -208,10 +208,10 @@ std::vector<std::string> verify(const Segment& seg) {
   return bad;
 }
 
-std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
+Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = view(seg, why);
-  if (!v) throw std::runtime_error(fmt::format("slot {}: nothing reclaimed: {}", dead.index, why));
+  if (!v) return fail(Errc::Corrupt, fmt::format("nothing reclaimed: {}", why));
   // The rings are segments of their own: the sidecar reclaims their slots
   // through the mpmc_ring descriptor. Here only the drainer's waiter bit.
   auto* ctl = reinterpret_cast<fanout::Control*>(seg.data().data());
@@ -223,10 +223,11 @@ std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
   // costs at most one extra futex wake (see drain_highest()).
   if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
     ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
-    return {fmt::format("slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit",
-                        dead.index, dead.pid)};
+    return std::vector<std::string>{
+        fmt::format("slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit",
+                    dead.index, dead.pid)};
   }
-  return {
+  return std::vector<std::string>{
       fmt::format("slot {} (pid {}) held nothing in the bitmap; its ring cells are repaired "
                   "per ring",
                   dead.index, dead.pid)};

@@ -135,20 +135,20 @@ std::vector<std::string> verify(const Segment& seg) {
   return verify_unlocked(*view, slots);
 }
 
-std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
-  // Failures throw: reclaim_dead_attacher() then leaves the slot Attached (and
-  // dead) for the next attempt instead of freeing it with its tickets held.
+Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
+  // On failure reclaim_dead_attacher() leaves the slot Attached (and dead) for
+  // the next attempt instead of freeing it with its tickets held.
   if (!seg.writable())
-    throw std::runtime_error(
-        fmt::format("{}: reclaim needs a writable mapping; nothing released", seg.path()));
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: reclaim needs a writable mapping; nothing released", seg.path()));
   auto view = make_view(seg);
-  if (!view) throw std::runtime_error(fmt::format("reclaim failed: {}", view.error().message));
+  if (!view) return std::unexpected(view.error());
   const Owner owner{static_cast<std::uint32_t>(dead.index), dead.generation};
   auto r = release_owned(*view, seg.path(), owner, Match::Exact, true, true);
   if (!r)
-    throw std::runtime_error(fmt::format("slot {} (pid {}) generation {}: reclaim failed: {}",
-                                         dead.index, dead.pid, dead.generation, r.error().what()));
-  return {
+    return fail(r.error().code,
+                fmt::format("generation {}: {}", dead.generation, r.error().message));
+  return std::vector<std::string>{
       fmt::format("slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools",
                   dead.index, dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed)};
 }

@@ -194,10 +194,10 @@ std::vector<std::string> verify(const Segment& seg) {
   return bad;
 }
 
-std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
+Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = mpmc::view(seg, &why);
-  if (!v) throw std::runtime_error(fmt::format("slot {}: ring not repaired: {}", dead.index, why));
+  if (!v) return fail(Errc::Corrupt, fmt::format("ring not repaired: {}", why));
   // `dead` is assumed dead, not probed: the caller (reclaim_dead_attacher)
   // holds its kernel lock, which a probe through another file description
   // would report as a live holder. Other handles named on a cell are probed.

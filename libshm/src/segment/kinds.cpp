@@ -175,14 +175,12 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
           static_cast<std::uint32_t>(SlotState::Attached) ||
       cur.generation.load(std::memory_order_relaxed) != dead.generation)
     return SlotReclaim{ReclaimOutcome::Changed, {}};
-  SlotReclaim r{ReclaimOutcome::Reclaimed, {}};
-  try {
-    r.actions = kind.reclaim(segment, dead);
-  } catch (const std::exception& e) {
-    return fail(Errc::SystemError,
+  auto actions = kind.reclaim(segment, dead);
+  if (!actions)
+    return fail(actions.error().code,
                 fmt::format("{}: {} reclaim of slot {} (pid {}) failed: {}", segment.path(),
-                            kind.name, dead.index, dead.pid, e.what()));
-  }
+                            kind.name, dead.index, dead.pid, actions.error().message));
+  SlotReclaim r{ReclaimOutcome::Reclaimed, std::move(*actions)};
   free_locked_slot(segment, dead.index);
   return r;  // the lock drops when guard closes
 }

@@ -114,10 +114,11 @@ std::vector<std::string> verify(const Segment& seg) {
   return bad;
 }
 
-std::vector<std::string> reclaim(Segment&, const SlotInfo& dead) {
+Result<std::vector<std::string>> reclaim(Segment&, const SlotInfo& dead) {
   // Nothing to release: a dead consumer's unreleased records stay for the next
   // consumer; a dead producer's unpublished reservation was never visible.
-  return {fmt::format("slot {} (pid {}) freed; ring positions kept", dead.index, dead.pid)};
+  return std::vector<std::string>{
+      fmt::format("slot {} (pid {}) freed; ring positions kept", dead.index, dead.pid)};
 }
 
 std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) {

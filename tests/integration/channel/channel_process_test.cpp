@@ -211,7 +211,9 @@ TEST_F(ChannelProcessTest, SidecarReclaimOfADeadProducerMarksTheChannelAndTheCon
   ASSERT_TRUE(seg) << seg.error().what();
   const SlotInfo dead = seg->slots().front();
   ASSERT_EQ(dead.liveness, Liveness::Dead);
-  const auto lines = kChannelDescriptor.reclaim(*seg, dead);
+  const auto reclaimed = kChannelDescriptor.reclaim(*seg, dead);
+  ASSERT_TRUE(reclaimed) << reclaimed.error().what();
+  const std::vector<std::string>& lines = *reclaimed;
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("marked FAULTED (producer died)"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("drains 8 published"), std::string::npos) << lines[0];

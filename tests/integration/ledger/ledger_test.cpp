@@ -238,7 +238,9 @@ TEST_P(LedgerCrashTest, ProcessKilledInsideTheCriticalSectionLeavesALedgerTheNex
 
   auto dead = dead_slot(*any);
   ASSERT_TRUE(dead);
-  const std::vector<std::string> reclaimed = kind->reclaim(*any, *dead);
+  auto reclaim_result = kind->reclaim(*any, *dead);
+  ASSERT_TRUE(reclaim_result) << reclaim_result.error().what();
+  const std::vector<std::string>& reclaimed = *reclaim_result;
   ASSERT_EQ(reclaimed.size(), 1u);
   EXPECT_TRUE(contains(reclaimed[0], fmt::format("({} bytes)", c.dead_owner_bytes)))
       << reclaimed[0];
@@ -385,13 +387,16 @@ TEST_P(LedgerDamageTest, RepairThatFindsDamageFaultsTheLedgerAndEveryLaterOperat
   })) << lines[0];
   auto dead = dead_slot(*any);
   ASSERT_TRUE(dead);
-  try {
-    (void)kind->reclaim(*any, *dead);
-    ADD_FAILURE() << "reclaim of a faulted ledger succeeded";
-  } catch (const std::runtime_error& e) {
-    EXPECT_TRUE(contains(e.what(), "reclaim failed: ")) << e.what();
-    EXPECT_TRUE(contains(e.what(), faulted)) << e.what();
-  }
+  auto refused = kind->reclaim(*any, *dead);
+  ASSERT_FALSE(refused) << "reclaim of a faulted ledger succeeded";
+  EXPECT_EQ(refused.error().code, Errc::Faulted) << refused.error().what();
+  EXPECT_TRUE(contains(refused.error().message, faulted)) << refused.error().what();
+  auto via_programs = reclaim_dead_attacher(*any, *kind, *dead);
+  ASSERT_FALSE(via_programs);
+  EXPECT_EQ(via_programs.error().code, Errc::Faulted) << via_programs.error().what();
+  EXPECT_TRUE(contains(via_programs.error().message, "ledger reclaim of slot"))
+      << via_programs.error().what();
+  EXPECT_EQ(any->liveness(dead->index), Liveness::Dead) << "kept for a retry";
   EXPECT_EQ(ledger::read_snapshot(v).global, before.global);
 }
 
@@ -491,7 +496,9 @@ TEST_F(LedgerProcessTest, ReclaimReleasesExactlyTheChargesOfAKilledHolder) {
   ASSERT_TRUE(dead);
   ASSERT_EQ(dead->index, slot);
   ASSERT_EQ(dead->generation, generation);
-  const std::vector<std::string> lines = kind->reclaim(*seg, *dead);
+  auto reclaimed = kind->reclaim(*seg, *dead);
+  ASSERT_TRUE(reclaimed) << reclaimed.error().what();
+  const std::vector<std::string>& lines = *reclaimed;
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_TRUE(contains(lines[0], "released 5 tickets (200 bytes)")) << lines[0];
 
@@ -504,7 +511,9 @@ TEST_F(LedgerProcessTest, ReclaimReleasesExactlyTheChargesOfAKilledHolder) {
   ASSERT_TRUE(tickets);
   for (const TicketInfo& t : *tickets) EXPECT_NE(t.owner, (Owner{slot, generation}));
   // A second reclaim of the same owner finds nothing.
-  EXPECT_TRUE(contains(kind->reclaim(*seg, *dead)[0], "released 0 tickets"));
+  auto again = kind->reclaim(*seg, *dead);
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_TRUE(contains(again->at(0), "released 0 tickets"));
   EXPECT_TRUE(kind->verify(*seg).empty());
 
   b.kill(SIGKILL);
@@ -512,7 +521,9 @@ TEST_F(LedgerProcessTest, ReclaimReleasesExactlyTheChargesOfAKilledHolder) {
   ASSERT_TRUE(*reclaim_slot(*seg, dead->index));  // A's slot is free now; B's is the dead one
   auto dead_b = dead_slot(*seg);
   ASSERT_TRUE(dead_b);
-  EXPECT_TRUE(contains(kind->reclaim(*seg, *dead_b)[0], "released 3 tickets (210 bytes)"));
+  auto of_b = kind->reclaim(*seg, *dead_b);
+  ASSERT_TRUE(of_b) << of_b.error().what();
+  EXPECT_TRUE(contains(of_b->at(0), "released 3 tickets (210 bytes)"));
   EXPECT_EQ(l->snapshot()->global.used, 150);
 }
 

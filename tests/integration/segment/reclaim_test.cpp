@@ -48,12 +48,12 @@ TEST(ReclaimDeadAttacher, AFailedKindReclaimKeepsTheSlotForARetry) {
   ASSERT_TRUE(seg) << seg.error().what();
   ASSERT_EQ(seg->liveness(dead->index), Liveness::Dead);
   KindDescriptor failing = kSpscRingDescriptor;
-  failing.reclaim = [](Segment&, const SlotInfo&) -> std::vector<std::string> {
-    throw std::runtime_error("could not release everything");
+  failing.reclaim = [](Segment&, const SlotInfo&) -> Result<std::vector<std::string>> {
+    return fail(Errc::Corrupt, "could not release everything");
   };
   auto failed = reclaim_dead_attacher(*seg, failing, *dead);
   ASSERT_FALSE(failed);
-  EXPECT_EQ(failed.error().code, Errc::SystemError);
+  EXPECT_EQ(failed.error().code, Errc::Corrupt) << "the kind's own error code, passed through";
   EXPECT_NE(failed.error().message.find("could not release everything"), std::string::npos)
       << failed.error().message;
   EXPECT_EQ(seg->liveness(dead->index), Liveness::Dead) << "kept attached (and dead) for a retry";

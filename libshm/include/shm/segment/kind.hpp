@@ -26,9 +26,9 @@ struct KindDescriptor {
   // Releases what a dead attacher held (the slot itself is freed by the caller).
   // Returns a line per action taken. Needs a writable mapping. The caller holds
   // the dead slot's kernel lock, so `dead` must be treated as dead, never probed
-  // (a liveness probe would see that lock as a live holder). Throws when it
+  // (a liveness probe would see that lock as a live holder). An error when it
   // could not release everything: the caller then keeps the slot for a retry.
-  std::vector<std::string> (*reclaim)(Segment& segment, const SlotInfo& dead);
+  Result<std::vector<std::string>> (*reclaim)(Segment& segment, const SlotInfo& dead);
   // Optional: live-tunable parameters (`shmctl set`); nullptr when none.
   Result<void> (*set)(Segment& segment, std::string_view key, std::string_view value) = nullptr;
   // Optional: records without consuming them (`shmctl dump`), up to `limit`.
@@ -69,8 +69,9 @@ struct SlotReclaim {
 // generation); runs kind.reclaim(); then marks the slot Free and records a
 // Reclaimed event. `segment` must be a writable mapping of a segment whose kind
 // id and layout fingerprint are `kind`'s (else InvalidArgument / KindMismatch /
-// FingerprintMismatch, and nothing is touched). An exception from the kind's
-// reclaim is SystemError; the slot then stays Attached (and dead), to be retried.
+// FingerprintMismatch, and nothing is touched). An error from the kind's
+// reclaim is returned with its code, the message naming the segment, the kind
+// and the slot; the slot then stays Attached (and dead), to be retried.
 [[nodiscard]] Result<SlotReclaim> reclaim_dead_attacher(Segment& segment,
                                                         const KindDescriptor& kind,
                                                         const SlotInfo& dead);
