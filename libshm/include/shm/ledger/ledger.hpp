@@ -16,7 +16,7 @@
 //   - token buckets (token_bucket.hpp) admitted all-or-nothing.
 //
 // Protocol. Every multi-word update holds one robust process-shared mutex
-// (detail/robust_mutex.hpp). The ticket table is the source of truth: a ticket
+// (shm/platform/robust_mutex.hpp). The ticket table is the source of truth: a ticket
 // records (pool, category, bytes, state) and its owner's attachment (slot,
 // generation). Account counters are derived: reserve() writes the ticket's
 // fields, publishes its state last, then updates counters; release() frees the
