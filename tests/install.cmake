@@ -1,9 +1,13 @@
 # ctest entry "install_find_package" (label: install): installs this build into a
 # temporary prefix with `cmake --install`, then configures, builds and runs
 # tests/outside_project against it through find_package(libshm), as a user's
-# project would: every installed header alone and all together, and a Debug
-# program (no NDEBUG) run as a ring user and as a channel producer and consumer
-# in two processes. The steps are in outside_project/check_install.cmake.
+# project would (with fmt unfindable: the package must not need it): every
+# installed header alone and all together, and a Debug program (no NDEBUG) run
+# as a ring user and as a channel producer and consumer in two processes. The
+# same program is then built once more with nothing but the compiler and
+# `pkg-config --cflags --libs libshm`, and run. The steps are in
+# outside_project/check_install.cmake.
+include(GNUInstallDirs)
 
 # A sanitizer build's libshm.a calls into the sanitizer runtime, so whatever
 # links it must be compiled and linked with the same -fsanitize flags.
@@ -36,5 +40,6 @@ add_test(NAME install_find_package
     "-DSHM_CXX_FLAGS=${SHM_OUTSIDE_CXX_FLAGS}"
     -DSHM_EXPECT_SHMCTL=${SHM_OUTSIDE_EXPECT_SHMCTL}
     -DSHM_LIBRARY_NDEBUG=${SHM_OUTSIDE_LIBRARY_NDEBUG}
+    -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
     -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
 set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)

@@ -1,7 +1,8 @@
 # Run by the ctest entry install_find_package (tests/install.cmake) as
 # `cmake -P`: install the build tree into a fresh prefix, build this directory's
 # project against that prefix only, and run it.
-foreach(var SHM_BUILD_DIR SHM_PROJECT_DIR SHM_WORK_DIR SHM_GENERATOR SHM_CXX_COMPILER)
+foreach(var SHM_BUILD_DIR SHM_PROJECT_DIR SHM_WORK_DIR SHM_GENERATOR SHM_CXX_COMPILER
+            SHM_INSTALL_LIBDIR)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "check_install.cmake: ${var} is not set")
   endif()
@@ -27,6 +28,20 @@ if(SHM_EXPECT_SHMCTL)
   endif()
   run_step("installed shmctl --help" ${prefix}/bin/shmctl --help OUTPUT_QUIET)
 endif()
+
+# The exported package must not depend on fmt (compiled into the library):
+# no installed CMake file may name it (step 3 also configures with fmt
+# unfindable, and step 5 links without it).
+file(GLOB package_files ${prefix}/${SHM_INSTALL_LIBDIR}/cmake/libshm/*.cmake)
+if(NOT package_files)
+  message(FATAL_ERROR "install test: no package files in ${prefix}/${SHM_INSTALL_LIBDIR}/cmake/libshm")
+endif()
+foreach(f ${package_files})
+  file(STRINGS ${f} fmt_lines REGEX "^[^#]*fmt")  # comments aside
+  if(fmt_lines)
+    message(FATAL_ERROR "install test: ${f} depends on fmt:\n${fmt_lines}")
+  endif()
+endforeach()
 
 # 2. The installed public headers, listed from the install tree: nothing
 #    test-only among them, and one translation unit per header plus one that
@@ -70,18 +85,45 @@ run_step("configure outside project" ${CMAKE_COMMAND} -S ${SHM_PROJECT_DIR} -B $
   "-DCMAKE_EXE_LINKER_FLAGS=${SHM_CXX_FLAGS}"
   -DCMAKE_PREFIX_PATH=${prefix}
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+  -DCMAKE_DISABLE_FIND_PACKAGE_fmt=ON
   -DLIBSHM_EXPECTED_PREFIX=${prefix}
   -DSHM_HEADER_TUS=${header_tus})
 run_step("build outside project" ${CMAKE_COMMAND} --build ${build} --parallel 2)
 
 # 4. Run it in a private segment root: a ring in one process, then a channel
 #    whose producer and consumer are two processes (outside_main spawns itself).
-string(RANDOM LENGTH 8 suffix)
-set(root /dev/shm/libshm-install-test-${suffix})
-execute_process(COMMAND ${CMAKE_COMMAND} -E env LIBSHM_ROOT=${root} ${build}/outside_main
-  RESULT_VARIABLE rc TIMEOUT 120)
-file(REMOVE_RECURSE ${root})
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "install test: outside_main failed (${rc})")
+function(run_outside what exe)
+  string(RANDOM LENGTH 8 suffix)
+  set(root /dev/shm/libshm-install-test-${suffix})
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LIBSHM_ROOT=${root} ${exe}
+    RESULT_VARIABLE rc TIMEOUT 120)
+  file(REMOVE_RECURSE ${root})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: ${what} failed (${rc})")
+  endif()
+  message(STATUS "install test: ${what}: ok")
+endfunction()
+run_outside("outside_main (find_package)" ${build}/outside_main)
+
+# 5. The same program built with the compiler and pkg-config alone (only the
+#    installed libshm.pc is visible to pkg-config), Debug as above, and run.
+find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
+set(pc_env ${CMAKE_COMMAND} -E env PKG_CONFIG_LIBDIR=${prefix}/${SHM_INSTALL_LIBDIR}/pkgconfig
+  PKG_CONFIG_PATH=)
+foreach(part cflags libs)
+  execute_process(COMMAND ${pc_env} ${PKG_CONFIG} --${part} libshm
+    OUTPUT_VARIABLE pc_${part} OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: pkg-config --${part} libshm failed (${rc})")
+  endif()
+  message(STATUS "install test: pkg-config --${part} libshm: ${pc_${part}}")
+  separate_arguments(pc_${part} UNIX_COMMAND "${pc_${part}}")
+endforeach()
+if(pc_libs MATCHES "fmt")
+  message(FATAL_ERROR "install test: libshm.pc links fmt: ${pc_libs}")
 endif()
+separate_arguments(extra_flags UNIX_COMMAND "${SHM_CXX_FLAGS}")
+run_step("build outside_main with pkg-config" ${SHM_CXX_COMPILER} -g ${extra_flags} ${pc_cflags}
+  ${SHM_PROJECT_DIR}/main.cpp -o ${build}/outside_main_pkgconfig ${pc_libs} ${extra_flags})
+run_outside("outside_main (pkg-config)" ${build}/outside_main_pkgconfig)
 message(STATUS "install test: outside project built against ${prefix} and ran: ok")

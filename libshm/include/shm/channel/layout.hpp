@@ -69,6 +69,24 @@ struct ChannelParams {
   std::uint32_t descriptors_per_page = 0;  // cells per page: [1, 2^24]
   std::uint32_t ring_capacity = 0;         // descriptor ring cells: a power of two in [2, 2^26]
   // On open, a zero field means "accept what the segment has".
+
+  // Parameters for payloads of up to `max_payload` bytes, sized so that the
+  // producer can have `in_flight` payloads of that size sent and not yet
+  // received before it meets back-pressure (RingFull / PageQuotaExhausted):
+  //   pages                P = 4
+  //   page_bytes           k = ceil(in_flight / (P - 1)) payloads of
+  //                        max_payload rounded up to 8, at least 64
+  //                        (P - 1 pages hold in_flight even while the consumer
+  //                        is still in the fourth)
+  //   descriptors_per_page max(k, page_bytes / 64): payloads of 64 bytes and
+  //                        more fill a page by bytes before they run out of cells
+  //   ring_capacity        P x descriptors_per_page rounded up to a power of two
+  // The result passes validate(), so create_channel() accepts it, and a payload
+  // of max_payload bytes is never TooLarge (the channel's own limit is
+  // page_bytes). Errc::InvalidArgument when max_payload or in_flight is 0 or
+  // the sizes exceed the limits below (page_bytes <= 2^31).
+  [[nodiscard]] static Result<ChannelParams> for_payload(std::size_t max_payload,
+                                                         std::size_t in_flight = 64);
 };
 
 // Why a channel became FAULTED. Stored in the segment; every value but None is

@@ -1,0 +1,62 @@
+# Runs README programs for one ctest entry (tests/readme.cmake), as
+# `cmake -DSHM_README_BIN=DIR -DSHM_README_STEPS=STEPS -DSHM_README_TEST=NAME -P run.cmake`.
+# STEPS: steps separated by `,`, run one after the other; the programs of one
+# step are joined by `&` and run at the same time, each its own process. Every
+# program must exit 0 within the timeout. All of them share a fresh private
+# LIBSHM_ROOT under /dev/shm, removed afterwards.
+foreach(var SHM_README_BIN SHM_README_STEPS SHM_README_TEST)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "readme/run.cmake: ${var} is not set")
+  endif()
+endforeach()
+string(RANDOM LENGTH 10 suffix)
+set(root /dev/shm/libshm-readme-${SHM_README_TEST}-${suffix})
+set(logs ${SHM_README_BIN}/../logs/${SHM_README_TEST})
+file(REMOVE_RECURSE ${logs})
+file(MAKE_DIRECTORY ${logs})
+set(ENV{LIBSHM_ROOT} ${root})
+
+string(REPLACE "," ";" steps "${SHM_README_STEPS}")
+set(failed "")
+foreach(step ${steps})
+  string(REPLACE "&" ";" programs "${step}")
+  set(commands)
+  foreach(program ${programs})
+    if(NOT EXISTS ${SHM_README_BIN}/readme_${program})
+      set(failed "readme_${program} was not built")
+      break()
+    endif()
+    # One process each; its output goes to its own log (a pipeline would feed
+    # one program's stdout to the next).
+    list(APPEND commands COMMAND sh -c "exec \"$0\" >\"$1\" 2>&1"
+         ${SHM_README_BIN}/readme_${program} ${logs}/${program}.log)
+  endforeach()
+  if(failed)
+    break()
+  endif()
+  message(STATUS "readme ${SHM_README_TEST}: ${step}")
+  execute_process(${commands} RESULTS_VARIABLE codes TIMEOUT 60)
+  list(LENGTH programs want)
+  list(LENGTH codes got)
+  if(NOT got EQUAL want)
+    set(failed "step ${step}: ${codes}")  # e.g. the timeout passed
+    break()
+  endif()
+  set(i 0)
+  foreach(program ${programs})
+    list(GET codes ${i} code)
+    file(READ ${logs}/${program}.log out)
+    message(STATUS "readme_${program} exited ${code}:\n${out}")
+    if(NOT code STREQUAL "0")
+      set(failed "readme_${program} exited ${code}")
+    endif()
+    math(EXPR i "${i} + 1")
+  endforeach()
+  if(failed)
+    break()
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${root})
+if(failed)
+  message(FATAL_ERROR "readme ${SHM_README_TEST}: ${failed}")
+endif()
