@@ -75,6 +75,10 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
         .kv("error", lock.error().message);
     return taken ? kExitAlreadyRunning : kExitFailure;
   }
+  if (lock->identity_error())
+    log.warn("lock_identity_not_written")
+        .kv("root", mo.root)
+        .kv("error", lock->identity_error()->message);
 
   Monitor monitor(mo, log);
   if (options.once) {

@@ -78,7 +78,9 @@ Result<InstanceLock> InstanceLock::acquire(const std::string& root) {
                 fmt::format("another shm-sidecar already monitors {}: {}; lock file {}", root,
                             describe_holder(read_holder(lock.fd_.get())), lock.path_));
   lock.started_ = iso8601(realtime_ns());
-  if (auto ok = lock.publish({}); !ok) return std::unexpected(ok.error());
+  // The lock is held: a monitor is most needed on a full filesystem, so an
+  // identity that cannot be written (ENOSPC, EDQUOT) does not stop it.
+  if (auto ok = lock.publish({}); !ok) lock.identity_error_ = ok.error();
   return lock;
 }
 
@@ -87,9 +89,13 @@ Result<void> InstanceLock::publish(std::string_view listen_address) {
   const std::string who =
       fmt::format("pid={} start_time={} started={} listen={}\n", self.pid, self.start_time,
                   started_, listen_address.empty() ? "-" : listen_address);
-  if (::ftruncate(fd_.get(), 0) != 0 ||
-      ::pwrite(fd_.get(), who.data(), who.size(), 0) != static_cast<ssize_t>(who.size()))
-    return fail_errno(errno, "write " + path_);
+  // Written over the previous identity, then cut to length: rewriting bytes
+  // the file already has needs no new block on a full filesystem.
+  const ssize_t n = ::pwrite(fd_.get(), who.data(), who.size(), 0);
+  if (n != static_cast<ssize_t>(who.size()))
+    return fail_errno(n < 0 ? errno : ENOSPC, "write " + path_);
+  if (::ftruncate(fd_.get(), static_cast<off_t>(who.size())) != 0)
+    return fail_errno(errno, "truncate " + path_);
   return {};
 }
 

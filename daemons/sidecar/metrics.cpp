@@ -229,6 +229,24 @@ std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns,
              "HTTP connections open, the one answering this scrape included.", none,
              *http_connections);
 
+  const RootSpace& space = monitor.root_space();
+  if (space.known) {
+    w.sample("libshm_sidecar_root_size_bytes", T::Gauge, "Size of the filesystem holding the root.",
+             none, space.size_bytes);
+    w.sample("libshm_sidecar_root_free_bytes", T::Gauge,
+             "Bytes of the root's filesystem available to unprivileged users.", none,
+             space.free_bytes);
+    w.sample("libshm_sidecar_root_free_inodes", T::Gauge,
+             "Inodes of the root's filesystem available to unprivileged users.", none,
+             space.free_inodes);
+  }
+  w.sample("libshm_sidecar_root_full", T::Gauge,
+           "1 when the root's filesystem has less than a page or no inode left: new segments "
+           "fail with ENOSPC.",
+           none, std::uint64_t{space.full ? 1u : 0u});
+  w.sample("libshm_sidecar_root_full_total", T::Counter,
+           "Times the root's filesystem was seen becoming full.", none, st.root_full);
+
   std::uint64_t up = 0, down = 0;
   for (const SegmentView& v : monitor.snapshot()) (v.up ? up : down) += 1;
   w.sample("libshm_sidecar_segments", T::Gauge, "Files in the root, by state.", {{"state", "up"}},

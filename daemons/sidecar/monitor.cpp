@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -85,6 +86,38 @@ const SegmentView* Monitor::find(std::string_view name) const noexcept {
   return nullptr;
 }
 
+void Monitor::check_space() {
+  struct statvfs fs {};
+  if (::statvfs(root_.c_str(), &fs) != 0) {
+    space_.known = false;  // the root is missing: logged by rescan()
+    return;
+  }
+  const std::uint64_t unit = fs.f_frsize != 0 ? fs.f_frsize : fs.f_bsize;
+  RootSpace now;
+  now.known = true;
+  now.size_bytes = static_cast<std::uint64_t>(fs.f_blocks) * unit;
+  now.free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * unit;
+  now.free_inodes = fs.f_favail;
+  // f_files == 0: the filesystem does not count inodes (it never runs out).
+  now.full = now.free_bytes < static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) ||
+             (fs.f_files != 0 && fs.f_favail == 0);
+  if (now.full && !space_.full) {
+    ++stats_.root_full;
+    log_.warn("root_full")
+        .kv("root", root_)
+        .kv("free_bytes", now.free_bytes)
+        .kv("size_bytes", now.size_bytes)
+        .kv("free_inodes", now.free_inodes)
+        .kv("effect", "new segments and segment growth fail with ENOSPC");
+  } else if (!now.full && space_.full) {
+    log_.info("root_space_available")
+        .kv("root", root_)
+        .kv("free_bytes", now.free_bytes)
+        .kv("free_inodes", now.free_inodes);
+  }
+  space_ = now;
+}
+
 void Monitor::watch_root() {
   if (!inotify_.valid() || watch_ >= 0) return;
   watch_ = ::inotify_add_watch(inotify_.get(), root_.c_str(), kWatchMask);
@@ -115,6 +148,7 @@ void Monitor::do_work() {
   const std::uint64_t start = monotonic_ns();
   const std::uint64_t cycle = ++stats_.cycles;
   try {
+    check_space();
     watch_root();
     drain_inotify();
     const auto rescan_every_ns = static_cast<std::uint64_t>(

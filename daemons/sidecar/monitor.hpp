@@ -94,7 +94,19 @@ struct MonitorStats {
   std::uint64_t reclaim_failures = 0;
   std::uint64_t stuck_detections = 0;
   std::uint64_t collected = 0;      // ephemeral segments unlinked
+  std::uint64_t root_full = 0;      // times the root's filesystem was seen becoming full
   std::uint64_t last_cycle_ns = 0;  // duration of the last do_work()
+};
+
+// Space left on the filesystem holding the root (statvfs, each cycle): what
+// a producer needs to create a segment. Full: less than a page available to
+// unprivileged users, or no inode left.
+struct RootSpace {
+  bool known = false;  // statvfs succeeded (false while the root is missing)
+  std::uint64_t size_bytes = 0;
+  std::uint64_t free_bytes = 0;  // available to unprivileged users (f_bavail)
+  std::uint64_t free_inodes = 0;
+  bool full = false;
 };
 
 class Monitor {
@@ -122,6 +134,7 @@ class Monitor {
   [[nodiscard]] const std::vector<SegmentView>& snapshot() const noexcept { return snapshot_; }
   [[nodiscard]] const SegmentView* find(std::string_view name) const noexcept;
   [[nodiscard]] const MonitorStats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const RootSpace& root_space() const noexcept { return space_; }
 
  private:
   struct SlotMemo {
@@ -149,6 +162,8 @@ class Monitor {
     std::string error;
   };
 
+  // Reads the root's free space; logs root_full / root_space_available on a change.
+  void check_space();
   void drain_inotify();
   void watch_root();
   void rescan();
@@ -176,6 +191,7 @@ class Monitor {
   std::map<std::string, Unreadable> unreadable_;
   std::vector<SegmentView> snapshot_;
   MonitorStats stats_;
+  RootSpace space_;
 };
 
 }  // namespace shm::sidecar

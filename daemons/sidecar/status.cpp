@@ -30,6 +30,13 @@ nlohmann::ordered_json status_json(const Monitor& monitor, std::uint64_t start_t
   sc["last_cycle_ms"] = static_cast<double>(st.last_cycle_ns) / 1e6;
   sc["stuck_after_ms"] = static_cast<std::int64_t>(monitor.options().stuck_after.count());
   sc["gc_ephemeral"] = monitor.options().gc_ephemeral;
+  if (const RootSpace& space = monitor.root_space(); space.known) {
+    auto& fs = sc["root_space"];
+    fs["size_bytes"] = space.size_bytes;
+    fs["free_bytes"] = space.free_bytes;
+    fs["free_inodes"] = space.free_inodes;
+    fs["full"] = space.full;
+  }
   auto segs = nlohmann::ordered_json::array();
   for (const SegmentView& v : monitor.snapshot()) {
     nlohmann::ordered_json s;
@@ -75,6 +82,9 @@ std::string status_text(const Monitor& monitor) {
   std::string out = fmt::format(
       "root {}: {} segment(s), {} unreadable; deaths {}, reclaimed {}, collected {}\n",
       monitor.root(), up, monitor.snapshot().size() - up, st.deaths, st.reclaims, st.collected);
+  if (monitor.root_space().full)
+    out += fmt::format("root filesystem FULL: {} bytes, {} inodes free\n",
+                       monitor.root_space().free_bytes, monitor.root_space().free_inodes);
   std::size_t width = 7;
   for (const SegmentView& v : monitor.snapshot()) width = std::max(width, v.name.size());
   out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  {}\n", "SEGMENT", width, "KIND",

@@ -1,4 +1,7 @@
-// shmctl verify NAME | --all: runs the kind's invariant checks. A segment that
+// shmctl verify NAME | --all: runs the kind's checks (KindDescriptor::verify,
+// the same the sidecar sees): invariants, stored checksums (every live channel
+// payload's CRC32C) and terminal states (a FAULTED channel or ledger, with its
+// cause), one line each. Read-only and lock-free. A segment that
 // fails validation, whose layout differs from this build, or whose kind this
 // build does not know cannot be vouched for and counts as a violation.
 // Exit 3 on any violation; a single missing NAME is exit 1.

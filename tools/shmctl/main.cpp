@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
 
   shm::shmctl::VerifyOptions verify_options;
   std::string verify_name;
-  auto* verify = app.add_subcommand("verify", "Check a kind's invariants (exit 3 on a violation)");
+  auto* verify = app.add_subcommand(
+      "verify",
+      "Check a kind's invariants, its stored checksums and terminal faults (exit 3 on any)");
   auto* verify_name_opt = verify->add_option("name", verify_name, "Segment name");
   verify->add_flag("--all", verify_options.all, "Verify every segment in the root")
       ->excludes(verify_name_opt);

@@ -3,6 +3,7 @@
 // value read from it is checked before it is used as an index.
 #include "shm/segment/kind.hpp"
 #include "shm/channel/layout.hpp"
+#include "shm/channel/page_crc.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <thread>
 
 namespace shm {
 namespace {
@@ -145,7 +148,38 @@ void describe(const Segment& seg, Node& out) {
   if (shown < p.pages) out.set("slots_shown", std::uint64_t{shown});
 }
 
-// Checks one live page: binding, counts, and the append-only cell chain.
+// True while epoch `e` is still bound to its slot and not released: read after
+// a page's bytes, it says those bytes were the epoch's (a slot is rebound
+// only after released_epoch passes e [E] -> [A], and the producer never writes
+// below `published` while the page is bound).
+bool still_live(const View& v, std::uint64_t e) {
+  // acquire fence: orders the payload reads before the loads below (a
+  // seqlock-style re-check; the bytes may have been recycled meanwhile).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  // acquire: pairs with [E].
+  if (v.control->release.released_epoch.load(std::memory_order_acquire) > e) return false;
+  const SlotSnapshot s = slot_snapshot(v, e & (v.params.pages - 1));
+  return s.state != page::kUnbound && s.epoch == e;
+}
+
+// Checks the stored CRC32C of one published payload. Only cells below the
+// page's published count (acquire [P']) are read: their bytes are complete and
+// immutable while the page is bound, and a payload being written right now
+// lies beyond that count and is never looked at. A mismatch is reported only
+// if the page is still bound to `e` after the read, so a page recycled under a
+// slow verify is skipped, not reported.
+void verify_payload(const View& v, std::uint64_t e, std::uint64_t index, std::uint32_t i,
+                    const page::Cell& cell, std::uint64_t sequence, std::vector<std::string>& bad) {
+  const std::uint32_t crc = page::checksum(v.arena(index) + cell.offset, cell.length);
+  if (crc == cell.crc || !still_live(v, e)) return;
+  bad.push_back(fmt::format(
+      "payload sequence {} (epoch {} page slot {} cell {}, {} bytes at offset {}): CRC32C "
+      "{:#010x} of its bytes differs from the stored {:#010x}",
+      sequence, e, index, i, cell.length, cell.offset, crc, cell.crc));
+}
+
+// Checks one live page: binding, counts, the append-only cell chain and the
+// CRC32C of every published payload.
 void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
                  std::vector<std::string>& bad) {
   const auto& p = v.params;
@@ -190,6 +224,7 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
                                 static_cast<std::uint32_t>(s.first_sequence + i)));
       return;
     }
+    verify_payload(v, e, index, i, cell, s.first_sequence + i, bad);
     offset += page::aligned_length(cell.length);
   }
   if (offset != s.used)
@@ -197,34 +232,47 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
         fmt::format("epoch {} uses {} arena bytes but its cells span {}", e, s.used, offset));
 }
 
-std::vector<std::string> verify(const Segment& seg) {
-  std::vector<std::string> bad;
-  auto v = channel::view(seg);
-  if (!v) {
-    bad.push_back(v.error().message);
-    return bad;
-  }
-  const auto& p = v->params;
-  const auto& c = *v->control;
-  const Snapshot g = snapshot(*v);
+// A FAULTED channel is terminal whatever the cause: one line naming it, where
+// and by whom it was detected.
+std::string fault_line(const channel::ChannelControl::Terminal& t) {
+  // relaxed: ordered by the [T'] acquire of the word in snapshot(): the one
+  // raiser that won the fault CAS stores the code and details before [T].
+  const std::uint32_t code = t.fault.load(std::memory_order_relaxed);
+  const std::uint32_t role = t.fault_role.load(std::memory_order_relaxed);
+  const std::string detected =
+      fmt::format("at epoch {}, sequence {}, detected by the {} (pid {})",
+                  t.fault_epoch.load(std::memory_order_relaxed),
+                  t.fault_sequence.load(std::memory_order_relaxed),
+                  role == channel::kProducerRole.id   ? "producer"
+                  : role == channel::kConsumerRole.id ? "consumer"
+                                                      : "sidecar or an observer",
+                  t.fault_pid.load(std::memory_order_relaxed));
+  if (code == 0 || code > static_cast<std::uint32_t>(ChannelFault::ProducerDied))
+    return fmt::format("channel is FAULTED with unknown fault code {} {}", code, detected);
+  return fmt::format("channel is FAULTED: {} (fault code {}) {}",
+                     to_string(static_cast<ChannelFault>(code)), code, detected);
+}
+
+// One pass of the checks over the snapshot `g` (the values it read, whatever
+// moved since).
+void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
+  const auto& p = v.params;
+  const auto& c = *v.control;
   const ChannelState state = channel::state_of(g.word);
   if (state == ChannelState::Corrupt)
     bad.push_back(fmt::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
-  const auto code = c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [T']
-  if (state == ChannelState::Faulted &&
-      (code == 0 || code > static_cast<std::uint32_t>(ChannelFault::ProducerDied)))
-    bad.push_back(fmt::format("channel is FAULTED with fault code {}", code));
+  if (state == ChannelState::Faulted) bad.push_back(fault_line(c.terminal));
   if (g.head > g.tail || g.tail - g.head > p.ring_capacity) {
     bad.push_back(fmt::format("ring head {} / tail {} impossible for capacity {}", g.head, g.tail,
                               p.ring_capacity));
-    return bad;
+    return;
   }
   if (g.released > g.active + 1 || g.active - std::min(g.active, g.released) >= p.pages) {
     bad.push_back(
         fmt::format("released_epoch {} / active_epoch {}: more than {} live pages or "
                     "released beyond the active one",
                     g.released, g.active, p.pages));
-    return bad;
+    return;
   }
   if (g.released == g.active + 1) {  // end of stream: nothing live
     if (state == ChannelState::Open)
@@ -232,26 +280,26 @@ std::vector<std::string> verify(const Segment& seg) {
     if (g.head != g.tail)
       bad.push_back(fmt::format("every epoch is released but {} descriptors are unconsumed",
                                 g.tail - g.head));
-    return bad;
+    return;
   }
   // Live epochs [released, active].
   const std::size_t before = bad.size();
   for (std::uint64_t e = g.released; e <= g.active; ++e)
-    verify_page(*v, e, state == ChannelState::Clean, g, bad);
-  if (bad.size() != before) return bad;
+    verify_page(v, e, state == ChannelState::Clean, g, bad);
+  if (bad.size() != before) return;
   for (std::uint64_t e = g.released; e < g.active; ++e) {
-    const SlotSnapshot a = slot_snapshot(*v, e & (p.pages - 1));
-    const SlotSnapshot b = slot_snapshot(*v, (e + 1) & (p.pages - 1));
+    const SlotSnapshot a = slot_snapshot(v, e & (p.pages - 1));
+    const SlotSnapshot b = slot_snapshot(v, (e + 1) & (p.pages - 1));
     if (b.first_sequence != a.first_sequence + a.published)
       bad.push_back(fmt::format("epoch {} starts at sequence {}, epoch {} ended at {}", e + 1,
                                 b.first_sequence, e, a.first_sequence + a.published));
   }
-  const SlotSnapshot first = slot_snapshot(*v, g.released & (p.pages - 1));
+  const SlotSnapshot first = slot_snapshot(v, g.released & (p.pages - 1));
   if (g.head < first.first_sequence || g.head > first.first_sequence + first.published)
     bad.push_back(fmt::format("consumer head {} lies outside its epoch {} (sequences {}..{})",
                               g.head, g.released, first.first_sequence,
                               first.first_sequence + first.published));
-  const SlotSnapshot last = slot_snapshot(*v, g.active & (p.pages - 1));
+  const SlotSnapshot last = slot_snapshot(v, g.active & (p.pages - 1));
   const std::uint64_t next = last.first_sequence + last.published;
   // Between a page release [P] and the ring release [R] the tail lags by one.
   if (g.tail > next || g.tail + 1 < next)
@@ -260,14 +308,14 @@ std::vector<std::string> verify(const Segment& seg) {
   // Descriptors in flight reference live epochs in order, with their cells.
   std::uint64_t epoch = g.released;
   for (std::uint64_t pos = g.head; pos < g.tail && pos - g.head < kMaxWalk; ++pos) {
-    const channel::Descriptor d = v->ring[pos & (p.ring_capacity - 1)];
+    const channel::Descriptor d = v.ring[pos & (p.ring_capacity - 1)];
     while (epoch <= g.active && d.generation != static_cast<std::uint32_t>(epoch)) ++epoch;
     if (epoch > g.active) {
       bad.push_back(fmt::format("descriptor at {} has generation {:#x}, not a live epoch in order",
                                 pos, d.generation));
       break;
     }
-    const SlotSnapshot s = slot_snapshot(*v, epoch & (p.pages - 1));
+    const SlotSnapshot s = slot_snapshot(v, epoch & (p.pages - 1));
     if (d.sequence != pos || d.cell != d.sequence - s.first_sequence || d.cell >= s.published) {
       bad.push_back(
           fmt::format("descriptor at {}: sequence {} cell {} (epoch {} from sequence {}, "
@@ -276,7 +324,43 @@ std::vector<std::string> verify(const Segment& seg) {
       break;
     }
   }
-  return bad;
+}
+
+bool operator==(const Snapshot& a, const Snapshot& b) noexcept {
+  return a.word == b.word && a.active == b.active && a.released == b.released && a.head == b.head &&
+         a.tail == b.tail;
+}
+
+// verify is read-only and takes no lock: a live producer and consumer keep
+// moving while it reads, so one pass can mix values from before and after a
+// rotation. A pass that finds nothing is the answer. A pass that finds a
+// problem counts only if the shared positions did not move while it ran
+// (positions only grow, so equal before and after means no append was
+// released, no page rotated or was released and the terminal word stayed):
+// otherwise the pass is repeated. Payloads: only cells below a page's
+// published count are read (see verify_payload), so a payload being written
+// right now is never looked at.
+std::vector<std::string> verify(const Segment& seg) {
+  auto v = channel::view(seg);
+  if (!v) return {v.error().message};
+  constexpr int kAttempts = 64;
+  std::vector<std::string> bad;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    bad.clear();
+    const Snapshot before = snapshot(*v);
+    check(*v, before, bad);
+    if (bad.empty()) return bad;
+    // acquire fence: the reads of the pass above happen before the re-read
+    // (as in a seqlock reader).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (snapshot(*v) == before) return bad;
+    if (attempt % 8 == 7) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return {fmt::format(
+      "the channel moved during each of {} passes that found a problem (the last: {}{}); no "
+      "stable view: retry",
+      kAttempts, bad.front(),
+      bad.size() > 1 ? fmt::format(" and {} more", bad.size() - 1) : std::string())};
 }
 
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {

@@ -131,6 +131,14 @@ void describe(const Segment& seg, Node& out) {
 std::vector<std::string> verify(const Segment& seg) {
   auto view = make_view(seg);
   if (!view) return {view.error().message};
+  // Terminal: no locker can take the mutex again (the seqlock snapshot below
+  // would still look healthy). A repair that found damage sets `faulted`,
+  // which verify_unlocked reports with the tables' damage.
+  if (view->control->lock.mutex.unrecoverable())
+    return {
+        "the ledger is FAULTED: its mutex is not recoverable (a holder died inside and the "
+        "next locker unlocked it without marking it consistent); every operation fails: "
+        "re-create it"};
   const std::vector<SlotInfo> slots = seg.slots();
   return verify_unlocked(*view, slots);
 }

@@ -308,6 +308,71 @@ TEST_F(SidecarDaemon, SecondInstanceOnTheSameRootIsRefusedNamingTheFirst) {
       << second.output();
 }
 
+// Issue 18, defect 6: on a full filesystem the sidecar failed to start
+// ("startup_failed ... write .libshm-sidecar.lock: No space left on device").
+// A monitor is most needed then: it starts, holds its instance lock (a lock on
+// a byte needs no space) and reports the full root as a metric and an event.
+// The full filesystem is a 64 KiB tmpfs filled up, mounted in a private mount
+// namespace (needs root, as in CI; skipped where mounting is not allowed).
+TEST_F(SidecarDaemon, StartsOnAFullFilesystemHoldsItsLockAndReportsTheFullRoot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  char dir[] = "/tmp/shm-full-fs-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  struct RemoveDir {
+    const char* path;
+    ~RemoveDir() { ::rmdir(path); }
+  } remove_dir{dir};
+  const std::string mnt = dir;
+  auto tool = [](const char* name) {
+    for (const char* bin : {"/usr/bin/", "/bin/"})
+      if (::access((std::string(bin) + name).c_str(), X_OK) == 0) return std::string(bin) + name;
+    return std::string();
+  };
+  const std::string unshare = tool("unshare"), nsenter = tool("nsenter");
+  if (unshare.empty() || nsenter.empty()) GTEST_SKIP() << "needs unshare and nsenter";
+  {
+    Subprocess probe({unshare, "-m", "/bin/mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt});
+    if (probe.wait(10s) != 0) GTEST_SKIP() << "cannot mount a tmpfs here: " << probe.output();
+  }
+  // The sidecar runs in the namespace that sees the full tmpfs (exec all the
+  // way down: the Subprocess pid is the sidecar's).
+  const std::string fill = fmt::format(
+      "mount -t tmpfs -o size=64k tmpfs '{0}' && mkdir -m 700 '{0}/root' && "
+      "(dd if=/dev/zero of='{0}/fill' bs=4k count=64 2>/dev/null; true) && "
+      "exec '{1}' --root '{0}/root' --listen 127.0.0.1:0 --interval 50 2>&1",
+      mnt, test::bin_path("shm-sidecar"));
+  Subprocess d({unshare, "-m", "/bin/sh", "-c", fill});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  // Its first cycle (before "ready") saw the full filesystem.
+  const std::string event = log_line(d.output(), "root_full");
+  EXPECT_NE(event.find("level=warn"), std::string::npos) << event;
+  EXPECT_NE(event.find("free_bytes=0"), std::string::npos) << event;
+  EXPECT_NE(log_line(d.output(), "lock_identity_not_written").find("No space left on device"),
+            std::string::npos)
+      << d.output();
+  const Polled full =
+      poll_metric(port, "libshm_sidecar_root_full", [](double v) { return v == 1; });
+  EXPECT_EQ(full.value, 1.0) << full.body;
+  const Polled free =
+      poll_metric(port, "libshm_sidecar_root_free_bytes", [](double) { return true; });
+  EXPECT_EQ(free.value, 0.0) << free.body;
+  const Polled events =
+      poll_metric(port, "libshm_sidecar_root_full_total", [](double v) { return v == 1; });
+  EXPECT_EQ(events.value, 1.0) << events.body;
+
+  // It holds the instance lock: a second sidecar on the same (full) root is refused.
+  Subprocess second({"/bin/sh", "-c",
+                     fmt::format("exec '{}' -t {} -m '{}' --root '{}/root' --once 2>&1", nsenter,
+                                 d.pid(), test::bin_path("shm-sidecar"), mnt)});
+  EXPECT_EQ(second.wait(10s), 3) << second.output();
+  EXPECT_NE(second.output().find("another shm-sidecar already monitors"), std::string::npos)
+      << second.output();
+
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+}
+
 TEST_F(SidecarDaemon, RestartsAfterKill9BecauseTheKernelDropsTheLock) {
   Subprocess first = sidecar(root.path(), {});
   ASSERT_TRUE(first.wait_for_line("ready", 10s)) << first.output();

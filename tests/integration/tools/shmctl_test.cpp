@@ -4,11 +4,14 @@
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/testing/channel.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,6 +21,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -30,6 +34,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -672,6 +677,180 @@ TEST_F(ShmctlTest, VerifyPassesHealthyRingAndFailsOneWithGarbageHeadAndTail) {
   EXPECT_TRUE(dump.says("violates its invariants")) << dump;
   EXPECT_EQ(run({"inspect", "ring"}).code, 0);
 }
+
+// A channel under this test's root: 4 pages of 64 bytes, 2 payloads a page.
+ChannelProducer make_channel(const std::string& root, const std::string& name) {
+  auto p = ChannelProducer::create(
+      name, {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16},
+      {.root = root});
+  EXPECT_TRUE(p) << p.error().what();
+  return std::move(*p);
+}
+
+void send_all(ChannelProducer& p, std::initializer_list<std::string> payloads) {
+  for (const std::string& m : payloads) {
+    auto r = p.try_send(bytes(m));
+    ASSERT_TRUE(r && r->status == Admission::Ok) << m;
+  }
+}
+
+// Issue 18, defect 3: a channel whose payload bytes no longer match their
+// CRC32C verified ok. A healthy channel with live payloads (some consumed,
+// one in hand) still verifies ok, alone and under --all.
+TEST_F(ShmctlTest, VerifyNamesAChannelPayloadWhoseBytesWereFlippedAndPassesHealthyChannels) {
+  ChannelProducer chan = make_channel(root_.path(), "chan");
+  ChannelProducer calm = make_channel(root_.path(), "calm");
+  send_all(chan, {"alpha", "bravo", "charlie"});  // sequences 0, 1 (epoch 0), 2 (epoch 1)
+  send_all(calm, {"one", "two", "three", "four", "five"});
+  auto consumer = ChannelConsumer::open("calm", {}, {.root = root_.path()});
+  ASSERT_TRUE(consumer) << consumer.error().what();
+  for (int i = 0; i < 3; ++i) {  // epoch 0 released; "three" consumed; "four" in hand
+    auto r = consumer->try_receive();
+    ASSERT_TRUE(r && r->status == ReceiveStatus::Received);
+    r->lease.release();
+  }
+  auto held = consumer->try_receive();
+  ASSERT_TRUE(held && held->status == ReceiveStatus::Received);
+
+  for (const char* name : {"chan", "calm"}) {
+    const CliResult ok = run({"verify", name});
+    EXPECT_EQ(ok.code, 0) << ok;
+    EXPECT_TRUE(ok.says(std::string(name) + ": ok (channel)")) << ok;
+  }
+  EXPECT_EQ(run({"verify", "--all"}).code, 0);
+
+  detail::ChannelTesting::view(chan).arena(0)[8 + 2] ^= std::byte{0x20};  // "bravo" -> "brAvo"
+  const CliResult bad = run({"verify", "chan"});
+  EXPECT_EQ(bad.code, 3) << bad;
+  EXPECT_TRUE(bad.says("chan: 1 violation(s) (channel)")) << bad;
+  EXPECT_TRUE(
+      bad.says("payload sequence 1 (epoch 0 page slot 0 cell 1, 5 bytes at offset 8): "
+               "CRC32C"))
+      << bad;
+  const CliResult js = run({"verify", "chan", "--json"});
+  EXPECT_EQ(js.code, 3) << js;
+  const json doc = js.parsed();
+  EXPECT_EQ(doc["ok"], false);
+  ASSERT_EQ(doc["segments"][0]["violations"].size(), 1u) << js;
+  EXPECT_NE(doc["segments"][0]["violations"][0].get<std::string>().find("CRC32C"),
+            std::string::npos)
+      << js;
+
+  const CliResult all = run({"verify", "--all"});
+  EXPECT_EQ(all.code, 3) << all;
+  EXPECT_TRUE(all.says("calm: ok (channel)")) << all;
+  EXPECT_TRUE(all.says("payload sequence 1 (epoch 0")) << all;
+  EXPECT_TRUE(all.says("verified 2 segment(s): 1 ok, 1 with problems")) << all;
+}
+
+TEST_F(ShmctlTest, VerifyOfAChannelTheConsumerFaultedForAChecksumMismatchNamesTheCause) {
+  ChannelProducer chan = make_channel(root_.path(), "chan");
+  send_all(chan, {"alpha", "bravo"});
+  detail::ChannelTesting::view(chan).arena(0)[0] ^= std::byte{0x01};
+  auto consumer = ChannelConsumer::open("chan", {}, {.root = root_.path()});
+  ASSERT_TRUE(consumer) << consumer.error().what();
+  ASSERT_FALSE(consumer->try_receive());
+  ASSERT_EQ(consumer->fault(), ChannelFault::ChecksumMismatch);
+  const CliResult r = run({"verify", "chan"});
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_TRUE(
+      r.says("channel is FAULTED: checksum mismatch (fault code 4) at epoch 0, sequence 0, "
+             "detected by the consumer (pid " +
+             std::to_string(::getpid()) + ")"))
+      << r;
+  EXPECT_TRUE(r.says("payload sequence 0 (epoch 0 page slot 0 cell 0")) << r;
+  const CliResult all = run({"verify", "--all"});
+  EXPECT_EQ(all.code, 3) << all;
+  EXPECT_TRUE(all.says("checksum mismatch")) << all;
+}
+
+// Every terminal FAULTED state a kind can record is a verify failure naming
+// its cause: each channel fault code, and the ledger's two (a repair that
+// found damage, a mutex made unrecoverable). The other kinds (spsc, mpmc,
+// fanout) have no FAULTED state: their damage is found by their invariants.
+struct TerminalFault {
+  std::string label;
+  std::function<void(ShmctlTest&, const std::string& root)> make;  // creates segment "seg"
+  std::string says;
+  friend void PrintTo(const TerminalFault& f, std::ostream* os) { *os << f.label; }
+};
+
+class ShmctlVerifyFaultTest : public ShmctlTest,
+                              public ::testing::WithParamInterface<TerminalFault> {};
+
+TEST_P(ShmctlVerifyFaultTest, VerifyReportsTheTerminalFaultWithItsCause) {
+  GetParam().make(*this, root_.path());
+  if (HasFatalFailure()) return;
+  const CliResult r = run({"verify", "seg"});
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_TRUE(r.says(GetParam().says)) << r;
+  const CliResult all = run({"verify", "--all", "--json"});
+  EXPECT_EQ(all.code, 3) << all;
+  EXPECT_EQ(all.parsed()["failed"], 1) << all;
+}
+
+std::vector<TerminalFault> terminal_faults() {
+  std::vector<TerminalFault> out;
+  for (std::uint32_t code = 1; code <= static_cast<std::uint32_t>(ChannelFault::ProducerDied);
+       ++code) {
+    const auto fault = static_cast<ChannelFault>(code);
+    std::string name(to_string(fault));
+    std::ranges::replace(name, ' ', '_');
+    out.push_back(
+        {"channel_" + name,
+         [code](ShmctlTest&, const std::string& root) {
+           ChannelProducer p = make_channel(root, "seg");
+           send_all(p, {"x"});
+           auto& t = detail::ChannelTesting::view(p).control->terminal;
+           t.fault.store(code);
+           t.fault_epoch.store(0);
+           t.fault_sequence.store(1);
+           t.fault_role.store(channel::kConsumerRole.id);
+           t.fault_pid.store(4242);
+           t.word.store(channel::kTerminalFaulted);
+         },
+         fmt::format("channel is FAULTED: {} (fault code {}) at epoch 0, sequence 1, detected by "
+                     "the consumer (pid 4242)",
+                     to_string(fault), code)});
+  }
+  auto ledger = [](const std::string& root) {
+    LedgerConfig cfg;
+    cfg.params = {100'000, 0, 64, 4, 4, 2};
+    cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+    auto l = Ledger::create("seg", cfg, {.root = root});
+    EXPECT_TRUE(l) << l.error().what();
+    return std::move(*l);
+  };
+  out.push_back({"ledger_repair_found_damage",
+                 [ledger](ShmctlTest&, const std::string& root) {
+                   Ledger l = ledger(root);
+                   l.view().control->lock.faulted.store(1);
+                 },
+                 "the ledger is faulted: a repair found damage"});
+  out.push_back({"ledger_mutex_unrecoverable",
+                 [ledger](ShmctlTest&, const std::string& root) {
+                   Ledger l = ledger(root);
+                   auto& mutex = l.view().control->lock.mutex;
+                   const pid_t child = ::fork();
+                   ASSERT_GE(child, 0);
+                   if (child == 0) {  // dies holding the lock
+                     (void)mutex.lock();
+                     ::_exit(0);
+                   }
+                   int status = 0;
+                   ASSERT_EQ(::waitpid(child, &status, 0), child);
+                   ASSERT_EQ(mutex.lock(), detail::LockResult::OwnerDied);
+                   mutex.unlock();  // without mark_consistent(): unrecoverable
+                   ASSERT_EQ(mutex.lock(), detail::LockResult::Unrecoverable);
+                 },
+                 "the ledger is FAULTED: its mutex is not recoverable"});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKind, ShmctlVerifyFaultTest, ::testing::ValuesIn(terminal_faults()),
+                         [](const ::testing::TestParamInfo<TerminalFault>& param) {
+                           return param.param.label;
+                         });
 
 // ---------------------------------------------------------------- dump
 

@@ -4,13 +4,16 @@
 #include "shm/segment/kind.hpp"
 #include "shm/testing/channel.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
+#include <chrono>
 #include <csignal>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace shm {
@@ -193,6 +196,158 @@ TEST_F(ChannelKindTest, VerifyReportsBrokenInvariants) {
   v.slot_header(2)->binding.generation.store(6);
   bad = kChannelDescriptor.verify(observer_);
   EXPECT_TRUE(contains(bad, "slot 2 should hold live epoch 2")) << joined(bad);
+}
+
+// Issue 18, defect 3: verify checked the cell chain but never the payload
+// bytes, so a channel whose payloads were scribbled on passed.
+TEST_F(ChannelKindTest, VerifyNamesEveryPayloadWhoseBytesNoLongerMatchTheirCrc) {
+  for (int i = 0; i < 5; ++i) send("p" + std::to_string(i));  // epochs 0 (0, 1), 1 (2, 3), 2 (4)
+  take();  // sequence 0 consumed, its page still bound: checked too
+  EXPECT_EQ(kChannelDescriptor.verify(observer_), std::vector<std::string>{});
+  const channel::View v = ChannelTesting::view(producer_);
+  v.arena(0)[8] ^= std::byte{0x01};  // sequence 1: epoch 0, cell 1 at offset 8
+  v.arena(2)[1] ^= std::byte{0x40};  // sequence 4: epoch 2, cell 0
+  auto bad = kChannelDescriptor.verify(observer_);
+  ASSERT_EQ(bad.size(), 2u) << joined(bad);
+  EXPECT_TRUE(contains(bad, "payload sequence 1 (epoch 0 page slot 0 cell 1, 2 bytes at offset 8)"))
+      << joined(bad);
+  EXPECT_TRUE(contains(bad, "payload sequence 4 (epoch 2 page slot 2 cell 0, 2 bytes at offset 0)"))
+      << joined(bad);
+  EXPECT_TRUE(contains(bad, "CRC32C")) << joined(bad);
+  v.arena(0)[8] ^= std::byte{0x01};
+  v.arena(2)[1] ^= std::byte{0x40};
+  EXPECT_EQ(kChannelDescriptor.verify(observer_), std::vector<std::string>{});
+}
+
+TEST_F(ChannelKindTest, VerifyReportsAChannelTheConsumerFaultedForAChecksumMismatch) {
+  send("good");
+  send("flip");
+  take();
+  ChannelTesting::view(producer_).arena(0)[8] ^= std::byte{0x01};
+  auto r = consumer_.try_receive();
+  ASSERT_FALSE(r);
+  ASSERT_EQ(consumer_.fault(), ChannelFault::ChecksumMismatch);
+  const auto bad = kChannelDescriptor.verify(observer_);
+  EXPECT_TRUE(contains(bad,
+                       "channel is FAULTED: checksum mismatch (fault code 4) at epoch 0, "
+                       "sequence 1, detected by the consumer (pid " +
+                           std::to_string(::getpid()) + ")"))
+      << joined(bad);
+  EXPECT_TRUE(contains(bad, "payload sequence 1 (epoch 0 page slot 0 cell 1")) << joined(bad);
+}
+
+// Every cause a channel can record is terminal and reported with its name,
+// including the causes that are not about corruption (ProducerDied).
+class ChannelKindFaultTest : public ChannelKindTest,
+                             public ::testing::WithParamInterface<ChannelFault> {};
+
+TEST_P(ChannelKindFaultTest, VerifyReportsTheFaultedStateWithItsCause) {
+  send("x");
+  auto& t = ChannelTesting::view(producer_).control->terminal;
+  t.fault.store(static_cast<std::uint32_t>(GetParam()));
+  t.fault_epoch.store(0);
+  t.fault_sequence.store(1);
+  t.fault_role.store(channel::kObserverRole.id);
+  t.fault_pid.store(4242);
+  t.word.store(channel::kTerminalFaulted);
+  const auto bad = kChannelDescriptor.verify(observer_);
+  ASSERT_EQ(bad.size(), 1u) << joined(bad);
+  EXPECT_EQ(bad[0], fmt::format("channel is FAULTED: {} (fault code {}) at epoch 0, sequence 1, "
+                                "detected by the sidecar or an observer (pid 4242)",
+                                to_string(GetParam()), static_cast<std::uint32_t>(GetParam())));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFaultCode, ChannelKindFaultTest,
+                         ::testing::Values(ChannelFault::GenerationMismatch,
+                                           ChannelFault::SequenceGap, ChannelFault::CountShortfall,
+                                           ChannelFault::ChecksumMismatch,
+                                           ChannelFault::DescriptorOutOfBounds,
+                                           ChannelFault::CorruptTerminal,
+                                           ChannelFault::CorruptState, ChannelFault::ProducerDied),
+                         [](const ::testing::TestParamInfo<ChannelFault>& param) {
+                           return "Code" + std::to_string(static_cast<std::uint32_t>(param.param));
+                         });
+
+TEST_F(ChannelKindTest, VerifyReportsAFaultedChannelWithAnUnknownCode) {
+  auto& t = ChannelTesting::view(producer_).control->terminal;
+  for (const std::uint32_t code : {0u, 9u, 0xdeadu}) {
+    t.fault.store(code);
+    t.word.store(channel::kTerminalFaulted);
+    const auto bad = kChannelDescriptor.verify(observer_);
+    EXPECT_TRUE(contains(bad, fmt::format("channel is FAULTED with unknown fault code {} ", code)))
+        << joined(bad);
+  }
+}
+
+// verify is read-only and takes no lock, so it runs against a channel that a
+// producer and a consumer (other processes) drive through thousands of page
+// rotations: it checks only published payloads and skips a page recycled
+// while it read it, so a healthy live channel never shows a violation.
+TEST_F(ChannelKindTest, VerifyOfALiveChannelNeverReportsAHealthyPayload) {
+  constexpr int kMessages = 20000;
+  const ChannelParams params{
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16};
+  ASSERT_TRUE(create_channel("live", params));
+  auto spawn = [](auto body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(body());
+    return pid;
+  };
+  const pid_t producer = spawn([] {
+    auto p = ChannelProducer::open("live");
+    if (!p) return 10;
+    for (int i = 0; i < kMessages;) {
+      const std::string m(static_cast<std::size_t>(1 + i % 60), static_cast<char>('a' + i % 26));
+      auto r = p->try_send(bytes(m));
+      if (!r) return 11;
+      if (r->status == Admission::Ok) ++i;
+    }
+    return p->finish() ? 0 : 12;
+  });
+  ASSERT_GT(producer, 0);
+  auto observer = Segment::open_any("live", {.read_only = true});
+  ASSERT_TRUE(observer) << observer.error().what();
+  // The consumer starts once the producer holds its role (else it could see
+  // an abandoned channel).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto producer_attached = [&] {
+    for (const SlotInfo& s : observer->slots())
+      if (s.pid == producer) return true;
+    return false;
+  };
+  while (!producer_attached() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  const pid_t consumer = spawn([] {
+    auto c = ChannelConsumer::open("live");
+    if (!c) return 20;
+    for (;;) {
+      auto r = c->try_receive();
+      if (!r) return 21;
+      if (r->status == ReceiveStatus::End) return 0;
+      if (r->status == ReceiveStatus::Received) r->lease.release();
+    }
+  });
+  ASSERT_GT(consumer, 0);
+  std::vector<std::string> seen;
+  int verifies = 0;
+  int producer_status = -1, consumer_status = -1;
+  while ((producer_status < 0 || consumer_status < 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    for (auto& line : kChannelDescriptor.verify(*observer)) seen.push_back(std::move(line));
+    ++verifies;
+    int status = 0;
+    if (producer_status < 0 && ::waitpid(producer, &status, WNOHANG) == producer)
+      producer_status = status;
+    if (consumer_status < 0 && ::waitpid(consumer, &status, WNOHANG) == consumer)
+      consumer_status = status;
+  }
+  for (const pid_t pid : {producer, consumer}) ::kill(pid, SIGKILL);
+  if (producer_status < 0) (void)::waitpid(producer, &producer_status, 0);
+  if (consumer_status < 0) (void)::waitpid(consumer, &consumer_status, 0);
+  ASSERT_TRUE(WIFEXITED(producer_status) && WEXITSTATUS(producer_status) == 0) << producer_status;
+  ASSERT_TRUE(WIFEXITED(consumer_status) && WEXITSTATUS(consumer_status) == 0) << consumer_status;
+  EXPECT_EQ(seen, std::vector<std::string>{}) << "over " << verifies << " verifies";
+  EXPECT_EQ(kChannelDescriptor.verify(*observer), std::vector<std::string>{});
 }
 
 TEST_F(ChannelKindTest, DumpCopiesThePublishedUnconsumedPayloads) {

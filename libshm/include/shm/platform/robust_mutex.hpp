@@ -42,7 +42,22 @@ class RobustMutex {
     return LockResult::Failed;
   }
   void mark_consistent() noexcept { (void)::pthread_mutex_consistent(&m_); }
-  void unlock() noexcept { (void)::pthread_mutex_unlock(&m_); }
+  // Read-only probe for observers (verify): true when the mutex is
+  // permanently unusable (every lock() would say Unrecoverable). Reads glibc's
+  // owner word, which pthread_mutex_unlock sets to PTHREAD_MUTEX_NOTRECOVERABLE
+  // (INT_MAX - 1) when a repairer unlocks without mark_consistent(); false
+  // where that word is not known.
+  [[nodiscard]] bool unrecoverable() const noexcept {
+#if defined(__GLIBC__)
+    // relaxed: a diagnostic read of a word only the lock holder writes.
+    return __atomic_load_n(&m_.__data.__owner, __ATOMIC_RELAXED) == 0x7ffffffe;
+#else
+    return false;
+#endif
+  }
+  void unlock() noexcept {
+    (void)::pthread_mutex_unlock(&m_);
+  }
 
  private:
   pthread_mutex_t m_;

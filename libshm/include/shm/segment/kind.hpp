@@ -21,7 +21,11 @@ struct KindDescriptor {
   // Kind-specific state for `inspect` and metrics. The segment may be mapped
   // read-only and may be corrupt: describe reads defensively.
   void (*describe)(const Segment& segment, Node& out);
-  // Invariant violations, one line each; empty = healthy.
+  // Invariant violations, damaged records (a channel payload whose bytes no
+  // longer match their CRC32C) and terminal states (a FAULTED channel or
+  // ledger, with its cause), one line each; empty = healthy. Read-only and
+  // lock-free: it runs against live segments (each kind says how it avoids
+  // reporting what a live writer is in the middle of) and never blocks them.
   std::vector<std::string> (*verify)(const Segment& segment);
   // Releases what a dead attacher held (the slot itself is freed by the caller).
   // Returns a line per action taken. Needs a writable mapping. The caller holds
