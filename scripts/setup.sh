@@ -20,6 +20,8 @@ LIBSHM_APT_PACKAGES=(
   libbenchmark-dev   # Google Benchmark (bench/)
   nlohmann-json3-dev # JSON output of shmctl and the sidecar
   libcli11-dev       # command lines of shmctl, the sidecar and the examples
+  libcpp-httplib-dev # cpp-httplib 0.11: the HTTP endpoint of the daemons (daemons/common)
+  pkgconf            # finds cpp-httplib (its package ships a .pc file, no CMake config)
   procps             # ps, sysctl (tests, and the TSan ASLR check in scripts/test.sh)
   util-linux         # taskset (bench pinning), setarch (TSan fallback)
   coreutils          # timeout (every test run is bounded)

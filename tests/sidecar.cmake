@@ -14,8 +14,8 @@ if(TARGET shm_sidecar_monitor)
 else()
   # Tools not built (LIBSHM_BUILD_TOOLS=OFF): nothing to test; keep the
   # sidecar's test files out of the test binaries.
-  file(GLOB sidecar_test_sources ${CMAKE_CURRENT_SOURCE_DIR}/unit/sidecar*_test.cpp
-       ${CMAKE_CURRENT_SOURCE_DIR}/integration/sidecar*_test.cpp)
+  file(GLOB sidecar_test_sources ${CMAKE_CURRENT_SOURCE_DIR}/unit/sidecar/*_test.cpp
+       ${CMAKE_CURRENT_SOURCE_DIR}/integration/sidecar/*_test.cpp)
   if(sidecar_test_sources)
     set_source_files_properties(${sidecar_test_sources} PROPERTIES HEADER_FILE_ONLY ON)
   endif()

@@ -1,6 +1,7 @@
 #include "sidecar/daemon.hpp"
 
-#include "sidecar/http_server.hpp"
+#include "common/http_endpoint.hpp"
+
 #include "sidecar/instance_lock.hpp"
 #include "sidecar/metrics.hpp"
 #include "sidecar/status.hpp"
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <mutex>
 
 namespace shm::sidecar {
 namespace {
@@ -24,19 +26,23 @@ namespace {
 // next one, so a burst of file events costs one pass, not one per event.
 constexpr std::uint64_t kDebounceNs = 20'000'000u;
 
-HttpResponse route(std::string_view path, const Monitor& monitor, const HttpServer& server,
-                   std::uint64_t start_ns) {
-  if (path == "/metrics")
+using daemons::HttpEndpoint;
+using daemons::HttpRequest;
+using daemons::HttpResponse;
+
+// Runs on the endpoint's worker threads; the caller holds the monitor's mutex.
+HttpResponse route(const HttpRequest& req, const Monitor& monitor, std::uint64_t start_ns) {
+  if (req.path == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8",
-            render_metrics(monitor, start_ns, server.connections())};
-  if (path == "/status")
+            render_metrics(monitor, start_ns, req.connections)};
+  if (req.path == "/status")
     return {200, "application/json", status_json(monitor, start_ns).dump(2) + "\n"};
-  if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
-  if (path == "/")
+  if (req.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
+  if (req.path == "/")
     return {200, "text/plain; charset=utf-8",
             "shm-sidecar\n  /metrics  Prometheus text exposition\n  /status   JSON status\n"
             "  /healthz  liveness probe\n"};
-  return {404, "text/plain; charset=utf-8", fmt::format("no such endpoint: {}\n", path)};
+  return {404, "text/plain; charset=utf-8", fmt::format("no such endpoint: {}\n", req.path)};
 }
 
 // Blocks the stop signals and returns a signalfd for them (or an invalid
@@ -90,23 +96,31 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
     return kExitOk;
   }
 
-  HttpServer server;
+  // The HTTP handlers run on the endpoint's threads and read the monitor;
+  // the duty cycle below writes it. This mutex serialises the two: a scrape
+  // waits for a running cycle and sees its complete result.
+  std::mutex monitor_mutex;
+  std::unique_lock cycle(monitor_mutex);  // held through the first cycle
+  std::unique_ptr<HttpEndpoint> endpoint;
   if (!options.listen.empty()) {
-    auto s = HttpServer::listen(options.listen);
-    if (!s) {
-      log.error("startup_failed").kv("step", "listen").kv("error", s.error().message);
+    auto e = HttpEndpoint::start(options.listen, [&](const HttpRequest& req) {
+      const std::lock_guard hold(monitor_mutex);
+      return route(req, monitor, start_ns);
+    });
+    if (!e) {
+      log.error("startup_failed").kv("step", "listen").kv("error", e.error().message);
       return kExitFailure;
     }
-    server = std::move(*s);
-    if (auto ok = lock->publish(server.address()); !ok)
+    endpoint = std::move(*e);
+    if (auto ok = lock->publish(endpoint->address()); !ok)
       log.warn("lock_identity_not_written").kv("error", ok.error().message);
-    std::fprintf(out, "listening on %s\n", server.address().c_str());
+    std::fprintf(out, "listening on %s\n", endpoint->address().c_str());
     std::fflush(out);
   }
   log.info("started")
       .kv("root", mo.root)
       .kv("pid", static_cast<std::int64_t>(::getpid()))
-      .kv("listen", server.address().empty() ? std::string("-") : server.address())
+      .kv("listen", endpoint ? endpoint->address() : std::string("-"))
       .kv("interval_ms", static_cast<std::int64_t>(options.interval.count()))
       .kv("stuck_after_ms", static_cast<std::int64_t>(mo.stuck_after.count()))
       .kv("rescan_ms", static_cast<std::int64_t>(mo.rescan_every.count()))
@@ -114,15 +128,13 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
       .kv("inotify", monitor.wake_fd() >= 0);
 
   monitor.do_work();
+  cycle.unlock();
   std::uint64_t last_cycle = monotonic_ns();
   std::fprintf(out, "ready\n");
   std::fflush(out);
 
   const auto interval_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.interval).count());
-  const HttpServer::Handler handler = [&](std::string_view path) {
-    return route(path, monitor, server, start_ns);
-  };
   bool changed = false;  // the root changed since the last cycle (inotify)
   std::vector<pollfd> fds;
   for (;;) {
@@ -130,15 +142,13 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
     std::uint64_t next = last_cycle + interval_ns;
     if (changed) next = std::min(next, last_cycle + kDebounceNs);
     const std::uint64_t wait_ns = next > now ? next - now : 0;
-    // Capped so idle HTTP connections are timed out even when nothing happens.
-    const int timeout_ms =
-        static_cast<int>(std::min<std::uint64_t>((wait_ns + 999'999u) / 1'000'000u, 1000u));
+    // At most --interval (an hour), so it fits an int.
+    const int timeout_ms = static_cast<int>((wait_ns + 999'999u) / 1'000'000u);
 
     fds.clear();
     fds.push_back(pollfd{signals.get(), POLLIN, 0});
     const bool watch_inotify = !changed && monitor.wake_fd() >= 0;
     if (watch_inotify) fds.push_back(pollfd{monitor.wake_fd(), POLLIN, 0});
-    server.poll_fds(fds);
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       log.error("poll_failed").kv("error", std::string(std::strerror(errno)));
       return kExitFailure;
@@ -150,6 +160,7 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
       while (::read(signals.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         if (si.ssi_signo == SIGHUP) {
           log.info("rescan_requested").kv("signal", "SIGHUP");
+          const std::lock_guard hold(monitor_mutex);
           monitor.request_rescan();
           changed = true;
         } else {
@@ -160,24 +171,28 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
     }
     if (stop) break;
     if (watch_inotify && (fds[1].revents & POLLIN) != 0) changed = true;
-    server.service(handler);
 
     const std::uint64_t t = monotonic_ns();
     if (t >= last_cycle + interval_ns || (changed && t >= last_cycle + kDebounceNs)) {
-      monitor.do_work();
+      {
+        const std::lock_guard hold(monitor_mutex);
+        monitor.do_work();
+      }
       last_cycle = monotonic_ns();
       changed = false;
     }
   }
+  // http_connections: clients still connected, cut unanswered by the stop
+  // (an idle client never delays the shutdown). After it no thread but this
+  // one touches the monitor.
+  const std::size_t cut = endpoint ? endpoint->stop() : 0;
   const MonitorStats& st = monitor.stats();
-  // http_connections: clients still connected, dropped unanswered by the
-  // exit (an idle client never delays the shutdown).
   log.info("stopped")
       .kv("cycles", st.cycles)
       .kv("deaths", st.deaths)
       .kv("reclaims", st.reclaims)
       .kv("collected", st.collected)
-      .kv("http_connections", server.connections());
+      .kv("http_connections", static_cast<std::uint64_t>(cut));
   return kExitOk;
 }
 

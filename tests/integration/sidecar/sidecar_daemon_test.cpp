@@ -248,6 +248,47 @@ TEST_F(SidecarDaemon, AnswersUnknownPathsAndMethodsWithHttpErrors) {
   EXPECT_EQ(bad->status, 400);
 }
 
+// Requests the hand-written parser of the first sidecar answered wrongly or
+// not at all get their HTTP error, and the daemon keeps serving.
+TEST_F(SidecarDaemon, AnswersMalformedAndOversizedRequestsAndKeepsServing) {
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  auto version = http(port, "GET /metrics HTTP/2.0junk\r\n\r\n");
+  ASSERT_TRUE(version) << d.output();
+  EXPECT_EQ(version->status, 400) << version->head;
+  std::string many = "GET /metrics HTTP/1.1\r\n";
+  for (int i = 0; many.size() <= 9000; ++i) many += fmt::format("X-Pad-{}: abcdefgh\r\n", i);
+  auto big = http(port, many + "\r\n");
+  ASSERT_TRUE(big) << d.output();
+  EXPECT_EQ(big->status, 431) << big->head;
+  auto encoded = get(port, "/%6detrics");
+  ASSERT_TRUE(encoded) << d.output();
+  EXPECT_EQ(encoded->status, 200) << encoded->head;
+  auto metrics = get(port, "/metrics");
+  ASSERT_TRUE(metrics) << d.output();
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("libshm_sidecar_cycles_total"), std::string::npos);
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+}
+
+TEST_F(SidecarDaemon, ATakenPortIsRefusedWithTheReason) {
+  Subprocess first = sidecar(root.path(), {"--listen", "127.0.0.1:0"});
+  const std::uint16_t port = start(first);
+  ASSERT_NE(port, 0) << first.output();
+  test::TempRoot other;  // another root: the instance lock does not stop it
+  Subprocess second = sidecar(other.path(), {"--listen", fmt::format("127.0.0.1:{}", port)});
+  EXPECT_EQ(second.wait(10s), 1) << second.output();
+  EXPECT_NE(
+      second.output().find(fmt::format(
+          "event=startup_failed step=listen error=\"bind 127.0.0.1:{}: Address already in use",
+          port)),
+      std::string::npos)
+      << second.output();
+  EXPECT_TRUE(get(port, "/healthz")) << "the first sidecar stopped serving";
+}
+
 TEST_F(SidecarDaemon, SigtermStopsPromptlyEvenWithAnIdleClientConnected) {
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "60000"});
   const std::uint16_t port = start(d);

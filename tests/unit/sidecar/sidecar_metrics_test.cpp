@@ -1,6 +1,5 @@
 // Pieces of the sidecar that need no process: the Prometheus writer, the log
-// line formats, the listen address rules, the HTTP responder.
-#include "sidecar/http_server.hpp"
+// line formats (the HTTP endpoint: http_endpoint_test.cpp).
 #include "sidecar/log.hpp"
 #include "sidecar/metrics.hpp"
 
@@ -8,13 +7,6 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <chrono>
 
 namespace shm::sidecar {
 namespace {
@@ -110,72 +102,6 @@ TEST(SidecarLog, JsonLinesParseAndLevelsBelowTheMinimumAreDropped) {
   EXPECT_EQ(j["segment"], "a");
   EXPECT_EQ(j["size"], 8192);
   EXPECT_EQ(j["ephemeral"], true);
-}
-
-TEST(SidecarListen, AcceptsLoopbackOnlyWithAPort) {
-  auto a = parse_listen_address("127.0.0.1:9464");
-  ASSERT_TRUE(a);
-  EXPECT_EQ(a->port, 9464);
-  EXPECT_TRUE(parse_listen_address("localhost:0"));
-  EXPECT_TRUE(parse_listen_address("127.1.2.3:1"));
-  auto any = parse_listen_address("0.0.0.0:9464");
-  ASSERT_FALSE(any);
-  EXPECT_EQ(any.error().code, Errc::InvalidArgument);
-  EXPECT_NE(any.error().message.find("0.0.0.0 is not a loopback address"), std::string::npos);
-  auto noport = parse_listen_address("127.0.0.1");
-  ASSERT_FALSE(noport);
-  EXPECT_NE(noport.error().message.find("HOST:PORT"), std::string::npos);
-  auto big = parse_listen_address("127.0.0.1:70000");
-  ASSERT_FALSE(big);
-  EXPECT_NE(big.error().message.find("'70000'"), std::string::npos);
-  EXPECT_FALSE(parse_listen_address("example.com:80"));
-}
-
-// Drives the server in this thread while a non-blocking client talks to it.
-std::string round_trip(HttpServer& server, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(server.port());
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(request.size()));
-  const HttpServer::Handler handler = [](std::string_view path) {
-    if (path == "/hello") return HttpResponse{200, "text/plain", "hi\n"};
-    return HttpResponse{404, "text/plain", "no\n"};
-  };
-  std::string reply;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::vector<pollfd> fds;
-    server.poll_fds(fds);
-    ::poll(fds.data(), fds.size(), 10);
-    server.service(handler);
-    char buf[1024];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) reply.append(buf, static_cast<std::size_t>(n));
-    if (n == 0) break;
-  }
-  ::close(fd);
-  return reply;
-}
-
-TEST(SidecarHttp, ServesOneRequestPerConnectionWithContentLength) {
-  auto server = HttpServer::listen("127.0.0.1:0");
-  ASSERT_TRUE(server) << server.error().what();
-  EXPECT_NE(server->port(), 0);
-  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
-  const std::string ok = round_trip(*server, "GET /hello?x=1 HTTP/1.0\r\n\r\n");
-  EXPECT_TRUE(ok.starts_with("HTTP/1.1 200 OK\r\n")) << ok;
-  EXPECT_NE(ok.find("Content-Length: 3\r\n"), std::string::npos) << ok;
-  EXPECT_NE(ok.find("Connection: close\r\n"), std::string::npos) << ok;
-  EXPECT_TRUE(ok.ends_with("\r\n\r\nhi\n")) << ok;
-  EXPECT_TRUE(
-      round_trip(*server, "GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404 Not Found"));
-  EXPECT_TRUE(round_trip(*server, "DELETE /hello HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
-  EXPECT_TRUE(round_trip(*server, std::string(9000, 'A')).starts_with("HTTP/1.1 431"));
-  EXPECT_EQ(server->connections(), 0u);
 }
 
 }  // namespace
