@@ -2,6 +2,8 @@
 // protocol), end of stream, producer death and blocking.
 #include "shm/channel/consumer.hpp"
 
+#include "channel/internal.hpp"
+#include "platform/spin_then_park.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -411,46 +413,42 @@ Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take t
     return T{w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
   };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto w = ready(false, Batch::MayHold);
+  const auto done = [](const Result<Wait>& w) { return !w || *w != Wait::Empty; };
+  const auto outcome = [&](Result<Wait> w) -> Result<T> {
     if (!w) return std::unexpected(std::move(w.error()));
     if (*w == Wait::Ready) return take();
-    if (*w == Wait::End) return end_or_empty(*w);
-    detail::cpu_relax();
-  }
+    return end_or_empty(*w);
+  };
+  if (auto w = detail::spin(
+          channel::internal::kSpins, [&] { return ready(false, Batch::MayHold); }, done))
+    return outcome(std::move(*w));
   auto& sig = control().waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake after this load
-    // changes it, and futex_wait then returns at once. acquire: pairs with
-    // the release increment in wake_consumer().
-    const std::uint32_t seen = sig.data_signal.load(std::memory_order_acquire);
-    // [D1'] seq_cst store of the flag, then seq_cst loads of tail and the
-    // terminal word: pairs with [D1] in publish() and with the terminal stores
-    // (finish, raise). Either we see their store here, or they see our flag
-    // and wake us; ready() reads these words again afterwards, and coherence
-    // keeps those reads at least this new.
-    sig.consumer_parked.store(1, std::memory_order_seq_cst);
-    (void)control().producer.tail.load(std::memory_order_seq_cst);
-    (void)control().terminal.word.load(std::memory_order_seq_cst);
-    // Looks empty: the only place a blocking receive pays the liveness probe.
-    // Flush: a coalesced batch is taken rather than slept on (nothing would wake us).
-    auto w = ready(true, Batch::Flush);
-    if (!w || *w != Wait::Empty) {
-      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      if (!w) return std::unexpected(std::move(w.error()));
-      if (*w == Wait::Ready) return take();
-      return end_or_empty(*w);
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      return end_or_empty(Wait::Empty);
-    }
-    attachment_.heartbeat();
-    // A dead producer never wakes us: sleep in slices and probe again.
-    const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kLivenessSlice);
-    (void)futex_wait(sig.data_signal, seen, static_cast<std::uint64_t>(slice.count()));
-  }
+  Result<Wait> w = Wait::Empty;
+  const bool over = detail::park(
+      sig.data_signal, deadline,
+      [&] {
+        // [D1'] seq_cst store of the flag, then seq_cst loads of tail and the
+        // terminal word: pairs with [D1] in publish() and with the terminal
+        // stores (finish, raise). Either we see their store here, or they see
+        // our flag and wake us; ready() reads these words again afterwards,
+        // and coherence keeps those reads at least this new.
+        sig.consumer_parked.store(1, std::memory_order_seq_cst);
+        (void)control().producer.tail.load(std::memory_order_seq_cst);
+        (void)control().terminal.word.load(std::memory_order_seq_cst);
+        // Looks empty: the only place a blocking receive pays the liveness
+        // probe. Flush: a coalesced batch is taken rather than slept on
+        // (nothing would wake us).
+        w = ready(true, Batch::Flush);
+        return done(w) ? detail::ParkRound::Done : detail::ParkRound::Sleep;
+      },
+      // A dead producer never wakes us: sleep in slices and probe again.
+      [](std::uint64_t left_ns) {
+        return std::min<std::uint64_t>(left_ns, std::chrono::nanoseconds(kLivenessSlice).count());
+      },
+      [&] { attachment_.heartbeat(); });
+  sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
+  if (!over) return end_or_empty(Wait::Empty);
+  return outcome(std::move(w));
 }
 
 Result<Received> ChannelConsumer::receive(std::chrono::nanoseconds timeout) {

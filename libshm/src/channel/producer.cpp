@@ -1,6 +1,8 @@
 // ChannelProducer: attach, rotation (ADR-0010's algorithm), blocking and finish.
 #include "shm/channel/producer.hpp"
 
+#include "channel/internal.hpp"
+#include "platform/spin_then_park.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
@@ -172,39 +174,30 @@ Result<bool> ChannelProducer::rotate() {
 
 Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_reserve(n);
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  const auto done = [](const Result<Reservation>& r) { return !r || *r; };
+  const auto attempt = [&] { return try_reserve(n); };
+  if (auto r = detail::spin(channel::internal::kSpins, attempt, done)) return std::move(*r);
   auto& w = control().waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake after this load
-    // changes it, and futex_wait then returns at once.
-    // acquire: pairs with the release increment in wake_producer().
-    const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    // [D2'] seq_cst store of the flag, then seq_cst loads of what we wait
-    // for (head, released_epoch, the terminal word): pairs with [D2] in
-    // give_back(), [E] at the seam and [T] in raise(). Either we see their
-    // store here, or they see our flag and wake us; try_reserve() reads these
-    // words again afterwards, and coherence keeps those reads at least this new.
-    w.producer_parked.store(1, std::memory_order_seq_cst);
-    (void)control().consumer.head.load(std::memory_order_seq_cst);
-    (void)control().release.released_epoch.load(std::memory_order_seq_cst);
-    (void)control().terminal.word.load(std::memory_order_seq_cst);
-    auto r = try_reserve(n);
-    if (!r || *r) {
-      w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
-      return r;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
-      return r;
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.space_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  std::optional<Result<Reservation>> r;  // every park round sets it before it may end
+  (void)detail::park(
+      w.space_signal, deadline,
+      [&] {
+        // [D2'] seq_cst store of the flag, then seq_cst loads of what we wait
+        // for (head, released_epoch, the terminal word): pairs with [D2] in
+        // give_back(), [E] at the seam and [T] in raise(). Either we see their
+        // store here, or they see our flag and wake us; try_reserve() reads
+        // these words again afterwards, and coherence keeps those reads at
+        // least this new.
+        w.producer_parked.store(1, std::memory_order_seq_cst);
+        (void)control().consumer.head.load(std::memory_order_seq_cst);
+        (void)control().release.released_epoch.load(std::memory_order_seq_cst);
+        (void)control().terminal.word.load(std::memory_order_seq_cst);
+        r = attempt();
+        return done(*r) ? detail::ParkRound::Done : detail::ParkRound::Sleep;
+      },
+      [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment_.heartbeat(); });
+  w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
+  return std::move(*r);
 }
 
 Result<SendOutcome> ChannelProducer::send(std::span<const std::byte> payload,

@@ -1,15 +1,12 @@
 #include "shm/fanout/priority_fanout.hpp"
 
+#include "mpmc/internal.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace shm {
 namespace fanout {
@@ -69,16 +66,6 @@ KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
 }  // namespace fanout
 
 namespace {
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
-
-constexpr int kSpins = 128;
-constexpr std::uint64_t kMaxParkNs = 250'000'000;
-constexpr std::uint64_t kBusyBackoffMaxNs = 1'000'000;
 
 MpmcRole ring_role(FanoutRole role) {
   switch (role) {
@@ -297,42 +284,30 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
 
 Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
                                                              std::chrono::nanoseconds timeout) {
+  using R = Result<std::optional<Drained>>;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_drain_highest(out);
-    if (!r || *r) return r;
-    cpu_relax();
-  }
+  const auto done = [](const R& r) { return !r || *r; };
+  // The fanout waits as its MPMC rings do: same spin budget and backoff.
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_drain_highest(out); }, done))
+    return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  std::uint64_t backoff_ns = 20'000;
-  Result<std::optional<Drained>> r = std::optional<Drained>{};
-  for (;;) {
-    // [E'] acquire: pairs with a waker's [E]; a wake after this load changes
-    // the word, so futex_wait returns at once instead of sleeping.
-    const std::uint32_t seen = hot.epoch.load(std::memory_order_acquire);
-    // [D] seq_cst: announce (re-asserted every round); Dekker pair with [D1].
-    hot.waiters.fetch_or(slot_bit_, std::memory_order_seq_cst);
-    r = try_drain_highest(out);
-    if (!r || *r) break;
-    // [D2] seq_cst: a bit set before [D] in the total order shows here (a push
-    // in flight, or a ring whose held cell awaits repair): poll instead of
-    // sleeping; a bit set after [D] is followed by its setter seeing our bit.
-    const bool busy = hot.bitmap.load(std::memory_order_seq_cst) != 0;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    std::uint64_t ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
-    if (busy) {
-      ns = std::min(ns, backoff_ns);
-      backoff_ns = std::min(backoff_ns * 2, kBusyBackoffMaxNs);
-    }
-    ns = std::min(ns, kMaxParkNs);
-    attachment_.heartbeat();
-    (void)futex_wait(hot.epoch, seen, ns);
-  }
-  // Relaxed: a bit seen late only costs a submitter a spurious wake.
-  hot.waiters.fetch_and(~slot_bit_, std::memory_order_relaxed);
+  R r = std::optional<Drained>{};
+  // [E'] (the acquire load of the epoch in detail::park) pairs with a waker's
+  // [E]. [D] (the announcement, re-asserted every round) is the Dekker pair of
+  // [D1]. [D2] seq_cst below: a bit set before [D] in the total order shows
+  // there (a push in flight, or a ring whose held cell awaits repair): poll
+  // instead of sleeping; a bit set after [D] is followed by its setter seeing
+  // our bit.
+  mpmc::internal::park_announced(
+      hot.epoch, hot.waiters, slot_bit_, deadline,
+      [&] {
+        r = try_drain_highest(out);
+        return done(r);
+      },
+      [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0; },
+      [&] { attachment_.heartbeat(); });
   return r;
 }
 

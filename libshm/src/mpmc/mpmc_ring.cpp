@@ -1,5 +1,6 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 
+#include "mpmc/internal.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
@@ -8,19 +9,9 @@
 #include <array>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace shm {
 namespace mpmc {
 namespace {
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 bool valid_geometry(const ParamBlock& p) noexcept {
   return is_power_of_two(p.capacity) && p.capacity >= kMinCapacity && p.capacity <= kMaxCapacity &&
@@ -310,9 +301,6 @@ const RoleSpec& role_spec(MpmcRole role) {
   }
   return mpmc::kPeerRole;
 }
-constexpr int kSpins = 128;
-constexpr std::uint64_t kMaxParkNs = 250'000'000;       // bounds a wait lost to a reclaim race
-constexpr std::uint64_t kBusyBackoffMaxNs = 1'000'000;  // polling while the other side is mid-op
 }  // namespace
 
 Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
@@ -524,45 +512,28 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
                             std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
                             Busy&& busy) {
   v_.control->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  std::uint64_t backoff_ns = 20'000;
   Result<bool> done = false;
-  for (;;) {
-    // [G'] acquire: pairs with the waker's [G]. A wake after this load changes
-    // the word, so futex_wait below returns at once instead of sleeping.
-    const std::uint32_t seen = signal.load(std::memory_order_acquire);
-    // [W] seq_cst: announce ourselves (re-asserted every round: a reclaim race
-    // may have cleared it). Dekker pair with the other side's [T]/[H] + [W1].
-    waiting.fetch_or(slot_bit_, std::memory_order_seq_cst);
-    done = attempt();
-    if (!done || *done) break;
-    // [W2] (inside busy()): a seq_cst load of the other side's position. A
-    // claim ordered before [W] shows here; one ordered after sees our bit.
-    const bool in_flight = busy();
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    std::uint64_t ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
-    if (in_flight) {  // the other side is mid-operation: poll with backoff
-      ns = std::min(ns, backoff_ns);
-      backoff_ns = std::min(backoff_ns * 2, kBusyBackoffMaxNs);
-    }
-    ns = std::min(ns, kMaxParkNs);
-    attachment_.heartbeat();
-    (void)futex_wait(signal, seen, ns);
-  }
-  // Relaxed: a bit seen late only costs the other side a spurious wake.
-  waiting.fetch_and(~slot_bit_, std::memory_order_relaxed);
+  // [G'] (the acquire load of the signal in detail::park) pairs with the
+  // waker's [G]. [W] (the announcement) is the Dekker pair of the other side's
+  // [T]/[H] + [W1]; [W2] is the seq_cst load inside busy(): a claim ordered
+  // before [W] shows there, one ordered after it sees our bit.
+  mpmc::internal::park_announced(
+      signal, waiting, slot_bit_, deadline,
+      [&] {
+        done = attempt();
+        return !done || *done;
+      },
+      busy, [&] { attachment_.heartbeat(); });
   return done;
 }
 
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
   if (payload.size() > v_.slot_size) return too_large(payload.size());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_push(payload);
-    if (!r || *r) return r;
-    mpmc::cpu_relax();
-  }
+  const auto done = [](const Result<bool>& r) { return !r || *r; };
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_push(payload); }, done))
+    return std::move(*r);
   auto& w = v_.control->waiters;
   return wait(
       w.space_signal, w.producers_waiting, deadline, [&] { return try_push(payload); },
@@ -577,11 +548,10 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
 Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
                                                  std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_pop(out);
-    if (!r || *r) return r;
-    mpmc::cpu_relax();
-  }
+  const auto done = [](const Result<std::optional<std::size_t>>& r) { return !r || *r; };
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_pop(out); }, done))
+    return std::move(*r);
   std::optional<std::size_t> got;
   auto& w = v_.control->waiters;
   auto r = wait(

@@ -1,5 +1,6 @@
 #include "shm/spsc/layout.hpp"
 
+#include "platform/spin_then_park.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -89,11 +90,6 @@ std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
   return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
 }
 
-void endpoint_used_concurrently(const char* what) noexcept {
-  std::fprintf(stderr, "libshm: %s is used by two threads at once\n", what);
-  std::abort();
-}
-
 Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
   auto attachment = segment.attach(role);
   if (!attachment) return std::unexpected(attachment.error());
@@ -112,6 +108,43 @@ Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec
 }  // namespace detail
 
 namespace {
+
+// Spin budget of reserve() and peek() before they park.
+constexpr int kSpins = 4096;
+
+// The blocking wait of RingProducer::reserve() and RingConsumer::peek():
+// attempt() until it returns an error or a value, spinning kSpins times, then
+// parking on `signal` until the other side moves `position` away from
+// `cached` (the value our last attempt saw), or the timeout passes (then an
+// empty optional).
+template <class Attempt>
+auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
+              std::atomic<std::uint32_t>& signal, std::atomic<std::uint32_t>& parked,
+              const std::atomic<std::uint64_t>& position, const std::uint64_t& cached,
+              Attachment& attachment) -> decltype(attempt()) {
+  using R = decltype(attempt());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto done = [](const R& r) { return !r || *r; };
+  if (auto r = detail::spin(kSpins, attempt, done)) return std::move(*r);
+  R r = typename R::value_type{};
+  const bool over = detail::park(
+      signal, deadline,
+      [&] {
+        // [D1'] / [D2'] seq_cst store of the flag, then a seq_cst load of the
+        // position: pairs with [D1] in RingProducer::commit() / [D2] in
+        // RingConsumer::release(). Either we see the new position here, or
+        // the other side sees our flag and wakes us.
+        parked.store(1, std::memory_order_seq_cst);
+        if (position.load(std::memory_order_seq_cst) == cached) return detail::ParkRound::Sleep;
+        parked.store(0, std::memory_order_relaxed);
+        r = attempt();
+        return done(r) ? detail::ParkRound::Done : detail::ParkRound::Retry;
+      },
+      [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment.heartbeat(); });
+  if (over) return r;
+  parked.store(0, std::memory_order_relaxed);
+  return typename R::value_type{};
+}
 
 // Both positions, as read at attach, must describe a possible ring state.
 Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
@@ -169,35 +202,11 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
 
 Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
     std::size_t n, std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_reserve(n);
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  // [D2'] pairs with [D2] in RingConsumer::release(): waits for head to move.
   auto& w = control_->waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake that happens
-    // after this load changes it, and futex_wait then returns at once.
-    const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    // [D2'] seq_cst store of the flag, then a seq_cst load of head: pairs
-    // with [D2] in RingConsumer::release(). Either we see the new head here,
-    // or the consumer sees our flag and wakes us.
-    w.producer_parked.store(1, std::memory_order_seq_cst);
-    if (control_->consumer.head.load(std::memory_order_seq_cst) != cached_head_) {
-      w.producer_parked.store(0, std::memory_order_relaxed);
-      auto r = try_reserve(n);
-      if (!r || *r) return r;
-      continue;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.producer_parked.store(0, std::memory_order_relaxed);
-      return std::optional<std::span<std::byte>>{};
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.space_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  return wait_for(
+      timeout, [&] { return try_reserve(n); }, w.space_signal, w.producer_parked,
+      control_->consumer.head, cached_head_, attachment_);
 }
 
 void RingProducer::wake_consumer() noexcept {
@@ -285,32 +294,11 @@ Result<bool> RingConsumer::refresh_tail() {
 
 Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
     std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_peek();
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  // [D1'] pairs with [D1] in RingProducer::commit(): waits for tail to move.
   auto& w = control_->waiters;
-  for (;;) {
-    const std::uint32_t seen = w.data_signal.load(std::memory_order_acquire);
-    // [D1'] seq_cst store of the flag, then a seq_cst load of tail: pairs
-    // with [D1] in RingProducer::commit().
-    w.consumer_parked.store(1, std::memory_order_seq_cst);
-    if (control_->producer.tail.load(std::memory_order_seq_cst) != cached_tail_) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);
-      auto r = try_peek();
-      if (!r || *r) return r;
-      continue;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);
-      return std::optional<std::span<const std::byte>>{};
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.data_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  return wait_for(
+      timeout, [&] { return try_peek(); }, w.data_signal, w.consumer_parked,
+      control_->producer.tail, cached_tail_, attachment_);
 }
 
 void RingConsumer::wake_producer() noexcept {
