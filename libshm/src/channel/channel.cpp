@@ -2,6 +2,7 @@
 // both sides share (faults, wake-ups).
 #include "shm/channel/layout.hpp"
 
+#include "segment/size_check.hpp"
 #include "shm/channel/endpoint.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/testing/channel.hpp"  // create_channel_for_test (libshm/testing, not installed)
@@ -258,11 +259,9 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
   if (!seg) return seg;
   auto v = channel::view(*seg);
   if (!v) return std::unexpected(v.error());
-  const std::uint64_t needed = kHeaderSize + round_up(v->params.data_size, kPageSize);
-  if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, its channel parameters need {}",
-                            seg->path(), seg->header().total_size, needed));
+  if (auto ok = detail::check_total_size(*seg, v->params.data_size, "its channel parameters need");
+      !ok)
+    return std::unexpected(std::move(ok.error()));
   return seg;
 }
 

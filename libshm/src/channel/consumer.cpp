@@ -71,8 +71,8 @@ Result<void> ChannelConsumer::resume() {
   head_ = head;
   cached_tail_ = head;
   seen_tail_ = head;
-  if (head > tail || tail - head > view_.params.ring_capacity || released > active + 1 ||
-      active - std::min(active, released) >= view_.params.pages)
+  if (!channel::internal::ring_positions_possible(head, tail, view_.params.ring_capacity) ||
+      !channel::internal::epochs_possible(released, active, view_.params.pages))
     return terminal(fault_here(
         ChannelFault::CorruptState,
         fmt::format("positions are impossible: head {}, tail {}, released "

@@ -2,6 +2,7 @@
 // The segment may be mapped read-only, may be live and may be corrupt: every
 // value read from it is checked before it is used as an index.
 #include "shm/segment/kind.hpp"
+#include "channel/internal.hpp"
 #include "shm/channel/layout.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -214,12 +215,12 @@ std::vector<std::string> verify(const Segment& seg) {
   if (state == ChannelState::Faulted &&
       (code == 0 || code > static_cast<std::uint32_t>(ChannelFault::ProducerDied)))
     bad.push_back(fmt::format("channel is FAULTED with fault code {}", code));
-  if (g.head > g.tail || g.tail - g.head > p.ring_capacity) {
+  if (!channel::internal::ring_positions_possible(g.head, g.tail, p.ring_capacity)) {
     bad.push_back(fmt::format("ring head {} / tail {} impossible for capacity {}", g.head, g.tail,
                               p.ring_capacity));
     return bad;
   }
-  if (g.released > g.active + 1 || g.active - std::min(g.active, g.released) >= p.pages) {
+  if (!channel::internal::epochs_possible(g.released, g.active, p.pages)) {
     bad.push_back(
         fmt::format("released_epoch {} / active_epoch {}: more than {} live pages or "
                     "released beyond the active one",

@@ -1,5 +1,6 @@
 #include "shm/segment/segment.hpp"
 
+#include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"
@@ -418,12 +419,21 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
     const std::string why = expected.param_mismatch(seg->params(), expected.params);
     if (!why.empty()) return fail(Errc::ParamMismatch, fmt::format("{}: {}", seg->path(), why));
   }
-  const std::uint64_t needed = kHeaderSize + round_up(expected.data_size, kPageSize);
-  if (expected.data_size != 0 && h.total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, its {} parameters need {}",
-                            seg->path(), h.total_size, expected.kind_name, needed));
+  if (expected.data_size != 0) {
+    auto ok = detail::check_total_size(*seg, expected.data_size,
+                                       fmt::format("its {} parameters need", expected.kind_name));
+    if (!ok) return std::unexpected(std::move(ok.error()));
+  }
   return seg;
+}
+
+Result<void> detail::check_total_size(const Segment& seg, std::uint64_t data_size,
+                                      std::string_view needs) {
+  const std::uint64_t needed = kHeaderSize + round_up(data_size, kPageSize);
+  if (seg.header().total_size != needed)
+    return fail(Errc::SizeMismatch, fmt::format("{}: size: segment has {} bytes, {} {}", seg.path(),
+                                                seg.header().total_size, needs, needed));
+  return {};
 }
 
 Result<Attachment> Segment::attach(const RoleSpec& role) {

@@ -44,19 +44,22 @@ std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std:
     const std::uint64_t off = pos & (cap - 1);
     ring::RecordHeader rec;
     std::memcpy(&rec, v.buffer + off, sizeof rec);
-    if (rec.type == ring::kRecordPadding) {
-      if (rec.length != cap - off || pos + rec.length > tail)
+    switch (ring::check_record(rec, off, tail - pos, cap, v.params.max_payload)) {
+      case ring::RecordCheck::Data:
+        break;
+      case ring::RecordCheck::Padding:
+        pos += rec.length;
+        continue;
+      case ring::RecordCheck::BadPadding:
         return fmt::format("padding record at {} has length {}, expected {}", pos, rec.length,
                            cap - off);
-      pos += rec.length;
-      continue;
+      case ring::RecordCheck::BadType:
+        return fmt::format("record at {} has type {:#x}, expected data or padding", pos, rec.type);
+      case ring::RecordCheck::BadLength:
+        return fmt::format("record at {} has length {} (max {}, {} bytes left before tail)", pos,
+                           rec.length, v.params.max_payload, tail - pos);
     }
-    if (rec.type != ring::kRecordData)
-      return fmt::format("record at {} has type {:#x}, expected data or padding", pos, rec.type);
     const std::uint64_t size = ring::record_size(rec.length);
-    if (rec.length > v.params.max_payload || pos + size > tail || off + size > cap)
-      return fmt::format("record at {} has length {} (max {}, {} bytes left before tail)", pos,
-                         rec.length, v.params.max_payload, tail - pos);
     f(std::span<const std::byte>(v.buffer + off + ring::kRecordHeader, rec.length));
     pos += size;
     ++n;
@@ -101,10 +104,10 @@ std::vector<std::string> verify(const Segment& seg) {
                               v.params.capacity));
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0)
+  if (!ring::positions_aligned(head, tail))
     bad.push_back(
         fmt::format("head {} / tail {} not {}-byte aligned", head, tail, ring::kRecordAlign));
-  if (tail < head || tail - head > v.params.capacity) {
+  if (!ring::positions_in_range(head, tail, v.params.capacity)) {
     bad.push_back(fmt::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
                               v.params.capacity));
     return bad;
@@ -126,7 +129,7 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   if (!v.ok) return out;
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (tail < head || tail - head > v.params.capacity) return out;
+  if (!ring::positions_in_range(head, tail, v.params.capacity)) return out;
   (void)walk(v, head, tail, limit,
              [&](std::span<const std::byte> p) { out.emplace_back(p.begin(), p.end()); });
   return out;

@@ -1,6 +1,7 @@
 #include "shm/spsc/layout.hpp"
 
 #include "platform/spin_then_park.hpp"
+#include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -75,12 +76,10 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
   // capacity 0 = "any": check the size against the segment's own (validated) capacity.
   ring::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  const std::uint64_t needed =
-      kHeaderSize + round_up(ring::kBufferOffset + found.capacity, kPageSize);
-  if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, capacity {} needs {}", seg->path(),
-                            seg->header().total_size, found.capacity, needed));
+  if (auto ok = detail::check_total_size(*seg, ring::kBufferOffset + found.capacity,
+                                         fmt::format("capacity {} needs", found.capacity));
+      !ok)
+    return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -149,8 +148,7 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
 // Both positions, as read at attach, must describe a possible ring state.
 Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
                              std::uint64_t capacity) {
-  if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0 || tail < head ||
-      tail - head > capacity)
+  if (!ring::positions_aligned(head, tail) || !ring::positions_in_range(head, tail, capacity))
     return fail(Errc::Corrupt, fmt::format("{}: ring positions head {} tail {} are impossible for "
                                            "capacity {}",
                                            seg.path(), head, tail, capacity));
