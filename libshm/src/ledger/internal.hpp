@@ -1,8 +1,11 @@
-// Private helpers shared by ledger.cpp, ledger_repair.cpp and ledger_kind.cpp.
+// Private helpers shared by the ledger's sources (ledger.cpp, accounting.cpp,
+// repair.cpp, view.cpp, kind.cpp).
 #pragma once
 
 #include "shm/ledger/ledger.hpp"
 #include "shm/testing/ledger_crash.hpp"  // LedgerCrashPoint (libshm/testing, not installed)
+
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cstdint>
@@ -244,6 +247,23 @@ enum class Match : std::uint8_t { Exact, Predecessors };
 [[nodiscard]] Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner owner,
                                                   Match match, bool count_as_reclaim,
                                                   bool close_pools);
+
+inline constexpr auto kPoolOpen = static_cast<std::uint32_t>(PoolStatus::Open);
+inline constexpr auto kTicketFree = static_cast<std::uint32_t>(TicketState::Free);
+inline constexpr auto kTicketReserved = static_cast<std::uint32_t>(TicketState::Reserved);
+inline constexpr auto kTicketCommitted = static_cast<std::uint32_t>(TicketState::Committed);
+
+// Corrupt: "<path>: <what>".
+[[nodiscard]] std::unexpected<Error> corrupt(std::string_view path, std::string what);
+// A caller-supplied pool handle that names an open pool, or why not.
+[[nodiscard]] inline Result<Pool*> open_pool_at(const View& v, PoolId id, std::string_view op) {
+  Pool& p = v.pools[id.index];
+  if (ld(p.state) != kPoolOpen || ld(p.generation) != id.generation) [[unlikely]]
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: pool {}#{} is not open (closed, or reopened as generation {})", op,
+                            id.index, id.generation, ld(p.generation)));
+  return &p;
+}
 
 // Points a view at a data area laid out for `params` (no checks: callers
 // validated the block and the size).
