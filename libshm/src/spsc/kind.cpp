@@ -73,6 +73,7 @@ void describe(const Segment& seg, Node& out) {
     out.set("error", std::string("ring parameters or size are invalid"));
     return;
   }
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   out.set("capacity", v.params.capacity);
@@ -80,6 +81,7 @@ void describe(const Segment& seg, Node& out) {
   out.set("head", head);
   out.set("tail", tail);
   out.gauge("depth_bytes", tail >= head ? tail - head : 0);
+  // relaxed: counters and flags for display only; nothing is read through them.
   const std::uint64_t pushed = v.control->producer.records.load(std::memory_order_relaxed);
   const std::uint64_t popped = v.control->consumer.records.load(std::memory_order_relaxed);
   out.gauge("depth_records", pushed >= popped ? pushed - popped : 0);
@@ -102,6 +104,7 @@ std::vector<std::string> verify(const Segment& seg) {
   if (v.params.max_payload != ring::max_payload_for(v.params.capacity))
     bad.push_back(fmt::format("max_record {} does not match capacity {}", v.params.max_payload,
                               v.params.capacity));
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   if (!ring::positions_aligned(head, tail))
@@ -127,6 +130,7 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   std::vector<std::vector<std::byte>> out;
   const RingView v = view(seg);
   if (!v.ok) return out;
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   if (!ring::positions_in_range(head, tail, v.params.capacity)) return out;

@@ -129,19 +129,19 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
   const bool over = detail::park(
       signal, deadline,
       [&] {
-        // [D1'] / [D2'] seq_cst store of the flag, then a seq_cst load of the
-        // position: pairs with [D1] in RingProducer::commit() / [D2] in
+        // [spsc.D1'] / [spsc.D2'] seq_cst store of the flag, then a seq_cst load of the
+        // position: pairs with [spsc.D1] in RingProducer::commit() / [spsc.D2] in
         // RingConsumer::release(). Either we see the new position here, or
         // the other side sees our flag and wakes us.
         parked.store(1, std::memory_order_seq_cst);
         if (position.load(std::memory_order_seq_cst) == cached) return detail::ParkRound::Sleep;
-        parked.store(0, std::memory_order_relaxed);
+        parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
         r = attempt();
         return done(r) ? detail::ParkRound::Done : detail::ParkRound::Retry;
       },
       [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment.heartbeat(); });
   if (over) return r;
-  parked.store(0, std::memory_order_relaxed);
+  parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
   return typename R::value_type{};
 }
 
@@ -178,17 +178,18 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
     return std::unexpected(ok.error());
   // We are the only writer of tail now; a dead predecessor's unpublished
   // reservations are simply overwritten.
+  // acquire: pairs with [spsc.P] of an earlier producer and [spsc.C] of the consumer.
   p.tail_ = p.control_->producer.tail.load(std::memory_order_acquire);
   p.cached_head_ = p.control_->consumer.head.load(std::memory_order_acquire);
   if (auto ok = check_positions(p.segment_, p.cached_head_, p.tail_, p.capacity_); !ok)
     return std::unexpected(ok.error());
   p.reserved_ = p.tail_;
-  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);
+  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);  // statistics only
   return p;
 }
 
 Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
-  // [C'] acquire: pairs with the consumer's [C]; the bytes before head are free.
+  // [spsc.C'] acquire: pairs with the consumer's [spsc.C]; the bytes before head are free.
   const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_ || head % ring::kRecordAlign != 0)
     return fail(Errc::Corrupt,
@@ -200,7 +201,7 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
 
 Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
     std::size_t n, std::chrono::nanoseconds timeout) {
-  // [D2'] pairs with [D2] in RingConsumer::release(): waits for head to move.
+  // [spsc.D2'] pairs with [spsc.D2] in RingConsumer::release(): waits for head to move.
   auto& w = control_->waiters;
   return wait_for(
       timeout, [&] { return try_reserve(n); }, w.space_signal, w.producer_parked,
@@ -209,7 +210,9 @@ Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
 
 void RingProducer::wake_consumer() noexcept {
   auto& w = control_->waiters;
+  // relaxed: the flag was read seq_cst in commit() ([spsc.D1]); clearing it is a hint.
   if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.data_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.data_signal);
   }
@@ -262,12 +265,13 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
+  // acquire: pairs with [spsc.C] of an earlier consumer and [spsc.P] of the producer.
   c.head_ = c.control_->consumer.head.load(std::memory_order_acquire);
   c.cached_tail_ = c.control_->producer.tail.load(std::memory_order_acquire);
   if (auto ok = check_positions(c.segment_, c.head_, c.cached_tail_, c.capacity_); !ok)
     return std::unexpected(ok.error());
   c.peek_pos_ = c.head_;
-  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);
+  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);  // statistics only
   return c;
 }
 
@@ -280,7 +284,7 @@ std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t val
 }
 
 Result<bool> RingConsumer::refresh_tail() {
-  // [P'] acquire: pairs with the producer's [P]; records before tail are complete.
+  // [spsc.P'] acquire: pairs with the producer's [spsc.P]; records before tail are complete.
   const std::uint64_t tail = control_->producer.tail.load(std::memory_order_acquire);
   if (tail < cached_tail_ || tail - head_ > capacity_ || tail % ring::kRecordAlign != 0)
     return fail(Errc::Corrupt, fmt::format("{}: producer tail {} is impossible (head {}, last tail "
@@ -292,7 +296,7 @@ Result<bool> RingConsumer::refresh_tail() {
 
 Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
     std::chrono::nanoseconds timeout) {
-  // [D1'] pairs with [D1] in RingProducer::commit(): waits for tail to move.
+  // [spsc.D1'] pairs with [spsc.D1] in RingProducer::commit(): waits for tail to move.
   auto& w = control_->waiters;
   return wait_for(
       timeout, [&] { return try_peek(); }, w.data_signal, w.consumer_parked,
@@ -301,7 +305,9 @@ Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
 
 void RingConsumer::wake_producer() noexcept {
   auto& w = control_->waiters;
+  // relaxed: the flag was read seq_cst in release() ([spsc.D2]); clearing it is a hint.
   if (w.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.space_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.space_signal);
   }

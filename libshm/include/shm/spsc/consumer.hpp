@@ -114,9 +114,9 @@ inline void RingConsumer::release() noexcept {
   records_ += peeked_records_;
   peeked_records_ = 0;
   control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [C] frees the records' bytes (release; pairs with [C'] in the producer).
-  // [D2] seq_cst with the flag load below: Dekker pairing with [D2'] in
-  // RingProducer::reserve() (see [D1]).
+  // [spsc.C] frees the records' bytes (release; pairs with [spsc.C'] in the producer).
+  // [spsc.D2] seq_cst with the flag load below: Dekker pairing with [spsc.D2'] in
+  // RingProducer::reserve() (see [spsc.D1]).
   control_->consumer.head.store(head_, std::memory_order_seq_cst);
   if (control_->waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_producer();
