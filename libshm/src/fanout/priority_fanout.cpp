@@ -255,19 +255,19 @@ void PriorityFanout::clear_stale(std::uint32_t priority) noexcept {
 void PriorityFanout::clear_bit(std::uint32_t priority) noexcept {
   const std::uint64_t bit = std::uint64_t{1} << priority;
   auto& hot = control_->hot;
-  // [B2] seq_cst: see announce() [B1].
+  // [fanout.B2] seq_cst: see announce() [fanout.B1].
   hot.bitmap.fetch_and(~bit, std::memory_order_seq_cst);
-  // [C] (inside has_claimed_items: a seq_cst load of the ring's tail).
+  // [fanout.C] (inside has_claimed_items: a seq_cst load of the ring's tail).
   if (rings_[priority].has_claimed_items()) {
     hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
-    // [D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
+    // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
     if (hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
   }
 }
 
 void PriorityFanout::wake_drainers() noexcept {
   auto& hot = control_->hot;
-  // [E] release: pairs with the drainer's [E'] load of the epoch before its re-check.
+  // [fanout.E] release: pairs with the drainer's [fanout.E'] load of the epoch before its re-check.
   hot.epoch.fetch_add(1, std::memory_order_release);
   (void)futex_wake(hot.epoch, 1);
   control_->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -294,11 +294,11 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
   R r = std::optional<Drained>{};
-  // [E'] (the acquire load of the epoch in detail::park) pairs with a waker's
-  // [E]. [D] (the announcement, re-asserted every round) is the Dekker pair of
-  // [D1]. [D2] seq_cst below: a bit set before [D] in the total order shows
+  // [fanout.E'] (the acquire load of the epoch in detail::park) pairs with a waker's
+  // [fanout.E]. [fanout.D] (the announcement, re-asserted every round) is the Dekker pair of
+  // [fanout.D1]. [fanout.D2] seq_cst below: a bit set before [fanout.D] in the total order shows
   // there (a push in flight, or a ring whose held cell awaits repair): poll
-  // instead of sleeping; a bit set after [D] is followed by its setter seeing
+  // instead of sleeping; a bit set after [fanout.D] is followed by its setter seeing
   // our bit.
   mpmc::internal::park_announced(
       hot.epoch, hot.waiters, slot_bit_, deadline,

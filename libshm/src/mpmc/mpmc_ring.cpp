@@ -181,7 +181,7 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   // The slot's previous holder (if it died) may have left a cell held: we own
   // its lock now, so it is provably dead. Repair before reusing its intents.
   (void)mpmc::repair_slots(r.segment_, r.v_, slot, slot);
-  // Relaxed: the next claim's CAS ([T]/[H]) publishes whatever intent follows.
+  // Relaxed: the next claim's CAS ([mpmc.T]/[mpmc.H]) publishes whatever intent follows.
   r.intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);
   r.intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);
   // And whatever other dead handles left behind.
@@ -214,8 +214,8 @@ std::uint64_t MpmcRing::size_hint() const noexcept {
 }
 
 bool MpmcRing::has_claimed_items() const noexcept {
-  // [C] seq_cst: the caller's preceding seq_cst RMW (a bitmap clear) and this
-  // load order against a producer's [T] + its seq_cst bitmap load.
+  // [fanout.C] seq_cst: the caller's preceding seq_cst RMW (a bitmap clear) and this
+  // load order against a producer's [mpmc.T] + its seq_cst bitmap load.
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
   const std::uint64_t h = v_.control->consumer.head.load(
       std::memory_order_acquire);  // a later head only hides consumed items
@@ -225,8 +225,8 @@ bool MpmcRing::has_claimed_items() const noexcept {
 void MpmcRing::cancel() noexcept {
   assert(reserved_ && "cancel() without try_reserve()");
   mpmc::Cell& c = v_.cell(reserved_pos_);
-  c.length.store(0, std::memory_order_relaxed);  // published by [S] below
-  // [S] release: publishes a tombstone; pairs with the consumer's [S'].
+  c.length.store(0, std::memory_order_relaxed);  // published by [mpmc.S] below
+  // [mpmc.S] release: publishes a tombstone; pairs with the consumer's [mpmc.S'].
   c.seq.store((reserved_pos_ + 1) | mpmc::kTombstone, std::memory_order_release);
   v_.control->stats.cancelled_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
   reserved_ = false;
@@ -285,8 +285,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std:
   }
   if (s > pos) {
     // Someone claimed `pos` (its seq store happens after its tail CAS, which
-    // [R']/[S'] made visible): a fresh tail must be past it.
-    const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_acquire);  // [T']
+    // [mpmc.R']/[mpmc.S'] made visible): a fresh tail must be past it.
+    const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_acquire);  // [mpmc.T']
     if (t > pos) return std::optional<std::uint64_t>{t};
     return corrupt_cell(pos, seq, fmt::format("at most {} while tail is {}", pos, t));
   }
@@ -305,13 +305,13 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
   if (tomb && s == pos + 1) {
     // A tombstone: claim it like an item, release it, move on.
-    intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [H]
+    intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
     std::uint64_t expected = pos;
     if (head.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst,
-                                     std::memory_order_acquire)) {  // [H]
+                                     std::memory_order_acquire)) {  // [mpmc.H]
       const bool waiting =
-          v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;  // [W1]
-      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                    // [R]
+          v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;  // [mpmc.W1]
+      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                    // [mpmc.R]
       v_.control->stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);    // statistics
       if (waiting) wake_producers();
       return std::optional<std::uint64_t>{pos + 1};
@@ -333,7 +333,7 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
   }
   if (s > pos + 1) {
     // Released (or re-filled) after a consumer claimed `pos`: a fresh head is past it.
-    const std::uint64_t h = head.load(std::memory_order_acquire);  // [H']
+    const std::uint64_t h = head.load(std::memory_order_acquire);  // [mpmc.H']
     if (h > pos) return std::optional<std::uint64_t>{h};
     return corrupt_cell(pos, seq, fmt::format("at most {} while head is {}", pos + 1, h));
   }
@@ -344,7 +344,7 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
 
 void MpmcRing::wake_consumers() noexcept {
   auto& w = v_.control->waiters;
-  // [G] release: pairs with the waiter's [G'] load of the signal.
+  // [mpmc.G] release: pairs with the waiter's [mpmc.G'] load of the signal.
   w.data_signal.fetch_add(1, std::memory_order_release);
   (void)futex_wake(w.data_signal, 1);
   v_.control->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -352,7 +352,7 @@ void MpmcRing::wake_consumers() noexcept {
 
 void MpmcRing::wake_producers() noexcept {
   auto& w = v_.control->waiters;
-  w.space_signal.fetch_add(1, std::memory_order_release);  // [G]
+  w.space_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G]
   (void)futex_wake(w.space_signal, 1);
   v_.control->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
 }
@@ -363,10 +363,10 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
                             Busy&& busy) {
   v_.control->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
   Result<bool> done = false;
-  // [G'] (the acquire load of the signal in detail::park) pairs with the
-  // waker's [G]. [W] (the announcement) is the Dekker pair of the other side's
-  // [T]/[H] + [W1]; [W2] is the seq_cst load inside busy(): a claim ordered
-  // before [W] shows there, one ordered after it sees our bit.
+  // [mpmc.G'] (the acquire load of the signal in detail::park) pairs with the
+  // waker's [mpmc.G]. [mpmc.W] (the announcement) is the Dekker pair of the other side's
+  // [mpmc.T]/[mpmc.H] + [mpmc.W1]; [mpmc.W2] is the seq_cst load inside busy(): a claim ordered
+  // before [mpmc.W] shows there, one ordered after it sees our bit.
   mpmc::internal::park_announced(
       signal, waiting, slot_bit_, deadline,
       [&] {
@@ -388,7 +388,7 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
   return wait(
       w.space_signal, w.producers_waiting, deadline, [&] { return try_push(payload); },
       [&] {
-        // [W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
+        // [mpmc.W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
         const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_seq_cst);
         // Relaxed: only chooses between polling and sleeping.
         return h + v_.capacity > v_.control->producer.tail.load(std::memory_order_relaxed);
@@ -413,7 +413,7 @@ Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
         return got.has_value();
       },
       [&] {
-        // [W2] seq_cst: see wait(). A producer has claimed a position past head.
+        // [mpmc.W2] seq_cst: see wait(). A producer has claimed a position past head.
         const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
         // Relaxed: only chooses between polling and sleeping.
         return t > v_.control->consumer.head.load(std::memory_order_relaxed);

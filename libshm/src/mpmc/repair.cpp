@@ -36,14 +36,14 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   Cell& c = v.cell(pos);
   std::uint64_t seq = 0;
   if (side == Side::Push) {
-    // [T''] acquire: pairs with the claimer's [T]; its intent store is visible below.
+    // [T''] acquire: pairs with the claimer's [mpmc.T]; its intent store is visible below.
     if (ctl.producer.tail.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);    // [S'] pairs with [S]/[X]
+    seq = c.seq.load(std::memory_order_acquire);    // [mpmc.S'] pairs with [mpmc.S]/[mpmc.X]
     if (seq != pos) return RepairOutcome::NotHeld;  // published (or a later lap)
   } else {
-    // [H''] acquire: pairs with the claimer's [H]; its intent store is visible below.
+    // [H''] acquire: pairs with the claimer's [mpmc.H]; its intent store is visible below.
     if (ctl.consumer.head.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);                        // [R'] pairs with [R]/[X]
+    seq = c.seq.load(std::memory_order_acquire);  // [mpmc.R'] pairs with [mpmc.R]/[mpmc.X]
     if ((seq & ~kTombstone) != pos + 1) return RepairOutcome::NotHeld;  // released
   }
   // Whoever holds `pos` stored intent pos+1 before its claiming CAS and keeps
@@ -67,17 +67,17 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   // Every handle that may hold `pos` is dead: nobody else will write this cell.
   if (side == Side::Push) {
     std::uint64_t expected = pos;
-    // [X] acq_rel: publishes the tombstone; pairs with the consumer's [S'].
+    // [mpmc.X] acq_rel: publishes the tombstone; pairs with the consumer's [mpmc.S'].
     // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kTombstone, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
       return RepairOutcome::NotHeld;
     ctl.stats.abandoned_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
-    ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);     // [G] see MpmcRing::wait
+    ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G] see MpmcRing::wait
     (void)futex_wake_all(ctl.waiters.data_signal);
   } else {
     std::uint64_t expected = seq;
-    // [X] acq_rel: frees the cell; pairs with the next producer's [R'].
+    // [mpmc.X] acq_rel: frees the cell; pairs with the next producer's [mpmc.R'].
     // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, pos + v.capacity, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
@@ -86,7 +86,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
       ctl.stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);
     else
       ctl.stats.lost_pops.fetch_add(1, std::memory_order_relaxed);
-    ctl.waiters.space_signal.fetch_add(1, std::memory_order_release);  // [G]
+    ctl.waiters.space_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G]
     (void)futex_wake_all(ctl.waiters.space_signal);
   }
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
