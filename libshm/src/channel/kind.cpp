@@ -46,7 +46,8 @@ struct Snapshot {
 Snapshot snapshot(const View& v) {
   const auto& c = *v.control;
   Snapshot s;
-  // acquire: pairs with [T], [E], [C], [R] (the consumer's and producer's releases).
+  // acquire: pairs with [chan.T], [chan.E], [chan.C], [chan.R] (the consumer's and producer's
+  // releases).
   s.word = c.terminal.word.load(std::memory_order_acquire);
   s.released = c.release.released_epoch.load(std::memory_order_acquire);
   s.head = c.consumer.head.load(std::memory_order_acquire);
@@ -68,12 +69,13 @@ struct SlotSnapshot {
 SlotSnapshot slot_snapshot(const View& v, std::uint64_t index) {
   const page::SlotHeader* h = v.slot_header(index);
   SlotSnapshot s;
-  // [B'] acquire: pairs with [B] in rebind(): the binding below is the one that state opened.
+  // [chan.B'] acquire: pairs with [chan.B] in rebind(): the binding below is the one that state
+  // opened.
   s.state = h->binding.state.load(std::memory_order_acquire);
   s.epoch = h->binding.epoch.load(std::memory_order_relaxed);
   s.first_sequence = h->binding.first_sequence.load(std::memory_order_relaxed);
   s.generation = h->binding.generation.load(std::memory_order_relaxed);
-  // acquire: pairs with [P].
+  // acquire: pairs with [chan.P].
   s.published = h->publication.published.load(std::memory_order_acquire);
   s.used = h->publication.used_bytes.load(std::memory_order_relaxed);
   return s;
@@ -107,7 +109,8 @@ void describe(const Segment& seg, Node& out) {
   if (state == ChannelState::Corrupt) out.set("terminal_word", fmt::format("{:#010x}", g.word));
   if (state == ChannelState::Faulted) {
     Node& f = out.object("fault");
-    const auto code = c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [T'] above
+    const auto code =
+        c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [chan.T'] above
     f.set("cause", std::string(to_string(static_cast<ChannelFault>(code))));
     f.set("epoch", c.terminal.fault_epoch.load(std::memory_order_relaxed));
     f.set("sequence", c.terminal.fault_sequence.load(std::memory_order_relaxed));
@@ -211,7 +214,7 @@ std::vector<std::string> verify(const Segment& seg) {
   const ChannelState state = channel::state_of(g.word);
   if (state == ChannelState::Corrupt)
     bad.push_back(fmt::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
-  const auto code = c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [T']
+  const auto code = c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [chan.T']
   if (state == ChannelState::Faulted &&
       (code == 0 || code > static_cast<std::uint32_t>(ChannelFault::ProducerDied)))
     bad.push_back(fmt::format("channel is FAULTED with fault code {}", code));
@@ -254,7 +257,7 @@ std::vector<std::string> verify(const Segment& seg) {
                               first.first_sequence + first.published));
   const SlotSnapshot last = slot_snapshot(*v, g.active & (p.pages - 1));
   const std::uint64_t next = last.first_sequence + last.published;
-  // Between a page release [P] and the ring release [R] the tail lags by one.
+  // Between a page release [chan.P] and the ring release [chan.R] the tail lags by one.
   if (g.tail > next || g.tail + 1 < next)
     bad.push_back(
         fmt::format("ring tail {} does not match the pages' next sequence {}", g.tail, next));
@@ -303,8 +306,8 @@ std::vector<std::string> reclaim(Segment& seg, const SlotInfo& dead) {
                              std::memory_order_relaxed);
       t.fault_role.store(channel::kObserverRole.id, std::memory_order_relaxed);
       t.fault_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-      // [T] pairs with the consumer's [T']; seq_cst with the flag load below
-      // (Dekker pairing with [D1'], as in raise()).
+      // [chan.T] pairs with the consumer's [chan.T']; seq_cst with the flag load below
+      // (Dekker pairing with [chan.D1'], as in raise()).
       t.word.store(channel::kTerminalFaulted, std::memory_order_seq_cst);
       seg.record_event(EventType::Fault, static_cast<std::uint32_t>(dead.index),
                        static_cast<std::uint32_t>(ChannelFault::ProducerDied));

@@ -65,7 +65,7 @@ Result<void> ChannelProducer::resume() {
                             "without finishing; a channel carries one producer lifetime, create "
                             "a new one",
                             path, attachment_.generation() - 1));
-  // acquire: pairs with the consumer's [C] and [E] (a consumer may have run
+  // acquire: pairs with the consumer's [chan.C] and [chan.E] (a consumer may have run
   // ahead of us on an empty channel, but it cannot have consumed anything).
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   const std::uint64_t released = control().release.released_epoch.load(std::memory_order_acquire);
@@ -100,7 +100,7 @@ std::unexpected<Error> ChannelProducer::not_open() {
   if (finished_)
     return fail(Errc::InvalidArgument,
                 fmt::format("{}: channel is finished; nothing more can be sent", path));
-  // [T'] acquire: pairs with [T] in the side that changed the word.
+  // [chan.T'] acquire: pairs with [chan.T] in the side that changed the word.
   const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
   switch (channel::state_of(word)) {
     case ChannelState::Faulted:
@@ -123,7 +123,8 @@ std::unexpected<Error> ChannelProducer::too_large(std::size_t n) const {
 }
 
 Result<bool> ChannelProducer::refresh_head() {
-  // [C'] acquire: pairs with the consumer's [C]; descriptors before head are no longer read.
+  // [chan.C'] acquire: pairs with the consumer's [chan.C]; descriptors before head are no longer
+  // read.
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_)
     return raise(ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
@@ -137,7 +138,7 @@ Result<bool> ChannelProducer::quota_allows() {
   const std::uint64_t next = page_.epoch() + 1;
   // released_epoch only grows: a cached value that already frees the slot is enough.
   if (next < cached_released_ + view_.params.pages) return true;
-  // [A] acquire: pairs with the consumer's [E]; every read of the epoch that
+  // [chan.A] acquire: pairs with the consumer's [chan.E]; every read of the epoch that
   // last used slot next mod P happened before our rebind of it.
   const std::uint64_t released = control().release.released_epoch.load(std::memory_order_acquire);
   if (released < cached_released_ || released > next)
@@ -182,9 +183,9 @@ Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanosec
   (void)detail::park(
       w.space_signal, deadline,
       [&] {
-        // [D2'] seq_cst store of the flag, then seq_cst loads of what we wait
-        // for (head, released_epoch, the terminal word): pairs with [D2] in
-        // give_back(), [E] at the seam and [T] in raise(). Either we see their
+        // [chan.D2'] seq_cst store of the flag, then seq_cst loads of what we wait
+        // for (head, released_epoch, the terminal word): pairs with [chan.D2] in
+        // give_back(), [chan.E] at the seam and [chan.T] in raise(). Either we see their
         // store here, or they see our flag and wake us; try_reserve() reads
         // these words again afterwards, and coherence keeps those reads at
         // least this new.
@@ -215,12 +216,12 @@ Result<void> ChannelProducer::finish() {
   reserving_ = false;
   if (finished_) return {};
   auto& word = control().terminal.word;
-  // [T'] acquire: pairs with [T] of a side that changed the word.
+  // [chan.T'] acquire: pairs with [chan.T] of a side that changed the word.
   std::uint32_t seen = word.load(std::memory_order_acquire);
   if (seen == channel::kTerminalOpen) {
-    page_.seal();  // [S]
-    // [T] CLEAN follows every [P]/[R]/[S]; pairs with [T'] in the consumer.
-    // seq_cst, with the flag load below: Dekker pairing with [D1'] (see [D1]).
+    page_.seal();  // [chan.S]
+    // [chan.T] CLEAN follows every [chan.P]/[chan.R]/[chan.S]; pairs with [chan.T'] in the
+    // consumer. seq_cst, with the flag load below: Dekker pairing with [chan.D1'] (see [chan.D1]).
     if (word.compare_exchange_strong(seen, channel::kTerminalClean, std::memory_order_seq_cst)) {
       finished_ = true;
       if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) wake_consumer();
