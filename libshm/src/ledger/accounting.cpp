@@ -271,7 +271,7 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   st(t.pool_generation, pool_id.generation);
   st(t.category, category.index);
   st(t.bytes, bytes);
-  // [T] release: crash order — every field above is in memory before the ticket
+  // [ledger.T] release: crash order — every field above is in memory before the ticket
   // is live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole ticket or none.
   t.state.store(kTicketReserved, std::memory_order_release);
   detail::ledger_crash_point(CrashPoint::ReserveAfterTicketPublished);
@@ -311,7 +311,7 @@ Result<void> Ledger::commit(Ticket ticket) {
       return corrupt(path, fmt::format("commit of {} bytes: an account has only {} reserved",
                                        ch.bytes, ld(a->reserved)));
   held.write();
-  // [T] release (crash order, as in reserve): the state is the source of truth.
+  // [ledger.T] release (crash order, as in reserve): the state is the source of truth.
   t.state.store(kTicketCommitted, std::memory_order_release);
   st(dims[0]->reserved, ld(dims[0]->reserved) - ch.bytes);
   detail::ledger_crash_point(CrashPoint::CommitMidCounters);
@@ -422,14 +422,14 @@ Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::in
   st(j.ticket_image.pool_generation, ld(t.pool_generation));
   st(j.ticket_image.bytes, old->bytes);
   st(j.op, JournalOp::Replace);
-  // [J1] release fence: crash order — the journal (images, then op) is in
+  // [ledger.J1] release fence: crash order — the journal (images, then op) is in
   // memory before the ticket changes; read by repair() after EOWNERDEAD.
   std::atomic_thread_fence(std::memory_order_release);
   st(t.pool, pool_id.index);
   st(t.pool_generation, pool_id.generation);
   detail::ledger_crash_point(CrashPoint::ReplaceMidTicket);
   st(t.bytes, bytes);
-  // [J2] release: crash order — the ticket's new fields are in memory before
+  // [ledger.J2] release: crash order — the ticket's new fields are in memory before
   // the journal is retired.
   j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
   for (Account* a : shared) {
@@ -502,7 +502,7 @@ Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
   }
   st(j.count, n);
   st(j.op, JournalOp::Admit);
-  // [J1] release fence: crash order, as in replace().
+  // [ledger.J1] release fence: crash order, as in replace().
   std::atomic_thread_fence(std::memory_order_release);
   for (std::size_t k = 0; k < n; ++k) {
     Bucket& b = v.buckets[terms[k].bucket];
@@ -512,7 +512,7 @@ Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
     st(b.last_ms, after[k].last_ms);
     if (k == 0) detail::ledger_crash_point(CrashPoint::AdmitMidBuckets);
   }
-  // [J2] release: crash order, as in replace().
+  // [ledger.J2] release: crash order, as in replace().
   j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
   for (std::size_t k = 0; k < n; ++k) bump(v.buckets[terms[k].bucket].admits);
   bump(c.stats.admits);

@@ -52,7 +52,7 @@ Result<CategoryId> define_category_held(const View& v, Held& held, const Categor
   st(cat.account.tickets, 0u);
   st(cat.account.rejections, 0u);
   st(cat.partition, part);
-  // [C] release: publishes the entry to unlocked readers; pairs with [C'] (acquire).
+  // [ledger.C] release: publishes the entry to unlocked readers; pairs with [ledger.C'] (acquire).
   c.lock.category_count.store(cc + 1, std::memory_order_release);
   return CategoryId{cc};
 }
@@ -88,7 +88,7 @@ Result<BucketId> define_bucket_held(const View& v, Held& held, const BucketSpec&
   st(b.last_ms, 0);
   st(b.admits, 0u);
   st(b.rejections, 0u);
-  // [B] release: publishes the entry to unlocked readers; pairs with [B'] (acquire).
+  // [ledger.B] release: publishes the entry to unlocked readers; pairs with [ledger.B'] (acquire).
   c.lock.bucket_count.store(bc + 1, std::memory_order_release);
   return BucketId{bc};
 }
@@ -258,7 +258,7 @@ Result<BucketId> Ledger::define_bucket(const BucketSpec& spec) {
 
 Result<CategoryId> Ledger::category(std::string_view label) const {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
-  // [C'] acquire: pairs with [C]; entries below the count are complete and immutable.
+  // [ledger.C'] acquire: pairs with [ledger.C]; entries below the count are complete and immutable.
   const std::uint32_t cc = view_.control->lock.category_count.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < cc && i < view_.params.max_categories; ++i)
     if (label_equals(view_.categories[i].label, label)) return CategoryId{i};
@@ -268,7 +268,7 @@ Result<CategoryId> Ledger::category(std::string_view label) const {
 
 Result<BucketId> Ledger::bucket(std::string_view label) const {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
-  // [B'] acquire: pairs with [B]; entries below the count have immutable labels.
+  // [ledger.B'] acquire: pairs with [ledger.B]; entries below the count have immutable labels.
   const std::uint32_t bc = view_.control->lock.bucket_count.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < bc && i < view_.params.max_buckets; ++i)
     if (label_equals(view_.buckets[i].label, label)) return BucketId{i};
@@ -357,8 +357,8 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
     st(pa.account.rejections, 0u);
     st(pa.categories, used ? masks[a] : 0u);
   }
-  // [P] release: publishes the pool (and, for crash order, its fields before
-  // its state); pairs with the acquire [P'] of unlocked readers.
+  // [ledger.P] release: publishes the pool (and, for crash order, its fields before
+  // its state); pairs with the acquire [ledger.P'] of unlocked readers.
   p.state.store(kPoolOpen, std::memory_order_release);
   st(c.lock.open_pools, ld(c.lock.open_pools) + 1);
   return PoolId{slot, gen};
@@ -392,7 +392,7 @@ Result<void> Ledger::close_pool(PoolId id) {
                             "first",
                             read_label((*p)->label), n));
   held.write();
-  // [P2] release: pairs with the acquire [P'] of unlocked readers.
+  // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
   (*p)->state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
   st(c.lock.open_pools, ld(c.lock.open_pools) - 1);
   return {};
@@ -415,7 +415,7 @@ Result<ReclaimReport> Ledger::reclaim(Owner owner) {
     return fail(Errc::InvalidArgument,
                 "reclaim: this handle's own tickets are released with release_all()");
   const AttachmentSlot& s = segment_.header().slots[owner.slot];
-  // [A'] acquire: pairs with attach()'s release [A]; the slot's fields (pid) are
+  // [seg.A'] acquire: pairs with attach()'s release [seg.A]; the slot's fields (pid) are
   // then those of the generation we compare, read relaxed for the message.
   const std::uint32_t generation = s.generation.load(std::memory_order_acquire);
   if (segment_.liveness(owner.slot) == Liveness::Alive && generation == owner.generation)
