@@ -2,6 +2,7 @@
 // both sides share (faults, wake-ups).
 #include "shm/channel/layout.hpp"
 
+#include "segment/size_check.hpp"
 #include "shm/channel/endpoint.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/testing/channel.hpp"  // create_channel_for_test (libshm/testing, not installed)
@@ -258,11 +259,9 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
   if (!seg) return seg;
   auto v = channel::view(*seg);
   if (!v) return std::unexpected(v.error());
-  const std::uint64_t needed = kHeaderSize + round_up(v->params.data_size, kPageSize);
-  if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, its channel parameters need {}",
-                            seg->path(), seg->header().total_size, needed));
+  if (auto ok = detail::check_total_size(*seg, v->params.data_size, "its channel parameters need");
+      !ok)
+    return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -286,7 +285,7 @@ Result<void> ChannelEndpoint::bind(ChannelEndpoint& e, Segment segment, const Ro
 }
 
 ChannelState ChannelEndpoint::state() const noexcept {
-  // [T'] acquire: pairs with the terminal stores [T] (finish, raise).
+  // [chan.T'] acquire: pairs with the terminal stores [chan.T] (finish, raise).
   return channel::state_of(control().terminal.word.load(std::memory_order_acquire));
 }
 
@@ -308,8 +307,8 @@ std::unexpected<Error> ChannelEndpoint::raise(ChannelFault fault, std::uint64_t 
     t.fault_sequence.store(sequence, std::memory_order_relaxed);
     t.fault_role.store(role_, std::memory_order_relaxed);
     t.fault_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-    // [T] pairs with [T'] acquires of the word (state(), on_empty()); seq_cst
-    // with the flag loads below: Dekker pairing with [D1'] and [D2'].
+    // [chan.T] pairs with [chan.T'] acquires of the word (state(), on_empty()); seq_cst
+    // with the flag loads below: Dekker pairing with [chan.D1'] and [chan.D2'].
     t.word.store(channel::kTerminalFaulted, std::memory_order_seq_cst);
     segment_.mutable_header()->counters.faults.fetch_add(1, std::memory_order_relaxed);
     segment_.record_event(EventType::Fault, static_cast<std::uint32_t>(attachment_.slot()),
@@ -341,7 +340,8 @@ std::unexpected<Error> ChannelEndpoint::already_faulted() const {
 void ChannelEndpoint::wake_consumer() noexcept {
   auto& w = control().waiters;
   if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
-    // release: the futex word change follows our publishing stores.
+    // release: the futex word change follows our publishing stores; pairs with
+    // the waiter's acquire load of the signal in detail::park.
     w.data_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.data_signal);
   }
@@ -350,7 +350,8 @@ void ChannelEndpoint::wake_consumer() noexcept {
 void ChannelEndpoint::wake_producer() noexcept {
   auto& w = control().waiters;
   if (w.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
-    // release: the futex word change follows our publishing stores.
+    // release: the futex word change follows our publishing stores; pairs with
+    // the waiter's acquire load of the signal in detail::park.
     w.space_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.space_signal);
   }

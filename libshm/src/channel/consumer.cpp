@@ -2,6 +2,8 @@
 // protocol), end of stream, producer death and blocking.
 #include "shm/channel/consumer.hpp"
 
+#include "channel/internal.hpp"
+#include "platform/spin_then_park.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -46,8 +48,8 @@ void ChannelConsumer::bind_epoch(std::uint64_t epoch) noexcept {
   epoch_ = epoch;
   generation_ = static_cast<std::uint32_t>(epoch);
   page_ = page::PageView::at(slot(epoch), view_.geometry);
-  // relaxed: the binding was written before the producer's [R] for the
-  // descriptor that brought us here (or before READY), observed through [R'].
+  // relaxed: the binding was written before the producer's [chan.R] for the
+  // descriptor that brought us here (or before READY), observed through [chan.R'].
   first_sequence_ = page_.header->binding.first_sequence.load(std::memory_order_relaxed);
   committed_ = 0;
   cached_published_ = 0;
@@ -59,7 +61,7 @@ void ChannelConsumer::bind_epoch(std::uint64_t epoch) noexcept {
 // works in the first unreleased epoch), and its committed count in that epoch
 // is head - first sequence of the epoch's page.
 Result<void> ChannelConsumer::resume() {
-  // acquire: pairs with [R], [C], [E] and [T] of whoever stored them last.
+  // acquire: pairs with [chan.R], [chan.C], [chan.E] and [chan.T] of whoever stored them last.
   const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
@@ -69,8 +71,8 @@ Result<void> ChannelConsumer::resume() {
   head_ = head;
   cached_tail_ = head;
   seen_tail_ = head;
-  if (head > tail || tail - head > view_.params.ring_capacity || released > active + 1 ||
-      active - std::min(active, released) >= view_.params.pages)
+  if (!channel::internal::ring_positions_possible(head, tail, view_.params.ring_capacity) ||
+      !channel::internal::epochs_possible(released, active, view_.params.pages))
     return terminal(fault_here(
         ChannelFault::CorruptState,
         fmt::format("positions are impossible: head {}, tail {}, released "
@@ -99,7 +101,7 @@ Result<void> ChannelConsumer::resume() {
   }
   bind_epoch(released);
   const page::SlotHeader& h = *page_.header;
-  // relaxed: see bind_epoch(); acquire for published pairs with [P].
+  // relaxed: see bind_epoch(); acquire for published pairs with [chan.P].
   const std::uint64_t bound = h.binding.epoch.load(std::memory_order_relaxed);
   const std::uint32_t generation = h.binding.generation.load(std::memory_order_relaxed);
   const std::uint32_t published = h.publication.published.load(std::memory_order_acquire);
@@ -188,7 +190,7 @@ bool ChannelConsumer::holds(std::uint64_t tail) noexcept {
 }
 
 Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
-  // [R'] acquire: pairs with the producer's [R]; descriptors before tail (and
+  // [chan.R'] acquire: pairs with the producer's [chan.R]; descriptors before tail (and
   // the cells, payloads and bindings they reference) are complete.
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
   if (tail < seen_tail_ || tail - head_ > view_.params.ring_capacity)
@@ -204,7 +206,7 @@ Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
 }
 
 Result<void> ChannelConsumer::refresh_published(const channel::Descriptor& d) {
-  // [P'] acquire: pairs with the producer's [P]; cells below published are complete.
+  // [chan.P'] acquire: pairs with the producer's [chan.P]; cells below published are complete.
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   if (published > view_.params.descriptors_per_page || published < cached_published_)
@@ -223,8 +225,8 @@ Result<void> ChannelConsumer::cross_seam(const channel::Descriptor& d) {
                   "generation is neither the current epoch's nor the next one's");
   // Identity of the successor slot before anything else of it is used.
   const page::PageView np = page::PageView::at(slot(next), view_.geometry);
-  // relaxed: the rebind wrote these before the producer's [R] for this
-  // descriptor, which our [R'] observed; a stale or forged descriptor finds
+  // relaxed: the rebind wrote these before the producer's [chan.R] for this
+  // descriptor, which our [chan.R'] observed; a stale or forged descriptor finds
   // another binding here.
   const std::uint64_t bound = np.header->binding.epoch.load(std::memory_order_relaxed);
   const std::uint32_t generation = np.header->binding.generation.load(std::memory_order_relaxed);
@@ -235,12 +237,12 @@ Result<void> ChannelConsumer::cross_seam(const channel::Descriptor& d) {
         fmt::format("descriptor {{sequence {}, generation {:#x}}} opens epoch {}, but slot {} is "
                     "bound to epoch {} (generation {:#x}, state {})",
                     d.sequence, d.generation, next, next & slot_mask_, bound, generation, state)));
-  // [S'] acquire: pairs with the producer's seal [S]: the page's count is final.
+  // [chan.S'] acquire: pairs with the producer's seal [chan.S]: the page's count is final.
   if (page_.header->binding.state.load(std::memory_order_acquire) != page::kSealed)
     return terminal(fault_here(
         ChannelFault::CorruptState,
         fmt::format("epoch {} began but the page of epoch {} is not sealed", next, epoch_)));
-  // [P'] acquire: pairs with [P]; after [S'] this is the sealed page's count.
+  // [chan.P'] acquire: pairs with [chan.P]; after [chan.S'] this is the sealed page's count.
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   if (committed_ != published)
@@ -255,10 +257,10 @@ Result<void> ChannelConsumer::cross_seam(const channel::Descriptor& d) {
         fault_here(ChannelFault::SequenceGap,
                    fmt::format("page of epoch {} starts at sequence {}, but epoch {} ended at {}",
                                next, first, epoch_, first_sequence_ + published)));
-  // [E] every lease of this epoch was given back (receiving with a lease
+  // [chan.E] every lease of this epoch was given back (receiving with a lease
   // held is refused), so nothing reads the page any more; pairs with the
-  // producer's [A] before it rebinds the slot. seq_cst with the flag load
-  // below: a producer parked on the quota sees [E] or we see its flag ([D2]).
+  // producer's [chan.A] before it rebinds the slot. seq_cst with the flag load
+  // below: a producer parked on the quota sees [chan.E] or we see its flag ([chan.D2]).
   control().release.released_epoch.store(next, std::memory_order_seq_cst);
   if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) wake_producer();
   bind_epoch(next);
@@ -269,14 +271,14 @@ Result<ChannelConsumer::Wait> ChannelConsumer::clean_end() {
   auto more = refresh_tail();  // descriptors published just before CLEAN
   if (!more) return std::unexpected(std::move(more.error()));
   if (*more) return Wait::Ready;
-  // relaxed: ordered by the acquire of CLEAN [T'].
+  // relaxed: ordered by the acquire of CLEAN [chan.T'].
   const std::uint64_t active = control().producer.active_epoch.load(std::memory_order_relaxed);
   if (active < epoch_ || active - epoch_ >= view_.params.pages)
     return terminal(fault_here(ChannelFault::CorruptState,
                                fmt::format("producer finished at epoch {}, consumer is at {} ({} "
                                            "pages)",
                                            active, epoch_, view_.params.pages)));
-  // acquire: pairs with [S] (finish seals) and [P].
+  // acquire: pairs with [chan.S] (finish seals) and [chan.P].
   if (page_.header->binding.state.load(std::memory_order_acquire) != page::kSealed)
     return terminal(fault_here(ChannelFault::CorruptState,
                                fmt::format("channel is CLEAN but the page of epoch {} is not "
@@ -292,14 +294,14 @@ Result<ChannelConsumer::Wait> ChannelConsumer::clean_end() {
   // Pages rotated to but never described in the ring must be empty.
   for (std::uint64_t e = epoch_ + 1; e <= active; ++e) {
     const page::SlotHeader* h = page::PageView::at(slot(e), view_.geometry).header;
-    const std::uint32_t n = h->publication.published.load(std::memory_order_acquire);  // [P']
+    const std::uint32_t n = h->publication.published.load(std::memory_order_acquire);  // [chan.P']
     if (h->binding.epoch.load(std::memory_order_relaxed) != e || n != 0)
       return terminal(fault_here(ChannelFault::CountShortfall,
                                  fmt::format("end of stream: epoch {} published {} payloads that "
                                              "never reached the ring",
                                              e, n)));
   }
-  // [E] release: the final epochs are released (end of stream).
+  // [chan.E] release: the final epochs are released (end of stream).
   control().release.released_epoch.store(active + 1, std::memory_order_release);
   ended_ = true;
   return Wait::End;
@@ -310,7 +312,7 @@ std::unexpected<Error> ChannelConsumer::producer_died() {
   // A sidecar (or shmctl reclaim) that found the producer dead marked the
   // channel and freed the slot: the slot reads Free, but the producer died.
   const bool died = live == Liveness::Dead || fault() == ChannelFault::ProducerDied;
-  // acquire: pairs with [P] (cells published to the page but never described).
+  // acquire: pairs with [chan.P] (cells published to the page but never described).
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   const std::uint64_t orphans = published > committed_ ? published - committed_ : 0;
@@ -322,14 +324,14 @@ std::unexpected<Error> ChannelConsumer::producer_died() {
         fmt::format("; {} payload(s) published to the page of epoch {} never reached the ring",
                     orphans, epoch_);
   auto e = raise(ChannelFault::ProducerDied, epoch_, head_, detail);
-  // [E] release: faulted end of stream releases the final epoch too.
+  // [chan.E] release: faulted end of stream releases the final epoch too.
   control().release.released_epoch.store(epoch_ + 1, std::memory_order_release);
   return terminal(std::move(e));
 }
 
 Result<ChannelConsumer::Wait> ChannelConsumer::on_empty(bool probe_producer) {
   for (;;) {
-    // [T'] acquire: pairs with [T] (finish's CLEAN, raise's FAULTED); every
+    // [chan.T'] acquire: pairs with [chan.T] (finish's CLEAN, raise's FAULTED); every
     // descriptor published before it is then visible to refresh_tail().
     const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
     switch (channel::state_of(word)) {
@@ -411,46 +413,42 @@ Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take t
     return T{w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
   };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto w = ready(false, Batch::MayHold);
+  const auto done = [](const Result<Wait>& w) { return !w || *w != Wait::Empty; };
+  const auto outcome = [&](Result<Wait> w) -> Result<T> {
     if (!w) return std::unexpected(std::move(w.error()));
     if (*w == Wait::Ready) return take();
-    if (*w == Wait::End) return end_or_empty(*w);
-    detail::cpu_relax();
-  }
+    return end_or_empty(*w);
+  };
+  if (auto w = detail::spin(
+          channel::internal::kSpins, [&] { return ready(false, Batch::MayHold); }, done))
+    return outcome(std::move(*w));
   auto& sig = control().waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake after this load
-    // changes it, and futex_wait then returns at once. acquire: pairs with
-    // the release increment in wake_consumer().
-    const std::uint32_t seen = sig.data_signal.load(std::memory_order_acquire);
-    // [D1'] seq_cst store of the flag, then seq_cst loads of tail and the
-    // terminal word: pairs with [D1] in publish() and with the terminal stores
-    // (finish, raise). Either we see their store here, or they see our flag
-    // and wake us; ready() reads these words again afterwards, and coherence
-    // keeps those reads at least this new.
-    sig.consumer_parked.store(1, std::memory_order_seq_cst);
-    (void)control().producer.tail.load(std::memory_order_seq_cst);
-    (void)control().terminal.word.load(std::memory_order_seq_cst);
-    // Looks empty: the only place a blocking receive pays the liveness probe.
-    // Flush: a coalesced batch is taken rather than slept on (nothing would wake us).
-    auto w = ready(true, Batch::Flush);
-    if (!w || *w != Wait::Empty) {
-      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      if (!w) return std::unexpected(std::move(w.error()));
-      if (*w == Wait::Ready) return take();
-      return end_or_empty(*w);
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
-      return end_or_empty(Wait::Empty);
-    }
-    attachment_.heartbeat();
-    // A dead producer never wakes us: sleep in slices and probe again.
-    const auto slice = std::min<std::chrono::nanoseconds>(deadline - now, kLivenessSlice);
-    (void)futex_wait(sig.data_signal, seen, static_cast<std::uint64_t>(slice.count()));
-  }
+  Result<Wait> w = Wait::Empty;
+  const bool over = detail::park(
+      sig.data_signal, deadline,
+      [&] {
+        // [chan.D1'] seq_cst store of the flag, then seq_cst loads of tail and the
+        // terminal word: pairs with [chan.D1] in publish() and with the terminal
+        // stores (finish, raise). Either we see their store here, or they see
+        // our flag and wake us; ready() reads these words again afterwards,
+        // and coherence keeps those reads at least this new.
+        sig.consumer_parked.store(1, std::memory_order_seq_cst);
+        (void)control().producer.tail.load(std::memory_order_seq_cst);
+        (void)control().terminal.word.load(std::memory_order_seq_cst);
+        // Looks empty: the only place a blocking receive pays the liveness
+        // probe. Flush: a coalesced batch is taken rather than slept on
+        // (nothing would wake us).
+        w = ready(true, Batch::Flush);
+        return done(w) ? detail::ParkRound::Done : detail::ParkRound::Sleep;
+      },
+      // A dead producer never wakes us: sleep in slices and probe again.
+      [](std::uint64_t left_ns) {
+        return std::min<std::uint64_t>(left_ns, std::chrono::nanoseconds(kLivenessSlice).count());
+      },
+      [&] { attachment_.heartbeat(); });
+  sig.consumer_parked.store(0, std::memory_order_relaxed);  // a hint for the producer
+  if (!over) return end_or_empty(Wait::Empty);
+  return outcome(std::move(w));
 }
 
 Result<Received> ChannelConsumer::receive(std::chrono::nanoseconds timeout) {

@@ -2,6 +2,7 @@
 // The segment may be mapped read-only, may be live and may be corrupt: every
 // value read from it is checked before it is used as an index.
 #include "shm/segment/kind.hpp"
+#include "channel/internal.hpp"
 #include "shm/channel/layout.hpp"
 #include "shm/channel/page_crc.hpp"
 #include "shm/platform/futex.hpp"
@@ -48,7 +49,8 @@ struct Snapshot {
 Snapshot snapshot(const View& v) {
   const auto& c = *v.control;
   Snapshot s;
-  // acquire: pairs with [T], [E], [C], [R] (the consumer's and producer's releases).
+  // acquire: pairs with [chan.T], [chan.E], [chan.C], [chan.R] (the consumer's and producer's
+  // releases).
   s.word = c.terminal.word.load(std::memory_order_acquire);
   s.released = c.release.released_epoch.load(std::memory_order_acquire);
   s.head = c.consumer.head.load(std::memory_order_acquire);
@@ -70,12 +72,13 @@ struct SlotSnapshot {
 SlotSnapshot slot_snapshot(const View& v, std::uint64_t index) {
   const page::SlotHeader* h = v.slot_header(index);
   SlotSnapshot s;
-  // [B'] acquire: pairs with [B] in rebind(): the binding below is the one that state opened.
+  // [chan.B'] acquire: pairs with [chan.B] in rebind(): the binding below is the one that state
+  // opened.
   s.state = h->binding.state.load(std::memory_order_acquire);
   s.epoch = h->binding.epoch.load(std::memory_order_relaxed);
   s.first_sequence = h->binding.first_sequence.load(std::memory_order_relaxed);
   s.generation = h->binding.generation.load(std::memory_order_relaxed);
-  // acquire: pairs with [P].
+  // acquire: pairs with [chan.P].
   s.published = h->publication.published.load(std::memory_order_acquire);
   s.used = h->publication.used_bytes.load(std::memory_order_relaxed);
   return s;
@@ -109,7 +112,8 @@ void describe(const Segment& seg, Node& out) {
   if (state == ChannelState::Corrupt) out.set("terminal_word", fmt::format("{:#010x}", g.word));
   if (state == ChannelState::Faulted) {
     Node& f = out.object("fault");
-    const auto code = c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [T'] above
+    const auto code =
+        c.terminal.fault.load(std::memory_order_relaxed);  // ordered by [chan.T'] above
     f.set("cause", std::string(to_string(static_cast<ChannelFault>(code))));
     f.set("epoch", c.terminal.fault_epoch.load(std::memory_order_relaxed));
     f.set("sequence", c.terminal.fault_sequence.load(std::memory_order_relaxed));
@@ -235,8 +239,8 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
 // A FAULTED channel is terminal whatever the cause: one line naming it, where
 // and by whom it was detected.
 std::string fault_line(const channel::ChannelControl::Terminal& t) {
-  // relaxed: ordered by the [T'] acquire of the word in snapshot(): the one
-  // raiser that won the fault CAS stores the code and details before [T].
+  // relaxed: ordered by the [chan.T'] acquire of the word in snapshot(): the one
+  // raiser that won the fault CAS stores the code and details before [chan.T].
   const std::uint32_t code = t.fault.load(std::memory_order_relaxed);
   const std::uint32_t role = t.fault_role.load(std::memory_order_relaxed);
   const std::string detected =
@@ -262,12 +266,12 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
   if (state == ChannelState::Corrupt)
     bad.push_back(fmt::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
   if (state == ChannelState::Faulted) bad.push_back(fault_line(c.terminal));
-  if (g.head > g.tail || g.tail - g.head > p.ring_capacity) {
+  if (!channel::internal::ring_positions_possible(g.head, g.tail, p.ring_capacity)) {
     bad.push_back(fmt::format("ring head {} / tail {} impossible for capacity {}", g.head, g.tail,
                               p.ring_capacity));
     return;
   }
-  if (g.released > g.active + 1 || g.active - std::min(g.active, g.released) >= p.pages) {
+  if (!channel::internal::epochs_possible(g.released, g.active, p.pages)) {
     bad.push_back(
         fmt::format("released_epoch {} / active_epoch {}: more than {} live pages or "
                     "released beyond the active one",
@@ -301,7 +305,7 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
                               first.first_sequence + first.published));
   const SlotSnapshot last = slot_snapshot(v, g.active & (p.pages - 1));
   const std::uint64_t next = last.first_sequence + last.published;
-  // Between a page release [P] and the ring release [R] the tail lags by one.
+  // Between a page release [chan.P] and the ring release [chan.R] the tail lags by one.
   if (g.tail > next || g.tail + 1 < next)
     bad.push_back(
         fmt::format("ring tail {} does not match the pages' next sequence {}", g.tail, next));
@@ -386,8 +390,8 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
                              std::memory_order_relaxed);
       t.fault_role.store(channel::kObserverRole.id, std::memory_order_relaxed);
       t.fault_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-      // [T] pairs with the consumer's [T']; seq_cst with the flag load below
-      // (Dekker pairing with [D1'], as in raise()).
+      // [chan.T] pairs with the consumer's [chan.T']; seq_cst with the flag load below
+      // (Dekker pairing with [chan.D1'], as in raise()).
       t.word.store(channel::kTerminalFaulted, std::memory_order_seq_cst);
       seg.record_event(EventType::Fault, static_cast<std::uint32_t>(dead.index),
                        static_cast<std::uint32_t>(ChannelFault::ProducerDied));

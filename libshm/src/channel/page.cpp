@@ -26,20 +26,20 @@ void PageWriter::rebind(std::byte* slot, const Geometry& g, std::uint64_t epoch,
   published_ = 0;
   used_ = 0;
   // relaxed: the new binding reaches the consumer through the producer's ring
-  // release [R] of this epoch's first descriptor (which comes after these
+  // release [chan.R] of this epoch's first descriptor (which comes after these
   // stores); observers (shmctl) read it racily and check what they read.
   header_->publication.published.store(0, std::memory_order_relaxed);
   header_->publication.used_bytes.store(0, std::memory_order_relaxed);
   header_->binding.epoch.store(epoch, std::memory_order_relaxed);
   header_->binding.first_sequence.store(first_sequence, std::memory_order_relaxed);
   header_->binding.generation.store(static_cast<std::uint32_t>(epoch), std::memory_order_relaxed);
-  // [B] release: a reader that acquire-loads `state` == Open sees the binding
-  // above; pairs with [B'] in the verifiers (channel/kind.cpp).
+  // [chan.B] release: a reader that acquire-loads `state` == Open sees the binding
+  // above; pairs with [chan.B'] in the verifiers (channel/kind.cpp).
   header_->binding.state.store(kOpen, std::memory_order_release);
 }
 
 void PageWriter::seal() noexcept {
-  // [S] release: published is final; pairs with [S'] in the consumer's seam check.
+  // [chan.S] release: published is final; pairs with [chan.S'] in the consumer's seam check.
   header_->binding.state.store(kSealed, std::memory_order_release);
 }
 

@@ -1,6 +1,8 @@
 // ChannelProducer: attach, rotation (ADR-0010's algorithm), blocking and finish.
 #include "shm/channel/producer.hpp"
 
+#include "channel/internal.hpp"
+#include "platform/spin_then_park.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
@@ -63,7 +65,7 @@ Result<void> ChannelProducer::resume() {
                             "without finishing; a channel carries one producer lifetime, create "
                             "a new one",
                             path, attachment_.generation() - 1));
-  // acquire: pairs with the consumer's [C] and [E] (a consumer may have run
+  // acquire: pairs with the consumer's [chan.C] and [chan.E] (a consumer may have run
   // ahead of us on an empty channel, but it cannot have consumed anything).
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   const std::uint64_t released = control().release.released_epoch.load(std::memory_order_acquire);
@@ -98,7 +100,7 @@ std::unexpected<Error> ChannelProducer::not_open() {
   if (finished_)
     return fail(Errc::InvalidArgument,
                 fmt::format("{}: channel is finished; nothing more can be sent", path));
-  // [T'] acquire: pairs with [T] in the side that changed the word.
+  // [chan.T'] acquire: pairs with [chan.T] in the side that changed the word.
   const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
   switch (channel::state_of(word)) {
     case ChannelState::Faulted:
@@ -121,7 +123,8 @@ std::unexpected<Error> ChannelProducer::too_large(std::size_t n) const {
 }
 
 Result<bool> ChannelProducer::refresh_head() {
-  // [C'] acquire: pairs with the consumer's [C]; descriptors before head are no longer read.
+  // [chan.C'] acquire: pairs with the consumer's [chan.C]; descriptors before head are no longer
+  // read.
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_)
     return raise(ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
@@ -135,7 +138,7 @@ Result<bool> ChannelProducer::quota_allows() {
   const std::uint64_t next = page_.epoch() + 1;
   // released_epoch only grows: a cached value that already frees the slot is enough.
   if (next < cached_released_ + view_.params.pages) return true;
-  // [A] acquire: pairs with the consumer's [E]; every read of the epoch that
+  // [chan.A] acquire: pairs with the consumer's [chan.E]; every read of the epoch that
   // last used slot next mod P happened before our rebind of it.
   const std::uint64_t released = control().release.released_epoch.load(std::memory_order_acquire);
   if (released < cached_released_ || released > next)
@@ -172,39 +175,30 @@ Result<bool> ChannelProducer::rotate() {
 
 Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_reserve(n);
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  const auto done = [](const Result<Reservation>& r) { return !r || *r; };
+  const auto attempt = [&] { return try_reserve(n); };
+  if (auto r = detail::spin(channel::internal::kSpins, attempt, done)) return std::move(*r);
   auto& w = control().waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake after this load
-    // changes it, and futex_wait then returns at once.
-    // acquire: pairs with the release increment in wake_producer().
-    const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    // [D2'] seq_cst store of the flag, then seq_cst loads of what we wait
-    // for (head, released_epoch, the terminal word): pairs with [D2] in
-    // give_back(), [E] at the seam and [T] in raise(). Either we see their
-    // store here, or they see our flag and wake us; try_reserve() reads these
-    // words again afterwards, and coherence keeps those reads at least this new.
-    w.producer_parked.store(1, std::memory_order_seq_cst);
-    (void)control().consumer.head.load(std::memory_order_seq_cst);
-    (void)control().release.released_epoch.load(std::memory_order_seq_cst);
-    (void)control().terminal.word.load(std::memory_order_seq_cst);
-    auto r = try_reserve(n);
-    if (!r || *r) {
-      w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
-      return r;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
-      return r;
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.space_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  std::optional<Result<Reservation>> r;  // every park round sets it before it may end
+  (void)detail::park(
+      w.space_signal, deadline,
+      [&] {
+        // [chan.D2'] seq_cst store of the flag, then seq_cst loads of what we wait
+        // for (head, released_epoch, the terminal word): pairs with [chan.D2] in
+        // give_back(), [chan.E] at the seam and [chan.T] in raise(). Either we see their
+        // store here, or they see our flag and wake us; try_reserve() reads
+        // these words again afterwards, and coherence keeps those reads at
+        // least this new.
+        w.producer_parked.store(1, std::memory_order_seq_cst);
+        (void)control().consumer.head.load(std::memory_order_seq_cst);
+        (void)control().release.released_epoch.load(std::memory_order_seq_cst);
+        (void)control().terminal.word.load(std::memory_order_seq_cst);
+        r = attempt();
+        return done(*r) ? detail::ParkRound::Done : detail::ParkRound::Sleep;
+      },
+      [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment_.heartbeat(); });
+  w.producer_parked.store(0, std::memory_order_relaxed);  // a hint for the consumer
+  return std::move(*r);
 }
 
 Result<SendOutcome> ChannelProducer::send(std::span<const std::byte> payload,
@@ -222,12 +216,12 @@ Result<void> ChannelProducer::finish() {
   reserving_ = false;
   if (finished_) return {};
   auto& word = control().terminal.word;
-  // [T'] acquire: pairs with [T] of a side that changed the word.
+  // [chan.T'] acquire: pairs with [chan.T] of a side that changed the word.
   std::uint32_t seen = word.load(std::memory_order_acquire);
   if (seen == channel::kTerminalOpen) {
-    page_.seal();  // [S]
-    // [T] CLEAN follows every [P]/[R]/[S]; pairs with [T'] in the consumer.
-    // seq_cst, with the flag load below: Dekker pairing with [D1'] (see [D1]).
+    page_.seal();  // [chan.S]
+    // [chan.T] CLEAN follows every [chan.P]/[chan.R]/[chan.S]; pairs with [chan.T'] in the
+    // consumer. seq_cst, with the flag load below: Dekker pairing with [chan.D1'] (see [chan.D1]).
     if (word.compare_exchange_strong(seen, channel::kTerminalClean, std::memory_order_seq_cst)) {
       finished_ = true;
       if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) wake_consumer();

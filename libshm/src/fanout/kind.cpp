@@ -19,8 +19,8 @@ namespace {
 
 // Memory orders in this file: descriptors read snapshots for people and tools.
 // Acquire loads of head/tail/seq/bitmap pair with the handles' release/seq_cst
-// writes ([T]/[H]/[S]/[R]/[X] in mpmc_ring.hpp and mpmc_ring.cpp, [B1]/[B2] in
-// priority_fanout.hpp); relaxed loads are statistics, waiter masks and
+// writes ([mpmc.T]/[mpmc.H]/[mpmc.S]/[mpmc.R]/[mpmc.X] in mpmc_ring.hpp and mpmc_ring.cpp,
+// [fanout.B1]/[fanout.B2] in priority_fanout.hpp); relaxed loads are statistics, waiter masks and
 // lengths read after an acquire of their cell's sequence: no ordering needed.
 
 struct FanoutView {

@@ -1,15 +1,12 @@
 #include "shm/fanout/priority_fanout.hpp"
 
+#include "mpmc/internal.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace shm {
 namespace fanout {
@@ -69,16 +66,6 @@ KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
 }  // namespace fanout
 
 namespace {
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
-
-constexpr int kSpins = 128;
-constexpr std::uint64_t kMaxParkNs = 250'000'000;
-constexpr std::uint64_t kBusyBackoffMaxNs = 1'000'000;
 
 MpmcRole ring_role(FanoutRole role) {
   switch (role) {
@@ -268,19 +255,19 @@ void PriorityFanout::clear_stale(std::uint32_t priority) noexcept {
 void PriorityFanout::clear_bit(std::uint32_t priority) noexcept {
   const std::uint64_t bit = std::uint64_t{1} << priority;
   auto& hot = control_->hot;
-  // [B2] seq_cst: see announce() [B1].
+  // [fanout.B2] seq_cst: see announce() [fanout.B1].
   hot.bitmap.fetch_and(~bit, std::memory_order_seq_cst);
-  // [C] (inside has_claimed_items: a seq_cst load of the ring's tail).
+  // [fanout.C] (inside has_claimed_items: a seq_cst load of the ring's tail).
   if (rings_[priority].has_claimed_items()) {
     hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
-    // [D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
+    // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
     if (hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
   }
 }
 
 void PriorityFanout::wake_drainers() noexcept {
   auto& hot = control_->hot;
-  // [E] release: pairs with the drainer's [E'] load of the epoch before its re-check.
+  // [fanout.E] release: pairs with the drainer's [fanout.E'] load of the epoch before its re-check.
   hot.epoch.fetch_add(1, std::memory_order_release);
   (void)futex_wake(hot.epoch, 1);
   control_->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -297,42 +284,30 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
 
 Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
                                                              std::chrono::nanoseconds timeout) {
+  using R = Result<std::optional<Drained>>;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_drain_highest(out);
-    if (!r || *r) return r;
-    cpu_relax();
-  }
+  const auto done = [](const R& r) { return !r || *r; };
+  // The fanout waits as its MPMC rings do: same spin budget and backoff.
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_drain_highest(out); }, done))
+    return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  std::uint64_t backoff_ns = 20'000;
-  Result<std::optional<Drained>> r = std::optional<Drained>{};
-  for (;;) {
-    // [E'] acquire: pairs with a waker's [E]; a wake after this load changes
-    // the word, so futex_wait returns at once instead of sleeping.
-    const std::uint32_t seen = hot.epoch.load(std::memory_order_acquire);
-    // [D] seq_cst: announce (re-asserted every round); Dekker pair with [D1].
-    hot.waiters.fetch_or(slot_bit_, std::memory_order_seq_cst);
-    r = try_drain_highest(out);
-    if (!r || *r) break;
-    // [D2] seq_cst: a bit set before [D] in the total order shows here (a push
-    // in flight, or a ring whose held cell awaits repair): poll instead of
-    // sleeping; a bit set after [D] is followed by its setter seeing our bit.
-    const bool busy = hot.bitmap.load(std::memory_order_seq_cst) != 0;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    std::uint64_t ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
-    if (busy) {
-      ns = std::min(ns, backoff_ns);
-      backoff_ns = std::min(backoff_ns * 2, kBusyBackoffMaxNs);
-    }
-    ns = std::min(ns, kMaxParkNs);
-    attachment_.heartbeat();
-    (void)futex_wait(hot.epoch, seen, ns);
-  }
-  // Relaxed: a bit seen late only costs a submitter a spurious wake.
-  hot.waiters.fetch_and(~slot_bit_, std::memory_order_relaxed);
+  R r = std::optional<Drained>{};
+  // [fanout.E'] (the acquire load of the epoch in detail::park) pairs with a waker's
+  // [fanout.E]. [fanout.D] (the announcement, re-asserted every round) is the Dekker pair of
+  // [fanout.D1]. [fanout.D2] seq_cst below: a bit set before [fanout.D] in the total order shows
+  // there (a push in flight, or a ring whose held cell awaits repair): poll
+  // instead of sleeping; a bit set after [fanout.D] is followed by its setter seeing
+  // our bit.
+  mpmc::internal::park_announced(
+      hot.epoch, hot.waiters, slot_bit_, deadline,
+      [&] {
+        r = try_drain_highest(out);
+        return done(r);
+      },
+      [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0; },
+      [&] { attachment_.heartbeat(); });
   return r;
 }
 

@@ -1,8 +1,11 @@
-// Private helpers shared by ledger.cpp, repair.cpp, view.cpp and kind.cpp (this folder).
+// Private helpers shared by the ledger's sources (ledger.cpp, accounting.cpp,
+// repair.cpp, view.cpp, kind.cpp).
 #pragma once
 
 #include "shm/ledger/ledger.hpp"
 #include "shm/testing/ledger_crash.hpp"  // LedgerCrashPoint (libshm/testing, not installed)
+
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,8 +37,8 @@ namespace shm::ledger::internal {
 //    mutex's lock (acquire) / unlock (release) orders them between holders, so
 //    no read-modify-write instruction is needed;
 //  - by unlocked readers (shmctl, metrics, verify), with relaxed loads framed by
-//    the seqlock `version` ([V1]/[V2] in begin_write/end_write, [V1']/[V2'] in
-//    verify_unlocked) or acquire loads of a publishing word.
+//    the seqlock `version` ([ledger.V1]/[ledger.V2] in begin_write/end_write,
+//    [ledger.V1']/[ledger.V2'] in verify_unlocked) or acquire loads of a publishing word.
 template <class T>
 [[nodiscard]] inline T ld(const std::atomic<T>& a) noexcept {
   return a.load(std::memory_order_relaxed);  // under the mutex, or seqlock-framed (see above)
@@ -51,13 +54,13 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t by = 1) noexcept {
 inline void begin_write(LedgerControl& c) noexcept {
   // Odd while mutating. From an odd value (a holder died inside) it stays odd.
   st(c.lock.version, ld(c.lock.version) | 1u);
-  // [V1] release fence: the odd version is visible before any data store below;
-  // pairs with the reader's acquire fence [V1'] in verify_unlocked().
+  // [ledger.V1] release fence: the odd version is visible before any data store below;
+  // pairs with the reader's acquire fence [ledger.V1'] in verify_unlocked().
   std::atomic_thread_fence(std::memory_order_release);
 }
 inline void end_write(LedgerControl& c) noexcept {
-  // [V2] release: every data store above is visible before the even version;
-  // pairs with the reader's acquire load [V2'] in verify_unlocked().
+  // [ledger.V2] release: every data store above is visible before the even version;
+  // pairs with the reader's acquire load [ledger.V2'] in verify_unlocked().
   c.lock.version.store(ld(c.lock.version) + 1, std::memory_order_release);
 }
 
@@ -184,7 +187,7 @@ inline void uncharge(Account& a, std::int64_t bytes, bool reserved) noexcept {
 // the free stack. Caller holds the mutex inside a write section.
 inline void free_ticket(const View& v, std::uint32_t index, const Charge& ch) noexcept {
   LedgerControl& c = *v.control;
-  // [F] release: crash order — the ticket is free before any counter moves, so
+  // [ledger.F] release: crash order — the ticket is free before any counter moves, so
   // a holder killed below leaves counters that repair() recomputes from tickets.
   v.tickets[index].state.store(static_cast<std::uint32_t>(TicketState::Free),
                                std::memory_order_release);
@@ -244,6 +247,23 @@ enum class Match : std::uint8_t { Exact, Predecessors };
 [[nodiscard]] Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner owner,
                                                   Match match, bool count_as_reclaim,
                                                   bool close_pools);
+
+inline constexpr auto kPoolOpen = static_cast<std::uint32_t>(PoolStatus::Open);
+inline constexpr auto kTicketFree = static_cast<std::uint32_t>(TicketState::Free);
+inline constexpr auto kTicketReserved = static_cast<std::uint32_t>(TicketState::Reserved);
+inline constexpr auto kTicketCommitted = static_cast<std::uint32_t>(TicketState::Committed);
+
+// Corrupt: "<path>: <what>".
+[[nodiscard]] std::unexpected<Error> corrupt(std::string_view path, std::string what);
+// A caller-supplied pool handle that names an open pool, or why not.
+[[nodiscard]] inline Result<Pool*> open_pool_at(const View& v, PoolId id, std::string_view op) {
+  Pool& p = v.pools[id.index];
+  if (ld(p.state) != kPoolOpen || ld(p.generation) != id.generation) [[unlikely]]
+    return fail(Errc::InvalidArgument,
+                fmt::format("{}: pool {}#{} is not open (closed, or reopened as generation {})", op,
+                            id.index, id.generation, ld(p.generation)));
+  return &p;
+}
 
 // Points a view at a data area laid out for `params` (no checks: callers
 // validated the block and the size).

@@ -28,7 +28,7 @@ std::string_view owner_state(const Segment& seg, Owner o) {
   if (o.slot >= kMaxAttachments) return "invalid";
   const AttachmentSlot& s = seg.header().slots[o.slot];
   if (s.generation.load(std::memory_order_acquire) != o.generation)
-    return "gone";  // [A'] pairs with attach [A]
+    return "gone";  // [seg.A'] pairs with attach [seg.A]
   return to_string(seg.liveness(o.slot));
 }
 

@@ -452,7 +452,7 @@ Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner 
         !matches(ld(p.owner_slot), ld(p.owner_generation)) || ld(p.tickets) != 0)
       continue;
     held.write();
-    // [P2] release: pairs with the acquire [P'] of unlocked readers.
+    // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
     p.state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
     st(c.lock.open_pools, ld(c.lock.open_pools) - 1);
     ++report.pools_closed;
@@ -498,22 +498,23 @@ std::vector<std::string> verify_unlocked(const View& v, std::span<const SlotInfo
   const auto start = steady_clock::now();
   constexpr int kAttempts = 200;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    // [V2'] acquire: pairs with end_write's release [V2].
+    // [ledger.V2'] acquire: pairs with end_write's release [ledger.V2].
     const std::uint64_t v1 = c.lock.version.load(std::memory_order_acquire);
     if ((v1 & 1u) != 0) {
       std::this_thread::sleep_for(milliseconds(1));
       continue;
     }
     std::vector<std::string> out = verify_tables(v, slots);
-    // [V1'] acquire fence: orders the data loads above before the re-check;
-    // pairs with begin_write's release fence [V1].
+    // [ledger.V1'] acquire fence: orders the data loads above before the re-check;
+    // pairs with begin_write's release fence [ledger.V1].
     std::atomic_thread_fence(std::memory_order_acquire);
     // relaxed: ordered by the fence just above.
     if (c.lock.version.load(std::memory_order_relaxed) == v1) return out;
     if (attempt % 8 == 7) std::this_thread::sleep_for(microseconds(200));
   }
   const auto ms = duration_cast<milliseconds>(steady_clock::now() - start).count();
-  const std::uint64_t now = c.lock.version.load(std::memory_order_acquire);  // [V2'] as above
+  // [ledger.V2'] acquire, as above.
+  const std::uint64_t now = c.lock.version.load(std::memory_order_acquire);
   if ((now & 1u) != 0)
     return {fmt::format(
         "a ledger mutation has been in progress for at least {} ms (version {} is odd): "

@@ -228,14 +228,14 @@ AccountState read_account(const Account& a, std::string label) {
 LedgerSnapshot read_snapshot(const View& v) {
   LedgerSnapshot s;
   const LedgerControl& c = *v.control;
-  // [V2'] acquire: pairs with end_write's release [V2] (see internal.hpp).
+  // [ledger.V2'] acquire: pairs with end_write's release [ledger.V2] (see internal.hpp).
   s.version = c.lock.version.load(std::memory_order_acquire);
   s.params = v.params;
   s.faulted = ld(c.lock.faulted) != 0;
   s.global = read_account(c.global, "global");
   s.partitions[0] = read_account(c.partitions[0], "ordinary");
   s.partitions[1] = read_account(c.partitions[1], "control");
-  // [C'] acquire: pairs with the release [C] that publishes a category.
+  // [ledger.C'] acquire: pairs with the release [ledger.C] that publishes a category.
   std::uint32_t cc = c.lock.category_count.load(std::memory_order_acquire);
   if (cc > v.params.max_categories) cc = v.params.max_categories;  // damaged: verify reports it
   for (std::uint32_t i = 0; i < cc; ++i) {
@@ -246,7 +246,7 @@ LedgerSnapshot read_snapshot(const View& v) {
   }
   for (std::uint32_t i = 0; i < v.params.max_pools; ++i) {
     const Pool& p = v.pools[i];
-    // [P'] acquire: pairs with the release [P] in open_pool().
+    // [ledger.P'] acquire: pairs with the release [ledger.P] in open_pool().
     if (p.state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(PoolStatus::Open))
       continue;
     PoolState ps;
@@ -264,7 +264,7 @@ LedgerSnapshot read_snapshot(const View& v) {
     }
     s.pools.push_back(std::move(ps));
   }
-  // [B'] acquire: pairs with the release [B] that publishes a bucket.
+  // [ledger.B'] acquire: pairs with the release [ledger.B] that publishes a bucket.
   std::uint32_t bc = c.lock.bucket_count.load(std::memory_order_acquire);
   if (bc > v.params.max_buckets) bc = v.params.max_buckets;
   for (std::uint32_t i = 0; i < bc; ++i) {

@@ -1,5 +1,7 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 
+#include "mpmc/internal.hpp"
+#include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 
 #include <fmt/format.h>
@@ -8,19 +10,9 @@
 #include <array>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace shm {
 namespace mpmc {
 namespace {
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 bool valid_geometry(const ParamBlock& p) noexcept {
   return is_power_of_two(p.capacity) && p.capacity >= kMinCapacity && p.capacity <= kMaxCapacity &&
@@ -111,144 +103,6 @@ std::optional<View> view(const Segment& segment, std::string* why) {
   return v;
 }
 
-std::string_view to_string(RepairOutcome outcome) noexcept {
-  switch (outcome) {
-    case RepairOutcome::NotHeld:
-      return "not held";
-    case RepairOutcome::HeldByLive:
-      return "held by a live handle";
-    case RepairOutcome::Unprovable:
-      return "held, holder unknown";
-    case RepairOutcome::Repaired:
-      return "repaired";
-  }
-  return "unknown";
-}
-
-RepairOutcome repair_position(const Segment& segment, const View& v, Side side, std::uint64_t pos,
-                              std::optional<std::size_t> assume_dead, std::string* action) {
-  Control& ctl = *v.control;
-  Cell& c = v.cell(pos);
-  std::uint64_t seq = 0;
-  if (side == Side::Push) {
-    // [T''] acquire: pairs with the claimer's [T]; its intent store is visible below.
-    if (ctl.producer.tail.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);    // [S'] pairs with [S]/[X]
-    if (seq != pos) return RepairOutcome::NotHeld;  // published (or a later lap)
-  } else {
-    // [H''] acquire: pairs with the claimer's [H]; its intent store is visible below.
-    if (ctl.consumer.head.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);                        // [R'] pairs with [R]/[X]
-    if ((seq & ~kTombstone) != pos + 1) return RepairOutcome::NotHeld;  // released
-  }
-  // Whoever holds `pos` stored intent pos+1 before its claiming CAS and keeps
-  // it until it publishes/releases; a handle whose CAS failed clears it.
-  std::array<bool, kMaxAttachments> named{};
-  bool any = false;
-  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
-    const auto& in = ctl.intents[i];
-    // Relaxed: ordered by [T'']/[H''] above (the claimer's intent precedes its CAS).
-    const std::uint64_t w = (side == Side::Push ? in.push : in.pop).load(std::memory_order_relaxed);
-    if (w == pos + 1) named[i] = any = true;
-  }
-  if (!any) return RepairOutcome::Unprovable;
-  std::size_t holder = kMaxAttachments;
-  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
-    if (!named[i]) continue;
-    if (holder == kMaxAttachments) holder = i;
-    if (assume_dead && *assume_dead == i) continue;
-    if (segment.liveness(i) == Liveness::Alive) return RepairOutcome::HeldByLive;
-  }
-  // Every handle that may hold `pos` is dead: nobody else will write this cell.
-  if (side == Side::Push) {
-    std::uint64_t expected = pos;
-    // [X] acq_rel: publishes the tombstone; pairs with the consumer's [S'].
-    // Failure relaxed: the cell moved on; nothing is read from it.
-    if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kTombstone, std::memory_order_acq_rel,
-                                       std::memory_order_relaxed))
-      return RepairOutcome::NotHeld;
-    ctl.stats.abandoned_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
-    ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);     // [G] see MpmcRing::wait
-    (void)futex_wake_all(ctl.waiters.data_signal);
-  } else {
-    std::uint64_t expected = seq;
-    // [X] acq_rel: frees the cell; pairs with the next producer's [R'].
-    // Failure relaxed: the cell moved on; nothing is read from it.
-    if (!c.seq.compare_exchange_strong(expected, pos + v.capacity, std::memory_order_acq_rel,
-                                       std::memory_order_relaxed))
-      return RepairOutcome::NotHeld;
-    if ((seq & kTombstone) != 0)  // statistics only (relaxed)
-      ctl.stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);
-    else
-      ctl.stats.lost_pops.fetch_add(1, std::memory_order_relaxed);
-    ctl.waiters.space_signal.fetch_add(1, std::memory_order_release);  // [G]
-    (void)futex_wake_all(ctl.waiters.space_signal);
-  }
-  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
-    if (!named[i]) continue;
-    auto& word = side == Side::Push ? ctl.intents[i].push : ctl.intents[i].pop;
-    std::uint64_t w = pos + 1;
-    (void)word.compare_exchange_strong(w, kNoIntent, std::memory_order_relaxed);  // tidiness only
-  }
-  // Relaxed: a pid for the message only.
-  const std::int32_t pid = segment.header().slots[holder].pid.load(std::memory_order_relaxed);
-  segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(holder),
-                       side == Side::Push ? 1u : 2u);
-  if (action != nullptr)
-    *action = side == Side::Push
-                  ? fmt::format(
-                        "slot {} (pid {}) died after claiming position {} (cell {}) and "
-                        "before publishing it: published a tombstone consumers skip",
-                        holder, pid, pos, pos & v.mask)
-                  : fmt::format(
-                        "slot {} (pid {}) died after popping position {} (cell {}) and "
-                        "before releasing it: released the cell, its item is lost",
-                        holder, pid, pos, pos & v.mask);
-  return RepairOutcome::Repaired;
-}
-
-RepairReport repair_slots(const Segment& segment, const View& v, std::optional<std::size_t> slot,
-                          std::optional<std::size_t> assume_dead) {
-  RepairReport report;
-  Control& ctl = *v.control;
-  const std::size_t first = slot ? *slot : 0;
-  const std::size_t last = slot ? *slot + 1 : kMaxAttachments;
-  for (std::size_t i = first; i < last && i < kMaxAttachments; ++i) {
-    for (Side side : {Side::Push, Side::Pop}) {
-      const auto& word = side == Side::Push ? ctl.intents[i].push : ctl.intents[i].pop;
-      // Relaxed: only a hint of which position to examine; repair_position orders its reads.
-      const std::uint64_t w = word.load(std::memory_order_relaxed);
-      if (w == kNoIntent) continue;
-      std::string action;
-      switch (repair_position(segment, v, side, w - 1, assume_dead, &action)) {
-        case RepairOutcome::Repaired:
-          ++(side == Side::Push ? report.repaired_pushes : report.repaired_pops);
-          report.actions.push_back(std::move(action));
-          break;
-        case RepairOutcome::HeldByLive:
-          ++report.held_by_live;
-          break;
-        case RepairOutcome::NotHeld:
-        case RepairOutcome::Unprovable:
-          break;
-      }
-    }
-    // A waiter bit of a slot that is not live: its holder died while parked.
-    // Clearing it only saves producers/consumers spurious wakes.
-    const std::uint32_t bit = 1u << i;
-    // Relaxed throughout: waiter bits only decide whether a wake is issued.
-    const std::uint32_t bits = ctl.waiters.consumers_waiting.load(std::memory_order_relaxed) |
-                               ctl.waiters.producers_waiting.load(std::memory_order_relaxed);
-    if ((bits & bit) != 0 &&
-        ((assume_dead && *assume_dead == i) || segment.liveness(i) != Liveness::Alive)) {
-      ctl.waiters.consumers_waiting.fetch_and(~bit, std::memory_order_relaxed);
-      ctl.waiters.producers_waiting.fetch_and(~bit, std::memory_order_relaxed);
-      report.actions.push_back(fmt::format("slot {}: cleared the waiter bit of a dead handle", i));
-    }
-  }
-  return report;
-}
-
 }  // namespace mpmc
 
 // ---------------------------------------------------------------- segments
@@ -286,13 +140,11 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
   // segment's own (validated) geometry.
   mpmc::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  const std::uint64_t needed =
-      kHeaderSize + round_up(mpmc::data_size_for(found.capacity, found.slot_size), kPageSize);
-  if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, capacity {} x slot size {} needs {}",
-                            seg->path(), seg->header().total_size, found.capacity, found.slot_size,
-                            needed));
+  if (auto ok = detail::check_total_size(
+          *seg, mpmc::data_size_for(found.capacity, found.slot_size),
+          fmt::format("capacity {} x slot size {} needs", found.capacity, found.slot_size));
+      !ok)
+    return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -310,9 +162,6 @@ const RoleSpec& role_spec(MpmcRole role) {
   }
   return mpmc::kPeerRole;
 }
-constexpr int kSpins = 128;
-constexpr std::uint64_t kMaxParkNs = 250'000'000;       // bounds a wait lost to a reclaim race
-constexpr std::uint64_t kBusyBackoffMaxNs = 1'000'000;  // polling while the other side is mid-op
 }  // namespace
 
 Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
@@ -332,7 +181,7 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   // The slot's previous holder (if it died) may have left a cell held: we own
   // its lock now, so it is provably dead. Repair before reusing its intents.
   (void)mpmc::repair_slots(r.segment_, r.v_, slot, slot);
-  // Relaxed: the next claim's CAS ([T]/[H]) publishes whatever intent follows.
+  // Relaxed: the next claim's CAS ([mpmc.T]/[mpmc.H]) publishes whatever intent follows.
   r.intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);
   r.intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);
   // And whatever other dead handles left behind.
@@ -365,8 +214,8 @@ std::uint64_t MpmcRing::size_hint() const noexcept {
 }
 
 bool MpmcRing::has_claimed_items() const noexcept {
-  // [C] seq_cst: the caller's preceding seq_cst RMW (a bitmap clear) and this
-  // load order against a producer's [T] + its seq_cst bitmap load.
+  // [fanout.C] seq_cst: the caller's preceding seq_cst RMW (a bitmap clear) and this
+  // load order against a producer's [mpmc.T] + its seq_cst bitmap load.
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
   const std::uint64_t h = v_.control->consumer.head.load(
       std::memory_order_acquire);  // a later head only hides consumed items
@@ -376,8 +225,8 @@ bool MpmcRing::has_claimed_items() const noexcept {
 void MpmcRing::cancel() noexcept {
   assert(reserved_ && "cancel() without try_reserve()");
   mpmc::Cell& c = v_.cell(reserved_pos_);
-  c.length.store(0, std::memory_order_relaxed);  // published by [S] below
-  // [S] release: publishes a tombstone; pairs with the consumer's [S'].
+  c.length.store(0, std::memory_order_relaxed);  // published by [mpmc.S] below
+  // [mpmc.S] release: publishes a tombstone; pairs with the consumer's [mpmc.S'].
   c.seq.store((reserved_pos_ + 1) | mpmc::kTombstone, std::memory_order_release);
   v_.control->stats.cancelled_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
   reserved_ = false;
@@ -436,8 +285,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std:
   }
   if (s > pos) {
     // Someone claimed `pos` (its seq store happens after its tail CAS, which
-    // [R']/[S'] made visible): a fresh tail must be past it.
-    const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_acquire);  // [T']
+    // [mpmc.R']/[mpmc.S'] made visible): a fresh tail must be past it.
+    const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_acquire);  // [mpmc.T']
     if (t > pos) return std::optional<std::uint64_t>{t};
     return corrupt_cell(pos, seq, fmt::format("at most {} while tail is {}", pos, t));
   }
@@ -456,13 +305,13 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
   if (tomb && s == pos + 1) {
     // A tombstone: claim it like an item, release it, move on.
-    intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [H]
+    intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
     std::uint64_t expected = pos;
     if (head.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst,
-                                     std::memory_order_acquire)) {  // [H]
+                                     std::memory_order_acquire)) {  // [mpmc.H]
       const bool waiting =
-          v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;  // [W1]
-      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                    // [R]
+          v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;  // [mpmc.W1]
+      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                    // [mpmc.R]
       v_.control->stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);    // statistics
       if (waiting) wake_producers();
       return std::optional<std::uint64_t>{pos + 1};
@@ -484,7 +333,7 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
   }
   if (s > pos + 1) {
     // Released (or re-filled) after a consumer claimed `pos`: a fresh head is past it.
-    const std::uint64_t h = head.load(std::memory_order_acquire);  // [H']
+    const std::uint64_t h = head.load(std::memory_order_acquire);  // [mpmc.H']
     if (h > pos) return std::optional<std::uint64_t>{h};
     return corrupt_cell(pos, seq, fmt::format("at most {} while head is {}", pos + 1, h));
   }
@@ -493,20 +342,9 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
                                   pos >= cap ? pos - cap + 1 : 0));
 }
 
-void MpmcRing::note_stuck(mpmc::Side side, std::uint64_t pos) noexcept {
-  const std::uint64_t now = monotonic_ns();
-  if (stuck_.side != side || stuck_.pos != pos) {
-    stuck_ = Stuck{side, pos, now};
-    return;
-  }
-  if (now - stuck_.since_ns < mpmc::kStuckGraceNs) return;
-  stuck_.since_ns = now;  // at most one repair attempt per grace period
-  (void)mpmc::repair_position(segment_, v_, side, pos, std::nullopt);
-}
-
 void MpmcRing::wake_consumers() noexcept {
   auto& w = v_.control->waiters;
-  // [G] release: pairs with the waiter's [G'] load of the signal.
+  // [mpmc.G] release: pairs with the waiter's [mpmc.G'] load of the signal.
   w.data_signal.fetch_add(1, std::memory_order_release);
   (void)futex_wake(w.data_signal, 1);
   v_.control->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -514,7 +352,7 @@ void MpmcRing::wake_consumers() noexcept {
 
 void MpmcRing::wake_producers() noexcept {
   auto& w = v_.control->waiters;
-  w.space_signal.fetch_add(1, std::memory_order_release);  // [G]
+  w.space_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G]
   (void)futex_wake(w.space_signal, 1);
   v_.control->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
 }
@@ -524,50 +362,33 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
                             std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
                             Busy&& busy) {
   v_.control->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  std::uint64_t backoff_ns = 20'000;
   Result<bool> done = false;
-  for (;;) {
-    // [G'] acquire: pairs with the waker's [G]. A wake after this load changes
-    // the word, so futex_wait below returns at once instead of sleeping.
-    const std::uint32_t seen = signal.load(std::memory_order_acquire);
-    // [W] seq_cst: announce ourselves (re-asserted every round: a reclaim race
-    // may have cleared it). Dekker pair with the other side's [T]/[H] + [W1].
-    waiting.fetch_or(slot_bit_, std::memory_order_seq_cst);
-    done = attempt();
-    if (!done || *done) break;
-    // [W2] (inside busy()): a seq_cst load of the other side's position. A
-    // claim ordered before [W] shows here; one ordered after sees our bit.
-    const bool in_flight = busy();
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) break;
-    std::uint64_t ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
-    if (in_flight) {  // the other side is mid-operation: poll with backoff
-      ns = std::min(ns, backoff_ns);
-      backoff_ns = std::min(backoff_ns * 2, kBusyBackoffMaxNs);
-    }
-    ns = std::min(ns, kMaxParkNs);
-    attachment_.heartbeat();
-    (void)futex_wait(signal, seen, ns);
-  }
-  // Relaxed: a bit seen late only costs the other side a spurious wake.
-  waiting.fetch_and(~slot_bit_, std::memory_order_relaxed);
+  // [mpmc.G'] (the acquire load of the signal in detail::park) pairs with the
+  // waker's [mpmc.G]. [mpmc.W] (the announcement) is the Dekker pair of the other side's
+  // [mpmc.T]/[mpmc.H] + [mpmc.W1]; [mpmc.W2] is the seq_cst load inside busy(): a claim ordered
+  // before [mpmc.W] shows there, one ordered after it sees our bit.
+  mpmc::internal::park_announced(
+      signal, waiting, slot_bit_, deadline,
+      [&] {
+        done = attempt();
+        return !done || *done;
+      },
+      busy, [&] { attachment_.heartbeat(); });
   return done;
 }
 
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
   if (payload.size() > v_.slot_size) return too_large(payload.size());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_push(payload);
-    if (!r || *r) return r;
-    mpmc::cpu_relax();
-  }
+  const auto done = [](const Result<bool>& r) { return !r || *r; };
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_push(payload); }, done))
+    return std::move(*r);
   auto& w = v_.control->waiters;
   return wait(
       w.space_signal, w.producers_waiting, deadline, [&] { return try_push(payload); },
       [&] {
-        // [W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
+        // [mpmc.W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
         const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_seq_cst);
         // Relaxed: only chooses between polling and sleeping.
         return h + v_.capacity > v_.control->producer.tail.load(std::memory_order_relaxed);
@@ -577,11 +398,10 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
 Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
                                                  std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int i = 0; i < kSpins; ++i) {
-    auto r = try_pop(out);
-    if (!r || *r) return r;
-    mpmc::cpu_relax();
-  }
+  const auto done = [](const Result<std::optional<std::size_t>>& r) { return !r || *r; };
+  if (auto r = detail::spin(
+          mpmc::internal::kSpins, [&] { return try_pop(out); }, done))
+    return std::move(*r);
   std::optional<std::size_t> got;
   auto& w = v_.control->waiters;
   auto r = wait(
@@ -593,17 +413,13 @@ Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
         return got.has_value();
       },
       [&] {
-        // [W2] seq_cst: see wait(). A producer has claimed a position past head.
+        // [mpmc.W2] seq_cst: see wait(). A producer has claimed a position past head.
         const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
         // Relaxed: only chooses between polling and sleeping.
         return t > v_.control->consumer.head.load(std::memory_order_relaxed);
       });
   if (!r) return std::unexpected(std::move(r.error()));
   return got;
-}
-
-mpmc::RepairReport MpmcRing::repair() const {
-  return mpmc::repair_slots(segment_, v_);
 }
 
 }  // namespace shm

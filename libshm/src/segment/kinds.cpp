@@ -104,7 +104,7 @@ namespace {
 void free_locked_slot(Segment& segment, std::size_t slot) {
   AttachmentSlot& s = segment.mutable_header()->slots[slot];
   // release: as in Attachment::detach(), the kind's reclaim writes above come
-  // before the slot reads Free to an acquiring attacher ([A'] in attach()).
+  // before the slot reads Free to an acquiring attacher ([seg.A'] in attach()).
   s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
   // relaxed: the role is the dead holder's, unchanged while we hold its lock.
   segment.record_event(EventType::Reclaimed, static_cast<std::uint32_t>(slot),
@@ -169,7 +169,7 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
   auto got = try_lock_byte(guard->get(), slot_lock_offset(dead.index));
   if (!got) return std::unexpected(got.error());
   if (!*got) return SlotReclaim{ReclaimOutcome::LockHeld, {}};
-  // [A'] acquire: pairs with [A] in attach(); a new owner bumps the generation.
+  // [seg.A'] acquire: pairs with [seg.A] in attach(); a new owner bumps the generation.
   const AttachmentSlot& cur = h.slots[dead.index];
   if (cur.state.load(std::memory_order_acquire) !=
           static_cast<std::uint32_t>(SlotState::Attached) ||

@@ -1,5 +1,6 @@
 #include "shm/segment/segment.hpp"
 
+#include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"
@@ -147,15 +148,16 @@ void record_event(SegmentHeader& h, EventType type, std::uint32_t slot,
   EventEntry& e = h.events[n % kEventRingSize];
   // Seqlock writer: odd while writing. Two writers 32 events apart could
   // overlap on one entry; the reader then sees a sequence mismatch and skips it.
-  // [E1] acq_rel exchange: the field stores below cannot move above the odd
-  // marker (no fences: ThreadSanitizer does not model them); pairs with [E1'].
+  // [seg.E1] acq_rel exchange: the field stores below cannot move above the odd
+  // marker (no fences: ThreadSanitizer does not model them); pairs with [seg.E1'].
   (void)e.seq.exchange(2 * n + 1, std::memory_order_acq_rel);
   e.time_ns.store(realtime_ns(), std::memory_order_relaxed);
   e.type.store(static_cast<std::uint32_t>(type), std::memory_order_relaxed);
   e.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
   e.slot.store(slot, std::memory_order_relaxed);
   e.detail.store(detail, std::memory_order_relaxed);
-  e.seq.store(2 * n + 2, std::memory_order_release);  // [E2] pairs with reader acquire [E2']
+  // [seg.E2] release: pairs with the reader's acquire [seg.E2'].
+  e.seq.store(2 * n + 2, std::memory_order_release);
 }
 
 // ---------------------------------------------------------------- Attachment
@@ -277,7 +279,8 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
   if (init) {
     if (auto ok = init(seg.data()); !ok) return std::unexpected(ok.error());
   }
-  // [R] release: publishes header + data initialisation; pairs with [R'] in validate_header().
+  // [seg.R] release: publishes header + data initialisation; pairs with [seg.R'] in
+  // validate_header().
   h->state.store(static_cast<std::uint32_t>(SegmentState::Ready), std::memory_order_release);
 
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
@@ -358,7 +361,7 @@ Result<void> Segment::validate_header(const OpenOptions& options) const {
     return fail(Errc::VersionMismatch,
                 fmt::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
                             path_, h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
-  // [R'] acquire: pairs with the creator's READY release [R]; after it the
+  // [seg.R'] acquire: pairs with the creator's READY release [seg.R]; after it the
   // immutable header and the kind's initial data are visible.
   const auto deadline = std::chrono::steady_clock::now() + options.ready_wait;
   std::uint32_t state = h.state.load(std::memory_order_acquire);
@@ -418,12 +421,21 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
     const std::string why = expected.param_mismatch(seg->params(), expected.params);
     if (!why.empty()) return fail(Errc::ParamMismatch, fmt::format("{}: {}", seg->path(), why));
   }
-  const std::uint64_t needed = kHeaderSize + round_up(expected.data_size, kPageSize);
-  if (expected.data_size != 0 && h.total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, its {} parameters need {}",
-                            seg->path(), h.total_size, expected.kind_name, needed));
+  if (expected.data_size != 0) {
+    auto ok = detail::check_total_size(*seg, expected.data_size,
+                                       fmt::format("its {} parameters need", expected.kind_name));
+    if (!ok) return std::unexpected(std::move(ok.error()));
+  }
   return seg;
+}
+
+Result<void> detail::check_total_size(const Segment& seg, std::uint64_t data_size,
+                                      std::string_view needs) {
+  const std::uint64_t needed = kHeaderSize + round_up(data_size, kPageSize);
+  if (seg.header().total_size != needed)
+    return fail(Errc::SizeMismatch, fmt::format("{}: size: segment has {} bytes, {} {}", seg.path(),
+                                                seg.header().total_size, needs, needed));
+  return {};
 }
 
 Result<Attachment> Segment::attach(const RoleSpec& role) {
@@ -478,7 +490,7 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
   s.attach_time_ns.store(realtime_ns(), std::memory_order_relaxed);
   s.heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
   const std::uint32_t generation = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
-  // [A] release: readers that acquire-load `state` see the fields above.
+  // [seg.A] release: readers that acquire-load `state` see the fields above.
   s.state.store(static_cast<std::uint32_t>(SlotState::Attached), std::memory_order_release);
   h->counters.attaches.fetch_add(1, std::memory_order_relaxed);
   if (takeover) h->counters.takeovers.fetch_add(1, std::memory_order_relaxed);
@@ -523,7 +535,7 @@ Liveness Segment::liveness(std::size_t slot) const {
   if (slot >= kMaxAttachments) return Liveness::Free;
   auto probe = probe_byte(fd_.get(), slot_lock_offset(slot));
   const bool held = probe && *probe == LockProbe::Held;
-  // [A'] acquire: pairs with [A] in attach().
+  // [seg.A'] acquire: pairs with [seg.A] in attach().
   const bool attached = header().slots[slot].state.load(std::memory_order_acquire) ==
                         static_cast<std::uint32_t>(SlotState::Attached);
   if (held) return Liveness::Alive;  // attached, or attaching right now
@@ -551,9 +563,10 @@ std::vector<EventInfo> Segment::events() const {
   std::vector<EventInfo> out;
   for (std::uint64_t n = begin; n < end; ++n) {
     const EventEntry& e = h.events[n % kEventRingSize];
-    const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);  // [E2'] pairs with [E2]
-    // [E1'] acquire loads keep the re-read of seq below after them; a writer
-    // that started meanwhile ([E1]) changed seq, and the entry is skipped.
+    // [seg.E2'] acquire: pairs with [seg.E2].
+    const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);
+    // [seg.E1'] acquire loads keep the re-read of seq below after them; a writer
+    // that started meanwhile ([seg.E1]) changed seq, and the entry is skipped.
     constexpr auto acq = std::memory_order_acquire;
     EventInfo info{n,
                    e.time_ns.load(acq),

@@ -44,19 +44,22 @@ std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std:
     const std::uint64_t off = pos & (cap - 1);
     ring::RecordHeader rec;
     std::memcpy(&rec, v.buffer + off, sizeof rec);
-    if (rec.type == ring::kRecordPadding) {
-      if (rec.length != cap - off || pos + rec.length > tail)
+    switch (ring::check_record(rec, off, tail - pos, cap, v.params.max_payload)) {
+      case ring::RecordCheck::Data:
+        break;
+      case ring::RecordCheck::Padding:
+        pos += rec.length;
+        continue;
+      case ring::RecordCheck::BadPadding:
         return fmt::format("padding record at {} has length {}, expected {}", pos, rec.length,
                            cap - off);
-      pos += rec.length;
-      continue;
+      case ring::RecordCheck::BadType:
+        return fmt::format("record at {} has type {:#x}, expected data or padding", pos, rec.type);
+      case ring::RecordCheck::BadLength:
+        return fmt::format("record at {} has length {} (max {}, {} bytes left before tail)", pos,
+                           rec.length, v.params.max_payload, tail - pos);
     }
-    if (rec.type != ring::kRecordData)
-      return fmt::format("record at {} has type {:#x}, expected data or padding", pos, rec.type);
     const std::uint64_t size = ring::record_size(rec.length);
-    if (rec.length > v.params.max_payload || pos + size > tail || off + size > cap)
-      return fmt::format("record at {} has length {} (max {}, {} bytes left before tail)", pos,
-                         rec.length, v.params.max_payload, tail - pos);
     f(std::span<const std::byte>(v.buffer + off + ring::kRecordHeader, rec.length));
     pos += size;
     ++n;
@@ -70,6 +73,7 @@ void describe(const Segment& seg, Node& out) {
     out.set("error", std::string("ring parameters or size are invalid"));
     return;
   }
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   out.set("capacity", v.params.capacity);
@@ -77,6 +81,7 @@ void describe(const Segment& seg, Node& out) {
   out.set("head", head);
   out.set("tail", tail);
   out.gauge("depth_bytes", tail >= head ? tail - head : 0);
+  // relaxed: counters and flags for display only; nothing is read through them.
   const std::uint64_t pushed = v.control->producer.records.load(std::memory_order_relaxed);
   const std::uint64_t popped = v.control->consumer.records.load(std::memory_order_relaxed);
   out.gauge("depth_records", pushed >= popped ? pushed - popped : 0);
@@ -99,12 +104,13 @@ std::vector<std::string> verify(const Segment& seg) {
   if (v.params.max_payload != ring::max_payload_for(v.params.capacity))
     bad.push_back(fmt::format("max_record {} does not match capacity {}", v.params.max_payload,
                               v.params.capacity));
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0)
+  if (!ring::positions_aligned(head, tail))
     bad.push_back(
         fmt::format("head {} / tail {} not {}-byte aligned", head, tail, ring::kRecordAlign));
-  if (tail < head || tail - head > v.params.capacity) {
+  if (!ring::positions_in_range(head, tail, v.params.capacity)) {
     bad.push_back(fmt::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
                               v.params.capacity));
     return bad;
@@ -125,9 +131,10 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   std::vector<std::vector<std::byte>> out;
   const RingView v = view(seg);
   if (!v.ok) return out;
+  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (tail < head || tail - head > v.params.capacity) return out;
+  if (!ring::positions_in_range(head, tail, v.params.capacity)) return out;
   (void)walk(v, head, tail, limit,
              [&](std::span<const std::byte> p) { out.emplace_back(p.begin(), p.end()); });
   return out;

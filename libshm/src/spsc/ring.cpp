@@ -1,5 +1,7 @@
 #include "shm/spsc/layout.hpp"
 
+#include "platform/spin_then_park.hpp"
+#include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -74,12 +76,10 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
   // capacity 0 = "any": check the size against the segment's own (validated) capacity.
   ring::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  const std::uint64_t needed =
-      kHeaderSize + round_up(ring::kBufferOffset + found.capacity, kPageSize);
-  if (seg->header().total_size != needed)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: segment has {} bytes, capacity {} needs {}", seg->path(),
-                            seg->header().total_size, found.capacity, needed));
+  if (auto ok = detail::check_total_size(*seg, ring::kBufferOffset + found.capacity,
+                                         fmt::format("capacity {} needs", found.capacity));
+      !ok)
+    return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -87,11 +87,6 @@ namespace detail {
 
 std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
   return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
-}
-
-void endpoint_used_concurrently(const char* what) noexcept {
-  std::fprintf(stderr, "libshm: %s is used by two threads at once\n", what);
-  std::abort();
 }
 
 Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
@@ -113,11 +108,47 @@ Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec
 
 namespace {
 
+// Spin budget of reserve() and peek() before they park.
+constexpr int kSpins = 4096;
+
+// The blocking wait of RingProducer::reserve() and RingConsumer::peek():
+// attempt() until it returns an error or a value, spinning kSpins times, then
+// parking on `signal` until the other side moves `position` away from
+// `cached` (the value our last attempt saw), or the timeout passes (then an
+// empty optional).
+template <class Attempt>
+auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
+              std::atomic<std::uint32_t>& signal, std::atomic<std::uint32_t>& parked,
+              const std::atomic<std::uint64_t>& position, const std::uint64_t& cached,
+              Attachment& attachment) -> decltype(attempt()) {
+  using R = decltype(attempt());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto done = [](const R& r) { return !r || *r; };
+  if (auto r = detail::spin(kSpins, attempt, done)) return std::move(*r);
+  R r = typename R::value_type{};
+  const bool over = detail::park(
+      signal, deadline,
+      [&] {
+        // [spsc.D1'] / [spsc.D2'] seq_cst store of the flag, then a seq_cst load of the
+        // position: pairs with [spsc.D1] in RingProducer::commit() / [spsc.D2] in
+        // RingConsumer::release(). Either we see the new position here, or
+        // the other side sees our flag and wakes us.
+        parked.store(1, std::memory_order_seq_cst);
+        if (position.load(std::memory_order_seq_cst) == cached) return detail::ParkRound::Sleep;
+        parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
+        r = attempt();
+        return done(r) ? detail::ParkRound::Done : detail::ParkRound::Retry;
+      },
+      [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment.heartbeat(); });
+  if (over) return r;
+  parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
+  return typename R::value_type{};
+}
+
 // Both positions, as read at attach, must describe a possible ring state.
 Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
                              std::uint64_t capacity) {
-  if (head % ring::kRecordAlign != 0 || tail % ring::kRecordAlign != 0 || tail < head ||
-      tail - head > capacity)
+  if (!ring::positions_aligned(head, tail) || !ring::positions_in_range(head, tail, capacity))
     return fail(Errc::Corrupt, fmt::format("{}: ring positions head {} tail {} are impossible for "
                                            "capacity {}",
                                            seg.path(), head, tail, capacity));
@@ -147,17 +178,18 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
     return std::unexpected(ok.error());
   // We are the only writer of tail now; a dead predecessor's unpublished
   // reservations are simply overwritten.
+  // acquire: pairs with [spsc.P] of an earlier producer and [spsc.C] of the consumer.
   p.tail_ = p.control_->producer.tail.load(std::memory_order_acquire);
   p.cached_head_ = p.control_->consumer.head.load(std::memory_order_acquire);
   if (auto ok = check_positions(p.segment_, p.cached_head_, p.tail_, p.capacity_); !ok)
     return std::unexpected(ok.error());
   p.reserved_ = p.tail_;
-  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);
+  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);  // statistics only
   return p;
 }
 
 Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
-  // [C'] acquire: pairs with the consumer's [C]; the bytes before head are free.
+  // [spsc.C'] acquire: pairs with the consumer's [spsc.C]; the bytes before head are free.
   const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_ || head % ring::kRecordAlign != 0)
     return fail(Errc::Corrupt,
@@ -169,40 +201,18 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
 
 Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
     std::size_t n, std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_reserve(n);
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  // [spsc.D2'] pairs with [spsc.D2] in RingConsumer::release(): waits for head to move.
   auto& w = control_->waiters;
-  for (;;) {
-    // Read the futex word before announcing ourselves: a wake that happens
-    // after this load changes it, and futex_wait then returns at once.
-    const std::uint32_t seen = w.space_signal.load(std::memory_order_acquire);
-    // [D2'] seq_cst store of the flag, then a seq_cst load of head: pairs
-    // with [D2] in RingConsumer::release(). Either we see the new head here,
-    // or the consumer sees our flag and wakes us.
-    w.producer_parked.store(1, std::memory_order_seq_cst);
-    if (control_->consumer.head.load(std::memory_order_seq_cst) != cached_head_) {
-      w.producer_parked.store(0, std::memory_order_relaxed);
-      auto r = try_reserve(n);
-      if (!r || *r) return r;
-      continue;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.producer_parked.store(0, std::memory_order_relaxed);
-      return std::optional<std::span<std::byte>>{};
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.space_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  return wait_for(
+      timeout, [&] { return try_reserve(n); }, w.space_signal, w.producer_parked,
+      control_->consumer.head, cached_head_, attachment_);
 }
 
 void RingProducer::wake_consumer() noexcept {
   auto& w = control_->waiters;
+  // relaxed: the flag was read seq_cst in commit() ([spsc.D1]); clearing it is a hint.
   if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.data_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.data_signal);
   }
@@ -255,12 +265,13 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
+  // acquire: pairs with [spsc.C] of an earlier consumer and [spsc.P] of the producer.
   c.head_ = c.control_->consumer.head.load(std::memory_order_acquire);
   c.cached_tail_ = c.control_->producer.tail.load(std::memory_order_acquire);
   if (auto ok = check_positions(c.segment_, c.head_, c.cached_tail_, c.capacity_); !ok)
     return std::unexpected(ok.error());
   c.peek_pos_ = c.head_;
-  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);
+  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);  // statistics only
   return c;
 }
 
@@ -273,7 +284,7 @@ std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t val
 }
 
 Result<bool> RingConsumer::refresh_tail() {
-  // [P'] acquire: pairs with the producer's [P]; records before tail are complete.
+  // [spsc.P'] acquire: pairs with the producer's [spsc.P]; records before tail are complete.
   const std::uint64_t tail = control_->producer.tail.load(std::memory_order_acquire);
   if (tail < cached_tail_ || tail - head_ > capacity_ || tail % ring::kRecordAlign != 0)
     return fail(Errc::Corrupt, fmt::format("{}: producer tail {} is impossible (head {}, last tail "
@@ -285,37 +296,18 @@ Result<bool> RingConsumer::refresh_tail() {
 
 Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
     std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (int spin = 0; spin < 4096; ++spin) {
-    auto r = try_peek();
-    if (!r || *r) return r;
-    detail::cpu_relax();
-  }
+  // [spsc.D1'] pairs with [spsc.D1] in RingProducer::commit(): waits for tail to move.
   auto& w = control_->waiters;
-  for (;;) {
-    const std::uint32_t seen = w.data_signal.load(std::memory_order_acquire);
-    // [D1'] seq_cst store of the flag, then a seq_cst load of tail: pairs
-    // with [D1] in RingProducer::commit().
-    w.consumer_parked.store(1, std::memory_order_seq_cst);
-    if (control_->producer.tail.load(std::memory_order_seq_cst) != cached_tail_) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);
-      auto r = try_peek();
-      if (!r || *r) return r;
-      continue;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      w.consumer_parked.store(0, std::memory_order_relaxed);
-      return std::optional<std::span<const std::byte>>{};
-    }
-    attachment_.heartbeat();
-    (void)futex_wait(w.data_signal, seen, static_cast<std::uint64_t>((deadline - now).count()));
-  }
+  return wait_for(
+      timeout, [&] { return try_peek(); }, w.data_signal, w.consumer_parked,
+      control_->producer.tail, cached_tail_, attachment_);
 }
 
 void RingConsumer::wake_producer() noexcept {
   auto& w = control_->waiters;
+  // relaxed: the flag was read seq_cst in release() ([spsc.D2]); clearing it is a hint.
   if (w.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.space_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.space_signal);
   }

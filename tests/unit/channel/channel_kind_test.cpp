@@ -350,6 +350,22 @@ TEST_F(ChannelKindTest, VerifyOfALiveChannelNeverReportsAHealthyPayload) {
   EXPECT_EQ(kChannelDescriptor.verify(*observer), std::vector<std::string>{});
 }
 
+// verify() and a consumer taking over (resume) judge ring positions by the
+// same predicate: both refuse a tail beyond head + ring capacity.
+TEST_F(ChannelKindTest, ImpossibleRingPositionsAreReportedByVerifyAndRefusedByANewConsumer) {
+  send("a");
+  { const ChannelConsumer gone = std::move(consumer_); }
+  const channel::View v = ChannelTesting::view(producer_);
+  v.control->producer.tail.store(1000);
+  const auto bad = kChannelDescriptor.verify(observer_);
+  EXPECT_TRUE(contains(bad, "ring head 0 / tail 1000 impossible for capacity 16")) << joined(bad);
+  auto c = ChannelConsumer::open("k");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("positions are impossible: head 0, tail 1000"),
+            std::string::npos)
+      << c.error().message;
+}
+
 TEST_F(ChannelKindTest, DumpCopiesThePublishedUnconsumedPayloads) {
   for (int i = 0; i < 5; ++i) send("d" + std::to_string(i));
   take();

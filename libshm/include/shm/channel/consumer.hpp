@@ -5,7 +5,7 @@
 // (release(), or its destructor) before the consumer receives again: receiving
 // with a lease held is refused (Errc::InvalidArgument, and an assert in debug
 // builds). That rule is what makes page reuse safe: the consumer releases an
-// epoch (released_epoch [E]) only inside a receive, so no lease can point into
+// epoch (released_epoch [chan.E]) only inside a receive, so no lease can point into
 // a page the producer is about to rebind. Do not move a consumer while one of
 // its leases is alive (the lease points back at it).
 //
@@ -250,8 +250,8 @@ inline Result<page::Cell> ChannelConsumer::check_next(channel::Descriptor& d) {
     if (auto ok = cross_seam(d); !ok) return std::unexpected(std::move(ok.error()));
   }
   // Identity before any cell or payload access: the slot must still be bound
-  // to this epoch. relaxed: the binding was written before the producer's [R],
-  // which our acquire [R'] in refresh_tail() observed.
+  // to this epoch. relaxed: the binding was written before the producer's [chan.R],
+  // which our acquire [chan.R'] in refresh_tail() observed.
   if (page_.header->binding.generation.load(std::memory_order_relaxed) != d.generation ||
       page_.header->binding.epoch.load(std::memory_order_relaxed) != epoch_) [[unlikely]]
     return reject(ChannelFault::GenerationMismatch, d, "slot binding changed under the epoch");
@@ -327,9 +327,9 @@ inline void ChannelConsumer::give_back() noexcept {
   lease_held_ = false;
   ++head_;
   ++committed_;
-  // [C] the descriptor slot is free for the producer; pairs with [C'] in the
-  // producer's refresh_head(). [D2] seq_cst, with the seq_cst flag load below:
-  // Dekker pairing with [D2'] in ChannelProducer::reserve() (see [D1]).
+  // [chan.C] the descriptor slot is free for the producer; pairs with [chan.C'] in the
+  // producer's refresh_head(). [chan.D2] seq_cst, with the seq_cst flag load below:
+  // Dekker pairing with [chan.D2'] in ChannelProducer::reserve() (see [chan.D1]).
   control().consumer.head.store(head_, std::memory_order_seq_cst);
   if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_producer();

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "shm/channel/layout.hpp"
+#include "shm/platform/endpoint_guard.hpp"
 #include "shm/segment/segment.hpp"
-#include "shm/spsc/endpoint.hpp"  // cpu_relax, EndpointGuard
 
 #include <atomic>
 #include <cstdint>
@@ -78,7 +78,7 @@ class ChannelEndpoint {
   std::uint64_t slot_mask_ = 0;  // pages - 1
   std::uint64_t ring_mask_ = 0;  // ring_capacity - 1
   std::uint32_t role_ = 0;
-  EndpointGuard guard_;  // see shm/spsc/endpoint.hpp
+  EndpointGuard guard_;  // see shm/platform/endpoint_guard.hpp
 };
 
 }  // namespace shm::detail

@@ -15,18 +15,18 @@
 // travels in descriptor-ring position n.
 //
 // Producer (admission). Validate the payload against the active page; only on
-// page-full / descriptor-full rotate: acquire-load released_epoch [A], require
+// page-full / descriptor-full rotate: acquire-load released_epoch [chan.A], require
 // a free successor slot, else PageQuotaExhausted with nothing mutated; seal the
-// active page [S]; rebind slot (active+1) mod P with first sequence = the
-// sealed page's next sequence; active += 1. Then append + page release [P],
-// descriptor write + ring release [R].
+// active page [chan.S]; rebind slot (active+1) mod P with first sequence = the
+// sealed page's next sequence; active += 1. Then append + page release [chan.P],
+// descriptor write + ring release [chan.R].
 //
 // Consumer. Descriptors arrive in epoch order. For each: the generation must be
 // the current epoch's or the next one's and equal the slot's binding; the
 // sequence must be exactly the next one; the cell must be published and in
 // bounds; the payload CRC32C must match. On the first descriptor of epoch e+1
 // the consumer requires its committed count for e to equal the sealed page's
-// published count and then release-stores released_epoch [E]. Every violation
+// published count and then release-stores released_epoch [chan.E]. Every violation
 // is terminal: the terminal word becomes FAULTED, never a skip.
 //
 // released_epoch. Stored as "epochs released so far": every epoch below it has
@@ -36,11 +36,11 @@
 // where nothing has been released.
 //
 // Reclamation. The single edge is consumer -> producer: last lease of epoch e
-// given back, ring head release [C] -> released_epoch release [E] -> producer
-// acquire [A] -> rebind of slot e mod P for epoch e+P. A lease (a view into a
+// given back, ring head release [chan.C] -> released_epoch release [chan.E] -> producer
+// acquire [chan.A] -> rebind of slot e mod P for epoch e+P. A lease (a view into a
 // page) must be given back before the consumer receives again; the consumer
 // refuses (and asserts in debug builds) otherwise, so no lease is alive when
-// [E] executes. This is the single-consumer argument of the ADR; a second
+// [chan.E] executes. This is the single-consumer argument of the ADR; a second
 // reader would need its own design.
 //
 // Terminal word OPEN / CLEAN / FAULTED. finish() seals the active page and
@@ -143,11 +143,11 @@ static_assert(std::is_standard_layout_v<Descriptor> && std::is_trivially_copyabl
 
 struct ChannelControl {
   struct alignas(kFalseSharingRange) Producer {
-    std::atomic<std::uint64_t> tail;          // descriptors published to the ring [R] (= sent)
+    std::atomic<std::uint64_t> tail;          // descriptors published to the ring [chan.R] (= sent)
     std::atomic<std::uint64_t> active_epoch;  // producer-owned: epoch of the active page
   } producer;
   struct alignas(kFalseSharingRange) Consumer {
-    std::atomic<std::uint64_t> head;  // descriptors consumed (leases given back) [C] (= received)
+    std::atomic<std::uint64_t> head;  // descriptors consumed [chan.C] (= received, leases back)
   } consumer;
   // Producer-written statistics, read only by observers: off the lines the
   // consumer polls, so a producer counting refusals does not slow it down.
@@ -159,7 +159,7 @@ struct ChannelControl {
   // Written once per page lifetime by the consumer, read by the producer only
   // when it rotates: its own line keeps it off the per-event lines.
   struct alignas(kFalseSharingRange) Release {
-    std::atomic<std::uint64_t> released_epoch;  // epochs < this are released [E]
+    std::atomic<std::uint64_t> released_epoch;  // epochs < this are released [chan.E]
   } release;
   struct alignas(kFalseSharingRange) Terminal {
     std::atomic<std::uint32_t> word;         // kTerminalOpen / Clean / Faulted

@@ -4,9 +4,9 @@
 //
 // Protocol. The producer appends a payload at the end of the arena, fills the
 // next descriptor cell {offset, length, crc32c, sequence} and then publishes
-// the prefix of cells with one release store of `published` [P]. Cells and
+// the prefix of cells with one release store of `published` [chan.P]. Cells and
 // bytes below `published` are never written again while the page is bound to
-// this epoch. `seal` closes the page with a release store of its state [S];
+// this epoch. `seal` closes the page with a release store of its state [chan.S];
 // `rebind` reuses a freed slot in place for a new epoch: new epoch and
 // generation, the first sequence of the new page, publication state cleared.
 // A slot is only rebound after the consumer has released its previous epoch
@@ -120,7 +120,7 @@ class PageWriter {
   [[nodiscard]] std::byte* next_payload() const noexcept { return arena_ + used_; }
 
   // Appends the cell of a payload already written at next_payload() and
-  // publishes the prefix [P]. Returns the cell index. Requires fits(length).
+  // publishes the prefix [chan.P]. Returns the cell index. Requires fits(length).
   std::uint32_t publish(std::uint32_t length, std::uint32_t crc, std::uint64_t sequence) noexcept {
     const std::uint32_t index = published_;
     const Cell cell{static_cast<std::uint32_t>(used_), length, crc,
@@ -130,13 +130,13 @@ class PageWriter {
     published_ = index + 1;
     header_->publication.used_bytes.store(static_cast<std::uint32_t>(used_),
                                           std::memory_order_relaxed);  // statistics, verify
-    // [P] release: publishes the cell and the payload bytes; pairs with [P'] in
+    // [chan.P] release: publishes the cell and the payload bytes; pairs with [chan.P'] in
     // the consumer's published() acquire.
     header_->publication.published.store(published_, std::memory_order_release);
     return index;
   }
 
-  // Closes the page [S]: published is final from here on.
+  // Closes the page [chan.S]: published is final from here on.
   void seal() noexcept;
 
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }

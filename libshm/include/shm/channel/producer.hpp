@@ -72,7 +72,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   // passes; on timeout the status says what was missing.
   [[nodiscard]] Result<Reservation> reserve(std::size_t n, std::chrono::nanoseconds timeout);
   // Publishes the reservation (all of it, or its first `used` bytes): CRC32C,
-  // page release [P], descriptor, ring release [R].
+  // page release [chan.P], descriptor, ring release [chan.R].
   SendOutcome commit() noexcept { return commit(reserved_length_); }
   SendOutcome commit(std::size_t used) noexcept;
   // Drops the reservation; nothing becomes visible.
@@ -98,8 +98,8 @@ class ChannelProducer : public detail::ChannelEndpoint {
   SendOutcome publish(std::size_t used, std::uint32_t crc) noexcept;
   // Rotation, one step per function (tests stop a helper between them).
   [[nodiscard]] Result<bool> rotate();        // false: PageQuotaExhausted
-  [[nodiscard]] Result<bool> quota_allows();  // [A]
-  void seal_active() noexcept;                // [S]
+  [[nodiscard]] Result<bool> quota_allows();  // [chan.A]
+  void seal_active() noexcept;                // [chan.S]
   void rebind_next() noexcept;                // slot (active + 1) mod P, active += 1
   [[nodiscard]] Result<bool> refresh_head();
   [[nodiscard]] std::unexpected<Error> not_open();
@@ -163,14 +163,14 @@ inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc)
   reserving_ = false;
   const auto length = static_cast<std::uint32_t>(used);
   const std::uint64_t sequence = page_.next_sequence();
-  const std::uint32_t cell = page_.publish(length, crc, sequence);  // [P]
+  const std::uint32_t cell = page_.publish(length, crc, sequence);  // [chan.P]
   const channel::Descriptor d{sequence, page_.generation(), cell};
   std::memcpy(view_.ring + (tail_ & ring_mask_), &d, sizeof d);
   ++tail_;
-  // [R] publishes the descriptor (and, through [P] before it, the page cell
-  // and payload); pairs with [R'] in the consumer's refresh_tail(). [D1]
+  // [chan.R] publishes the descriptor (and, through [chan.P] before it, the page cell
+  // and payload); pairs with [chan.R'] in the consumer's refresh_tail(). [chan.D1]
   // seq_cst, with the seq_cst load of the parked flag below: Dekker pairing
-  // with [D1'] in ChannelConsumer::receive(), so a parking consumer either
+  // with [chan.D1'] in ChannelConsumer::receive(), so a parking consumer either
   // sees the new tail or we see its flag (one xchg: the price of a fence).
   control().producer.tail.store(tail_, std::memory_order_seq_cst);
   if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]

@@ -12,7 +12,7 @@
 // and sets the bit again if a push has claimed a cell meanwhile. Races (all benign):
 //  - a push whose bit is not set yet is missed by a concurrent drain (the next
 //    drain sees it: the pusher sets the bit before submit() returns);
-//  - a clear racing a push never strands an item: [B1]/[B2] in the code are a
+//  - a clear racing a push never strands an item: [fanout.B1]/[fanout.B2] in the code are a
 //    Dekker pair, so either the pusher sees the clear and sets the bit, or the
 //    clearer sees the pushed claim and sets it back;
 //  - a bit left set over an empty ring (a stale bit) costs one failed pop and
@@ -119,7 +119,7 @@ class PriorityFanout {
   [[nodiscard]] std::unexpected<Error> bit_out_of_range(std::uint64_t bitmap) const;
   void announce(std::uint32_t priority) noexcept;
   // Clears bit `priority`, then sets it again if a push has claimed a cell of
-  // that ring meanwhile ([B2]/[C]); clear_stale() also counts a stale retry.
+  // that ring meanwhile ([fanout.B2]/[fanout.C]); clear_stale() also counts a stale retry.
   void clear_bit(std::uint32_t priority) noexcept;
   void clear_stale(std::uint32_t priority) noexcept;
   void wake_drainers() noexcept;
@@ -139,13 +139,13 @@ class PriorityFanout {
 inline void PriorityFanout::announce(std::uint32_t priority) noexcept {
   const std::uint64_t bit = std::uint64_t{1} << priority;
   auto& hot = control_->hot;
-  // [B1] seq_cst: follows the ring's seq_cst claim [T]; Dekker pair with a
-  // clearer's [B2] fetch_and + [C] tail load: either this load sees the clear
+  // [fanout.B1] seq_cst: follows the ring's seq_cst claim [mpmc.T]; Dekker pair with a
+  // clearer's [fanout.B2] fetch_and + [fanout.C] tail load: either this load sees the clear
   // (and we set the bit) or the clearer sees our claim (and sets it back).
   if ((hot.bitmap.load(std::memory_order_seq_cst) & bit) == 0) [[unlikely]]
     hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
-  // [D1] seq_cst: Dekker pair with a parking drainer's [D] (its waiter bit)
-  // + [D2] (its bitmap load): either it sees the bit or we see it waiting.
+  // [fanout.D1] seq_cst: Dekker pair with a parking drainer's [fanout.D] (its waiter bit)
+  // + [fanout.D2] (its bitmap load): either it sees the bit or we see it waiting.
   if (hot.waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_drainers();
 }

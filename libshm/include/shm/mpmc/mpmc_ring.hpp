@@ -177,23 +177,24 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::try_reserve() {
   assert(!reserved_ && "try_reserve() twice without commit()/cancel()");
   assert(role_ != MpmcRole::Consumer && "a consumer handle does not push");
   auto& tail = v_.control->producer.tail;
-  // [T'] acquire: pairs with [T] of the producer that moved tail here, so the
+  // [mpmc.T'] acquire: pairs with [mpmc.T] of the producer that moved tail here, so the
   // cell states that producer saw are visible (stale-position checks rely on it).
   std::uint64_t pos = tail.load(std::memory_order_acquire);
   for (;;) {
     mpmc::Cell& c = v_.cell(pos);
-    // [R'] acquire: pairs with the consumer's [R] in release(): it no longer reads the cell.
+    // [mpmc.R'] acquire: pairs with the consumer's [mpmc.R] in release(): it no longer reads the
+    // cell.
     const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
     if (seq == pos) [[likely]] {
-      // Made visible to repair by the release half of [T].
+      // Made visible to repair by the release half of [mpmc.T].
       intent_->push.store(pos + 1, std::memory_order_relaxed);
-      // [T] seq_cst: claims `pos`. Release: publishes the intent (pairs with
+      // [mpmc.T] seq_cst: claims `pos`. Release: publishes the intent (pairs with
       // repair's acquire of tail). Seq_cst: Dekker pair with a parking
-      // consumer's [W] fetch_or of its waiter bit + [W2] load of tail.
-      // Failure order acquire: the reloaded tail is read like [T'].
+      // consumer's [mpmc.W] fetch_or of its waiter bit + [mpmc.W2] load of tail.
+      // Failure order acquire: the reloaded tail is read like [mpmc.T'].
       if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
-        // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
+        // [mpmc.W1] seq_cst: second half of the Dekker pair with [mpmc.W]/[mpmc.W2].
         wake_consumers_ =
             v_.control->waiters.consumers_waiting.load(std::memory_order_seq_cst) != 0;
         reserved_pos_ = pos;
@@ -215,8 +216,9 @@ inline void MpmcRing::commit(std::size_t n) noexcept {
   assert(reserved_ && "commit() without try_reserve()");
   assert(n <= v_.slot_size);
   mpmc::Cell& c = v_.cell(reserved_pos_);
-  c.length.store(static_cast<std::uint32_t>(n), std::memory_order_relaxed);  // published by [S]
-  // [S] release: publishes payload and length; pairs with the consumer's [S'].
+  c.length.store(static_cast<std::uint32_t>(n),
+                 std::memory_order_relaxed);  // published by [mpmc.S]
+  // [mpmc.S] release: publishes payload and length; pairs with the consumer's [mpmc.S'].
   c.seq.store(reserved_pos_ + 1, std::memory_order_release);
   reserved_ = false;
   if (wake_consumers_) [[unlikely]]
@@ -238,25 +240,26 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
   assert(!peeked_ && "pop/peek while a peeked item is not released");
   assert(role_ != MpmcRole::Producer && "a producer handle does not pop");
   auto& head = v_.control->consumer.head;
-  // [H'] acquire: pairs with [H] of the consumer that moved head here.
+  // [mpmc.H'] acquire: pairs with [mpmc.H] of the consumer that moved head here.
   std::uint64_t pos = head.load(std::memory_order_acquire);
   for (;;) {
     mpmc::Cell& c = v_.cell(pos);
-    // [S'] acquire: pairs with the producer's [S] in commit(): payload and length are complete.
+    // [mpmc.S'] acquire: pairs with the producer's [mpmc.S] in commit(): payload and length are
+    // complete.
     const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
     if (seq == pos + 1) [[likely]] {
-      const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by [S']
+      const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by [mpmc.S']
       if (len > v_.slot_size) [[unlikely]]
         return corrupt_length(pos, len);
       if (len > room) [[unlikely]]
         return too_small(len, room);
-      intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [H]
-      // [H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
-      // of head pairs with it); seq_cst: Dekker pair with a parking producer's [W]/[W2].
-      // Failure order acquire: the reloaded head is read like [H'].
+      intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
+      // [mpmc.H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
+      // of head pairs with it); seq_cst: Dekker pair with a parking producer's [mpmc.W]/[mpmc.W2].
+      // Failure order acquire: the reloaded head is read like [mpmc.H'].
       if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
-        // [W1] seq_cst: second half of the Dekker pair with [W]/[W2].
+        // [mpmc.W1] seq_cst: second half of the Dekker pair with [mpmc.W]/[mpmc.W2].
         wake_producers_ =
             v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
         peeked_pos_ = pos;
@@ -275,7 +278,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
 
 inline void MpmcRing::release() noexcept {
   assert(peeked_ && "release() without try_peek()");
-  // [R] release: we no longer read the cell; pairs with [R'] of the producer of
+  // [mpmc.R] release: we no longer read the cell; pairs with [mpmc.R'] of the producer of
   // peeked_pos_ + capacity.
   v_.cell(peeked_pos_).seq.store(peeked_pos_ + v_.capacity, std::memory_order_release);
   peeked_ = false;

@@ -85,17 +85,21 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
     const std::uint64_t available = cached_tail_ - peek_pos_;
     ring::RecordHeader rec;
     std::memcpy(&rec, at(peek_pos_), sizeof rec);
-    if (rec.type == ring::kRecordPadding) [[unlikely]] {
-      if (rec.length != capacity_ - offset || rec.length > available)
+    switch (ring::check_record(rec, offset, available, capacity_, max_payload_)) {
+      case ring::RecordCheck::Data:
+        [[likely]] break;
+      case ring::RecordCheck::Padding:
+        peek_pos_ += rec.length;
+        continue;
+      case ring::RecordCheck::BadPadding:
         return corrupt("padding record length", rec.length, capacity_ - offset);
-      peek_pos_ += rec.length;
-      continue;
+      case ring::RecordCheck::BadType:
+        return corrupt("record type", rec.type, ring::kRecordData);
+      case ring::RecordCheck::BadLength:
+        return corrupt("record length", rec.length,
+                       std::min<std::uint64_t>(max_payload_, available));
     }
-    if (rec.type != ring::kRecordData) [[unlikely]]
-      return corrupt("record type", rec.type, ring::kRecordData);
     const std::uint64_t size = ring::record_size(rec.length);
-    if (rec.length > max_payload_ || size > available || offset + size > capacity_) [[unlikely]]
-      return corrupt("record length", rec.length, std::min<std::uint64_t>(max_payload_, available));
     const std::byte* p = at(peek_pos_) + ring::kRecordHeader;
     peek_pos_ += size;
     ++peeked_records_;
@@ -110,9 +114,9 @@ inline void RingConsumer::release() noexcept {
   records_ += peeked_records_;
   peeked_records_ = 0;
   control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [C] frees the records' bytes (release; pairs with [C'] in the producer).
-  // [D2] seq_cst with the flag load below: Dekker pairing with [D2'] in
-  // RingProducer::reserve() (see [D1]).
+  // [spsc.C] frees the records' bytes (release; pairs with [spsc.C'] in the producer).
+  // [spsc.D2] seq_cst with the flag load below: Dekker pairing with [spsc.D2'] in
+  // RingProducer::reserve() (see [spsc.D1]).
   control_->consumer.head.store(head_, std::memory_order_seq_cst);
   if (control_->waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_producer();

@@ -99,6 +99,42 @@ struct ParamBlock {
   return kRecordHeader + round_up(payload, kRecordAlign);
 }
 
+// The invariants that both the endpoints (at attach, on every record) and the
+// kind's verify() check: one predicate each, so the two cannot drift apart.
+
+// Both positions fall on record boundaries.
+[[nodiscard]] constexpr bool positions_aligned(std::uint64_t head, std::uint64_t tail) noexcept {
+  return head % kRecordAlign == 0 && tail % kRecordAlign == 0;
+}
+// head <= tail <= head + capacity.
+[[nodiscard]] constexpr bool positions_in_range(std::uint64_t head, std::uint64_t tail,
+                                                std::uint64_t capacity) noexcept {
+  return tail >= head && tail - head <= capacity;
+}
+
+// What a record header written by the producer (possibly buggy or hostile)
+// turns out to be, checked at buffer offset `offset` with `available` bytes
+// published before the tail.
+enum class RecordCheck : std::uint8_t {
+  Data,        // a data record of record_size(length) bytes that fits
+  Padding,     // padding up to the buffer end
+  BadPadding,  // padding whose length is not the rest of the buffer, or beyond the tail
+  BadType,     // neither data nor padding
+  BadLength,   // a data record longer than max_payload, the tail or the buffer end
+};
+[[nodiscard]] constexpr RecordCheck check_record(const RecordHeader& rec, std::uint64_t offset,
+                                                 std::uint64_t available, std::uint64_t capacity,
+                                                 std::uint64_t max_payload) noexcept {
+  if (rec.type == kRecordPadding)
+    return rec.length != capacity - offset || rec.length > available ? RecordCheck::BadPadding
+                                                                     : RecordCheck::Padding;
+  if (rec.type != kRecordData) return RecordCheck::BadType;
+  const std::uint64_t size = record_size(rec.length);
+  if (rec.length > max_payload || size > available || offset + size > capacity)
+    return RecordCheck::BadLength;
+  return RecordCheck::Data;
+}
+
 [[nodiscard]] Result<void> validate(const RingParams& params);
 // The KindSpec for create (params exact) or open (capacity 0 = any).
 [[nodiscard]] KindSpec kind_spec(const RingParams& params, ParamBlock& storage);

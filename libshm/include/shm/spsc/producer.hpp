@@ -96,9 +96,9 @@ inline void RingProducer::commit() noexcept {
   records_ += pending_records_;
   pending_records_ = 0;
   control_->producer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [P] publishes the records written above (release suffices for that;
-  // pairs with [P'] in the consumer). [D1] seq_cst, with the seq_cst load of
-  // the parked flag below: Dekker pairing with [D1'] in RingConsumer::peek(),
+  // [spsc.P] publishes the records written above (release suffices for that;
+  // pairs with [spsc.P'] in the consumer). [spsc.D1] seq_cst, with the seq_cst load of
+  // the parked flag below: Dekker pairing with [spsc.D1'] in RingConsumer::peek(),
   // so a parking consumer either sees this tail or we see its flag. On x86 a
   // seq_cst store is one xchg, the price of a fence.
   control_->producer.tail.store(tail_, std::memory_order_seq_cst);

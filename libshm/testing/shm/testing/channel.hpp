@@ -37,9 +37,9 @@ class ChannelTesting {
   static void seal_active(ChannelProducer& p) { p.seal_active(); }
   static void rebind_next(ChannelProducer& p) { p.rebind_next(); }
 
-  // Appends and publishes a payload in the active page ([P]) without writing
-  // its ring descriptor: the state of a producer stopped between [P] and
-  // [R], or one that orphans a cell. The page must have room.
+  // Appends and publishes a payload in the active page ([chan.P]) without writing
+  // its ring descriptor: the state of a producer stopped between [chan.P] and
+  // [chan.R], or one that orphans a cell. The page must have room.
   static std::uint64_t publish_without_descriptor(ChannelProducer& p,
                                                   std::span<const std::byte> payload) {
     std::memcpy(p.page_.next_payload(), payload.data(), payload.size());
@@ -49,7 +49,7 @@ class ChannelTesting {
     return sequence;
   }
 
-  // Writes a raw descriptor at the ring tail and publishes it ([R]).
+  // Writes a raw descriptor at the ring tail and publishes it ([chan.R]).
   static void push_descriptor(ChannelProducer& p, const channel::Descriptor& d) {
     std::memcpy(p.view_.ring + (p.tail_ & p.ring_mask_), &d, sizeof d);
     ++p.tail_;

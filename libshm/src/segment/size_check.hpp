@@ -1,0 +1,21 @@
+// Private to the library: the size check every kind applies when it opens a
+// segment (Segment::open for a complete expectation, each kind's open for a
+// geometry read from the segment itself).
+#pragma once
+
+#include "shm/error.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <cstdint>
+#include <string_view>
+
+namespace shm::detail {
+
+// The file must be exactly the header plus `data_size` rounded up to whole
+// pages; otherwise SizeMismatch "<path>: size: segment has N bytes, <needs> M",
+// where `needs` names what asks for the size ("capacity 64 needs", "its
+// ledger parameters need").
+[[nodiscard]] Result<void> check_total_size(const Segment& seg, std::uint64_t data_size,
+                                            std::string_view needs);
+
+}  // namespace shm::detail
