@@ -195,11 +195,20 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
     if (field == "rate") {
       st(b.rate, n);  // applies to the whole time since the bucket's last refill
     } else {
-      st(b.burst, n);
+      // Crash-safe order: every intermediate state keeps tokens + frac <= the
+      // burst stored at that moment, so a setter killed anywhere here leaves a
+      // bucket that repair finds consistent (it checks tokens <= burst). The
+      // level is lowered first (frac, then tokens: each step only lowers it),
+      // the burst last. Storing the burst first would leave tokens > burst.
       if (ld(b.tokens) >= n) {
-        st(b.tokens, n);
         st(b.frac, 0u);
+        st(b.tokens, n);
       }
+      // A SIGKILL lands between instructions: keep the compiler from moving
+      // the burst store above the level stores.
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      detail::ledger_crash_point(test_hooks::LedgerCrashPoint::SetBurstMidBucket);
+      st(b.burst, n);
     }
     return {};
   }

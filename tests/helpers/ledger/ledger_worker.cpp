@@ -14,6 +14,7 @@
 //       ledger's critical section, prints "inside" and sleeps until killed.
 //       Pools "crash" and "other" and buckets 0 and 1 must exist.
 #include "shm/ledger/ledger.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/testing/ledger_crash.hpp"
 
 #include <fmt/format.h>
@@ -174,6 +175,13 @@ int run_crash(const std::string& name, const std::string& point) {
   } else if (point == "admit") {
     arm(LedgerCrashPoint::AdmitMidBuckets);
     (void)l.admit(cs, 5000);
+  } else if (point == "set-burst") {  // what `shmctl set NAME bucket.api.burst 2` runs
+    auto seg = Segment::open_any(name, OpenOptions{});  // writable
+    if (!seg) die("open_any: " + seg.error().what());
+    const KindDescriptor* kind = find_kind(kLedgerKind);
+    if (kind == nullptr || kind->set == nullptr) die("the ledger kind has no set()");
+    arm(LedgerCrashPoint::SetBurstMidBucket);
+    (void)kind->set(*seg, "bucket.api.burst", "2");
   } else {
     die("unknown crash point " + point);
   }

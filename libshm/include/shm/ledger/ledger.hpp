@@ -228,10 +228,6 @@ struct View {
 // The KindSpec for create (exact) or open (`any`: accept any geometry).
 [[nodiscard]] KindSpec kind_spec(const LedgerParams& params, bool any, ParamBlock& storage);
 
-// Releases every ticket owned by (slot, generation) and closes that owner's
-// pools once they hold no tickets. Takes the lock (repairing if its holder died).
-[[nodiscard]] Result<ReclaimReport> reclaim_owner(const View& view, Owner owner,
-                                                  std::string_view path);
 // Recomputes every derived counter from the ticket table without the lock (a
 // seqlock snapshot, retried while writers run) and lists each difference and
 // each broken invariant. `attached` reports whether an owner is still attached
@@ -293,7 +289,9 @@ class Ledger {
   // ---- ownership and inspection
   // Releases every ticket this handle owns; returns how many.
   [[nodiscard]] Result<std::uint64_t> release_all();
-  // Releases every ticket of `owner` (a dead attacher); see ledger::reclaim_owner.
+  // Releases every ticket of `owner` (a dead attacher, never this handle) and
+  // closes that owner's pools once they hold no tickets. Takes the lock
+  // (repairing if its holder died). InvalidArgument when `owner` is alive.
   [[nodiscard]] Result<ReclaimReport> reclaim(Owner owner);
   [[nodiscard]] Result<LedgerSnapshot> snapshot() const;  // consistent: taken under the lock
   [[nodiscard]] Result<std::vector<TicketInfo>> tickets() const;

@@ -19,8 +19,9 @@ enum class LedgerCrashPoint : std::uint8_t {
   ReserveMidCounters,           // reserve(): global and partition charged, category and pool not
   CommitMidCounters,            // commit(): ticket committed, global moved, the rest not
   ReleaseAfterTicketFreed,      // release() (and reclaim): ticket free, counters still charged
-  ReplaceMidTicket,  // replace(): journal written, ticket moved to the new pool, bytes not changed
-  AdmitMidBuckets,   // admit(): journal written, first bucket debited, the rest not
+  ReplaceMidTicket,   // replace(): journal written, ticket moved to the new pool, bytes not changed
+  AdmitMidBuckets,    // admit(): journal written, first bucket debited, the rest not
+  SetBurstMidBucket,  // the kind's set("bucket.<label>.burst"): level clamped, burst not yet stored
 };
 
 // Called at every crash point of every ledger in this process, with the
