@@ -313,7 +313,16 @@ void RingConsumer::wake_producer() noexcept {
   }
 }
 
+std::unexpected<Error> RingConsumer::peeks_outstanding(const char* op) const {
+  return fail(Errc::InvalidArgument,
+              fmt::format("{}: {} with {} peeked record(s) not released: call release() or "
+                          "unpeek() first",
+                          segment_.path(), op, peeked_records_));
+}
+
 Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
+  if (peeked_records_ != 0) [[unlikely]]
+    return peeks_outstanding("try_pop");
   auto r = try_peek();
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};
@@ -330,10 +339,12 @@ Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> ou
 
 Result<std::optional<std::size_t>> RingConsumer::pop(std::span<std::byte> out,
                                                      std::chrono::nanoseconds timeout) {
+  if (peeked_records_ != 0) [[unlikely]]
+    return peeks_outstanding("pop");
   auto r = peek(timeout);
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};
-  unpeek();
+  unpeek();  // the record just peeked is the next one: try_pop takes it
   return try_pop(out);
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -66,6 +67,47 @@ TEST_F(SpscRingTest, PushThenPopReturnsTheSameRecordsInOrder) {
   auto r = c->try_peek();
   ASSERT_TRUE(r);
   EXPECT_FALSE(*r);
+}
+
+// try_pop and pop copy one record and release. With earlier peeks not yet
+// released, try_pop used to release them unseen and pop to deliver the first
+// of them a second time; both are refused now, and nothing is lost or repeated.
+TEST_F(SpscRingTest, PopWithPeeksOutstandingIsRefusedAndLosesNothing) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(p) << p.error().what();
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(c) << c.error().what();
+  for (const char* rec : {"a", "b", "c"}) ASSERT_TRUE(*p->try_push(bytes(rec)));
+  auto peeked = c->try_peek();
+  ASSERT_TRUE(peeked && *peeked);
+  EXPECT_EQ(str(**peeked), "a");
+
+  std::array<std::byte, 16> out{};
+  const auto refused = [](const auto& r, const char* op) {
+    ASSERT_FALSE(r) << op << " went ahead with a peek outstanding";
+    EXPECT_EQ(r.error().code, Errc::InvalidArgument) << op;
+    EXPECT_NE(r.error().message.find(std::string(op) + " with 1 peeked record(s) not released"),
+              std::string::npos)
+        << r.error().message;
+  };
+  refused(c->try_pop(out), "try_pop");
+  refused(c->pop(out, 0ms), "pop");
+
+  c->unpeek();
+  std::vector<std::string> got;
+  for (int i = 0; i < 2; ++i) {
+    auto n = i == 0 ? c->try_pop(out) : c->pop(out, 0ms);
+    ASSERT_TRUE(n && *n) << i;
+    got.emplace_back(reinterpret_cast<const char*>(out.data()), **n);
+  }
+  auto last = c->drain(
+      [&](std::span<const std::byte> rec) {
+        got.emplace_back(reinterpret_cast<const char*>(rec.data()), rec.size());
+      },
+      10);
+  ASSERT_TRUE(last) << last.error().what();
+  EXPECT_EQ(*last, 1u);
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "c"}));
 }
 
 TEST_F(SpscRingTest, WrapsWithPaddingRecordAcrossManyLaps) {

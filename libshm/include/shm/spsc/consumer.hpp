@@ -46,6 +46,11 @@ class RingConsumer : public detail::RingEndpoint {
 
   // Copies the next record into `out` and releases it; nullopt when empty.
   // A record larger than `out` is TooLarge and stays in the ring.
+  // With records peeked and not yet released, try_pop and pop are
+  // InvalidArgument (call release() or unpeek() first): a copy-and-release of
+  // one record cannot tell whether the earlier peeks were handled, so it
+  // neither releases them unseen nor delivers them twice. (drain() is a batch
+  // continuation: it goes on after the peeks and releases them with its own.)
   [[nodiscard]] Result<std::optional<std::size_t>> try_pop(std::span<std::byte> out);
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
@@ -58,6 +63,7 @@ class RingConsumer : public detail::RingEndpoint {
 
  private:
   [[nodiscard]] Result<bool> refresh_tail();
+  [[nodiscard]] std::unexpected<Error> peeks_outstanding(const char* op) const;
   [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
                                                std::uint64_t bound) const;
   void wake_producer() noexcept;
