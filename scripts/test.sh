@@ -255,7 +255,7 @@ failed_tests_report() {
       grab { buf[++n] = $0 }
       END { if (grab) flush() }' "$log"
   done < <(sed -n '/^The following tests FAILED:/,/^Errors while running/p' "$log" |
-    sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \((Failed|Timeout|SEGFAULT|Child aborted|Exception|[A-Za-z ]+)\)[[:space:]]*$/\1/p')
+    sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \(([A-Za-z ]+)\)[[:space:]]*$/\1/p')
 }
 
 for lane in "${lanes[@]}"; do

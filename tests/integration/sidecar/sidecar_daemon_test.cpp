@@ -1,5 +1,6 @@
 // The shm-sidecar binary as a user runs it: HTTP endpoints scraped with a real
 // TCP client on loopback, --once output, the single-instance lock, signals.
+#include "common/loopback_http.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 
@@ -53,26 +54,12 @@ struct HttpReply {
 
 // A plain TCP client: one request, read to EOF.
 std::optional<HttpReply> http(std::uint16_t port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = test::connect_loopback(port);
   if (fd < 0) return std::nullopt;
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string raw;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(request.size())) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    char buf[4096];
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      raw.append(buf, static_cast<std::size_t>(n));
-    }
-  }
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size()))
+    raw = test::read_until_closed(fd, 5s);
   ::close(fd);
   const auto split = raw.find("\r\n\r\n");
   if (raw.compare(0, 9, "HTTP/1.1 ") != 0 || split == std::string::npos) return std::nullopt;

@@ -3,6 +3,7 @@
 // listen address rules, the responses, the bad requests, the connection
 // gauge, the limits and the stop.
 #include "common/http_endpoint.hpp"
+#include "common/loopback_http.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +12,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,28 +25,14 @@ namespace {
 using namespace std::chrono_literals;
 
 int connect_to(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  const int fd = test::connect_loopback(port);
+  EXPECT_GE(fd, 0) << "connect to 127.0.0.1:" << port << ": " << std::strerror(errno);
   return fd;
 }
 
 // Reads until the server closes (or a generous deadline passes).
 std::string read_to_eof(int fd) {
-  std::string reply;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  char buf[4096];
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    reply.append(buf, static_cast<std::size_t>(n));
-  }
-  return reply;
+  return test::read_until_closed(fd, 20s);
 }
 
 // One request on a fresh connection, the whole reply.
