@@ -1,6 +1,6 @@
 #include "shm/error.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -66,7 +66,7 @@ std::string_view to_string(Errc code) noexcept {
 }
 
 std::string Error::what() const {
-  return fmt::format("{}: {}", to_string(code), message);
+  return shm::detail::format("{}: {}", to_string(code), message);
 }
 
 std::unexpected<Error> fail_errno(int err, std::string_view what) {
@@ -92,7 +92,7 @@ std::unexpected<Error> fail_errno(int err, std::string_view what) {
     default:
       break;
   }
-  return fail(code, fmt::format("{}: {}", what, std::strerror(err)));
+  return fail(code, shm::detail::format("{}: {}", what, std::strerror(err)));
 }
 
 }  // namespace shm

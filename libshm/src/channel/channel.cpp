@@ -7,7 +7,7 @@
 #include "shm/platform/futex.hpp"
 #include "shm/testing/channel.hpp"  // create_channel_for_test (libshm/testing, not installed)
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <unistd.h>
 #include <cassert>
@@ -90,23 +90,24 @@ namespace {
 
 std::string invalid_params(const ChannelParams& p) {
   if (!is_power_of_two(p.pages) || p.pages < kMinPages || p.pages > kMaxPages)
-    return fmt::format("pages {} must be a power of two in [{}, {}]", p.pages, kMinPages,
-                       kMaxPages);
+    return shm::detail::format("pages {} must be a power of two in [{}, {}]", p.pages, kMinPages,
+                               kMaxPages);
   if (p.page_bytes < kMinPageBytes || p.page_bytes > kMaxPageBytes ||
       p.page_bytes % page::kPayloadAlign != 0)
-    return fmt::format("page_bytes {} must be a multiple of {} in [{}, {}]", p.page_bytes,
-                       page::kPayloadAlign, kMinPageBytes, kMaxPageBytes);
+    return shm::detail::format("page_bytes {} must be a multiple of {} in [{}, {}]", p.page_bytes,
+                               page::kPayloadAlign, kMinPageBytes, kMaxPageBytes);
   if (p.descriptors_per_page < 1 || p.descriptors_per_page > kMaxDescriptorsPerPage)
-    return fmt::format("descriptors_per_page {} must be in [1, {}]", p.descriptors_per_page,
-                       kMaxDescriptorsPerPage);
+    return shm::detail::format("descriptors_per_page {} must be in [1, {}]", p.descriptors_per_page,
+                               kMaxDescriptorsPerPage);
   if (!is_power_of_two(p.ring_capacity) || p.ring_capacity < kMinRingCapacity ||
       p.ring_capacity > kMaxRingCapacity)
-    return fmt::format("ring_capacity {} must be a power of two in [{}, {}]", p.ring_capacity,
-                       kMinRingCapacity, kMaxRingCapacity);
+    return shm::detail::format("ring_capacity {} must be a power of two in [{}, {}]",
+                               p.ring_capacity, kMinRingCapacity, kMaxRingCapacity);
   const ParamBlock b = param_block(p);
   if (b.data_size > kMaxDataSize)
-    return fmt::format("{} pages of {} bytes and {} descriptors need {} bytes, limit {}", p.pages,
-                       p.page_bytes, p.descriptors_per_page, b.data_size, kMaxDataSize);
+    return shm::detail::format("{} pages of {} bytes and {} descriptors need {} bytes, limit {}",
+                               p.pages, p.page_bytes, p.descriptors_per_page, b.data_size,
+                               kMaxDataSize);
   return {};
 }
 
@@ -120,11 +121,11 @@ std::string invalid_block(const ParamBlock& b) {
   if (auto why = invalid_params(base_of(b)); !why.empty()) return why;
   const ParamBlock want = param_block(base_of(b));
   if (b.max_payload != want.max_payload)
-    return fmt::format("max_payload: segment has {}, its page_bytes imply {}", b.max_payload,
-                       want.max_payload);
+    return shm::detail::format("max_payload: segment has {}, its page_bytes imply {}",
+                               b.max_payload, want.max_payload);
   if (b.slots_offset != want.slots_offset || b.slot_stride != want.slot_stride ||
       b.data_size != want.data_size)
-    return fmt::format(
+    return shm::detail::format(
         "derived layout: segment has slots at {} stride {} size {}, this build "
         "computes {} / {} / {}",
         b.slots_offset, b.slot_stride, b.data_size, want.slots_offset, want.slot_stride,
@@ -171,22 +172,22 @@ KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
   spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
     ParamBlock f{}, e{};
     if (found.size() != sizeof f)
-      return fmt::format("parameter block: segment has {} bytes, channel uses {}", found.size(),
-                         sizeof f);
+      return shm::detail::format("parameter block: segment has {} bytes, channel uses {}",
+                                 found.size(), sizeof f);
     std::memcpy(&f, found.data(), sizeof f);
     std::memcpy(&e, expected.data(), sizeof e);
     if (auto why = invalid_block(f); !why.empty()) return "segment parameters: " + why;
     if (e.pages != 0 && f.pages != e.pages)
-      return fmt::format("pages: segment has {}, caller expects {}", f.pages, e.pages);
+      return shm::detail::format("pages: segment has {}, caller expects {}", f.pages, e.pages);
     if (e.page_bytes != 0 && f.page_bytes != e.page_bytes)
-      return fmt::format("page_bytes: segment has {}, caller expects {}", f.page_bytes,
-                         e.page_bytes);
+      return shm::detail::format("page_bytes: segment has {}, caller expects {}", f.page_bytes,
+                                 e.page_bytes);
     if (e.descriptors_per_page != 0 && f.descriptors_per_page != e.descriptors_per_page)
-      return fmt::format("descriptors_per_page: segment has {}, caller expects {}",
-                         f.descriptors_per_page, e.descriptors_per_page);
+      return shm::detail::format("descriptors_per_page: segment has {}, caller expects {}",
+                                 f.descriptors_per_page, e.descriptors_per_page);
     if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
-      return fmt::format("ring_capacity: segment has {}, caller expects {}", f.ring_capacity,
-                         e.ring_capacity);
+      return shm::detail::format("ring_capacity: segment has {}, caller expects {}",
+                                 f.ring_capacity, e.ring_capacity);
     return std::string();
   };
   return spec;
@@ -195,15 +196,18 @@ KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
 Result<View> view(const Segment& seg) {
   ParamBlock b{};
   if (seg.params().size() != sizeof b)
-    return fail(Errc::ParamMismatch, fmt::format("{}: parameter block: segment has {} bytes, "
-                                                 "channel uses {}",
-                                                 seg.path(), seg.params().size(), sizeof b));
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: parameter block: segment has {} bytes, "
+                                    "channel uses {}",
+                                    seg.path(), seg.params().size(), sizeof b));
   std::memcpy(&b, seg.params().data(), sizeof b);
   if (auto why = invalid_block(b); !why.empty())
-    return fail(Errc::ParamMismatch, fmt::format("{}: segment parameters: {}", seg.path(), why));
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: segment parameters: {}", seg.path(), why));
   if (seg.data().size() < b.data_size)
-    return fail(Errc::SizeMismatch, fmt::format("{}: data area has {} bytes, the channel needs {}",
-                                                seg.path(), seg.data().size(), b.data_size));
+    return fail(Errc::SizeMismatch,
+                shm::detail::format("{}: data area has {} bytes, the channel needs {}", seg.path(),
+                                    seg.data().size(), b.data_size));
   return make_view(b, seg.data().data());
 }
 
@@ -317,7 +321,7 @@ std::unexpected<Error> ChannelEndpoint::raise(ChannelFault fault, std::uint64_t 
   if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) wake_consumer();
   if (control().waiters.producer_parked.load(std::memory_order_seq_cst) != 0) wake_producer();
   return fail(errc_for(fault),
-              fmt::format("{}: {}: {}", segment_.path(), to_string(fault), detail));
+              shm::detail::format("{}: {}: {}", segment_.path(), to_string(fault), detail));
 }
 
 std::unexpected<Error> ChannelEndpoint::already_faulted() const {
@@ -325,9 +329,9 @@ std::unexpected<Error> ChannelEndpoint::already_faulted() const {
   const auto fault = static_cast<ChannelFault>(t.fault.load(std::memory_order_acquire));
   // relaxed: ordered by the acquire above (the fault CAS precedes these stores
   // only in the raiser's program order; a racing read shows partial details).
-  return fail(
-      Errc::Faulted,
-      fmt::format("{}: channel is FAULTED ({} at epoch {}, sequence {}, detected by "
+  return fail(Errc::Faulted,
+              shm::detail::format(
+                  "{}: channel is FAULTED ({} at epoch {}, sequence {}, detected by "
                   "role {} pid {})",
                   segment_.path(), to_string(fault), t.fault_epoch.load(std::memory_order_relaxed),
                   t.fault_sequence.load(std::memory_order_relaxed),

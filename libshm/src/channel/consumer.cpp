@@ -7,7 +7,7 @@
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <algorithm>
 
@@ -73,11 +73,12 @@ Result<void> ChannelConsumer::resume() {
   seen_tail_ = head;
   if (!channel::internal::ring_positions_possible(head, tail, view_.params.ring_capacity) ||
       !channel::internal::epochs_possible(released, active, view_.params.pages))
-    return terminal(fault_here(
-        ChannelFault::CorruptState,
-        fmt::format("positions are impossible: head {}, tail {}, released "
-                    "epoch {}, active epoch {}, {} pages, ring of {}",
-                    head, tail, released, active, view_.params.pages, view_.params.ring_capacity)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("positions are impossible: head {}, tail {}, released "
+                                       "epoch {}, active epoch {}, {} pages, ring of {}",
+                                       head, tail, released, active, view_.params.pages,
+                                       view_.params.ring_capacity)));
   const ChannelState st = channel::state_of(word);
   if (st == ChannelState::Faulted &&
       fault() != ChannelFault::ProducerDied) {  // only a dead producer's lane still drains
@@ -94,10 +95,11 @@ Result<void> ChannelConsumer::resume() {
       sticky_ = already_faulted().error();
       return {};
     }
-    return terminal(fault_here(ChannelFault::CorruptState,
-                               fmt::format("every epoch up to {} is released but the terminal "
-                                           "word is {:#010x}",
-                                           active, word)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("every epoch up to {} is released but the terminal "
+                                       "word is {:#010x}",
+                                       active, word)));
   }
   bind_epoch(released);
   const page::SlotHeader& h = *page_.header;
@@ -109,20 +111,22 @@ Result<void> ChannelConsumer::resume() {
       head - first_sequence_ > published || published > view_.params.descriptors_per_page)
     return terminal(fault_here(
         ChannelFault::CorruptState,
-        fmt::format("slot of epoch {} is bound to epoch {} (generation {:#x}) with first sequence "
-                    "{} and {} published; consumer head is {}",
-                    released, bound, generation, first_sequence_, published, head)));
+        shm::detail::format(
+            "slot of epoch {} is bound to epoch {} (generation {:#x}) with first sequence "
+            "{} and {} published; consumer head is {}",
+            released, bound, generation, first_sequence_, published, head)));
   committed_ = head - first_sequence_;
   cached_published_ = published;
   if (committed_ > 0) {
     const page::Cell last = page_.cell(static_cast<std::uint32_t>(committed_ - 1));
     const std::uint64_t end = std::uint64_t{last.offset} + page::aligned_length(last.length);
     if (last.offset % page::kPayloadAlign != 0 || end > view_.params.page_bytes)
-      return terminal(fault_here(ChannelFault::DescriptorOutOfBounds,
-                                 fmt::format("cell {} of epoch {} has offset {} length {} in a "
-                                             "{}-byte arena",
-                                             committed_ - 1, released, last.offset, last.length,
-                                             view_.params.page_bytes)));
+      return terminal(
+          fault_here(ChannelFault::DescriptorOutOfBounds,
+                     shm::detail::format("cell {} of epoch {} has offset {} length {} in a "
+                                         "{}-byte arena",
+                                         committed_ - 1, released, last.offset, last.length,
+                                         view_.params.page_bytes)));
     next_offset_ = end;
   }
   return {};
@@ -140,19 +144,20 @@ std::unexpected<Error> ChannelConsumer::fault_here(ChannelFault fault, const std
 std::unexpected<Error> ChannelConsumer::reject(ChannelFault fault, const channel::Descriptor& d,
                                                const char* what) {
   return terminal(fault_here(
-      fault, fmt::format("{}: descriptor {{sequence {}, generation {:#x}, cell {}}}; consumer "
-                         "expects sequence {} in epoch {} (generation {:#x}, page from sequence "
-                         "{}, {} published)",
-                         what, d.sequence, d.generation, d.cell, head_, epoch_, generation_,
-                         first_sequence_, cached_published_)));
+      fault,
+      shm::detail::format("{}: descriptor {{sequence {}, generation {:#x}, cell {}}}; consumer "
+                          "expects sequence {} in epoch {} (generation {:#x}, page from sequence "
+                          "{}, {} published)",
+                          what, d.sequence, d.generation, d.cell, head_, epoch_, generation_,
+                          first_sequence_, cached_published_)));
 }
 
 std::unexpected<Error> ChannelConsumer::lease_misuse() const {
   assert(!lease_held_ && "receive while a lease is held: release the lease first");
   return fail(Errc::InvalidArgument,
-              fmt::format("{}: the lease of sequence {} is still held; release it before "
-                          "receiving again",
-                          segment_.path(), head_));
+              shm::detail::format("{}: the lease of sequence {} is still held; release it before "
+                                  "receiving again",
+                                  segment_.path(), head_));
 }
 
 Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
@@ -163,15 +168,16 @@ Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
       std::min<std::uint64_t>(view_.params.ring_capacity, std::uint64_t{view_.params.pages - 1} *
                                                               view_.params.descriptors_per_page);
   if (c.descriptors < 1 || c.descriptors > most)
-    return fail(Errc::InvalidArgument,
-                fmt::format("{}: coalescing of {} descriptors is outside [1, {}] (no more can "
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("{}: coalescing of {} descriptors is outside [1, {}] (no more can "
                             "wait at once: ring of {}, {} pages of {} descriptors)",
                             segment_.path(), c.descriptors, most, view_.params.ring_capacity,
                             view_.params.pages, view_.params.descriptors_per_page));
   if (c.max_delay < std::chrono::nanoseconds::zero() || c.max_delay > kMaxDelay)
     return fail(Errc::InvalidArgument,
-                fmt::format("{}: coalescing delay of {} ns is outside [0, {}]", segment_.path(),
-                            c.max_delay.count(), kMaxDelay.count()));
+                shm::detail::format("{}: coalescing delay of {} ns is outside [0, {}]",
+                                    segment_.path(), c.max_delay.count(), kMaxDelay.count()));
   coalescing_ = c;
   held_since_ns_ = 0;
   return {};
@@ -194,10 +200,11 @@ Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
   // the cells, payloads and bindings they reference) are complete.
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
   if (tail < seen_tail_ || tail - head_ > view_.params.ring_capacity)
-    return terminal(fault_here(ChannelFault::CorruptState,
-                               fmt::format("producer tail {} is impossible (head {}, last tail {}, "
-                                           "ring of {})",
-                                           tail, head_, seen_tail_, view_.params.ring_capacity)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("producer tail {} is impossible (head {}, last tail {}, "
+                                       "ring of {})",
+                                       tail, head_, seen_tail_, view_.params.ring_capacity)));
   seen_tail_ = tail;
   if (batch == Batch::MayHold && coalescing_.descriptors > 1 && holds(tail)) return false;
   held_since_ns_ = 0;
@@ -234,29 +241,32 @@ Result<void> ChannelConsumer::cross_seam(const channel::Descriptor& d) {
   if (generation != d.generation || bound != next || state == page::kUnbound)
     return terminal(fault_here(
         ChannelFault::GenerationMismatch,
-        fmt::format("descriptor {{sequence {}, generation {:#x}}} opens epoch {}, but slot {} is "
-                    "bound to epoch {} (generation {:#x}, state {})",
-                    d.sequence, d.generation, next, next & slot_mask_, bound, generation, state)));
+        shm::detail::format(
+            "descriptor {{sequence {}, generation {:#x}}} opens epoch {}, but slot {} is "
+            "bound to epoch {} (generation {:#x}, state {})",
+            d.sequence, d.generation, next, next & slot_mask_, bound, generation, state)));
   // [chan.S'] acquire: pairs with the producer's seal [chan.S]: the page's count is final.
   if (page_.header->binding.state.load(std::memory_order_acquire) != page::kSealed)
-    return terminal(fault_here(
-        ChannelFault::CorruptState,
-        fmt::format("epoch {} began but the page of epoch {} is not sealed", next, epoch_)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("epoch {} began but the page of epoch {} is not sealed",
+                                       next, epoch_)));
   // [chan.P'] acquire: pairs with [chan.P]; after [chan.S'] this is the sealed page's count.
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   if (committed_ != published)
     return terminal(fault_here(
         ChannelFault::CountShortfall,
-        fmt::format("at the seam to epoch {}: epoch {} committed {} payloads but its sealed page "
-                    "published {}",
-                    next, epoch_, committed_, published)));
+        shm::detail::format(
+            "at the seam to epoch {}: epoch {} committed {} payloads but its sealed page "
+            "published {}",
+            next, epoch_, committed_, published)));
   const std::uint64_t first = np.header->binding.first_sequence.load(std::memory_order_relaxed);
   if (first != first_sequence_ + published)
-    return terminal(
-        fault_here(ChannelFault::SequenceGap,
-                   fmt::format("page of epoch {} starts at sequence {}, but epoch {} ended at {}",
-                               next, first, epoch_, first_sequence_ + published)));
+    return terminal(fault_here(
+        ChannelFault::SequenceGap,
+        shm::detail::format("page of epoch {} starts at sequence {}, but epoch {} ended at {}",
+                            next, first, epoch_, first_sequence_ + published)));
   // [chan.E] every lease of this epoch was given back (receiving with a lease
   // held is refused), so nothing reads the page any more; pairs with the
   // producer's [chan.A] before it rebinds the slot. seq_cst with the flag load
@@ -274,32 +284,36 @@ Result<ChannelConsumer::Wait> ChannelConsumer::clean_end() {
   // relaxed: ordered by the acquire of CLEAN [chan.T'].
   const std::uint64_t active = control().producer.active_epoch.load(std::memory_order_relaxed);
   if (active < epoch_ || active - epoch_ >= view_.params.pages)
-    return terminal(fault_here(ChannelFault::CorruptState,
-                               fmt::format("producer finished at epoch {}, consumer is at {} ({} "
-                                           "pages)",
-                                           active, epoch_, view_.params.pages)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("producer finished at epoch {}, consumer is at {} ({} "
+                                       "pages)",
+                                       active, epoch_, view_.params.pages)));
   // acquire: pairs with [chan.S] (finish seals) and [chan.P].
   if (page_.header->binding.state.load(std::memory_order_acquire) != page::kSealed)
-    return terminal(fault_here(ChannelFault::CorruptState,
-                               fmt::format("channel is CLEAN but the page of epoch {} is not "
-                                           "sealed",
-                                           epoch_)));
+    return terminal(
+        fault_here(ChannelFault::CorruptState,
+                   shm::detail::format("channel is CLEAN but the page of epoch {} is not "
+                                       "sealed",
+                                       epoch_)));
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   if (committed_ != published)
-    return terminal(fault_here(ChannelFault::CountShortfall,
-                               fmt::format("end of stream: epoch {} committed {} payloads but its "
-                                           "page published {}",
-                                           epoch_, committed_, published)));
+    return terminal(
+        fault_here(ChannelFault::CountShortfall,
+                   shm::detail::format("end of stream: epoch {} committed {} payloads but its "
+                                       "page published {}",
+                                       epoch_, committed_, published)));
   // Pages rotated to but never described in the ring must be empty.
   for (std::uint64_t e = epoch_ + 1; e <= active; ++e) {
     const page::SlotHeader* h = page::PageView::at(slot(e), view_.geometry).header;
     const std::uint32_t n = h->publication.published.load(std::memory_order_acquire);  // [chan.P']
     if (h->binding.epoch.load(std::memory_order_relaxed) != e || n != 0)
-      return terminal(fault_here(ChannelFault::CountShortfall,
-                                 fmt::format("end of stream: epoch {} published {} payloads that "
-                                             "never reached the ring",
-                                             e, n)));
+      return terminal(
+          fault_here(ChannelFault::CountShortfall,
+                     shm::detail::format("end of stream: epoch {} published {} payloads that "
+                                         "never reached the ring",
+                                         e, n)));
   }
   // [chan.E] release: the final epochs are released (end of stream).
   control().release.released_epoch.store(active + 1, std::memory_order_release);
@@ -316,13 +330,13 @@ std::unexpected<Error> ChannelConsumer::producer_died() {
   const std::uint32_t published =
       page_.header->publication.published.load(std::memory_order_acquire);
   const std::uint64_t orphans = published > committed_ ? published - committed_ : 0;
-  std::string detail =
-      fmt::format("the producer {} without finish(); all {} payloads it described were delivered",
-                  died ? "died" : "detached", head_);
+  std::string detail = shm::detail::format(
+      "the producer {} without finish(); all {} payloads it described were delivered",
+      died ? "died" : "detached", head_);
   if (orphans != 0)
-    detail +=
-        fmt::format("; {} payload(s) published to the page of epoch {} never reached the ring",
-                    orphans, epoch_);
+    detail += shm::detail::format(
+        "; {} payload(s) published to the page of epoch {} never reached the ring", orphans,
+        epoch_);
   auto e = raise(ChannelFault::ProducerDied, epoch_, head_, detail);
   // [chan.E] release: faulted end of stream releases the final epoch too.
   control().release.released_epoch.store(epoch_ + 1, std::memory_order_release);
@@ -367,10 +381,11 @@ Result<ChannelConsumer::Wait> ChannelConsumer::on_empty(bool probe_producer) {
         return terminal(already_faulted());
       }
       case ChannelState::Corrupt:
-        return terminal(fault_here(ChannelFault::CorruptTerminal,
-                                   fmt::format("terminal word is {:#010x}, expected OPEN/CLEAN/"
-                                               "FAULTED",
-                                               word)));
+        return terminal(
+            fault_here(ChannelFault::CorruptTerminal,
+                       shm::detail::format("terminal word is {:#010x}, expected OPEN/CLEAN/"
+                                           "FAULTED",
+                                           word)));
     }
   }
 }
@@ -401,8 +416,9 @@ bool ChannelConsumer::probe_due() noexcept {
 }
 
 std::string ChannelConsumer::too_small_message(std::size_t length, std::size_t room) const {
-  return fmt::format("{}: payload of {} bytes (sequence {}) does not fit the {}-byte buffer",
-                     segment_.path(), length, head_, room);
+  return shm::detail::format(
+      "{}: payload of {} bytes (sequence {}) does not fit the {}-byte buffer", segment_.path(),
+      length, head_, room);
 }
 
 template <class T, class Take>

@@ -7,7 +7,7 @@
 #include "shm/channel/page_crc.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <unistd.h>
 #include <algorithm>
@@ -109,7 +109,8 @@ void describe(const Segment& seg, Node& out) {
   const Snapshot g = snapshot(*v);
   const ChannelState state = channel::state_of(g.word);
   out.set("terminal", std::string(to_string(state)));
-  if (state == ChannelState::Corrupt) out.set("terminal_word", fmt::format("{:#010x}", g.word));
+  if (state == ChannelState::Corrupt)
+    out.set("terminal_word", shm::detail::format("{:#010x}", g.word));
   if (state == ChannelState::Faulted) {
     Node& f = out.object("fault");
     const auto code =
@@ -176,7 +177,7 @@ void verify_payload(const View& v, std::uint64_t e, std::uint64_t index, std::ui
                     const page::Cell& cell, std::uint64_t sequence, std::vector<std::string>& bad) {
   const std::uint32_t crc = page::checksum(v.arena(index) + cell.offset, cell.length);
   if (crc == cell.crc || !still_live(v, e)) return;
-  bad.push_back(fmt::format(
+  bad.push_back(shm::detail::format(
       "payload sequence {} (epoch {} page slot {} cell {}, {} bytes at offset {}): CRC32C "
       "{:#010x} of its bytes differs from the stored {:#010x}",
       sequence, e, index, i, cell.length, cell.offset, crc, cell.crc));
@@ -190,25 +191,25 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
   const std::uint64_t index = e & (p.pages - 1);
   const SlotSnapshot s = slot_snapshot(v, index);
   if (s.state == page::kUnbound || s.epoch != e || s.generation != static_cast<std::uint32_t>(e)) {
-    bad.push_back(fmt::format(
+    bad.push_back(shm::detail::format(
         "slot {} should hold live epoch {} (generation {:#x}) but is {} with "
         "epoch {} generation {:#x}",
         index, e, static_cast<std::uint32_t>(e), slot_state_name(s.state), s.epoch, s.generation));
     return;
   }
   if (s.state != page::kOpen && s.state != page::kSealed)
-    bad.push_back(fmt::format("slot {} has state word {}", index, s.state));
+    bad.push_back(shm::detail::format("slot {} has state word {}", index, s.state));
   if (e < g.active && s.state != page::kSealed)
-    bad.push_back(fmt::format("epoch {} (slot {}) precedes the active epoch {} but is not sealed",
-                              e, index, g.active));
+    bad.push_back(shm::detail::format(
+        "epoch {} (slot {}) precedes the active epoch {} but is not sealed", e, index, g.active));
   if (clean && s.state != page::kSealed)
-    bad.push_back(
-        fmt::format("channel is CLEAN but the page of epoch {} (slot {}) is not sealed", e, index));
+    bad.push_back(shm::detail::format(
+        "channel is CLEAN but the page of epoch {} (slot {}) is not sealed", e, index));
   if (s.published > p.descriptors_per_page || s.used > p.page_bytes) {
     bad.push_back(
-        fmt::format("epoch {} (slot {}) has {} published cells / {} bytes, page holds "
-                    "{} / {}",
-                    e, index, s.published, s.used, p.descriptors_per_page, p.page_bytes));
+        shm::detail::format("epoch {} (slot {}) has {} published cells / {} bytes, page holds "
+                            "{} / {}",
+                            e, index, s.published, s.used, p.descriptors_per_page, p.page_bytes));
     return;
   }
   const page::Cell* cells = v.cells(index);
@@ -217,15 +218,15 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
     const page::Cell cell = cells[i];
     if (cell.offset != offset || cell.length > p.page_bytes - offset) {
       bad.push_back(
-          fmt::format("epoch {} cell {}: offset {} length {}, expected offset {} in a "
-                      "{}-byte arena",
-                      e, i, cell.offset, cell.length, offset, p.page_bytes));
+          shm::detail::format("epoch {} cell {}: offset {} length {}, expected offset {} in a "
+                              "{}-byte arena",
+                              e, i, cell.offset, cell.length, offset, p.page_bytes));
       return;
     }
     if (cell.sequence_lo != static_cast<std::uint32_t>(s.first_sequence + i)) {
-      bad.push_back(fmt::format("epoch {} cell {}: sequence {:#x}, expected {:#x}", e, i,
-                                cell.sequence_lo,
-                                static_cast<std::uint32_t>(s.first_sequence + i)));
+      bad.push_back(shm::detail::format("epoch {} cell {}: sequence {:#x}, expected {:#x}", e, i,
+                                        cell.sequence_lo,
+                                        static_cast<std::uint32_t>(s.first_sequence + i)));
       return;
     }
     verify_payload(v, e, index, i, cell, s.first_sequence + i, bad);
@@ -236,8 +237,8 @@ void verify_page(const View& v, std::uint64_t e, bool clean, const Snapshot& g,
   // ahead of the cells read; it can never be behind them. A sealed page is
   // final: the two must agree.
   if (s.state == page::kSealed ? offset != s.used : offset > s.used)
-    bad.push_back(
-        fmt::format("epoch {} uses {} arena bytes but its cells span {}", e, s.used, offset));
+    bad.push_back(shm::detail::format("epoch {} uses {} arena bytes but its cells span {}", e,
+                                      s.used, offset));
 }
 
 // A FAULTED channel is terminal whatever the cause: one line naming it, where
@@ -248,17 +249,17 @@ std::string fault_line(const channel::ChannelControl::Terminal& t) {
   const std::uint32_t code = t.fault.load(std::memory_order_relaxed);
   const std::uint32_t role = t.fault_role.load(std::memory_order_relaxed);
   const std::string detected =
-      fmt::format("at epoch {}, sequence {}, detected by the {} (pid {})",
-                  t.fault_epoch.load(std::memory_order_relaxed),
-                  t.fault_sequence.load(std::memory_order_relaxed),
-                  role == channel::kProducerRole.id   ? "producer"
-                  : role == channel::kConsumerRole.id ? "consumer"
-                                                      : "sidecar or an observer",
-                  t.fault_pid.load(std::memory_order_relaxed));
+      shm::detail::format("at epoch {}, sequence {}, detected by the {} (pid {})",
+                          t.fault_epoch.load(std::memory_order_relaxed),
+                          t.fault_sequence.load(std::memory_order_relaxed),
+                          role == channel::kProducerRole.id   ? "producer"
+                          : role == channel::kConsumerRole.id ? "consumer"
+                                                              : "sidecar or an observer",
+                          t.fault_pid.load(std::memory_order_relaxed));
   if (code == 0 || code > static_cast<std::uint32_t>(ChannelFault::ProducerDied))
-    return fmt::format("channel is FAULTED with unknown fault code {} {}", code, detected);
-  return fmt::format("channel is FAULTED: {} (fault code {}) {}",
-                     to_string(static_cast<ChannelFault>(code)), code, detected);
+    return shm::detail::format("channel is FAULTED with unknown fault code {} {}", code, detected);
+  return shm::detail::format("channel is FAULTED: {} (fault code {}) {}",
+                             to_string(static_cast<ChannelFault>(code)), code, detected);
 }
 
 // One pass of the checks over the snapshot `g` (the values it read, whatever
@@ -268,26 +269,26 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
   const auto& c = *v.control;
   const ChannelState state = channel::state_of(g.word);
   if (state == ChannelState::Corrupt)
-    bad.push_back(fmt::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
+    bad.push_back(shm::detail::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
   if (state == ChannelState::Faulted) bad.push_back(fault_line(c.terminal));
   if (!channel::internal::ring_positions_possible(g.head, g.tail, p.ring_capacity)) {
-    bad.push_back(fmt::format("ring head {} / tail {} impossible for capacity {}", g.head, g.tail,
-                              p.ring_capacity));
+    bad.push_back(shm::detail::format("ring head {} / tail {} impossible for capacity {}", g.head,
+                                      g.tail, p.ring_capacity));
     return;
   }
   if (!channel::internal::epochs_possible(g.released, g.active, p.pages)) {
     bad.push_back(
-        fmt::format("released_epoch {} / active_epoch {}: more than {} live pages or "
-                    "released beyond the active one",
-                    g.released, g.active, p.pages));
+        shm::detail::format("released_epoch {} / active_epoch {}: more than {} live pages or "
+                            "released beyond the active one",
+                            g.released, g.active, p.pages));
     return;
   }
   if (g.released == g.active + 1) {  // end of stream: nothing live
     if (state == ChannelState::Open)
       bad.push_back("every epoch is released but the channel is still OPEN");
     if (g.head != g.tail)
-      bad.push_back(fmt::format("every epoch is released but {} descriptors are unconsumed",
-                                g.tail - g.head));
+      bad.push_back(shm::detail::format("every epoch is released but {} descriptors are unconsumed",
+                                        g.tail - g.head));
     return;
   }
   // Live epochs [released, active].
@@ -299,36 +300,37 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
     const SlotSnapshot a = slot_snapshot(v, e & (p.pages - 1));
     const SlotSnapshot b = slot_snapshot(v, (e + 1) & (p.pages - 1));
     if (b.first_sequence != a.first_sequence + a.published)
-      bad.push_back(fmt::format("epoch {} starts at sequence {}, epoch {} ended at {}", e + 1,
-                                b.first_sequence, e, a.first_sequence + a.published));
+      bad.push_back(shm::detail::format("epoch {} starts at sequence {}, epoch {} ended at {}",
+                                        e + 1, b.first_sequence, e,
+                                        a.first_sequence + a.published));
   }
   const SlotSnapshot first = slot_snapshot(v, g.released & (p.pages - 1));
   if (g.head < first.first_sequence || g.head > first.first_sequence + first.published)
-    bad.push_back(fmt::format("consumer head {} lies outside its epoch {} (sequences {}..{})",
-                              g.head, g.released, first.first_sequence,
-                              first.first_sequence + first.published));
+    bad.push_back(shm::detail::format(
+        "consumer head {} lies outside its epoch {} (sequences {}..{})", g.head, g.released,
+        first.first_sequence, first.first_sequence + first.published));
   const SlotSnapshot last = slot_snapshot(v, g.active & (p.pages - 1));
   const std::uint64_t next = last.first_sequence + last.published;
   // Between a page release [chan.P] and the ring release [chan.R] the tail lags by one.
   if (g.tail > next || g.tail + 1 < next)
-    bad.push_back(
-        fmt::format("ring tail {} does not match the pages' next sequence {}", g.tail, next));
+    bad.push_back(shm::detail::format("ring tail {} does not match the pages' next sequence {}",
+                                      g.tail, next));
   // Descriptors in flight reference live epochs in order, with their cells.
   std::uint64_t epoch = g.released;
   for (std::uint64_t pos = g.head; pos < g.tail && pos - g.head < kMaxWalk; ++pos) {
     const channel::Descriptor d = v.ring[pos & (p.ring_capacity - 1)];
     while (epoch <= g.active && d.generation != static_cast<std::uint32_t>(epoch)) ++epoch;
     if (epoch > g.active) {
-      bad.push_back(fmt::format("descriptor at {} has generation {:#x}, not a live epoch in order",
-                                pos, d.generation));
+      bad.push_back(shm::detail::format(
+          "descriptor at {} has generation {:#x}, not a live epoch in order", pos, d.generation));
       break;
     }
     const SlotSnapshot s = slot_snapshot(v, epoch & (p.pages - 1));
     if (d.sequence != pos || d.cell != d.sequence - s.first_sequence || d.cell >= s.published) {
       bad.push_back(
-          fmt::format("descriptor at {}: sequence {} cell {} (epoch {} from sequence {}, "
-                      "{} published)",
-                      pos, d.sequence, d.cell, epoch, s.first_sequence, s.published));
+          shm::detail::format("descriptor at {}: sequence {} cell {} (epoch {} from sequence {}, "
+                              "{} published)",
+                              pos, d.sequence, d.cell, epoch, s.first_sequence, s.published));
       break;
     }
   }
@@ -364,19 +366,19 @@ std::vector<std::string> verify(const Segment& seg) {
     if (snapshot(*v) == before) return bad;
     if (attempt % 8 == 7) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  return {fmt::format(
+  return {shm::detail::format(
       "the channel moved during each of {} passes that found a problem (the last: {}{}); no "
       "stable view: retry",
       kAttempts, bad.front(),
-      bad.size() > 1 ? fmt::format(" and {} more", bad.size() - 1) : std::string())};
+      bad.size() > 1 ? shm::detail::format(" and {} more", bad.size() - 1) : std::string())};
 }
 
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::vector<std::string> lines;
   auto v = channel::view(seg);
   if (!v) {
-    lines.push_back(fmt::format("slot {} (pid {}) freed; channel unreadable: {}", dead.index,
-                                dead.pid, v.error().message));
+    lines.push_back(shm::detail::format("slot {} (pid {}) freed; channel unreadable: {}",
+                                        dead.index, dead.pid, v.error().message));
     return lines;
   }
   auto& c = *v->control;
@@ -406,24 +408,24 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
         (void)futex_wake_all(c.waiters.data_signal);
       }
       lines.push_back(
-          fmt::format("producer pid {} died with the channel OPEN at epoch {}: marked "
-                      "FAULTED (producer died); the consumer drains {} published "
-                      "payload(s) first",
-                      dead.pid, c.producer.active_epoch.load(std::memory_order_relaxed),
-                      c.producer.tail.load(std::memory_order_relaxed) -
-                          c.consumer.head.load(std::memory_order_relaxed)));
+          shm::detail::format("producer pid {} died with the channel OPEN at epoch {}: marked "
+                              "FAULTED (producer died); the consumer drains {} published "
+                              "payload(s) first",
+                              dead.pid, c.producer.active_epoch.load(std::memory_order_relaxed),
+                              c.producer.tail.load(std::memory_order_relaxed) -
+                                  c.consumer.head.load(std::memory_order_relaxed)));
     } else {
-      lines.push_back(
-          fmt::format("producer pid {} freed; channel already {}", dead.pid,
-                      to_string(channel::state_of(t.word.load(std::memory_order_acquire)))));
+      lines.push_back(shm::detail::format(
+          "producer pid {} freed; channel already {}", dead.pid,
+          to_string(channel::state_of(t.word.load(std::memory_order_acquire)))));
     }
   } else if (dead.role == channel::kConsumerRole.id) {
     lines.push_back(
-        fmt::format("consumer pid {} freed at sequence {}; a new consumer resumes there "
-                    "(a payload it held is delivered again)",
-                    dead.pid, c.consumer.head.load(std::memory_order_acquire)));
+        shm::detail::format("consumer pid {} freed at sequence {}; a new consumer resumes there "
+                            "(a payload it held is delivered again)",
+                            dead.pid, c.consumer.head.load(std::memory_order_acquire)));
   } else {
-    lines.push_back(fmt::format("observer pid {} freed", dead.pid));
+    lines.push_back(shm::detail::format("observer pid {} freed", dead.pid));
   }
   return lines;
 }

@@ -5,7 +5,7 @@
 #include "platform/spin_then_park.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 namespace shm {
 
@@ -51,17 +51,18 @@ Result<void> ChannelProducer::resume() {
       break;
     case ChannelState::Clean:
       return fail(Errc::InvalidArgument,
-                  fmt::format("{}: channel is finished (CLEAN); create a new one", path));
+                  shm::detail::format("{}: channel is finished (CLEAN); create a new one", path));
     case ChannelState::Faulted:
       return already_faulted();
     case ChannelState::Corrupt:
       return fail(Errc::Corrupt,
-                  fmt::format("{}: terminal word {:#010x} is not OPEN/CLEAN/FAULTED", path,
-                              control().terminal.word.load(std::memory_order_relaxed)));
+                  shm::detail::format("{}: terminal word {:#010x} is not OPEN/CLEAN/FAULTED", path,
+                                      control().terminal.word.load(std::memory_order_relaxed)));
   }
   if (attachment_.generation() != 1)
-    return fail(Errc::ProducerDied,
-                fmt::format("{}: an earlier producer (attachment generation {}) left this channel "
+    return fail(
+        Errc::ProducerDied,
+        shm::detail::format("{}: an earlier producer (attachment generation {}) left this channel "
                             "without finishing; a channel carries one producer lifetime, create "
                             "a new one",
                             path, attachment_.generation() - 1));
@@ -80,9 +81,9 @@ Result<void> ChannelProducer::resume() {
       h->binding.state.load(std::memory_order_relaxed) != page::kOpen ||
       page_.next_sequence() != tail || page_.used() > view_.params.page_bytes ||
       page_.published() > view_.params.descriptors_per_page || head > tail || released > active + 1)
-    return fail(
-        Errc::Corrupt,
-        fmt::format("{}: channel state is impossible for a fresh producer: active epoch {}, "
+    return fail(Errc::Corrupt,
+                shm::detail::format(
+                    "{}: channel state is impossible for a fresh producer: active epoch {}, "
                     "slot bound to epoch {} ({} published), tail {}, head {}, released {}",
                     path, active, page_.epoch(), page_.published(), tail, head, released));
   tail_ = tail;
@@ -94,32 +95,33 @@ Result<void> ChannelProducer::resume() {
 std::unexpected<Error> ChannelProducer::not_open() {
   const std::string& path = segment_.path();
   if (reserving_)
-    return fail(
-        Errc::InvalidArgument,
-        fmt::format("{}: a reservation is outstanding; commit() or abandon() it first", path));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format(
+                    "{}: a reservation is outstanding; commit() or abandon() it first", path));
   if (finished_)
     return fail(Errc::InvalidArgument,
-                fmt::format("{}: channel is finished; nothing more can be sent", path));
+                shm::detail::format("{}: channel is finished; nothing more can be sent", path));
   // [chan.T'] acquire: pairs with [chan.T] in the side that changed the word.
   const std::uint32_t word = control().terminal.word.load(std::memory_order_acquire);
   switch (channel::state_of(word)) {
     case ChannelState::Faulted:
       return already_faulted();
     case ChannelState::Clean:
-      return fail(Errc::InvalidArgument,
-                  fmt::format("{}: channel is finished (CLEAN); nothing more can be sent", path));
+      return fail(
+          Errc::InvalidArgument,
+          shm::detail::format("{}: channel is finished (CLEAN); nothing more can be sent", path));
     case ChannelState::Open:  // cannot go back to OPEN; treat like corrupt
     case ChannelState::Corrupt:
       break;
   }
   return raise(ChannelFault::CorruptTerminal, page_.epoch(), page_.next_sequence(),
-               fmt::format("terminal word {:#010x} seen by the producer", word));
+               shm::detail::format("terminal word {:#010x} seen by the producer", word));
 }
 
 std::unexpected<Error> ChannelProducer::too_large(std::size_t n) const {
   return fail(Errc::TooLarge,
-              fmt::format("{}: payload of {} bytes exceeds an empty page ({} bytes)",
-                          segment_.path(), n, view_.params.max_payload));
+              shm::detail::format("{}: payload of {} bytes exceeds an empty page ({} bytes)",
+                                  segment_.path(), n, view_.params.max_payload));
 }
 
 Result<bool> ChannelProducer::refresh_head() {
@@ -127,9 +129,10 @@ Result<bool> ChannelProducer::refresh_head() {
   // read.
   const std::uint64_t head = control().consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_)
-    return raise(ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
-                 fmt::format("consumer head {} is outside [{}, {}] (last seen, published tail)",
-                             head, cached_head_, tail_));
+    return raise(
+        ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
+        shm::detail::format("consumer head {} is outside [{}, {}] (last seen, published tail)",
+                            head, cached_head_, tail_));
   cached_head_ = head;
   return tail_ - head < view_.params.ring_capacity;
 }
@@ -142,9 +145,10 @@ Result<bool> ChannelProducer::quota_allows() {
   // last used slot next mod P happened before our rebind of it.
   const std::uint64_t released = control().release.released_epoch.load(std::memory_order_acquire);
   if (released < cached_released_ || released > next)
-    return raise(ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
-                 fmt::format("released_epoch {} is outside [{}, {}] (last seen, active epoch + 1)",
-                             released, cached_released_, next));
+    return raise(
+        ChannelFault::CorruptState, page_.epoch(), page_.next_sequence(),
+        shm::detail::format("released_epoch {} is outside [{}, {}] (last seen, active epoch + 1)",
+                            released, cached_released_, next));
   cached_released_ = released;
   return next < released + view_.params.pages;
 }
@@ -239,7 +243,7 @@ Result<void> ChannelProducer::finish() {
       break;
   }
   return raise(ChannelFault::CorruptTerminal, page_.epoch(), page_.next_sequence(),
-               fmt::format("terminal word {:#010x} seen by finish()", seen));
+               shm::detail::format("terminal word {:#010x} seen by finish()", seen));
 }
 
 }  // namespace shm

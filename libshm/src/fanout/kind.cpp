@@ -4,7 +4,7 @@
 #include "shm/segment/kind.hpp"
 #include "shm/fanout/layout.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <array>
 #include <bit>
@@ -33,8 +33,8 @@ struct FanoutView {
 std::optional<FanoutView> view(const Segment& seg, std::string& why) {
   FanoutView v;
   if (seg.params().size() != sizeof v.params) {
-    why = fmt::format("parameter block has {} bytes, expected {}", seg.params().size(),
-                      sizeof v.params);
+    why = shm::detail::format("parameter block has {} bytes, expected {}", seg.params().size(),
+                              sizeof v.params);
     return std::nullopt;
   }
   std::memcpy(&v.params, seg.params().data(), sizeof v.params);
@@ -45,15 +45,15 @@ std::optional<FanoutView> view(const Segment& seg, std::string& why) {
     return std::nullopt;
   }
   if (seg.data().size() < sizeof(fanout::Control)) {
-    why = fmt::format("data area has {} bytes, the bitmap needs {}", seg.data().size(),
-                      sizeof(fanout::Control));
+    why = shm::detail::format("data area has {} bytes, the bitmap needs {}", seg.data().size(),
+                              sizeof(fanout::Control));
     return std::nullopt;
   }
   v.control = reinterpret_cast<const fanout::Control*>(seg.data().data());
   v.base = fanout::base_of(seg.name());
   v.root = std::filesystem::path(seg.path()).parent_path().string();
   if (v.base.empty()) {
-    why = fmt::format("segment name '{}' does not end in .bitmap", seg.name());
+    why = shm::detail::format("segment name '{}' does not end in .bitmap", seg.name());
     return std::nullopt;
   }
   return v;
@@ -74,23 +74,25 @@ Result<Segment> open_ring(const FanoutView& v, std::uint32_t i) {
   if (!seg) return seg;
   const SegmentHeader& h = seg->header();
   if (h.kind != kMpmcRingKind)
-    return fail(Errc::KindMismatch, fmt::format("{}: kind: segment has {}, expected {} (mpmc_ring)",
-                                                seg->path(), h.kind, kMpmcRingKind));
+    return fail(Errc::KindMismatch,
+                shm::detail::format("{}: kind: segment has {}, expected {} (mpmc_ring)",
+                                    seg->path(), h.kind, kMpmcRingKind));
   if (h.fingerprint != mpmc::kFingerprint)
     return fail(Errc::FingerprintMismatch,
-                fmt::format("{}: layout fingerprint {:#018x}, this build has {:#018x}", seg->path(),
-                            h.fingerprint, mpmc::kFingerprint));
+                shm::detail::format("{}: layout fingerprint {:#018x}, this build has {:#018x}",
+                                    seg->path(), h.fingerprint, mpmc::kFingerprint));
   if (h.incarnation != v.control->rings.incarnation[i])
-    return fail(Errc::ParamMismatch,
-                fmt::format("{}: incarnation: segment has {:016x}, the bitmap expects {:016x}",
+    return fail(
+        Errc::ParamMismatch,
+        shm::detail::format("{}: incarnation: segment has {:016x}, the bitmap expects {:016x}",
                             seg->path(), h.incarnation, v.control->rings.incarnation[i]));
   std::string why;
   auto rv = mpmc::view(*seg, &why);
-  if (!rv) return fail(Errc::Corrupt, fmt::format("{}: {}", seg->path(), why));
+  if (!rv) return fail(Errc::Corrupt, shm::detail::format("{}: {}", seg->path(), why));
   if (rv->capacity != v.params.ring_capacity || rv->slot_size != v.params.slot_size)
-    return fail(
-        Errc::ParamMismatch,
-        fmt::format("{}: capacity/slot_size: segment has {}/{}, the fanout has {}/{}", seg->path(),
+    return fail(Errc::ParamMismatch,
+                shm::detail::format(
+                    "{}: capacity/slot_size: segment has {}/{}, the fanout has {}/{}", seg->path(),
                     rv->capacity, rv->slot_size, v.params.ring_capacity, v.params.slot_size));
   return seg;
 }
@@ -112,7 +114,7 @@ void describe(const Segment& seg, Node& out) {
   std::string bits = "0b";
   for (std::uint32_t i = k; i-- > 0;) bits += ((bm >> i) & 1) != 0 ? '1' : '0';
   out.set("bitmap", bits);  // most significant digit = highest priority
-  out.set("bitmap_hex", fmt::format("{:#018x}", bm));
+  out.set("bitmap_hex", shm::detail::format("{:#018x}", bm));
   Node& active = out.array("active");  // highest first
   for (std::uint32_t i = 64; i-- > 0;)
     if (((bm >> i) & 1) != 0) active.push(static_cast<std::uint64_t>(i));
@@ -168,13 +170,13 @@ std::vector<std::string> verify(const Segment& seg) {
   if (const std::uint64_t bm = ctl.hot.bitmap.load(std::memory_order_acquire);
       (bm & ~all_bits(k)) != 0)
     bad.push_back(
-        fmt::format("bitmap {:#018x} has bits set above priority {} (the fanout has {} "
-                    "priorities)",
-                    bm, k - 1, k));
+        shm::detail::format("bitmap {:#018x} has bits set above priority {} (the fanout has {} "
+                            "priorities)",
+                            bm, k - 1, k));
   for (std::uint32_t i = 0; i < k; ++i) {
     auto ring = open_ring(*v, i);
     if (!ring) {
-      bad.push_back(fmt::format("priority {}: {}", i, ring.error().what()));
+      bad.push_back(shm::detail::format("priority {}: {}", i, ring.error().what()));
       continue;
     }
     const auto rv = mpmc::view(*ring);
@@ -196,7 +198,7 @@ std::vector<std::string> verify(const Segment& seg) {
           break;
         }
       if (in_flight) break;
-      problem = fmt::format(
+      problem = shm::detail::format(
           "priority {}: ring holds {} item(s) but its bitmap bit is clear and no "
           "push is in flight: try_drain_highest() will not see them until the "
           "next submit to priority {}",
@@ -211,7 +213,7 @@ std::vector<std::string> verify(const Segment& seg) {
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = view(seg, why);
-  if (!v) return fail(Errc::Corrupt, fmt::format("nothing reclaimed: {}", why));
+  if (!v) return fail(Errc::Corrupt, shm::detail::format("nothing reclaimed: {}", why));
   // The rings are segments of their own: the sidecar reclaims their slots
   // through the mpmc_ring descriptor. Here only the drainer's waiter bit.
   auto* ctl = reinterpret_cast<fanout::Control*>(seg.data().data());
@@ -223,14 +225,14 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // costs at most one extra futex wake (see drain_highest()).
   if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
     ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
-    return std::vector<std::string>{
-        fmt::format("slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit",
-                    dead.index, dead.pid)};
+    return std::vector<std::string>{shm::detail::format(
+        "slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit", dead.index,
+        dead.pid)};
   }
-  return std::vector<std::string>{
-      fmt::format("slot {} (pid {}) held nothing in the bitmap; its ring cells are repaired "
-                  "per ring",
-                  dead.index, dead.pid)};
+  return std::vector<std::string>{shm::detail::format(
+      "slot {} (pid {}) held nothing in the bitmap; its ring cells are repaired "
+      "per ring",
+      dead.index, dead.pid)};
 }
 
 constexpr std::array<RoleSpec, 3> kRoles = {fanout::kSubmitterRole, fanout::kDrainerRole,

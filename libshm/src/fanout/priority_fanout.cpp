@@ -3,7 +3,7 @@
 #include "mpmc/internal.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -12,11 +12,11 @@ namespace shm {
 namespace fanout {
 
 std::string bitmap_name(std::string_view base) {
-  return fmt::format("{}.bitmap", base);
+  return shm::detail::format("{}.bitmap", base);
 }
 
 std::string ring_name(std::string_view base, std::uint32_t priority) {
-  return fmt::format("{}.prio{}", base, priority);
+  return shm::detail::format("{}.prio{}", base, priority);
 }
 
 std::string base_of(std::string_view name) {
@@ -27,8 +27,9 @@ std::string base_of(std::string_view name) {
 
 Result<void> validate(const FanoutParams& params) {
   if (params.priorities < 1 || params.priorities > kMaxPriorities)
-    return fail(Errc::InvalidArgument,
-                fmt::format("priorities {} must be in [1, {}] (one bit each in a 64-bit bitmap)",
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("priorities {} must be in [1, {}] (one bit each in a 64-bit bitmap)",
                             params.priorities, kMaxPriorities));
   return mpmc::validate(MpmcParams{params.ring_capacity, params.slot_size});
 }
@@ -44,20 +45,21 @@ KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
   spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
     ParamBlock f{}, e{};
     if (found.size() != sizeof f)
-      return fmt::format("parameter block: segment has {} bytes, fanout_bitmap uses {}",
-                         found.size(), sizeof f);
+      return shm::detail::format("parameter block: segment has {} bytes, fanout_bitmap uses {}",
+                                 found.size(), sizeof f);
     std::memcpy(&f, found.data(), sizeof f);
     std::memcpy(&e, expected.data(), sizeof e);
     if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
-      return fmt::format("parameters: segment has invalid ones: {}", ok.error().message);
+      return shm::detail::format("parameters: segment has invalid ones: {}", ok.error().message);
     if (e.priorities != 0 && f.priorities != e.priorities)
-      return fmt::format("priorities: segment has {}, caller expects {}", f.priorities,
-                         e.priorities);
+      return shm::detail::format("priorities: segment has {}, caller expects {}", f.priorities,
+                                 e.priorities);
     if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
-      return fmt::format("ring_capacity: segment has {}, caller expects {}", f.ring_capacity,
-                         e.ring_capacity);
+      return shm::detail::format("ring_capacity: segment has {}, caller expects {}",
+                                 f.ring_capacity, e.ring_capacity);
     if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return fmt::format("slot_size: segment has {}, caller expects {}", f.slot_size, e.slot_size);
+      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
+                                 e.slot_size);
     return std::string();
   };
   return spec;
@@ -101,8 +103,8 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
                                             std::vector<MpmcRing> rings, FanoutRole role) {
   if (bitmap.data().size() < sizeof(fanout::Control))
     return fail(Errc::Corrupt,
-                fmt::format("{}: data area has {} bytes, the bitmap needs {}", bitmap.path(),
-                            bitmap.data().size(), sizeof(fanout::Control)));
+                shm::detail::format("{}: data area has {} bytes, the bitmap needs {}",
+                                    bitmap.path(), bitmap.data().size(), sizeof(fanout::Control)));
   auto attachment = bitmap.attach(role_spec(role));
   if (!attachment) return std::unexpected(attachment.error());
   PriorityFanout f;
@@ -161,16 +163,18 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
                                             const OpenOptions& options, FanoutRole role) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
-                fmt::format("fanout '{}': a handle needs writable mappings", base));
+                shm::detail::format("fanout '{}': a handle needs writable mappings", base));
   if (expected.priorities > fanout::kMaxPriorities)
-    return fail(Errc::InvalidArgument, fmt::format("priorities {} must be in [1, {}]",
-                                                   expected.priorities, fanout::kMaxPriorities));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("priorities {} must be in [1, {}]", expected.priorities,
+                                    fanout::kMaxPriorities));
   fanout::ParamBlock block{};
   const KindSpec spec = fanout::kind_spec(expected, block);
   auto seg = Segment::open(fanout::bitmap_name(base), spec, options);
   if (!seg) {
     if (seg.error().code == Errc::NotFound)
-      return fail(Errc::NotFound, fmt::format("fanout '{}': {}", base, seg.error().message));
+      return fail(Errc::NotFound,
+                  shm::detail::format("fanout '{}': {}", base, seg.error().message));
     return std::unexpected(seg.error());
   }
   fanout::ParamBlock found{};
@@ -183,15 +187,17 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
     auto r = MpmcRing::open(name, {found.ring_capacity, found.slot_size}, options, ring_role(role));
     if (!r) {
       if (r.error().code == Errc::NotFound)
-        return fail(Errc::NotFound, fmt::format("fanout '{}': ring file '{}' of priority {} is "
-                                                "missing ({})",
-                                                base, name, i, r.error().message));
+        return fail(Errc::NotFound,
+                    shm::detail::format("fanout '{}': ring file '{}' of priority {} is "
+                                        "missing ({})",
+                                        base, name, i, r.error().message));
       return std::unexpected(r.error());
     }
     const std::uint64_t inc = r->segment().header().incarnation;
     if (inc != ctl->rings.incarnation[i])
-      return fail(Errc::ParamMismatch,
-                  fmt::format("{}: incarnation: segment has {:016x}, the fanout's bitmap expects "
+      return fail(
+          Errc::ParamMismatch,
+          shm::detail::format("{}: incarnation: segment has {:016x}, the fanout's bitmap expects "
                               "{:016x} (the ring was re-created on its own)",
                               r->segment().path(), inc, ctl->rings.incarnation[i]));
     rings.push_back(std::move(*r));
@@ -216,7 +222,7 @@ Result<void> PriorityFanout::unlink(std::string_view base, const std::string& ro
     if (auto ok = drop(fanout::ring_name(base, i)); !ok) return ok;
   if (!removed)
     return fail(Errc::NotFound,
-                fmt::format("fanout '{}' not found in {}", base, resolved_root(root)));
+                shm::detail::format("fanout '{}' not found in {}", base, resolved_root(root)));
   return {};
 }
 
@@ -236,15 +242,16 @@ std::uint64_t PriorityFanout::active_priorities() const noexcept {
 
 std::unexpected<Error> PriorityFanout::out_of_bounds(std::uint32_t priority) const {
   return fail(Errc::PriorityOutOfBounds,
-              fmt::format("priority {} is out of bounds for fanout '{}' with {} priorities "
-                          "(0..{}, 0 is the lowest)",
-                          priority, base_, k_, k_ - 1));
+              shm::detail::format("priority {} is out of bounds for fanout '{}' with {} priorities "
+                                  "(0..{}, 0 is the lowest)",
+                                  priority, base_, k_, k_ - 1));
 }
 
 std::unexpected<Error> PriorityFanout::bit_out_of_range(std::uint64_t bitmap) const {
-  return fail(Errc::Corrupt, fmt::format("{}: bitmap {:#018x} has a bit set above priority {} "
-                                         "(the fanout has {} priorities)",
-                                         segment_.path(), bitmap, k_ - 1, k_));
+  return fail(Errc::Corrupt,
+              shm::detail::format("{}: bitmap {:#018x} has a bit set above priority {} "
+                                  "(the fanout has {} priorities)",
+                                  segment_.path(), bitmap, k_ - 1, k_));
 }
 
 void PriorityFanout::clear_stale(std::uint32_t priority) noexcept {
@@ -332,7 +339,7 @@ mpmc::RepairReport PriorityFanout::repair() const {
     total.repaired_pops += one.repaired_pops;
     total.held_by_live += one.held_by_live;
     for (auto& a : one.actions)
-      total.actions.push_back(fmt::format("{}: {}", r.segment().name(), a));
+      total.actions.push_back(shm::detail::format("{}: {}", r.segment().name(), a));
   }
   return total;
 }

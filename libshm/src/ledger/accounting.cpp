@@ -2,7 +2,7 @@
 // against pools, categories and partitions) and admit (token buckets).
 #include "internal.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <cassert>
 #include <cstdlib>
@@ -53,11 +53,12 @@ Result<void> check_ticket(const View& v, std::string_view op, Ticket tk, Owner s
   if (state == kTicketFree || gen != tk.generation) {
     bump(c.stats.refused_releases);
     if (state == kTicketFree && gen == tk.generation)
-      return fail(Errc::InvalidArgument, fmt::format("{}: ticket {}#{} was already released", op,
-                                                     tk.index, tk.generation));
-    return fail(
-        Errc::InvalidArgument,
-        fmt::format("{}: ticket {}#{} is stale: its slot was reused and is now generation {} ({})",
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{}: ticket {}#{} was already released", op, tk.index,
+                                      tk.generation));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format(
+                    "{}: ticket {}#{} is stale: its slot was reused and is now generation {} ({})",
                     op, tk.index, tk.generation, gen, state == kTicketFree ? "free" : "live"));
   }
   const Owner owner{ld(t.owner_slot), ld(t.owner_generation)};
@@ -65,10 +66,10 @@ Result<void> check_ticket(const View& v, std::string_view op, Ticket tk, Owner s
     bump(c.stats.refused_releases);
     return fail(
         Errc::PermissionDenied,
-        fmt::format("{}: ticket {}#{} belongs to attachment slot {} generation {}; this handle is "
-                    "slot {} generation {}",
-                    op, tk.index, tk.generation, owner.slot, owner.generation, self.slot,
-                    self.generation));
+        shm::detail::format(
+            "{}: ticket {}#{} belongs to attachment slot {} generation {}; this handle is "
+            "slot {} generation {}",
+            op, tk.index, tk.generation, owner.slot, owner.generation, self.slot, self.generation));
   }
   return {};
 }
@@ -77,8 +78,8 @@ Result<void> check_ticket(const View& v, std::string_view op, Ticket tk, Owner s
 Result<std::int64_t> room(const Account& a, std::string_view path, std::string_view what) {
   const std::int64_t used = ld(a.used), limit = ld(a.limit);
   if (used < 0 || used > limit) [[unlikely]]
-    return corrupt(path,
-                   fmt::format("{} account: used {} is outside [0, limit {}]", what, used, limit));
+    return corrupt(path, shm::detail::format("{} account: used {} is outside [0, limit {}]", what,
+                                             used, limit));
   return limit - used;
 }
 
@@ -88,11 +89,12 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
   const int a = find_account(p, category);
   if (a == -1) [[unlikely]]
     return fail(Errc::InvalidArgument,
-                fmt::format("pool '{}' has no account for category '{}'", read_label(p.label),
-                            read_label(v.categories[category].label)));
+                shm::detail::format("pool '{}' has no account for category '{}'",
+                                    read_label(p.label), read_label(v.categories[category].label)));
   if (a < 0) [[unlikely]]
-    return corrupt(path, fmt::format("pool '{}' has {} accounts (limit {})", read_label(p.label),
-                                     ld(p.account_count), kPoolAccounts));
+    return corrupt(path,
+                   shm::detail::format("pool '{}' has {} accounts (limit {})", read_label(p.label),
+                                       ld(p.account_count), kPoolAccounts));
   return &p.accounts[a];
 }
 
@@ -105,20 +107,22 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
 
 [[gnu::cold]] std::unexpected<Error> ticket_range_error(std::string_view op, Ticket tk,
                                                         const View& v) {
-  return fail(Errc::InvalidArgument, fmt::format("{}: ticket index {} is outside the table of {}",
-                                                 op, tk.index, v.params.max_tickets));
+  return fail(Errc::InvalidArgument,
+              shm::detail::format("{}: ticket index {} is outside the table of {}", op, tk.index,
+                                  v.params.max_tickets));
 }
 
 [[gnu::cold]] std::unexpected<Error> reserve_argument_error(const View& v, PoolId pool,
                                                             CategoryId cat, std::int64_t bytes) {
   if (bytes < 0)
-    return fail(Errc::InvalidArgument, fmt::format("reserve: bytes {} is negative", bytes));
+    return fail(Errc::InvalidArgument, shm::detail::format("reserve: bytes {} is negative", bytes));
   if (pool.index >= v.params.max_pools)
     return fail(Errc::InvalidArgument,
-                fmt::format("reserve: pool index {} is outside the table of {}", pool.index,
-                            v.params.max_pools));
-  return fail(Errc::InvalidArgument, fmt::format("reserve: category {} is outside the table of {}",
-                                                 cat.index, v.params.max_categories));
+                shm::detail::format("reserve: pool index {} is outside the table of {}", pool.index,
+                                    v.params.max_pools));
+  return fail(Errc::InvalidArgument,
+              shm::detail::format("reserve: category {} is outside the table of {}", cat.index,
+                                  v.params.max_categories));
 }
 
 // Why (pool, category) cannot be charged: a stale pool, an undefined category,
@@ -131,14 +135,15 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
   if (!pool) return std::unexpected(std::move(pool.error()));
   const std::uint32_t cc = ld(c.lock.category_count);
   if (cc > v.params.max_categories)
-    return corrupt(path, fmt::format("category count {} exceeds the table of {}", cc,
-                                     v.params.max_categories));
+    return corrupt(path, shm::detail::format("category count {} exceeds the table of {}", cc,
+                                             v.params.max_categories));
   if (category.index >= cc)
-    return fail(Errc::InvalidArgument,
-                fmt::format("reserve: category {} is not defined ({} are)", category.index, cc));
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("reserve: category {} is not defined ({} are)", category.index, cc));
   const std::uint32_t part = ld(v.categories[category.index].partition);
   if (part >= kPartitions)
-    return corrupt(path, fmt::format("category {} has partition {}", category.index, part));
+    return corrupt(path, shm::detail::format("category {} has partition {}", category.index, part));
   auto pa = pool_account(v, **pool, category.index, path);
   if (!pa) return std::unexpected(std::move(pa.error()));
   return corrupt(path, "reserve: inconsistent lookup");  // not reached: the fast path accepted it
@@ -152,8 +157,8 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
   LedgerControl& c = *v.control;
   const std::uint32_t top = ld(c.lock.free_top);
   if (top > v.params.max_tickets)
-    return corrupt(path, fmt::format("free stack holds {} entries, the table has {}", top,
-                                     v.params.max_tickets));
+    return corrupt(path, shm::detail::format("free stack holds {} entries, the table has {}", top,
+                                             v.params.max_tickets));
   if (top == 0) {
     count_rejection(c, LedgerScope::Tickets, nullptr);
     return LedgerReservation(std::unexpect,
@@ -200,7 +205,8 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
 [[gnu::cold]] std::unexpected<Error> admit_argument_error(std::span<const Constraint> constraints,
                                                           std::int64_t now_ms) {
   if (now_ms < 0)
-    return fail(Errc::InvalidArgument, fmt::format("admit: time {} ms is negative", now_ms));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("admit: time {} ms is negative", now_ms));
   auto co = token_bucket::coalesce(constraints);
   return fail(Errc::InvalidArgument,
               co ? std::string("admit: malformed constraints") : "admit: " + co.error().message);
@@ -256,9 +262,9 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   }
   const std::uint32_t index = ld(v.free_stack[top - 1]);
   if (index >= v.params.max_tickets || ld(v.tickets[index].state) != kTicketFree) [[unlikely]]
-    return corrupt(path,
-                   fmt::format("free stack top {} names ticket {}, which is out of range or live",
-                               top - 1, index));
+    return corrupt(path, shm::detail::format(
+                             "free stack top {} names ticket {}, which is out of range or live",
+                             top - 1, index));
 
   held.write();
   st(c.lock.free_top, top - 1);
@@ -300,16 +306,18 @@ Result<void> Ledger::commit(Ticket ticket) {
   if (!owned_live(t, ticket, owner_)) [[unlikely]]
     return check_ticket(v, "commit", ticket, owner_);
   if (ld(t.state) == kTicketCommitted) [[unlikely]]
-    return fail(Errc::InvalidArgument, fmt::format("commit: ticket {}#{} is already committed",
-                                                   ticket.index, ticket.generation));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("commit: ticket {}#{} is already committed", ticket.index,
+                                    ticket.generation));
   Charge ch;
   if (!resolve_fast(v, ticket.index, ch)) [[unlikely]]
     return std::unexpected(resolve(v, ticket.index, path).error());
   Account* const dims[] = {ch.global, ch.partition, ch.category, ch.pool_account};
   for (const Account* a : dims)
     if (ld(a->reserved) < ch.bytes) [[unlikely]]
-      return corrupt(path, fmt::format("commit of {} bytes: an account has only {} reserved",
-                                       ch.bytes, ld(a->reserved)));
+      return corrupt(
+          path, shm::detail::format("commit of {} bytes: an account has only {} reserved", ch.bytes,
+                                    ld(a->reserved)));
   held.write();
   // [ledger.T] release (crash order, as in reserve): the state is the source of truth.
   t.state.store(kTicketCommitted, std::memory_order_release);
@@ -346,15 +354,15 @@ Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::in
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   if (bytes < 0)
-    return fail(Errc::InvalidArgument, fmt::format("replace: bytes {} is negative", bytes));
+    return fail(Errc::InvalidArgument, shm::detail::format("replace: bytes {} is negative", bytes));
   if (ticket.index >= v.params.max_tickets)
     return fail(Errc::InvalidArgument,
-                fmt::format("replace: ticket index {} is outside the table of {}", ticket.index,
-                            v.params.max_tickets));
+                shm::detail::format("replace: ticket index {} is outside the table of {}",
+                                    ticket.index, v.params.max_tickets));
   if (pool_id.index >= v.params.max_pools)
     return fail(Errc::InvalidArgument,
-                fmt::format("replace: pool index {} is outside the table of {}", pool_id.index,
-                            v.params.max_pools));
+                shm::detail::format("replace: pool index {} is outside the table of {}",
+                                    pool_id.index, v.params.max_pools));
   const std::string& path = segment_.path();
   if (auto ok = lock(v, path); !ok) return std::unexpected(ok.error());
   LedgerControl& c = *v.control;
@@ -458,8 +466,9 @@ Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
   if (n == 0) return LedgerAdmission();
   for (std::size_t k = 0; k < n; ++k)
     if (terms[k].bucket >= v.params.max_buckets) [[unlikely]]
-      return fail(Errc::InvalidArgument, fmt::format("admit: bucket {} is outside the table of {}",
-                                                     terms[k].bucket, v.params.max_buckets));
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("admit: bucket {} is outside the table of {}",
+                                      terms[k].bucket, v.params.max_buckets));
   const std::string& path = segment_.path();
   if (auto ok = lock(v, path); !ok) [[unlikely]]
     return std::unexpected(std::move(ok.error()));
@@ -467,24 +476,24 @@ Result<LedgerAdmission> Ledger::admit(std::span<const Constraint> constraints,
   Held held(c);
   const std::uint32_t bc = ld(c.lock.bucket_count);
   if (bc > v.params.max_buckets) [[unlikely]]
-    return corrupt(
-        path, fmt::format("bucket count {} exceeds the table of {}", bc, v.params.max_buckets));
+    return corrupt(path, shm::detail::format("bucket count {} exceeds the table of {}", bc,
+                                             v.params.max_buckets));
   token_bucket::Level before[kMaxConstraints];  // scratch, as above
   token_bucket::Level after[kMaxConstraints];
   for (std::size_t k = 0; k < n; ++k) {
     const std::uint32_t bi = terms[k].bucket;
     if (bi >= bc) [[unlikely]]
       return fail(Errc::InvalidArgument,
-                  fmt::format("admit: bucket {} is not defined ({} are)", bi, bc));
+                  shm::detail::format("admit: bucket {} is not defined ({} are)", bi, bc));
     Bucket& b = v.buckets[bi];
     const std::int64_t rate = ld(b.rate), burst = ld(b.burst);
     const std::uint32_t started = ld(b.started);
     before[k] = token_bucket::Level{ld(b.tokens), ld(b.frac), started != 0, ld(b.last_ms)};
     if (rate < 0 || burst < 0 || before[k].tokens < 0 ||
         before[k].frac >= token_bucket::kUnitsPerToken || started > 1) [[unlikely]]
-      return corrupt(
-          path, fmt::format("bucket {}: rate {} burst {} tokens {} fraction {} is impossible", bi,
-                            rate, burst, before[k].tokens, before[k].frac));
+      return corrupt(path, shm::detail::format(
+                               "bucket {}: rate {} burst {} tokens {} fraction {} is impossible",
+                               bi, rate, burst, before[k].tokens, before[k].frac));
     after[k] = token_bucket::refill(before[k], rate, burst, now_ms);
     if (terms[k].cost > after[k].tokens) [[unlikely]]
       return admit_refused(c, b, burst, after[k].tokens, terms[k].cost);

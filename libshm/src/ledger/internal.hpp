@@ -5,7 +5,7 @@
 #include "shm/ledger/ledger.hpp"
 #include "shm/testing/ledger_crash.hpp"  // LedgerCrashPoint (libshm/testing, not installed)
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -259,8 +259,9 @@ inline constexpr auto kTicketCommitted = static_cast<std::uint32_t>(TicketState:
 [[nodiscard]] inline Result<Pool*> open_pool_at(const View& v, PoolId id, std::string_view op) {
   Pool& p = v.pools[id.index];
   if (ld(p.state) != kPoolOpen || ld(p.generation) != id.generation) [[unlikely]]
-    return fail(Errc::InvalidArgument,
-                fmt::format("{}: pool {}#{} is not open (closed, or reopened as generation {})", op,
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("{}: pool {}#{} is not open (closed, or reopened as generation {})", op,
                             id.index, id.generation, ld(p.generation)));
   return &p;
 }

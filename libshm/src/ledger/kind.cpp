@@ -3,7 +3,7 @@
 #include "internal.hpp"
 #include "shm/platform/process.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <array>
 #include <charconv>
@@ -79,7 +79,7 @@ void describe(const Segment& seg, Node& out) {
       put_account(an, p.accounts[a]);
       an.set("categories", p.category_masks[a] == ~std::uint64_t{0}
                                ? std::string("all")
-                               : fmt::format("{:#x}", p.category_masks[a]));
+                               : shm::detail::format("{:#x}", p.category_masks[a]));
     }
   }
   Node& tickets = out.object("tickets");
@@ -147,25 +147,26 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // On failure reclaim_dead_attacher() leaves the slot Attached (and dead) for
   // the next attempt instead of freeing it with its tickets held.
   if (!seg.writable())
-    return fail(Errc::InvalidArgument,
-                fmt::format("{}: reclaim needs a writable mapping; nothing released", seg.path()));
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("{}: reclaim needs a writable mapping; nothing released", seg.path()));
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
   const Owner owner{static_cast<std::uint32_t>(dead.index), dead.generation};
   auto r = release_owned(*view, seg.path(), owner, Match::Exact, true, true);
   if (!r)
     return fail(r.error().code,
-                fmt::format("generation {}: {}", dead.generation, r.error().message));
-  return std::vector<std::string>{
-      fmt::format("slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools",
-                  dead.index, dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed)};
+                shm::detail::format("generation {}: {}", dead.generation, r.error().message));
+  return std::vector<std::string>{shm::detail::format(
+      "slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools", dead.index,
+      dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed)};
 }
 
 Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   constexpr std::string_view kKeys = "valid keys: bucket.<label>.rate, bucket.<label>.burst";
   auto bad_key = [&] {
     return fail(Errc::InvalidArgument,
-                fmt::format("ledger has no settable key '{}'; {}", key, kKeys));
+                shm::detail::format("ledger has no settable key '{}'; {}", key, kKeys));
   };
   if (!key.starts_with("bucket.")) return bad_key();
   const std::string_view rest = key.substr(7);
@@ -177,10 +178,12 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   std::int64_t n = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
   if (ec != std::errc() || end != value.data() + value.size() || n < 0)
-    return fail(Errc::InvalidArgument,
-                fmt::format("{}: '{}' is not an integer in [0, 9223372036854775807]", key, value));
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("{}: '{}' is not an integer in [0, 9223372036854775807]", key, value));
   if (!seg.writable())
-    return fail(Errc::InvalidArgument, fmt::format("{}: set needs a writable mapping", seg.path()));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: set needs a writable mapping", seg.path()));
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
   const View& v = *view;
@@ -213,7 +216,7 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
     return {};
   }
   return fail(Errc::NotFound,
-              fmt::format("{}: no bucket '{}' ({} defined)", seg.path(), label, bc));
+              shm::detail::format("{}: no bucket '{}' ({} defined)", seg.path(), label, bc));
 }
 
 constexpr std::array<RoleSpec, 1> kRoles = {kMemberRole};

@@ -5,7 +5,7 @@
 #include "internal.hpp"
 #include "segment/size_check.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <cassert>
 #include <cstdlib>
@@ -24,16 +24,16 @@ Result<CategoryId> define_category_held(const View& v, Held& held, const Categor
   LedgerControl& c = *v.control;
   const std::uint32_t cc = ld(c.lock.category_count);
   if (cc > v.params.max_categories)
-    return corrupt(path, fmt::format("category count {} exceeds the table of {}", cc,
-                                     v.params.max_categories));
+    return corrupt(path, shm::detail::format("category count {} exceeds the table of {}", cc,
+                                             v.params.max_categories));
   const auto part = static_cast<std::uint32_t>(spec.partition);
   for (std::uint32_t i = 0; i < cc; ++i) {
     const Category& cat = v.categories[i];
     if (!label_equals(cat.label, spec.label)) continue;
     if (ld(cat.account.limit) == spec.limit && ld(cat.partition) == part) return CategoryId{i};
-    return fail(
-        Errc::AlreadyExists,
-        fmt::format("category '{}' already exists with limit {} ({}); a duplicate definition "
+    return fail(Errc::AlreadyExists,
+                shm::detail::format(
+                    "category '{}' already exists with limit {} ({}); a duplicate definition "
                     "cannot reset it to limit {} ({})",
                     spec.label, ld(cat.account.limit),
                     to_string(ld(cat.partition) == 1 ? Partition::Control : Partition::Ordinary),
@@ -41,8 +41,8 @@ Result<CategoryId> define_category_held(const View& v, Held& held, const Categor
   }
   if (cc == v.params.max_categories)
     return fail(Errc::NoFreeSlot,
-                fmt::format("category table is full ({} of {}); cannot define '{}'", cc,
-                            v.params.max_categories, spec.label));
+                shm::detail::format("category table is full ({} of {}); cannot define '{}'", cc,
+                                    v.params.max_categories, spec.label));
   held.write();
   Category& cat = v.categories[cc];
   write_label(cat.label, spec.label);
@@ -62,21 +62,22 @@ Result<BucketId> define_bucket_held(const View& v, Held& held, const BucketSpec&
   LedgerControl& c = *v.control;
   const std::uint32_t bc = ld(c.lock.bucket_count);
   if (bc > v.params.max_buckets)
-    return corrupt(
-        path, fmt::format("bucket count {} exceeds the table of {}", bc, v.params.max_buckets));
+    return corrupt(path, shm::detail::format("bucket count {} exceeds the table of {}", bc,
+                                             v.params.max_buckets));
   for (std::uint32_t i = 0; i < bc; ++i) {
     const Bucket& b = v.buckets[i];
     if (!label_equals(b.label, spec.label)) continue;
     if (ld(b.rate) == spec.rate_per_sec && ld(b.burst) == spec.burst) return BucketId{i};
-    return fail(
-        Errc::AlreadyExists,
-        fmt::format("bucket '{}' already exists with rate {}/s burst {}; a duplicate definition "
+    return fail(Errc::AlreadyExists,
+                shm::detail::format(
+                    "bucket '{}' already exists with rate {}/s burst {}; a duplicate definition "
                     "cannot reset it to rate {}/s burst {}",
                     spec.label, ld(b.rate), ld(b.burst), spec.rate_per_sec, spec.burst));
   }
   if (bc == v.params.max_buckets)
-    return fail(Errc::NoFreeSlot, fmt::format("bucket table is full ({} of {}); cannot define '{}'",
-                                              bc, v.params.max_buckets, spec.label));
+    return fail(Errc::NoFreeSlot,
+                shm::detail::format("bucket table is full ({} of {}); cannot define '{}'", bc,
+                                    v.params.max_buckets, spec.label));
   held.write();
   Bucket& b = v.buckets[bc];
   write_label(b.label, spec.label);
@@ -97,11 +98,11 @@ Result<void> validate_category(const CategorySpec& spec) {
   if (auto ok = validate_label("category", spec.label); !ok) return ok;
   if (spec.limit < 0)
     return fail(Errc::InvalidArgument,
-                fmt::format("category '{}': limit {} is negative", spec.label, spec.limit));
+                shm::detail::format("category '{}': limit {} is negative", spec.label, spec.limit));
   if (spec.partition != Partition::Ordinary && spec.partition != Partition::Control)
     return fail(Errc::InvalidArgument,
-                fmt::format("category '{}': unknown partition {}", spec.label,
-                            static_cast<unsigned>(spec.partition)));
+                shm::detail::format("category '{}': unknown partition {}", spec.label,
+                                    static_cast<unsigned>(spec.partition)));
   return {};
 }
 
@@ -109,14 +110,14 @@ Result<void> validate_bucket(const BucketSpec& spec) {
   if (auto ok = validate_label("bucket", spec.label); !ok) return ok;
   if (auto ok = token_bucket::validate(spec.rate_per_sec, spec.burst); !ok)
     return fail(Errc::InvalidArgument,
-                fmt::format("bucket '{}': {}", spec.label, ok.error().message));
+                shm::detail::format("bucket '{}': {}", spec.label, ok.error().message));
   return {};
 }
 
 }  // namespace
 
 std::unexpected<Error> internal::corrupt(std::string_view path, std::string what) {
-  return fail(Errc::Corrupt, fmt::format("{}: {}", path, what));
+  return fail(Errc::Corrupt, shm::detail::format("{}: {}", path, what));
 }
 
 // ---------------------------------------------------------------- lifetime
@@ -263,7 +264,7 @@ Result<CategoryId> Ledger::category(std::string_view label) const {
   for (std::uint32_t i = 0; i < cc && i < view_.params.max_categories; ++i)
     if (label_equals(view_.categories[i].label, label)) return CategoryId{i};
   return fail(Errc::NotFound,
-              fmt::format("{}: no category '{}' ({} defined)", segment_.path(), label, cc));
+              shm::detail::format("{}: no category '{}' ({} defined)", segment_.path(), label, cc));
 }
 
 Result<BucketId> Ledger::bucket(std::string_view label) const {
@@ -273,7 +274,7 @@ Result<BucketId> Ledger::bucket(std::string_view label) const {
   for (std::uint32_t i = 0; i < bc && i < view_.params.max_buckets; ++i)
     if (label_equals(view_.buckets[i].label, label)) return BucketId{i};
   return fail(Errc::NotFound,
-              fmt::format("{}: no bucket '{}' ({} defined)", segment_.path(), label, bc));
+              shm::detail::format("{}: no bucket '{}' ({} defined)", segment_.path(), label, bc));
 }
 
 Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
@@ -281,8 +282,8 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
   if (auto ok = validate_label("pool", spec.label); !ok) return std::unexpected(ok.error());
   if (spec.accounts.empty() || spec.accounts.size() > kPoolAccounts)
     return fail(Errc::InvalidArgument,
-                fmt::format("pool '{}': {} accounts, expected 1 to {}", spec.label,
-                            spec.accounts.size(), kPoolAccounts));
+                shm::detail::format("pool '{}': {} accounts, expected 1 to {}", spec.label,
+                                    spec.accounts.size(), kPoolAccounts));
   std::array<std::uint64_t, kPoolAccounts> masks{};
   std::uint32_t highest = 0;
   bool any_listed = false;
@@ -291,12 +292,14 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
     if (auto ok = validate_label("pool account", acc.label); !ok)
       return std::unexpected(ok.error());
     if (acc.limit < 0)
-      return fail(Errc::InvalidArgument, fmt::format("pool '{}' account '{}': limit {} is negative",
-                                                     spec.label, acc.label, acc.limit));
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("pool '{}' account '{}': limit {} is negative", spec.label,
+                                      acc.label, acc.limit));
     for (CategoryId c : acc.categories) {
       if (c.index >= view_.params.max_categories)
-        return fail(Errc::InvalidArgument,
-                    fmt::format("pool '{}' account '{}': category {} is outside the "
+        return fail(
+            Errc::InvalidArgument,
+            shm::detail::format("pool '{}' account '{}': category {} is outside the "
                                 "table of {}",
                                 spec.label, acc.label, c.index, view_.params.max_categories));
       masks[a] |= std::uint64_t{1} << c.index;
@@ -308,7 +311,7 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
       if ((masks[a] & masks[b]) != 0)
         return fail(
             Errc::InvalidArgument,
-            fmt::format(
+            shm::detail::format(
                 "pool '{}': accounts '{}' and '{}' cover a common category; each category is "
                 "charged to one account",
                 spec.label, spec.accounts[b].label, acc.label));
@@ -319,22 +322,24 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
   Held held(c);
   const std::uint32_t cc = ld(c.lock.category_count);
   if (any_listed && highest >= cc)
-    return fail(Errc::InvalidArgument, fmt::format("pool '{}': category {} is not defined ({} are)",
-                                                   spec.label, highest, cc));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("pool '{}': category {} is not defined ({} are)", spec.label,
+                                    highest, cc));
   std::uint32_t slot = view_.params.max_pools;
   for (std::uint32_t i = 0; i < view_.params.max_pools; ++i) {
     const Pool& p = view_.pools[i];
     if (ld(p.state) == kPoolOpen) {
       if (label_equals(p.label, spec.label))
-        return fail(Errc::AlreadyExists, fmt::format("pool '{}' is already open (pool {}#{})",
-                                                     spec.label, i, ld(p.generation)));
+        return fail(Errc::AlreadyExists,
+                    shm::detail::format("pool '{}' is already open (pool {}#{})", spec.label, i,
+                                        ld(p.generation)));
     } else if (slot == view_.params.max_pools) {
       slot = i;
     }
   }
   if (slot == view_.params.max_pools)
-    return fail(Errc::NoFreeSlot, fmt::format("all {} pools are open; cannot open '{}'",
-                                              view_.params.max_pools, spec.label));
+    return fail(Errc::NoFreeSlot, shm::detail::format("all {} pools are open; cannot open '{}'",
+                                                      view_.params.max_pools, spec.label));
   held.write();
   Pool& p = view_.pools[slot];
   const std::uint32_t gen = ld(p.generation) + 1;
@@ -373,14 +378,14 @@ Result<PoolId> Ledger::pool(std::string_view label) const {
     if (ld(p.state) == kPoolOpen && label_equals(p.label, label))
       return PoolId{i, ld(p.generation)};
   }
-  return fail(Errc::NotFound, fmt::format("{}: no open pool '{}'", segment_.path(), label));
+  return fail(Errc::NotFound, shm::detail::format("{}: no open pool '{}'", segment_.path(), label));
 }
 
 Result<void> Ledger::close_pool(PoolId id) {
   if (id.index >= view_.params.max_pools)
     return fail(Errc::InvalidArgument,
-                fmt::format("close_pool: pool index {} is outside the table of {}", id.index,
-                            view_.params.max_pools));
+                shm::detail::format("close_pool: pool index {} is outside the table of {}",
+                                    id.index, view_.params.max_pools));
   if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
   LedgerControl& c = *view_.control;
   Held held(c);
@@ -388,9 +393,9 @@ Result<void> Ledger::close_pool(PoolId id) {
   if (!p) return std::unexpected(p.error());
   if (const std::uint64_t n = ld((*p)->tickets); n != 0)
     return fail(Errc::InvalidArgument,
-                fmt::format("close_pool: pool '{}' still holds {} tickets; release them "
-                            "first",
-                            read_label((*p)->label), n));
+                shm::detail::format("close_pool: pool '{}' still holds {} tickets; release them "
+                                    "first",
+                                    read_label((*p)->label), n));
   held.write();
   // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
   (*p)->state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
@@ -409,8 +414,8 @@ Result<std::uint64_t> Ledger::release_all() {
 Result<ReclaimReport> Ledger::reclaim(Owner owner) {
   if (owner.slot >= kMaxAttachments)
     return fail(Errc::InvalidArgument,
-                fmt::format("reclaim: slot {} is outside the attachment table of {}", owner.slot,
-                            kMaxAttachments));
+                shm::detail::format("reclaim: slot {} is outside the attachment table of {}",
+                                    owner.slot, kMaxAttachments));
   if (owner == owner_)
     return fail(Errc::InvalidArgument,
                 "reclaim: this handle's own tickets are released with release_all()");
@@ -419,8 +424,9 @@ Result<ReclaimReport> Ledger::reclaim(Owner owner) {
   // then those of the generation we compare, read relaxed for the message.
   const std::uint32_t generation = s.generation.load(std::memory_order_acquire);
   if (segment_.liveness(owner.slot) == Liveness::Alive && generation == owner.generation)
-    return fail(Errc::InvalidArgument,
-                fmt::format("reclaim: attachment slot {} generation {} is alive (pid {})",
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("reclaim: attachment slot {} generation {} is alive (pid {})",
                             owner.slot, owner.generation, s.pid.load(std::memory_order_relaxed)));
   return release_owned(view_, segment_.path(), owner, Match::Exact, true, true);
 }

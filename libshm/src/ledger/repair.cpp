@@ -2,7 +2,7 @@
 // (repair after EOWNERDEAD, verify), the undo journal, and the lock slow path.
 #include "internal.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <chrono>
 #include <map>
@@ -49,16 +49,17 @@ void compare_account(const Account& a, const Sum& sum, std::string_view what,
   const std::int64_t used = ld(a.used), reserved = ld(a.reserved), limit = ld(a.limit);
   const std::uint64_t tickets = ld(a.tickets);
   if (used != sum.used)
-    note(out, fmt::format("{}: used is {}, its tickets sum to {}", what, used, sum.used));
+    note(out, shm::detail::format("{}: used is {}, its tickets sum to {}", what, used, sum.used));
   if (reserved != sum.reserved)
-    note(out,
-         fmt::format("{}: reserved is {}, its tickets sum to {}", what, reserved, sum.reserved));
+    note(out, shm::detail::format("{}: reserved is {}, its tickets sum to {}", what, reserved,
+                                  sum.reserved));
   if (tickets != sum.tickets)
-    note(out,
-         fmt::format("{}: ticket count is {}, the table holds {}", what, tickets, sum.tickets));
-  if (limit < 0) note(out, fmt::format("{}: limit {} is negative", what, limit));
+    note(out, shm::detail::format("{}: ticket count is {}, the table holds {}", what, tickets,
+                                  sum.tickets));
+  if (limit < 0) note(out, shm::detail::format("{}: limit {} is negative", what, limit));
   if (sum.used > limit)
-    note(out, fmt::format("{}: tickets hold {} bytes, over the limit {}", what, sum.used, limit));
+    note(out, shm::detail::format("{}: tickets hold {} bytes, over the limit {}", what, sum.used,
+                                  limit));
 }
 
 void store_sum(Account& a, const Sum& s) noexcept {
@@ -82,27 +83,29 @@ Result<void> lock_slow(const View& v, std::string_view path, detail::LockResult 
       if (!damage.empty()) {
         c.lock.mutex.unlock();
         return fail(Errc::Corrupt,
-                    fmt::format("{}: a holder of the ledger lock died and repair found "
-                                "damage; the ledger is now faulted: {}",
-                                path, join(damage)));
+                    shm::detail::format("{}: a holder of the ledger lock died and repair found "
+                                        "damage; the ledger is now faulted: {}",
+                                        path, join(damage)));
       }
       break;
     }
     case detail::LockResult::Unrecoverable:
-      return fail(Errc::Faulted, fmt::format("{}: the ledger mutex is not recoverable (a repairer "
-                                             "unlocked it without marking it consistent)",
-                                             path));
+      return fail(Errc::Faulted,
+                  shm::detail::format("{}: the ledger mutex is not recoverable (a repairer "
+                                      "unlocked it without marking it consistent)",
+                                      path));
     case detail::LockResult::Failed:
-      return fail(Errc::Corrupt, fmt::format("{}: the ledger mutex word is damaged "
-                                             "(pthread_mutex_lock failed)",
-                                             path));
+      return fail(Errc::Corrupt, shm::detail::format("{}: the ledger mutex word is damaged "
+                                                     "(pthread_mutex_lock failed)",
+                                                     path));
   }
   if (ld(c.lock.faulted) != 0) {
     c.lock.mutex.unlock();
-    return fail(Errc::Faulted, fmt::format("{}: the ledger is faulted (a repair found damage that "
-                                           "tickets cannot explain; `shmctl verify` lists it); "
-                                           "re-create it",
-                                           path));
+    return fail(Errc::Faulted,
+                shm::detail::format("{}: the ledger is faulted (a repair found damage that "
+                                    "tickets cannot explain; `shmctl verify` lists it); "
+                                    "re-create it",
+                                    path));
   }
   return {};
 }
@@ -111,32 +114,36 @@ Result<Charge> resolve(const View& v, std::uint32_t index, std::string_view path
   const TicketSlot& t = v.tickets[index];
   LedgerControl& c = *v.control;
   auto corrupt = [&](std::string what) {
-    return fail(Errc::Corrupt, fmt::format("{}: ticket {}: {}", path, index, what));
+    return fail(Errc::Corrupt, shm::detail::format("{}: ticket {}: {}", path, index, what));
   };
   const std::uint32_t state = ld(t.state);
   if (state != static_cast<std::uint32_t>(TicketState::Reserved) &&
       state != static_cast<std::uint32_t>(TicketState::Committed))
-    return corrupt(fmt::format("state {} is not reserved (1) or committed (2)", state));
+    return corrupt(shm::detail::format("state {} is not reserved (1) or committed (2)", state));
   const std::uint32_t cc = ld(c.lock.category_count);
   const std::uint32_t cat = ld(t.category);
   if (cc > v.params.max_categories || cat >= cc)
-    return corrupt(fmt::format("category {} is outside the {} defined (table of {})", cat, cc,
-                               v.params.max_categories));
+    return corrupt(shm::detail::format("category {} is outside the {} defined (table of {})", cat,
+                                       cc, v.params.max_categories));
   Category& category = v.categories[cat];
   const std::uint32_t part = ld(category.partition);
-  if (part >= kPartitions) return corrupt(fmt::format("category {} has partition {}", cat, part));
+  if (part >= kPartitions)
+    return corrupt(shm::detail::format("category {} has partition {}", cat, part));
   const std::uint32_t pool = ld(t.pool);
   if (pool >= v.params.max_pools)
-    return corrupt(fmt::format("pool {} is outside the table of {}", pool, v.params.max_pools));
+    return corrupt(
+        shm::detail::format("pool {} is outside the table of {}", pool, v.params.max_pools));
   Pool& p = v.pools[pool];
   if (ld(p.state) != static_cast<std::uint32_t>(PoolStatus::Open) ||
       ld(p.generation) != ld(t.pool_generation))
-    return corrupt(fmt::format("pool {} generation {} is not open (pool state {}, generation {})",
-                               pool, ld(t.pool_generation), ld(p.state), ld(p.generation)));
+    return corrupt(
+        shm::detail::format("pool {} generation {} is not open (pool state {}, generation {})",
+                            pool, ld(t.pool_generation), ld(p.state), ld(p.generation)));
   const int a = find_account(p, cat);
-  if (a < 0) return corrupt(fmt::format("pool {} has no account for category {}", pool, cat));
+  if (a < 0)
+    return corrupt(shm::detail::format("pool {} has no account for category {}", pool, cat));
   const std::int64_t bytes = ld(t.bytes);
-  if (bytes < 0) return corrupt(fmt::format("bytes {} is negative", bytes));
+  if (bytes < 0) return corrupt(shm::detail::format("bytes {} is negative", bytes));
   return Charge{&c.global,
                 &c.partitions[part],
                 &category.account,
@@ -150,16 +157,17 @@ Result<void> check_uncharge(const View& v, const Charge& ch, std::string_view pa
   const Account* accounts[] = {ch.global, ch.partition, ch.category, ch.pool_account};
   for (const Account* a : accounts) {
     if (ld(a->used) < ch.bytes || ld(a->tickets) < 1 || (ch.reserved && ld(a->reserved) < ch.bytes))
-      return fail(Errc::Corrupt,
-                  fmt::format("{}: releasing {} bytes would drive an account negative "
-                              "(used {}, reserved {}, tickets {})",
-                              path, ch.bytes, ld(a->used), ld(a->reserved), ld(a->tickets)));
+      return fail(Errc::Corrupt, shm::detail::format(
+                                     "{}: releasing {} bytes would drive an account negative "
+                                     "(used {}, reserved {}, tickets {})",
+                                     path, ch.bytes, ld(a->used), ld(a->reserved), ld(a->tickets)));
   }
   const LedgerControl& c = *v.control;
   if (ld(ch.pool->tickets) < 1 || ld(c.lock.live_tickets) < 1 ||
       ld(c.lock.free_top) >= v.params.max_tickets)
-    return fail(Errc::Corrupt,
-                fmt::format("{}: ticket counts are damaged (pool {}, live {}, free {} of {})", path,
+    return fail(
+        Errc::Corrupt,
+        shm::detail::format("{}: ticket counts are damaged (pool {}, live {}, free {} of {})", path,
                             ld(ch.pool->tickets), ld(c.lock.live_tickets), ld(c.lock.free_top),
                             v.params.max_tickets));
   return {};
@@ -175,34 +183,34 @@ Tally tally(const View& v) {
   std::uint32_t cc = ld(c.lock.category_count);
   if (cc > P.max_categories) {
     note(t.problems,
-         fmt::format("category count {} exceeds the table of {}", cc, P.max_categories));
+         shm::detail::format("category count {} exceeds the table of {}", cc, P.max_categories));
     cc = P.max_categories;
   }
   for (std::uint32_t i = 0; i < cc; ++i)
     if (ld(v.categories[i].partition) >= kPartitions)
       note(t.problems,
-           fmt::format("category {} has partition {}", i, ld(v.categories[i].partition)));
+           shm::detail::format("category {} has partition {}", i, ld(v.categories[i].partition)));
   for (std::uint32_t i = 0; i < P.max_pools; ++i) {
     const Pool& p = v.pools[i];
     const std::uint32_t s = ld(p.state);
     if (s == static_cast<std::uint32_t>(PoolStatus::Free)) continue;
     if (s != static_cast<std::uint32_t>(PoolStatus::Open)) {
-      note(t.problems, fmt::format("pool {} has state {}", i, s));
+      note(t.problems, shm::detail::format("pool {} has state {}", i, s));
       continue;
     }
     ++t.open_pools;
     const std::uint32_t n = ld(p.account_count);
     if (n < 1 || n > kPoolAccounts) {
       note(t.problems,
-           fmt::format("pool {} has {} accounts (1 to {} allowed)", i, n, kPoolAccounts));
+           shm::detail::format("pool {} has {} accounts (1 to {} allowed)", i, n, kPoolAccounts));
       continue;
     }
     std::uint64_t seen = 0;
     for (std::uint32_t a = 0; a < n; ++a) {
       const std::uint64_t mask = ld(p.accounts[a].categories);
       if ((seen & mask) != 0)
-        note(t.problems,
-             fmt::format("pool {}: account {} covers categories another account covers", i, a));
+        note(t.problems, shm::detail::format(
+                             "pool {}: account {} covers categories another account covers", i, a));
       seen |= mask;
     }
   }
@@ -216,36 +224,37 @@ Tally tally(const View& v) {
     }
     if (s != static_cast<std::uint32_t>(TicketState::Reserved) &&
         s != static_cast<std::uint32_t>(TicketState::Committed)) {
-      note(t.problems, fmt::format("ticket {} has state {}", i, s));
+      note(t.problems, shm::detail::format("ticket {} has state {}", i, s));
       continue;
     }
     const bool reserved = s == static_cast<std::uint32_t>(TicketState::Reserved);
     const std::uint32_t cat = ld(tk.category), pool = ld(tk.pool), owner = ld(tk.owner_slot);
     const std::int64_t bytes = ld(tk.bytes);
     if (cat >= cc) {
-      note(t.problems, fmt::format("ticket {}: category {} is not defined ({} are)", i, cat, cc));
+      note(t.problems,
+           shm::detail::format("ticket {}: category {} is not defined ({} are)", i, cat, cc));
       continue;
     }
     if (pool >= P.max_pools ||
         ld(v.pools[pool].state) != static_cast<std::uint32_t>(PoolStatus::Open) ||
         ld(v.pools[pool].generation) != ld(tk.pool_generation)) {
-      note(t.problems, fmt::format("ticket {}: pool {} generation {} is not open", i, pool,
-                                   ld(tk.pool_generation)));
+      note(t.problems, shm::detail::format("ticket {}: pool {} generation {} is not open", i, pool,
+                                           ld(tk.pool_generation)));
       continue;
     }
     const int a = find_account(v.pools[pool], cat);
     if (a < 0) {
       note(t.problems,
-           fmt::format("ticket {}: pool {} has no account for category {}", i, pool, cat));
+           shm::detail::format("ticket {}: pool {} has no account for category {}", i, pool, cat));
       continue;
     }
     if (bytes < 0) {
-      note(t.problems, fmt::format("ticket {}: bytes {} is negative", i, bytes));
+      note(t.problems, shm::detail::format("ticket {}: bytes {} is negative", i, bytes));
       continue;
     }
     if (owner >= kMaxAttachments) {
-      note(t.problems,
-           fmt::format("ticket {}: owner slot {} is outside the attachment table", i, owner));
+      note(t.problems, shm::detail::format(
+                           "ticket {}: owner slot {} is outside the attachment table", i, owner));
       continue;
     }
     const std::uint32_t part = ld(v.categories[cat].partition);
@@ -257,7 +266,7 @@ Tally tally(const View& v) {
             t.pool_accounts[std::size_t{pool} * kPoolAccounts + static_cast<std::size_t>(a)], bytes,
             reserved)) {
       note(t.problems,
-           fmt::format("ticket {}: {} bytes overflow the sum of its accounts", i, bytes));
+           shm::detail::format("ticket {}: {} bytes overflow the sum of its accounts", i, bytes));
       continue;
     }
     ++t.pool_tickets[pool];
@@ -277,72 +286,75 @@ void compare(const View& v, const Tally& t, std::vector<std::string>& out) {
   const LedgerControl& c = *v.control;
   if (ld(c.lock.faulted) != 0) note(out, "the ledger is faulted: a repair found damage");
   if (ld(c.global.limit) != P.global_limit)
-    note(out, fmt::format("global limit is {}, the parameters say {}", ld(c.global.limit),
-                          P.global_limit));
+    note(out, shm::detail::format("global limit is {}, the parameters say {}", ld(c.global.limit),
+                                  P.global_limit));
   if (ld(c.partitions[0].limit) != P.global_limit - P.control_reserve)
-    note(out, fmt::format("ordinary partition limit is {}, expected global {} - control reserve {}",
-                          ld(c.partitions[0].limit), P.global_limit, P.control_reserve));
+    note(out, shm::detail::format(
+                  "ordinary partition limit is {}, expected global {} - control reserve {}",
+                  ld(c.partitions[0].limit), P.global_limit, P.control_reserve));
   if (ld(c.partitions[1].limit) != P.global_limit)
-    note(out, fmt::format("control partition limit is {}, expected global {}",
-                          ld(c.partitions[1].limit), P.global_limit));
+    note(out, shm::detail::format("control partition limit is {}, expected global {}",
+                                  ld(c.partitions[1].limit), P.global_limit));
   compare_account(c.global, t.global, "global", out);
   compare_account(c.partitions[0], t.partitions[0], "partition 'ordinary'", out);
   compare_account(c.partitions[1], t.partitions[1], "partition 'control'", out);
   const std::uint32_t cc = std::min(ld(c.lock.category_count), P.max_categories);
   for (std::uint32_t i = 0; i < cc; ++i)
     compare_account(v.categories[i].account, t.categories[i],
-                    fmt::format("category '{}'", read_label(v.categories[i].label)), out);
+                    shm::detail::format("category '{}'", read_label(v.categories[i].label)), out);
   for (std::uint32_t i = 0; i < P.max_pools; ++i) {
     const Pool& p = v.pools[i];
     if (ld(p.state) != static_cast<std::uint32_t>(PoolStatus::Open)) continue;
     const std::string name = read_label(p.label);
     if (ld(p.tickets) != t.pool_tickets[i])
-      note(out, fmt::format("pool '{}': ticket count is {}, the table holds {}", name,
-                            ld(p.tickets), t.pool_tickets[i]));
+      note(out, shm::detail::format("pool '{}': ticket count is {}, the table holds {}", name,
+                                    ld(p.tickets), t.pool_tickets[i]));
     const std::uint32_t limit = ld(p.ticket_limit);
     if (limit != 0 && t.pool_tickets[i] > limit)
-      note(out, fmt::format("pool '{}': {} live tickets, over its limit {}", name,
-                            t.pool_tickets[i], limit));
+      note(out, shm::detail::format("pool '{}': {} live tickets, over its limit {}", name,
+                                    t.pool_tickets[i], limit));
     const std::uint32_t n = std::min(ld(p.account_count), kPoolAccounts);
     for (std::uint32_t a = 0; a < n; ++a)
       compare_account(p.accounts[a].account, t.pool_accounts[std::size_t{i} * kPoolAccounts + a],
-                      fmt::format("pool '{}/{}'", name, read_label(p.accounts[a].label)), out);
+                      shm::detail::format("pool '{}/{}'", name, read_label(p.accounts[a].label)),
+                      out);
   }
   if (ld(c.lock.live_tickets) != t.live)
-    note(out, fmt::format("live ticket count is {}, the table holds {}", ld(c.lock.live_tickets),
-                          t.live));
+    note(out, shm::detail::format("live ticket count is {}, the table holds {}",
+                                  ld(c.lock.live_tickets), t.live));
   if (ld(c.lock.open_pools) != t.open_pools)
-    note(out, fmt::format("open pool count is {}, the table holds {}", ld(c.lock.open_pools),
-                          t.open_pools));
+    note(out, shm::detail::format("open pool count is {}, the table holds {}",
+                                  ld(c.lock.open_pools), t.open_pools));
   const std::uint32_t top = ld(c.lock.free_top);
   if (top != t.free.size()) {
-    note(out, fmt::format("free stack holds {} entries, the table has {} free tickets", top,
-                          t.free.size()));
+    note(out, shm::detail::format("free stack holds {} entries, the table has {} free tickets", top,
+                                  t.free.size()));
   } else {
     std::vector<bool> seen(P.max_tickets, false);
     for (std::uint32_t k = 0; k < top; ++k) {
       const std::uint32_t idx = ld(v.free_stack[k]);
       if (idx >= P.max_tickets || seen[idx] ||
           ld(v.tickets[idx].state) != static_cast<std::uint32_t>(TicketState::Free)) {
-        note(out,
-             fmt::format("free stack entry {} ({}) is out of range, repeated or not free", k, idx));
+        note(out, shm::detail::format(
+                      "free stack entry {} ({}) is out of range, repeated or not free", k, idx));
         break;
       }
       seen[idx] = true;
     }
   }
   if (const std::uint32_t op = ld(c.journal.op); op != static_cast<std::uint32_t>(JournalOp::None))
-    note(out, fmt::format("the undo journal holds an unfinished operation ({})", op));
+    note(out, shm::detail::format("the undo journal holds an unfinished operation ({})", op));
   const std::uint32_t bc = ld(c.lock.bucket_count);
   if (bc > P.max_buckets)
-    note(out, fmt::format("bucket count {} exceeds the table of {}", bc, P.max_buckets));
+    note(out, shm::detail::format("bucket count {} exceeds the table of {}", bc, P.max_buckets));
   for (std::uint32_t i = 0; i < std::min(bc, P.max_buckets); ++i) {
     const Bucket& b = v.buckets[i];
     const std::int64_t rate = ld(b.rate), burst = ld(b.burst), tokens = ld(b.tokens);
     if (rate < 0 || burst < 0 || tokens < 0 || tokens > burst ||
         ld(b.frac) >= static_cast<std::uint64_t>(token_bucket::kUnitsPerToken) || ld(b.started) > 1)
-      note(out, fmt::format("bucket '{}': rate {} burst {} tokens {} fraction {} is impossible",
-                            read_label(b.label), rate, burst, tokens, ld(b.frac)));
+      note(out,
+           shm::detail::format("bucket '{}': rate {} burst {} tokens {} fraction {} is impossible",
+                               read_label(b.label), rate, burst, tokens, ld(b.frac)));
   }
 }
 
@@ -381,21 +393,22 @@ std::vector<std::string> repair(const View& v) {
       st(t.pool_generation, ld(j.ticket_image.pool_generation));
       st(t.bytes, ld(j.ticket_image.bytes));
     } else {
-      note(damage, fmt::format("journal: replaced ticket {} is outside the table of {}", idx,
-                               v.params.max_tickets));
+      note(damage, shm::detail::format("journal: replaced ticket {} is outside the table of {}",
+                                       idx, v.params.max_tickets));
     }
   } else if (op == static_cast<std::uint32_t>(JournalOp::Admit)) {
     const std::uint32_t n = ld(j.count);
     const std::uint32_t bc = ld(c.lock.bucket_count);
     if (n > kMaxConstraints || bc > v.params.max_buckets) {
-      note(damage, fmt::format("journal: {} bucket images (limit {}), {} buckets (table {})", n,
+      note(damage,
+           shm::detail::format("journal: {} bucket images (limit {}), {} buckets (table {})", n,
                                kMaxConstraints, bc, v.params.max_buckets));
     } else {
       for (std::uint32_t k = 0; k < n; ++k) {
         const BucketImage& img = j.buckets[k];
         const std::uint32_t bi = ld(img.index);
         if (bi >= bc) {
-          note(damage, fmt::format("journal: bucket {} is not defined ({} are)", bi, bc));
+          note(damage, shm::detail::format("journal: bucket {} is not defined ({} are)", bi, bc));
           continue;
         }
         Bucket& b = v.buckets[bi];
@@ -406,7 +419,7 @@ std::vector<std::string> repair(const View& v) {
       }
     }
   } else if (op != static_cast<std::uint32_t>(JournalOp::None)) {
-    note(damage, fmt::format("journal: unknown operation {}", op));
+    note(damage, shm::detail::format("journal: unknown operation {}", op));
   }
   // The journal is applied (or damaged): retire it before recomputing.
   st(j.op, JournalOp::None);
@@ -475,10 +488,10 @@ void check_owners(const Tally& t, std::span<const SlotInfo> slots, std::vector<s
       }
     }
     if (!why.empty())
-      note(out,
-           fmt::format("{} tickets ({} bytes) belong to attachment slot {} generation {}, which is "
-                       "{}: pending reclaim",
-                       o.tickets, o.bytes, o.owner.slot, o.owner.generation, why));
+      note(out, shm::detail::format(
+                    "{} tickets ({} bytes) belong to attachment slot {} generation {}, which is "
+                    "{}: pending reclaim",
+                    o.tickets, o.bytes, o.owner.slot, o.owner.generation, why));
   }
 }
 
@@ -516,12 +529,12 @@ std::vector<std::string> verify_unlocked(const View& v, std::span<const SlotInfo
   // [ledger.V2'] acquire, as above.
   const std::uint64_t now = c.lock.version.load(std::memory_order_acquire);
   if ((now & 1u) != 0)
-    return {fmt::format(
+    return {shm::detail::format(
         "a ledger mutation has been in progress for at least {} ms (version {} is odd): "
         "its holder may have died inside the lock; the next locker repairs it",
         ms, now)};
-  return {fmt::format("no stable snapshot in {} attempts over {} ms: writers are too busy; retry",
-                      kAttempts, ms)};
+  return {shm::detail::format(
+      "no stable snapshot in {} attempts over {} ms: writers are too busy; retry", kAttempts, ms)};
 }
 
 }  // namespace shm::ledger

@@ -2,7 +2,7 @@
 
 #include "shm/platform/clock.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <limits>
 
@@ -16,24 +16,25 @@ namespace token_bucket {
 
 Result<void> validate(std::int64_t rate_per_sec, std::int64_t burst) {
   if (rate_per_sec < 0)
-    return fail(Errc::InvalidArgument, fmt::format("bucket rate {} is negative", rate_per_sec));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("bucket rate {} is negative", rate_per_sec));
   if (burst < 0)
-    return fail(Errc::InvalidArgument, fmt::format("bucket burst {} is negative", burst));
+    return fail(Errc::InvalidArgument, shm::detail::format("bucket burst {} is negative", burst));
   return {};
 }
 
 Result<Coalesced> coalesce(std::span<const Constraint> constraints) {
   if (constraints.size() > kMaxConstraints)
     return fail(Errc::InvalidArgument,
-                fmt::format("{} constraints in one admission, the limit is {}", constraints.size(),
-                            kMaxConstraints));
+                shm::detail::format("{} constraints in one admission, the limit is {}",
+                                    constraints.size(), kMaxConstraints));
   Coalesced out;
   for (std::size_t i = 0; i < constraints.size(); ++i) {
     const Constraint& c = constraints[i];
     if (c.cost < 0)
-      return fail(
-          Errc::InvalidArgument,
-          fmt::format("constraint {} (bucket {}): cost {} is negative", i, c.bucket.index, c.cost));
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("constraint {} (bucket {}): cost {} is negative", i,
+                                      c.bucket.index, c.cost));
     std::size_t j = 0;
     while (j < out.size && out.items[j].bucket != c.bucket) ++j;
     if (j == out.size) {
@@ -42,8 +43,8 @@ Result<Coalesced> coalesce(std::span<const Constraint> constraints) {
     }
     if (c.cost > std::numeric_limits<std::int64_t>::max() - out.items[j].cost)
       return fail(Errc::InvalidArgument,
-                  fmt::format("bucket {}: coalesced costs {} + {} overflow int64", c.bucket.index,
-                              out.items[j].cost, c.cost));
+                  shm::detail::format("bucket {}: coalesced costs {} + {} overflow int64",
+                                      c.bucket.index, out.items[j].cost, c.cost));
     out.items[j].cost += c.cost;
   }
   return out;
@@ -58,8 +59,10 @@ Result<TokenBucket> TokenBucket::make(std::int64_t rate_per_sec, std::int64_t bu
 }
 
 Result<bool> TokenBucket::try_take(std::int64_t cost, std::int64_t now_ms) {
-  if (cost < 0) return fail(Errc::InvalidArgument, fmt::format("cost {} is negative", cost));
-  if (now_ms < 0) return fail(Errc::InvalidArgument, fmt::format("time {} ms is negative", now_ms));
+  if (cost < 0)
+    return fail(Errc::InvalidArgument, shm::detail::format("cost {} is negative", cost));
+  if (now_ms < 0)
+    return fail(Errc::InvalidArgument, shm::detail::format("time {} ms is negative", now_ms));
   token_bucket::Level next = token_bucket::refill(level_, rate_, burst_, now_ms);
   if (cost > next.tokens) return false;  // nothing stored: a refused take changes nothing
   next.tokens -= cost;

@@ -1,7 +1,7 @@
 // Ledger geometry, parameters, labels and lock-free reads.
 #include "internal.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <cstring>
 #include <limits>
@@ -32,13 +32,13 @@ std::string_view to_string(Partition partition) noexcept {
 
 std::string Rejection::describe() const {
   if (scope == LedgerScope::Bucket)
-    return fmt::format("bucket '{}' refused a cost of {}: {} tokens available, burst {}", label(),
-                       requested, limit - used, limit);
+    return shm::detail::format("bucket '{}' refused a cost of {}: {} tokens available, burst {}",
+                               label(), requested, limit - used, limit);
   if (scope == LedgerScope::Tickets)
-    return fmt::format("ticket limit '{}' refused a reservation: {} live tickets, limit {}",
-                       label(), used, limit);
-  return fmt::format("{} '{}' refused {} bytes: used {}, limit {}", to_string(scope), label(),
-                     requested, used, limit);
+    return shm::detail::format("ticket limit '{}' refused a reservation: {} live tickets, limit {}",
+                               label(), used, limit);
+  return shm::detail::format("{} '{}' refused {} bytes: used {}, limit {}", to_string(scope),
+                             label(), requested, used, limit);
 }
 
 namespace ledger {
@@ -49,15 +49,16 @@ namespace internal {
 
 Result<void> validate_label(std::string_view what, std::string_view label) {
   if (label.empty() || label.size() > kLabelBytes)
-    return fail(Errc::InvalidArgument, fmt::format("{} label '{}' must have 1 to {} characters",
-                                                   what, label, kLabelBytes));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{} label '{}' must have 1 to {} characters", what, label,
+                                    kLabelBytes));
   for (char ch : label) {
     const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
                     (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
     if (!ok)
-      return fail(
-          Errc::InvalidArgument,
-          fmt::format("{} label '{}' contains a character outside [A-Za-z0-9._-]", what, label));
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{} label '{}' contains a character outside [A-Za-z0-9._-]",
+                                      what, label));
   }
   return {};
 }
@@ -106,23 +107,24 @@ std::string read_label(const Label& label) {
 
 Result<void> validate(const LedgerParams& p) {
   if (p.global_limit < 0)
-    return fail(Errc::InvalidArgument, fmt::format("global_limit {} is negative", p.global_limit));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("global_limit {} is negative", p.global_limit));
   if (p.control_reserve < 0 || p.control_reserve > p.global_limit)
     return fail(Errc::InvalidArgument,
-                fmt::format("control_reserve {} must be in [0, global_limit {}]", p.control_reserve,
-                            p.global_limit));
+                shm::detail::format("control_reserve {} must be in [0, global_limit {}]",
+                                    p.control_reserve, p.global_limit));
   if (p.max_tickets < 1 || p.max_tickets > kMaxTickets)
-    return fail(Errc::InvalidArgument,
-                fmt::format("max_tickets {} must be in [1, {}]", p.max_tickets, kMaxTickets));
+    return fail(Errc::InvalidArgument, shm::detail::format("max_tickets {} must be in [1, {}]",
+                                                           p.max_tickets, kMaxTickets));
   if (p.max_categories < 1 || p.max_categories > kMaxCategories)
-    return fail(Errc::InvalidArgument, fmt::format("max_categories {} must be in [1, {}]",
-                                                   p.max_categories, kMaxCategories));
+    return fail(Errc::InvalidArgument, shm::detail::format("max_categories {} must be in [1, {}]",
+                                                           p.max_categories, kMaxCategories));
   if (p.max_pools < 1 || p.max_pools > kMaxPools)
     return fail(Errc::InvalidArgument,
-                fmt::format("max_pools {} must be in [1, {}]", p.max_pools, kMaxPools));
+                shm::detail::format("max_pools {} must be in [1, {}]", p.max_pools, kMaxPools));
   if (p.max_buckets > kMaxBuckets)
-    return fail(Errc::InvalidArgument,
-                fmt::format("max_buckets {} must be in [0, {}]", p.max_buckets, kMaxBuckets));
+    return fail(Errc::InvalidArgument, shm::detail::format("max_buckets {} must be in [0, {}]",
+                                                           p.max_buckets, kMaxBuckets));
   return {};
 }
 
@@ -151,28 +153,29 @@ KindSpec kind_spec(const LedgerParams& params, bool any, ParamBlock& storage) {
   spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
     ParamBlock f{}, e{};
     if (found.size() != sizeof f)
-      return fmt::format("parameter block: segment has {} bytes, ledger uses {}", found.size(),
-                         sizeof f);
+      return shm::detail::format("parameter block: segment has {} bytes, ledger uses {}",
+                                 found.size(), sizeof f);
     std::memcpy(&f, found.data(), sizeof f);
     std::memcpy(&e, expected.data(), sizeof e);
     if (std::string why = block_problem(f); !why.empty()) return "segment parameters: " + why;
     if (e.global_limit >= 0 && f.global_limit != e.global_limit)
-      return fmt::format("global_limit: segment has {}, caller expects {}", f.global_limit,
-                         e.global_limit);
+      return shm::detail::format("global_limit: segment has {}, caller expects {}", f.global_limit,
+                                 e.global_limit);
     if (e.control_reserve >= 0 && f.control_reserve != e.control_reserve)
-      return fmt::format("control_reserve: segment has {}, caller expects {}", f.control_reserve,
-                         e.control_reserve);
+      return shm::detail::format("control_reserve: segment has {}, caller expects {}",
+                                 f.control_reserve, e.control_reserve);
     if (e.max_tickets != 0 && f.max_tickets != e.max_tickets)
-      return fmt::format("max_tickets: segment has {}, caller expects {}", f.max_tickets,
-                         e.max_tickets);
+      return shm::detail::format("max_tickets: segment has {}, caller expects {}", f.max_tickets,
+                                 e.max_tickets);
     if (e.max_categories != 0 && f.max_categories != e.max_categories)
-      return fmt::format("max_categories: segment has {}, caller expects {}", f.max_categories,
-                         e.max_categories);
+      return shm::detail::format("max_categories: segment has {}, caller expects {}",
+                                 f.max_categories, e.max_categories);
     if (e.max_pools != 0 && f.max_pools != e.max_pools)
-      return fmt::format("max_pools: segment has {}, caller expects {}", f.max_pools, e.max_pools);
+      return shm::detail::format("max_pools: segment has {}, caller expects {}", f.max_pools,
+                                 e.max_pools);
     if (e.max_buckets != 0 && f.max_buckets != e.max_buckets)
-      return fmt::format("max_buckets: segment has {}, caller expects {}", f.max_buckets,
-                         e.max_buckets);
+      return shm::detail::format("max_buckets: segment has {}, caller expects {}", f.max_buckets,
+                                 e.max_buckets);
     return std::string();
   };
   return spec;
@@ -181,24 +184,27 @@ KindSpec kind_spec(const LedgerParams& params, bool any, ParamBlock& storage) {
 Result<View> make_view(const Segment& seg) {
   View v;
   if (seg.header().kind != kLedgerKind)
-    return fail(Errc::KindMismatch, fmt::format("{}: kind: segment has {}, expected {} (ledger)",
-                                                seg.path(), seg.header().kind, kLedgerKind));
+    return fail(Errc::KindMismatch,
+                shm::detail::format("{}: kind: segment has {}, expected {} (ledger)", seg.path(),
+                                    seg.header().kind, kLedgerKind));
   if (seg.header().fingerprint != kFingerprint)
-    return fail(
-        Errc::FingerprintMismatch,
-        fmt::format("{}: ledger layout fingerprint: segment has {:#018x}, this build has {:#018x}",
+    return fail(Errc::FingerprintMismatch,
+                shm::detail::format(
+                    "{}: ledger layout fingerprint: segment has {:#018x}, this build has {:#018x}",
                     seg.path(), seg.header().fingerprint, kFingerprint));
   if (seg.params().size() != sizeof v.params)
     return fail(Errc::ParamMismatch,
-                fmt::format("{}: parameter block: segment has {} bytes, ledger uses {}", seg.path(),
-                            seg.params().size(), sizeof v.params));
+                shm::detail::format("{}: parameter block: segment has {} bytes, ledger uses {}",
+                                    seg.path(), seg.params().size(), sizeof v.params));
   std::memcpy(&v.params, seg.params().data(), sizeof v.params);
   if (std::string why = block_problem(v.params); !why.empty())
-    return fail(Errc::ParamMismatch, fmt::format("{}: segment parameters: {}", seg.path(), why));
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: segment parameters: {}", seg.path(), why));
   v.geometry = geometry(v.params);
   if (seg.data().size() < v.geometry.data_size)
-    return fail(Errc::SizeMismatch,
-                fmt::format("{}: size: data area has {} bytes, its ledger parameters need {}",
+    return fail(
+        Errc::SizeMismatch,
+        shm::detail::format("{}: size: data area has {} bytes, its ledger parameters need {}",
                             seg.path(), seg.data().size(), v.geometry.data_size));
   return view_over(v.params, seg.data().data());
 }

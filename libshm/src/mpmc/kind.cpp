@@ -2,7 +2,7 @@
 #include "shm/segment/kind.hpp"
 #include "shm/mpmc/layout.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <array>
 #include <bit>
@@ -40,30 +40,30 @@ std::string judge_held(const Segment& seg, const mpmc::View& v, const Held& held
     if (w != held.pos + 1) continue;
     const Liveness live = seg.liveness(i);
     if (live == Liveness::Alive) return {};
-    holders +=
-        fmt::format("{}slot {} (pid {}, {})", holders.empty() ? "" : ", ", i,
-                    seg.header().slots[i].pid.load(std::memory_order_relaxed), to_string(live));
+    holders += shm::detail::format("{}slot {} (pid {}, {})", holders.empty() ? "" : ", ", i,
+                                   seg.header().slots[i].pid.load(std::memory_order_relaxed),
+                                   to_string(live));
   }
   const std::uint64_t cell = held.pos & v.mask;
   if (held.side == mpmc::Side::Push) {
     if (holders.empty())
-      return fmt::format(
+      return shm::detail::format(
           "cell {} (position {}) is claimed but unpublished and no attachment's "
           "intent names it: its holder is unknown and it cannot be repaired "
           "automatically; consumers stop in front of it",
           cell, held.pos);
-    return fmt::format(
+    return shm::detail::format(
         "cell {} (position {}) was claimed by {} which died before publishing it: "
         "consumers stop in front of it until it is repaired (sidecar reclaim, the "
         "next handle that opens the ring, or a waiting consumer after 1 ms)",
         cell, held.pos, holders);
   }
   if (holders.empty())
-    return fmt::format(
+    return shm::detail::format(
         "cell {} (position {}) is popped but never released and no attachment's "
         "intent names it: producers stop in front of it",
         cell, held.pos);
-  return fmt::format(
+  return shm::detail::format(
       "cell {} (position {}) was popped by {} which died before releasing it: its "
       "item is lost and producers stop in front of it until it is repaired",
       cell, held.pos, holders);
@@ -87,23 +87,23 @@ void scan(const mpmc::View& v, std::uint64_t head, std::uint64_t tail,
         const std::uint32_t len = c.length.load(std::memory_order_relaxed);
         if (!tomb && len > v.slot_size)
           bad.push_back(
-              fmt::format("cell {} (position {}): payload length {} exceeds the slot "
-                          "size {}",
-                          pos & v.mask, pos, len, v.slot_size));
+              shm::detail::format("cell {} (position {}): payload length {} exceeds the slot "
+                                  "size {}",
+                                  pos & v.mask, pos, len, v.slot_size));
       } else {
         bad.push_back(
-            fmt::format("cell {} (position {}, between head {} and tail {}): sequence "
-                        "{:#x}; expected {} (being written) or {} (published)",
-                        pos & v.mask, pos, head, tail, seq, pos, pos + 1));
+            shm::detail::format("cell {} (position {}, between head {} and tail {}): sequence "
+                                "{:#x}; expected {} (being written) or {} (published)",
+                                pos & v.mask, pos, head, tail, seq, pos, pos + 1));
       }
     } else {  // claimed by a consumer
       if (s == pos + 1) {
         held.push_back({mpmc::Side::Pop, pos});
       } else if (seq != pos + cap) {
         bad.push_back(
-            fmt::format("cell {} (position {}, before head {}): sequence {:#x}; expected "
-                        "{} (being read) or {} (released)",
-                        pos & v.mask, pos, head, seq, pos + 1, pos + cap));
+            shm::detail::format("cell {} (position {}, before head {}): sequence {:#x}; expected "
+                                "{} (being read) or {} (released)",
+                                pos & v.mask, pos, head, seq, pos + 1, pos + cap));
       }
     }
   }
@@ -111,9 +111,9 @@ void scan(const mpmc::View& v, std::uint64_t head, std::uint64_t tail,
     const std::uint64_t seq = v.cell(i).seq.load(std::memory_order_acquire);
     if (seq != i)
       bad.push_back(
-          fmt::format("cell {} was never used (tail {}) but has sequence {:#x}; expected "
-                      "{}",
-                      i, tail, seq, i));
+          shm::detail::format("cell {} was never used (tail {}) but has sequence {:#x}; expected "
+                              "{}",
+                              i, tail, seq, i));
   }
 }
 
@@ -168,8 +168,8 @@ std::vector<std::string> verify(const Segment& seg) {
     const std::uint64_t h2 = ctl.consumer.head.load(std::memory_order_acquire);
     // head is read before tail, so tail >= head; and tail <= (head then) + capacity.
     if (t < h1 || h2 < h1 || t > h2 + v->capacity || t >= (1ull << 62)) {
-      bad.push_back(fmt::format("positions head {} and tail {} are impossible for capacity {}", h2,
-                                t, v->capacity));
+      bad.push_back(shm::detail::format(
+          "positions head {} and tail {} are impossible for capacity {}", h2, t, v->capacity));
       return bad;
     }
     std::vector<std::string> found;
@@ -189,7 +189,8 @@ std::vector<std::string> verify(const Segment& seg) {
     const std::uint64_t seq = v->cell(i).seq.load(std::memory_order_relaxed);
     const std::uint64_t residue = ((seq & ~kTombstone) - i) & v->mask;
     if (residue > 1 || ((seq & kTombstone) != 0 && residue != 1))
-      bad.push_back(fmt::format("cell {}: sequence {:#x} is not congruent to its index", i, seq));
+      bad.push_back(
+          shm::detail::format("cell {}: sequence {:#x} is not congruent to its index", i, seq));
   }
   return bad;
 }
@@ -197,14 +198,14 @@ std::vector<std::string> verify(const Segment& seg) {
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   std::string why;
   const auto v = mpmc::view(seg, &why);
-  if (!v) return fail(Errc::Corrupt, fmt::format("ring not repaired: {}", why));
+  if (!v) return fail(Errc::Corrupt, shm::detail::format("ring not repaired: {}", why));
   // `dead` is assumed dead, not probed: the caller (reclaim_dead_attacher)
   // holds its kernel lock, which a probe through another file description
   // would report as a live holder. Other handles named on a cell are probed.
   mpmc::RepairReport report = mpmc::repair_slots(seg, *v, dead.index, dead.index);
   if (report.actions.empty())
     report.actions.push_back(
-        fmt::format("slot {} (pid {}) held no cell of the ring", dead.index, dead.pid));
+        shm::detail::format("slot {} (pid {}) held no cell of the ring", dead.index, dead.pid));
   return std::move(report.actions);
 }
 

@@ -4,7 +4,7 @@
 #include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,16 +26,17 @@ Result<void> validate(const MpmcParams& params) {
   if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
       params.capacity > kMaxCapacity)
     return fail(Errc::InvalidArgument,
-                fmt::format("mpmc ring capacity {} must be a power of two in [{}, {}]",
-                            params.capacity, kMinCapacity, kMaxCapacity));
+                shm::detail::format("mpmc ring capacity {} must be a power of two in [{}, {}]",
+                                    params.capacity, kMinCapacity, kMaxCapacity));
   if (params.slot_size < 1 || params.slot_size > kMaxSlotSize)
-    return fail(Errc::InvalidArgument, fmt::format("mpmc ring slot size {} must be in [1, {}]",
-                                                   params.slot_size, kMaxSlotSize));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("mpmc ring slot size {} must be in [1, {}]", params.slot_size,
+                                    kMaxSlotSize));
   if (params.capacity * stride_for(params.slot_size) > kMaxCellBytes)
     return fail(Errc::InvalidArgument,
-                fmt::format("mpmc ring of {} cells of {} bytes needs {} bytes, limit {}",
-                            params.capacity, stride_for(params.slot_size),
-                            params.capacity * stride_for(params.slot_size), kMaxCellBytes));
+                shm::detail::format("mpmc ring of {} cells of {} bytes needs {} bytes, limit {}",
+                                    params.capacity, stride_for(params.slot_size),
+                                    params.capacity * stride_for(params.slot_size), kMaxCellBytes));
   return {};
 }
 
@@ -53,19 +54,21 @@ KindSpec kind_spec(const MpmcParams& params, ParamBlock& storage) {
   spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
     ParamBlock f{}, e{};
     if (found.size() != sizeof f)
-      return fmt::format("parameter block: segment has {} bytes, mpmc_ring uses {}", found.size(),
-                         sizeof f);
+      return shm::detail::format("parameter block: segment has {} bytes, mpmc_ring uses {}",
+                                 found.size(), sizeof f);
     std::memcpy(&f, found.data(), sizeof f);
     std::memcpy(&e, expected.data(), sizeof e);
     if (!valid_geometry(f))
-      return fmt::format(
+      return shm::detail::format(
           "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
           "mpmc ring",
           f.capacity, f.slot_size, f.stride);
     if (e.capacity != 0 && f.capacity != e.capacity)
-      return fmt::format("capacity: segment has {}, caller expects {}", f.capacity, e.capacity);
+      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
+                                 e.capacity);
     if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return fmt::format("slot_size: segment has {}, caller expects {}", f.slot_size, e.slot_size);
+      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
+                                 e.slot_size);
     return std::string();
   };
   return spec;
@@ -75,22 +78,22 @@ std::optional<View> view(const Segment& segment, std::string* why) {
   ParamBlock p{};
   if (segment.params().size() != sizeof p) {
     if (why)
-      *why = fmt::format("parameter block has {} bytes, expected {}", segment.params().size(),
-                         sizeof p);
+      *why = shm::detail::format("parameter block has {} bytes, expected {}",
+                                 segment.params().size(), sizeof p);
     return std::nullopt;
   }
   std::memcpy(&p, segment.params().data(), sizeof p);
   if (!valid_geometry(p)) {
     if (why)
-      *why = fmt::format("capacity {}, slot size {}, stride {} are not a valid geometry",
-                         p.capacity, p.slot_size, p.stride);
+      *why = shm::detail::format("capacity {}, slot size {}, stride {} are not a valid geometry",
+                                 p.capacity, p.slot_size, p.stride);
     return std::nullopt;
   }
   const std::uint64_t need = data_size_for(p.capacity, p.slot_size);
   if (segment.data().size() < need) {
     if (why)
-      *why =
-          fmt::format("data area has {} bytes, the geometry needs {}", segment.data().size(), need);
+      *why = shm::detail::format("data area has {} bytes, the geometry needs {}",
+                                 segment.data().size(), need);
     return std::nullopt;
   }
   View v;
@@ -142,7 +145,7 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
   std::memcpy(&found, seg->params().data(), sizeof found);
   if (auto ok = detail::check_total_size(
           *seg, mpmc::data_size_for(found.capacity, found.slot_size),
-          fmt::format("capacity {} x slot size {} needs", found.capacity, found.slot_size));
+          shm::detail::format("capacity {} x slot size {} needs", found.capacity, found.slot_size));
       !ok)
     return std::unexpected(std::move(ok.error()));
   return seg;
@@ -167,7 +170,7 @@ const RoleSpec& role_spec(MpmcRole role) {
 Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   std::string why;
   auto v = mpmc::view(segment, &why);
-  if (!v) return fail(Errc::Corrupt, fmt::format("{}: {}", segment.path(), why));
+  if (!v) return fail(Errc::Corrupt, shm::detail::format("{}: {}", segment.path(), why));
   auto attachment = segment.attach(role_spec(role));
   if (!attachment) return std::unexpected(attachment.error());
   MpmcRing r;
@@ -200,7 +203,7 @@ Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expecte
                                 const OpenOptions& options, MpmcRole role) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
-                fmt::format("mpmc ring '{}': a handle needs a writable mapping", name));
+                shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", name));
   auto seg = open_mpmc_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), role);
@@ -235,9 +238,10 @@ void MpmcRing::cancel() noexcept {
 
 std::unexpected<Error> MpmcRing::corrupt_cell(std::uint64_t pos, std::uint64_t seq,
                                               std::string_view expected) const {
-  return fail(Errc::Corrupt,
-              // Relaxed loads: values for the message only.
-              fmt::format("{}: cell {} (position {}): sequence {:#x} is impossible; expected {} "
+  return fail(
+      Errc::Corrupt,
+      // Relaxed loads: values for the message only.
+      shm::detail::format("{}: cell {} (position {}): sequence {:#x} is impossible; expected {} "
                           "(head {}, tail {}, capacity {})",
                           segment_.path(), pos & v_.mask, pos, seq, expected,
                           v_.control->consumer.head.load(std::memory_order_relaxed),
@@ -245,20 +249,21 @@ std::unexpected<Error> MpmcRing::corrupt_cell(std::uint64_t pos, std::uint64_t s
 }
 
 std::unexpected<Error> MpmcRing::corrupt_length(std::uint64_t pos, std::uint32_t len) const {
-  return fail(Errc::Corrupt,
-              fmt::format("{}: cell {} (position {}): payload length {} exceeds the slot size {}",
+  return fail(
+      Errc::Corrupt,
+      shm::detail::format("{}: cell {} (position {}): payload length {} exceeds the slot size {}",
                           segment_.path(), pos & v_.mask, pos, len, v_.slot_size));
 }
 
 std::unexpected<Error> MpmcRing::too_small(std::uint32_t len, std::size_t room) const {
   return fail(Errc::TooLarge,
-              fmt::format("item of {} bytes does not fit the {}-byte buffer", len, room));
+              shm::detail::format("item of {} bytes does not fit the {}-byte buffer", len, room));
 }
 
 std::unexpected<Error> MpmcRing::too_large(std::size_t n) const {
-  return fail(
-      Errc::TooLarge,
-      fmt::format("payload of {} bytes exceeds the ring's slot size of {} bytes", n, v_.slot_size));
+  return fail(Errc::TooLarge,
+              shm::detail::format("payload of {} bytes exceeds the ring's slot size of {} bytes", n,
+                                  v_.slot_size));
 }
 
 Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std::uint64_t seq) {
@@ -288,11 +293,12 @@ Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std:
     // [mpmc.R']/[mpmc.S'] made visible): a fresh tail must be past it.
     const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_acquire);  // [mpmc.T']
     if (t > pos) return std::optional<std::uint64_t>{t};
-    return corrupt_cell(pos, seq, fmt::format("at most {} while tail is {}", pos, t));
+    return corrupt_cell(pos, seq, shm::detail::format("at most {} while tail is {}", pos, t));
   }
-  return corrupt_cell(pos, seq,
-                      fmt::format("{} (free) or {}..{} (previous lap)", pos,
-                                  pos >= cap ? pos - cap : 0, pos >= cap ? pos - cap + 1 : 0));
+  return corrupt_cell(
+      pos, seq,
+      shm::detail::format("{} (free) or {}..{} (previous lap)", pos, pos >= cap ? pos - cap : 0,
+                          pos >= cap ? pos - cap + 1 : 0));
 }
 
 Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::uint64_t seq) {
@@ -335,11 +341,11 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
     // Released (or re-filled) after a consumer claimed `pos`: a fresh head is past it.
     const std::uint64_t h = head.load(std::memory_order_acquire);  // [mpmc.H']
     if (h > pos) return std::optional<std::uint64_t>{h};
-    return corrupt_cell(pos, seq, fmt::format("at most {} while head is {}", pos + 1, h));
+    return corrupt_cell(pos, seq, shm::detail::format("at most {} while head is {}", pos + 1, h));
   }
   return corrupt_cell(pos, seq,
-                      fmt::format("{} (published), {} (not yet) or {} (previous lap)", pos + 1, pos,
-                                  pos >= cap ? pos - cap + 1 : 0));
+                      shm::detail::format("{} (published), {} (not yet) or {} (previous lap)",
+                                          pos + 1, pos, pos >= cap ? pos - cap + 1 : 0));
 }
 
 void MpmcRing::wake_consumers() noexcept {

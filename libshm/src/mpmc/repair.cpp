@@ -7,7 +7,7 @@
 #include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <algorithm>
 #include <array>
@@ -101,11 +101,11 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
                        side == Side::Push ? 1u : 2u);
   if (action != nullptr)
     *action = side == Side::Push
-                  ? fmt::format(
+                  ? shm::detail::format(
                         "slot {} (pid {}) died after claiming position {} (cell {}) and "
                         "before publishing it: published a tombstone consumers skip",
                         holder, pid, pos, pos & v.mask)
-                  : fmt::format(
+                  : shm::detail::format(
                         "slot {} (pid {}) died after popping position {} (cell {}) and "
                         "before releasing it: released the cell, its item is lost",
                         holder, pid, pos, pos & v.mask);
@@ -148,7 +148,8 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
         ((assume_dead && *assume_dead == i) || segment.liveness(i) != Liveness::Alive)) {
       ctl.waiters.consumers_waiting.fetch_and(~bit, std::memory_order_relaxed);
       ctl.waiters.producers_waiting.fetch_and(~bit, std::memory_order_relaxed);
-      report.actions.push_back(fmt::format("slot {}: cleared the waiter bit of a dead handle", i));
+      report.actions.push_back(
+          shm::detail::format("slot {}: cleared the waiter bit of a dead handle", i));
     }
   }
   return report;

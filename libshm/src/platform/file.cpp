@@ -1,6 +1,6 @@
 #include "shm/platform/file.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -53,7 +53,8 @@ Mapping::~Mapping() {
 Result<Mapping> Mapping::map(int fd, std::size_t size, bool writable, std::string_view what) {
   const int prot = writable ? (PROT_READ | PROT_WRITE) : PROT_READ;
   void* p = ::mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return fail_errno(errno, fmt::format("mmap {} ({} bytes)", what, size));
+  if (p == MAP_FAILED)
+    return fail_errno(errno, shm::detail::format("mmap {} ({} bytes)", what, size));
   Mapping m;
   m.data_ = static_cast<std::byte*>(p);
   m.size_ = size;
@@ -70,7 +71,7 @@ void Mapping::prefault() const noexcept {
 }
 
 Result<FileHandle> reopen(int fd, bool writable) {
-  const std::string path = fmt::format("/proc/self/fd/{}", fd);
+  const std::string path = shm::detail::format("/proc/self/fd/{}", fd);
   const int flags = (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
   const int nfd = ::open(path.c_str(), flags);
   if (nfd < 0) return fail_errno(errno, "reopen " + path);
@@ -93,13 +94,13 @@ Result<bool> try_lock_byte(int fd, std::uint64_t offset) {
   flock fl = byte_lock(F_WRLCK, offset);
   if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;
   if (errno == EAGAIN || errno == EACCES) return false;
-  return fail_errno(errno, fmt::format("F_OFD_SETLK byte {}", offset));
+  return fail_errno(errno, shm::detail::format("F_OFD_SETLK byte {}", offset));
 }
 
 Result<void> unlock_byte(int fd, std::uint64_t offset) {
   flock fl = byte_lock(F_UNLCK, offset);
   if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return {};
-  return fail_errno(errno, fmt::format("F_OFD_SETLK unlock byte {}", offset));
+  return fail_errno(errno, shm::detail::format("F_OFD_SETLK unlock byte {}", offset));
 }
 
 Result<LockProbe> probe_byte(int fd, std::uint64_t offset) {
@@ -107,7 +108,7 @@ Result<LockProbe> probe_byte(int fd, std::uint64_t offset) {
   // read-only descriptor (shmctl maps read-only).
   flock fl = byte_lock(F_RDLCK, offset);
   if (::fcntl(fd, F_OFD_GETLK, &fl) != 0)
-    return fail_errno(errno, fmt::format("F_OFD_GETLK byte {}", offset));
+    return fail_errno(errno, shm::detail::format("F_OFD_GETLK byte {}", offset));
   return fl.l_type == F_UNLCK ? LockProbe::Free : LockProbe::Held;
 }
 

@@ -1,6 +1,6 @@
 #include "shm/platform/robust_mutex.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 namespace shm::detail {
 

@@ -3,7 +3,7 @@
 #include "shm/platform/clock.hpp"
 #include "shm/platform/process.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <array>
 #include <exception>
@@ -54,9 +54,9 @@ void describe_header(const Segment& segment, Node& out) {
   out.set("kind", std::string(kind ? kind->name : "unknown"));
   out.set("kind_id", static_cast<std::uint64_t>(h.kind));
   out.set("size", h.total_size);
-  out.set("layout_version", fmt::format("{}.{}", h.layout_major, h.layout_minor));
-  out.set("fingerprint", fmt::format("{:#018x}", h.fingerprint));
-  out.set("incarnation", fmt::format("{:016x}", h.incarnation));
+  out.set("layout_version", shm::detail::format("{}.{}", h.layout_major, h.layout_minor));
+  out.set("fingerprint", shm::detail::format("{:#018x}", h.fingerprint));
+  out.set("incarnation", shm::detail::format("{:016x}", h.incarnation));
   out.set("flags", static_cast<std::uint64_t>(h.flags));
   out.set("ephemeral", (h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) != 0);
   const std::uint32_t state = h.state.load(std::memory_order_acquire);
@@ -113,10 +113,10 @@ void free_locked_slot(Segment& segment, std::size_t slot) {
 
 Result<void> check_reclaimable(const Segment& segment, std::size_t slot) {
   if (slot >= kMaxAttachments)
-    return fail(Errc::InvalidArgument, fmt::format("slot {} out of range", slot));
+    return fail(Errc::InvalidArgument, shm::detail::format("slot {} out of range", slot));
   if (!segment.writable())
     return fail(Errc::InvalidArgument,
-                fmt::format("{}: reclaim needs a writable mapping", segment.path()));
+                shm::detail::format("{}: reclaim needs a writable mapping", segment.path()));
   return {};
 }
 
@@ -154,11 +154,12 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
   const SegmentHeader& h = segment.header();
   if (h.kind != kind.kind)
     return fail(Errc::KindMismatch,
-                fmt::format("{}: kind id {} is not {}'s ({}); its reclaim is not applied",
-                            segment.path(), h.kind, kind.name, kind.kind));
+                shm::detail::format("{}: kind id {} is not {}'s ({}); its reclaim is not applied",
+                                    segment.path(), h.kind, kind.name, kind.kind));
   if (h.fingerprint != kind.fingerprint)
-    return fail(Errc::FingerprintMismatch,
-                fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has "
+    return fail(
+        Errc::FingerprintMismatch,
+        shm::detail::format("{}: {} layout fingerprint: segment has {:#018x}, this build has "
                             "{:#018x}; its reclaim is not applied",
                             segment.path(), kind.name, h.fingerprint, kind.fingerprint));
   // The slot's lock, held from the check below to the free: a live holder
@@ -178,8 +179,8 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
   auto actions = kind.reclaim(segment, dead);
   if (!actions)
     return fail(actions.error().code,
-                fmt::format("{}: {} reclaim of slot {} (pid {}) failed: {}", segment.path(),
-                            kind.name, dead.index, dead.pid, actions.error().message));
+                shm::detail::format("{}: {} reclaim of slot {} (pid {}) failed: {}", segment.path(),
+                                    kind.name, dead.index, dead.pid, actions.error().message));
   SlotReclaim r{ReclaimOutcome::Reclaimed, std::move(*actions)};
   free_locked_slot(segment, dead.index);
   return r;  // the lock drops when guard closes

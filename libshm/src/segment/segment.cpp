@@ -5,7 +5,7 @@
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -26,7 +26,7 @@ std::string resolve_root(const std::string& root) {
 }
 
 std::string join(const std::string& root, std::string_view name) {
-  return fmt::format("{}/{}", root, name);
+  return shm::detail::format("{}/{}", root, name);
 }
 
 // Refuses a root whose segments another user could redirect, remove or
@@ -40,20 +40,22 @@ Result<void> check_root_is_safe(const std::string& root) {
   if (::lstat(entry.c_str(), &st) != 0) return fail_errno(errno, "root directory " + root);
   if (S_ISLNK(st.st_mode))
     return fail(Errc::UnsafeRoot,
-                fmt::format("root {} is a symbolic link; a root must be a directory itself "
-                            "(whoever controls the link controls where segments go)",
-                            entry));
+                shm::detail::format("root {} is a symbolic link; a root must be a directory itself "
+                                    "(whoever controls the link controls where segments go)",
+                                    entry));
   if (!S_ISDIR(st.st_mode))
-    return fail(Errc::UnsafeRoot, fmt::format("root {} is not a directory", entry));
+    return fail(Errc::UnsafeRoot, shm::detail::format("root {} is not a directory", entry));
   const bool sticky = (st.st_mode & S_ISVTX) != 0;
   if (st.st_uid != ::geteuid() && !(st.st_uid == 0 && sticky))
-    return fail(Errc::UnsafeRoot,
-                fmt::format("root {} is owned by uid {}, this process runs as uid {}: its owner "
+    return fail(
+        Errc::UnsafeRoot,
+        shm::detail::format("root {} is owned by uid {}, this process runs as uid {}: its owner "
                             "could remove or replace the segments; use a root of your own",
                             entry, st.st_uid, ::geteuid()));
   if ((st.st_mode & S_IWOTH) != 0 && !sticky)
-    return fail(Errc::UnsafeRoot,
-                fmt::format("root {} is world-writable (mode {:o}) without the sticky bit: any "
+    return fail(
+        Errc::UnsafeRoot,
+        shm::detail::format("root {} is world-writable (mode {:o}) without the sticky bit: any "
                             "user could remove or replace its segments",
                             entry, static_cast<unsigned>(st.st_mode & 07777)));
   return {};
@@ -65,12 +67,12 @@ Result<void> ensure_root(const std::string& root) {
   std::error_code ec;
   if (std::filesystem::is_directory(root, ec)) return check_root_is_safe(root);
   if (ec && ec != std::errc::no_such_file_or_directory)
-    return fail_errno(ec.value(), fmt::format("root directory {}", root));
+    return fail_errno(ec.value(), shm::detail::format("root directory {}", root));
   std::filesystem::create_directories(root, ec);
   if (ec) {
     std::error_code again;
     if (!std::filesystem::is_directory(root, again))  // another process may have created it
-      return fail_errno(ec.value(), fmt::format("create root directory {}", root));
+      return fail_errno(ec.value(), shm::detail::format("create root directory {}", root));
     return check_root_is_safe(root);  // created by another process meanwhile
   }
   ::chmod(root.c_str(), 0700);
@@ -94,13 +96,15 @@ T relaxed(const std::atomic<T>& a) {
 Result<void> validate_name(std::string_view name) {
   if (name.empty()) return fail(Errc::InvalidName, "segment name is empty");
   if (name.size() > 200)
-    return fail(Errc::InvalidName,
-                fmt::format("segment name is {} characters long, the limit is 200", name.size()));
+    return fail(
+        Errc::InvalidName,
+        shm::detail::format("segment name is {} characters long, the limit is 200", name.size()));
   if (name == "." || name == "..")
-    return fail(Errc::InvalidName, fmt::format("segment name '{}' is not allowed", name));
+    return fail(Errc::InvalidName, shm::detail::format("segment name '{}' is not allowed", name));
   if (name.front() == '-')
-    return fail(Errc::InvalidName,
-                fmt::format("segment name '{}' starts with '-'; a name may not start with '-' "
+    return fail(
+        Errc::InvalidName,
+        shm::detail::format("segment name '{}' starts with '-'; a name may not start with '-' "
                             "(command-line tools would read it as an option)",
                             name));
   for (char c : name) {
@@ -108,14 +112,16 @@ Result<void> validate_name(std::string_view name) {
                     c == '.' || c == '_' || c == '-';
     if (!ok)
       return fail(Errc::InvalidName,
-                  fmt::format("segment name '{}' contains '{}'; allowed: [A-Za-z0-9._-]", name,
-                              std::isprint(static_cast<unsigned char>(c))
-                                  ? std::string(1, c)
-                                  : fmt::format("\\x{:02x}", static_cast<unsigned char>(c))));
+                  shm::detail::format(
+                      "segment name '{}' contains '{}'; allowed: [A-Za-z0-9._-]", name,
+                      std::isprint(static_cast<unsigned char>(c))
+                          ? std::string(1, c)
+                          : shm::detail::format("\\x{:02x}", static_cast<unsigned char>(c))));
   }
   if (name.starts_with(kReservedPrefix))
-    return fail(Errc::InvalidName, fmt::format("segment name '{}' uses the reserved prefix '{}'",
-                                               name, kReservedPrefix));
+    return fail(Errc::InvalidName,
+                shm::detail::format("segment name '{}' uses the reserved prefix '{}'", name,
+                                    kReservedPrefix));
   return {};
 }
 
@@ -208,26 +214,28 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
   if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
   if (spec.params.size() > kParamBytes)
     return fail(Errc::InvalidArgument,
-                fmt::format("{} parameter block is {} bytes, limit {}", spec.kind_name,
-                            spec.params.size(), kParamBytes));
+                shm::detail::format("{} parameter block is {} bytes, limit {}", spec.kind_name,
+                                    spec.params.size(), kParamBytes));
   const std::string root = resolve_root(options.root);
   if (auto ok = ensure_root(root); !ok) return std::unexpected(ok.error());
   const std::string path = join(root, name);
   const std::uint64_t total = kHeaderSize + round_up(spec.data_size, kPageSize);
 
   if (::access(path.c_str(), F_OK) == 0)
-    return fail(Errc::AlreadyExists, fmt::format("segment '{}' already exists at {}", name, path));
+    return fail(Errc::AlreadyExists,
+                shm::detail::format("segment '{}' already exists at {}", name, path));
 
   auto space = filesystem_space(root);
   if (!space) return std::unexpected(space.error());
   if (space->available_bytes < total)
-    return fail(Errc::NoSpace,
-                fmt::format("filesystem of {} has {} bytes free (of {}), segment '{}' needs {}; "
+    return fail(
+        Errc::NoSpace,
+        shm::detail::format("filesystem of {} has {} bytes free (of {}), segment '{}' needs {}; "
                             "enlarge it (Docker: --shm-size) or choose a smaller segment",
                             root, space->available_bytes, space->total_bytes, name, total));
 
   const std::string tmp =
-      fmt::format("{}/{}tmp-{}-{:016x}", root, kReservedPrefix, name, random_u64());
+      shm::detail::format("{}/{}tmp-{}-{:016x}", root, kReservedPrefix, name, random_u64());
   FileHandle fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                        static_cast<mode_t>(options.mode)));
   if (!fd.valid()) return fail_errno(errno, "create " + tmp);
@@ -242,11 +250,12 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
   if (::fchmod(fd.get(), static_cast<mode_t>(options.mode)) != 0)
     return fail_errno(errno, "fchmod " + tmp);
   if (options.group && ::fchown(fd.get(), static_cast<uid_t>(-1), *options.group) != 0)
-    return fail_errno(errno, fmt::format("fchown {} to gid {}", tmp, *options.group));
+    return fail_errno(errno, shm::detail::format("fchown {} to gid {}", tmp, *options.group));
   if (const int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); rc != 0) {
     if (rc == ENOSPC)
-      return fail(Errc::NoSpace, fmt::format("filesystem of {} cannot hold segment '{}' ({} bytes)",
-                                             root, name, total));
+      return fail(Errc::NoSpace,
+                  shm::detail::format("filesystem of {} cannot hold segment '{}' ({} bytes)", root,
+                                      name, total));
     return fail_errno(rc, "posix_fallocate " + tmp);
   }
 
@@ -286,13 +295,13 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST)
       return fail(Errc::AlreadyExists,
-                  fmt::format("segment '{}' already exists at {}", name, path));
+                  shm::detail::format("segment '{}' already exists at {}", name, path));
     if (errno != EINVAL && errno != ENOSYS) return fail_errno(errno, "publish " + path);
     // Filesystem without RENAME_NOREPLACE: link() also refuses to replace.
     if (::link(tmp.c_str(), path.c_str()) != 0) {
       if (errno == EEXIST)
         return fail(Errc::AlreadyExists,
-                    fmt::format("segment '{}' already exists at {}", name, path));
+                    shm::detail::format("segment '{}' already exists at {}", name, path));
       return fail_errno(errno, "publish " + path);
     }
     ::unlink(tmp.c_str());
@@ -317,26 +326,27 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
   if (!fd.valid()) {
     const int err = errno;
     if (err == ENOENT)
-      return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, root));
+      return fail(Errc::NotFound, shm::detail::format("segment '{}' not found in {}", name, root));
     if (err == ELOOP)
-      return fail(
-          Errc::NotRegularFile,
-          fmt::format("{} is a symbolic link; segments are never followed through links", path));
+      return fail(Errc::NotRegularFile,
+                  shm::detail::format(
+                      "{} is a symbolic link; segments are never followed through links", path));
     return fail_errno(err, "open " + path);
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail_errno(errno, "fstat " + path);
   if (!S_ISREG(st.st_mode))
-    return fail(Errc::NotRegularFile, fmt::format("{} is not a regular file (mode {:o})", path,
-                                                  static_cast<unsigned>(st.st_mode)));
+    return fail(Errc::NotRegularFile, shm::detail::format("{} is not a regular file (mode {:o})",
+                                                          path, static_cast<unsigned>(st.st_mode)));
   if (st.st_uid != ::geteuid() && !options.allow_other_owner)
     return fail(Errc::WrongOwner,
-                fmt::format("{} is owned by uid {}, this process runs as uid {}; pass "
-                            "allow_other_owner to trust it",
-                            path, st.st_uid, ::geteuid()));
+                shm::detail::format("{} is owned by uid {}, this process runs as uid {}; pass "
+                                    "allow_other_owner to trust it",
+                                    path, st.st_uid, ::geteuid()));
   if (static_cast<std::uint64_t>(st.st_size) < kHeaderSize)
-    return fail(Errc::Truncated, fmt::format("{} has {} bytes, less than the {}-byte header", path,
-                                             st.st_size, kHeaderSize));
+    return fail(Errc::Truncated,
+                shm::detail::format("{} has {} bytes, less than the {}-byte header", path,
+                                    st.st_size, kHeaderSize));
   auto mapping =
       Mapping::map(fd.get(), static_cast<std::size_t>(st.st_size), !options.read_only, path);
   if (!mapping) return std::unexpected(mapping.error());
@@ -354,12 +364,14 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
 Result<void> Segment::validate_header(const OpenOptions& options) const {
   const SegmentHeader& h = header();
   if (h.magic != kSegmentMagic)
-    return fail(Errc::BadMagic,
-                fmt::format("{}: magic is {:#018x}, expected {:#018x} (not a libshm segment)",
+    return fail(
+        Errc::BadMagic,
+        shm::detail::format("{}: magic is {:#018x}, expected {:#018x} (not a libshm segment)",
                             path_, h.magic, kSegmentMagic));
   if (h.layout_major != kLayoutMajor)
-    return fail(Errc::VersionMismatch,
-                fmt::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
+    return fail(
+        Errc::VersionMismatch,
+        shm::detail::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
                             path_, h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
   // [seg.R'] acquire: pairs with the creator's READY release [seg.R]; after it the
   // immutable header and the kind's initial data are visible.
@@ -371,30 +383,34 @@ Result<void> Segment::validate_header(const OpenOptions& options) const {
     state = h.state.load(std::memory_order_acquire);
   }
   if (state == static_cast<std::uint32_t>(SegmentState::Initializing))
-    return fail(Errc::NotReady, fmt::format("{}: still INITIALIZING after {} ms (creator pid {} "
-                                            "may have died while creating it)",
-                                            path_, options.ready_wait.count(), h.creator_pid));
+    return fail(Errc::NotReady,
+                shm::detail::format("{}: still INITIALIZING after {} ms (creator pid {} "
+                                    "may have died while creating it)",
+                                    path_, options.ready_wait.count(), h.creator_pid));
   if (state != static_cast<std::uint32_t>(SegmentState::Ready))
     return fail(Errc::HeaderCorrupt,
-                fmt::format("{}: state word is {}, expected READY ({})", path_, state,
-                            static_cast<std::uint32_t>(SegmentState::Ready)));
+                shm::detail::format("{}: state word is {}, expected READY ({})", path_, state,
+                                    static_cast<std::uint32_t>(SegmentState::Ready)));
   if (const std::uint32_t crc = header_crc(h); crc != h.header_crc)
     return fail(Errc::HeaderCorrupt,
-                fmt::format("{}: header CRC: segment has {:#010x}, computed {:#010x}", path_,
-                            h.header_crc, crc));
+                shm::detail::format("{}: header CRC: segment has {:#010x}, computed {:#010x}",
+                                    path_, h.header_crc, crc));
   if (h.header_size != kHeaderSize)
-    return fail(Errc::HeaderCorrupt, fmt::format("{}: header size: segment has {}, expected {}",
-                                                 path_, h.header_size, kHeaderSize));
+    return fail(Errc::HeaderCorrupt,
+                shm::detail::format("{}: header size: segment has {}, expected {}", path_,
+                                    h.header_size, kHeaderSize));
   if (h.params_size > kParamBytes)
     return fail(Errc::HeaderCorrupt,
-                fmt::format("{}: parameter block: segment has {} bytes, limit {}", path_,
-                            h.params_size, kParamBytes));
+                shm::detail::format("{}: parameter block: segment has {} bytes, limit {}", path_,
+                                    h.params_size, kParamBytes));
   if (h.total_size < mapping_.size())
-    return fail(Errc::SizeMismatch, fmt::format("{}: size: header states {} bytes, file has {}",
-                                                path_, h.total_size, mapping_.size()));
+    return fail(Errc::SizeMismatch,
+                shm::detail::format("{}: size: header states {} bytes, file has {}", path_,
+                                    h.total_size, mapping_.size()));
   if (h.total_size > mapping_.size())
-    return fail(Errc::Truncated, fmt::format("{}: size: header states {} bytes, file has only {}",
-                                             path_, h.total_size, mapping_.size()));
+    return fail(Errc::Truncated,
+                shm::detail::format("{}: size: header states {} bytes, file has only {}", path_,
+                                    h.total_size, mapping_.size()));
   return {};
 }
 
@@ -409,21 +425,23 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
   const SegmentHeader& h = seg->header();
   if (h.kind != expected.kind)
     return fail(Errc::KindMismatch,
-                fmt::format("{}: kind: segment has {}, caller expects {} ({})", seg->path(), h.kind,
-                            expected.kind, expected.kind_name));
+                shm::detail::format("{}: kind: segment has {}, caller expects {} ({})", seg->path(),
+                                    h.kind, expected.kind, expected.kind_name));
   if (h.fingerprint != expected.fingerprint)
-    return fail(
-        Errc::FingerprintMismatch,
-        fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
+    return fail(Errc::FingerprintMismatch,
+                shm::detail::format(
+                    "{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
                     "(built from a different layout)",
                     seg->path(), expected.kind_name, h.fingerprint, expected.fingerprint));
   if (expected.param_mismatch) {
     const std::string why = expected.param_mismatch(seg->params(), expected.params);
-    if (!why.empty()) return fail(Errc::ParamMismatch, fmt::format("{}: {}", seg->path(), why));
+    if (!why.empty())
+      return fail(Errc::ParamMismatch, shm::detail::format("{}: {}", seg->path(), why));
   }
   if (expected.data_size != 0) {
-    auto ok = detail::check_total_size(*seg, expected.data_size,
-                                       fmt::format("its {} parameters need", expected.kind_name));
+    auto ok =
+        detail::check_total_size(*seg, expected.data_size,
+                                 shm::detail::format("its {} parameters need", expected.kind_name));
     if (!ok) return std::unexpected(std::move(ok.error()));
   }
   return seg;
@@ -433,17 +451,19 @@ Result<void> detail::check_total_size(const Segment& seg, std::uint64_t data_siz
                                       std::string_view needs) {
   const std::uint64_t needed = kHeaderSize + round_up(data_size, kPageSize);
   if (seg.header().total_size != needed)
-    return fail(Errc::SizeMismatch, fmt::format("{}: size: segment has {} bytes, {} {}", seg.path(),
-                                                seg.header().total_size, needs, needed));
+    return fail(Errc::SizeMismatch,
+                shm::detail::format("{}: size: segment has {} bytes, {} {}", seg.path(),
+                                    seg.header().total_size, needs, needed));
   return {};
 }
 
 Result<Attachment> Segment::attach(const RoleSpec& role) {
   if (!writable())
-    return fail(Errc::InvalidArgument, fmt::format("{}: attach needs a writable mapping", path_));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: attach needs a writable mapping", path_));
   if (role.exclusive && role.id >= kExclusiveSlots)
-    return fail(Errc::InvalidArgument, fmt::format("exclusive role {} has id {}, limit {}",
-                                                   role.name, role.id, kExclusiveSlots));
+    return fail(Errc::InvalidArgument, shm::detail::format("exclusive role {} has id {}, limit {}",
+                                                           role.name, role.id, kExclusiveSlots));
   auto lock_fd = reopen(fd_.get(), true);
   if (!lock_fd) return std::unexpected(lock_fd.error());
   SegmentHeader* h = mutable_header();
@@ -473,12 +493,14 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
     if (role.exclusive) {
       const AttachmentSlot& s = h->slots[role.id];
       const std::int32_t pid = relaxed(s.pid);
-      return fail(Errc::RoleTaken, fmt::format("{}: role '{}' is held by live pid {} ({})", path_,
-                                               role.name, pid, process_cmdline(pid)));
+      return fail(Errc::RoleTaken,
+                  shm::detail::format("{}: role '{}' is held by live pid {} ({})", path_, role.name,
+                                      pid, process_cmdline(pid)));
     }
-    return fail(Errc::NoFreeSlot, fmt::format("{}: all {} shared attachment slots are held by live "
-                                              "processes",
-                                              path_, kMaxAttachments - kExclusiveSlots));
+    return fail(Errc::NoFreeSlot,
+                shm::detail::format("{}: all {} shared attachment slots are held by live "
+                                    "processes",
+                                    path_, kMaxAttachments - kExclusiveSlots));
   }
   // We hold the slot's kernel lock: we are its only writer from here on.
   AttachmentSlot& s = h->slots[*won];
@@ -514,7 +536,8 @@ bool Segment::stale() const {
 }
 
 Result<void> Segment::unlink() const {
-  if (stale()) return fail(Errc::NotFound, fmt::format("{} no longer names this segment", path_));
+  if (stale())
+    return fail(Errc::NotFound, shm::detail::format("{} no longer names this segment", path_));
   if (::unlink(path_.c_str()) != 0) return fail_errno(errno, "unlink " + path_);
   return {};
 }
@@ -525,7 +548,7 @@ Result<void> Segment::unlink(std::string_view name, const std::string& root) {
   const std::string path = join(r, name);
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT)
-      return fail(Errc::NotFound, fmt::format("segment '{}' not found in {}", name, r));
+      return fail(Errc::NotFound, shm::detail::format("segment '{}' not found in {}", name, r));
     return fail_errno(errno, "unlink " + path);
   }
   return {};

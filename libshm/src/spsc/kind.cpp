@@ -2,7 +2,7 @@
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/layout.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <array>
 #include <cstring>
@@ -51,13 +51,14 @@ std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std:
         pos += rec.length;
         continue;
       case ring::RecordCheck::BadPadding:
-        return fmt::format("padding record at {} has length {}, expected {}", pos, rec.length,
-                           cap - off);
+        return shm::detail::format("padding record at {} has length {}, expected {}", pos,
+                                   rec.length, cap - off);
       case ring::RecordCheck::BadType:
-        return fmt::format("record at {} has type {:#x}, expected data or padding", pos, rec.type);
+        return shm::detail::format("record at {} has type {:#x}, expected data or padding", pos,
+                                   rec.type);
       case ring::RecordCheck::BadLength:
-        return fmt::format("record at {} has length {} (max {}, {} bytes left before tail)", pos,
-                           rec.length, v.params.max_payload, tail - pos);
+        return shm::detail::format("record at {} has length {} (max {}, {} bytes left before tail)",
+                                   pos, rec.length, v.params.max_payload, tail - pos);
     }
     const std::uint64_t size = ring::record_size(rec.length);
     f(std::span<const std::byte>(v.buffer + off + ring::kRecordHeader, rec.length));
@@ -97,22 +98,22 @@ std::vector<std::string> verify(const Segment& seg) {
   std::vector<std::string> bad;
   const RingView v = view(seg);
   if (!v.ok) {
-    bad.push_back(fmt::format("ring parameters (capacity {}) or data size {} are invalid",
-                              v.params.capacity, seg.data().size()));
+    bad.push_back(shm::detail::format("ring parameters (capacity {}) or data size {} are invalid",
+                                      v.params.capacity, seg.data().size()));
     return bad;
   }
   if (v.params.max_payload != ring::max_payload_for(v.params.capacity))
-    bad.push_back(fmt::format("max_record {} does not match capacity {}", v.params.max_payload,
-                              v.params.capacity));
+    bad.push_back(shm::detail::format("max_record {} does not match capacity {}",
+                                      v.params.max_payload, v.params.capacity));
   // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
   const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
   if (!ring::positions_aligned(head, tail))
-    bad.push_back(
-        fmt::format("head {} / tail {} not {}-byte aligned", head, tail, ring::kRecordAlign));
+    bad.push_back(shm::detail::format("head {} / tail {} not {}-byte aligned", head, tail,
+                                      ring::kRecordAlign));
   if (!ring::positions_in_range(head, tail, v.params.capacity)) {
-    bad.push_back(fmt::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
-                              v.params.capacity));
+    bad.push_back(shm::detail::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
+                                      v.params.capacity));
     return bad;
   }
   if (!bad.empty()) return bad;
@@ -124,7 +125,7 @@ Result<std::vector<std::string>> reclaim(Segment&, const SlotInfo& dead) {
   // Nothing to release: a dead consumer's unreleased records stay for the next
   // consumer; a dead producer's unpublished reservation was never visible.
   return std::vector<std::string>{
-      fmt::format("slot {} (pid {}) freed; ring positions kept", dead.index, dead.pid)};
+      shm::detail::format("slot {} (pid {}) freed; ring positions kept", dead.index, dead.pid)};
 }
 
 std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) {

@@ -6,7 +6,7 @@
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
-#include <fmt/format.h>
+#include "format/format.hpp"
 
 #include <cassert>
 #include <cstdio>
@@ -20,8 +20,8 @@ Result<void> validate(const RingParams& params) {
   if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
       params.capacity > kMaxCapacity)
     return fail(Errc::InvalidArgument,
-                fmt::format("ring capacity {} must be a power of two in [{}, {}]", params.capacity,
-                            kMinCapacity, kMaxCapacity));
+                shm::detail::format("ring capacity {} must be a power of two in [{}, {}]",
+                                    params.capacity, kMinCapacity, kMaxCapacity));
   return {};
 }
 
@@ -36,18 +36,19 @@ KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
   spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
     ParamBlock f{}, e{};
     if (found.size() != sizeof f)
-      return fmt::format("parameter block: segment has {} bytes, spsc_ring uses {}", found.size(),
-                         sizeof f);
+      return shm::detail::format("parameter block: segment has {} bytes, spsc_ring uses {}",
+                                 found.size(), sizeof f);
     std::memcpy(&f, found.data(), sizeof f);
     std::memcpy(&e, expected.data(), sizeof e);
     if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
-      return fmt::format("capacity: segment has {}, not a power of two in [{}, {}]", f.capacity,
-                         kMinCapacity, kMaxCapacity);
+      return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
+                                 f.capacity, kMinCapacity, kMaxCapacity);
     if (f.max_payload != max_payload_for(f.capacity))
-      return fmt::format("max_payload: segment has {}, capacity {} implies {}", f.max_payload,
-                         f.capacity, max_payload_for(f.capacity));
+      return shm::detail::format("max_payload: segment has {}, capacity {} implies {}",
+                                 f.max_payload, f.capacity, max_payload_for(f.capacity));
     if (e.capacity != 0 && f.capacity != e.capacity)
-      return fmt::format("capacity: segment has {}, caller expects {}", f.capacity, e.capacity);
+      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
+                                 e.capacity);
     return std::string();
   };
   return spec;
@@ -77,7 +78,7 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
   ring::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
   if (auto ok = detail::check_total_size(*seg, ring::kBufferOffset + found.capacity,
-                                         fmt::format("capacity {} needs", found.capacity));
+                                         shm::detail::format("capacity {} needs", found.capacity));
       !ok)
     return std::unexpected(std::move(ok.error()));
   return seg;
@@ -86,7 +87,8 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
 namespace detail {
 
 std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
-  return fmt::format("record of {} bytes exceeds the ring's maximum of {} bytes", n, max_payload);
+  return shm::detail::format("record of {} bytes exceeds the ring's maximum of {} bytes", n,
+                             max_payload);
 }
 
 Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec& role) {
@@ -149,9 +151,10 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
 Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
                              std::uint64_t capacity) {
   if (!ring::positions_aligned(head, tail) || !ring::positions_in_range(head, tail, capacity))
-    return fail(Errc::Corrupt, fmt::format("{}: ring positions head {} tail {} are impossible for "
-                                           "capacity {}",
-                                           seg.path(), head, tail, capacity));
+    return fail(Errc::Corrupt,
+                shm::detail::format("{}: ring positions head {} tail {} are impossible for "
+                                    "capacity {}",
+                                    seg.path(), head, tail, capacity));
   return {};
 }
 
@@ -193,8 +196,8 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
   const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
   if (head < cached_head_ || head > tail_ || head % ring::kRecordAlign != 0)
     return fail(Errc::Corrupt,
-                fmt::format("{}: consumer head {} is outside [{}, {}] (published tail)",
-                            segment_.path(), head, cached_head_, tail_));
+                shm::detail::format("{}: consumer head {} is outside [{}, {}] (published tail)",
+                                    segment_.path(), head, cached_head_, tail_));
   cached_head_ = head;
   return need_end - head <= capacity_;
 }
@@ -277,8 +280,9 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
 
 std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t value,
                                              std::uint64_t bound) const {
-  return fail(Errc::Corrupt,
-              fmt::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
+  return fail(
+      Errc::Corrupt,
+      shm::detail::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
                           "expected {}",
                           segment_.path(), what, value, peek_pos_, head_, cached_tail_, bound));
 }
@@ -287,9 +291,10 @@ Result<bool> RingConsumer::refresh_tail() {
   // [spsc.P'] acquire: pairs with the producer's [spsc.P]; records before tail are complete.
   const std::uint64_t tail = control_->producer.tail.load(std::memory_order_acquire);
   if (tail < cached_tail_ || tail - head_ > capacity_ || tail % ring::kRecordAlign != 0)
-    return fail(Errc::Corrupt, fmt::format("{}: producer tail {} is impossible (head {}, last tail "
-                                           "{}, capacity {})",
-                                           segment_.path(), tail, head_, cached_tail_, capacity_));
+    return fail(Errc::Corrupt,
+                shm::detail::format("{}: producer tail {} is impossible (head {}, last tail "
+                                    "{}, capacity {})",
+                                    segment_.path(), tail, head_, cached_tail_, capacity_));
   cached_tail_ = tail;
   return peek_pos_ != tail;
 }
@@ -315,9 +320,9 @@ void RingConsumer::wake_producer() noexcept {
 
 std::unexpected<Error> RingConsumer::peeks_outstanding(const char* op) const {
   return fail(Errc::InvalidArgument,
-              fmt::format("{}: {} with {} peeked record(s) not released: call release() or "
-                          "unpeek() first",
-                          segment_.path(), op, peeked_records_));
+              shm::detail::format("{}: {} with {} peeked record(s) not released: call release() or "
+                                  "unpeek() first",
+                                  segment_.path(), op, peeked_records_));
 }
 
 Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
@@ -329,8 +334,9 @@ Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> ou
   const auto rec = **r;
   if (rec.size() > out.size()) {
     unpeek();
-    return fail(Errc::TooLarge, fmt::format("record of {} bytes does not fit the {}-byte buffer",
-                                            rec.size(), out.size()));
+    return fail(Errc::TooLarge,
+                shm::detail::format("record of {} bytes does not fit the {}-byte buffer",
+                                    rec.size(), out.size()));
   }
   if (!rec.empty()) std::memcpy(out.data(), rec.data(), rec.size());
   release();
