@@ -25,6 +25,8 @@ LIBSHM_APT_PACKAGES=(
   procps             # ps, sysctl (tests, and the TSan ASLR check in scripts/test.sh)
   util-linux         # taskset (bench pinning), setarch (TSan fallback)
   coreutils          # timeout (every test run is bounded)
+  clang-19           # the fuzz lane: libFuzzer needs clang; clang 14 cannot compile libstdc++ 12's std::expected
+  libclang-rt-19-dev # libFuzzer and clang's sanitizer runtimes
 )
 
 # Prints the packages of LIBSHM_APT_PACKAGES that are not installed.

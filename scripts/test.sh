@@ -7,12 +7,16 @@
 #           WITHOUT -DNDEBUG: the library's contract asserts are on, and the
 #           tests' EXPECT_DEATH checks of them (compiled only without NDEBUG) run
 #   tsan    -DLIBSHM_SANITIZE=thread, -O1, benchmarks off
+#   fuzz    scripts/fuzz.sh: the libFuzzer targets (clang, ASan + UBSan), each
+#           run for LIBSHM_FUZZ_SECONDS (default 20) from the seed corpus; a
+#           crash, sanitizer report or hang fails the lane and leaves the
+#           reproducer in build/ci-fuzz/artifacts
 #
 # The sanitizer lanes build at -O1 (the sanitizers' own recommendation): at
 # -O2 their compile time doubles, and the build, not the tests, is what
 # bounds this command on a 2-core machine.
 #
-# Usage: scripts/test.sh [--lane normal|asan|tsan|all]... [-- CTEST_ARGS...]
+# Usage: scripts/test.sh [--lane normal|asan|tsan|fuzz|all]... [-- CTEST_ARGS...]
 #   e.g. scripts/test.sh --lane normal -- -L unit
 #
 # Environment:
@@ -20,6 +24,7 @@
 #   LIBSHM_JOBS         parallel build and test jobs (default 2)
 #   LIBSHM_TEST_BUDGET  seconds for the whole run (default 3600); every build and
 #                       ctest run is bounded by what is left of it
+#   LIBSHM_FUZZ_SECONDS fuzzing time per target in the fuzz lane (default 20)
 #   CI                  when set, warnings are errors (CMakeLists.txt turns LIBSHM_WERROR on)
 #
 # Skipped tests (GTEST_SKIP; ctest reports them "Skipped") are listed in every
@@ -36,6 +41,7 @@ repo=$(cd "$here/.." && pwd)
 build_root=${LIBSHM_BUILD_ROOT:-$repo/build}
 jobs=${LIBSHM_JOBS:-2}
 budget=${LIBSHM_TEST_BUDGET:-3600}
+fuzz_seconds=${LIBSHM_FUZZ_SECONDS:-20}
 per_test_timeout=300  # ctest default for a test without its own TIMEOUT
 expected_skips_file=$repo/tests/expected_skips.txt
 
@@ -51,9 +57,9 @@ while (($#)); do
     --lane)
       [[ $# -ge 2 ]] || { echo "test.sh: --lane needs a value" >&2; exit 2; }
       case "$2" in
-        normal | asan | tsan) lanes+=("$2") ;;
-        all) lanes+=(normal asan tsan) ;;
-        *) echo "test.sh: unknown lane '$2' (normal, asan, tsan, all)" >&2; exit 2 ;;
+        normal | asan | tsan | fuzz) lanes+=("$2") ;;
+        all) lanes+=(normal asan tsan fuzz) ;;
+        *) echo "test.sh: unknown lane '$2' (normal, asan, tsan, fuzz, all)" >&2; exit 2 ;;
       esac
       shift 2 ;;
     --lane=*) set -- --lane "${1#--lane=}" "${@:2}" ;;
@@ -62,7 +68,7 @@ while (($#)); do
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#lanes[@]})) || lanes=(normal asan tsan)
+((${#lanes[@]})) || lanes=(normal asan tsan fuzz)
 
 bash "$here/setup.sh" || exit 1
 
@@ -262,8 +268,30 @@ failed_tests_report() {
     sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \(([A-Za-z ]+)\)[[:space:]]*$/\1/p')
 }
 
+# The fuzz lane: scripts/fuzz.sh builds the targets with clang and runs each
+# for $fuzz_seconds; every target is one test.
+run_fuzz_lane() {
+  local dir="$build_root/ci-fuzz" t0=$SECONDS log rc passed failed
+  echo
+  echo "==================== lane fuzz: $dir ===================="
+  mkdir -p "$dir"
+  log="$dir/fuzz-lane.log"
+  bounded "$(remaining)" bash "$here/fuzz.sh" --seconds "$fuzz_seconds" --build-dir "$dir" \
+    --jobs "$jobs" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  passed=$(grep -c '^fuzz: .* PASS' "$log")
+  failed=$(grep -c '^fuzz: .* FAIL' "$log")
+  ((rc == 0 || failed > 0)) || failed=1  # no target ran: configure, build or time budget
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  if ((rc == 0)); then result[fuzz]=PASS; else result[fuzz]=FAIL; fi
+  detail[fuzz]="$((SECONDS - t0))s: $passed targets passed, $failed failed (${fuzz_seconds}s each)"
+  failures[fuzz]=$(sed -n '/^fuzz: .* FAIL/,/^fuzz: .* PASS/p' "$log" | grep -v ' PASS')
+  ((rc == 0)) || [[ -n "${failures[fuzz]}" ]] || failures[fuzz]=$(tail -n 40 "$log")
+}
+
 for lane in "${lanes[@]}"; do
-  run_lane "$lane"
+  if [[ "$lane" == fuzz ]]; then run_fuzz_lane; else run_lane "$lane"; fi
 done
 
 for lane in "${lanes[@]}"; do

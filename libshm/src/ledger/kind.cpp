@@ -19,7 +19,9 @@ void put_account(Node& out, const AccountState& a) {
   out.gauge("limit", static_cast<std::uint64_t>(a.limit));
   out.gauge("used", static_cast<std::uint64_t>(a.used));
   out.gauge("reserved", static_cast<std::uint64_t>(a.reserved));
-  out.gauge("committed", static_cast<std::uint64_t>(a.used - a.reserved));
+  // A corrupt segment can hold any two values: subtract without overflow.
+  out.gauge("committed",
+            static_cast<std::uint64_t>(a.used) - static_cast<std::uint64_t>(a.reserved));
   out.gauge("tickets", a.tickets);
   out.counter("rejections", a.rejections);
 }

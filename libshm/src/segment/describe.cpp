@@ -2,7 +2,9 @@
 
 // GCC 12 reports a false -Wmaybe-uninitialized inside std::variant's move
 // constructor when a Node is moved into a vector (GCC PR 105562 family).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace shm {
 

@@ -1,0 +1,107 @@
+// Writes the fuzz seed corpus: real segments of every kind, small, in the
+// states a consumer meets (empty, holding records, a record peeked and not
+// released, a dead consumer's attachment), copied into the directory given.
+//   build/.../tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
+// Rerun it when a layout changes (a seed whose fingerprint no longer matches
+// only exercises the header checks), and commit the result.
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/ledger/ledger.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::span<const std::byte> text(std::string_view s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+[[noreturn]] void die(const std::string& what, const shm::Error& error) {
+  std::fprintf(stderr, "make_seeds: %s: %s\n", what.c_str(), error.what().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T must(shm::Result<T> r, const std::string& what) {
+  if (!r) die(what, r.error());
+  return std::move(*r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds OUT_DIR\n");
+    return 2;
+  }
+  const fs::path out = argv[1];
+  char pattern[] = "/dev/shm/libshm-seeds-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) return 1;
+  const std::string root = pattern;
+  const shm::CreateOptions create{.root = root};
+  const shm::OpenOptions open{.root = root};
+
+  // The handles stay open while the files are copied: in the copies every
+  // attachment belongs to a process that is gone, as a crash leaves them.
+  // SpscRing: one empty, one with records and a peek outstanding.
+  auto ring_empty =
+      must(shm::RingProducer::create("spsc-empty", {.capacity = 256}, create), "ring");
+  auto ring_p = must(shm::RingProducer::create("spsc-records", {.capacity = 256}, create), "ring");
+  auto ring_c = must(shm::RingConsumer::open("spsc-records", {}, open), "ring consumer");
+  for (auto s : {"alpha", "bravo-bravo", "charlie"}) (void)must(ring_p.try_push(text(s)), "push");
+  (void)must(ring_c.try_peek(), "peek");
+  // Channel: records sent, one received and held.
+  auto params = must(shm::ChannelParams::for_payload(32, 4), "channel params");
+  auto chan_p = must(shm::ChannelProducer::create("channel-records", params, create), "channel");
+  auto chan_c = must(shm::ChannelConsumer::open("channel-records", {}, open), "channel consumer");
+  for (auto s : {"one", "two-two", "three"}) (void)must(chan_p.try_send(text(s)), "send");
+  auto held = must(chan_c.try_receive(), "receive");
+  auto channel_empty =
+      must(shm::ChannelProducer::create("channel-empty", params, create), "channel");
+  // MpmcRing and a PriorityFanout (a bitmap segment and one MPMC ring per priority).
+  auto mpmc =
+      must(shm::MpmcRing::create("mpmc-records", {.capacity = 8, .slot_size = 16}, create), "mpmc");
+  for (auto s : {"x", "yy", "zzz"}) (void)must(mpmc.try_push(text(s)), "mpmc push");
+  auto fanout = must(shm::PriorityFanout::create(
+                         "fanout", {.priorities = 2, .ring_capacity = 4, .slot_size = 16}, create),
+                     "fanout");
+  (void)must(fanout.submit(1, text("high")), "submit");
+  // Ledger: a category, a bucket, a pool and a reservation.
+  shm::LedgerConfig config{.params = {.global_limit = 1 << 20,
+                                      .max_tickets = 8,
+                                      .max_categories = 2,
+                                      .max_pools = 2,
+                                      .max_buckets = 1},
+                           .categories = {{.label = "data", .limit = 1 << 19}},
+                           .buckets = {{.label = "io", .rate_per_sec = 100, .burst = 10}}};
+  auto ledger = must(shm::Ledger::create("ledger", config, create), "ledger");
+  auto pool =
+      must(ledger.open_pool({.label = "p", .accounts = {{.label = "a", .limit = 4096}}}), "pool");
+  (void)must(ledger.reserve(pool, shm::CategoryId{.index = 0}, 100), "reserve");
+
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  int copied = 0;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(".libshm-")) continue;
+    fs::copy_file(entry.path(), out / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      std::fprintf(stderr, "make_seeds: copy %s: %s\n", name.c_str(), ec.message().c_str());
+      return 1;
+    }
+    ++copied;
+  }
+  fs::remove_all(root, ec);
+  std::printf("make_seeds: %d seeds in %s\n", copied, out.c_str());
+  return copied > 0 ? 0 : 1;
+}
