@@ -8,6 +8,7 @@
 #include "format/format.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace shm {
 namespace {
@@ -29,10 +31,71 @@ std::string join(const std::string& root, std::string_view name) {
   return shm::detail::format("{}/{}", root, name);
 }
 
+// LIBSHM_ROOT_GROUP: the group (a name or a number) whose shared roots this
+// process accepts; nullopt when unset. A value that names no group is an error.
+Result<std::optional<gid_t>> shared_root_group() {
+  const char* env = std::getenv("LIBSHM_ROOT_GROUP");
+  if (env == nullptr || *env == '\0') return std::optional<gid_t>{};
+  const std::string value = env;
+  if (value.find_first_not_of("0123456789") == std::string::npos && value.size() < 10)
+    return std::optional<gid_t>{static_cast<gid_t>(std::stoul(value))};
+  std::vector<char> buffer(16384);
+  group entry{};
+  group* found = nullptr;
+  const int err = ::getgrnam_r(value.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (err != 0 || found == nullptr)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format(
+                    "LIBSHM_ROOT_GROUP={}: no such group{}", value,
+                    err != 0 ? shm::detail::format(" ({})", std::strerror(err)) : std::string()));
+  return std::optional<gid_t>{found->gr_gid};
+}
+
+bool process_is_in_group(gid_t gid) {
+  if (::getegid() == gid) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<std::size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  for (int i = 0; i < got; ++i)
+    if (groups[static_cast<std::size_t>(i)] == gid) return true;
+  return false;
+}
+
+// A root of another owner, shared by a group (LIBSHM_ROOT_GROUP): accepted
+// only when it is that group's, this process is a member, and its mode keeps
+// the members from removing each other's segments (sticky bit) and everyone
+// else out (no access for others).
+Result<void> check_shared_group_root(const std::string& entry, const struct stat& st, gid_t gid) {
+  const auto mode = static_cast<unsigned>(st.st_mode & 07777);
+  if (st.st_gid != gid)
+    return fail(Errc::UnsafeRoot,
+                shm::detail::format("root {} is owned by uid {} and group {}, not by the group "
+                                    "LIBSHM_ROOT_GROUP names ({})",
+                                    entry, st.st_uid, st.st_gid, gid));
+  if (!process_is_in_group(gid))
+    return fail(Errc::UnsafeRoot,
+                shm::detail::format("root {} belongs to group {}, and this process (uid {}) is "
+                                    "not a member of it",
+                                    entry, gid, ::geteuid()));
+  if ((st.st_mode & S_ISVTX) == 0)
+    return fail(Errc::UnsafeRoot,
+                shm::detail::format("group root {} (mode {:o}) lacks the sticky bit: any member "
+                                    "could remove or replace another member's segments",
+                                    entry, mode));
+  if ((st.st_mode & S_IRWXO) != 0)
+    return fail(Errc::UnsafeRoot,
+                shm::detail::format("group root {} (mode {:o}) gives access to users outside "
+                                    "group {}; a group root is mode 3770 or 1770",
+                                    entry, mode, gid));
+  return {};
+}
+
 // Refuses a root whose segments another user could redirect, remove or
 // replace: a symbolic link, a directory of another user (a root-owned one with
-// the sticky bit, like /dev/shm itself, is fine), a world-writable directory
-// without the sticky bit.
+// the sticky bit, like /dev/shm itself, is fine, and so is a group root that
+// LIBSHM_ROOT_GROUP names, see check_shared_group_root), a world-writable
+// directory without the sticky bit.
 Result<void> check_root_is_safe(const std::string& root) {
   std::string entry = root;  // lstat of "link/" would follow the link
   while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
@@ -46,12 +109,17 @@ Result<void> check_root_is_safe(const std::string& root) {
   if (!S_ISDIR(st.st_mode))
     return fail(Errc::UnsafeRoot, shm::detail::format("root {} is not a directory", entry));
   const bool sticky = (st.st_mode & S_ISVTX) != 0;
-  if (st.st_uid != ::geteuid() && !(st.st_uid == 0 && sticky))
+  if (st.st_uid != ::geteuid() && !(st.st_uid == 0 && sticky)) {
+    auto group = shared_root_group();
+    if (!group) return std::unexpected(group.error());
+    if (*group) return check_shared_group_root(entry, st, **group);
     return fail(
         Errc::UnsafeRoot,
         shm::detail::format("root {} is owned by uid {}, this process runs as uid {}: its owner "
-                            "could remove or replace the segments; use a root of your own",
+                            "could remove or replace the segments; use a root of your own "
+                            "(or a group root, see LIBSHM_ROOT_GROUP)",
                             entry, st.st_uid, ::geteuid()));
+  }
   if ((st.st_mode & S_IWOTH) != 0 && !sticky)
     return fail(
         Errc::UnsafeRoot,

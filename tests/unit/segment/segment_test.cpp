@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <vector>
 
 namespace shm {
 namespace {
@@ -79,19 +80,20 @@ std::string error_report(const Result<T>& r) {
   return fmt::format("code={}\nmessage={}\n", to_string(r.error().code), r.error().message);
 }
 
-// Runs `f` in a forked child that first drops every privilege to nobody
-// (uid/gid 65534, no supplementary groups; a root parent keeps no capability),
+// Runs `f` in a forked child that first drops every privilege to `uid`/`gid`
+// with the supplementary `groups` only (a root parent keeps no capability),
 // and returns the child's report: "code" (an Errc name or "ok") and "message",
 // or "setup" when the drop itself failed.
-std::map<std::string, std::string> run_as_nobody(const std::function<std::string()>& f) {
+std::map<std::string, std::string> run_as(uid_t uid, gid_t gid, std::vector<gid_t> groups,
+                                          const std::function<std::string()>& f) {
   int p[2];
   if (::pipe(p) != 0) return {{"setup", std::strerror(errno)}};
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(p[0]);
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
-        ::geteuid() != 65534 || ::getegid() != 65534) {
-      write_all(p[1], fmt::format("setup=dropping to uid 65534: {}\n", std::strerror(errno)));
+    if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
+        ::setuid(uid) != 0 || ::geteuid() != uid || ::getegid() != gid) {
+      write_all(p[1], fmt::format("setup=dropping to uid {}: {}\n", uid, std::strerror(errno)));
       ::_exit(0);
     }
     write_all(p[1], f());
@@ -105,6 +107,11 @@ std::map<std::string, std::string> run_as_nobody(const std::function<std::string
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     text += fmt::format("setup=child ended with status {:#x}\n", status);
   return parse_report(text);
+}
+
+// Nobody: uid/gid 65534, no supplementary groups.
+std::map<std::string, std::string> run_as_nobody(const std::function<std::string()>& f) {
+  return run_as(65534, 65534, {}, f);
 }
 
 class SegmentTest : public ::testing::Test {
@@ -464,6 +471,52 @@ TEST_F(SegmentTest, RootOwnedByAnotherUserIsRefusedAsUnsafe) {
   EXPECT_THAT(s.error().message,
               HasSubstr("root " + theirs + " is owned by uid 12345, this process runs as uid 0"));
   EXPECT_TRUE(std::filesystem::is_empty(theirs));
+}
+
+constexpr gid_t kTeam = 4242;
+
+// A root shared by a group: another user's directory, accepted only when
+// LIBSHM_ROOT_GROUP names its group, the caller is a member, and the mode
+// keeps members from removing each other's segments and everyone else out.
+TEST_F(SegmentTest, GroupRootIsAcceptedOnlyWhenNamedAndItsModesAreRight) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a directory and drop to other uids";
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0711), 0);  // others may search the test root
+  const std::string team = root_.file("team");
+  ASSERT_EQ(::mkdir(team.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(team.c_str(), 12345, kTeam), 0);
+  const auto create_as_member = [&](const char* group_env, std::vector<gid_t> groups = {kTeam}) {
+    return run_as(23456, 23456, std::move(groups), [&] {
+      if (group_env != nullptr) ::setenv("LIBSHM_ROOT_GROUP", group_env, 1);
+      auto s = create_ring("seg", {.capacity = 4096}, {.root = team});
+      return error_report(s);
+    });
+  };
+  const auto expect_refused = [&](std::map<std::string, std::string> r, const std::string& code,
+                                  const std::string& why) {
+    ASSERT_FALSE(r.contains("setup")) << r["setup"];
+    EXPECT_EQ(r["code"], code) << r["message"];
+    EXPECT_THAT(r["message"], HasSubstr(why));
+    EXPECT_TRUE(std::filesystem::is_empty(team));
+  };
+
+  ASSERT_EQ(::chmod(team.c_str(), 03770), 0);
+  expect_refused(create_as_member(nullptr), "UnsafeRoot",
+                 "is owned by uid 12345, this process runs as uid 23456");
+  expect_refused(create_as_member("4243"), "UnsafeRoot",
+                 "not by the group LIBSHM_ROOT_GROUP names (4243)");
+  expect_refused(create_as_member("libshm-no-such-group"), "InvalidArgument",
+                 "LIBSHM_ROOT_GROUP=libshm-no-such-group: no such group");
+  expect_refused(create_as_member("4242", {}), "UnsafeRoot", "is not a member of it");
+  ASSERT_EQ(::chmod(team.c_str(), 02770), 0);
+  expect_refused(create_as_member("4242"), "UnsafeRoot", "lacks the sticky bit");
+  ASSERT_EQ(::chmod(team.c_str(), 03775), 0);
+  expect_refused(create_as_member("4242"), "UnsafeRoot", "gives access to users outside");
+
+  ASSERT_EQ(::chmod(team.c_str(), 03770), 0);
+  auto ok = create_as_member("4242");
+  ASSERT_FALSE(ok.contains("setup")) << ok["setup"];
+  EXPECT_EQ(ok["code"], "ok") << ok["message"];
+  EXPECT_TRUE(std::filesystem::exists(team + "/seg"));
 }
 
 TEST_F(SegmentTest, PrivateRootsOfTheCallerAreAccepted) {
