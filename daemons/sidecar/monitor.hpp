@@ -173,10 +173,15 @@ class Monitor {
   // Logs (and counts, unless already counted) a segment whose file shrank
   // during a guarded read.
   void truncated_while_read(const std::string& name, bool count_removal);
+  // The tracked segments, two passes at most (a segment replaced under its
+  // name is dropped in the first and its successor discovered in the second).
+  void observe_all(std::uint64_t cycle);
   void observe(const std::string& name, Tracked& t);
   void handle_dead(const std::string& name, Tracked& t, const SlotInfo& slot, SlotMemo& memo);
   // True when the segment was unlinked.
   bool maybe_collect(const std::string& name, Tracked& t);
+  // snapshot_: a view of every tracked and unreadable file, sorted by name.
+  void take_snapshot();
   void build_view(const std::string& name, Tracked& t);
 
   MonitorOptions options_;
