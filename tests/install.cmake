@@ -23,6 +23,13 @@ if("${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${SHM_BUILD_TYPE_UPPER}}" MATCHES "-DND
 else()
   set(SHM_OUTSIDE_LIBRARY_NDEBUG OFF)
 endif()
+# The header checks (each installed header alone, all together) are the same
+# in every lane: the normal lane runs them, the sanitizer lanes skip them.
+if(LIBSHM_SANITIZE STREQUAL "")
+  set(SHM_OUTSIDE_CHECK_HEADERS ON)
+else()
+  set(SHM_OUTSIDE_CHECK_HEADERS OFF)
+endif()
 if(TARGET shmctl)
   set(SHM_OUTSIDE_EXPECT_SHMCTL ON)
 else()
@@ -40,6 +47,7 @@ add_test(NAME install_find_package
     "-DSHM_CXX_FLAGS=${SHM_OUTSIDE_CXX_FLAGS}"
     -DSHM_EXPECT_SHMCTL=${SHM_OUTSIDE_EXPECT_SHMCTL}
     -DSHM_LIBRARY_NDEBUG=${SHM_OUTSIDE_LIBRARY_NDEBUG}
+    -DSHM_CHECK_HEADERS=${SHM_OUTSIDE_CHECK_HEADERS}
     -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
     -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
 set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)
