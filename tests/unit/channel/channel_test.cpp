@@ -14,6 +14,7 @@
 #include <deque>
 #include <new>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,23 +202,27 @@ TEST_F(ChannelTest, ReserveWriteCommitPublishesOnlyTheCommittedBytes) {
       make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8});
   auto r = p.try_reserve(64);
   ASSERT_TRUE(r && *r) << (r ? "" : r.error().what());
-  std::memcpy(r->bytes.data(), "partial", 7);
+  std::memcpy(r->bytes().data(), "partial", 7);
   auto peek = c.try_receive();
   ASSERT_TRUE(peek);
   EXPECT_EQ(peek->status, ReceiveStatus::Empty) << "nothing is visible before commit";
-  const SendOutcome o = p.commit(7);
-  EXPECT_TRUE(o.admitted());
+  const auto o = r->commit(7);
+  ASSERT_TRUE(o) << o.error().what();
+  EXPECT_TRUE(o->admitted());
+  EXPECT_FALSE(r->pending());
+  EXPECT_TRUE(r->bytes().empty()) << "a committed reservation exposes no bytes";
   EXPECT_EQ(take(c), "partial");
   // An abandoned reservation leaves no trace and its bytes are reused.
   auto r2 = p.try_reserve(32);
   ASSERT_TRUE(r2 && *r2);
-  std::byte* where = r2->bytes.data();
-  p.abandon();
+  std::byte* where = r2->bytes().data();
+  r2->abandon();
+  EXPECT_TRUE(r2->bytes().empty());
   auto r3 = p.try_reserve(8);
   ASSERT_TRUE(r3 && *r3);
-  EXPECT_EQ(r3->bytes.data(), where);
-  std::memcpy(r3->bytes.data(), "after", 5);
-  p.commit(5);
+  EXPECT_EQ(r3->bytes().data(), where);
+  std::memcpy(r3->bytes().data(), "after", 5);
+  ASSERT_TRUE(r3->commit(5));
   std::uint64_t seq = 0;
   EXPECT_EQ(take(c, &seq), "after");
   EXPECT_EQ(seq, 1u) << "the abandoned reservation used no sequence";
@@ -276,7 +281,8 @@ TEST_F(ChannelTest, ReceiveIntoRefusesWhileALeaseIsHeld) {
 TEST_F(ChannelTest, SecondReservationWhileOneIsOutstandingIsRefused) {
   auto [p, c] =
       make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8});
-  ASSERT_TRUE(p.try_reserve(8));
+  auto held = p.try_reserve(8);
+  ASSERT_TRUE(held && *held);
 #ifdef NDEBUG
   auto again = p.try_reserve(8);
   ASSERT_FALSE(again);
@@ -285,7 +291,6 @@ TEST_F(ChannelTest, SecondReservationWhileOneIsOutstandingIsRefused) {
 #else
   EXPECT_DEATH((void)p.try_reserve(8), "reservation is outstanding");
 #endif
-  p.abandon();
 }
 
 TEST_F(ChannelTest, ZeroLengthPayloadsUseACellButNoBytes) {
@@ -648,6 +653,132 @@ TEST_F(ChannelTest, ReceivingWithALeaseHeldIsRefused) {
   EXPECT_EQ(take(c), "b");
 }
 
+// A released lease is empty: the page behind it may be rebound at any time
+// once the consumer moves on, so its bytes must not stay reachable.
+TEST_F(ChannelTest, ReleasedLeaseExposesNoBytes) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_capacity = 16});
+  send(p, "first");
+  auto r = c.try_receive();
+  ASSERT_TRUE(r && *r);
+  ChannelLease lease = std::move(r->lease);
+  EXPECT_FALSE(r->lease.held());
+  EXPECT_TRUE(r->lease.bytes().empty()) << "a moved-from lease exposes no bytes";
+  EXPECT_EQ(r->lease.data(), nullptr);
+  ASSERT_EQ(str(lease.bytes()), "first");
+  lease.release();
+  EXPECT_FALSE(lease.held());
+  EXPECT_TRUE(lease.bytes().empty()) << "a released lease exposes no bytes";
+  EXPECT_EQ(lease.data(), nullptr);
+  EXPECT_EQ(lease.size(), 0u);
+  EXPECT_EQ(lease.sequence(), 0u);
+  EXPECT_EQ(lease.epoch(), 0u);
+  lease.release();  // idempotent
+  EXPECT_EQ(c.next_sequence(), 1u) << "released once";
+}
+
+// A reservation dropped without commit (here: an exception between reserve
+// and commit) is abandoned by its destructor: the producer reserves again.
+TEST_F(ChannelTest, ReservationDroppedWithoutCommitLeavesTheProducerFree) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  EXPECT_THROW(
+      {
+        auto r = p.try_reserve(16);
+        ASSERT_TRUE(r && *r);
+        EXPECT_TRUE(r->pending());
+        std::memcpy(r->bytes().data(), "half", 4);
+        throw std::runtime_error("the writer failed before commit()");
+      },
+      std::runtime_error);
+  EXPECT_FALSE(p.has_reservation()) << "the dropped reservation was abandoned";
+  EXPECT_EQ(send(p, "next").sequence, 0u) << "the abandoned reservation used no sequence";
+  EXPECT_EQ(take(c), "next");
+  // A moved reservation is owned by its new holder; the old one is empty.
+  auto r = p.try_reserve(8);
+  ASSERT_TRUE(r && *r);
+  Reservation moved = std::move(*r);
+  EXPECT_FALSE(r->pending());
+  EXPECT_TRUE(r->bytes().empty());
+  EXPECT_TRUE(moved.pending());
+  std::memcpy(moved.bytes().data(), "m", 1);
+  auto o = moved.commit(1);
+  ASSERT_TRUE(o) << o.error().what();
+  EXPECT_EQ(o->sequence, 1u);
+  EXPECT_TRUE(moved.bytes().empty()) << "a committed reservation exposes no bytes";
+  EXPECT_EQ(take(c), "m");
+}
+
+TEST_F(ChannelTest, CommitOfAReservationThatIsNotPendingIsRefused) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto r = p.try_reserve(8);
+  ASSERT_TRUE(r && *r);
+  ASSERT_TRUE(r->commit(0));
+#ifdef NDEBUG
+  auto again = r->commit();
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::InvalidArgument);
+  EXPECT_NE(again.error().message.find("not pending"), std::string::npos) << again.error().message;
+#else
+  EXPECT_DEATH((void)r->commit(), "not pending");
+#endif
+  EXPECT_EQ(take(c), "");
+}
+
+// commit(), abandon() (a reservation's destructor included) and a lease's
+// release() act on their endpoint: they take its guard like every other call,
+// so another thread inside the endpoint meanwhile is caught (here simulated by
+// occupying the guard).
+TEST_F(ChannelTest, CommitAbandonAndLeaseReleaseTakeTheEndpointGuard) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  constexpr const char* kBusy = "a channel endpoint is used by two threads at once";
+  {
+    auto r = p.try_reserve(8);
+    ASSERT_TRUE(r && *r);
+    EXPECT_DEATH(
+        {
+          const auto inside = ChannelTesting::occupy(p);
+          (void)r->commit();
+        },
+        kBusy);
+    EXPECT_DEATH(
+        {
+          const auto inside = ChannelTesting::occupy(p);
+          r->abandon();
+        },
+        kBusy);
+    ASSERT_TRUE(r->commit(1));
+  }
+  auto got = c.try_receive();
+  ASSERT_TRUE(got && *got);
+  EXPECT_DEATH(
+      {
+        const auto inside = ChannelTesting::occupy(c);
+        got->lease.release();
+      },
+      kBusy);
+  got->lease.release();
+}
+
+// A blocking send holds the producer's guard while it waits, so a second
+// thread that enters the producer meanwhile is caught, not let in.
+TEST_F(ChannelTest, SecondThreadOnAProducerParkedInSendAbortsInEveryBuild) {
+  auto [p, c] =
+      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  send(p, "a");
+  send(p, "b");  // the ring is full: the next send parks
+  const channel::View v = view_of(p);
+  EXPECT_DEATH(
+      {
+        std::thread t([&p = p] { (void)p.send(bytes("c"), 30s); });
+        if (wait_until_parked(v.control->waiters.producer_parked)) (void)p.try_send(bytes("d"));
+        t.join();  // reached only if the guard let the second thread in
+      },
+      "a channel endpoint is used by two threads at once");
+}
+
 TEST_F(ChannelTest, FinishEndsTheStreamAfterEverythingIsReceived) {
   auto [p, c] =
       make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
@@ -680,7 +811,7 @@ TEST_F(ChannelTest, FinishAfterAnAbandonedRotationEndsCleanly) {
   send(p, "only");
   auto r = p.try_reserve(8);  // rotates into epoch 1, then abandoned
   ASSERT_TRUE(r && *r);
-  p.abandon();
+  r->abandon();
   ASSERT_TRUE(p.finish());
   EXPECT_EQ(take(c), "only");
   auto end = c.try_receive();
