@@ -103,8 +103,11 @@ int run(const Options& o) {
                  shm::to_string(r->status), o.timeout_s, seq);
       return 1;
     }
-    fill(r->bytes, seq);  // written straight into the page
-    (void)producer->commit();
+    fill(r->bytes(), seq);                 // written straight into the page
+    if (auto sent = r->commit(); !sent) {  // an uncommitted reservation is abandoned
+      fmt::print(stderr, "channel_producer: message {}: {}\n", seq, sent.error().what());
+      return 1;
+    }
     if (seq % 65536 == 0) producer->heartbeat();
     if (o.progress != 0 && (seq + 1) % o.progress == 0) {
       fmt::print("channel_producer: {} messages sent\n", seq + 1);

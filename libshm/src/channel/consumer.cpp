@@ -326,10 +326,21 @@ std::unexpected<Error> ChannelConsumer::producer_died() {
   // A sidecar (or shmctl reclaim) that found the producer dead marked the
   // channel and freed the slot: the slot reads Free, but the producer died.
   const bool died = live == Liveness::Dead || fault() == ChannelFault::ProducerDied;
-  // acquire: pairs with [chan.P] (cells published to the page but never described).
-  const std::uint32_t published =
-      page_.header->publication.published.load(std::memory_order_acquire);
-  const std::uint64_t orphans = published > committed_ ? published - committed_ : 0;
+  // relaxed: the producer is gone; its stores reached us through the kernel
+  // lock probe (or the sidecar's FAULTED word, [chan.T']), like its last tail.
+  std::uint64_t active = control().producer.active_epoch.load(std::memory_order_relaxed);
+  if (active < epoch_ || active - epoch_ >= view_.params.pages) active = epoch_;  // not trusted
+  // Payloads published to pages [chan.P] but never described [chan.R]: in our
+  // page beyond what we committed, and in pages rotated to but never described.
+  std::uint64_t orphans = 0;
+  for (std::uint64_t e = epoch_; e <= active; ++e) {
+    const page::SlotHeader* h = page::PageView::at(slot(e), view_.geometry).header;
+    // acquire: pairs with [chan.P].
+    const std::uint32_t published = h->publication.published.load(std::memory_order_acquire);
+    const std::uint64_t done = e == epoch_ ? committed_ : 0;
+    if (h->binding.epoch.load(std::memory_order_relaxed) == e && published > done)
+      orphans += published - done;
+  }
   std::string detail = shm::detail::format(
       "the producer {} without finish(); all {} payloads it described were delivered",
       died ? "died" : "detached", head_);
@@ -338,8 +349,10 @@ std::unexpected<Error> ChannelConsumer::producer_died() {
         "; {} payload(s) published to the page of epoch {} never reached the ring", orphans,
         epoch_);
   auto e = raise(ChannelFault::ProducerDied, epoch_, head_, detail);
-  // [chan.E] release: faulted end of stream releases the final epoch too.
-  control().release.released_epoch.store(epoch_ + 1, std::memory_order_release);
+  // [chan.E] release: the faulted end of the stream releases the final epoch
+  // and every epoch the dead producer rotated to after it (nothing will read
+  // or write them again), as the clean end does.
+  control().release.released_epoch.store(active + 1, std::memory_order_release);
   return terminal(std::move(e));
 }
 

@@ -177,10 +177,27 @@ Result<bool> ChannelProducer::rotate() {
   return true;
 }
 
+std::unexpected<Error> ChannelProducer::reservation_misuse(std::size_t used) const {
+  if (!reserving_)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: commit() of a reservation that finish() dropped",
+                                    segment_.path()));
+  return fail(Errc::InvalidArgument,
+              shm::detail::format("{}: commit() of {} bytes, but only {} were reserved",
+                                  segment_.path(), used, reserved_length_));
+}
+
 Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanoseconds timeout) {
+  // Held while we wait: a second thread entering this producer meanwhile aborts.
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  return reserve_waiting(n, timeout);
+}
+
+Result<Reservation> ChannelProducer::reserve_waiting(std::size_t n,
+                                                     std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const Result<Reservation>& r) { return !r || *r; };
-  const auto attempt = [&] { return try_reserve(n); };
+  const auto attempt = [&] { return reserve_once(n); };
   if (auto r = detail::spin(channel::internal::kSpins, attempt, done)) return std::move(*r);
   auto& w = control().waiters;
   std::optional<Result<Reservation>> r;  // every park round sets it before it may end
@@ -190,7 +207,7 @@ Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanosec
         // [chan.D2'] seq_cst store of the flag, then seq_cst loads of what we wait
         // for (head, released_epoch, the terminal word): pairs with [chan.D2] in
         // give_back(), [chan.E] at the seam and [chan.T] in raise(). Either we see their
-        // store here, or they see our flag and wake us; try_reserve() reads
+        // store here, or they see our flag and wake us; reserve_once() reads
         // these words again afterwards, and coherence keeps those reads at
         // least this new.
         w.producer_parked.store(1, std::memory_order_seq_cst);
@@ -207,17 +224,19 @@ Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanosec
 
 Result<SendOutcome> ChannelProducer::send(std::span<const std::byte> payload,
                                           std::chrono::nanoseconds timeout) {
-  auto r = reserve(payload.size(), timeout);
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  auto r = reserve_waiting(payload.size(), timeout);
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return SendOutcome{r->status, 0, 0};
-  return publish(payload.size(),
-                 page::copy_checksum(r->bytes.data(), payload.data(), payload.size()));
+  const std::span<std::byte> to = std::exchange(r->bytes_, {});
+  r->owner_ = nullptr;  // published below, not abandoned
+  return publish(payload.size(), page::copy_checksum(to.data(), payload.data(), payload.size()));
 }
 
 Result<void> ChannelProducer::finish() {
   const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
   assert(!reserving_ && "finish() with a reservation outstanding");
-  reserving_ = false;
+  reserving_ = false;  // a later commit() of it is refused (reservation_misuse)
   if (finished_) return {};
   auto& word = control().terminal.word;
   // [chan.T'] acquire: pairs with [chan.T] of a side that changed the word.

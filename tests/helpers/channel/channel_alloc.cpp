@@ -122,9 +122,9 @@ int main(int argc, char** argv) {
       if (!r) fail_with("reserve", r.error());
       if (*r) {
         if (round % 9 == 0) {
-          p->abandon();
+          r->abandon();
         } else {
-          (void)p->commit(len / 2);
+          if (auto ok = r->commit(len / 2); !ok) fail_with("commit", ok.error());
           ++sent;
         }
       } else {

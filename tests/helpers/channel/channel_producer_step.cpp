@@ -69,7 +69,7 @@ int run_fault(shm::ChannelProducer& p, const std::string& point, std::uint64_t c
   if (point == "reserve-commit") {
     auto r = p.try_reserve(next.size());
     if (!r || !*r) die("reserve failed");
-    std::memcpy(r->bytes.data(), next.data(), next.size() / 2);
+    std::memcpy(r->bytes().data(), next.data(), next.size() / 2);
     wait_for_kill(point);
   }
   if (point == "page-before-ring") {

@@ -8,6 +8,7 @@
 #include "helpers/channel/channel_payload.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/testing/channel.hpp"
 
 #include <gtest/gtest.h>
 
@@ -113,6 +114,66 @@ TEST_P(ChannelProducerKilledTest, ConsumerGetsEveryCommittedPayloadThenProducerD
     EXPECT_NE(d.error->message.find("1 payload(s) published to the page"), std::string::npos)
         << d.error->message;
   }
+}
+
+// The faulted end of a stream whose producer was killed (ADR-0010, "Clean
+// or faulted end-of-stream releases the final epoch"): once the consumer has
+// drained and reported ProducerDied, every epoch is released (nothing live:
+// released_epoch = active_epoch + 1, as after a clean end), the channel is
+// FAULTED(producer died) as detected by the consumer at its position, the
+// consumer stays where the last described payload left it and repeats the
+// error, and verify finds nothing but the fault.
+TEST_P(ChannelProducerKilledTest, FaultedEndReleasesTheFinalEpochAndFreezesTheConsumer) {
+  const FaultCase fc = GetParam();
+  constexpr std::uint32_t kCells = 4;
+  ASSERT_TRUE(create_channel(
+      "fe", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = kCells, .ring_capacity = 32}));
+  test::Subprocess producer({test::helper_path("channel_producer_step"), "fe", "fault", fc.point,
+                             std::to_string(fc.committed)});
+  ASSERT_TRUE(producer.wait_for_line(std::string("at ") + fc.point, 20s)) << producer.output();
+  producer.kill(SIGKILL);
+  EXPECT_EQ(producer.wait(10s), 128 + SIGKILL);
+  auto c = ChannelConsumer::open("fe");
+  ASSERT_TRUE(c) << c.error().what();
+  const Drained d = drain(*c, kFaultMaxLen);
+  ASSERT_TRUE(d.error.has_value()) << "expected ProducerDied, got end=" << d.ended;
+  ASSERT_EQ(d.error->code, Errc::ProducerDied) << d.error->what();
+  EXPECT_EQ(d.received, fc.committed);
+
+  const channel::View v = detail::ChannelTesting::view(*c);
+  const std::uint64_t active = v.control->producer.active_epoch.load();
+  const std::uint64_t last_epoch = fc.committed == 0 ? 0 : (fc.committed - 1) / kCells;
+  // after-rebind, and a reservation that needed a fresh page, stopped in an
+  // epoch no descriptor ever named.
+  const std::string point = fc.point;
+  const bool rotated =
+      point == "after-rebind" || (point == "reserve-commit" && fc.committed % kCells == 0);
+  EXPECT_EQ(active, rotated ? last_epoch + 1 : last_epoch) << "where the producer stopped";
+  EXPECT_EQ(v.control->release.released_epoch.load(), active + 1)
+      << "the final epoch (and any epoch rotated to but never described) is released";
+  EXPECT_EQ(v.control->consumer.head.load(), fc.committed);
+  EXPECT_EQ(v.control->consumer.head.load(), v.control->producer.tail.load())
+      << "everything described was consumed";
+
+  EXPECT_EQ(c->state(), ChannelState::Faulted);
+  EXPECT_EQ(c->fault(), ChannelFault::ProducerDied);
+  EXPECT_EQ(v.control->terminal.fault_role.load(), channel::kConsumerRole.id);
+  EXPECT_EQ(v.control->terminal.fault_epoch.load(), last_epoch);
+  EXPECT_EQ(v.control->terminal.fault_sequence.load(), fc.committed);
+  EXPECT_EQ(c->current_epoch(), last_epoch);
+  EXPECT_EQ(c->next_sequence(), fc.committed);
+  EXPECT_EQ(c->committed_in_epoch(), fc.committed - last_epoch * kCells);
+  EXPECT_FALSE(c->lease_held());
+  for (int i = 0; i < 2; ++i) {
+    auto again = c->try_receive();
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, Errc::ProducerDied) << "the terminal error is repeated";
+  }
+  auto observer = open_channel("fe");
+  ASSERT_TRUE(observer) << observer.error().what();
+  const std::vector<std::string> bad = kChannelDescriptor.verify(*observer);
+  ASSERT_EQ(bad.size(), 1u) << "only the fault: " << ::testing::PrintToString(bad);
+  EXPECT_NE(bad[0].find("producer died"), std::string::npos) << bad[0];
 }
 
 std::string fault_case_name(const ::testing::TestParamInfo<FaultCase>& param) {

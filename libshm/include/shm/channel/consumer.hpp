@@ -52,24 +52,30 @@ class ChannelConsumer;
 enum class ReceiveStatus : std::uint8_t { Received, Empty, End };
 [[nodiscard]] std::string_view to_string(ReceiveStatus s) noexcept;
 
-// A payload on loan from its page (move-only). Valid until released.
+// A payload on loan from its page (move-only). Valid until released: after
+// release() (or a move out of it) the lease is empty, like a default one:
+// bytes() is empty, data() is null, sequence() and epoch() are 0. The bytes
+// of a released payload may belong to another epoch at any moment (the slot
+// is rebound once the consumer moves past its page), so they are not exposed.
+// release() takes the consumer's endpoint guard: give a lease back from the
+// thread that uses the consumer (or one that takes turns with it).
 class ChannelLease {
  public:
   ChannelLease() = default;
   ChannelLease(ChannelLease&& o) noexcept
       : owner_(std::exchange(o.owner_, nullptr)),
-        data_(o.data_),
-        size_(o.size_),
-        sequence_(o.sequence_),
-        epoch_(o.epoch_) {}
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        sequence_(std::exchange(o.sequence_, 0)),
+        epoch_(std::exchange(o.epoch_, 0)) {}
   ChannelLease& operator=(ChannelLease&& o) noexcept {
     if (this != &o) {
       release();
       owner_ = std::exchange(o.owner_, nullptr);
-      data_ = o.data_;
-      size_ = o.size_;
-      sequence_ = o.sequence_;
-      epoch_ = o.epoch_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      sequence_ = std::exchange(o.sequence_, 0);
+      epoch_ = std::exchange(o.epoch_, 0);
     }
     return *this;
   }
@@ -88,7 +94,8 @@ class ChannelLease {
   // True until given back.
   [[nodiscard]] bool held() const noexcept { return owner_ != nullptr; }
   explicit operator bool() const noexcept { return held(); }
-  // Gives the payload back (idempotent): the consumer may advance past it.
+  // Gives the payload back (idempotent): the consumer may advance past it,
+  // and this lease becomes empty.
   inline void release() noexcept;
 
  private:
@@ -223,6 +230,8 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] Result<void> resume();
   void bind_epoch(std::uint64_t epoch) noexcept;
   void give_back() noexcept;
+  // ChannelLease::release(): give_back() under the endpoint guard.
+  void release_lease() noexcept;
 
   std::uint64_t head_ = 0;              // descriptors committed (mirror of control.consumer.head)
   std::uint64_t cached_tail_ = 0;       // producer's tail as last taken; refreshed when empty
@@ -335,8 +344,17 @@ inline void ChannelConsumer::give_back() noexcept {
     wake_producer();
 }
 
+inline void ChannelConsumer::release_lease() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  give_back();
+}
+
 inline void ChannelLease::release() noexcept {
-  if (owner_ != nullptr) std::exchange(owner_, nullptr)->give_back();
+  data_ = nullptr;
+  size_ = 0;
+  sequence_ = 0;
+  epoch_ = 0;
+  if (owner_ != nullptr) std::exchange(owner_, nullptr)->release_lease();
 }
 
 }  // namespace shm

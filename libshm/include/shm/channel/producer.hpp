@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <span>
+#include <utility>
 
 namespace shm {
 
@@ -39,13 +40,61 @@ struct SendOutcome {
   }
 };
 
-// Writable bytes in the active page (zero copy). Nothing is visible to the
-// consumer until commit().
-struct Reservation {
+class ChannelProducer;
+
+// Writable bytes in the active page (zero copy), owned until committed or
+// abandoned (move-only). Nothing is visible to the consumer until commit().
+// A reservation that is destroyed without commit() is abandoned: an exception
+// or an early return between reserve and commit leaves the producer free to
+// reserve again. A refused reservation (status RingFull / PageQuotaExhausted)
+// owns nothing. Like the lease on the consumer side, a reservation points back
+// at its producer: commit or drop it before the producer is moved or destroyed.
+class Reservation {
+ public:
   Admission status = Admission::RingFull;
-  std::span<std::byte> bytes;  // when Ok
+
+  Reservation() = default;
+  Reservation(Reservation&& o) noexcept
+      : status(o.status),
+        owner_(std::exchange(o.owner_, nullptr)),
+        bytes_(std::exchange(o.bytes_, {})) {}
+  Reservation& operator=(Reservation&& o) noexcept {
+    if (this != &o) {
+      abandon();
+      status = o.status;
+      owner_ = std::exchange(o.owner_, nullptr);
+      bytes_ = std::exchange(o.bytes_, {});
+    }
+    return *this;
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation() { abandon(); }
 
   explicit operator bool() const noexcept { return status == Admission::Ok; }
+  // True from an Ok reserve until commit() or abandon(): bytes() is writable.
+  [[nodiscard]] bool pending() const noexcept { return owner_ != nullptr; }
+  // The reserved bytes while pending; empty once committed or abandoned.
+  [[nodiscard]] std::span<std::byte> bytes() const noexcept { return bytes_; }
+
+  // Publishes the reservation (all of it, or its first `used` bytes): CRC32C,
+  // page release [chan.P], descriptor, ring release [chan.R]. Afterwards the
+  // reservation is empty. Errc::InvalidArgument (and an assert in debug
+  // builds) when nothing is pending (refused, committed or abandoned), when
+  // `used` exceeds the reservation, or when finish() dropped it.
+  [[nodiscard]] Result<SendOutcome> commit() { return commit(bytes_.size()); }
+  [[nodiscard]] Result<SendOutcome> commit(std::size_t used);
+  // Drops the reservation; nothing becomes visible. Idempotent; the destructor calls it.
+  inline void abandon() noexcept;
+
+ private:
+  friend class ChannelProducer;
+  Reservation(ChannelProducer* owner, std::span<std::byte> bytes) noexcept
+      : status(Admission::Ok), owner_(owner), bytes_(bytes) {}
+  explicit Reservation(Admission refused) noexcept : status(refused) {}
+
+  ChannelProducer* owner_ = nullptr;
+  std::span<std::byte> bytes_;
 };
 
 class ChannelProducer : public detail::ChannelEndpoint {
@@ -64,6 +113,10 @@ class ChannelProducer : public detail::ChannelEndpoint {
                                                     const ChannelParams& expected = {},
                                                     const OpenOptions& options = {});
 
+  // Every call below takes the endpoint guard (one thread at a time, aborts
+  // otherwise), and so do Reservation::commit() and abandon(); a blocking
+  // reserve or send holds it while it waits.
+  //
   // Reserves n bytes in the active page, rotating to a fresh page when the
   // active one is out of bytes or descriptor cells (ADR-0010). Refusals
   // (RingFull, PageQuotaExhausted) mutate nothing.
@@ -71,12 +124,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   // Blocking reserve: spins, then parks until room appears or `timeout`
   // passes; on timeout the status says what was missing.
   [[nodiscard]] Result<Reservation> reserve(std::size_t n, std::chrono::nanoseconds timeout);
-  // Publishes the reservation (all of it, or its first `used` bytes): CRC32C,
-  // page release [chan.P], descriptor, ring release [chan.R].
-  SendOutcome commit() noexcept { return commit(reserved_length_); }
-  SendOutcome commit(std::size_t used) noexcept;
-  // Drops the reservation; nothing becomes visible.
-  void abandon() noexcept { reserving_ = false; }
+  // Commit or abandon through the Reservation (see above); one at a time.
 
   // Copying conveniences.
   [[nodiscard]] Result<SendOutcome> try_send(std::span<const std::byte> payload);
@@ -93,7 +141,15 @@ class ChannelProducer : public detail::ChannelEndpoint {
 
  private:
   friend class detail::ChannelTesting;
+  friend class Reservation;
 
+  // try_reserve() / reserve() inside a guard scope the caller holds.
+  [[nodiscard]] Result<Reservation> reserve_once(std::size_t n);
+  [[nodiscard]] Result<Reservation> reserve_waiting(std::size_t n,
+                                                    std::chrono::nanoseconds timeout);
+  // Reservation::commit() / abandon(): take the guard, then act.
+  [[nodiscard]] Result<SendOutcome> commit_reservation(std::size_t used);
+  void abandon_reservation() noexcept;
   // Publishes the reservation's first `used` bytes, whose CRC32C is `crc`.
   SendOutcome publish(std::size_t used, std::uint32_t crc) noexcept;
   // Rotation, one step per function (tests stop a helper between them).
@@ -104,6 +160,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] Result<bool> refresh_head();
   [[nodiscard]] std::unexpected<Error> not_open();
   [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
+  [[nodiscard]] std::unexpected<Error> reservation_misuse(std::size_t used) const;
   // Binds the producer role on a segment just created or opened, then resume().
   [[nodiscard]] static Result<ChannelProducer> attach(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
@@ -125,6 +182,10 @@ class ChannelProducer : public detail::ChannelEndpoint {
 
 inline Result<Reservation> ChannelProducer::try_reserve(std::size_t n) {
   const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  return reserve_once(n);
+}
+
+inline Result<Reservation> ChannelProducer::reserve_once(std::size_t n) {
   assert(!reserving_ && "a reservation is outstanding: commit() or abandon() it first");
   // relaxed: a hint only; not_open() re-reads it with acquire before reporting.
   if (control().terminal.word.load(std::memory_order_relaxed) != channel::kTerminalOpen ||
@@ -138,25 +199,33 @@ inline Result<Reservation> ChannelProducer::try_reserve(std::size_t n) {
     if (!room) return std::unexpected(std::move(room.error()));
     if (!*room) {
       control().stats.ring_full.store(++ring_full_, std::memory_order_relaxed);  // statistics
-      return Reservation{Admission::RingFull, {}};
+      return Reservation(Admission::RingFull);
     }
   }
   if (!page_.fits(n)) [[unlikely]] {
     auto rotated = rotate();
     if (!rotated) return std::unexpected(std::move(rotated.error()));
-    if (!*rotated) return Reservation{Admission::PageQuotaExhausted, {}};
+    if (!*rotated) return Reservation(Admission::PageQuotaExhausted);
     // Re-validation against the fresh page: n <= max_payload fits an empty page.
     assert(page_.fits(n));
   }
   reserving_ = true;
   reserved_length_ = n;
-  return Reservation{Admission::Ok, std::span<std::byte>(page_.next_payload(), n)};
+  return Reservation(this, std::span<std::byte>(page_.next_payload(), n));
 }
 
-inline SendOutcome ChannelProducer::commit(std::size_t used) noexcept {
-  assert(reserving_ && "commit() without a reservation");
+inline Result<SendOutcome> ChannelProducer::commit_reservation(std::size_t used) {
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  assert(reserving_ && "commit() of a reservation that finish() dropped");
   assert(used <= reserved_length_ && "commit() of more bytes than reserved");
+  if (!reserving_ || used > reserved_length_) [[unlikely]]
+    return reservation_misuse(used);
   return publish(used, page::checksum(page_.next_payload(), used));
+}
+
+inline void ChannelProducer::abandon_reservation() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  reserving_ = false;
 }
 
 inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc) noexcept {
@@ -179,12 +248,30 @@ inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc)
 }
 
 inline Result<SendOutcome> ChannelProducer::try_send(std::span<const std::byte> payload) {
-  auto r = try_reserve(payload.size());
+  const detail::EndpointGuard::Scope scope(guard_, "a channel endpoint");
+  auto r = reserve_once(payload.size());
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return SendOutcome{r->status, 0, 0};
+  const std::span<std::byte> to = std::exchange(r->bytes_, {});
+  r->owner_ = nullptr;  // published below, not abandoned
   // One pass over the payload: copy into the page and checksum it.
-  return publish(payload.size(),
-                 page::copy_checksum(r->bytes.data(), payload.data(), payload.size()));
+  return publish(payload.size(), page::copy_checksum(to.data(), payload.data(), payload.size()));
+}
+
+// ---------------------------------------------------------------- Reservation
+
+inline Result<SendOutcome> Reservation::commit(std::size_t used) {
+  assert(owner_ != nullptr && "commit() of a reservation that is not pending");
+  if (owner_ == nullptr) [[unlikely]]
+    return fail(Errc::InvalidArgument,
+                "commit() of a reservation that is not pending (refused, committed or abandoned)");
+  bytes_ = {};
+  return std::exchange(owner_, nullptr)->commit_reservation(used);
+}
+
+inline void Reservation::abandon() noexcept {
+  bytes_ = {};
+  if (owner_ != nullptr) std::exchange(owner_, nullptr)->abandon_reservation();
 }
 
 }  // namespace shm

@@ -57,6 +57,13 @@ class ChannelTesting {
   }
 
   [[nodiscard]] static const channel::View& view(const ChannelEndpoint& e) { return e.view_; }
+
+  // Occupies an endpoint's guard as if another thread were inside one of its
+  // calls, until the returned scope ends: what that endpoint does meanwhile
+  // on this thread must abort like a second thread would.
+  [[nodiscard]] static EndpointGuard::Scope occupy(ChannelEndpoint& e) {
+    return EndpointGuard::Scope(e.guard_, "a channel endpoint");
+  }
 };
 
 }  // namespace shm::detail
