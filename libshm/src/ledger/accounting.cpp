@@ -279,6 +279,7 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   st(t.pool_generation, pool_id.generation);
   st(t.category, category.index);
   st(t.bytes, bytes);
+  st(t.offered, 0u);  // the slot's previous ticket may have been offered
   // [ledger.T] release: crash order — every field above is in memory before the ticket
   // is live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole ticket or none.
   t.state.store(kTicketReserved, std::memory_order_release);

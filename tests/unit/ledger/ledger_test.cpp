@@ -874,6 +874,13 @@ TEST_F(LedgerTest, WithdrawnOrReleasedOffersCannotBeAccepted) {
   ASSERT_TRUE(a.offer(t, c->owner()));
   ASSERT_TRUE(a.release(t));
   expect_error(c->accept(t), Errc::InvalidArgument, "was already released");
+  // The slot's next ticket starts with no offer, whatever its predecessor had.
+  const Ticket next = ok_ticket(a.reserve(p, kMsg, 10));
+  ASSERT_EQ(next.index, t.index);
+  expect_error(c->accept(next), Errc::PermissionDenied, "is not offered");
+  auto listed = a.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_FALSE((*listed)[0].offered);
   Ticket other = t;
   other.ledger ^= 1;
   expect_error(c->accept(other), Errc::ForeignHandle, "accept: ticket");
