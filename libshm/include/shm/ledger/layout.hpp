@@ -8,11 +8,13 @@
 //   Category   [max_categories]    named category accounts (append-only)
 //   Pool       [max_pools]         owner pools, up to kPoolAccounts accounts each
 //   TicketSlot [max_tickets]       the bounded ticket table: the source of truth
+//                                  (owner, pool, category, bytes, pending offer)
 //   u32        [max_tickets]       stack of free ticket indices (derived)
 //   Bucket     [max_buckets]       token buckets (append-only definitions)
 //
-// Primary state: the ticket table, the pool/category/bucket definitions and
-// bucket levels. Derived state: every account's used/reserved/tickets, the
+// Primary state: the ticket table (a ticket's owner and pending offer
+// included), the pool/category/bucket definitions (a pool's owner, or
+// kOrphanedPool) and bucket levels. Derived state: every account's used/reserved/tickets, the
 // live-ticket count and the free stack; repair() recomputes all of it from the
 // tickets. Every field is an atomic so that shmctl and metrics may read
 // without the lock (relaxed loads; the seqlock `version` tells a consistent
