@@ -61,6 +61,8 @@ std::string_view to_string(Errc code) noexcept {
       return "PriorityOutOfBounds";
     case Errc::UnsafeRoot:
       return "UnsafeRoot";
+    case Errc::ForeignHandle:
+      return "ForeignHandle";
   }
   return "Unknown";
 }

@@ -41,7 +41,8 @@ enum class Errc : std::uint8_t {
   // priority fanout
   PriorityOutOfBounds,
   // roots (added after the others: the values above are stable)
-  UnsafeRoot,  // a symbolic link, another user's directory, world-writable without sticky bit
+  UnsafeRoot,     // a symbolic link, another user's directory, world-writable without sticky bit
+  ForeignHandle,  // a handle (ledger PoolId/Ticket) issued by another segment or incarnation
 };
 
 [[nodiscard]] std::string_view to_string(Errc code) noexcept;

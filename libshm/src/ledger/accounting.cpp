@@ -226,6 +226,8 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
 Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
+  if (pool_id.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, segment_.path(), "reserve", pool_id);
   if (bytes < 0 || pool_id.index >= v.params.max_pools || category.index >= v.params.max_categories)
       [[unlikely]]
     return reserve_argument_error(v, pool_id, category, bytes);
@@ -277,6 +279,7 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   st(t.pool_generation, pool_id.generation);
   st(t.category, category.index);
   st(t.bytes, bytes);
+  st(t.offered, 0u);  // the slot's previous ticket may have been offered
   // [ledger.T] release: crash order — every field above is in memory before the ticket
   // is live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole ticket or none.
   t.state.store(kTicketReserved, std::memory_order_release);
@@ -289,12 +292,14 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
   bump(p.tickets);
   bump(c.lock.live_tickets);
   bump(c.stats.reserves);
-  return LedgerReservation(Ticket{index, gen});
+  return LedgerReservation(Ticket{index, gen, v.incarnation});
 }
 
 Result<void> Ledger::commit(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, segment_.path(), "commit", ticket);
   if (ticket.index >= v.params.max_tickets) [[unlikely]]
     return ticket_range_error("commit", ticket, v);
   const std::string& path = segment_.path();
@@ -332,6 +337,8 @@ Result<void> Ledger::commit(Ticket ticket) {
 Result<void> Ledger::release(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, segment_.path(), "release", ticket);
   if (ticket.index >= v.params.max_tickets) [[unlikely]]
     return ticket_range_error("release", ticket, v);
   const std::string& path = segment_.path();
@@ -353,6 +360,10 @@ Result<void> Ledger::release(Ticket ticket) {
 Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, segment_.path(), "replace", ticket);
+  if (pool_id.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, segment_.path(), "replace", pool_id);
   if (bytes < 0)
     return fail(Errc::InvalidArgument, shm::detail::format("replace: bytes {} is negative", bytes));
   if (ticket.index >= v.params.max_tickets)
@@ -448,8 +459,117 @@ Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::in
   charge(*new_account, bytes, old->reserved);
   st(old->pool->tickets, ld(old->pool->tickets) - 1);
   bump(np.tickets);
+  if (!same_pool) close_if_orphan_emptied(c, *old->pool);
   bump(c.stats.replaces);
   return LedgerReplacement();
+}
+
+// ---------------------------------------------------------------- hand-off
+
+Result<void> Ledger::offer(Ticket ticket, Owner to) {
+  assert(view_.control != nullptr && "use of an empty Ledger handle");
+  const View& v = view_;
+  const std::string& path = segment_.path();
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, path, "offer", ticket);
+  if (ticket.index >= v.params.max_tickets) [[unlikely]]
+    return ticket_range_error("offer", ticket, v);
+  if (to == owner_)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("offer: ticket {}#{} would be offered to its own owner (slot "
+                                    "{} generation {})",
+                                    ticket.index, ticket.generation, to.slot, to.generation));
+  if (to.slot >= kMaxAttachments)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("offer: slot {} is outside the attachment table of {}", to.slot,
+                                    kMaxAttachments));
+  if (auto ok = lock(v, path); !ok) [[unlikely]]
+    return ok;
+  LedgerControl& c = *v.control;
+  Held held(c);
+  TicketSlot& t = v.tickets[ticket.index];
+  if (!owned_live(t, ticket, owner_)) [[unlikely]]
+    return check_ticket(v, "offer", ticket, owner_);
+  const AttachmentSlot& hs = segment_.header().slots[to.slot];
+  // [seg.A'] acquire: pairs with attach()'s release [seg.A].
+  const std::uint32_t state = hs.state.load(std::memory_order_acquire);
+  const std::uint32_t generation = hs.generation.load(std::memory_order_acquire);
+  if (state != static_cast<std::uint32_t>(SlotState::Attached) || generation != to.generation)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format(
+                    "offer: attachment slot {} generation {} is not attached (the "
+                    "slot is {} at generation {})",
+                    to.slot, to.generation,
+                    state == static_cast<std::uint32_t>(SlotState::Attached) ? "attached" : "free",
+                    generation));
+  held.write();
+  st(t.offered, 0u);  // an earlier offer ends before the target changes
+  st(t.offer_slot, to.slot);
+  st(t.offer_generation, to.generation);
+  detail::ledger_crash_point(CrashPoint::OfferBeforePublish);
+  // [ledger.O] release: crash order — the target is in memory before the offer is
+  // live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole offer or none.
+  t.offered.store(1u, std::memory_order_release);
+  bump(c.stats.offers);
+  return {};
+}
+
+Result<void> Ledger::withdraw(Ticket ticket) {
+  assert(view_.control != nullptr && "use of an empty Ledger handle");
+  const View& v = view_;
+  const std::string& path = segment_.path();
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, path, "withdraw", ticket);
+  if (ticket.index >= v.params.max_tickets) [[unlikely]]
+    return ticket_range_error("withdraw", ticket, v);
+  if (auto ok = lock(v, path); !ok) [[unlikely]]
+    return ok;
+  Held held(*v.control);
+  TicketSlot& t = v.tickets[ticket.index];
+  if (!owned_live(t, ticket, owner_)) [[unlikely]]
+    return check_ticket(v, "withdraw", ticket, owner_);
+  if (ld(t.offered) != 0) {
+    held.write();
+    st(t.offered, 0u);
+  }
+  return {};
+}
+
+Result<void> Ledger::accept(Ticket ticket) {
+  assert(view_.control != nullptr && "use of an empty Ledger handle");
+  const View& v = view_;
+  const std::string& path = segment_.path();
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, path, "accept", ticket);
+  if (ticket.index >= v.params.max_tickets) [[unlikely]]
+    return ticket_range_error("accept", ticket, v);
+  if (auto ok = lock(v, path); !ok) [[unlikely]]
+    return ok;
+  Held held(*v.control);
+  TicketSlot& t = v.tickets[ticket.index];
+  if (ld(t.state) == kTicketFree || ld(t.generation) != ticket.generation)
+    return check_ticket(v, "accept", ticket, owner_);  // stale or released
+  const Owner owner{ld(t.owner_slot), ld(t.owner_generation)};
+  if (owner == owner_) return {};  // accepted before, or handed over when the sender left
+  const bool offered = ld(t.offered) != 0;
+  const Owner target{ld(t.offer_slot), ld(t.offer_generation)};
+  if (!offered || target != owner_) {
+    bump(v.control->stats.refused_releases);
+    return fail(Errc::PermissionDenied,
+                shm::detail::format(
+                    "accept: ticket {}#{} belongs to attachment slot {} generation {} and is {}; "
+                    "this handle is slot {} generation {}",
+                    ticket.index, ticket.generation, owner.slot, owner.generation,
+                    offered ? shm::detail::format("offered to slot {} generation {}", target.slot,
+                                                  target.generation)
+                            : std::string("not offered"),
+                    owner_.slot, owner_.generation));
+  }
+  auto ch = resolve(v, ticket.index, path);  // a ticket that cannot be charged is not taken
+  if (!ch) return std::unexpected(std::move(ch.error()));
+  held.write();
+  hand_over(v, ticket.index, owner_);
+  return {};
 }
 
 // ---------------------------------------------------------------- rate admission

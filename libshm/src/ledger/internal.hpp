@@ -183,8 +183,23 @@ inline void uncharge(Account& a, std::int64_t bytes, bool reserved) noexcept {
          ld(c.lock.free_top) < v.params.max_tickets;
 }
 
+// Closes an open pool. Caller holds the mutex inside a write section.
+inline void close_pool_held(LedgerControl& c, Pool& p) noexcept {
+  // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
+  p.state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
+  st(c.lock.open_pools, ld(c.lock.open_pools) - 1);
+}
+// An orphaned pool closes with its last ticket: called after a ticket left `p`.
+inline void close_if_orphan_emptied(LedgerControl& c, Pool& p) noexcept {
+  if (ld(p.tickets) != 0 || ld(p.owner_slot) != kOrphanedPool) [[likely]]
+    return;
+  detail::ledger_crash_point(test_hooks::LedgerCrashPoint::OrphanEmptiedBeforeClose);
+  close_pool_held(c, p);
+}
+
 // Frees a resolved live ticket: state first (crash order), then counters, then
-// the free stack. Caller holds the mutex inside a write section.
+// the free stack, then (the last ticket of an orphaned pool) the pool. Caller
+// holds the mutex inside a write section.
 inline void free_ticket(const View& v, std::uint32_t index, const Charge& ch) noexcept {
   LedgerControl& c = *v.control;
   // [ledger.F] release: crash order — the ticket is free before any counter moves, so
@@ -201,6 +216,7 @@ inline void free_ticket(const View& v, std::uint32_t index, const Charge& ch) no
   const std::uint32_t top = ld(c.lock.free_top);
   st(v.free_stack[top], index);
   st(c.lock.free_top, top + 1);
+  close_if_orphan_emptied(c, *ch.pool);
 }
 
 // Recomputation of derived state from the tickets.
@@ -239,14 +255,25 @@ void compare(const View& v, const Tally& t, std::vector<std::string>& out);
 // Writes the tally's sums into the derived counters and rebuilds the free stack.
 void store_derived(const View& v, const Tally& t) noexcept;
 
-// Releases every live ticket whose owner matches, then closes the matching
-// owners' pools that hold no tickets any more. Exact: owner (slot, generation);
-// Predecessors: same slot, any other generation (earlier holders of a slot we
-// now hold). Takes the lock.
+// Moves ticket `index` to owner `to` and clears its offer, through the undo
+// journal (op HandOver): a holder killed inside leaves the old owner and offer,
+// restored by repair. Caller holds the mutex inside a write section.
+void hand_over(const View& v, std::uint32_t index, Owner to) noexcept;
+
+// Releases every live ticket whose owner matches. Exact: owner (slot,
+// generation); Predecessors: same slot, any other generation (earlier holders
+// of a slot we now hold). Takes the lock.
+//   Keep:  the owner stays (release_all): every owned ticket is released.
+//   Leave: the owner is gone or going (detach, reclaim, the sweep of a slot):
+//          a ticket it offered to a live attachment is handed over to that
+//          attachment instead of released; offers made to it are void; its
+//          pools close, or are orphaned while other owners hold tickets there.
+// `segment` tells which offer targets are live attachments.
 enum class Match : std::uint8_t { Exact, Predecessors };
-[[nodiscard]] Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner owner,
-                                                  Match match, bool count_as_reclaim,
-                                                  bool close_pools);
+enum class Departure : std::uint8_t { Keep, Leave };
+[[nodiscard]] Result<ReclaimReport> release_owned(const View& v, const Segment& segment,
+                                                  Owner owner, Match match, Departure departure,
+                                                  bool count_as_reclaim);
 
 inline constexpr auto kPoolOpen = static_cast<std::uint32_t>(PoolStatus::Open);
 inline constexpr auto kTicketFree = static_cast<std::uint32_t>(TicketState::Free);
@@ -264,6 +291,21 @@ inline constexpr auto kTicketCommitted = static_cast<std::uint32_t>(TicketState:
         shm::detail::format("{}: pool {}#{} is not open (closed, or reopened as generation {})", op,
                             id.index, id.generation, ld(p.generation)));
   return &p;
+}
+
+// ForeignHandle: a pool or ticket handle stamped with another segment
+// incarnation (another ledger, or an earlier ledger of the same name).
+[[nodiscard]] std::unexpected<Error> foreign_handle(const View& v, std::string_view path,
+                                                    std::string_view op, std::string_view what,
+                                                    std::uint32_t index, std::uint32_t generation,
+                                                    std::uint64_t ledger);
+[[nodiscard]] inline std::unexpected<Error> foreign(const View& v, std::string_view path,
+                                                    std::string_view op, Ticket t) {
+  return foreign_handle(v, path, op, "ticket", t.index, t.generation, t.ledger);
+}
+[[nodiscard]] inline std::unexpected<Error> foreign(const View& v, std::string_view path,
+                                                    std::string_view op, PoolId p) {
+  return foreign_handle(v, path, op, "pool", p.index, p.generation, p.ledger);
 }
 
 // Points a view at a data area laid out for `params` (no checks: callers

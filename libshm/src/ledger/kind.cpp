@@ -27,6 +27,7 @@ void put_account(Node& out, const AccountState& a) {
 }
 
 std::string_view owner_state(const Segment& seg, Owner o) {
+  if (o.slot == kOrphanedPool) return "orphaned";
   if (o.slot >= kMaxAttachments) return "invalid";
   const AttachmentSlot& s = seg.header().slots[o.slot];
   if (s.generation.load(std::memory_order_acquire) != o.generation)
@@ -128,6 +129,8 @@ void describe(const Segment& seg, Node& out) {
   ops.counter("refused_releases", s.stats.refused_releases);
   ops.counter("repairs", s.stats.repairs);
   ops.counter("reclaimed_tickets", s.stats.reclaimed_tickets);
+  ops.counter("offers", s.stats.offers);
+  ops.counter("handovers", s.stats.handovers);
 }
 
 std::vector<std::string> verify(const Segment& seg) {
@@ -155,13 +158,50 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
   const Owner owner{static_cast<std::uint32_t>(dead.index), dead.generation};
-  auto r = release_owned(*view, seg.path(), owner, Match::Exact, true, true);
+  auto r = release_owned(*view, seg, owner, Match::Exact, Departure::Leave, true);
   if (!r)
     return fail(r.error().code,
                 shm::detail::format("generation {}: {}", dead.generation, r.error().message));
   return std::vector<std::string>{shm::detail::format(
-      "slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools", dead.index,
-      dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed)};
+      "slot {} (pid {}) generation {}: released {} tickets ({} bytes), closed {} pools, orphaned "
+      "{} (closed with their last ticket), handed over {} offered tickets, voided {} offers",
+      dead.index, dead.pid, dead.generation, r->tickets, r->bytes, r->pools_closed,
+      r->pools_orphaned, r->handed_over, r->offers_voided)};
+}
+
+// A new rate applies from now on: the time since the last refill is first
+// settled at the old rate (a refill to monotonic_ms(), the time base callers
+// share), then the rate changes. The settled level is a multi-word update of
+// primary state, so it goes through the undo journal as admit() does: a setter
+// killed mid-level leaves the old level (restored by repair) and the old rate;
+// killed after the journal is retired, a settled level and the old rate. Both
+// are states an admit() could have produced. Caller holds the mutex inside a
+// write section.
+void set_rate(const View& v, LedgerControl& c, Bucket& b, std::int64_t rate) noexcept {
+  const std::int64_t old_rate = ld(b.rate), burst = ld(b.burst);
+  const std::uint32_t started = ld(b.started);
+  if (started != 0 && old_rate >= 0 && burst >= 0) {
+    const token_bucket::Level before{ld(b.tokens), ld(b.frac), true, ld(b.last_ms)};
+    const token_bucket::Level after = token_bucket::refill(before, old_rate, burst, monotonic_ms());
+    Journal& j = c.journal;
+    BucketImage& img = j.buckets[0];
+    st(img.index, static_cast<std::uint32_t>(&b - v.buckets));
+    st(img.tokens, before.tokens);
+    st(img.frac, before.frac);
+    st(img.started, 1u);
+    st(img.last_ms, before.last_ms);
+    st(j.count, 1u);
+    st(j.op, JournalOp::Admit);
+    // [ledger.J1] release fence: crash order, as in admit().
+    std::atomic_thread_fence(std::memory_order_release);
+    st(b.tokens, after.tokens);
+    detail::ledger_crash_point(test_hooks::LedgerCrashPoint::SetRateMidSettle);
+    st(b.frac, after.frac);
+    st(b.last_ms, after.last_ms);
+    // [ledger.J2] release: crash order, as in admit().
+    j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
+  }
+  st(b.rate, rate);
 }
 
 Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
@@ -198,7 +238,7 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
     if (!label_equals(b.label, label)) continue;
     held.write();
     if (field == "rate") {
-      st(b.rate, n);  // applies to the whole time since the bucket's last refill
+      set_rate(v, c, b, n);
     } else {
       // Crash-safe order: every intermediate state keeps tokens + frac <= the
       // burst stored at that moment, so a setter killed anywhere here leaves a

@@ -120,6 +120,17 @@ std::unexpected<Error> internal::corrupt(std::string_view path, std::string what
   return fail(Errc::Corrupt, shm::detail::format("{}: {}", path, what));
 }
 
+std::unexpected<Error> internal::foreign_handle(const View& v, std::string_view path,
+                                                std::string_view op, std::string_view what,
+                                                std::uint32_t index, std::uint32_t generation,
+                                                std::uint64_t ledger) {
+  return fail(Errc::ForeignHandle,
+              shm::detail::format("{}: {} {}#{} was issued by ledger incarnation {:016x}, not by "
+                                  "{} (incarnation {:016x}); a handle works only with the ledger "
+                                  "that issued it",
+                                  op, what, index, generation, ledger, path, v.incarnation));
+}
+
 // ---------------------------------------------------------------- lifetime
 
 Ledger::Ledger(Ledger&& o) noexcept
@@ -147,7 +158,7 @@ void Ledger::shutdown() noexcept {
   if (view_.control != nullptr && attachment_.attached()) {
     // Best effort: a failure here (a faulted ledger) leaves the tickets to reclaim.
     try {
-      (void)release_owned(view_, segment_.path(), owner_, Match::Exact, false, true);
+      (void)release_owned(view_, segment_, owner_, Match::Exact, Departure::Leave, false);
     } catch (...) {
     }
   }
@@ -167,7 +178,8 @@ Result<Ledger> Ledger::bind(Segment segment) {
   l.owner_ = Owner{static_cast<std::uint32_t>(l.attachment_.slot()), l.attachment_.generation()};
   // Earlier holders of our slot are gone (we hold its kernel lock): whatever
   // they still own was never reclaimed. Release it now.
-  auto swept = release_owned(l.view_, l.segment_.path(), l.owner_, Match::Predecessors, true, true);
+  auto swept =
+      release_owned(l.view_, l.segment_, l.owner_, Match::Predecessors, Departure::Leave, true);
   if (!swept) return std::unexpected(swept.error());
   return l;
 }
@@ -366,7 +378,7 @@ Result<PoolId> Ledger::open_pool(const PoolSpec& spec) {
   // its state); pairs with the acquire [ledger.P'] of unlocked readers.
   p.state.store(kPoolOpen, std::memory_order_release);
   st(c.lock.open_pools, ld(c.lock.open_pools) + 1);
-  return PoolId{slot, gen};
+  return PoolId{slot, gen, view_.incarnation};
 }
 
 Result<PoolId> Ledger::pool(std::string_view label) const {
@@ -376,12 +388,14 @@ Result<PoolId> Ledger::pool(std::string_view label) const {
   for (std::uint32_t i = 0; i < view_.params.max_pools; ++i) {
     const Pool& p = view_.pools[i];
     if (ld(p.state) == kPoolOpen && label_equals(p.label, label))
-      return PoolId{i, ld(p.generation)};
+      return PoolId{i, ld(p.generation), view_.incarnation};
   }
   return fail(Errc::NotFound, shm::detail::format("{}: no open pool '{}'", segment_.path(), label));
 }
 
 Result<void> Ledger::close_pool(PoolId id) {
+  if (id.ledger != view_.incarnation) [[unlikely]]
+    return foreign(view_, segment_.path(), "close_pool", id);
   if (id.index >= view_.params.max_pools)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("close_pool: pool index {} is outside the table of {}",
@@ -406,7 +420,7 @@ Result<void> Ledger::close_pool(PoolId id) {
 // ---------------------------------------------------------------- ownership, inspection
 
 Result<std::uint64_t> Ledger::release_all() {
-  auto r = release_owned(view_, segment_.path(), owner_, Match::Exact, false, false);
+  auto r = release_owned(view_, segment_, owner_, Match::Exact, Departure::Keep, false);
   if (!r) return std::unexpected(r.error());
   return r->tickets;
 }
@@ -428,7 +442,7 @@ Result<ReclaimReport> Ledger::reclaim(Owner owner) {
         Errc::InvalidArgument,
         shm::detail::format("reclaim: attachment slot {} generation {} is alive (pid {})",
                             owner.slot, owner.generation, s.pid.load(std::memory_order_relaxed)));
-  return release_owned(view_, segment_.path(), owner, Match::Exact, true, true);
+  return release_owned(view_, segment_, owner, Match::Exact, Departure::Leave, true);
 }
 
 Result<LedgerSnapshot> Ledger::snapshot() const {
@@ -445,10 +459,12 @@ Result<std::vector<TicketInfo>> Ledger::tickets() const {
     const TicketSlot& t = view_.tickets[i];
     const std::uint32_t s = ld(t.state);
     if (s == kTicketFree) continue;
-    out.push_back(TicketInfo{Ticket{i, ld(t.generation)}, static_cast<TicketState>(s),
-                             Owner{ld(t.owner_slot), ld(t.owner_generation)},
-                             PoolId{ld(t.pool), ld(t.pool_generation)}, CategoryId{ld(t.category)},
-                             ld(t.bytes)});
+    out.push_back(TicketInfo{Ticket{i, ld(t.generation), view_.incarnation},
+                             static_cast<TicketState>(s),
+                             Owner{ld(t.owner_slot), ld(t.owner_generation)}, ld(t.offered) != 0,
+                             Owner{ld(t.offer_slot), ld(t.offer_generation)},
+                             PoolId{ld(t.pool), ld(t.pool_generation), view_.incarnation},
+                             CategoryId{ld(t.category)}, ld(t.bytes)});
   }
   return out;
 }

@@ -396,6 +396,20 @@ std::vector<std::string> repair(const View& v) {
       note(damage, shm::detail::format("journal: replaced ticket {} is outside the table of {}",
                                        idx, v.params.max_tickets));
     }
+  } else if (op == static_cast<std::uint32_t>(JournalOp::HandOver)) {
+    const std::uint32_t idx = ld(j.ticket);
+    if (idx < v.params.max_tickets) {
+      TicketSlot& t = v.tickets[idx];
+      const TicketImage& img = j.ticket_image;
+      st(t.owner_slot, ld(img.owner_slot));
+      st(t.owner_generation, ld(img.owner_generation));
+      st(t.offer_slot, ld(img.offer_slot));
+      st(t.offer_generation, ld(img.offer_generation));
+      st(t.offered, ld(img.offered));
+    } else {
+      note(damage, shm::detail::format("journal: handed-over ticket {} is outside the table of {}",
+                                       idx, v.params.max_tickets));
+    }
   } else if (op == static_cast<std::uint32_t>(JournalOp::Admit)) {
     const std::uint32_t n = ld(j.count);
     const std::uint32_t bc = ld(c.lock.bucket_count);
@@ -426,6 +440,16 @@ std::vector<std::string> repair(const View& v) {
   Tally t = tally(v);
   for (auto& p : t.problems) note(damage, std::move(p));
   if (damage.empty()) {
+    // A holder killed between freeing the last ticket of an orphaned pool and
+    // closing it: finish the close.
+    for (std::uint32_t i = 0; i < v.params.max_pools; ++i) {
+      Pool& p = v.pools[i];
+      if (ld(p.state) == kPoolOpen && ld(p.owner_slot) == kOrphanedPool && t.pool_tickets[i] == 0) {
+        // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
+        p.state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
+        --t.open_pools;
+      }
+    }
     store_derived(v, t);
   } else {
     st(c.lock.faulted, 1u);
@@ -435,8 +459,37 @@ std::vector<std::string> repair(const View& v) {
   return damage;
 }
 
-Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner owner, Match match,
-                                    bool count_as_reclaim, bool close_pools) {
+void hand_over(const View& v, std::uint32_t index, Owner to) noexcept {
+  LedgerControl& c = *v.control;
+  TicketSlot& t = v.tickets[index];
+  Journal& j = c.journal;
+  TicketImage& img = j.ticket_image;
+  st(j.ticket, index);
+  st(img.owner_slot, ld(t.owner_slot));
+  st(img.owner_generation, ld(t.owner_generation));
+  st(img.offer_slot, ld(t.offer_slot));
+  st(img.offer_generation, ld(t.offer_generation));
+  st(img.offered, ld(t.offered));
+  st(j.op, JournalOp::HandOver);
+  // [ledger.J1] release fence: crash order, as in replace().
+  std::atomic_thread_fence(std::memory_order_release);
+  st(t.owner_slot, to.slot);
+  detail::ledger_crash_point(test_hooks::LedgerCrashPoint::HandOverMidOwner);
+  st(t.owner_generation, to.generation);
+  st(t.offered, 0u);
+  // [ledger.J2] release: crash order, as in replace().
+  j.op.store(static_cast<std::uint32_t>(JournalOp::None), std::memory_order_release);
+  bump(c.stats.handovers);
+}
+
+Result<ReclaimReport> release_owned(const View& v, const Segment& segment, Owner owner, Match match,
+                                    Departure departure, bool count_as_reclaim) {
+  const bool leaving = departure == Departure::Leave;
+  // Offer targets must be live attachments; liveness needs the kernel (a lock
+  // probe per slot), so it is read before the lock, and the slot's generation
+  // and state are checked again under it.
+  const std::vector<SlotInfo> slots = leaving ? segment.slots() : std::vector<SlotInfo>{};
+  const std::string& path = segment.path();
   if (auto ok = lock(v, path); !ok) return std::unexpected(ok.error());
   LedgerControl& c = *v.control;
   Held held(c);
@@ -444,13 +497,43 @@ Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner 
     return slot == owner.slot && (match == Match::Exact ? generation == owner.generation
                                                         : generation != owner.generation);
   };
+  auto live_attachment = [&](Owner o) {
+    if (o.slot >= kMaxAttachments || matches(o.slot, o.generation)) return false;
+    const AttachmentSlot& hs = segment.header().slots[o.slot];
+    // [seg.A'] acquire: pairs with attach()'s release [seg.A].
+    if (hs.state.load(std::memory_order_acquire) !=
+            static_cast<std::uint32_t>(SlotState::Attached) ||
+        hs.generation.load(std::memory_order_acquire) != o.generation)
+      return false;
+    for (const SlotInfo& s : slots)
+      if (s.index == o.slot && s.generation == o.generation)
+        return s.state == SlotState::Attached && s.liveness == Liveness::Alive;
+    return false;
+  };
   ReclaimReport report;
   for (std::uint32_t i = 0; i < v.params.max_tickets; ++i) {
-    const TicketSlot& t = v.tickets[i];
+    TicketSlot& t = v.tickets[i];
     if (ld(t.state) == static_cast<std::uint32_t>(TicketState::Free)) continue;
-    if (!matches(ld(t.owner_slot), ld(t.owner_generation))) continue;
+    if (!matches(ld(t.owner_slot), ld(t.owner_generation))) {
+      // An offer to the leaving attachment is void: the owner keeps its ticket.
+      if (leaving && ld(t.offered) != 0 && matches(ld(t.offer_slot), ld(t.offer_generation))) {
+        held.write();
+        st(t.offered, 0u);
+        ++report.offers_voided;
+      }
+      continue;
+    }
     auto ch = resolve(v, i, path);
     if (!ch) return std::unexpected(ch.error());
+    if (leaving && ld(t.offered) != 0) {
+      const Owner to{ld(t.offer_slot), ld(t.offer_generation)};
+      if (live_attachment(to)) {  // in flight to a live receiver: it becomes the owner
+        held.write();
+        hand_over(v, i, to);
+        ++report.handed_over;
+        continue;
+      }
+    }
     if (auto ok = check_uncharge(v, *ch, path); !ok) return std::unexpected(ok.error());
     held.write();
     free_ticket(v, i, *ch);
@@ -459,16 +542,21 @@ Result<ReclaimReport> release_owned(const View& v, std::string_view path, Owner 
   }
   bump(c.stats.releases, report.tickets);
   if (count_as_reclaim) bump(c.stats.reclaimed_tickets, report.tickets);
-  for (std::uint32_t i = 0; close_pools && i < v.params.max_pools; ++i) {
+  // The owner leaves: its empty pools close; a pool where other owners still
+  // hold tickets is orphaned, and closes with its last ticket (free_ticket).
+  for (std::uint32_t i = 0; leaving && i < v.params.max_pools; ++i) {
     Pool& p = v.pools[i];
     if (ld(p.state) != static_cast<std::uint32_t>(PoolStatus::Open) ||
-        !matches(ld(p.owner_slot), ld(p.owner_generation)) || ld(p.tickets) != 0)
+        !matches(ld(p.owner_slot), ld(p.owner_generation)))
       continue;
     held.write();
-    // [ledger.P2] release: pairs with the acquire [ledger.P'] of unlocked readers.
-    p.state.store(static_cast<std::uint32_t>(PoolStatus::Free), std::memory_order_release);
-    st(c.lock.open_pools, ld(c.lock.open_pools) - 1);
-    ++report.pools_closed;
+    if (ld(p.tickets) == 0) {
+      close_pool_held(c, p);
+      ++report.pools_closed;
+    } else {
+      st(p.owner_slot, kOrphanedPool);
+      ++report.pools_orphaned;
+    }
   }
   return report;
 }
@@ -497,11 +585,43 @@ void check_owners(const Tally& t, std::span<const SlotInfo> slots, std::vector<s
 
 }  // namespace
 
+// Orphaned pools: open with no owner (kOrphanedPool), or owned by an
+// attachment that is gone or dead (orphaned until its reclaim runs).
+void check_pools(const View& v, const Tally& t, std::span<const SlotInfo> slots,
+                 std::vector<std::string>& out) {
+  for (std::uint32_t i = 0; i < v.params.max_pools; ++i) {
+    const Pool& p = v.pools[i];
+    if (ld(p.state) != kPoolOpen) continue;
+    const std::uint32_t slot = ld(p.owner_slot), generation = ld(p.owner_generation);
+    const std::uint64_t held = t.pool_tickets[i];
+    if (slot == kOrphanedPool) {
+      note(out, held == 0 ? shm::detail::format("pool '{}' ({}#{}) is orphaned and holds no "
+                                                "tickets, yet it is still open",
+                                                read_label(p.label), i, ld(p.generation))
+                          : shm::detail::format("pool '{}' ({}#{}) is orphaned: its owner left; "
+                                                "it closes when its last {} tickets are released",
+                                                read_label(p.label), i, ld(p.generation), held));
+      continue;
+    }
+    if (slots.empty()) continue;
+    std::string_view why = "no longer attached";
+    for (const SlotInfo& s : slots)
+      if (s.index == slot && s.generation == generation && s.state == SlotState::Attached)
+        why = s.liveness == Liveness::Alive ? std::string_view() : std::string_view("dead");
+    if (!why.empty())
+      note(out, shm::detail::format("pool '{}' ({}#{}) is orphaned: its owner, attachment slot {} "
+                                    "generation {}, is {}; pending reclaim ({} tickets in it)",
+                                    read_label(p.label), i, ld(p.generation), slot, generation, why,
+                                    held));
+  }
+}
+
 std::vector<std::string> internal::verify_tables(const View& v, std::span<const SlotInfo> slots) {
   Tally t = tally(v);
   std::vector<std::string> out = std::move(t.problems);
   compare(v, t, out);
   check_owners(t, slots, out);
+  check_pools(v, t, slots, out);
   return out;
 }
 

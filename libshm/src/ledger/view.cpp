@@ -206,7 +206,9 @@ Result<View> make_view(const Segment& seg) {
         Errc::SizeMismatch,
         shm::detail::format("{}: size: data area has {} bytes, its ledger parameters need {}",
                             seg.path(), seg.data().size(), v.geometry.data_size));
-  return view_over(v.params, seg.data().data());
+  View out = view_over(v.params, seg.data().data());
+  out.incarnation = seg.header().incarnation;
+  return out;
 }
 
 View internal::view_over(const ParamBlock& params, std::byte* base) noexcept {
@@ -256,9 +258,10 @@ LedgerSnapshot read_snapshot(const View& v) {
     if (p.state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(PoolStatus::Open))
       continue;
     PoolState ps;
-    ps.id = PoolId{i, ld(p.generation)};
+    ps.id = PoolId{i, ld(p.generation), v.incarnation};
     ps.label = read_label(p.label);
     ps.owner = Owner{ld(p.owner_slot), ld(p.owner_generation)};
+    ps.orphaned = ps.owner.slot == kOrphanedPool;
     ps.ticket_limit = ld(p.ticket_limit);
     ps.tickets = ld(p.tickets);
     ps.rejections = ld(p.rejections);
@@ -291,6 +294,8 @@ LedgerSnapshot read_snapshot(const View& v) {
   s.stats.repairs = ld(st.repairs);
   s.stats.reclaimed_tickets = ld(st.reclaimed_tickets);
   for (std::size_t i = 0; i < kScopes; ++i) s.stats.rejections[i] = ld(st.rejections[i]);
+  s.stats.offers = ld(st.offers);
+  s.stats.handovers = ld(st.handovers);
   return s;
 }
 

@@ -226,6 +226,19 @@ TEST_P(LedgerCrashTest, ProcessKilledInsideTheCriticalSectionLeavesALedgerTheNex
       EXPECT_EQ(s->buckets[b].level.started, before->buckets[b].level.started) << b;
     }
   }
+  if (std::string(c.point) == "release-orphan") {
+    // Killed after freeing the orphaned pool's last ticket, before closing
+    // it: repair finishes the close.
+    ASSERT_EQ(s->pools.size(), 2u);
+    for (const PoolState& p : s->pools) EXPECT_NE(p.label, "orph");
+  }
+  if (std::string(c.point) == "set-rate") {
+    // Killed with the settled level half stored: the journal restores the
+    // level the helper's admission left (3 of 5 tokens), and the old rate stays.
+    EXPECT_EQ(s->buckets[0].level.tokens, 3);
+    EXPECT_EQ(s->buckets[0].level.frac, 0u);
+    EXPECT_EQ(s->buckets[0].rate_per_sec, 10);
+  }
   if (std::string(c.point) == "set-burst") {
     // Killed between lowering the level and storing the new burst: the level
     // is already within the new burst, and so within the old one.
@@ -265,7 +278,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(CrashCase{"reserve-published", 107, 107, 77},
                       CrashCase{"reserve-counters", 107, 107, 77}, CrashCase{"commit", 85, 30, 55},
                       CrashCase{"release", 30, 30, 0}, CrashCase{"replace", 85, 85, 55},
-                      CrashCase{"admit", 30, 30, 0}, CrashCase{"set-burst", 30, 30, 0}),
+                      CrashCase{"admit", 30, 30, 0}, CrashCase{"set-burst", 30, 30, 0},
+                      CrashCase{"set-rate", 30, 30, 0}, CrashCase{"release-orphan", 30, 30, 0}),
     [](const ::testing::TestParamInfo<CrashCase>& param) {
       std::string n = param.param.point;
       std::replace(n.begin(), n.end(), '-', '_');
@@ -531,6 +545,334 @@ TEST_F(LedgerProcessTest, ReclaimReleasesExactlyTheChargesOfAKilledHolder) {
   EXPECT_TRUE(contains(of_b->at(0), "released 3 tickets (210 bytes)"));
   EXPECT_EQ(l->snapshot()->global.used, 150);
 }
+
+// Ledger::reclaim from another handle: a killed holder's tickets and its own
+// (now empty) pool go, nothing of anyone else's.
+TEST_F(LedgerProcessTest, ReclaimFromAnotherHandleReleasesADeadOwnersTicketsAndClosesItsPools) {
+  LedgerConfig cfg;
+  cfg.params = {100'000, 0, 64, 4, 4, 0};
+  cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+  auto l = Ledger::create("reclaimed", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto p = l->open_pool({"p", {{"all", 100'000, {}}}, 0});
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(l->reserve(*p, CategoryId{0}, 100)->has_value());
+
+  auto a = worker({"hold", "reclaimed", "+own", "4", "25"});
+  auto b = worker({"hold", "reclaimed", "p", "2", "30"});
+  ASSERT_TRUE(a.wait_for_line("ready", 20s)) << a.output();
+  ASSERT_TRUE(b.wait_for_line("ready", 20s)) << b.output();
+  unsigned count = 0, slot = 0, generation = 0;
+  long long total = 0;
+  ASSERT_EQ(
+      std::sscanf(a.output().c_str(), "held %u %lld %u %u", &count, &total, &slot, &generation), 4);
+  const Owner dead{slot, generation};
+  // Refused while the owner lives.
+  auto early = l->reclaim(dead);
+  ASSERT_FALSE(early);
+  EXPECT_EQ(early.error().code, Errc::InvalidArgument);
+  EXPECT_EQ(l->snapshot()->live_tickets, 1u + 4u + 2u);
+
+  a.kill(SIGKILL);
+  ASSERT_EQ(a.wait(20s), 128 + SIGKILL);
+  auto report = l->reclaim(dead);
+  ASSERT_TRUE(report) << report.error().what();
+  EXPECT_EQ(report->tickets, 4u);
+  EXPECT_EQ(report->bytes, 100);
+  EXPECT_EQ(report->pools_closed, 1u);  // "own", empty once its tickets went
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->global.used, 100 + 60);  // exactly the dead owner's charges went
+  EXPECT_EQ(s->live_tickets, 1u + 2u);
+  EXPECT_EQ(s->stats.reclaimed_tickets, 4u);
+  ASSERT_EQ(s->pools.size(), 1u);
+  EXPECT_EQ(s->pools[0].label, "p");
+  auto tickets = l->tickets();
+  ASSERT_TRUE(tickets);
+  for (const TicketInfo& t : *tickets) EXPECT_NE(t.owner, dead);
+  // The label of the closed pool can be opened again.
+  EXPECT_TRUE(l->open_pool({"own", {{"all", 10, {}}}, 0}));
+  // A second reclaim of the same owner finds nothing.
+  auto again = l->reclaim(dead);
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_EQ(again->tickets, 0u);
+  EXPECT_EQ(again->pools_closed, 0u);
+  auto lines = l->verify();
+  ASSERT_TRUE(lines);
+  EXPECT_TRUE(lines->empty()) << (*lines)[0];
+}
+
+// The next process to attach to a dead holder's slot sweeps whatever that
+// holder still owned, when nobody reclaimed it (no sidecar; the slot record
+// was freed by hand).
+TEST_F(LedgerProcessTest, NextAttacherOfADeadHoldersSlotSweepsItsTicketsAndPools) {
+  LedgerConfig cfg;
+  cfg.params = {100'000, 0, 64, 4, 4, 0};
+  cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+  auto l = Ledger::create("swept", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto p = l->open_pool({"p", {{"all", 100'000, {}}}, 0});
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(l->reserve(*p, CategoryId{0}, 100)->has_value());
+  auto a = worker({"hold", "swept", "+own", "3", "40"});
+  auto b = worker({"hold", "swept", "p", "2", "30"});
+  ASSERT_TRUE(a.wait_for_line("ready", 20s)) << a.output();
+  ASSERT_TRUE(b.wait_for_line("ready", 20s)) << b.output();
+  unsigned count = 0, slot = 0, generation = 0;
+  long long total = 0;
+  ASSERT_EQ(
+      std::sscanf(a.output().c_str(), "held %u %lld %u %u", &count, &total, &slot, &generation), 4);
+  a.kill(SIGKILL);
+  ASSERT_EQ(a.wait(20s), 128 + SIGKILL);
+  auto seg = Segment::open_any("swept", {});
+  ASSERT_TRUE(seg);
+  ASSERT_TRUE(*reclaim_slot(*seg, slot));  // the slot record only: its tickets stay charged
+  EXPECT_EQ(l->snapshot()->global.used, 100 + 120 + 60);
+  auto pending = l->verify();
+  ASSERT_TRUE(pending);
+  ASSERT_FALSE(pending->empty());
+  EXPECT_TRUE(contains((*pending)[0], "no longer attached: pending reclaim")) << (*pending)[0];
+
+  auto next = Ledger::open("swept");  // takes the freed slot under a new generation
+  ASSERT_TRUE(next) << next.error().what();
+  ASSERT_EQ(next->owner().slot, slot);
+  ASSERT_GT(next->owner().generation, generation);
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->global.used, 100 + 60);  // the predecessor's 120 bytes went, B's stayed
+  EXPECT_EQ(s->live_tickets, 1u + 2u);
+  EXPECT_EQ(s->stats.reclaimed_tickets, 3u);
+  ASSERT_EQ(s->pools.size(), 1u);  // its empty pool closed
+  EXPECT_EQ(s->pools[0].label, "p");
+  auto lines = l->verify();
+  ASSERT_TRUE(lines);
+  EXPECT_TRUE(lines->empty()) << (*lines)[0];
+}
+
+// ---------------------------------------------------------------- orphaned pools
+
+// A pool whose owner left while another process held a ticket in it is
+// orphaned; it closes when that ticket goes, and its label is free again.
+TEST_F(LedgerProcessTest, PoolWhoseOwnerLeftClosesWithItsLastTicketAndVerifyReportsIt) {
+  LedgerConfig cfg;
+  cfg.params = {100'000, 0, 64, 4, 8, 0};
+  cfg.categories = {{"a", 100'000, Partition::Ordinary}};
+  auto l = Ledger::create("orphans", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+
+  // 1. The owner exits normally.
+  auto owner = worker({"own-pool", "orphans", "conn"});
+  ASSERT_TRUE(owner.wait_for_line("ready", 20s)) << owner.output();
+  auto conn = l->pool("conn");
+  ASSERT_TRUE(conn) << conn.error().what();
+  auto t = l->reserve(*conn, CategoryId{0}, 70);
+  ASSERT_TRUE(t && t->has_value());
+  ASSERT_EQ(owner.wait(30s), 0) << owner.output();
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->pools.size(), 1u);
+  EXPECT_TRUE(s->pools[0].orphaned);
+  auto lines = l->verify();
+  ASSERT_TRUE(lines);
+  ASSERT_EQ(lines->size(), 1u);
+  EXPECT_TRUE(contains((*lines)[0],
+                       "pool 'conn' (0#1) is orphaned: its owner left; it closes when "
+                       "its last 1 tickets are released"))
+      << (*lines)[0];
+  ASSERT_TRUE(l->release(**t));
+  s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->pools.empty()) << "the orphaned pool stayed open after its last ticket";
+  auto reopened = l->open_pool({"conn", {{"all", 10, {}}}, 0});
+  EXPECT_TRUE(reopened) << reopened.error().what();
+  lines = l->verify();
+  ASSERT_TRUE(lines);
+  EXPECT_TRUE(lines->empty()) << (*lines)[0];
+
+  // 2. The owner is killed: verify names the pool of a dead owner; the
+  //    owner's reclaim orphans it (another owner's ticket is in it).
+  auto held = worker({"hold", "orphans", "+sess", "2", "10"});
+  ASSERT_TRUE(held.wait_for_line("ready", 20s)) << held.output();
+  auto sess = l->pool("sess");
+  ASSERT_TRUE(sess);
+  auto mine = l->reserve(*sess, CategoryId{0}, 5);
+  ASSERT_TRUE(mine && mine->has_value());
+  held.kill(SIGKILL);
+  ASSERT_EQ(held.wait(20s), 128 + SIGKILL);
+  auto seg = Segment::open_any("orphans", {});
+  ASSERT_TRUE(seg);
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  const std::vector<std::string> pending = kind->verify(*seg);  // what shmctl verify prints
+  ASSERT_EQ(pending.size(), 2u) << pending[0];
+  EXPECT_TRUE(contains(pending[1], "pool 'sess' (1#1) is orphaned: its owner, attachment slot"))
+      << pending[1];
+  EXPECT_TRUE(contains(pending[1], "is dead; pending reclaim (3 tickets in it)")) << pending[1];
+  auto dead = dead_slot(*seg);
+  ASSERT_TRUE(dead);
+  auto reclaimed = kind->reclaim(*seg, *dead);
+  ASSERT_TRUE(reclaimed) << reclaimed.error().what();
+  EXPECT_TRUE(
+      contains(reclaimed->at(0), "released 2 tickets (20 bytes), closed 0 pools, orphaned 1"))
+      << reclaimed->at(0);
+  const std::vector<std::string> orphan = kind->verify(*seg);
+  ASSERT_EQ(orphan.size(), 1u);
+  EXPECT_TRUE(contains(orphan[0], "pool 'sess' (1#1) is orphaned: its owner left")) << orphan[0];
+  ASSERT_TRUE(l->release(**mine));
+  s = l->snapshot();
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->pools.size(), 1u);
+  EXPECT_EQ(s->pools[0].label, "conn");
+  EXPECT_TRUE(kind->verify(*seg).empty());
+}
+
+// ---------------------------------------------------------------- ownership hand-off
+
+// kill -9 of either side at each step of a hand-off. After repair and the
+// reclaim of the dead process, the ticket has exactly one owner (or, when
+// the hand-off never completed and its owner died, is released once).
+struct HandOffCase {
+  const char* side;   // "give": the helper sends to this test; "take": the helper receives
+  const char* point;  // where the helper is killed
+  const char* after;  // who owns the ticket after reclaim: "me", "released"
+  std::uint64_t handed_over, offers_voided;
+};
+void PrintTo(const HandOffCase& c, std::ostream* os) {
+  *os << c.side << "/" << c.point;
+}
+
+class LedgerHandOffTest : public ::testing::TestWithParam<HandOffCase> {
+ protected:
+  test::TempRoot root_;
+};
+
+Ticket parse_ticket(const std::string& out) {
+  const std::size_t at = out.find("ticket ");
+  unsigned index = 0, generation = 0;
+  unsigned long long ledger = 0;
+  if (at == std::string::npos ||
+      std::sscanf(out.c_str() + at, "ticket %u %u %llu", &index, &generation, &ledger) != 3)
+    throw std::runtime_error("no ticket line in: " + out);
+  return Ticket{index, generation, ledger};
+}
+
+// The live entries of `t` in the table: at most one, with its owner.
+std::vector<TicketInfo> entries(const Ledger& l, Ticket t) {
+  std::vector<TicketInfo> out;
+  auto all = l.tickets();
+  if (!all) throw std::runtime_error(all.error().what());
+  for (const TicketInfo& i : *all)
+    if (i.ticket == t) out.push_back(i);
+  return out;
+}
+
+TEST_P(LedgerHandOffTest, KilledMidHandOffLeavesExactlyOneOwner) {
+  const HandOffCase& c = GetParam();
+  LedgerConfig cfg;
+  cfg.params = {10'000, 0, 16, 2, 4, 0};
+  cfg.categories = {{"a", 10'000, Partition::Ordinary}};
+  auto l = Ledger::create("handoff", cfg);
+  ASSERT_TRUE(l) << l.error().what();
+  auto xfer = l->open_pool({"xfer", {{"all", 10'000, {}}}, 0});
+  ASSERT_TRUE(xfer);
+  const Owner me = l->owner();
+  const bool give = std::string(c.side) == "give";
+  const std::string point = c.point;
+  const bool inside = point.ends_with("-inside");
+
+  Ticket t{};
+  Owner helper_owner{};
+  std::optional<test::Subprocess> helper;
+  if (give) {
+    helper.emplace(
+        worker({"give", "handoff", std::to_string(me.slot), std::to_string(me.generation), point}));
+    ASSERT_TRUE(helper->wait_for_line(inside ? "inside" : "offered", 20s)) << helper->output();
+    t = parse_ticket(helper->output());
+  } else {
+    helper.emplace(worker({"take", "handoff", point}));
+    ASSERT_TRUE(helper->wait_for_text("\n", 20s)) << helper->output();
+    ASSERT_EQ(std::sscanf(helper->output().c_str(), "owner %u %u", &helper_owner.slot,
+                          &helper_owner.generation),
+              2)
+        << helper->output();
+    auto r = l->reserve(*xfer, CategoryId{0}, 33);
+    ASSERT_TRUE(r && r->has_value());
+    t = **r;
+    ASSERT_TRUE(l->offer(t, helper_owner));
+    ASSERT_TRUE(helper->wait_for_line(inside ? "inside" : "accepted", 20s)) << helper->output();
+  }
+  helper->kill(SIGKILL);
+  ASSERT_EQ(helper->wait(20s), 128 + SIGKILL);
+
+  // The next locker repairs (when the helper died inside); one owner either way.
+  std::vector<TicketInfo> e = entries(*l, t);
+  ASSERT_EQ(e.size(), 1u);
+  if (point == "offer-inside") {  // the offer never became visible
+    EXPECT_FALSE(e[0].offered);
+    EXPECT_NE(e[0].owner, me);
+    auto refused = l->accept(t);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, Errc::PermissionDenied) << refused.error().what();
+    EXPECT_TRUE(contains(refused.error().message, "is not offered")) << refused.error().what();
+  } else if (point == "offered" || point == "leave-inside") {  // pending, to me
+    EXPECT_TRUE(e[0].offered);
+    EXPECT_EQ(e[0].offered_to, me);
+    EXPECT_NE(e[0].owner, me);
+  } else if (point == "accept-inside") {  // the accept was undone: still mine, offered
+    EXPECT_EQ(e[0].owner, me);
+    EXPECT_TRUE(e[0].offered);
+    EXPECT_EQ(e[0].offered_to, helper_owner);
+  } else {  // accepted
+    EXPECT_EQ(e[0].owner, helper_owner);
+    EXPECT_FALSE(e[0].offered);
+  }
+
+  // Reclaim every dead attachment (the sidecar's job).
+  auto seg = Segment::open_any("handoff", {});
+  ASSERT_TRUE(seg);
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  std::uint64_t handed = 0, voided = 0;
+  for (const SlotInfo& s : seg->slots()) {
+    if (s.liveness != Liveness::Dead) continue;
+    auto r = l->reclaim(Owner{static_cast<std::uint32_t>(s.index), s.generation});
+    ASSERT_TRUE(r) << r.error().what();
+    handed += r->handed_over;
+    voided += r->offers_voided;
+    ASSERT_TRUE(*reclaim_slot(*seg, s.index));
+  }
+  EXPECT_EQ(handed, c.handed_over);
+  EXPECT_EQ(voided, c.offers_voided);
+  e = entries(*l, t);
+  if (std::string(c.after) == "me") {
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].owner, me);
+    EXPECT_FALSE(e[0].offered);
+    EXPECT_TRUE(l->accept(t)) << "accept of a ticket already handed over is a no-op";
+    ASSERT_TRUE(l->release(t));
+  } else {
+    EXPECT_TRUE(e.empty());
+    auto gone = l->release(t);
+    ASSERT_FALSE(gone);
+    EXPECT_TRUE(contains(gone.error().message, "was already released")) << gone.error().what();
+  }
+  auto s = l->snapshot();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->live_tickets, 0u);
+  EXPECT_EQ(s->global.used, 0);
+  EXPECT_EQ(s->stats.repairs, inside ? 1u : 0u);
+  EXPECT_TRUE(kind->verify(*seg).empty()) << kind->verify(*seg)[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, LedgerHandOffTest,
+                         ::testing::Values(HandOffCase{"give", "offer-inside", "released", 0, 0},
+                                           HandOffCase{"give", "offered", "me", 1, 0},
+                                           HandOffCase{"give", "leave-inside", "me", 1, 0},
+                                           HandOffCase{"take", "accept-inside", "me", 0, 1},
+                                           HandOffCase{"take", "accepted", "released", 0, 0}),
+                         [](const ::testing::TestParamInfo<HandOffCase>& param) {
+                           std::string n = std::string(param.param.side) + "_" + param.param.point;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace shm

@@ -99,6 +99,7 @@ class Model {
   std::map<std::pair<std::uint32_t, std::uint32_t>, ModelTicket> live;  // (index, generation)
   std::vector<ModelBucket> buckets;
   LedgerStats stats;
+  std::uint64_t incarnation = 0;  // the segment's: every handle it issued carries it
 
   struct Sums {
     std::int64_t used = 0, reserved = 0;
@@ -149,6 +150,7 @@ class Model {
 
   // ---- reserve
   Expect reserve(int /*owner*/, PoolId id, std::uint32_t category, std::int64_t bytes) {
+    if (id.ledger != incarnation) return error(Errc::ForeignHandle);
     if (bytes < 0 || id.index >= max_pools || category >= max_categories)
       return error(Errc::InvalidArgument);
     const auto pi = pool_index(id);
@@ -203,6 +205,7 @@ class Model {
 
   // ---- ticket checks shared by commit / release / replace
   Expect check_ticket(int owner, Ticket t) {
+    if (t.ledger != incarnation) return error(Errc::ForeignHandle);
     if (t.index >= max_tickets) return error(Errc::InvalidArgument);
     auto it = live.find({t.index, t.generation});
     if (it == live.end()) {
@@ -235,6 +238,7 @@ class Model {
   }
 
   Expect replace(int owner, Ticket t, PoolId id, std::int64_t bytes) {
+    if (t.ledger != incarnation || id.ledger != incarnation) return error(Errc::ForeignHandle);
     if (bytes < 0 || t.index >= max_tickets || id.index >= max_pools)
       return error(Errc::InvalidArgument);
     Expect e = check_ticket(owner, t);
@@ -453,6 +457,7 @@ TEST(LedgerModelTest, TenThousandRandomOperationsMatchTheReferenceModelAfterEver
   m.max_categories = cfg.params.max_categories;
   m.max_pools = cfg.params.max_pools;
   m.max_buckets = cfg.params.max_buckets;
+  m.incarnation = created->segment().header().incarnation;
   m.global = {"global", m.global_limit, 0};
   m.partitions[0] = {"ordinary", m.global_limit - m.control_reserve, 0};
   m.partitions[1] = {"control", m.global_limit, 0};
@@ -521,17 +526,24 @@ TEST(LedgerModelTest, TenThousandRandomOperationsMatchTheReferenceModelAfterEver
     const int owner = static_cast<int>(pick(2));
     Ledger& l = *handles[owner];
     const std::size_t op = pick(100);
+    // Now and then a handle of another ledger (another incarnation): ForeignHandle.
+    auto foreign = [&](auto handle) {
+      if (pick(40) == 0) handle.ledger = m.incarnation ^ (std::uint64_t{1} << pick(64));
+      return handle;
+    };
     auto any_ticket = [&]() -> std::pair<Ticket, int> {
       if (!released.empty() && pick(8) == 0) return released[pick(released.size())];
-      if (m.live.empty()) return {Ticket{static_cast<std::uint32_t>(pick(60)), 1}, 0};
+      if (m.live.empty())
+        return {foreign(Ticket{static_cast<std::uint32_t>(pick(60)), 1, m.incarnation}), 0};
       auto it = m.live.begin();
       std::advance(it, static_cast<std::ptrdiff_t>(pick(m.live.size())));
-      return {Ticket{it->first.first, it->first.second}, it->second.owner};
+      return {foreign(Ticket{it->first.first, it->first.second, m.incarnation}), it->second.owner};
     };
     auto any_pool = [&]() -> PoolId {
       if (pick(25) == 0)
-        return PoolId{static_cast<std::uint32_t>(pick(10)), static_cast<std::uint32_t>(pick(3))};
-      return m.pools[pick(m.pools.size())].id;
+        return PoolId{static_cast<std::uint32_t>(pick(10)), static_cast<std::uint32_t>(pick(3)),
+                      m.incarnation};
+      return foreign(m.pools[pick(m.pools.size())].id);
     };
     if (op < 45) {  // reserve
       const PoolId pid = any_pool();

@@ -2,6 +2,7 @@
 #include "common/temp_root.hpp"
 #include "shm/segment/kind.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -248,6 +249,57 @@ TEST_F(LedgerTest, ForeignOwnerCannotCommitReplaceOrRelease) {
   ASSERT_TRUE(a.release(t));
 }
 
+// Two ledgers open in one process issue identical {index, generation} pairs;
+// the incarnation in every handle tells them apart.
+TEST_F(LedgerTest, HandlesFromAnotherLedgerAreRefusedAsForeignAndChangeNothing) {
+  auto a = Ledger::create("ledger-a", config());
+  auto b = Ledger::create("ledger-b", config());
+  ASSERT_TRUE(a && b);
+  const PoolId pa = pool(*a, "conn", 1000);
+  const PoolId pb = pool(*b, "conn", 1000);
+  const Ticket ta = ok_ticket(a->reserve(pa, kMsg, 10));
+  const Ticket tb = ok_ticket(b->reserve(pb, kMsg, 20));
+  ASSERT_EQ(ta.index, tb.index);  // the same slot and generation in each table ...
+  ASSERT_EQ(ta.generation, tb.generation);
+  ASSERT_NE(ta, tb);  // ... but not the same ticket
+  ASSERT_NE(pa, pb);
+  const LedgerSnapshot before = snap(*b);
+  const std::string from_a = fmt::format("was issued by ledger incarnation {:016x}", ta.ledger);
+  expect_error(b->release(ta), Errc::ForeignHandle, "release: ticket 0#1 " + from_a);
+  expect_error(b->commit(ta), Errc::ForeignHandle, from_a);
+  expect_error(b->replace(ta, pb, 5), Errc::ForeignHandle, from_a);
+  expect_error(b->replace(tb, pa, 5), Errc::ForeignHandle, "replace: pool 0#1");
+  expect_error(b->reserve(pa, kMsg, 5), Errc::ForeignHandle, "reserve: pool 0#1");
+  expect_error(b->close_pool(pa), Errc::ForeignHandle, "close_pool: pool 0#1");
+  const LedgerSnapshot after = snap(*b);
+  EXPECT_EQ(after.global, before.global);
+  EXPECT_EQ(after.live_tickets, 1u);
+  EXPECT_EQ(after.stats, before.stats);
+  ASSERT_TRUE(b->release(tb));  // b's own ticket is still b's
+  ASSERT_TRUE(a->release(ta));
+  EXPECT_EQ(snap(*a).global.used, 0);
+}
+
+// A ledger re-created under the same name is another incarnation: the old
+// ledger's handles do not work on it.
+TEST_F(LedgerTest, HandlesFromAnEarlierLedgerOfTheSameNameAreForeign) {
+  PoolId old_pool;
+  Ticket old_ticket;
+  {
+    Ledger l = make(config());
+    old_pool = pool(l, "conn", 1000);
+    old_ticket = ok_ticket(l.reserve(old_pool, kMsg, 10));
+    ASSERT_TRUE(l.segment().unlink());
+  }
+  Ledger l = make(config());
+  const PoolId p = pool(l, "conn", 1000);
+  ok_ticket(l.reserve(p, kMsg, 30));
+  ASSERT_EQ(p.index, old_pool.index);
+  expect_error(l.release(old_ticket), Errc::ForeignHandle, "was issued by ledger incarnation");
+  expect_error(l.reserve(old_pool, kMsg, 1), Errc::ForeignHandle, "reserve: pool");
+  EXPECT_EQ(snap(l).global.used, 30);
+}
+
 TEST_F(LedgerTest, ZeroByteReservationsAreBoundedByTheTicketTable) {
   Ledger l = make(config(1000, 0, 8));
   const PoolId p = pool(l, "conn", 1000);
@@ -342,12 +394,14 @@ TEST_F(LedgerTest, NegativeAndOutOfRangeArgumentsAreRefusedBeforeAnythingChanges
   const LedgerSnapshot before = snap(l);
   expect_error(l.reserve(p, kMsg, -1), Errc::InvalidArgument, "bytes -1 is negative");
   expect_error(l.replace(t, p, -3), Errc::InvalidArgument, "bytes -3 is negative");
-  expect_error(l.reserve(PoolId{100, 1}, kMsg, 1), Errc::InvalidArgument,
+  const std::uint64_t inc = l.segment().header().incarnation;
+  expect_error(l.reserve(PoolId{100, 1, inc}, kMsg, 1), Errc::InvalidArgument,
                "pool index 100 is outside");
   expect_error(l.reserve(p, CategoryId{5}, 1), Errc::InvalidArgument,
                "category 5 is not defined (3 are)");
   expect_error(l.reserve(p, CategoryId{64}, 1), Errc::InvalidArgument, "category 64 is outside");
-  expect_error(l.release(Ticket{9999, 1}), Errc::InvalidArgument, "ticket index 9999 is outside");
+  expect_error(l.release(Ticket{9999, 1, inc}), Errc::InvalidArgument,
+               "ticket index 9999 is outside");
   const LedgerSnapshot after = snap(l);
   EXPECT_EQ(after.global, before.global);
   EXPECT_EQ(after.categories, before.categories);
@@ -719,6 +773,155 @@ TEST_F(LedgerTest, SetRetunesABucketAndRejectsUnknownKeys) {
                "valid keys: bucket.<label>.rate");
   expect_error(kind->set(seg, "bucket.nope.rate", "5"), Errc::NotFound, "no bucket 'nope'");
   expect_error(kind->set(seg, "bucket.ip.rate", "-5"), Errc::InvalidArgument, "is not an integer");
+}
+
+// `set bucket.X.rate=` changes the rate from now on: the time since the last
+// refill is first settled at the old rate.
+TEST_F(LedgerTest, SetRateSettlesTheOldRateUpToNowBeforeApplyingTheNewOne) {
+  Ledger l = make(config());
+  Segment& seg = const_cast<Segment&>(l.segment());
+  const KindDescriptor* kind = find_kind(kLedgerKind);
+  auto fast = l.define_bucket({"fast", 10, 1000});  // 10 tokens/s
+  auto idle = l.define_bucket({"idle", 0, 1000});   // no refill
+  ASSERT_TRUE(fast && idle);
+  const std::int64_t t0 = monotonic_ms();
+  if (t0 < 20'000) GTEST_SKIP() << "CLOCK_MONOTONIC is only " << t0 << " ms";
+  // Both drained 10 s ago (a bucket starts full; the first admission fixes its time).
+  const std::int64_t past = t0 - 10'000;
+  ASSERT_TRUE(l.admit(std::vector<Constraint>{{*fast, 1000}, {*idle, 1000}}, past)->has_value());
+
+  // 10 s at the old 10/s are owed before the rate drops to 0: >= 100 tokens.
+  ASSERT_TRUE(kind->set(seg, "bucket.fast.rate", "0"));
+  // 10 s at the old rate 0 are worth nothing, whatever the new rate says.
+  ASSERT_TRUE(kind->set(seg, "bucket.idle.rate", "1"));
+  const LedgerSnapshot s = snap(l);
+  const BucketState& f = s.buckets[fast->index];
+  const BucketState& i = s.buckets[idle->index];
+  EXPECT_EQ(f.rate_per_sec, 0);
+  EXPECT_GE(f.level.tokens, 100);
+  EXPECT_GE(f.level.last_ms, t0);  // settled up to the time of the set
+  EXPECT_EQ(i.rate_per_sec, 1);
+  EXPECT_EQ(i.level.tokens, 0);
+  EXPECT_GE(i.level.last_ms, t0);
+  const std::int64_t t1 = monotonic_ms();
+  auto settled = l.admit(std::vector<Constraint>{{*fast, 100}}, t1);
+  ASSERT_TRUE(settled);
+  EXPECT_TRUE(settled->has_value()) << settled->error().describe();
+  // The new rate 1/s counts only from the set: far fewer than 5 tokens by t1
+  // (the old code applied it to the whole 10 s and minted 10).
+  auto refused = l.admit(std::vector<Constraint>{{*idle, 5}}, t1);
+  ASSERT_TRUE(refused);
+  EXPECT_FALSE(refused->has_value());
+  // A bucket never admitted has nothing to settle: only the rate changes.
+  ASSERT_TRUE(kind->set(seg, "bucket.api.rate", "3"));
+  EXPECT_FALSE(snap(l).buckets[0].level.started);
+  auto lines = l.verify();
+  ASSERT_TRUE(lines);
+  EXPECT_TRUE(lines->empty()) << (*lines)[0];
+}
+
+// ---------------------------------------------------------------- hand-off
+
+TEST_F(LedgerTest, OfferedTicketBecomesTheReceiversWhenAcceptedAndNeverHasTwoOwners) {
+  Ledger a = make(config());
+  auto b = Ledger::open("ledger");
+  ASSERT_TRUE(b);
+  const PoolId p = pool(a, "conn", 1000);
+  const Ticket t = ok_ticket(a.reserve(p, kMsg, 40));
+  // Not offered yet: the receiver cannot take it.
+  expect_error(b->accept(t), Errc::PermissionDenied, "is not offered");
+  expect_error(a.offer(t, a.owner()), Errc::InvalidArgument, "its own owner");
+  expect_error(a.offer(t, Owner{b->owner().slot, b->owner().generation + 1}), Errc::InvalidArgument,
+               "is not attached");
+  expect_error(b->offer(t, a.owner()), Errc::PermissionDenied, "belongs to attachment slot");
+  ASSERT_TRUE(a.offer(t, b->owner()));
+  auto listed = a.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_TRUE((*listed)[0].offered);
+  EXPECT_EQ((*listed)[0].offered_to, b->owner());
+  EXPECT_EQ((*listed)[0].owner, a.owner());  // offering moves nothing
+  ASSERT_TRUE(a.commit(t));                  // the sender still owns it until accepted
+
+  ASSERT_TRUE(b->accept(t));
+  listed = a.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].owner, b->owner());
+  EXPECT_FALSE((*listed)[0].offered);
+  EXPECT_TRUE(b->accept(t));  // again: a no-op
+  expect_error(a.release(t), Errc::PermissionDenied, "belongs to attachment slot");
+  expect_error(a.accept(t), Errc::PermissionDenied, "is not offered");
+  const LedgerSnapshot s = snap(a);
+  EXPECT_EQ(s.global.used, 40);  // moving ownership creates no copy
+  EXPECT_EQ(s.live_tickets, 1u);
+  EXPECT_EQ(s.stats.offers, 1u);
+  EXPECT_EQ(s.stats.handovers, 1u);
+  ASSERT_TRUE(b->release(t));
+  EXPECT_EQ(snap(a).global.used, 0);
+}
+
+TEST_F(LedgerTest, WithdrawnOrReleasedOffersCannotBeAccepted) {
+  Ledger a = make(config());
+  auto b = Ledger::open("ledger");
+  auto c = Ledger::open("ledger");
+  ASSERT_TRUE(b && c);
+  const PoolId p = pool(a, "conn", 1000);
+  const Ticket t = ok_ticket(a.reserve(p, kMsg, 10));
+  ASSERT_TRUE(a.offer(t, b->owner()));
+  ASSERT_TRUE(a.offer(t, c->owner()));  // a new offer replaces the old one
+  expect_error(b->accept(t), Errc::PermissionDenied, "offered to slot");
+  ASSERT_TRUE(a.withdraw(t));
+  expect_error(c->accept(t), Errc::PermissionDenied, "is not offered");
+  ASSERT_TRUE(a.offer(t, c->owner()));
+  ASSERT_TRUE(a.release(t));
+  expect_error(c->accept(t), Errc::InvalidArgument, "was already released");
+  // The slot's next ticket starts with no offer, whatever its predecessor had.
+  const Ticket next = ok_ticket(a.reserve(p, kMsg, 10));
+  ASSERT_EQ(next.index, t.index);
+  expect_error(c->accept(next), Errc::PermissionDenied, "is not offered");
+  auto listed = a.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_FALSE((*listed)[0].offered);
+  Ticket other = t;
+  other.ledger ^= 1;
+  expect_error(c->accept(other), Errc::ForeignHandle, "accept: ticket");
+}
+
+// A sender that detaches with an offer pending hands the ticket to the live
+// receiver; a receiver that detaches first voids the offer made to it.
+TEST_F(LedgerTest, DepartingSenderHandsOverAndDepartingReceiverVoidsTheOffer) {
+  Ledger keeper = make(config());
+  const PoolId p = pool(keeper, "conn", 1000);
+  auto receiver = Ledger::open("ledger");
+  ASSERT_TRUE(receiver);
+  Ticket t{};
+  {
+    auto sender = Ledger::open("ledger");
+    ASSERT_TRUE(sender);
+    t = ok_ticket(sender->reserve(p, kMsg, 25));
+    ok_ticket(sender->reserve(p, kSub, 7));  // not offered: released with the sender
+    ASSERT_TRUE(sender->offer(t, receiver->owner()));
+  }
+  LedgerSnapshot s = snap(keeper);
+  EXPECT_EQ(s.global.used, 25);
+  EXPECT_EQ(s.live_tickets, 1u);
+  auto listed = keeper.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].owner, receiver->owner());
+  ASSERT_TRUE(receiver->accept(t));  // already its own
+  ASSERT_TRUE(receiver->release(t));
+
+  const Ticket u = ok_ticket(keeper.reserve(p, kMsg, 9));
+  {
+    auto leaving = Ledger::open("ledger");
+    ASSERT_TRUE(leaving);
+    ASSERT_TRUE(keeper.offer(u, leaving->owner()));
+  }
+  listed = keeper.tickets();
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].owner, keeper.owner());
+  EXPECT_FALSE((*listed)[0].offered);
+  ASSERT_TRUE(keeper.release(u));
+  EXPECT_EQ(snap(keeper).global.used, 0);
 }
 
 }  // namespace

@@ -8,11 +8,13 @@
 //   Category   [max_categories]    named category accounts (append-only)
 //   Pool       [max_pools]         owner pools, up to kPoolAccounts accounts each
 //   TicketSlot [max_tickets]       the bounded ticket table: the source of truth
+//                                  (owner, pool, category, bytes, pending offer)
 //   u32        [max_tickets]       stack of free ticket indices (derived)
 //   Bucket     [max_buckets]       token buckets (append-only definitions)
 //
-// Primary state: the ticket table, the pool/category/bucket definitions and
-// bucket levels. Derived state: every account's used/reserved/tickets, the
+// Primary state: the ticket table (a ticket's owner and pending offer
+// included), the pool/category/bucket definitions (a pool's owner, or
+// kOrphanedPool) and bucket levels. Derived state: every account's used/reserved/tickets, the
 // live-ticket count and the free stack; repair() recomputes all of it from the
 // tickets. Every field is an atomic so that shmctl and metrics may read
 // without the lock (relaxed loads; the seqlock `version` tells a consistent
@@ -72,10 +74,15 @@ struct PoolAccount {
 
 enum class PoolStatus : std::uint32_t { Free = 0, Open = 1 };
 
+// Pool.owner_slot of an orphaned pool: its owner left (detached, or was
+// reclaimed) while other owners still held tickets in it. Nobody owns it; it
+// closes when its last ticket is released (or moved out by replace).
+inline constexpr std::uint32_t kOrphanedPool = 0xFFFF'FFFFu;
+
 struct Pool {
   std::atomic<std::uint32_t> state;       // PoolStatus; Open is published last (release)
   std::atomic<std::uint32_t> generation;  // +1 per open: (index, generation) names a pool
-  std::atomic<std::uint32_t> owner_slot;  // attachment that opened it
+  std::atomic<std::uint32_t> owner_slot;  // attachment that opened it, or kOrphanedPool
   std::atomic<std::uint32_t> owner_generation;
   std::atomic<std::uint32_t> account_count;  // <= kPoolAccounts
   std::atomic<std::uint32_t> ticket_limit;   // 0: only the ticket table bounds it
@@ -95,8 +102,12 @@ struct TicketSlot {
   std::atomic<std::uint32_t> pool;
   std::atomic<std::uint32_t> pool_generation;
   std::atomic<std::uint32_t> category;
-  std::atomic<std::uint32_t> reserved0;
+  // Hand-off: 1 while the owner offers the ticket to attachment (offer_slot,
+  // offer_generation); stored last by offer() (release), cleared first.
+  std::atomic<std::uint32_t> offered;
   std::atomic<std::int64_t> bytes;
+  std::atomic<std::uint32_t> offer_slot;
+  std::atomic<std::uint32_t> offer_generation;
 };
 
 struct Bucket {
@@ -111,17 +122,24 @@ struct Bucket {
   std::atomic<std::uint64_t> rejections;  // statistics: admissions this bucket refused
 };
 
-// Undo journal for the two multi-word updates of primary state: replace (one
-// ticket) and admit (up to 16 buckets). The old images are written first, then
+// Undo journal for the multi-word updates of primary state: replace (one
+// ticket), hand-over (one ticket's owner and offer) and admit (up to 16
+// buckets; also the settle of `set bucket.X.rate`). The old images are written first, then
 // `op` (the journal's commit point), then the change, then op = None. A repairer
 // that finds op != None restores the images: the interrupted operation never
 // happened.
-enum class JournalOp : std::uint32_t { None = 0, Replace = 1, Admit = 2 };
+enum class JournalOp : std::uint32_t { None = 0, Replace = 1, Admit = 2, HandOver = 3 };
 
 struct TicketImage {
   std::atomic<std::uint32_t> pool;
   std::atomic<std::uint32_t> pool_generation;
   std::atomic<std::int64_t> bytes;
+  std::atomic<std::uint32_t> owner_slot;  // HandOver: the owner and offer before it
+  std::atomic<std::uint32_t> owner_generation;
+  std::atomic<std::uint32_t> offer_slot;
+  std::atomic<std::uint32_t> offer_generation;
+  std::atomic<std::uint32_t> offered;
+  std::uint32_t reserved0;
 };
 
 struct BucketImage {
@@ -156,6 +174,9 @@ struct Stats {
   std::atomic<std::uint64_t> repairs;            // EOWNERDEAD recoveries
   std::atomic<std::uint64_t> reclaimed_tickets;  // released on behalf of dead owners
   std::atomic<std::uint64_t> rejections[kScopes];
+  std::atomic<std::uint64_t> offers;     // hand-off: offers made
+  std::atomic<std::uint64_t> handovers;  // ownership moved: accepted, or handed over when the
+                                         // owner left with the ticket offered to a live attachment
 };
 
 struct LedgerControl {
@@ -184,11 +205,12 @@ static_assert(std::is_standard_layout_v<Category> && sizeof(Category) == 80);
 static_assert(std::is_standard_layout_v<PoolAccount> && sizeof(PoolAccount) == 80);
 static_assert(std::is_standard_layout_v<Pool> && sizeof(Pool) == 72 + kPoolAccounts * 80);
 static_assert(offsetof(Pool, accounts) == 72);
-static_assert(std::is_standard_layout_v<TicketSlot> && sizeof(TicketSlot) == 40);
-static_assert(offsetof(TicketSlot, bytes) == 32);
+static_assert(std::is_standard_layout_v<TicketSlot> && sizeof(TicketSlot) == 48);
+static_assert(offsetof(TicketSlot, bytes) == 32 && offsetof(TicketSlot, offer_slot) == 40);
+static_assert(std::is_standard_layout_v<TicketImage> && sizeof(TicketImage) == 40);
 static_assert(std::is_standard_layout_v<Bucket> && sizeof(Bucket) == 88);
 static_assert(std::is_standard_layout_v<BucketImage> && sizeof(BucketImage) == 32);
-static_assert(std::is_standard_layout_v<Journal> && sizeof(Journal) == 32 + kMaxConstraints * 32);
+static_assert(std::is_standard_layout_v<Journal> && sizeof(Journal) == 56 + kMaxConstraints * 32);
 static_assert(std::is_standard_layout_v<LedgerControl>);
 static_assert(offsetof(LedgerControl, global) == kFalseSharingRange);
 static_assert(offsetof(LedgerControl, stats) == 2 * kFalseSharingRange);
@@ -232,12 +254,28 @@ struct Geometry {
   return g;
 }
 
-inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
-    {kHeaderFingerprint, sizeof(LedgerControl), offsetof(LedgerControl, global),
-     offsetof(LedgerControl, stats), offsetof(LedgerControl, journal), sizeof(detail::RobustMutex),
-     sizeof(Account), sizeof(Category), sizeof(Pool), sizeof(PoolAccount), sizeof(TicketSlot),
-     sizeof(Bucket), sizeof(Journal), sizeof(ParamBlock), kLabelBytes, kPoolAccounts, kScopes,
-     static_cast<std::uint64_t>(token_bucket::kUnitsPerToken), kFalseSharingRange});
+inline constexpr std::uint64_t kFingerprint =
+    layout_fingerprint({kHeaderFingerprint,
+                        sizeof(LedgerControl),
+                        offsetof(LedgerControl, global),
+                        offsetof(LedgerControl, stats),
+                        offsetof(LedgerControl, journal),
+                        sizeof(detail::RobustMutex),
+                        sizeof(Account),
+                        sizeof(Category),
+                        sizeof(Pool),
+                        sizeof(PoolAccount),
+                        sizeof(TicketSlot),
+                        sizeof(Bucket),
+                        sizeof(Journal),
+                        sizeof(TicketImage),
+                        sizeof(Stats),
+                        sizeof(ParamBlock),
+                        kLabelBytes,
+                        kPoolAccounts,
+                        kScopes,
+                        static_cast<std::uint64_t>(token_bucket::kUnitsPerToken),
+                        kFalseSharingRange});
 
 }  // namespace ledger
 }  // namespace shm

@@ -35,11 +35,16 @@
 //
 // Handles. A Ledger is a process-local, move-only handle holding the segment
 // and an attachment (role "member"); tickets it reserves are owned by that
-// attachment, and only it may commit, replace or release them. Destroying the
-// handle releases the tickets it still owns; a process that dies instead has
-// its tickets released by reclaim() (the sidecar's kind descriptor calls it,
-// and a later attacher of the same slot sweeps them). One handle may be used by
-// several threads at once.
+// attachment, and only it may commit, replace, release or offer them. A
+// ticket moves to another attachment by offer() + accept() (a journaled owner
+// change: exactly one owner at every moment, whoever dies). Destroying the
+// handle releases the tickets it still owns (handing offered ones to their
+// live receiver); a process that dies instead has its tickets released by
+// reclaim() (the sidecar's kind descriptor calls it, and a later attacher of
+// the same slot sweeps them). A pool left by its owner while others hold
+// tickets in it is orphaned and closes with its last ticket. PoolId and Ticket
+// carry the segment incarnation: a handle of another ledger is ForeignHandle.
+// One handle may be used by several threads at once.
 #pragma once
 
 #include "shm/error.hpp"
@@ -64,14 +69,19 @@ struct CategoryId {
   std::uint32_t index = 0;
   friend bool operator==(CategoryId, CategoryId) = default;
 };
+// Pool and ticket handles name their ledger: `ledger` is the segment's
+// incarnation (random per create), so a handle from another ledger, or from an
+// earlier ledger of the same name, is refused with Errc::ForeignHandle.
 struct PoolId {
   std::uint32_t index = 0;
   std::uint32_t generation = 0;
+  std::uint64_t ledger = 0;  // the segment incarnation that issued the handle
   friend bool operator==(PoolId, PoolId) = default;
 };
 struct Ticket {
   std::uint32_t index = 0;
   std::uint32_t generation = 0;
+  std::uint64_t ledger = 0;  // the segment incarnation that issued the handle
   friend bool operator==(Ticket, Ticket) = default;
 };
 // An attachment of the segment: (slot, generation) names one attacher for ever.
@@ -159,6 +169,7 @@ struct PoolState {
   PoolId id;
   std::string label;
   Owner owner;
+  bool orphaned = false;  // its owner left while others held tickets in it (`owner` is then void)
   std::uint32_t ticket_limit = 0;
   std::uint64_t tickets = 0;
   std::uint64_t rejections = 0;
@@ -178,6 +189,7 @@ struct LedgerStats {
   std::uint64_t reserves = 0, commits = 0, releases = 0, replaces = 0, admits = 0;
   std::uint64_t refused_releases = 0, repairs = 0, reclaimed_tickets = 0;
   std::array<std::uint64_t, ledger::kScopes> rejections{};
+  std::uint64_t offers = 0, handovers = 0;
   friend bool operator==(const LedgerStats&, const LedgerStats&) = default;
 };
 struct LedgerSnapshot {
@@ -196,6 +208,8 @@ struct TicketInfo {
   Ticket ticket;
   ledger::TicketState state = ledger::TicketState::Free;
   Owner owner;
+  bool offered = false;  // the owner offers it to `offered_to` (hand-off pending)
+  Owner offered_to;
   PoolId pool;
   CategoryId category;
   std::int64_t bytes = 0;
@@ -204,6 +218,9 @@ struct ReclaimReport {
   std::uint64_t tickets = 0;
   std::int64_t bytes = 0;
   std::uint64_t pools_closed = 0;
+  std::uint64_t pools_orphaned = 0;  // left open for other owners' tickets; close with the last
+  std::uint64_t handed_over = 0;     // offered tickets that went to their (live) receiver
+  std::uint64_t offers_voided = 0;   // offers made to the departed owner, withdrawn
 };
 
 namespace ledger {
@@ -221,6 +238,7 @@ struct View {
   TicketSlot* tickets = nullptr;
   std::atomic<std::uint32_t>* free_stack = nullptr;
   Bucket* buckets = nullptr;
+  std::uint64_t incarnation = 0;  // the segment's: stamped into every PoolId and Ticket
 };
 // Checks the parameter block and the data size before pointing into the mapping.
 [[nodiscard]] Result<View> make_view(const Segment& segment);
@@ -286,8 +304,33 @@ class Ledger {
   [[nodiscard]] Result<LedgerAdmission> admit(std::span<const Constraint> constraints,
                                               std::int64_t now_ms);
 
+  // ---- ownership hand-off between attachments (processes)
+  // A ticket belongs to one attachment. To move it to another (the process
+  // that dequeues the object it pays for):
+  //   sender:   offer(ticket, receiver.owner())   -- the ticket stays the sender's
+  //   receiver: accept(ticket)                    -- now it is the receiver's
+  // The owner field changes in one journaled step, so a ticket always has
+  // exactly one owner, whoever dies when:
+  //   - the sender leaves (detach, death + reclaim) with the offer pending: the
+  //     ticket is handed over to the receiver if it is a live attachment,
+  //     else released; the receiver's accept() then succeeds (it already owns it);
+  //   - the receiver leaves before accepting: the offer is void, the sender
+  //     keeps the ticket;
+  //   - either dies inside offer() or accept(): repair restores the state
+  //     before the call.
+  // An offer replaces the ticket's earlier offer; the sender may still commit,
+  // replace or release an offered ticket (a release makes accept() fail).
+  // InvalidArgument: `to` is this handle or not an attached slot generation.
+  [[nodiscard]] Result<void> offer(Ticket ticket, Owner to);
+  // Withdraws a pending offer (no-op when none is pending).
+  [[nodiscard]] Result<void> withdraw(Ticket ticket);
+  // Takes ownership of a ticket offered to this handle; succeeds without change
+  // when this handle already owns it (accepted before, or handed over when the
+  // sender left). PermissionDenied: owned by another and not offered to us.
+  [[nodiscard]] Result<void> accept(Ticket ticket);
+
   // ---- ownership and inspection
-  // Releases every ticket this handle owns; returns how many.
+  // Releases every ticket this handle owns, offered ones included; returns how many.
   [[nodiscard]] Result<std::uint64_t> release_all();
   // Releases every ticket of `owner` (a dead attacher, never this handle) and
   // closes that owner's pools once they hold no tickets. Takes the lock

@@ -22,6 +22,13 @@ enum class LedgerCrashPoint : std::uint8_t {
   ReplaceMidTicket,   // replace(): journal written, ticket moved to the new pool, bytes not changed
   AdmitMidBuckets,    // admit(): journal written, first bucket debited, the rest not
   SetBurstMidBucket,  // the kind's set("bucket.<label>.burst"): level clamped, burst not yet stored
+  OrphanEmptiedBeforeClose,  // release(): the last ticket of an orphaned pool freed, pool still
+                             // open
+  OfferBeforePublish,        // offer(): target written, `offered` not yet set
+  HandOverMidOwner,          // accept() (and a departing owner's hand-over): journal written, owner
+                             // slot changed, owner generation and offer not
+  SetRateMidSettle,  // the kind's set("bucket.<label>.rate"): journal written, tokens settled,
+                     // fraction and refill time not
 };
 
 // Called at every crash point of every ledger in this process, with the
