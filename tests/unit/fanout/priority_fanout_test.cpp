@@ -387,6 +387,21 @@ TEST_F(PriorityFanoutTest, InFlightPushDoesNotHideLowerPriorities) {
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "top"}));
 }
 
+// A ring with items and a clear bit (what a submitter killed between its
+// ring commit and its bit leaves; here a push that bypasses the fanout): the
+// next handle that opens the fanout sets the bit again.
+TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
+  auto f = make();
+  auto bypass = MpmcRing::open("jobs.prio1", {}, {}, MpmcRole::Producer);
+  ASSERT_TRUE(bypass);
+  ASSERT_TRUE(*bypass->try_push(bytes("stranded")));
+  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_drain_highest skips the ring";
+  auto next = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Drainer);
+  ASSERT_TRUE(next) << next.error().what();
+  EXPECT_EQ(f.active_priorities(), 0b0010u);
+  EXPECT_EQ(drain(*next), (std::pair<std::uint32_t, std::string>{1, "stranded"}));
+}
+
 TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
   auto drainer = make();
   auto submitter = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Submitter);

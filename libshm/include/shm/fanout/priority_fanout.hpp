@@ -24,8 +24,12 @@
 // handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
 // and returning loses at most the one item it had popped; the rings stay
 // consistent and the dead handle's cells are repaired. A submitter killed
-// between its push and setting the bit leaves the item with a clear bit until
-// the next submit to that priority or a try_drain_priority() (verify reports it).
+// between its push and setting the bit leaves a non-empty ring with a clear
+// bit (a stranded item). Three things set such a bit again (resurface): the
+// kind's reclaim of the dead attacher (sidecar, shmctl reclaim), every open of
+// a handle, and a drain_highest() that finds the bitmap empty before it
+// sleeps (one look at each ring's positions per park round, so a parked
+// drainer finds the item within kMaxParkNs even with no sidecar).
 //
 // Handles. One handle per thread (each attaches one slot to the bitmap and to
 // every ring: at most 24 handles per fanout at once). Full and Empty are
@@ -36,6 +40,7 @@
 #include "shm/fanout/layout.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
 
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <optional>
@@ -43,6 +48,13 @@
 #include <vector>
 
 namespace shm {
+namespace detail {
+// Test-only crash points (shm/testing/fanout_crash.hpp, not installed): false
+// unless a test installed a hook; fanout_crash_point() calls it.
+extern std::atomic<bool> fanout_crash_armed;
+inline constexpr std::uint8_t kCrashSubmitAfterRingCommit = 0;  // FanoutCrashPoint's value
+void fanout_crash_point(std::uint8_t point) noexcept;
+}  // namespace detail
 
 struct Drained {
   std::uint32_t priority;
@@ -123,6 +135,10 @@ class PriorityFanout {
   void clear_bit(std::uint32_t priority) noexcept;
   void clear_stale(std::uint32_t priority) noexcept;
   void wake_drainers() noexcept;
+  // Sets the bit of every ring that holds claimed items while its bit is
+  // clear (a submitter died between its ring commit and its bit): true when
+  // it set one. K seq_cst loads; see drain_highest() and bind().
+  bool resurface() noexcept;
 
   Segment segment_;  // <base>.bitmap
   Attachment attachment_;
@@ -156,6 +172,8 @@ inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
     return out_of_bounds(priority);
   auto r = rings_[priority].try_push(payload);
   if (!r || !*r) return r;
+  if (detail::fanout_crash_armed.load(std::memory_order_relaxed)) [[unlikely]]
+    detail::fanout_crash_point(detail::kCrashSubmitAfterRingCommit);
   announce(priority);
   return true;
 }
