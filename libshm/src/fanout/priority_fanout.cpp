@@ -304,6 +304,7 @@ void PriorityFanout::wake_drainers() noexcept {
 
 Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std::byte> payload,
                                     std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].push(payload, timeout);
   if (!r || !*r) return r;
@@ -315,12 +316,13 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
 
 Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
                                                              std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   using R = Result<std::optional<Drained>>;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const R& r) { return !r || *r; };
   // The fanout waits as its MPMC rings do: same spin budget and backoff.
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_drain_highest(out); }, done))
+          mpmc::internal::kSpins, [&] { return drain_once(out); }, done))
     return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -334,7 +336,7 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
   mpmc::internal::park_announced(
       hot.epoch, hot.waiters, slot_bit_, deadline,
       [&] {
-        r = try_drain_highest(out);
+        r = drain_once(out);
         return done(r);
       },
       // An empty bitmap: before sleeping, look once at every ring (bounded:
@@ -347,6 +349,7 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
 
 Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
     std::uint32_t priority, std::span<std::byte> out, std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].pop(out, timeout);
   if (r && *r && rings_[priority].popped_last()) clear_bit(priority);
