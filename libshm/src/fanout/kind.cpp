@@ -3,6 +3,7 @@
 // next to it (read-only) to show per-priority depth and counters.
 #include "shm/segment/kind.hpp"
 #include "shm/fanout/layout.hpp"
+#include "shm/platform/futex.hpp"
 
 #include "format/format.hpp"
 
@@ -201,7 +202,8 @@ std::vector<std::string> verify(const Segment& seg) {
       problem = shm::detail::format(
           "priority {}: ring holds {} item(s) but its bitmap bit is clear and no "
           "push is in flight: try_drain_highest() will not see them until the "
-          "next submit to priority {}",
+          "next submit to priority {}, a reclaim, a new handle or a parked drain_highest() "
+          "sets it again",
           i, tail - head, i);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -215,8 +217,11 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   const auto v = view(seg, why);
   if (!v) return fail(Errc::Corrupt, shm::detail::format("nothing reclaimed: {}", why));
   // The rings are segments of their own: the sidecar reclaims their slots
-  // through the mpmc_ring descriptor. Here only the drainer's waiter bit.
+  // through the mpmc_ring descriptor. Here the drainer's waiter bit, and the
+  // bit of any ring a submitter left non-empty (it died between its ring
+  // commit and its bit).
   auto* ctl = reinterpret_cast<fanout::Control*>(seg.data().data());
+  std::vector<std::string> actions;
   const std::uint32_t bit = 1u << dead.index;
   // No liveness probe here: the caller (reclaim_dead_attacher) holds the dead
   // slot's kernel lock, and a probe through another file description would see
@@ -225,14 +230,48 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // costs at most one extra futex wake (see drain_highest()).
   if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
     ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
-    return std::vector<std::string>{shm::detail::format(
+    actions.push_back(shm::detail::format(
         "slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit", dead.index,
-        dead.pid)};
+        dead.pid));
   }
-  return std::vector<std::string>{shm::detail::format(
-      "slot {} (pid {}) held nothing in the bitmap; its ring cells are repaired "
-      "per ring",
-      dead.index, dead.pid)};
+  // Resurface stranded items (PriorityFanout::resurface() does the same from
+  // a handle). A ring that cannot be opened is reported and left: the bitmap
+  // bit of a ring we cannot read would be a guess.
+  bool set = false;
+  for (std::uint32_t i = 0; i < v->params.priorities; ++i) {
+    const std::uint64_t pbit = std::uint64_t{1} << i;
+    // [fanout.B1] seq_cst, as in resurface().
+    if ((ctl->hot.bitmap.load(std::memory_order_seq_cst) & pbit) != 0) continue;
+    auto ring = open_ring(*v, i);
+    if (!ring) {
+      actions.push_back(shm::detail::format("priority {}: not checked for stranded items: {}", i,
+                                            ring.error().what()));
+      continue;
+    }
+    const auto rv = mpmc::view(*ring);
+    // [fanout.C] seq_cst loads, as in MpmcRing::has_claimed_items().
+    const std::uint64_t tail = rv->control->producer.tail.load(std::memory_order_seq_cst);
+    const std::uint64_t head = rv->control->consumer.head.load(std::memory_order_seq_cst);
+    if (tail <= head) continue;
+    ctl->hot.bitmap.fetch_or(pbit, std::memory_order_seq_cst);
+    set = true;
+    actions.push_back(shm::detail::format(
+        "priority {}: ring holds {} item(s) with its bitmap bit clear (a submitter died "
+        "before setting it): set the bit",
+        i, tail - head));
+  }
+  // [fanout.D1] seq_cst / [fanout.E] release, as in PriorityFanout::wake_drainers().
+  if (set && ctl->hot.waiters.load(std::memory_order_seq_cst) != 0) {
+    ctl->hot.epoch.fetch_add(1, std::memory_order_release);
+    (void)futex_wake_all(ctl->hot.epoch);
+    ctl->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
+  }
+  if (actions.empty())
+    actions.push_back(shm::detail::format(
+        "slot {} (pid {}) held nothing in the bitmap; its ring cells are repaired "
+        "per ring",
+        dead.index, dead.pid));
+  return actions;
 }
 
 constexpr std::array<RoleSpec, 3> kRoles = {fanout::kSubmitterRole, fanout::kDrainerRole,

@@ -2,6 +2,7 @@
 
 #include "mpmc/internal.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/testing/fanout_crash.hpp"  // FanoutCrashPoint (libshm/testing, not installed)
 
 #include "format/format.hpp"
 
@@ -118,6 +119,9 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   f.base_ = std::string(base);
   // A previous holder of our slot may have died parked: its waiter bit is ours now.
   f.control_->hot.waiters.fetch_and(~f.slot_bit_, std::memory_order_relaxed);
+  // A submitter may have died between its ring commit and its bit (the next
+  // attacher's share of the repair; the kind's reclaim does the same).
+  (void)f.resurface();
   return f;
 }
 
@@ -272,6 +276,24 @@ void PriorityFanout::clear_bit(std::uint32_t priority) noexcept {
   }
 }
 
+bool PriorityFanout::resurface() noexcept {
+  auto& hot = control_->hot;
+  bool set = false;
+  for (std::uint32_t p = 0; p < k_; ++p) {
+    const std::uint64_t bit = std::uint64_t{1} << p;
+    // [fanout.B1] seq_cst, then [fanout.C] (has_claimed_items, a seq_cst load
+    // of the ring's tail): as in announce() and clear_bit(), a claim that is
+    // not visible here is followed by its submitter's own [fanout.B1].
+    if ((hot.bitmap.load(std::memory_order_seq_cst) & bit) != 0) continue;
+    if (!rings_[p].has_claimed_items()) continue;
+    hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
+    set = true;
+  }
+  // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers.
+  if (set && hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
+  return set;
+}
+
 void PriorityFanout::wake_drainers() noexcept {
   auto& hot = control_->hot;
   // [fanout.E] release: pairs with the drainer's [fanout.E'] load of the epoch before its re-check.
@@ -282,21 +304,25 @@ void PriorityFanout::wake_drainers() noexcept {
 
 Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std::byte> payload,
                                     std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].push(payload, timeout);
   if (!r || !*r) return r;
+  if (detail::fanout_crash_armed.load(std::memory_order_relaxed)) [[unlikely]]
+    detail::fanout_crash_point(detail::kCrashSubmitAfterRingCommit);
   announce(priority);
   return true;
 }
 
 Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
                                                              std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   using R = Result<std::optional<Drained>>;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const R& r) { return !r || *r; };
   // The fanout waits as its MPMC rings do: same spin budget and backoff.
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_drain_highest(out); }, done))
+          mpmc::internal::kSpins, [&] { return drain_once(out); }, done))
     return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -310,16 +336,20 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
   mpmc::internal::park_announced(
       hot.epoch, hot.waiters, slot_bit_, deadline,
       [&] {
-        r = try_drain_highest(out);
+        r = drain_once(out);
         return done(r);
       },
-      [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0; },
+      // An empty bitmap: before sleeping, look once at every ring (bounded:
+      // K loads per park round). A ring with items and a clear bit was left
+      // by a submitter that died before its bit: set it and poll.
+      [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0 || resurface(); },
       [&] { attachment_.heartbeat(); });
   return r;
 }
 
 Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
     std::uint32_t priority, std::span<std::byte> out, std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].pop(out, timeout);
   if (r && *r && rings_[priority].popped_last()) clear_bit(priority);
@@ -342,6 +372,29 @@ mpmc::RepairReport PriorityFanout::repair() const {
       total.actions.push_back(shm::detail::format("{}: {}", r.segment().name(), a));
   }
   return total;
+}
+
+// ---------------------------------------------------------------- test hook
+
+namespace detail {
+static_assert(kCrashSubmitAfterRingCommit ==
+              static_cast<std::uint8_t>(test_hooks::FanoutCrashPoint::SubmitAfterRingCommit));
+std::atomic<bool> fanout_crash_armed{false};
+namespace {
+std::atomic<test_hooks::FanoutCrashHook> fanout_crash_hook{nullptr};
+}  // namespace
+
+void fanout_crash_point(std::uint8_t point) noexcept {
+  // Relaxed: installed before the operations it should see (see the hook's header).
+  if (const auto hook = fanout_crash_hook.load(std::memory_order_relaxed))
+    hook(static_cast<test_hooks::FanoutCrashPoint>(point));
+}
+}  // namespace detail
+
+void test_hooks::set_fanout_crash_hook(FanoutCrashHook hook) noexcept {
+  // Relaxed: see fanout_crash_point().
+  detail::fanout_crash_hook.store(hook, std::memory_order_relaxed);
+  detail::fanout_crash_armed.store(hook != nullptr, std::memory_order_relaxed);
 }
 
 }  // namespace shm

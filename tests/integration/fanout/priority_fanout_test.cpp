@@ -8,12 +8,15 @@
 #include "common/temp_root.hpp"
 #include "helpers/fanout/fanout_items.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/testing/fanout_crash.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include <poll.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <csignal>
@@ -237,6 +240,140 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
   EXPECT_EQ(ctl->hot.waiters.load(), 0u) << "submitters would keep waking a drainer that is gone";
+}
+
+// ---------------------------------------------------------------- stranded items
+
+// The write end of the pipe a crashing submitter reports on (one per child).
+int g_crash_fd = -1;
+
+// Forks a submitter that stops at SubmitAfterRingCommit (its item published in
+// ring `priority`, the bitmap bit not set), reports it on a pipe and sleeps
+// until killed. Returns its pid once it is there (-1 if it never got there).
+pid_t submitter_stopped_after_commit(const FanoutParams& params, std::uint32_t priority,
+                                     std::string_view payload) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    ::close(fds[0]);
+    g_crash_fd = fds[1];
+    test_hooks::set_fanout_crash_hook([](test_hooks::FanoutCrashPoint point) {
+      if (point != test_hooks::FanoutCrashPoint::SubmitAfterRingCommit) return;
+      const char c = 'x';
+      (void)!::write(g_crash_fd, &c, 1);
+      for (;;) ::pause();
+    });
+    auto s = PriorityFanout::open("jobs", params, {}, FanoutRole::Submitter);
+    if (!s) ::_exit(2);
+    (void)s->submit(priority, std::as_bytes(std::span(payload)));
+    ::_exit(3);  // the hook never returned: not reached
+  }
+  ::close(fds[1]);
+  pollfd pfd{fds[0], POLLIN, 0};
+  char c = 0;
+  const bool there = ::poll(&pfd, 1, 30'000) == 1 && ::read(fds[0], &c, 1) == 1;
+  ::close(fds[0]);
+  if (!there) {
+    ::kill(child, SIGKILL);
+    (void)::waitpid(child, nullptr, 0);
+    return -1;
+  }
+  return child;
+}
+
+// A submitter killed -9 between its ring commit and its bitmap bit leaves a
+// non-empty ring with its bit clear. The kind's reclaim of the dead attacher
+// (what the sidecar runs) sets the bit again, and the item drains.
+TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurfacesTheItem) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  auto f = PriorityFanout::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  const pid_t child = submitter_stopped_after_commit(params, 2, "stranded");
+  ASSERT_GT(child, 0) << "the submitter never reached its crash point";
+  std::optional<SlotInfo> dead;
+  for (const SlotInfo& s : f->bitmap_segment().slots())
+    if (s.pid == child) dead = s;
+  ASSERT_TRUE(dead);
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+
+  std::array<std::byte, 48> out{};
+  auto none = f->try_drain_highest(out);
+  ASSERT_TRUE(none) << none.error().what();
+  ASSERT_FALSE(*none) << "the item should be stranded: its ring's bit is clear";
+  ASSERT_EQ(f->active_priorities(), 0u);
+  ASSERT_EQ(f->ring(2).size_hint(), 1u);
+  const auto bad = kFanoutBitmapDescriptor.verify(f->bitmap_segment());
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("priority 2: ring holds 1 item(s) but its bitmap bit is clear"),
+            std::string::npos)
+      << bad[0];
+
+  auto seg = Segment::open_any("jobs.bitmap", OpenOptions{});  // writable, as the sidecar
+  ASSERT_TRUE(seg) << seg.error().what();
+  auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
+  ASSERT_TRUE(done) << done.error().what();
+  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->actions.size(), 1u);
+  EXPECT_NE(done->actions[0].find("priority 2: ring holds 1 item(s) with its bitmap bit clear"),
+            std::string::npos)
+      << done->actions[0];
+  EXPECT_EQ(f->active_priorities(), 0b0100u);
+  EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
+  auto d = f->try_drain_highest(out);
+  ASSERT_TRUE(d && *d);
+  EXPECT_EQ((*d)->priority, 2u);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(out.data()), (*d)->size), "stranded");
+}
+
+// The same crash with a drainer already parked in drain_highest() and no
+// sidecar: before each sleep the drainer that finds the bitmap empty looks at
+// every ring once, so it drains the item (today's bound: one park round,
+// kMaxParkNs) instead of sleeping until its timeout.
+TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubmitter) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  auto f = PriorityFanout::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  const pid_t drainer = ::fork();
+  ASSERT_GE(drainer, 0);
+  if (drainer == 0) {  // exit 0: drained the stranded item; 1: timed out; 2: anything else
+    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    if (!d) ::_exit(2);
+    std::array<std::byte, 48> out{};
+    auto r = d->drain_highest(out, 60s);
+    if (!r) ::_exit(2);
+    if (!*r) ::_exit(1);
+    const std::string_view got(reinterpret_cast<const char*>(out.data()), (*r)->size);
+    ::_exit((*r)->priority == 1 && got == "stranded" ? 0 : 2);
+  }
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
+  const auto parked_by = std::chrono::steady_clock::now() + 20s;
+  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < parked_by)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the drainer never parked";
+
+  const pid_t child = submitter_stopped_after_commit(params, 1, "stranded");
+  ASSERT_GT(child, 0) << "the submitter never reached its crash point";
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+
+  // Poll for the drainer's exit with a deadline far below its 60 s timeout.
+  int status = 0;
+  pid_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while ((got = ::waitpid(drainer, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  if (got == 0) {
+    ::kill(drainer, SIGKILL);
+    (void)::waitpid(drainer, nullptr, 0);
+    FAIL() << "the parked drainer did not drain the stranded item within 20 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: timed out, 2: error or wrong item";
+  EXPECT_EQ(f->ring(1).size_hint(), 0u);
 }
 
 }  // namespace

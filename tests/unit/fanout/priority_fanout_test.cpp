@@ -387,6 +387,83 @@ TEST_F(PriorityFanoutTest, InFlightPushDoesNotHideLowerPriorities) {
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "top"}));
 }
 
+// A ring with items and a clear bit (what a submitter killed between its
+// ring commit and its bit leaves; here a push that bypasses the fanout): the
+// next handle that opens the fanout sets the bit again.
+TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
+  auto f = make();
+  auto bypass = MpmcRing::open("jobs.prio1", {}, {}, MpmcRole::Producer);
+  ASSERT_TRUE(bypass);
+  ASSERT_TRUE(*bypass->try_push(bytes("stranded")));
+  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_drain_highest skips the ring";
+  auto next = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Drainer);
+  ASSERT_TRUE(next) << next.error().what();
+  EXPECT_EQ(f.active_priorities(), 0b0010u);
+  EXPECT_EQ(drain(*next), (std::pair<std::uint32_t, std::string>{1, "stranded"}));
+}
+
+// Pushes in flight on every ring (claimed, not yet published) keep their bits
+// set: each clear is set back by the re-check. A call still tries each
+// priority once and returns; the specification's 2K-attempt bound is never
+// what stops it.
+TEST_F(PriorityFanoutTest, EachPriorityIsTriedAtMostOncePerCall) {
+  auto f = make();
+  std::vector<MpmcRing> pushers;
+  std::vector<std::span<std::byte>> cells;
+  for (std::uint32_t p = 0; p < kParams.priorities; ++p) {
+    auto r = MpmcRing::open("jobs.prio" + std::to_string(p), {}, {}, MpmcRole::Producer);
+    ASSERT_TRUE(r) << r.error().what();
+    auto held = r->try_reserve();
+    ASSERT_TRUE(held && *held);
+    cells.push_back(**held);
+    pushers.push_back(std::move(*r));
+  }
+  Raw raw = raw_bitmap();
+  raw.ctl->hot.bitmap.store(0b1111);  // as if announced
+  EXPECT_EQ(drain(f), std::nullopt);
+  Node n;
+  kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+  EXPECT_EQ(u64(n, "stale_retries"), kParams.priorities) << "one attempt per priority, not 2K";
+  EXPECT_EQ(f.active_priorities(), 0b1111u) << "every bit set back: a push is in flight";
+  for (std::uint32_t p = 0; p < kParams.priorities; ++p) {
+    std::memcpy(cells[p].data(), "z", 1);
+    pushers[p].commit(1);
+  }
+  for (std::uint32_t p = kParams.priorities; p-- > 0;)
+    EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{p, "z"}));
+}
+
+// A handle is for one thread at a time: a second thread entering while the
+// first is parked in drain_highest() is refused with an abort, in every build.
+TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
+  auto f = make();
+  EXPECT_DEATH(
+      {
+        std::thread t([&f] {
+          std::vector<std::byte> buf(48);
+          (void)f.drain_highest(buf, 30s);
+        });
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (std::chrono::steady_clock::now() < deadline) {
+          Node n;
+          kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
+          if (u64(n, "drainers_waiting") == 1) break;
+          std::this_thread::sleep_for(1ms);
+        }
+        (void)f.submit(1, bytes("x"));
+        t.join();  // reached only if the guard let the second thread in
+      },
+      "a PriorityFanout handle is used by two threads at once");
+}
+
+// Handing a handle from one thread to another (one at a time) is allowed.
+TEST_F(PriorityFanoutTest, AHandleMayMoveBetweenThreadsOneAtATime) {
+  auto f = make();
+  std::thread t([&f] { ASSERT_TRUE(*f.submit(2, bytes("from t"))); });
+  t.join();
+  EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "from t"}));
+}
+
 TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
   auto drainer = make();
   auto submitter = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Submitter);

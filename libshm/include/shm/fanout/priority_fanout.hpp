@@ -7,8 +7,9 @@
 // fetch_or only when the bit is clear). Drain: load the bitmap, take the
 // highest set bit (one count-leading-zeros), pop from that ring; when the ring
 // looks empty after the pop, clear its bit. A pop that finds the ring empty
-// (a stale bit) clears the bit too and moves on to the next lower priority; a
-// call gives up after 2K attempts. Every clear (fetch_and) re-checks the ring
+// (a stale bit) clears the bit too and moves on to the next lower priority;
+// a priority found empty is not tried again in the same call, so a call makes
+// at most K attempts. Every clear (fetch_and) re-checks the ring
 // and sets the bit again if a push has claimed a cell meanwhile. Races (all benign):
 //  - a push whose bit is not set yet is missed by a concurrent drain (the next
 //    drain sees it: the pusher sets the bit before submit() returns);
@@ -24,18 +25,27 @@
 // handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
 // and returning loses at most the one item it had popped; the rings stay
 // consistent and the dead handle's cells are repaired. A submitter killed
-// between its push and setting the bit leaves the item with a clear bit until
-// the next submit to that priority or a try_drain_priority() (verify reports it).
+// between its push and setting the bit leaves a non-empty ring with a clear
+// bit (a stranded item). Three things set such a bit again (resurface): the
+// kind's reclaim of the dead attacher (sidecar, shmctl reclaim), every open of
+// a handle, and a drain_highest() that finds the bitmap empty before it
+// sleeps (one look at each ring's positions per park round, so a parked
+// drainer finds the item within kMaxParkNs even with no sidecar).
 //
-// Handles. One handle per thread (each attaches one slot to the bitmap and to
-// every ring: at most 24 handles per fanout at once). Full and Empty are
+// Handles. One thread at a time per handle: a second thread that enters a
+// handle while another is inside (a blocking drain included) is refused with
+// an abort naming the misuse (shm/platform/endpoint_guard.hpp), in every
+// build. Open one handle per thread. Each handle attaches one slot to the
+// bitmap and to every ring: at most 24 handles per fanout at once. Full and Empty are
 // ordinary outcomes; errors: PriorityOutOfBounds, TooLarge, ParamMismatch
 // ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
 #pragma once
 
 #include "shm/fanout/layout.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
+#include "shm/platform/endpoint_guard.hpp"
 
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <optional>
@@ -43,6 +53,13 @@
 #include <vector>
 
 namespace shm {
+namespace detail {
+// Test-only crash points (shm/testing/fanout_crash.hpp, not installed): false
+// unless a test installed a hook; fanout_crash_point() calls it.
+extern std::atomic<bool> fanout_crash_armed;
+inline constexpr std::uint8_t kCrashSubmitAfterRingCommit = 0;  // FanoutCrashPoint's value
+void fanout_crash_point(std::uint8_t point) noexcept;
+}  // namespace detail
 
 struct Drained {
   std::uint32_t priority;
@@ -81,7 +98,7 @@ class PriorityFanout {
   [[nodiscard]] Result<bool> submit(std::uint32_t priority, std::span<const std::byte> payload,
                                     std::chrono::nanoseconds timeout);
   // Pops from the highest non-empty priority: {priority, size}, or nullopt
-  // when every ring looked empty (after at most 2K attempts).
+  // when every ring looked empty (each priority is tried at most once per call).
   [[nodiscard]] Result<std::optional<Drained>> try_drain_highest(std::span<std::byte> out);
   // Blocking drain: spins briefly, then parks on the bitmap's epoch word until
   // a submit wakes it or `timeout` passes (an idle drainer burns no CPU).
@@ -115,6 +132,8 @@ class PriorityFanout {
  private:
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
                                                    std::vector<MpmcRing> rings, FanoutRole role);
+  // try_drain_highest() without the thread guard (drain_highest() holds it).
+  [[nodiscard]] Result<std::optional<Drained>> drain_once(std::span<std::byte> out);
   [[nodiscard]] std::unexpected<Error> out_of_bounds(std::uint32_t priority) const;
   [[nodiscard]] std::unexpected<Error> bit_out_of_range(std::uint64_t bitmap) const;
   void announce(std::uint32_t priority) noexcept;
@@ -123,6 +142,10 @@ class PriorityFanout {
   void clear_bit(std::uint32_t priority) noexcept;
   void clear_stale(std::uint32_t priority) noexcept;
   void wake_drainers() noexcept;
+  // Sets the bit of every ring that holds claimed items while its bit is
+  // clear (a submitter died between its ring commit and its bit): true when
+  // it set one. K seq_cst loads; see drain_highest() and bind().
+  bool resurface() noexcept;
 
   Segment segment_;  // <base>.bitmap
   Attachment attachment_;
@@ -132,7 +155,12 @@ class PriorityFanout {
   std::uint32_t slot_bit_ = 0;  // this handle's bit in the drainers' waiters mask
   FanoutRole role_ = FanoutRole::Peer;
   std::string base_;
+  detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
 };
+
+namespace detail {
+inline constexpr const char* kFanoutGuardName = "a PriorityFanout handle";
+}  // namespace detail
 
 // ---------------------------------------------------------------- inline hot paths
 
@@ -152,17 +180,30 @@ inline void PriorityFanout::announce(std::uint32_t priority) noexcept {
 
 inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
                                            std::span<const std::byte> payload) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) [[unlikely]]
     return out_of_bounds(priority);
   auto r = rings_[priority].try_push(payload);
   if (!r || !*r) return r;
+  if (detail::fanout_crash_armed.load(std::memory_order_relaxed)) [[unlikely]]
+    detail::fanout_crash_point(detail::kCrashSubmitAfterRingCommit);
   announce(priority);
   return true;
 }
 
 inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::span<std::byte> out) {
-  std::uint64_t tried = 0;  // priorities found empty during this call
-  for (std::uint32_t attempt = 0; attempt < 2 * k_; ++attempt) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return drain_once(out);
+}
+
+inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::byte> out) {
+  // Priorities found empty during this call. Every round either returns or
+  // adds to `tried` a bit of `bm`, which excludes `tried`: at most K rounds,
+  // then `bm` is 0. (The specification's bound of 2K attempts cannot be
+  // reached and is not kept; a clear that a claim sets back, see clear_bit(),
+  // is not retried in the same call.)
+  std::uint64_t tried = 0;
+  for (;;) {
     // Relaxed is enough: the bitmap only chooses a ring; the ring's own
     // acquire/CAS protocol decides what is there.
     const std::uint64_t bm = control_->hot.bitmap.load(std::memory_order_relaxed) & ~tried;
@@ -182,11 +223,11 @@ inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::spa
     clear_stale(p);
     tried |= std::uint64_t{1} << p;
   }
-  return std::optional<Drained>{};
 }
 
 inline Result<std::optional<std::size_t>> PriorityFanout::try_drain_priority(
     std::uint32_t priority, std::span<std::byte> out) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) [[unlikely]]
     return out_of_bounds(priority);
   auto r = rings_[priority].try_pop(out);
