@@ -61,6 +61,10 @@ std::string_view to_string(Errc code) noexcept {
       return "PriorityOutOfBounds";
     case Errc::UnsafeRoot:
       return "UnsafeRoot";
+    case Errc::PolicyRefused:
+      return "PolicyRefused";
+    case Errc::UnknownPolicy:
+      return "UnknownPolicy";
   }
   return "Unknown";
 }
