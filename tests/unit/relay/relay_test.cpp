@@ -1,6 +1,7 @@
 #include "shm/relay/relay.hpp"
 #include "common/temp_root.hpp"
 #include "shm/segment/kind.hpp"
+#include "sidecar/metrics.hpp"
 
 #include <gtest/gtest.h>
 
@@ -433,6 +434,28 @@ TEST_F(RelayTest, ConflateAdmitsNewKeysUntilTheTableIsFull) {
   EXPECT_EQ(s.conflated, 1u);
   EXPECT_EQ(s.refused_full, 1u);
   EXPECT_EQ(s.pending_keys, 3u);
+}
+
+TEST_F(RelayTest, SidecarMetricsExportTheProjectionsCountersAndFlags) {
+  auto w = RelayWriter::create("m", cfg(policy::kKeepLatest, Overflow::DropNewest, 2, 1));
+  ASSERT_TRUE(w);
+  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Dropped);
+  auto seg = Segment::open_any("m", {.read_only = true});
+  ASSERT_TRUE(seg);
+  Node tree;
+  find_kind(kRelayKind)->describe(*seg, tree);
+  sidecar::MetricsWriter mw;
+  mw.tree("libshm_relay", tree, {{"segment", "m"}});
+  const std::string out = mw.render();
+  for (const char* line :
+       {"libshm_relay_flags_is_full{segment=\"m\"} 1\n",
+        "libshm_relay_flags_is_spilling{segment=\"m\"} 0\n",
+        "libshm_relay_head_depth{segment=\"m\"} 2\n", "libshm_relay_head_lag{segment=\"m\"} 2\n",
+        "libshm_relay_counters_dropped_total{segment=\"m\"} 1\n",
+        "libshm_relay_backpressure_high_water{segment=\"m\"} 2\n"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << out;
 }
 
 }  // namespace
