@@ -196,6 +196,22 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
   EXPECT_EQ(w->snapshot().backpressure.overflow, Overflow::Block);
 }
 
+// The examples: relay_ticker (lww, conflation bounded by keys, prices never
+// go back) and relay_log (raw_fifo + Block: parks, resumes, retuned live).
+TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
+#if !SHM_EXPECT_EXAMPLES
+  GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
+#endif
+  Subprocess ticker({test::bin_path("relay_ticker"), "--symbols", "1000", "--writers", "2",
+                     "--seconds", "1", "--rate", "20000"});
+  ASSERT_EQ(ticker.wait(60s), 0) << ticker.output();
+  EXPECT_NE(ticker.output().find("max depth"), std::string::npos) << ticker.output();
+  Subprocess log({test::bin_path("relay_log"), "--lines", std::to_string(test::scaled(5000)),
+                  "--high", "64", "--low", "16", "--retune-high", "256"});
+  ASSERT_EQ(log.wait(60s), 0) << log.output();
+  EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
+}
+
 // ---------------------------------------------------------------- 4 writers, 1 reader, kill -9
 
 struct WriterLog {
