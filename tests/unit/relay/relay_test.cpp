@@ -436,6 +436,26 @@ TEST_F(RelayTest, ConflateAdmitsNewKeysUntilTheTableIsFull) {
   EXPECT_EQ(s.pending_keys, 3u);
 }
 
+TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
+  RelayConfig c = cfg(policy::kMax, Overflow::DropNewest);
+  c.backpressure = {Dimension::Age, 2, 0, Overflow::DropNewest};  // milliseconds
+  auto w = RelayWriter::create("age", c);
+  ASSERT_TRUE(w);
+  auto r = RelayReader::open("age");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (w->snapshot().oldest_age_ns < 3'000'000 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_GE(w->snapshot().oldest_age_ns, 3'000'000u);
+  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Dropped) << "the oldest op is older than high water";
+  EXPECT_TRUE(w->snapshot().is_full);
+  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Merged) << "an open key still merges";
+  EXPECT_EQ(drain_all(*r).size(), 1u);
+  EXPECT_FALSE(w->snapshot().is_full) << "nothing pending: age 0 is at low water";
+  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+}
+
 TEST_F(RelayTest, SidecarMetricsExportTheProjectionsCountersAndFlags) {
   auto w = RelayWriter::create("m", cfg(policy::kKeepLatest, Overflow::DropNewest, 2, 1));
   ASSERT_TRUE(w);
