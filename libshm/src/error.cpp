@@ -63,6 +63,10 @@ std::string_view to_string(Errc code) noexcept {
       return "UnsafeRoot";
     case Errc::ForeignHandle:
       return "ForeignHandle";
+    case Errc::PolicyRefused:
+      return "PolicyRefused";
+    case Errc::UnknownPolicy:
+      return "UnknownPolicy";
   }
   return "Unknown";
 }

@@ -43,6 +43,9 @@ enum class Errc : std::uint8_t {
   // roots (added after the others: the values above are stable)
   UnsafeRoot,     // a symbolic link, another user's directory, world-writable without sticky bit
   ForeignHandle,  // a handle (ledger PoolId/Ticket) issued by another segment or incarnation
+  // relays
+  PolicyRefused,  // an (overflow, policy) or (egress, policy) pair the validation table refuses
+  UnknownPolicy,  // a merge policy id not registered in this process
 };
 
 [[nodiscard]] std::string_view to_string(Errc code) noexcept;

@@ -1,0 +1,222 @@
+// RelayCell segment layout (kind 6, "relay"): a conflating relay. Any number
+// of writer processes merge ops into a hot head under a merge policy
+// (policy.hpp); one reader process drains merged entries when it has credit.
+// The handles that act on it are RelayWriter and RelayReader (relay.hpp).
+//
+// Protocol. Everything that changes the head runs under one robust
+// process-shared mutex (Control::mutex). The head is a pool of `capacity`
+// entries of fixed stride (EntryHead + value_size bytes, rounded to 8):
+//   - the entry table is the source of truth: each entry's state (Free,
+//     Pending, InHand), key, value, first/last op sequence, op count and its
+//     order stamp (monotonic, assigned when the entry is created);
+//   - everything else is derived and rebuilt by repair: the pending list
+//     (prev/next, oldest first = drain order), the free list, the open
+//     addressing key index (2 x capacity u32 cells, linear probing,
+//     backward-shift delete; a cell holds entry + 1, 0 = empty) and the
+//     projections (depth, bytes, pending_keys, pending_ops, in_hand, oldest_ns).
+// A keyed write finds the key's open entry through the index and merges into
+// it, or takes a free entry and appends it to the pending list. A raw_fifo
+// write always appends a new entry. The reader's take() moves up to `credit`
+// entries from the list head to InHand (unlinked, unindexed: later writes to
+// the same key open a new entry), copies them out, then commit() frees them.
+// A reader killed between take and commit leaves InHand entries; the next
+// reader's attach (or the sidecar's reclaim of the dead reader) returns them
+// to the pending list, in their old order, sealed (never merged into again,
+// delivered with the same sequences: at-least-once, dedup by first_seq).
+//
+// Crash safety. A merge is a multi-word in-place update of a value: the
+// writer fills the intent record (entry, new value, len, last_seq, op_count),
+// stores intent_state = 1, applies, stores intent_state = 0. A writer killed
+// anywhere leaves the next locker EOWNERDEAD: repair rolls a valid intent
+// forward (the entry ends with the new value) or ignores an unfinished one
+// (the entry keeps the old value): never a torn value. A new entry is filled
+// while Free and published by its state store; a free is one state store.
+// Repair then rebuilds the derived state from the entry table. Damage that
+// cannot come from a crash (a state, length or index out of range) marks the
+// relay faulted: every later operation fails with Corrupt.
+//
+// Unlocked readers (snapshot(), shmctl, sidecar metrics, verify) read the
+// atomics with relaxed loads framed by the seqlock `version` (odd while a
+// holder mutates): [relay.V1]/[relay.V2] in begin_write/end_write pair with
+// [relay.V1']/[relay.V2'] in the readers. Fields only the mutex holder reads
+// and writes (values, intent bytes) are plain bytes.
+//
+// Wake-ups. Writers parked by the Block overflow wait on `space_word`; the
+// side that makes room (a drain below low water, a retune, a commit that
+// frees entries) bumps it and wakes them only when `writers_waiting` is set.
+// The reader waits on `data_word`; a write that changes the head bumps it and
+// wakes only when `reader_waiting` is set. A write that changes nothing
+// touches neither.
+#pragma once
+
+#include "shm/platform/robust_mutex.hpp"
+#include "shm/segment/kind_ids.hpp"
+#include "shm/segment/layout.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace shm::relay {
+
+inline constexpr std::uint32_t kMinCapacity = 1;
+inline constexpr std::uint32_t kMaxCapacity = 1u << 22;
+inline constexpr std::uint32_t kMaxValueSize = 256;
+inline constexpr std::size_t kEventRing = 64;
+inline constexpr std::uint32_t kNone = 0xFFFF'FFFFu;  // "no entry" in list links
+
+// Role ids: one reader (exclusive, slot 0), any number of writers.
+inline constexpr RoleSpec kReaderRole{0, true, "reader"};
+inline constexpr RoleSpec kWriterRole{1, false, "writer"};
+
+enum class EntryState : std::uint32_t { Free = 0, Pending = 1, InHand = 2 };
+inline constexpr std::uint32_t kSealed = 1;  // EntryHead::flags: returned by a dead reader
+
+// Immutable parameters (the header's parameter block).
+struct ParamBlock {
+  std::uint32_t value_size;      // largest value in bytes, [1, kMaxValueSize]
+  std::uint32_t capacity;        // entries in the pool, [kMinCapacity, kMaxCapacity]
+  std::uint32_t index_capacity;  // key index cells: the power of two >= 2 x capacity
+  std::uint32_t reserved;
+};
+static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 16);
+
+// One entry of the pool; `value_size` bytes of value follow (stride: entry_stride()).
+struct EntryHead {
+  std::atomic<std::uint32_t> state;  // EntryState; the publishing store of a new entry
+  std::atomic<std::uint32_t> flags;  // kSealed
+  std::atomic<std::uint32_t> len;    // value bytes in use, <= value_size
+  std::atomic<std::uint32_t> prev;   // derived: pending list, or kNone
+  std::atomic<std::uint32_t> next;   // derived: pending list or free list, or kNone
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> first_seq;   // sequence of the first op merged in
+  std::atomic<std::uint64_t> last_seq;    // sequence of the last op merged in
+  std::atomic<std::uint64_t> op_count;    // ops merged in (1 for raw_fifo)
+  std::atomic<std::uint64_t> order;       // creation stamp: the drain order
+  std::atomic<std::uint64_t> created_ns;  // monotonic time of the first op (age, staleness)
+};
+static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
+static_assert(std::is_standard_layout_v<EntryHead>);
+
+[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_size) noexcept {
+  return round_up(sizeof(EntryHead) + value_size, 8);
+}
+
+enum class EventKind : std::uint32_t {
+  Dropped = 1,    // DropNewest refused an op (count = 1)
+  DroppedOldest,  // DropOldest discarded the oldest entry (count = its ops)
+  FullSet,        // is_full rose at high water (count = level)
+  FullCleared,    // is_full cleared at low water (count = level)
+  Retuned,        // backpressure limits changed (count = new high water)
+  Reconfigured,   // the merge policy was swapped (count = new policy id)
+  Repaired,       // a locker repaired after a holder died (count = 1 if an intent rolled forward)
+  Returned,       // entries a dead reader held were returned (count = entries)
+};
+
+// One entry of the relay's event ring, written under the mutex.
+struct Event {
+  std::atomic<std::uint64_t> number;  // event number + 1 (0 = empty)
+  std::atomic<std::uint64_t> time_ns;
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> count;
+  std::atomic<std::uint32_t> kind;  // EventKind
+  std::atomic<std::uint32_t> reserved;
+};
+static_assert(sizeof(Event) == 40);
+
+struct Counters {
+  std::atomic<std::uint64_t> writes;        // write calls that reached the head
+  std::atomic<std::uint64_t> appended;      // ops that opened a new entry
+  std::atomic<std::uint64_t> merged;        // ops merged into an open entry (conflated)
+  std::atomic<std::uint64_t> unchanged;     // ops that changed nothing
+  std::atomic<std::uint64_t> dropped;       // ops lost to DropNewest / DropOldest
+  std::atomic<std::uint64_t> conflated;     // ops folded into another op (== merged)
+  std::atomic<std::uint64_t> blocked;       // writes that parked (Block)
+  std::atomic<std::uint64_t> timed_out;     // parked writes that gave up
+  std::atomic<std::uint64_t> refused_full;  // writes refused: no free entry
+  std::atomic<std::uint64_t> drained;       // entries delivered to the reader
+  std::atomic<std::uint64_t> drained_ops;   // ops those entries carried
+  std::atomic<std::uint64_t> returned;      // entries returned from a dead reader
+  std::atomic<std::uint64_t> repairs;       // EOWNERDEAD repairs
+  std::atomic<std::uint64_t> retunes;       // backpressure changes
+  std::atomic<std::uint64_t> reconfigures;  // policy swaps
+  std::atomic<std::uint64_t> notifies;      // writes that signalled the reader's data word
+  std::atomic<std::uint64_t> events;        // next event number
+};
+
+struct Control {
+  ::shm::detail::RobustMutex mutex;
+  std::atomic<std::uint32_t> version;  // seqlock: odd while a holder mutates
+  std::atomic<std::uint32_t> faulted;  // 1: damage found; every operation fails
+  // ---- configuration (changed under the mutex; read by every op) ----
+  std::atomic<std::uint32_t> policy;        // PolicyId
+  std::atomic<std::uint32_t> policy_flags;  // MergeFlags bits the creator declared
+  std::atomic<std::uint32_t> overflow;      // Overflow
+  std::atomic<std::uint32_t> dimension;     // Dimension
+  std::atomic<std::uint32_t> egress;        // EgressOrder
+  std::atomic<std::uint32_t> spill_dedup;   // 1: spill replay dedups (declared)
+  std::atomic<std::uint64_t> high_water;
+  std::atomic<std::uint64_t> low_water;
+  // ---- projections (O(1) per write) ----
+  std::atomic<std::uint64_t> depth;         // pending entries
+  std::atomic<std::uint64_t> bytes;         // value bytes of pending entries
+  std::atomic<std::uint64_t> pending_keys;  // pending entries open for merging (keyed policies)
+  std::atomic<std::uint64_t> pending_ops;   // ops carried by pending entries (lag)
+  std::atomic<std::uint64_t> in_hand;       // entries taken by the reader, not committed
+  std::atomic<std::uint64_t> oldest_ns;     // created_ns of the oldest pending entry, 0 if none
+  std::atomic<std::uint32_t> is_full;       // hysteresis: set at high water, cleared at low
+  std::atomic<std::uint32_t> is_draining;   // the reader holds entries (take .. commit)
+  // ---- derived links ----
+  std::atomic<std::uint32_t> head;  // oldest pending entry, or kNone
+  std::atomic<std::uint32_t> tail;  // newest pending entry, or kNone
+  std::atomic<std::uint32_t> free_head;
+  std::atomic<std::uint32_t> reserved0;
+  std::atomic<std::uint64_t> next_seq;    // op sequences start at 1
+  std::atomic<std::uint64_t> next_order;  // entry order stamps start at 1
+  Counters counters;
+  // ---- futex words, each on its own cache line ----
+  alignas(kFalseSharingRange) std::atomic<std::uint32_t> space_word;
+  std::atomic<std::uint32_t> writers_waiting;
+  alignas(kFalseSharingRange) std::atomic<std::uint32_t> data_word;
+  std::atomic<std::uint32_t> reader_waiting;
+  // ---- the merge intent (see the protocol) ----
+  alignas(kFalseSharingRange) std::atomic<std::uint32_t> intent_state;  // 1: valid, roll forward
+  std::atomic<std::uint32_t> intent_entry;
+  std::atomic<std::uint32_t> intent_len;
+  std::atomic<std::uint32_t> intent_reserved;
+  std::atomic<std::uint64_t> intent_last_seq;
+  std::atomic<std::uint64_t> intent_op_count;
+  unsigned char intent_value[kMaxValueSize];  // under the mutex only
+  alignas(kFalseSharingRange) Event events[kEventRing];
+};
+static_assert(std::is_standard_layout_v<Control>);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(offsetof(Control, space_word) % kFalseSharingRange == 0);
+static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
+
+// Offsets of the data area.
+struct Geometry {
+  std::uint64_t entries = 0;  // after Control
+  std::uint64_t index = 0;    // u32 cells
+  std::uint64_t data_size = 0;
+};
+[[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
+  Geometry g;
+  g.entries = round_up(sizeof(Control), kFalseSharingRange);
+  g.index = round_up(g.entries + entry_stride(p.value_size) * p.capacity, kFalseSharingRange);
+  g.data_size = g.index + std::uint64_t{4} * p.index_capacity;
+  return g;
+}
+
+inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
+    {1, sizeof(Control), sizeof(EntryHead), sizeof(Event), sizeof(Counters),
+     offsetof(Control, policy), offsetof(Control, high_water), offsetof(Control, depth),
+     offsetof(Control, head), offsetof(Control, counters), offsetof(Control, space_word),
+     offsetof(Control, data_word), offsetof(Control, intent_state), offsetof(Control, events),
+     offsetof(EntryHead, key), offsetof(EntryHead, created_ns), kEventRing, kMaxValueSize});
+
+}  // namespace shm::relay

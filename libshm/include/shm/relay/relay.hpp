@@ -1,0 +1,234 @@
+// RelayCell handles: RelayWriter (any number, any process) and RelayReader
+// (one live reader; a second is RoleTaken). The protocol is in layout.hpp,
+// policies and the validation table in policy.hpp, the user's guide in
+// docs/relay.md.
+#pragma once
+
+#include "shm/error.hpp"
+#include "shm/relay/layout.hpp"
+#include "shm/relay/policy.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace shm {
+
+struct RelayConfig {
+  PolicyId policy = policy::kKeepLatest;
+  std::uint32_t value_size = 8;   // largest value, [1, 256]
+  std::uint32_t capacity = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
+  Backpressure backpressure{Dimension::Count, 768, 256, Overflow::Block};
+  EgressOrder egress = EgressOrder::Arrival;
+  bool spill_dedup = false;  // declared: spill replay would dedup (validation table)
+};
+
+// What a write did. Only Appended, Merged and Displaced change the head (and
+// signal the reader).
+enum class WriteOutcome : std::uint8_t {
+  Appended,   // opened a new entry (a new key, or a FIFO op)
+  Merged,     // merged into the key's open entry and changed its value
+  Unchanged,  // changed nothing (max at or below, same keep_latest value, sum of 0...)
+  Displaced,  // DropOldest: the oldest entry was dropped (counted, logged), the op appended
+  Dropped,    // DropNewest: the op was dropped (counted, logged)
+  Full,       // no free entry (Conflate past capacity, or every entry is held): nothing written
+  TimedOut,   // Block: the relay stayed full for the whole timeout; nothing written
+};
+[[nodiscard]] std::string_view to_string(WriteOutcome o) noexcept;
+
+struct WriteResult {
+  WriteOutcome outcome = WriteOutcome::Unchanged;
+  std::uint64_t seq = 0;  // the op's sequence when it was accepted (Appended/Merged/Displaced)
+};
+
+// One drained entry. `value` points into the reader's buffer, valid until the
+// next take()/drain().
+struct RelayEntry {
+  std::uint64_t key = 0;
+  std::span<const std::byte> value;
+  std::uint64_t first_seq = 0;
+  std::uint64_t last_seq = 0;
+  std::uint64_t op_count = 0;
+  bool redelivered = false;  // returned from a reader that died holding it (at-least-once)
+};
+
+struct RelayEvent {
+  std::uint64_t number = 0;
+  std::uint64_t time_ns = 0;
+  relay::EventKind kind{};
+  std::uint64_t key = 0;
+  std::uint64_t count = 0;
+};
+[[nodiscard]] std::string_view to_string(relay::EventKind k) noexcept;
+
+// Projections and counters, readable by any process without the mutex.
+struct RelaySnapshot {
+  PolicyId policy = 0;
+  std::string policy_name;
+  MergeFlags flags;
+  Backpressure backpressure;
+  EgressOrder egress = EgressOrder::Arrival;
+  std::uint32_t value_size = 0;
+  std::uint32_t capacity = 0;
+  std::uint64_t depth = 0;         // pending entries
+  std::uint64_t bytes = 0;         // value bytes pending
+  std::uint64_t pending_keys = 0;  // keys with an open entry
+  std::uint64_t lag = 0;           // ops accepted and not yet drained
+  std::uint64_t in_hand = 0;       // entries the reader took and has not committed
+  std::uint64_t oldest_age_ns = 0;
+  bool is_full = false;
+  bool is_spilling = false;  // always false: no spill store yet
+  bool is_draining = false;
+  bool faulted = false;
+  bool consistent = true;  // false: no stable seqlock read (a busy or dead holder)
+  std::uint64_t writes = 0, appended = 0, merged = 0, unchanged = 0, dropped = 0, conflated = 0,
+                blocked = 0, timed_out = 0, refused_full = 0, drained = 0, drained_ops = 0,
+                returned = 0, repairs = 0, retunes = 0, reconfigures = 0, notifies = 0;
+  std::vector<RelayEvent> events;  // oldest first
+  [[nodiscard]] std::uint64_t level() const noexcept;
+};
+
+namespace relay::detail {
+struct View {
+  ParamBlock params{};
+  Geometry geometry{};
+  Control* control = nullptr;
+  std::byte* entries = nullptr;
+  std::atomic<std::uint32_t>* index = nullptr;
+  [[nodiscard]] EntryHead& entry(std::uint32_t i) const noexcept {
+    return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_size) * i);
+  }
+  [[nodiscard]] unsigned char* value(std::uint32_t i) const noexcept {
+    return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_size) * i +
+                                            sizeof(EntryHead));
+  }
+};
+
+// What both handles hold.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(Handle&&) noexcept = default;
+  Handle& operator=(Handle&&) noexcept = default;
+
+  [[nodiscard]] RelaySnapshot snapshot() const;
+  // True while the head is empty (nothing pending, nothing in hand).
+  [[nodiscard]] bool can_reconfigure() const;
+  // Swaps the merge policy (and optionally the overflow action); refused
+  // (InvalidArgument) unless the head is empty, PolicyRefused by the
+  // validation table, UnknownPolicy if not registered here.
+  [[nodiscard]] Result<void> reconfigure(PolicyId policy);
+  [[nodiscard]] Result<void> reconfigure(PolicyId policy, Overflow overflow);
+  // Retunes the backpressure policy live; every attached handle follows it.
+  [[nodiscard]] Result<void> retune(const Backpressure& bp);
+  [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
+  [[nodiscard]] const View& view() const noexcept { return view_; }
+
+ protected:
+  [[nodiscard]] Result<const MergePolicy*> policy_now();
+  Segment segment_;
+  Attachment attachment_;
+  View view_;
+  const MergePolicy* policy_ = nullptr;  // cached; refreshed when the segment's id changes
+};
+}  // namespace relay::detail
+
+class RelayWriter : public relay::detail::Handle {
+ public:
+  static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
+
+  // Creates the relay (validating the config against the table) and attaches as a writer.
+  [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
+                                                  const CreateOptions& options = {});
+  [[nodiscard]] static Result<RelayWriter> open(std::string_view name,
+                                                const OpenOptions& options = {});
+
+  // Keyed policies merge into the key's open entry; raw_fifo appends (the key
+  // is carried along). Block parks up to `timeout` while the relay is full.
+  [[nodiscard]] Result<WriteResult> write(std::uint64_t key, std::span<const std::byte> value,
+                                          std::chrono::nanoseconds timeout = kForever);
+  [[nodiscard]] Result<WriteResult> write(std::span<const std::byte> value,
+                                          std::chrono::nanoseconds timeout = kForever) {
+    return write(0, value, timeout);
+  }
+};
+
+class RelayReader : public relay::detail::Handle {
+ public:
+  [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
+                                                  const CreateOptions& options = {});
+  // RoleTaken while another reader lives. Entries a dead reader held are
+  // returned to the head (redelivered) first.
+  [[nodiscard]] static Result<RelayReader> open(std::string_view name,
+                                                const OpenOptions& options = {});
+
+  // Takes up to `credit` oldest entries (they stay in the segment, InHand,
+  // until commit()). Calling take() again before commit() is a contract error.
+  [[nodiscard]] Result<std::span<const RelayEntry>> take(std::size_t credit);
+  // Frees the taken entries; wakes parked writers when the relay fell to low water.
+  [[nodiscard]] Result<void> commit();
+  // Returns the taken entries to the head (sealed, delivered again).
+  [[nodiscard]] Result<void> abandon();
+  // take + fn(entry) for each + commit; if fn throws the entries are abandoned.
+  template <class F>
+  [[nodiscard]] Result<std::size_t> drain(std::size_t credit, F&& fn) {
+    auto got = take(credit);
+    if (!got) return std::unexpected(got.error());
+    try {
+      for (const RelayEntry& e : *got) fn(e);
+    } catch (...) {
+      (void)abandon();
+      throw;
+    }
+    if (auto ok = commit(); !ok) return std::unexpected(ok.error());
+    return got->size();
+  }
+  // Waits until an entry is pending (true) or the timeout passes (false).
+  [[nodiscard]] Result<bool> wait(std::chrono::nanoseconds timeout);
+
+ private:
+  std::vector<RelayEntry> taken_;
+  std::vector<std::uint32_t> taken_index_;
+  std::vector<std::byte> buffer_;
+};
+
+// Reads a relay's snapshot without attaching (read-only mapping).
+[[nodiscard]] Result<RelaySnapshot> read_relay_snapshot(std::string_view name,
+                                                        const OpenOptions& options = {});
+// Retunes a relay's backpressure from any process without attaching.
+[[nodiscard]] Result<void> retune_relay(std::string_view name, const Backpressure& bp,
+                                        const OpenOptions& options = {});
+
+// Role facades (relaycell-egress-tables.md §6): thin factories over the one relay.
+enum class Traffic : std::uint8_t { State, Events };
+struct Outbox {
+  // application -> transport: the local producer feels is_full directly.
+  // Default overflow: Conflate for state, Spill for events (refused until a
+  // spill store exists: pick Block or a drop for events today).
+  [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
+                                          std::uint32_t capacity = 1024,
+                                          std::uint32_t value_size = 8);
+  [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
+                                                  const CreateOptions& options = {}) {
+    return RelayWriter::create(name, config, options);
+  }
+};
+struct Inbox {
+  // transport -> application: backpressure reaches the remote peer only
+  // through withheld credits. Default overflow: Conflate when the policy is
+  // conflatable, otherwise Block (credit metering: the transport writer waits).
+  [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t capacity = 1024,
+                                                  std::uint32_t value_size = 8);
+  [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
+                                                  const CreateOptions& options = {}) {
+    return RelayReader::create(name, config, options);
+  }
+};
+
+}  // namespace shm

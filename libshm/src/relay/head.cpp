@@ -1,0 +1,633 @@
+// The relay's hot head: the view over a mapping, the derived structures
+// (pending list, free list, key index), locking with repair, hysteresis,
+// the event ring, snapshots and verification.
+#include "internal.hpp"
+#include "shm/platform/clock.hpp"
+#include "shm/platform/futex.hpp"
+
+#include "format/format.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace shm {
+
+namespace detail {
+std::atomic<test_hooks::RelayCrashHook> relay_crash_hook{nullptr};
+}  // namespace detail
+
+void test_hooks::set_relay_crash_hook(RelayCrashHook hook) noexcept {
+  // relaxed: installed before the operations it watches start (see the header).
+  detail::relay_crash_hook.store(hook, std::memory_order_relaxed);
+}
+
+namespace relay::internal {
+
+std::unexpected<Error> corrupt(std::string_view path, std::string what) {
+  return fail(Errc::Corrupt, shm::detail::format("{}: {}", path, what));
+}
+
+std::string block_problem(const ParamBlock& p) {
+  if (p.value_size < 1 || p.value_size > kMaxValueSize)
+    return shm::detail::format("value_size {} outside [1, {}]", p.value_size, kMaxValueSize);
+  if (p.capacity < kMinCapacity || p.capacity > kMaxCapacity)
+    return shm::detail::format("capacity {} outside [{}, {}]", p.capacity, kMinCapacity,
+                               kMaxCapacity);
+  const std::uint32_t want = std::bit_ceil(std::max<std::uint32_t>(2, 2 * p.capacity));
+  if (p.index_capacity != want)
+    return shm::detail::format("index_capacity {} is not {} (2 x capacity {}, a power of two)",
+                               p.index_capacity, want, p.capacity);
+  return {};
+}
+
+KindSpec kind_spec(const ParamBlock& p, bool any, ParamBlock& storage) {
+  storage = any ? ParamBlock{} : p;
+  KindSpec spec;
+  spec.kind = kRelayKind;
+  spec.kind_name = "relay";
+  spec.fingerprint = kFingerprint;
+  spec.params = std::as_bytes(std::span(&storage, 1));
+  spec.data_size = any ? 0 : geometry(storage).data_size;
+  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
+    ParamBlock f{}, e{};
+    if (found.size() != sizeof f)
+      return shm::detail::format("parameter block: segment has {} bytes, relay uses {}",
+                                 found.size(), sizeof f);
+    std::memcpy(&f, found.data(), sizeof f);
+    std::memcpy(&e, expected.data(), sizeof e);
+    if (std::string why = block_problem(f); !why.empty()) return "segment parameters: " + why;
+    if (e.value_size != 0 && e.value_size != f.value_size)
+      return shm::detail::format("value_size: segment has {}, caller expects {}", f.value_size,
+                                 e.value_size);
+    if (e.capacity != 0 && e.capacity != f.capacity)
+      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
+                                 e.capacity);
+    return std::string{};
+  };
+  return spec;
+}
+
+View view_over(const ParamBlock& p, std::byte* base) noexcept {
+  View v;
+  v.params = p;
+  v.geometry = geometry(p);
+  v.control = reinterpret_cast<Control*>(base);
+  v.entries = base + v.geometry.entries;
+  v.index = reinterpret_cast<std::atomic<std::uint32_t>*>(base + v.geometry.index);
+  return v;
+}
+
+Result<View> make_view(const Segment& seg) {
+  if (seg.header().kind != kRelayKind)
+    return fail(Errc::KindMismatch,
+                shm::detail::format("{}: kind: segment has {}, expected {} (relay)", seg.path(),
+                                    seg.header().kind, kRelayKind));
+  if (seg.header().fingerprint != kFingerprint)
+    return fail(Errc::FingerprintMismatch,
+                shm::detail::format(
+                    "{}: relay layout fingerprint: segment has {:#018x}, this build has {:#018x}",
+                    seg.path(), seg.header().fingerprint, kFingerprint));
+  ParamBlock p{};
+  if (seg.params().size() != sizeof p)
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: parameter block: segment has {} bytes, relay uses {}",
+                                    seg.path(), seg.params().size(), sizeof p));
+  std::memcpy(&p, seg.params().data(), sizeof p);
+  if (std::string why = block_problem(p); !why.empty())
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: segment parameters: {}", seg.path(), why));
+  if (seg.data().size() < geometry(p).data_size)
+    return fail(Errc::SizeMismatch,
+                shm::detail::format("{}: size: data area has {} bytes, its relay parameters "
+                                    "need {}",
+                                    seg.path(), seg.data().size(), geometry(p).data_size));
+  return view_over(p, seg.data().data());
+}
+
+// ---------------------------------------------------------------- derived structures
+
+namespace {
+
+bool keyed_policy(const Control& c) noexcept {
+  return ld(c.policy) != policy::kRawFifo;
+}
+
+std::uint32_t home(const View& v, std::uint64_t key) noexcept {
+  const int bits = std::countr_zero(v.params.index_capacity);
+  return bits == 0 ? 0
+                   : static_cast<std::uint32_t>((key * 0x9E37'79B9'7F4A'7C15ull) >> (64 - bits));
+}
+
+bool indexed(const Control& c, const EntryHead& e) noexcept {
+  return keyed_policy(c) && ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
+         (ld(e.flags) & kSealed) == 0;
+}
+
+}  // namespace
+
+void list_append(const View& v, std::uint32_t i) noexcept {
+  Control& c = *v.control;
+  EntryHead& e = v.entry(i);
+  const std::uint32_t t = ld(c.tail);
+  st(e.prev, t);
+  st(e.next, kNone);
+  if (t == kNone)
+    st(c.head, i);
+  else
+    st(v.entry(t).next, i);
+  st(c.tail, i);
+}
+
+void list_unlink(const View& v, std::uint32_t i) noexcept {
+  Control& c = *v.control;
+  EntryHead& e = v.entry(i);
+  const std::uint32_t p = ld(e.prev), n = ld(e.next);
+  if (p == kNone)
+    st(c.head, n);
+  else
+    st(v.entry(p).next, n);
+  if (n == kNone)
+    st(c.tail, p);
+  else
+    st(v.entry(n).prev, p);
+  st(e.prev, kNone);
+  st(e.next, kNone);
+}
+
+std::uint32_t index_find(const View& v, std::uint64_t key) noexcept {
+  const std::uint32_t mask = v.params.index_capacity - 1;
+  std::uint32_t pos = home(v, key);
+  for (std::uint32_t n = 0; n < v.params.index_capacity; ++n, pos = (pos + 1) & mask) {
+    const std::uint32_t cell = ld(v.index[pos]);
+    if (cell == 0) return kNone;
+    const std::uint32_t i = cell - 1;
+    if (i < v.params.capacity && ld(v.entry(i).key) == key) return i;
+  }
+  return kNone;
+}
+
+void index_insert(const View& v, std::uint64_t key, std::uint32_t i) noexcept {
+  const std::uint32_t mask = v.params.index_capacity - 1;
+  std::uint32_t pos = home(v, key);
+  // Never full: at most `capacity` cells are used of 2 x capacity.
+  for (std::uint32_t n = 0; n < v.params.index_capacity; ++n, pos = (pos + 1) & mask) {
+    if (ld(v.index[pos]) == 0) {
+      st(v.index[pos], i + 1);
+      return;
+    }
+  }
+}
+
+// Backward-shift delete of the cell that names entry `i` (linear probing).
+static void index_erase_entry(const View& v, std::uint64_t key, std::uint32_t i) noexcept {
+  const std::uint32_t mask = v.params.index_capacity - 1;
+  std::uint32_t pos = home(v, key);
+  std::uint32_t n = 0;
+  for (; n < v.params.index_capacity; ++n, pos = (pos + 1) & mask) {
+    const std::uint32_t cell = ld(v.index[pos]);
+    if (cell == 0) return;  // not indexed
+    if (cell == i + 1) break;
+  }
+  if (n == v.params.index_capacity) return;
+  std::uint32_t hole = pos;
+  std::uint32_t j = pos;
+  for (std::uint32_t m = 0; m < v.params.index_capacity; ++m) {
+    j = (j + 1) & mask;
+    const std::uint32_t cell = ld(v.index[j]);
+    if (cell == 0) break;
+    const std::uint32_t k = cell - 1 < v.params.capacity ? home(v, ld(v.entry(cell - 1).key)) : j;
+    // Move the cell back into the hole unless its home lies cyclically in (hole, j].
+    const bool stays = hole <= j ? (k > hole && k <= j) : (k > hole || k <= j);
+    if (!stays) {
+      st(v.index[hole], cell);
+      hole = j;
+    }
+  }
+  st(v.index[hole], 0u);
+}
+
+void index_erase(const View& v, std::uint64_t key) noexcept {
+  const std::uint32_t i = index_find(v, key);
+  if (i != kNone) index_erase_entry(v, key, i);
+}
+
+void refresh_oldest(const View& v) noexcept {
+  Control& c = *v.control;
+  const std::uint32_t h = ld(c.head);
+  st(c.oldest_ns, h == kNone ? 0 : ld(v.entry(h).created_ns));
+}
+
+std::uint64_t level(const Control& c, std::uint64_t now_ns) noexcept {
+  switch (static_cast<Dimension>(ld(c.dimension))) {
+    case Dimension::Count:
+      return ld(c.depth);
+    case Dimension::Bytes:
+      return ld(c.bytes);
+    case Dimension::Keys:
+      return ld(c.pending_keys);
+    case Dimension::Age: {
+      const std::uint64_t o = ld(c.oldest_ns);
+      return o == 0 || o > now_ns ? 0 : (now_ns - o) / 1'000'000;
+    }
+  }
+  return 0;
+}
+
+void log_event(Control& c, EventKind kind, std::uint64_t key, std::uint64_t count) noexcept {
+  const std::uint64_t n = ld(c.counters.events);
+  Event& e = c.events[n % kEventRing];
+  st(e.time_ns, realtime_ns());
+  st(e.key, key);
+  st(e.count, count);
+  st(e.kind, static_cast<std::uint32_t>(kind));
+  st(e.number, n + 1);
+  st(c.counters.events, n + 1);
+}
+
+bool update_full(const View& v, std::uint64_t now_ns) noexcept {
+  Control& c = *v.control;
+  const std::uint64_t l = level(c, now_ns);
+  if (ld(c.is_full) == 0) {
+    if (l >= ld(c.high_water)) {
+      st(c.is_full, 1u);
+      log_event(c, EventKind::FullSet, 0, l);
+    }
+    return false;
+  }
+  if (l <= ld(c.low_water)) {
+    st(c.is_full, 0u);
+    log_event(c, EventKind::FullCleared, 0, l);
+    return true;
+  }
+  return false;
+}
+
+void wake_writers(Control& c) noexcept {
+  st(c.space_word, ld(c.space_word) + 1);
+  if (ld(c.writers_waiting) != 0) {
+    st(c.writers_waiting, 0u);
+    futex_wake_all(c.space_word);
+  }
+}
+
+// ---------------------------------------------------------------- repair
+
+namespace {
+
+// Rebuilds every derived field from the entry table. False on damage.
+bool rebuild_derived(const View& v, std::string& why) {
+  Control& c = *v.control;
+  const std::uint32_t cap = v.params.capacity;
+  for (std::uint32_t k = 0; k < v.params.index_capacity; ++k) st(v.index[k], 0u);
+  std::vector<std::uint32_t> pending;
+  std::uint32_t free_head = kNone;
+  std::uint64_t in_hand = 0;
+  for (std::uint32_t i = cap; i-- > 0;) {
+    EntryHead& e = v.entry(i);
+    const std::uint32_t s = ld(e.state);
+    if (s > static_cast<std::uint32_t>(EntryState::InHand) || ld(e.len) > v.params.value_size ||
+        ld(e.flags) > kSealed) {
+      why = shm::detail::format("entry {}: state {}, len {}, flags {} (value size {})", i, s,
+                                ld(e.len), ld(e.flags), v.params.value_size);
+      return false;
+    }
+    if (s == static_cast<std::uint32_t>(EntryState::Free)) {
+      st(e.next, free_head);
+      st(e.prev, kNone);
+      free_head = i;
+    } else if (s == static_cast<std::uint32_t>(EntryState::Pending)) {
+      pending.push_back(i);
+    } else {
+      ++in_hand;
+      st(e.prev, kNone);
+      st(e.next, kNone);
+    }
+  }
+  std::sort(pending.begin(), pending.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return ld(v.entry(a).order) < ld(v.entry(b).order);
+  });
+  st(c.head, kNone);
+  st(c.tail, kNone);
+  st(c.free_head, free_head);
+  std::uint64_t bytes = 0, ops = 0, keys = 0;
+  for (std::uint32_t i : pending) {
+    EntryHead& e = v.entry(i);
+    list_append(v, i);
+    bytes += ld(e.len);
+    ops += ld(e.op_count);
+    if (indexed(c, e)) {
+      // Two open entries for one key cannot come from a crash; if they ever
+      // do, the older one is sealed (delivered as is) and the newer stays open.
+      const std::uint32_t older = index_find(v, ld(e.key));
+      if (older != kNone) {
+        index_erase_entry(v, ld(e.key), older);
+        st(v.entry(older).flags, kSealed);
+        --keys;
+      }
+      index_insert(v, ld(e.key), i);
+      ++keys;
+    }
+  }
+  st(c.depth, pending.size());
+  st(c.bytes, bytes);
+  st(c.pending_ops, ops);
+  st(c.pending_keys, keys);
+  st(c.in_hand, in_hand);
+  st(c.is_draining, in_hand > 0 ? 1u : 0u);
+  refresh_oldest(v);
+  return true;
+}
+
+}  // namespace
+
+bool repair_held(const View& v, std::string& why) {
+  Control& c = *v.control;
+  bool rolled = false;
+  const std::uint32_t intent = ld(c.intent_state);
+  if (intent > 1) {
+    why = shm::detail::format("intent state {} is neither 0 nor 1", intent);
+    return false;
+  }
+  if (intent == 1) {
+    const std::uint32_t i = ld(c.intent_entry);
+    const std::uint32_t len = ld(c.intent_len);
+    if (i >= v.params.capacity || len > v.params.value_size ||
+        ld(v.entry(i).state) != static_cast<std::uint32_t>(EntryState::Pending)) {
+      why = shm::detail::format("merge intent names entry {} (len {}), not a pending entry of {}",
+                                i, len, v.params.capacity);
+      return false;
+    }
+    // Roll forward: the intent holds the whole new state of the entry.
+    EntryHead& e = v.entry(i);
+    std::memcpy(v.value(i), c.intent_value, len);
+    st(e.len, len);
+    st(e.last_seq, ld(c.intent_last_seq));
+    st(e.op_count, ld(c.intent_op_count));
+    st(c.intent_state, 0u);
+    rolled = true;
+  }
+  if (!rebuild_derived(v, why)) return false;
+  bump(c.counters.repairs);
+  log_event(c, EventKind::Repaired, 0, rolled ? 1 : 0);
+  update_full(v, monotonic_ns());
+  wake_writers(c);  // a parked writer may have lost its waker with the dead holder
+  return true;
+}
+
+std::uint64_t return_in_hand(const View& v) {
+  Control& c = *v.control;
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    EntryHead& e = v.entry(i);
+    if (ld(e.state) != static_cast<std::uint32_t>(EntryState::InHand)) continue;
+    st(e.flags, kSealed);
+    st(e.state, static_cast<std::uint32_t>(EntryState::Pending));
+    ++n;
+  }
+  if (n == 0) return 0;
+  std::string why;
+  if (!rebuild_derived(v, why)) {
+    st(c.faulted, 1u);
+    return n;
+  }
+  bump(c.counters.returned, n);
+  log_event(c, EventKind::Returned, 0, n);
+  update_full(v, monotonic_ns());
+  return n;
+}
+
+Result<void> lock(const View& v, std::string_view path) {
+  Control& c = *v.control;
+  const ::shm::detail::LockResult r = c.mutex.lock();
+  if (r == ::shm::detail::LockResult::Acquired) [[likely]] {
+    if (ld(c.faulted) == 0) [[likely]]
+      return {};
+    c.mutex.unlock();
+    return fail(Errc::Faulted,
+                shm::detail::format("{}: the relay is faulted (damage found by a repair); "
+                                    "re-create it",
+                                    path));
+  }
+  if (r == ::shm::detail::LockResult::OwnerDied) {
+    begin_write(c);
+    std::string why;
+    const bool ok = ld(c.faulted) == 0 && repair_held(v, why);
+    if (!ok) st(c.faulted, 1u);
+    end_write(c);
+    c.mutex.mark_consistent();
+    if (!ok) {
+      c.mutex.unlock();
+      return corrupt(path, "repair after a holder died found damage: " + why);
+    }
+    return {};
+  }
+  if (r == ::shm::detail::LockResult::Unrecoverable)
+    return fail(Errc::Faulted,
+                shm::detail::format("{}: the relay mutex is not recoverable; re-create it", path));
+  return fail(Errc::SystemError, shm::detail::format("{}: locking the relay mutex failed", path));
+}
+
+// ---------------------------------------------------------------- observers
+
+RelaySnapshot read_snapshot(const View& v) {
+  const Control& c = *v.control;
+  RelaySnapshot s;
+  s.value_size = v.params.value_size;
+  s.capacity = v.params.capacity;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    // [relay.V2'] acquire: pairs with end_write's release [relay.V2].
+    const std::uint32_t v1 = c.version.load(std::memory_order_acquire);
+    s.policy = ld(c.policy);
+    s.flags = flags_from_bits(ld(c.policy_flags));
+    s.backpressure.dimension = static_cast<Dimension>(ld(c.dimension));
+    s.backpressure.high_water = ld(c.high_water);
+    s.backpressure.low_water = ld(c.low_water);
+    s.backpressure.overflow = static_cast<Overflow>(ld(c.overflow));
+    s.egress = static_cast<EgressOrder>(ld(c.egress));
+    s.depth = ld(c.depth);
+    s.bytes = ld(c.bytes);
+    s.pending_keys = ld(c.pending_keys);
+    s.lag = ld(c.pending_ops);
+    s.in_hand = ld(c.in_hand);
+    const std::uint64_t oldest = ld(c.oldest_ns);
+    const std::uint64_t now = monotonic_ns();
+    s.oldest_age_ns = oldest == 0 || oldest > now ? 0 : now - oldest;
+    s.is_full = ld(c.is_full) != 0;
+    s.is_draining = ld(c.is_draining) != 0;
+    s.faulted = ld(c.faulted) != 0;
+    const Counters& k = c.counters;
+    s.writes = ld(k.writes);
+    s.appended = ld(k.appended);
+    s.merged = ld(k.merged);
+    s.unchanged = ld(k.unchanged);
+    s.dropped = ld(k.dropped);
+    s.conflated = ld(k.conflated);
+    s.blocked = ld(k.blocked);
+    s.timed_out = ld(k.timed_out);
+    s.refused_full = ld(k.refused_full);
+    s.drained = ld(k.drained);
+    s.drained_ops = ld(k.drained_ops);
+    s.returned = ld(k.returned);
+    s.repairs = ld(k.repairs);
+    s.retunes = ld(k.retunes);
+    s.reconfigures = ld(k.reconfigures);
+    s.notifies = ld(k.notifies);
+    s.events.clear();
+    for (const Event& e : c.events) {
+      const std::uint64_t n = ld(e.number);
+      if (n == 0) continue;
+      s.events.push_back(RelayEvent{n - 1, ld(e.time_ns), static_cast<EventKind>(ld(e.kind)),
+                                    ld(e.key), ld(e.count)});
+    }
+    // [relay.V1'] acquire fence: orders the loads above before the re-check;
+    // pairs with begin_write's release fence [relay.V1].
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // relaxed: ordered by the fence just above.
+    s.consistent = (v1 & 1u) == 0 && c.version.load(std::memory_order_relaxed) == v1;
+    if (s.consistent) break;
+    if (attempt % 8 == 7) std::this_thread::yield();
+  }
+  std::sort(s.events.begin(), s.events.end(),
+            [](const RelayEvent& a, const RelayEvent& b) { return a.number < b.number; });
+  auto p = find_merge(s.policy);
+  s.policy_name = p ? (*p)->name : shm::detail::format("policy-{}", s.policy);
+  return s;
+}
+
+namespace {
+
+std::vector<std::string> verify_tables(const View& v) {
+  std::vector<std::string> out;
+  const Control& c = *v.control;
+  if (ld(c.faulted) != 0) out.push_back("the relay is FAULTED: a repair found damage");
+  std::uint64_t pending = 0, in_hand = 0, bytes = 0, ops = 0, keys = 0;
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    const EntryHead& e = v.entry(i);
+    const std::uint32_t s = ld(e.state);
+    if (s > static_cast<std::uint32_t>(EntryState::InHand)) {
+      out.push_back(
+          shm::detail::format("entry {}: state {} is not free, pending or in hand", i, s));
+      continue;
+    }
+    if (ld(e.len) > v.params.value_size)
+      out.push_back(shm::detail::format("entry {}: length {} exceeds the value size {}", i,
+                                        ld(e.len), v.params.value_size));
+    if (s == static_cast<std::uint32_t>(EntryState::Pending)) {
+      ++pending;
+      bytes += ld(e.len);
+      ops += ld(e.op_count);
+      if (indexed(c, e)) {
+        ++keys;
+        if (index_find(v, ld(e.key)) != i)
+          out.push_back(
+              shm::detail::format("entry {} (key {}) is open but not indexed", i, ld(e.key)));
+      }
+      if (ld(e.op_count) == 0 || ld(e.first_seq) > ld(e.last_seq))
+        out.push_back(shm::detail::format("entry {}: op count {}, sequences {}..{}", i,
+                                          ld(e.op_count), ld(e.first_seq), ld(e.last_seq)));
+    } else if (s == static_cast<std::uint32_t>(EntryState::InHand)) {
+      ++in_hand;
+    }
+  }
+  auto check = [&](std::string_view what, std::uint64_t stored, std::uint64_t counted) {
+    if (stored != counted)
+      out.push_back(shm::detail::format("{}: projection says {}, the entry table holds {}", what,
+                                        stored, counted));
+  };
+  check("depth", ld(c.depth), pending);
+  check("bytes", ld(c.bytes), bytes);
+  check("lag (pending ops)", ld(c.pending_ops), ops);
+  check("pending_keys", ld(c.pending_keys), keys);
+  check("in_hand", ld(c.in_hand), in_hand);
+  std::uint64_t walked = 0;
+  std::uint64_t last_order = 0;
+  for (std::uint32_t i = ld(c.head); i != kNone && walked <= v.params.capacity;
+       i = ld(v.entry(i).next)) {
+    if (i >= v.params.capacity) {
+      out.push_back(shm::detail::format("pending list links to entry {} (capacity {})", i,
+                                        v.params.capacity));
+      break;
+    }
+    if (ld(v.entry(i).order) <= last_order && walked > 0)
+      out.push_back(shm::detail::format("pending list out of order at entry {}", i));
+    last_order = ld(v.entry(i).order);
+    ++walked;
+  }
+  check("pending list length", walked, pending);
+  if (ld(c.intent_state) > 1)
+    out.push_back(shm::detail::format("intent state {} is neither 0 nor 1", ld(c.intent_state)));
+  if (ld(c.low_water) >= ld(c.high_water))
+    out.push_back(shm::detail::format("low_water {} is not below high_water {}", ld(c.low_water),
+                                      ld(c.high_water)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> verify_unlocked(const View& v) {
+  using namespace std::chrono;
+  const Control& c = *v.control;
+  if (c.mutex.unrecoverable())
+    return {"the relay is FAULTED: its mutex is not recoverable; re-create it"};
+  const auto start = steady_clock::now();
+  constexpr int kAttempts = 200;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    // [relay.V2'] acquire: pairs with end_write's release [relay.V2].
+    const std::uint32_t v1 = c.version.load(std::memory_order_acquire);
+    if ((v1 & 1u) != 0) {
+      std::this_thread::sleep_for(microseconds(200));
+      continue;
+    }
+    std::vector<std::string> out = verify_tables(v);
+    // [relay.V1'] acquire fence: pairs with begin_write's release fence [relay.V1].
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // relaxed: ordered by the fence just above.
+    if (c.version.load(std::memory_order_relaxed) == v1) return out;
+  }
+  const auto ms = duration_cast<milliseconds>(steady_clock::now() - start).count();
+  // [relay.V2'] acquire, as above.
+  const std::uint32_t now = c.version.load(std::memory_order_acquire);
+  if ((now & 1u) != 0)
+    return {shm::detail::format(
+        "a relay mutation has been in progress for at least {} ms (version {} is odd): its "
+        "holder may have died inside the lock; the next locker repairs it",
+        ms, now)};
+  return {shm::detail::format(
+      "no stable snapshot in {} attempts over {} ms: writers are too busy; retry", kAttempts, ms)};
+}
+
+Result<void> retune_view(const View& v, std::string_view path, const Backpressure& bp) {
+  if (auto ok = validate(bp); !ok) return ok;
+  Control& c = *v.control;
+  if (auto ok = lock(v, path); !ok) return ok;
+  Held held(c);
+  // The segment's declared flags decide, so a process without the policy
+  // registered (shmctl) validates the same way.
+  MergePolicy declared;
+  declared.id = ld(c.policy);
+  auto local = find_merge(declared.id);
+  declared.name = local ? (*local)->name : shm::detail::format("policy-{}", declared.id);
+  declared.flags = flags_from_bits(ld(c.policy_flags));
+  if (bp.dimension == Dimension::Keys && declared.id == policy::kRawFifo)
+    return fail(Errc::InvalidArgument,
+                "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
+  if (auto ok = validate_pair(declared, {bp.overflow, static_cast<EgressOrder>(ld(c.egress)),
+                                         ld(c.spill_dedup) != 0, false});
+      !ok)
+    return ok;
+  st(c.dimension, static_cast<std::uint32_t>(bp.dimension));
+  st(c.high_water, bp.high_water);
+  st(c.low_water, bp.low_water);
+  st(c.overflow, static_cast<std::uint32_t>(bp.overflow));
+  bump(c.counters.retunes);
+  log_event(c, EventKind::Retuned, 0, bp.high_water);
+  update_full(v, monotonic_ns());
+  wake_writers(c);  // parked writers re-check against the new limits
+  return {};
+}
+
+}  // namespace relay::internal
+}  // namespace shm

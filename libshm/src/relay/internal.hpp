@@ -1,0 +1,118 @@
+// Private helpers shared by the relay's sources (relay.cpp, head.cpp,
+// repair.cpp, kind.cpp).
+#pragma once
+
+#include "shm/relay/relay.hpp"
+#include "shm/testing/relay_crash.hpp"  // RelayCrashPoint (libshm/testing, not installed)
+
+#include "format/format.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shm::detail {
+
+// The test-only crash hook; null unless a test installed one. Defined in head.cpp.
+extern std::atomic<test_hooks::RelayCrashHook> relay_crash_hook;
+
+inline void relay_crash_point(test_hooks::RelayCrashPoint point) noexcept {
+  // relaxed: the hook is installed before the operations it watches start.
+  if (const auto hook = relay_crash_hook.load(std::memory_order_relaxed)) [[unlikely]]
+    hook(point);
+}
+
+}  // namespace shm::detail
+
+namespace shm::relay::internal {
+
+using detail::View;
+
+// Fields are touched by the mutex holder with relaxed loads and stores (the
+// mutex orders them between holders), and by unlocked readers with relaxed
+// loads framed by the seqlock ([relay.V1]/[relay.V2] below, [relay.V1']/[relay.V2']
+// in read_snapshot and verify_unlocked).
+template <class T>
+[[nodiscard]] inline T ld(const std::atomic<T>& a) noexcept {
+  return a.load(std::memory_order_relaxed);  // under the mutex, or seqlock-framed
+}
+template <class T, class U>
+inline void st(std::atomic<T>& a, U v) noexcept {
+  a.store(static_cast<T>(v), std::memory_order_relaxed);  // under the mutex
+}
+inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t by = 1) noexcept {
+  st(a, ld(a) + by);
+}
+
+inline void begin_write(Control& c) noexcept {
+  st(c.version, ld(c.version) | 1u);
+  // [relay.V1] release fence: the odd version is visible before any data store
+  // below; pairs with the reader's acquire fence [relay.V1'].
+  std::atomic_thread_fence(std::memory_order_release);
+}
+inline void end_write(Control& c) noexcept {
+  // [relay.V2] release: every data store above is visible before the even
+  // version; pairs with the reader's acquire load [relay.V2'].
+  c.version.store(ld(c.version) + 1, std::memory_order_release);
+}
+
+// Holds the locked mutex inside a write section; unlocks on destruction.
+class Held {
+ public:
+  explicit Held(Control& c) noexcept : c_(c) { begin_write(c_); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() {
+    end_write(c_);
+    c_.mutex.unlock();
+  }
+
+ private:
+  Control& c_;
+};
+
+[[nodiscard]] std::unexpected<Error> corrupt(std::string_view path, std::string what);
+
+[[nodiscard]] Result<View> make_view(const Segment& seg);
+[[nodiscard]] View view_over(const ParamBlock& p, std::byte* base) noexcept;
+[[nodiscard]] KindSpec kind_spec(const ParamBlock& p, bool any, ParamBlock& storage);
+[[nodiscard]] std::string block_problem(const ParamBlock& p);
+
+// Locks the mutex; on EOWNERDEAD repairs and marks it consistent. Fails
+// (mutex released) when the relay is faulted or the mutex unusable.
+[[nodiscard]] Result<void> lock(const View& v, std::string_view path);
+// Under the mutex, inside a write section: rolls a valid intent forward and
+// rebuilds every derived field from the entry table. False (and `faulted`
+// set) when the table holds damage a crash cannot explain; `why` says what.
+[[nodiscard]] bool repair_held(const View& v, std::string& why);
+// Under the mutex: returns InHand entries to the pending list (sealed).
+// Returns how many.
+std::uint64_t return_in_hand(const View& v);
+
+// Derived-structure helpers (under the mutex).
+void list_append(const View& v, std::uint32_t i) noexcept;
+void list_unlink(const View& v, std::uint32_t i) noexcept;
+[[nodiscard]] std::uint32_t index_find(const View& v, std::uint64_t key) noexcept;  // kNone
+void index_insert(const View& v, std::uint64_t key, std::uint32_t i) noexcept;
+void index_erase(const View& v, std::uint64_t key) noexcept;
+void refresh_oldest(const View& v) noexcept;
+
+// The level of the configured dimension.
+[[nodiscard]] std::uint64_t level(const Control& c, std::uint64_t now_ns) noexcept;
+// Hysteresis: sets is_full at high water, clears it at low water (logging
+// the change); returns true when it cleared.
+bool update_full(const View& v, std::uint64_t now_ns) noexcept;
+void log_event(Control& c, EventKind kind, std::uint64_t key, std::uint64_t count) noexcept;
+// Wakes parked writers if any (after making room).
+void wake_writers(Control& c) noexcept;
+
+[[nodiscard]] RelaySnapshot read_snapshot(const View& v);
+[[nodiscard]] std::vector<std::string> verify_unlocked(const View& v);
+
+// Reconfigure and retune, shared by the handles and the kind's set().
+[[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
+                                       const Backpressure& bp);
+
+}  // namespace shm::relay::internal

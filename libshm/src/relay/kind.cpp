@@ -1,0 +1,148 @@
+// The relay kind descriptor: what shmctl and the sidecar see of a relay.
+#include "shm/segment/kind.hpp"
+#include "internal.hpp"
+
+#include "format/format.hpp"
+
+#include <array>
+#include <charconv>
+
+namespace shm {
+namespace {
+
+using namespace relay;
+using namespace relay::internal;
+
+void describe(const Segment& seg, Node& out) {
+  auto view = make_view(seg);
+  if (!view) {
+    out.set("error", view.error().message);
+    return;
+  }
+  const RelaySnapshot s = read_snapshot(*view);
+  Node& params = out.object("params");
+  params.set("value_size", static_cast<std::uint64_t>(s.value_size));
+  params.set("capacity", static_cast<std::uint64_t>(s.capacity));
+  Node& policy = out.object("policy");
+  policy.set("id", static_cast<std::uint64_t>(s.policy));
+  policy.set("name", s.policy_name);
+  policy.set("flags", describe(s.flags));
+  policy.set("egress", std::string(to_string(s.egress)));
+  Node& bp = out.object("backpressure");
+  bp.set("dimension", std::string(to_string(s.backpressure.dimension)));
+  bp.gauge("high_water", s.backpressure.high_water);
+  bp.gauge("low_water", s.backpressure.low_water);
+  bp.set("overflow", std::string(to_string(s.backpressure.overflow)));
+  bp.gauge("level", s.level());
+  Node& head = out.object("head");
+  head.gauge("depth", s.depth);
+  head.gauge("bytes", s.bytes);
+  head.gauge("pending_keys", s.pending_keys);
+  head.gauge("lag", s.lag);
+  head.gauge("in_hand", s.in_hand);
+  head.gauge("oldest_age_ms", s.oldest_age_ns / 1'000'000);
+  Node& flags = out.object("flags");
+  flags.gauge("is_full", s.is_full ? 1 : 0);
+  flags.gauge("is_spilling", s.is_spilling ? 1 : 0);
+  flags.gauge("is_draining", s.is_draining ? 1 : 0);
+  flags.gauge("faulted", s.faulted ? 1 : 0);
+  out.set("consistent", s.consistent);
+  Node& k = out.object("counters");
+  k.counter("writes", s.writes);
+  k.counter("appended", s.appended);
+  k.counter("merged", s.merged);
+  k.counter("unchanged", s.unchanged);
+  k.counter("dropped", s.dropped);
+  k.counter("conflated", s.conflated);
+  k.counter("blocked", s.blocked);
+  k.counter("timed_out", s.timed_out);
+  k.counter("refused_full", s.refused_full);
+  k.counter("drained", s.drained);
+  k.counter("drained_ops", s.drained_ops);
+  k.counter("returned", s.returned);
+  k.counter("repairs", s.repairs);
+  k.counter("retunes", s.retunes);
+  k.counter("reconfigures", s.reconfigures);
+  k.counter("notifies", s.notifies);
+  Node& events = out.array("events");
+  for (const RelayEvent& e : s.events) {
+    Node& n = events.push_object();
+    n.set("number", e.number);
+    n.set("time_ns", e.time_ns);
+    n.set("kind", std::string(to_string(e.kind)));
+    n.set("key", e.key);
+    n.set("count", e.count);
+  }
+}
+
+std::vector<std::string> verify(const Segment& seg) {
+  auto view = make_view(seg);
+  if (!view) return {view.error().message};
+  return verify_unlocked(*view);
+}
+
+Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
+  if (dead.role != kReaderRole.id)
+    return std::vector<std::string>{shm::detail::format(
+        "slot {} (pid {}): a writer holds nothing outside the relay mutex (a death inside it is "
+        "repaired by the next locker)",
+        dead.index, dead.pid)};
+  if (!seg.writable())
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("{}: reclaim needs a writable mapping; nothing returned", seg.path()));
+  auto view = make_view(seg);
+  if (!view) return std::unexpected(view.error());
+  if (auto ok = lock(*view, seg.path()); !ok) return std::unexpected(ok.error());
+  std::uint64_t n = 0;
+  {
+    Held held(*view->control);
+    n = return_in_hand(*view);
+  }
+  return std::vector<std::string>{shm::detail::format(
+      "slot {} (pid {}): the dead reader held {} entries; returned for redelivery", dead.index,
+      dead.pid, n)};
+}
+
+Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
+  constexpr std::string_view kKeys = "valid keys: high_water, low_water, dimension, overflow";
+  if (!seg.writable())
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: set needs a writable mapping", seg.path()));
+  auto view = make_view(seg);
+  if (!view) return std::unexpected(view.error());
+  const RelaySnapshot s = read_snapshot(*view);
+  Backpressure bp = s.backpressure;
+  if (key == "high_water" || key == "low_water") {
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size())
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
+    (key == "high_water" ? bp.high_water : bp.low_water) = n;
+  } else if (key == "dimension") {
+    auto d = parse_dimension(value);
+    if (!d) return std::unexpected(d.error());
+    bp.dimension = *d;
+  } else if (key == "overflow") {
+    auto o = parse_overflow(value);
+    if (!o) return std::unexpected(o.error());
+    bp.overflow = *o;
+  } else {
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("relay has no settable key '{}'; {}", key, kKeys));
+  }
+  // Validated against the limits the segment holds under the lock (another
+  // setter may have changed them since the snapshot): retune_view re-checks.
+  return retune_view(*view, seg.path(), bp);
+}
+
+constexpr std::array<RoleSpec, 2> kRoles = {kReaderRole, kWriterRole};
+
+}  // namespace
+
+const KindDescriptor kRelayDescriptor{
+    kRelayKind, "relay", kFingerprint, kRoles, describe, verify, reclaim, set, nullptr,
+};
+
+}  // namespace shm

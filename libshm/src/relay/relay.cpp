@@ -1,0 +1,668 @@
+// The relay handles: create, open, write (merge, append, overflow), the
+// reader's take/commit/abandon/wait, reconfigure and retune, the role facades.
+#include "internal.hpp"
+#include "segment/size_check.hpp"
+#include "shm/platform/clock.hpp"
+#include "shm/platform/futex.hpp"
+
+#include "format/format.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+namespace shm {
+
+using namespace relay;
+using namespace relay::internal;
+using CrashPoint = test_hooks::RelayCrashPoint;
+
+std::string_view to_string(WriteOutcome o) noexcept {
+  switch (o) {
+    case WriteOutcome::Appended:
+      return "appended";
+    case WriteOutcome::Merged:
+      return "merged";
+    case WriteOutcome::Unchanged:
+      return "unchanged";
+    case WriteOutcome::Displaced:
+      return "displaced";
+    case WriteOutcome::Dropped:
+      return "dropped";
+    case WriteOutcome::Full:
+      return "full";
+    case WriteOutcome::TimedOut:
+      return "timed_out";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(EventKind k) noexcept {
+  switch (k) {
+    case EventKind::Dropped:
+      return "dropped";
+    case EventKind::DroppedOldest:
+      return "dropped_oldest";
+    case EventKind::FullSet:
+      return "full_set";
+    case EventKind::FullCleared:
+      return "full_cleared";
+    case EventKind::Retuned:
+      return "retuned";
+    case EventKind::Reconfigured:
+      return "reconfigured";
+    case EventKind::Repaired:
+      return "repaired";
+    case EventKind::Returned:
+      return "returned";
+  }
+  return "unknown";
+}
+
+std::uint64_t RelaySnapshot::level() const noexcept {
+  switch (backpressure.dimension) {
+    case Dimension::Count:
+      return depth;
+    case Dimension::Bytes:
+      return bytes;
+    case Dimension::Keys:
+      return pending_keys;
+    case Dimension::Age:
+      return oldest_age_ns / 1'000'000;
+  }
+  return 0;
+}
+
+namespace {
+
+Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
+  if (cfg.value_size < 1 || cfg.value_size > kMaxValueSize)
+    return fail(Errc::InvalidArgument, shm::detail::format("value_size {} outside [1, {}]",
+                                                           cfg.value_size, kMaxValueSize));
+  if (cfg.capacity < kMinCapacity || cfg.capacity > kMaxCapacity)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("capacity {} outside [{}, {}]", cfg.capacity, kMinCapacity,
+                                    kMaxCapacity));
+  const std::uint32_t need = std::max(p.op_size, p.min_size);
+  if (cfg.value_size < need)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("policy {} needs values of {} bytes, value_size is {}", p.name,
+                                    need, cfg.value_size));
+  if (auto ok = validate(cfg.backpressure); !ok) return ok;
+  if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
+    return fail(Errc::InvalidArgument,
+                "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
+  return validate_pair(
+      p, {cfg.backpressure.overflow, cfg.egress, cfg.spill_dedup, /*has_spill_store=*/false});
+}
+
+ParamBlock block_for(const RelayConfig& cfg) {
+  return ParamBlock{cfg.value_size, cfg.capacity,
+                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.capacity)), 0};
+}
+
+Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
+                               const CreateOptions& options) {
+  auto p = find_merge(cfg.policy);
+  if (!p) return std::unexpected(p.error());
+  if (auto ok = validate_config(cfg, **p); !ok)
+    return fail(ok.error().code, shm::detail::format("relay {}: {}", name, ok.error().message));
+  const ParamBlock block = block_for(cfg);
+  ParamBlock storage{};
+  const KindSpec spec = kind_spec(block, false, storage);
+  const MergeFlags flags = (*p)->flags;
+  auto init = [&](std::span<std::byte> data) -> Result<void> {
+    // Zero-filled and invisible to others until READY: no lock needed.
+    const View v = view_over(block, data.data());
+    Control& c = *v.control;
+    if (auto ok = c.mutex.init(); !ok) return ok;
+    st(c.policy, cfg.policy);
+    st(c.policy_flags, to_bits(flags));
+    st(c.overflow, static_cast<std::uint32_t>(cfg.backpressure.overflow));
+    st(c.dimension, static_cast<std::uint32_t>(cfg.backpressure.dimension));
+    st(c.egress, static_cast<std::uint32_t>(cfg.egress));
+    st(c.spill_dedup, cfg.spill_dedup ? 1u : 0u);
+    st(c.high_water, cfg.backpressure.high_water);
+    st(c.low_water, cfg.backpressure.low_water);
+    st(c.head, kNone);
+    st(c.tail, kNone);
+    st(c.next_seq, 1u);
+    st(c.next_order, 1u);
+    for (std::uint32_t i = 0; i < block.capacity; ++i) {
+      st(v.entry(i).next, i + 1 < block.capacity ? i + 1 : kNone);
+      st(v.entry(i).prev, kNone);
+    }
+    st(c.free_head, 0u);
+    return {};
+  };
+  return Segment::create(name, spec, options, init);
+}
+
+Result<Segment> open_segment(std::string_view name, const OpenOptions& options, View& view) {
+  ParamBlock storage{};
+  const KindSpec spec = kind_spec(ParamBlock{}, true, storage);
+  auto seg = Segment::open(name, spec, options);
+  if (!seg) return std::unexpected(seg.error());
+  auto v = make_view(*seg);
+  if (!v) return std::unexpected(v.error());
+  if (auto ok =
+          shm::detail::check_total_size(*seg, v->geometry.data_size, "its relay parameters need");
+      !ok)
+    return std::unexpected(std::move(ok.error()));
+  view = *v;
+  return seg;
+}
+
+void notify_reader(Control& c) noexcept {
+  bump(c.counters.notifies);
+  st(c.data_word, ld(c.data_word) + 1);
+  if (ld(c.reader_waiting) != 0) {
+    st(c.reader_waiting, 0u);
+    futex_wake(c.data_word, 1);
+  }
+}
+
+}  // namespace
+
+namespace relay::detail {
+
+Result<const MergePolicy*> Handle::policy_now() {
+  const Control& c = *view_.control;
+  const PolicyId id = ld(c.policy);
+  if (policy_ != nullptr && policy_->id == id) [[likely]]
+    return policy_;
+  auto p = find_merge(id);
+  if (!p)
+    return fail(Errc::UnknownPolicy,
+                shm::detail::format("{}: {}", segment_.path(), p.error().message));
+  const std::uint32_t declared = ld(c.policy_flags);
+  if (to_bits((*p)->flags) != declared)
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("{}: policy {} (id {}) is registered here as {}, the relay "
+                                    "declares {}",
+                                    segment_.path(), (*p)->name, id, describe((*p)->flags),
+                                    describe(flags_from_bits(declared))));
+  policy_ = *p;
+  return policy_;
+}
+
+RelaySnapshot Handle::snapshot() const {
+  return read_snapshot(view_);
+}
+
+bool Handle::can_reconfigure() const {
+  const RelaySnapshot s = snapshot();
+  return s.depth == 0 && s.in_hand == 0;
+}
+
+Result<void> Handle::reconfigure(PolicyId policy) {
+  return reconfigure(policy, static_cast<Overflow>(ld(view_.control->overflow)));
+}
+
+Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
+  auto p = find_merge(id);
+  if (!p) return std::unexpected(p.error());
+  const MergePolicy& np = **p;
+  Control& c = *view_.control;
+  if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+  Held held(c);
+  if (ld(c.depth) != 0 || ld(c.in_hand) != 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: reconfigure needs an empty head (depth {}, in hand {}): "
+                                    "changing the merge mid-stream changes its meaning",
+                                    segment_.path(), ld(c.depth), ld(c.in_hand)));
+  const std::uint32_t need = std::max(np.op_size, np.min_size);
+  if (view_.params.value_size < need)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: policy {} needs values of {} bytes, value_size is {}",
+                                    segment_.path(), np.name, need, view_.params.value_size));
+  if (static_cast<Dimension>(ld(c.dimension)) == Dimension::Keys && !np.keyed)
+    return fail(Errc::InvalidArgument,
+                "dimension keys on raw_fifo: a FIFO has no keys (retune to count or bytes first)");
+  if (auto ok = validate_pair(
+          np, {overflow, static_cast<EgressOrder>(ld(c.egress)), ld(c.spill_dedup) != 0, false});
+      !ok)
+    return ok;
+  st(c.policy, id);
+  st(c.policy_flags, to_bits(np.flags));
+  st(c.overflow, static_cast<std::uint32_t>(overflow));
+  bump(c.counters.reconfigures);
+  log_event(c, EventKind::Reconfigured, 0, id);
+  wake_writers(c);
+  return {};
+}
+
+Result<void> Handle::retune(const Backpressure& bp) {
+  return retune_view(view_, segment_.path(), bp);
+}
+
+}  // namespace relay::detail
+
+// ---------------------------------------------------------------- writer
+
+Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
+                                        const CreateOptions& options) {
+  auto seg = create_segment(name, config, options);
+  if (!seg) return std::unexpected(seg.error());
+  auto v = make_view(*seg);
+  if (!v) return std::unexpected(v.error());
+  auto att = seg->attach(kWriterRole);
+  if (!att) return std::unexpected(att.error());
+  RelayWriter w;
+  w.segment_ = std::move(*seg);
+  w.attachment_ = std::move(*att);
+  w.view_ = *v;
+  if (auto p = w.policy_now(); !p) return std::unexpected(p.error());
+  return w;
+}
+
+Result<RelayWriter> RelayWriter::open(std::string_view name, const OpenOptions& options) {
+  View v;
+  auto seg = open_segment(name, options, v);
+  if (!seg) return std::unexpected(seg.error());
+  auto att = seg->attach(kWriterRole);
+  if (!att) return std::unexpected(att.error());
+  RelayWriter w;
+  w.segment_ = std::move(*seg);
+  w.attachment_ = std::move(*att);
+  w.view_ = v;
+  if (auto p = w.policy_now(); !p) return std::unexpected(p.error());
+  return w;
+}
+
+Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
+                                       std::chrono::nanoseconds timeout) {
+  assert(view_.control != nullptr && "use of an empty RelayWriter");
+  Control& c = *view_.control;
+  const std::string& path = segment_.path();
+  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t budget =
+      timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
+  bool parked_once = false;
+  bool counted = false;
+  for (;;) {
+    if (auto ok = lock(view_, path); !ok) return std::unexpected(ok.error());
+    std::uint32_t park_word = 0;
+    bool park = false;
+    {
+      Held held(c);
+      auto pol = policy_now();
+      if (!pol) return std::unexpected(pol.error());
+      const MergePolicy& p = **pol;
+      if (op.size() > view_.params.value_size || op.size() < p.min_size ||
+          (p.op_size != 0 && op.size() != p.op_size))
+        return fail(Errc::InvalidArgument,
+                    shm::detail::format("{}: a {}-byte value for policy {} (value size {}, op "
+                                        "size {}, minimum {})",
+                                        path, op.size(), p.name, view_.params.value_size, p.op_size,
+                                        p.min_size));
+      if (!counted) {
+        bump(c.counters.writes);
+        counted = true;
+      }
+      const std::uint64_t now = monotonic_ns();
+      if (p.keyed) {
+        if (is_identity(p, op)) {
+          bump(c.counters.unchanged);
+          return WriteResult{WriteOutcome::Unchanged, 0};
+        }
+        const std::uint32_t e = index_find(view_, key);
+        if (e != kNone) {
+          EntryHead& h = view_.entry(e);
+          const std::uint32_t len = ld(h.len);
+          std::array<std::byte, kMaxValueSize> out;
+          auto cur =
+              std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);
+          auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_size));
+          if (!n) return std::unexpected(n.error());
+          if (*n == len && std::memcmp(out.data(), cur.data(), len) == 0) {
+            bump(c.counters.unchanged);
+            return WriteResult{WriteOutcome::Unchanged, 0};
+          }
+          const std::uint64_t seq = ld(c.next_seq);
+          st(c.next_seq, seq + 1);
+          const std::uint64_t ops = ld(h.op_count) + 1;
+          // The intent: the entry's whole new state, valid before it is applied.
+          st(c.intent_entry, e);
+          st(c.intent_len, *n);
+          ::shm::detail::relay_crash_point(CrashPoint::MergeIntentFilling);
+          std::memcpy(c.intent_value, out.data(), *n);
+          st(c.intent_last_seq, seq);
+          st(c.intent_op_count, ops);
+          // A SIGKILL lands between instructions: keep the compiler from
+          // moving the stores across the commit points.
+          std::atomic_signal_fence(std::memory_order_seq_cst);
+          st(c.intent_state, 1u);
+          std::atomic_signal_fence(std::memory_order_seq_cst);
+          ::shm::detail::relay_crash_point(CrashPoint::MergeIntentValid);
+          const std::size_t half = *n / 2;
+          std::memcpy(view_.value(e), out.data(), half);
+          ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
+          std::memcpy(view_.value(e) + half, out.data() + half, *n - half);
+          st(h.len, *n);
+          st(h.last_seq, seq);
+          st(h.op_count, ops);
+          st(c.bytes, ld(c.bytes) - len + *n);
+          bump(c.pending_ops);
+          ::shm::detail::relay_crash_point(CrashPoint::MergeApplied);
+          std::atomic_signal_fence(std::memory_order_seq_cst);
+          st(c.intent_state, 0u);
+          bump(c.counters.merged);
+          bump(c.counters.conflated);
+          update_full(view_, now);
+          notify_reader(c);
+          return WriteResult{WriteOutcome::Merged, seq};
+        }
+      }
+      // A new entry is needed.
+      update_full(view_, now);
+      const bool full = ld(c.is_full) != 0;
+      const bool hard = ld(c.free_head) == kNone;
+      WriteOutcome outcome = WriteOutcome::Appended;
+      if (full || hard) {
+        switch (static_cast<Overflow>(ld(c.overflow))) {
+          case Overflow::Block: {
+            const std::uint64_t waited = monotonic_ns() - start;
+            if (waited >= budget) {
+              bump(c.counters.timed_out);
+              return WriteResult{WriteOutcome::TimedOut, 0};
+            }
+            if (!parked_once) bump(c.counters.blocked);
+            parked_once = true;
+            st(c.writers_waiting, 1u);
+            park_word = ld(c.space_word);
+            park = true;
+            break;  // unlock (Held), then park below
+          }
+          case Overflow::DropNewest:
+            bump(c.counters.dropped);
+            log_event(c, EventKind::Dropped, key, 1);
+            return WriteResult{WriteOutcome::Dropped, 0};
+          case Overflow::DropOldest: {
+            const std::uint32_t victim = ld(c.head);
+            if (victim == kNone) {  // every entry is in the reader's hands
+              bump(c.counters.refused_full);
+              return WriteResult{WriteOutcome::Full, 0};
+            }
+            EntryHead& vh = view_.entry(victim);
+            const bool was_indexed = p.keyed && (ld(vh.flags) & kSealed) == 0;
+            st(vh.state, static_cast<std::uint32_t>(EntryState::Free));
+            ::shm::detail::relay_crash_point(CrashPoint::DropOldestFreed);
+            list_unlink(view_, victim);
+            if (was_indexed) index_erase(view_, ld(vh.key));
+            st(c.depth, ld(c.depth) - 1);
+            st(c.bytes, ld(c.bytes) - ld(vh.len));
+            st(c.pending_ops, ld(c.pending_ops) - ld(vh.op_count));
+            if (was_indexed) st(c.pending_keys, ld(c.pending_keys) - 1);
+            st(vh.next, ld(c.free_head));
+            st(c.free_head, victim);
+            bump(c.counters.dropped, ld(vh.op_count));
+            log_event(c, EventKind::DroppedOldest, ld(vh.key), ld(vh.op_count));
+            refresh_oldest(view_);
+            outcome = WriteOutcome::Displaced;
+            break;
+          }
+          case Overflow::Conflate:
+          case Overflow::Spill:
+            // Conflate: keys keep merging; a new key is admitted while an entry is free.
+            if (hard) {
+              bump(c.counters.refused_full);
+              return WriteResult{WriteOutcome::Full, 0};
+            }
+            break;
+        }
+      }
+      if (!park) {
+        const std::uint32_t i = ld(c.free_head);
+        if (i == kNone || i >= view_.params.capacity)
+          return corrupt(path, shm::detail::format("free list head {} (capacity {})", i,
+                                                   view_.params.capacity));
+        EntryHead& h = view_.entry(i);
+        if (ld(h.state) != static_cast<std::uint32_t>(EntryState::Free))
+          return corrupt(
+              path, shm::detail::format("free list names entry {} in state {}", i, ld(h.state)));
+        st(c.free_head, ld(h.next));
+        const std::uint64_t seq = ld(c.next_seq);
+        st(c.next_seq, seq + 1);
+        const std::uint64_t order = ld(c.next_order);
+        st(c.next_order, order + 1);
+        st(h.key, key);
+        st(h.len, op.size());
+        if (!op.empty()) std::memcpy(view_.value(i), op.data(), op.size());
+        st(h.first_seq, seq);
+        st(h.last_seq, seq);
+        st(h.op_count, 1u);
+        st(h.order, order);
+        st(h.created_ns, now);
+        st(h.flags, 0u);
+        ::shm::detail::relay_crash_point(CrashPoint::AppendFilled);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        st(h.state, static_cast<std::uint32_t>(EntryState::Pending));
+        ::shm::detail::relay_crash_point(CrashPoint::AppendPublished);
+        list_append(view_, i);
+        if (p.keyed) {
+          index_insert(view_, key, i);
+          bump(c.pending_keys);
+        }
+        bump(c.depth);
+        bump(c.bytes, op.size());
+        bump(c.pending_ops);
+        if (ld(c.head) == i) st(c.oldest_ns, now);
+        bump(c.counters.appended);
+        update_full(view_, now);
+        notify_reader(c);
+        return WriteResult{outcome, seq};
+      }
+    }  // unlocked
+    // Block: park until a drain, a commit or a retune bumps the word.
+    const std::uint64_t waited = monotonic_ns() - start;
+    const std::uint64_t left = budget > waited ? budget - waited : 0;
+    (void)futex_wait(c.space_word, park_word, std::min<std::uint64_t>(left, 1'000'000'000ull));
+  }
+}
+
+// ---------------------------------------------------------------- reader
+
+Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig& config,
+                                        const CreateOptions& options) {
+  auto seg = create_segment(name, config, options);
+  if (!seg) return std::unexpected(seg.error());
+  auto v = make_view(*seg);
+  if (!v) return std::unexpected(v.error());
+  auto att = seg->attach(kReaderRole);
+  if (!att) return std::unexpected(att.error());
+  RelayReader r;
+  r.segment_ = std::move(*seg);
+  r.attachment_ = std::move(*att);
+  r.view_ = *v;
+  if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
+  return r;
+}
+
+Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& options) {
+  View v;
+  auto seg = open_segment(name, options, v);
+  if (!seg) return std::unexpected(seg.error());
+  auto att = seg->attach(kReaderRole);
+  if (!att) return std::unexpected(att.error());
+  RelayReader r;
+  r.segment_ = std::move(*seg);
+  r.attachment_ = std::move(*att);
+  r.view_ = v;
+  if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
+  // We hold the only reader slot: entries still InHand belong to a dead
+  // predecessor (its reclaim did not run yet). Return them for redelivery.
+  if (auto ok = lock(r.view_, r.segment_.path()); !ok) return std::unexpected(ok.error());
+  {
+    Held held(*r.view_.control);
+    (void)return_in_hand(r.view_);
+  }
+  return r;
+}
+
+Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
+  assert(view_.control != nullptr && "use of an empty RelayReader");
+  assert(taken_.empty() && "take() twice without commit() or abandon()");
+  Control& c = *view_.control;
+  const std::size_t n_max = std::min<std::size_t>(credit, view_.params.capacity);
+  taken_.clear();
+  taken_index_.clear();
+  taken_.reserve(n_max);
+  taken_index_.reserve(n_max);
+  buffer_.resize(n_max * view_.params.value_size);
+  if (n_max == 0) return std::span<const RelayEntry>{};
+  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+  Held held(c);
+  st(c.reader_waiting, 0u);
+  const bool keyed = ld(c.policy) != policy::kRawFifo;
+  while (taken_.size() < n_max) {
+    const std::uint32_t i = ld(c.head);
+    if (i == kNone) break;
+    if (i >= view_.params.capacity)
+      return corrupt(segment_.path(), shm::detail::format("pending list head {} (capacity {})", i,
+                                                          view_.params.capacity));
+    EntryHead& h = view_.entry(i);
+    const std::uint32_t len = ld(h.len);
+    if (len > view_.params.value_size ||
+        ld(h.state) != static_cast<std::uint32_t>(EntryState::Pending))
+      return corrupt(segment_.path(), shm::detail::format("pending entry {}: state {}, len {}", i,
+                                                          ld(h.state), len));
+    const bool sealed = (ld(h.flags) & kSealed) != 0;
+    st(h.state, static_cast<std::uint32_t>(EntryState::InHand));
+    if (taken_.empty()) ::shm::detail::relay_crash_point(CrashPoint::TakeMidEntries);
+    list_unlink(view_, i);
+    if (keyed && !sealed) {
+      index_erase(view_, ld(h.key));
+      st(c.pending_keys, ld(c.pending_keys) - 1);
+    }
+    st(c.depth, ld(c.depth) - 1);
+    st(c.bytes, ld(c.bytes) - len);
+    st(c.pending_ops, ld(c.pending_ops) - ld(h.op_count));
+    bump(c.in_hand);
+    std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_size;
+    std::memcpy(dst, view_.value(i), len);
+    taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),
+                                ld(h.last_seq), ld(h.op_count), sealed});
+    taken_index_.push_back(i);
+  }
+  if (!taken_.empty()) st(c.is_draining, 1u);
+  refresh_oldest(view_);
+  if (update_full(view_, monotonic_ns())) wake_writers(c);
+  return std::span<const RelayEntry>(taken_);
+}
+
+Result<void> RelayReader::commit() {
+  assert(view_.control != nullptr && "use of an empty RelayReader");
+  if (taken_index_.empty()) {
+    taken_.clear();
+    return {};
+  }
+  Control& c = *view_.control;
+  if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+  Held held(c);
+  std::uint64_t ops = 0, freed = 0;
+  for (std::uint32_t i : taken_index_) {
+    EntryHead& h = view_.entry(i);
+    if (ld(h.state) != static_cast<std::uint32_t>(EntryState::InHand)) continue;
+    ops += ld(h.op_count);
+    st(h.state, static_cast<std::uint32_t>(EntryState::Free));
+    if (freed == 0) ::shm::detail::relay_crash_point(CrashPoint::CommitMidEntries);
+    st(h.next, ld(c.free_head));
+    st(c.free_head, i);
+    ++freed;
+  }
+  st(c.in_hand, ld(c.in_hand) - std::min<std::uint64_t>(freed, ld(c.in_hand)));
+  st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
+  bump(c.counters.drained, freed);
+  bump(c.counters.drained_ops, ops);
+  taken_.clear();
+  taken_index_.clear();
+  if (ld(c.is_full) == 0) wake_writers(c);  // room for a writer refused with no free entry
+  return {};
+}
+
+Result<void> RelayReader::abandon() {
+  if (taken_index_.empty()) {
+    taken_.clear();
+    return {};
+  }
+  Control& c = *view_.control;
+  taken_.clear();
+  taken_index_.clear();
+  if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+  Held held(c);
+  (void)return_in_hand(view_);
+  return {};
+}
+
+Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
+  Control& c = *view_.control;
+  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t budget =
+      timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
+  for (;;) {
+    if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+    std::uint32_t word = 0;
+    {
+      Held held(c);
+      if (ld(c.depth) > 0) {
+        st(c.reader_waiting, 0u);
+        return true;
+      }
+      st(c.reader_waiting, 1u);
+      word = ld(c.data_word);
+    }
+    const std::uint64_t waited = monotonic_ns() - start;
+    if (waited >= budget) return false;
+    (void)futex_wait(c.data_word, word, std::min<std::uint64_t>(budget - waited, 1'000'000'000ull));
+  }
+}
+
+// ---------------------------------------------------------------- free functions, roles
+
+Result<RelaySnapshot> read_relay_snapshot(std::string_view name, const OpenOptions& options) {
+  OpenOptions o = options;
+  o.read_only = true;
+  View v;
+  auto seg = open_segment(name, o, v);
+  if (!seg) return std::unexpected(seg.error());
+  return read_snapshot(v);
+}
+
+Result<void> retune_relay(std::string_view name, const Backpressure& bp,
+                          const OpenOptions& options) {
+  View v;
+  auto seg = open_segment(name, options, v);
+  if (!seg) return std::unexpected(seg.error());
+  return retune_view(v, seg->path(), bp);
+}
+
+RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capacity,
+                           std::uint32_t value_size) {
+  RelayConfig cfg;
+  cfg.policy = policy;
+  cfg.capacity = capacity;
+  cfg.value_size = value_size;
+  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
+                                  traffic == Traffic::State ? Overflow::Conflate : Overflow::Spill};
+  return cfg;
+}
+
+Result<RelayConfig> Inbox::config(PolicyId policy, std::uint32_t capacity,
+                                  std::uint32_t value_size) {
+  auto p = find_merge(policy);
+  if (!p) return std::unexpected(p.error());
+  RelayConfig cfg;
+  cfg.policy = policy;
+  cfg.capacity = capacity;
+  cfg.value_size = value_size;
+  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  const bool conflate = (*p)->flags.conflatable && (*p)->flags.associative;
+  cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
+                                  conflate ? Overflow::Conflate : Overflow::Block};
+  return cfg;
+}
+
+}  // namespace shm
