@@ -9,6 +9,7 @@
 #include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -87,6 +88,21 @@ int main(int argc, char** argv) {
   auto pool =
       must(ledger.open_pool({.label = "p", .accounts = {{.label = "a", .limit = 4096}}}), "pool");
   (void)must(ledger.reserve(pool, shm::CategoryId{.index = 0}, 100), "reserve");
+  // RelayCell: a keyed sum with merged entries, one taken by the reader and
+  // not committed; a raw_fifo relay with ops queued.
+  shm::RelayConfig sum_config{.policy = shm::policy::kSum, .value_size = 8, .capacity = 16};
+  sum_config.backpressure = {shm::Dimension::Count, 12, 4, shm::Overflow::DropNewest};
+  auto relay_w = must(shm::RelayWriter::create("relay-sum", sum_config, create), "relay");
+  auto relay_r = must(shm::RelayReader::open("relay-sum", open), "relay reader");
+  for (std::uint64_t key : {1, 2, 1, 3}) {
+    const std::uint64_t one = 1;
+    (void)must(relay_w.write(key, std::as_bytes(std::span(&one, 1))), "relay write");
+  }
+  (void)must(relay_r.take(1), "relay take");
+  shm::RelayConfig fifo_config{.policy = shm::policy::kRawFifo, .value_size = 16, .capacity = 8};
+  fifo_config.backpressure = {shm::Dimension::Count, 6, 2, shm::Overflow::Block};
+  auto fifo_w = must(shm::RelayWriter::create("relay-fifo", fifo_config, create), "relay");
+  for (auto s : {"op-1", "op-22", "op-333"}) (void)must(fifo_w.write(text(s)), "relay fifo write");
 
   std::error_code ec;
   fs::create_directories(out, ec);

@@ -106,6 +106,11 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
 
 Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   constexpr std::string_view kKeys = "valid keys: high_water, low_water, dimension, overflow";
+  // An unknown key is refused before the segment's data is read (a usage
+  // error, whatever state the relay is in).
+  if (key != "high_water" && key != "low_water" && key != "dimension" && key != "overflow")
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("relay has no settable key '{}'; {}", key, kKeys));
   if (!seg.writable())
     return fail(Errc::InvalidArgument,
                 shm::detail::format("{}: set needs a writable mapping", seg.path()));
@@ -124,13 +129,10 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
     auto d = parse_dimension(value);
     if (!d) return std::unexpected(d.error());
     bp.dimension = *d;
-  } else if (key == "overflow") {
+  } else {
     auto o = parse_overflow(value);
     if (!o) return std::unexpected(o.error());
     bp.overflow = *o;
-  } else {
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("relay has no settable key '{}'; {}", key, kKeys));
   }
   // Validated against the limits the segment holds under the lock (another
   // setter may have changed them since the snapshot): retune_view re-checks.
