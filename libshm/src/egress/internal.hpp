@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
+#include <utility>
 
 namespace shm::detail {
 
@@ -54,5 +56,9 @@ inline void end_write(Control& c) noexcept {
 // A consistent projection read without the lock (seqlock retries, bounded):
 // nullopt when writers kept it busy throughout.
 [[nodiscard]] std::optional<Projection> read_projection(const State& s, bool with_records);
+
+// Under the lock: counts a dead transport; returns (generation, records in flight).
+[[nodiscard]] Result<std::pair<std::uint64_t, std::uint64_t>> record_transport_death(
+    const State& s, std::string_view path);
 
 }  // namespace shm::egress::internal

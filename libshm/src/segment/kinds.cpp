@@ -11,9 +11,9 @@
 namespace shm {
 namespace {
 // The kind table. One line per kind.
-constexpr std::array<const KindDescriptor*, 5> kKinds = {
+constexpr std::array<const KindDescriptor*, 6> kKinds = {
     &kSpscRingDescriptor, &kChannelDescriptor,      &kLedgerDescriptor,
-    &kMpmcRingDescriptor, &kFanoutBitmapDescriptor,
+    &kMpmcRingDescriptor, &kFanoutBitmapDescriptor, &kEgressDescriptor,
 };
 }  // namespace
 

@@ -3,13 +3,17 @@
 // handle: the robust mutex, the seqlock, the wake-ups).
 #pragma once
 
+#include "common/temp_root.hpp"
 #include "shm/egress/core.hpp"
+#include "shm/egress/egress.hpp"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 namespace shm::test {
@@ -72,6 +76,73 @@ class LocalSubject final : public EgressSubject {
   egress::LocalEgress local_;
 };
 
+class SegmentSubject final : public EgressSubject {
+ public:
+  explicit SegmentSubject(const egress::ParamBlock& p) {
+    EgressParams params;
+    params.capacity = p.capacity;
+    params.slot_bytes = p.slot_bytes;
+    params.inflight_limit = p.inflight_limit;
+    params.retry_budget = p.retry_budget;
+    params.retry_base = std::chrono::nanoseconds(p.retry_base_ns);
+    params.retry_ceiling = std::chrono::nanoseconds(p.retry_ceiling_ns);
+    auto e = Egress::create("subject", params);
+    if (!e) throw std::runtime_error(e.error().what());
+    egress_ = std::move(*e);
+    core_ = egress_.core();
+  }
+  egress::EgressCore& core() override { return core_; }
+  Result<egress::EnqueueOutcome> enqueue(std::span<const std::byte> payload,
+                                         std::uint64_t now) override {
+    return egress_.try_enqueue_at(payload, now);
+  }
+  egress::ClaimOutcome claim(std::uint64_t g) override {
+    std::vector<std::byte> buf;
+    auto out = must(egress_.claim(g, buf));
+    if (out.status == egress::ClaimStatus::Claimed)
+      last_payload.assign(reinterpret_cast<const char*>(buf.data()), buf.size());
+    return out;
+  }
+  egress::AckOutcome ack(std::uint64_t g, std::uint64_t through) override {
+    return must(egress_.ack(g, through));
+  }
+  egress::FailOutcome fail(std::uint64_t g, std::uint64_t seq, std::uint64_t now) override {
+    return must(egress_.fail(g, seq, now));
+  }
+  egress::RetryOutcome retry_now(std::uint64_t g, std::uint64_t seq) override {
+    return must(egress_.retry_now(g, seq));
+  }
+  egress::RetryOutcome retry_due(std::uint64_t g, std::uint64_t now) override {
+    return must(egress_.retry_due(g, now));
+  }
+  egress::ReconnectOutcome reconnect(std::uint64_t g) override {
+    return must(egress_.reconnect(g));
+  }
+  std::optional<egress::RecordView> take_dead_letter() override {
+    return must(egress_.take_dead_letter(nullptr));
+  }
+  egress::Projection project() override {
+    // Both reads: the locked one and another process's unlocked observation must agree.
+    auto locked = must(egress_.projection(true));
+    auto seen = egress_.observe(true);
+    EXPECT_TRUE(seen.has_value());
+    if (seen) {
+      EXPECT_EQ(seen->records, locked.records);
+    }
+    return locked;
+  }
+
+ private:
+  template <class T>
+  static T must(Result<T> r) {
+    if (!r) throw std::runtime_error(r.error().what());
+    return std::move(*r);
+  }
+  TempRoot root_;
+  Egress egress_;
+  egress::EgressCore core_;
+};
+
 // Creates a fresh subject (a segment subject creates its segment under the
 // current LIBSHM_ROOT, under a unique name).
 inline std::unique_ptr<EgressSubject> make_subject(SubjectKind kind,
@@ -80,13 +151,13 @@ inline std::unique_ptr<EgressSubject> make_subject(SubjectKind kind,
     case SubjectKind::InProcess:
       return std::make_unique<LocalSubject>(params);
     case SubjectKind::Segment:
-      break;
+      return std::make_unique<SegmentSubject>(params);
   }
   return nullptr;
 }
 inline std::string subject_name(SubjectKind kind) {
   return kind == SubjectKind::InProcess ? "InProcess" : "Segment";
 }
-inline const auto kAllSubjects = ::testing::Values(SubjectKind::InProcess);
+inline const auto kAllSubjects = ::testing::Values(SubjectKind::InProcess, SubjectKind::Segment);
 
 }  // namespace shm::test

@@ -86,5 +86,6 @@ extern const KindDescriptor kMpmcRingDescriptor;
 extern const KindDescriptor kFanoutBitmapDescriptor;
 extern const KindDescriptor kChannelDescriptor;
 extern const KindDescriptor kLedgerDescriptor;
+extern const KindDescriptor kEgressDescriptor;
 
 }  // namespace shm

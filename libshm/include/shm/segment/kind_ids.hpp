@@ -15,9 +15,10 @@ inline constexpr KindId kChannelKind = 2;
 inline constexpr KindId kMpmcRingKind = 3;
 inline constexpr KindId kFanoutBitmapKind = 4;
 inline constexpr KindId kLedgerKind = 5;
+inline constexpr KindId kEgressKind = 6;
 
-inline constexpr std::array kAllKindIds{kSpscRingKind, kChannelKind, kMpmcRingKind,
-                                        kFanoutBitmapKind, kLedgerKind};
+inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind, kMpmcRingKind,
+                                        kFanoutBitmapKind, kLedgerKind,  kEgressKind};
 
 namespace detail {
 consteval bool kind_ids_are_unique_and_nonzero() {
