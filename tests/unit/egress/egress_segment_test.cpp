@@ -206,6 +206,14 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   auto any = Segment::open_any("dead", {});
   ASSERT_TRUE(any);
   EXPECT_EQ(any->slots()[0].liveness, Liveness::Dead);
+  // The sidecar's reclaim reports the dead transport (and frees its slot).
+  auto reclaimed = reclaim_dead_attacher(*any, kEgressDescriptor, any->slots()[0]);
+  ASSERT_TRUE(reclaimed) << reclaimed.error().what();
+  ASSERT_EQ(reclaimed->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(reclaimed->actions.size(), 1u);
+  EXPECT_NE(reclaimed->actions[0].find("died at generation 1 with 2 records in flight"),
+            std::string::npos)
+      << reclaimed->actions[0];
   auto t = EgressTransport::attach("dead");
   ASSERT_TRUE(t);
   EXPECT_EQ(t->generation(), 2u);

@@ -18,12 +18,14 @@
 #include "shm/egress/layout.hpp"
 #include "shm/error.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
