@@ -5,6 +5,8 @@
 
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/core.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/error.hpp"
 #include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/checked.hpp"

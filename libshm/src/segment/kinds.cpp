@@ -11,9 +11,9 @@
 namespace shm {
 namespace {
 // The kind table. One line per kind.
-constexpr std::array<const KindDescriptor*, 6> kKinds = {
-    &kSpscRingDescriptor, &kChannelDescriptor,      &kLedgerDescriptor,
-    &kMpmcRingDescriptor, &kFanoutBitmapDescriptor, &kRelayDescriptor,
+constexpr std::array<const KindDescriptor*, 7> kKinds = {
+    &kSpscRingDescriptor,     &kChannelDescriptor, &kLedgerDescriptor, &kMpmcRingDescriptor,
+    &kFanoutBitmapDescriptor, &kRelayDescriptor,   &kEgressDescriptor,
 };
 }  // namespace
 

@@ -87,5 +87,6 @@ extern const KindDescriptor kFanoutBitmapDescriptor;
 extern const KindDescriptor kChannelDescriptor;
 extern const KindDescriptor kLedgerDescriptor;
 extern const KindDescriptor kRelayDescriptor;
+extern const KindDescriptor kEgressDescriptor;
 
 }  // namespace shm

@@ -16,9 +16,11 @@ inline constexpr KindId kMpmcRingKind = 3;
 inline constexpr KindId kFanoutBitmapKind = 4;
 inline constexpr KindId kLedgerKind = 5;
 inline constexpr KindId kRelayKind = 6;
+inline constexpr KindId kEgressKind = 7;
 
 inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind, kMpmcRingKind,
-                                        kFanoutBitmapKind, kLedgerKind,  kRelayKind};
+                                        kFanoutBitmapKind, kLedgerKind,  kRelayKind,
+                                        kEgressKind};
 
 namespace detail {
 consteval bool kind_ids_are_unique_and_nonzero() {

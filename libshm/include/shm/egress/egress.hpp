@@ -1,0 +1,181 @@
+// Egress: reliable send state in shared memory (segment kind 7, "egress").
+//
+// The segment holds delivery authority for a stream leaving the host: the
+// sequence numbers, the pending queue, the bounded unacknowledged window, the
+// cumulative acknowledgement watermark, retries with backoff, the dead-letter
+// list and the generation fence (EgressCore, egress/core.hpp, running over the
+// mapping; layout and protocol note in egress/layout.hpp).
+//
+// Handles.
+//  - Egress (role "producer", any number of processes): enqueue payloads
+//    (atomic, monotone sequences; a full pool is an ordinary Full outcome,
+//    with a blocking variant woken by acknowledgements), read projections,
+//    drain dead letters, and call the raw core operations with an explicit
+//    generation (tools, conformance tests).
+//  - EgressTransport (role "transport", exclusive): the process that sends.
+//    Attaching captures the generation; when an earlier transport existed
+//    (alive until it detached, or killed: the kernel's liveness lock tells),
+//    the attach performs reconnect(generation + 1) first, which fences the
+//    old transport and returns its in-flight and parked records to pending.
+//    Its calls carry its generation; once fenced they return
+//    StaleGeneration and change nothing.
+//
+// Every call takes the robust mutex; a holder that died inside is repaired
+// by the next locker (journal undo/redo, derived state recomputed), so the
+// state is the one before or after the interrupted operation.
+#pragma once
+
+#include "shm/egress/core.hpp"
+#include "shm/egress/layout.hpp"
+#include "shm/error.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shm {
+
+struct EgressParams {
+  std::uint32_t capacity = 1024;      // payloads retained at most (the pool)
+  std::uint32_t slot_bytes = 256;     // largest payload
+  std::uint32_t inflight_limit = 64;  // the unacknowledged window, <= capacity
+  std::uint32_t retry_budget = 3;     // retries after the first send
+  std::chrono::nanoseconds retry_base{std::chrono::milliseconds(10)};
+  std::chrono::nanoseconds retry_ceiling{std::chrono::seconds(1)};
+};
+
+namespace egress {
+
+inline constexpr RoleSpec kTransportRole{0, true, "transport"};
+inline constexpr RoleSpec kProducerRole{1, false, "producer"};
+
+[[nodiscard]] ParamBlock to_block(const EgressParams& params) noexcept;
+// The KindSpec for create (exact) or open (`any`: accept any geometry).
+[[nodiscard]] KindSpec kind_spec(const ParamBlock& params, bool any);
+// Checks the parameter block and the data size, then points into the mapping.
+[[nodiscard]] Result<State> make_state(const Segment& segment);
+// A projection without the lock (seqlock, bounded retries): shmctl, metrics,
+// any process. nullopt when writers kept it busy throughout.
+[[nodiscard]] std::optional<Projection> observe(const State& state, bool with_records);
+
+}  // namespace egress
+
+// How the blocking calls wait: statistics of the futex words (tests, metrics).
+struct EgressWakeCounters {
+  std::uint32_t claim_word = 0;
+  std::uint32_t claim_waiters = 0;
+  std::uint32_t space_word = 0;
+  std::uint32_t space_waiters = 0;
+};
+
+class Egress {
+ public:
+  Egress() = default;
+  Egress(Egress&&) noexcept = default;
+  Egress& operator=(Egress&&) noexcept = default;
+  Egress(const Egress&) = delete;
+  Egress& operator=(const Egress&) = delete;
+
+  [[nodiscard]] static Result<Egress> create(std::string_view name, const EgressParams& params,
+                                             const CreateOptions& options = {});
+  [[nodiscard]] static Result<Egress> open(std::string_view name, const OpenOptions& options = {});
+
+  // ---- producers
+  // Enqueued with the sequence assigned, or Full (the pool holds capacity
+  // unacknowledged records). TooLarge beyond slot_bytes.
+  [[nodiscard]] Result<egress::EnqueueOutcome> try_enqueue(std::span<const std::byte> payload);
+  // Waits (futex, woken by acknowledgements) up to `timeout` for pool space.
+  [[nodiscard]] Result<egress::EnqueueOutcome> enqueue(std::span<const std::byte> payload,
+                                                       std::chrono::nanoseconds timeout);
+  // With the caller's clock (nanoseconds), for tests and replays.
+  [[nodiscard]] Result<egress::EnqueueOutcome> try_enqueue_at(std::span<const std::byte> payload,
+                                                              std::uint64_t now_ns);
+  // Removes the oldest dead letter (a record whose retry budget is exhausted).
+  [[nodiscard]] Result<std::optional<egress::RecordView>> take_dead_letter(
+      std::vector<std::byte>* payload);
+
+  // ---- the raw core operations, with an explicit generation and clock
+  // (EgressTransport wraps them with its own). A Claimed envelope's payload
+  // is copied into `payload` and the envelope's span points there.
+  [[nodiscard]] Result<egress::ClaimOutcome> claim(std::uint64_t generation,
+                                                   std::vector<std::byte>& payload);
+  [[nodiscard]] Result<egress::AckOutcome> ack(std::uint64_t generation, std::uint64_t through);
+  [[nodiscard]] Result<egress::FailOutcome> fail(std::uint64_t generation, std::uint64_t sequence,
+                                                 std::uint64_t now_ns);
+  [[nodiscard]] Result<egress::RetryOutcome> retry_now(std::uint64_t generation,
+                                                       std::uint64_t sequence);
+  [[nodiscard]] Result<egress::RetryOutcome> retry_due(std::uint64_t generation,
+                                                       std::uint64_t now_ns);
+  [[nodiscard]] Result<egress::ReconnectOutcome> reconnect(std::uint64_t new_generation);
+
+  // ---- reads
+  // Under the lock (repairing first if a holder died).
+  [[nodiscard]] Result<egress::Projection> projection(bool with_records = false) const;
+  // Without the lock (seqlock snapshot); nullopt when writers kept it busy.
+  [[nodiscard]] std::optional<egress::Projection> observe(bool with_records = false) const;
+  [[nodiscard]] EgressWakeCounters wake_counters() const noexcept;
+  // Takes the lock (repairing if needed) and lists every invariant violation.
+  [[nodiscard]] Result<std::vector<std::string>> verify() const;
+
+  [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
+  [[nodiscard]] const egress::State& state() const noexcept { return state_; }
+  // The core over the mapping, for tests that need its reads (check()); never
+  // call its operations without the lock.
+  [[nodiscard]] egress::EgressCore core() const noexcept { return egress::EgressCore(state_); }
+  void heartbeat() noexcept { attachment_.heartbeat(); }
+
+ private:
+  friend class EgressTransport;
+  [[nodiscard]] static Result<Egress> bind(Segment segment, const RoleSpec& role);
+
+  Segment segment_;
+  Attachment attachment_;
+  egress::State state_;
+};
+
+class EgressTransport {
+ public:
+  EgressTransport() = default;
+  EgressTransport(EgressTransport&&) noexcept = default;
+  EgressTransport& operator=(EgressTransport&&) noexcept = default;
+
+  // Takes the transport slot (RoleTaken while a live transport holds it; a
+  // dead holder's slot is taken over) and captures the generation,
+  // reconnecting first when a transport attached before.
+  [[nodiscard]] static Result<EgressTransport> attach(std::string_view name,
+                                                      const OpenOptions& options = {});
+
+  [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
+  // Records returned to pending by the reconnect of attach().
+  [[nodiscard]] std::uint64_t replayed() const noexcept { return replayed_; }
+  // True once a later transport (or a reclaim) advanced the generation.
+  [[nodiscard]] bool fenced() const noexcept;
+
+  // Schedules the parked records whose backoff has elapsed, then claims the
+  // oldest pending record (Claimed, WindowFull, Empty or StaleGeneration).
+  [[nodiscard]] Result<egress::ClaimOutcome> try_claim(std::vector<std::byte>& payload);
+  // As try_claim, parking on the futex while there is nothing to claim: woken
+  // by an enqueue, an acknowledgement that reopens the window, a reconnect,
+  // or the earliest backoff expiry (kept in the segment). After `timeout`,
+  // the last Empty / WindowFull outcome.
+  [[nodiscard]] Result<egress::ClaimOutcome> claim(std::vector<std::byte>& payload,
+                                                   std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<egress::AckOutcome> ack(std::uint64_t through);
+  [[nodiscard]] Result<egress::FailOutcome> fail(std::uint64_t sequence);
+  [[nodiscard]] Result<egress::RetryOutcome> retry_now(std::uint64_t sequence);
+
+  [[nodiscard]] Egress& egress() noexcept { return egress_; }
+  [[nodiscard]] const Egress& egress() const noexcept { return egress_; }
+
+ private:
+  Egress egress_;
+  std::uint64_t generation_ = 0;
+  std::uint64_t replayed_ = 0;
+};
+
+}  // namespace shm

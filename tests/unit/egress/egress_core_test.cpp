@@ -1,0 +1,79 @@
+// EgressCore in one process: the backoff formula, the dead-letter list and
+// the journal's repair (undo and redo) without a crash.
+#include "shm/egress/core.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace shm {
+namespace {
+
+using namespace egress;
+
+std::span<const std::byte> bytes(const char* s) {
+  return {reinterpret_cast<const std::byte*>(s), std::strlen(s)};
+}
+
+TEST(EgressCoreTest, BackoffDoublesFromTheBaseAndStopsAtTheCeiling) {
+  EXPECT_EQ(backoff(100, 1000, 1), 100u);
+  EXPECT_EQ(backoff(100, 1000, 2), 200u);
+  EXPECT_EQ(backoff(100, 1000, 4), 800u);
+  EXPECT_EQ(backoff(100, 1000, 5), 1000u);
+  EXPECT_EQ(backoff(100, 1000, 200), 1000u);  // no overflow
+  EXPECT_EQ(backoff(~std::uint64_t{0} / 2, ~std::uint64_t{0}, 3), ~std::uint64_t{0});
+}
+
+TEST(EgressCoreTest, RejectsParametersThatCannotMakeAnEgress) {
+  auto r = LocalEgress::create(ParamBlock{8, 8, 9, 1, 1, 1});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  EXPECT_NE(r.error().message.find("inflight_limit 9"), std::string::npos);
+  auto big = LocalEgress::create(ParamBlock{8, 8, 2, 1, 1, 1});
+  ASSERT_TRUE(big);
+  auto too = big->core().enqueue(bytes("123456789"), 0);
+  ASSERT_FALSE(too);
+  EXPECT_EQ(too.error().code, Errc::TooLarge);
+}
+
+TEST(EgressCoreTest, ExhaustedRecordsStayInTheDeadLetterListUntilTaken) {
+  auto e = LocalEgress::create(ParamBlock{4, 8, 2, 0, 10, 100});
+  ASSERT_TRUE(e);
+  EgressCore& c = e->core();
+  ASSERT_EQ(c.enqueue(bytes("x"), 0)->sequence, 0u);
+  ASSERT_EQ(c.claim(1).status, ClaimStatus::Claimed);
+  const FailOutcome f = c.fail(1, 0, 5);
+  EXPECT_EQ(f.status, FailStatus::Exhausted);
+  EXPECT_TRUE(f.record.exhausted);
+  EXPECT_EQ(c.project(false).terminal, 1u);
+  EXPECT_EQ(c.retry_now(1, 0).status, RetryStatus::UnknownSequence);  // never rescheduled
+  EXPECT_EQ(c.reconnect(2).replayed, 0u);                             // nor replayed
+  EXPECT_EQ(c.project(false).terminal, 1u);
+  std::vector<std::byte> payload;
+  auto dead = c.take_dead_letter(&payload);
+  ASSERT_TRUE(dead);
+  EXPECT_EQ(dead->sequence, 0u);
+  EXPECT_EQ(payload.size(), 1u);
+  EXPECT_FALSE(c.project(false).retry.has_value());
+  EXPECT_EQ(c.project(false).terminal, 0u);
+  EXPECT_TRUE(c.check().empty());
+}
+
+TEST(EgressCoreTest, RepairWithNoOpenJournalKeepsTheStateAndMovesEveryReader) {
+  auto e = LocalEgress::create(ParamBlock{8, 8, 4, 2, 10, 100});
+  ASSERT_TRUE(e);
+  EgressCore& c = e->core();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.enqueue(bytes("p"), 0));
+  ASSERT_EQ(c.claim(1).status, ClaimStatus::Claimed);
+  ASSERT_EQ(c.claim(1).status, ClaimStatus::Claimed);
+  ASSERT_EQ(c.fail(1, 1, 0).status, FailStatus::Retrying);
+  Projection before = c.project(true);
+  EXPECT_TRUE(c.repair().empty());
+  Projection after = c.project(true);
+  EXPECT_EQ(after.records, before.records);
+  for (std::size_t i = 0; i < kReaders; ++i)
+    EXPECT_EQ(after.reader_versions[i], before.reader_versions[i] + 1);
+}
+
+}  // namespace
+}  // namespace shm
