@@ -6,6 +6,7 @@
 // only exercises the header checks), and commit the result.
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   // RelayCell: a keyed sum with merged entries, one taken by the reader and
   // not committed; a raw_fifo relay with ops queued.
   shm::RelayConfig sum_config{.policy = shm::policy::kSum, .value_size = 8, .capacity = 16};
-  sum_config.backpressure = {shm::Dimension::Count, 12, 4, shm::Overflow::DropNewest};
+  sum_config.backpressure = {shm::Dimension::Count, 12, 4, shm::Overflow::Conflate};
   auto relay_w = must(shm::RelayWriter::create("relay-sum", sum_config, create), "relay");
   auto relay_r = must(shm::RelayReader::open("relay-sum", open), "relay reader");
   for (std::uint64_t key : {1, 2, 1, 3}) {
@@ -103,6 +104,17 @@ int main(int argc, char** argv) {
   fifo_config.backpressure = {shm::Dimension::Count, 6, 2, shm::Overflow::Block};
   auto fifo_w = must(shm::RelayWriter::create("relay-fifo", fifo_config, create), "relay");
   for (auto s : {"op-1", "op-22", "op-333"}) (void)must(fifo_w.write(text(s)), "relay fifo write");
+  // Egress: payloads enqueued, one claimed by a transport, one acknowledged,
+  // one failed (parked for its backoff).
+  auto egress = must(
+      shm::Egress::create("egress", {.capacity = 8, .slot_bytes = 32, .inflight_limit = 4}, create),
+      "egress");
+  for (auto s : {"m1", "m22", "m333", "m4444"}) (void)must(egress.try_enqueue(text(s)), "enqueue");
+  auto transport = must(shm::EgressTransport::attach("egress", open), "egress transport");
+  std::vector<std::byte> payload;
+  for (int i = 0; i < 3; ++i) (void)must(transport.try_claim(payload), "claim");
+  (void)must(transport.ack(1), "ack");
+  (void)must(transport.fail(2), "fail");
 
   std::error_code ec;
   fs::create_directories(out, ec);
