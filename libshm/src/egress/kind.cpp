@@ -7,6 +7,7 @@
 
 #include "format/format.hpp"
 
+#include <algorithm>
 #include <array>
 #include <thread>
 
@@ -70,10 +71,17 @@ void describe(const Segment& seg, Node& out) {
     readers.counter(std::string(to_string(static_cast<Reader>(i))), p->reader_versions[i]);
   // The transport: slot 0 (exclusive role).
   Node& t = out.object("transport");
+  // slots() lists the occupied slots only: look the transport's up by index
+  // (none listed: Free).
   const std::vector<SlotInfo> slots = seg.slots();
-  const SlotInfo& ts = slots[kTransportRole.id];
-  t.set("state", std::string(to_string(ts.liveness)));
-  if (ts.liveness != Liveness::Free) t.set("pid", static_cast<std::int64_t>(ts.pid));
+  const auto ts =
+      std::ranges::find_if(slots, [](const SlotInfo& s) { return s.index == kTransportRole.id; });
+  if (ts != slots.end()) {
+    t.set("state", std::string(to_string(ts->liveness)));
+    if (ts->liveness != Liveness::Free) t.set("pid", static_cast<std::int64_t>(ts->pid));
+  } else {
+    t.set("state", std::string(to_string(Liveness::Free)));
+  }
   // relaxed: statistics.
   t.counter("attaches", c.wake.transports.load(std::memory_order_relaxed));
   t.counter("deaths", c.stats.transport_deaths.load(std::memory_order_relaxed));
