@@ -74,8 +74,8 @@ void describe(const Segment& seg, Node& out) {
   // slots() lists the occupied slots only: look the transport's up by index
   // (none listed: Free).
   const std::vector<SlotInfo> slots = seg.slots();
-  const auto ts =
-      std::ranges::find_if(slots, [](const SlotInfo& s) { return s.index == kTransportRole.id; });
+  const auto ts = std::ranges::find_if(
+      slots, [](const SlotInfo& slot) { return slot.index == kTransportRole.id; });
   if (ts != slots.end()) {
     t.set("state", std::string(to_string(ts->liveness)));
     if (ts->liveness != Liveness::Free) t.set("pid", static_cast<std::int64_t>(ts->pid));
