@@ -61,8 +61,10 @@ cmake --build "$dir" --parallel "$jobs" --target "${build_targets[@]}" || { echo
 
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-symbolizer=/usr/lib/llvm-19/bin/llvm-symbolizer
-[[ -x "$symbolizer" ]] && export ASAN_SYMBOLIZER_PATH=$symbolizer UBSAN_SYMBOLIZER_PATH=$symbolizer
+# Reports name functions and lines when an llvm-symbolizer is installed (the
+# llvm-19 package, or another version's); without one they show addresses.
+symbolizer=$(command -v llvm-symbolizer-19 || command -v llvm-symbolizer || true)
+[[ -n "$symbolizer" ]] && export ASAN_SYMBOLIZER_PATH=$symbolizer UBSAN_SYMBOLIZER_PATH=$symbolizer
 mkdir -p "$dir/artifacts"
 status=0
 for t in "${targets[@]}"; do

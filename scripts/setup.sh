@@ -27,6 +27,7 @@ LIBSHM_APT_PACKAGES=(
   coreutils          # timeout (every test run is bounded)
   clang-19           # the fuzz lane: libFuzzer needs clang; clang 14 cannot compile libstdc++ 12's std::expected
   libclang-rt-19-dev # libFuzzer and clang's sanitizer runtimes
+  llvm-19            # llvm-symbolizer: the fuzz lane's reports name functions and lines
 )
 
 # Prints the packages of LIBSHM_APT_PACKAGES that are not installed.
