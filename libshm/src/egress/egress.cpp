@@ -218,6 +218,21 @@ void claim_wake(const AckOutcome& a, Wake& w) {
   w.space |= a.freed_space;
 }
 
+// Opens an existing egress (any parameters) and checks that the file holds
+// the size its parameters need, before any handle binds to it.
+Result<Segment> open_egress_segment(std::string_view name, const OpenOptions& options) {
+  const KindSpec spec = kind_spec(ParamBlock{}, true);
+  auto seg = Segment::open(name, spec, options);
+  if (!seg) return std::unexpected(seg.error());
+  auto state = make_state(*seg);
+  if (!state) return std::unexpected(state.error());
+  if (auto ok = detail::check_total_size(*seg, geometry(state->params).data_size,
+                                         "its egress parameters need");
+      !ok)
+    return std::unexpected(std::move(ok.error()));
+  return seg;
+}
+
 }  // namespace
 
 Result<std::pair<std::uint64_t, std::uint64_t>> egress::internal::record_transport_death(
@@ -261,15 +276,8 @@ Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
 }
 
 Result<Egress> Egress::open(std::string_view name, const OpenOptions& options) {
-  const KindSpec spec = kind_spec(ParamBlock{}, true);
-  auto seg = Segment::open(name, spec, options);
+  auto seg = open_egress_segment(name, options);
   if (!seg) return std::unexpected(seg.error());
-  auto state = make_state(*seg);
-  if (!state) return std::unexpected(state.error());
-  if (auto ok = detail::check_total_size(*seg, geometry(state->params).data_size,
-                                         "its egress parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
   return bind(std::move(*seg), kProducerRole);
 }
 
@@ -408,15 +416,8 @@ Result<std::vector<std::string>> Egress::verify() const {
 // ---------------------------------------------------------------- transport
 
 Result<EgressTransport> EgressTransport::attach(std::string_view name, const OpenOptions& options) {
-  const KindSpec spec = kind_spec(ParamBlock{}, true);
-  auto seg = Segment::open(name, spec, options);
+  auto seg = open_egress_segment(name, options);
   if (!seg) return std::unexpected(seg.error());
-  auto state = make_state(*seg);
-  if (!state) return std::unexpected(state.error());
-  if (auto ok = detail::check_total_size(*seg, geometry(state->params).data_size,
-                                         "its egress parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
   auto e = Egress::bind(std::move(*seg), kTransportRole);
   if (!e) return std::unexpected(e.error());
   EgressTransport t;
