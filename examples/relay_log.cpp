@@ -66,6 +66,22 @@ int main(int argc, char** argv) {
   }
   const pid_t pid = ::fork();
   if (pid == 0) ::_exit(run_writer(lines));
+  int status = 0;
+  bool reaped = false;
+  // The reader starts late: it waits until the writer has filled the relay
+  // and parked, so the run shows Block whatever the speed of either side.
+  const auto park_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (lines > high && reader->snapshot().blocked == 0) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > park_deadline) {
+      fmt::print(stderr, "the writer did not park within 30 s\n");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::uint64_t next = 0;
   bool retuned = false, in_order = true;
   while (next < lines) {
@@ -89,11 +105,14 @@ int main(int argc, char** argv) {
       retuned = true;
       fmt::print("retuned high water {} -> {} after {} lines\n", high, retune_high, next);
     }
-    if (*n == 0) (void)reader->wait(std::chrono::milliseconds(100));
+    if (*n == 0) {
+      if (!reaped && ::waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+      if (reaped && reader->snapshot().depth == 0) break;  // the writer is gone, nothing is left
+      (void)reader->wait(std::chrono::milliseconds(100));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(50));  // a slow reader
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  if (!reaped) ::waitpid(pid, &status, 0);
   const shm::RelaySnapshot s = reader->snapshot();
   fmt::print("{} lines shipped in order: {}; writer parked {} times, timed out {}; full now: {}\n",
              next, in_order, s.blocked, s.timed_out, s.is_full);
