@@ -212,6 +212,29 @@ TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
   EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
 }
 
+// The composition of issue 15: writers -> relay (conflation) -> bridge with
+// credit = free egress slots -> egress -> transport process. A pool far
+// smaller than the write stream forces the relay to merge; every key still
+// arrives with its last value and nothing is dropped.
+TEST_F(RelayProcessTest, ExampleRelayAheadOfEgressDeliversEveryKeysLastValue) {
+#if !SHM_EXPECT_EXAMPLES
+  GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
+#endif
+  const std::string rounds = std::to_string(test::scaled(100));
+  Subprocess p({test::bin_path("relay_egress"), "--keys", "500", "--writers", "2", "--rounds",
+                rounds, "--pool", "32", "--window", "8"});
+  ASSERT_EQ(p.wait(90s), 0) << p.output();
+  const std::string& out = p.output();
+  EXPECT_NE(out.find("every key delivered with its last value: true"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 0 without their last value"), std::string::npos) << out;
+  EXPECT_NE(out.find("0 dropped"), std::string::npos) << out;
+  // 500 keys x rounds writes through a 32-slot pool: the relay merged.
+  const auto at = out.find(" merged into open entries");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto from = out.rfind(", ", at) + 2;
+  EXPECT_GT(std::stoull(out.substr(from, at - from)), 0u) << out;
+}
+
 // ---------------------------------------------------------------- 4 writers, 1 reader, kill -9
 
 struct WriterLog {
