@@ -4,6 +4,8 @@
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 
+#include "shm/egress/egress.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
@@ -183,6 +185,117 @@ TEST_F(SidecarDaemon, MetricsEndpointReportsRingDepthToARealTcpClient) {
   const Polled depth = poll_metric(port, "libshm_spsc_ring_depth_records{segment=\"orders\"}",
                                    [](double v) { return v == 7.0; });
   EXPECT_EQ(depth.value, 7.0) << "the depth never followed the ring:\n" << depth.body;
+
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(5s), 0) << d.output();
+}
+
+// A relay on the age dimension, scraped by the real daemon: the age gauge
+// follows real time, the drop and the full flag show, and a drain moves them
+// back on later scrapes.
+TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
+  RelayConfig cfg;
+  cfg.policy = policy::kMax;
+  cfg.capacity = 16;
+  cfg.backpressure = {Dimension::Age, 5, 0, Overflow::DropNewest};  // milliseconds
+  auto w = RelayWriter::create("ages", cfg);
+  ASSERT_TRUE(w) << w.error().what();
+  auto r = RelayReader::open("ages");
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_EQ(w->write(1, u64_value(3), 0ns)->outcome, WriteOutcome::Appended);
+
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  const Polled age = poll_metric(port, "libshm_relay_head_oldest_age_ms{segment=\"ages\"}",
+                                 [](double v) { return v >= 6.0; });
+  ASSERT_GE(age.value.value_or(0), 6.0) << "the age never grew past high water:\n" << age.body;
+  // The oldest op is older than high water: a new key is dropped (counted).
+  EXPECT_EQ(w->write(2, u64_value(3), 0ns)->outcome, WriteOutcome::Dropped);
+  const Polled dropped = poll_metric(port, "libshm_relay_counters_dropped_total{segment=\"ages\"}",
+                                     [](double v) { return v == 1.0; });
+  EXPECT_EQ(dropped.value, 1.0) << dropped.body;
+  const Exposition e = parse_exposition(dropped.body);
+  EXPECT_TRUE(e.errors.empty()) << e.errors.front();
+  EXPECT_EQ(e.types.at("libshm_relay_head_depth"), "gauge");
+  EXPECT_EQ(e.types.at("libshm_relay_counters_dropped_total"), "counter");
+  EXPECT_EQ(e.samples.at("libshm_relay_flags_is_full{segment=\"ages\"}"), 1.0) << dropped.body;
+  EXPECT_EQ(e.samples.at("libshm_relay_head_depth{segment=\"ages\"}"), 1.0) << dropped.body;
+  EXPECT_EQ(e.samples.at("libshm_relay_backpressure_high_water{segment=\"ages\"}"), 5.0);
+  EXPECT_EQ(e.samples.at("libshm_segment_up{segment=\"ages\",kind=\"relay\"}"), 1.0);
+  EXPECT_EQ(e.samples.at("libshm_segment_attachers{segment=\"ages\",state=\"alive\"}"), 2.0);
+
+  // The reader drains: nothing pending, age 0 is at low water, the flag clears.
+  std::size_t got = 0;
+  ASSERT_TRUE(r->drain(16, [&](const RelayEntry&) { ++got; }));
+  EXPECT_EQ(got, 1u);
+  const Polled cleared = poll_metric(port, "libshm_relay_flags_is_full{segment=\"ages\"}",
+                                     [](double v) { return v == 0.0; });
+  EXPECT_EQ(cleared.value, 0.0) << cleared.body;
+  const Exposition after = parse_exposition(cleared.body);
+  EXPECT_EQ(after.samples.at("libshm_relay_head_depth{segment=\"ages\"}"), 0.0) << cleared.body;
+  EXPECT_EQ(after.samples.at("libshm_relay_counters_drained_total{segment=\"ages\"}"), 1.0);
+
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(5s), 0) << d.output();
+}
+
+// An egress scraped by the real daemon: the projections (pending, in flight,
+// acknowledgement watermark, generation) and the operation counters, followed
+// across an acknowledgement and a replacement transport.
+TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
+  auto producer = Egress::create("uplink", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  ASSERT_TRUE(producer) << producer.error().what();
+  const std::vector<std::byte> payload(20, std::byte{5});
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(producer->try_enqueue(payload)->status, egress::EnqueueStatus::Enqueued);
+  std::optional<EgressTransport> t;
+  {
+    auto attached = EgressTransport::attach("uplink");
+    ASSERT_TRUE(attached) << attached.error().what();
+    t.emplace(std::move(*attached));
+  }
+  std::vector<std::byte> buf;
+  ASSERT_EQ(t->try_claim(buf)->status, egress::ClaimStatus::Claimed);
+  ASSERT_EQ(t->try_claim(buf)->status, egress::ClaimStatus::Claimed);
+
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  auto reply = get(port, "/metrics");
+  ASSERT_TRUE(reply) << d.output();
+  const Exposition e = parse_exposition(reply->body);
+  EXPECT_TRUE(e.errors.empty()) << e.errors.front();
+  const auto sample = [](const Exposition& x, const std::string& name) {
+    const auto it = x.samples.find(name + "{segment=\"uplink\"}");
+    return it == x.samples.end() ? -1.0 : it->second;
+  };
+  EXPECT_EQ(e.types.at("libshm_egress_pending"), "gauge");
+  EXPECT_EQ(sample(e, "libshm_egress_pending"), 1.0) << reply->body;
+  EXPECT_EQ(sample(e, "libshm_egress_inflight"), 2.0) << reply->body;
+  EXPECT_EQ(sample(e, "libshm_egress_next_sequence"), 3.0) << reply->body;
+  EXPECT_EQ(sample(e, "libshm_egress_operations_enqueued_total"), 3.0) << reply->body;
+  EXPECT_EQ(sample(e, "libshm_egress_operations_claims_total"), 2.0) << reply->body;
+  EXPECT_EQ(e.samples.at("libshm_segment_up{segment=\"uplink\",kind=\"egress\"}"), 1.0);
+  const double generation = sample(e, "libshm_egress_generation");
+
+  // An acknowledgement shows on a later scrape.
+  const std::uint64_t third = t->try_claim(buf)->envelope.sequence;
+  ASSERT_EQ(t->ack(third)->status, egress::AckStatus::Advanced);
+  const Polled inflight = poll_metric(port, "libshm_egress_inflight{segment=\"uplink\"}",
+                                      [](double v) { return v == 0.0; });
+  EXPECT_EQ(inflight.value, 0.0) << inflight.body;
+  EXPECT_EQ(sample(parse_exposition(inflight.body), "libshm_egress_acked_through"),
+            static_cast<double>(third))
+      << inflight.body;
+
+  // A replacement transport advances the generation; the daemon follows.
+  t.reset();
+  auto next = EgressTransport::attach("uplink");
+  ASSERT_TRUE(next) << next.error().what();
+  const Polled gen = poll_metric(port, "libshm_egress_generation{segment=\"uplink\"}",
+                                 [&](double v) { return v == generation + 1; });
+  EXPECT_EQ(gen.value, generation + 1) << gen.body;
 
   d.kill(SIGTERM);
   EXPECT_EQ(d.wait(5s), 0) << d.output();

@@ -6,8 +6,10 @@
 
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/platform/crc32c.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -1470,6 +1472,112 @@ TEST_F(ShmctlTest, WatchPrintsRatesFromCounterDeltasBetweenRefreshes) {
   EXPECT_TRUE(text.says("refresh 2/2")) << text;
   EXPECT_TRUE(text.says("records_pushed=")) << text;
   EXPECT_TRUE(text.says("2 alive, 0 dead")) << text;
+}
+
+// A relay under traffic: watch shows its projections as gauges (nested
+// names), its flags, and rates from the counters' deltas.
+TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
+  RelayConfig cfg;
+  cfg.policy = policy::kSum;
+  cfg.capacity = 64;
+  cfg.backpressure = {Dimension::Keys, 32, 8, Overflow::Block};
+  auto w = RelayWriter::create("counts", cfg);
+  ASSERT_TRUE(w) << w.error().what();
+  auto r = RelayReader::open("counts");
+  ASSERT_TRUE(r) << r.error().what();
+  std::atomic<bool> stop{false};
+  std::thread traffic([&] {
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      (void)w->write(i % 16, u64_value(1), 0ns);
+      if (i % 64 == 63) {
+        (void)r->drain(8, [](const RelayEntry&) {});
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+  });
+  const CliResult js = run({"watch", "counts", "--interval", "200", "--count", "3", "--json"});
+  const CliResult text = run({"watch", "counts", "--interval", "50", "--count", "2"});
+  stop = true;
+  traffic.join();
+
+  ASSERT_EQ(js.code, 0) << js;
+  const std::vector<json> lines = json_lines(js.out);
+  ASSERT_EQ(lines.size(), 3u) << js;
+  const json& first = lines[0]["segments"][0];
+  EXPECT_EQ(first["name"], "counts");
+  EXPECT_EQ(first["kind"], "relay");
+  EXPECT_EQ(first["attachers_alive"], 2);
+  for (const char* gauge :
+       {"head.depth", "head.bytes", "head.pending_keys", "head.lag", "head.oldest_age_ms",
+        "flags.is_full", "flags.is_spilling", "flags.is_draining", "backpressure.level",
+        "backpressure.high_water", "backpressure.low_water"})
+    EXPECT_TRUE(first["gauges"].contains(gauge)) << gauge << "\n" << first;
+  EXPECT_EQ(first["gauges"]["backpressure.high_water"], 32);
+  EXPECT_LE(first["gauges"]["head.pending_keys"].get<std::uint64_t>(), 16u);
+  EXPECT_TRUE(first["rates_per_second"]["counters.writes"].is_null());  // no earlier sample
+  const json& last = lines[2]["segments"][0];
+  ASSERT_TRUE(last["rates_per_second"]["counters.writes"].is_number()) << last;
+  EXPECT_GT(last["rates_per_second"]["counters.writes"].get<double>(), 0.0) << last;
+  EXPECT_GT(last["counters"]["counters.drained"].get<std::uint64_t>(),
+            first["counters"]["counters.drained"].get<std::uint64_t>())
+      << last;
+
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("refresh 2/2")) << text;
+  EXPECT_TRUE(text.says("head.depth=")) << text;
+  EXPECT_TRUE(text.says("counters.writes=")) << text;
+}
+
+// An egress with a producer and a transport moving records: watch shows the
+// projections (pending, in flight, watermark, generation) and the rates.
+TEST_F(ShmctlTest, WatchShowsAnEgressWindowAndOperationRates) {
+  auto producer = Egress::create("uplink", EgressParams{.capacity = 64, .slot_bytes = 16});
+  ASSERT_TRUE(producer) << producer.error().what();
+  auto transport = EgressTransport::attach("uplink");
+  ASSERT_TRUE(transport) << transport.error().what();
+  std::atomic<bool> stop{false};
+  std::thread traffic([&] {
+    std::vector<std::byte> buf;
+    const std::vector<std::byte> payload(16, std::byte{1});
+    while (!stop.load()) {
+      for (int i = 0; i < 8; ++i) (void)producer->try_enqueue(payload);
+      std::uint64_t last = 0;
+      bool claimed = false;
+      for (int i = 0; i < 8; ++i) {
+        auto c = transport->try_claim(buf);
+        if (!c || c->status != egress::ClaimStatus::Claimed) break;
+        last = c->envelope.sequence;
+        claimed = true;
+      }
+      if (claimed) (void)transport->ack(last);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const CliResult js = run({"watch", "uplink", "--interval", "200", "--count", "3", "--json"});
+  const CliResult text = run({"watch", "uplink", "--interval", "50", "--count", "2"});
+  stop = true;
+  traffic.join();
+
+  ASSERT_EQ(js.code, 0) << js;
+  const std::vector<json> lines = json_lines(js.out);
+  ASSERT_EQ(lines.size(), 3u) << js;
+  const json& first = lines[0]["segments"][0];
+  EXPECT_EQ(first["kind"], "egress");
+  EXPECT_EQ(first["attachers_alive"], 2);
+  for (const char* gauge : {"generation", "next_sequence", "pending", "inflight", "parked",
+                            "terminal", "retained", "oldest_unacked_age_ms"})
+    EXPECT_TRUE(first["gauges"].contains(gauge)) << gauge << "\n" << first;
+  EXPECT_EQ(first["gauges"]["generation"], transport->generation());
+  const json& last = lines[2]["segments"][0];
+  ASSERT_TRUE(last["rates_per_second"]["operations.enqueued"].is_number()) << last;
+  EXPECT_GT(last["rates_per_second"]["operations.enqueued"].get<double>(), 0.0) << last;
+  EXPECT_GT(last["rates_per_second"]["operations.acked"].get<double>(), 0.0) << last;
+  EXPECT_GT(last["gauges"]["next_sequence"].get<std::uint64_t>(),
+            first["gauges"]["next_sequence"].get<std::uint64_t>());
+
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("next_sequence=")) << text;
+  EXPECT_TRUE(text.says("operations.enqueued=")) << text;
 }
 
 TEST_F(ShmctlTest, WatchWithoutSegmentsKeepsRefreshing) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -454,6 +455,45 @@ TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
   EXPECT_EQ(drain_all(*r).size(), 1u);
   EXPECT_FALSE(w->snapshot().is_full) << "nothing pending: age 0 is at low water";
   EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+}
+
+// Age with Block, in real time: once the oldest pending op is older than high
+// water a new key parks the writer; a short timeout gives TimedOut with
+// nothing written; a parked writer resumes when the reader drains.
+TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
+  RelayConfig c = cfg(policy::kMax, Overflow::Block);
+  c.backpressure = {Dimension::Age, 2, 0, Overflow::Block};  // milliseconds
+  auto w = RelayWriter::create("aged", c);
+  ASSERT_TRUE(w);
+  auto r = RelayReader::open("aged");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (w->snapshot().oldest_age_ns < 3'000'000 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_GE(w->snapshot().oldest_age_ns, 3'000'000u);
+  auto timed = w->write(2, u64_value(1), 20ms);
+  ASSERT_TRUE(timed);
+  EXPECT_EQ(timed->outcome, WriteOutcome::TimedOut);
+  RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.timed_out, 1u);
+  EXPECT_EQ(s.depth, 1u) << "a timed-out write writes nothing";
+  EXPECT_TRUE(s.is_full);
+
+  auto w2 = RelayWriter::open("aged");  // a handle of its own for the parking thread
+  ASSERT_TRUE(w2);
+  std::optional<Result<WriteResult>> parked;
+  std::thread writer([&] { parked.emplace(w2->write(2, u64_value(1), 30s)); });
+  while (w->snapshot().blocked < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_EQ(w->snapshot().blocked, 2u) << "the second writer never parked";
+  EXPECT_EQ(drain_all(*r).size(), 1u);
+  writer.join();
+  ASSERT_TRUE(parked && *parked);
+  EXPECT_EQ((*parked)->outcome, WriteOutcome::Appended);
+  s = w->snapshot();
+  EXPECT_EQ(s.depth, 1u);
+  EXPECT_EQ(s.timed_out, 1u);
 }
 
 TEST_F(RelayTest, SidecarMetricsExportTheProjectionsCountersAndFlags) {
