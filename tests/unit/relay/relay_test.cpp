@@ -452,6 +452,7 @@ TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
   EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Dropped) << "the oldest op is older than high water";
   EXPECT_TRUE(w->snapshot().is_full);
   EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Merged) << "an open key still merges";
+  EXPECT_TRUE(w->snapshot().is_full) << "a merge reads the age: still above low water";
   EXPECT_EQ(drain_all(*r).size(), 1u);
   EXPECT_FALSE(w->snapshot().is_full) << "nothing pending: age 0 is at low water";
   EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
