@@ -447,8 +447,13 @@ bool EgressTransport::fenced() const noexcept {
 
 Result<ClaimOutcome> EgressTransport::try_claim(std::vector<std::byte>& payload) {
   return locked(egress_.state_, egress_.segment_.path(), [&](EgressCore& core, Wake&) {
-    if (core.generation() == generation_ && core.next_due() <= monotonic_ns())
-      (void)core.retry_due(generation_, monotonic_ns());
+    // The clock is read only when something is parked (a read costs tens of
+    // ns on a VM, a sizeable part of a claim).
+    if (const std::uint64_t due = core.next_due();
+        core.generation() == generation_ && due != kNoDue) {
+      if (const std::uint64_t now = monotonic_ns(); due <= now)
+        (void)core.retry_due(generation_, now);
+    }
     ClaimOutcome out = core.claim(generation_);
     copy_payload(out, payload);
     return out;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace shm {
@@ -132,6 +133,28 @@ TEST_F(EgressSegmentTest, BackoffExpiryWakesTheParkedClaimer) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, ClaimStatus::Claimed);
   EXPECT_EQ(r->envelope.attempt, 2u);
+}
+
+// The non-blocking try_claim schedules a parked record once its backoff has
+// elapsed (it checks the due time kept in the segment before claiming).
+TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
+  auto e = Egress::create("poll", small(8, 4));
+  auto t = EgressTransport::attach("poll");
+  ASSERT_TRUE(e && t);
+  ASSERT_TRUE(e->try_enqueue(bytes("a")));
+  std::vector<std::byte> buf;
+  ASSERT_EQ(t->try_claim(buf)->status, ClaimStatus::Claimed);
+  ASSERT_EQ(t->fail(0)->status, egress::FailStatus::Retrying);
+  std::optional<egress::ClaimOutcome> got;
+  EXPECT_TRUE(eventually([&] {
+    auto c = t->try_claim(buf);
+    if (c && c->status == ClaimStatus::Claimed) got = *c;
+    return got.has_value();
+  })) << "try_claim never returned the parked record";
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->envelope.sequence, 0u);
+  EXPECT_EQ(got->envelope.attempt, 2u);
+  EXPECT_EQ(e->projection()->parked, 0u);
 }
 
 TEST_F(EgressSegmentTest, ProducerBlockedOnAFullPoolIsWokenByAnAck) {
