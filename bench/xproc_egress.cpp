@@ -1,0 +1,351 @@
+// Egress benchmarks (issue 15), in one process pinned to one CPU, cases
+// interleaved round by round (harness Comparison), ratios taken inside a round
+// and summarised as median (p10–p90) over rounds.
+//
+//  1. Per message at window 64: `try_enqueue` + `try_claim` + `ack` of a
+//     64-byte payload (producer handle and transport in this process; the
+//     window is kept full: each message enqueued and claimed acknowledges the
+//     one 63 before it), against SpscRing `try_push` + `try_pop` of the same
+//     payload with 64 records kept in the ring. Target: egress / ring <= 2x.
+//
+//  2. Reconnect with 10,000 in flight: 10,000 payloads enqueued and claimed
+//     (window 10,000), then (a) `reconnect(generation + 1)` called directly,
+//     and (b) a replacement transport attaching after the old one detached
+//     (attach performs the reconnect), each timed alone. Every record is then
+//     checked to be pending again under the new generation.
+//
+// The egress sits in shared memory and every call takes its robust mutex;
+// the ring is the lock-free floor for moving the same bytes.
+#include "harness/harness.hpp"
+#include "shm/egress/egress.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+namespace {
+
+using namespace shm::bench;
+using namespace std::chrono_literals;
+
+constexpr std::string_view kUsage =
+    R"(xproc_egress: egress per-message cost and reconnect cost, with an SpscRing baseline
+
+usage: xproc_egress [--quick | --smoke] [options]
+
+  --quick            3 rounds, 200000 messages per run
+  (default)          7 rounds, 1000000 messages per run
+  --smoke            1 round of tiny runs; checks the data, asserts nothing about speed
+  --reps N           rounds (each round runs every case once, interleaved)
+  --messages N       messages per per-message run
+  --inflight N       records in flight for the reconnect runs (default 10000)
+  --cpu C            the CPU to pin to (default: the first allowed)
+  --csv FILE         also write every per-round value to FILE
+  --check-targets    exit 3 when a target ratio is missed
+)";
+
+constexpr std::size_t kPayload = 64;
+constexpr std::uint32_t kWindow = 64;
+
+struct Options {
+  int reps = 7;
+  std::uint64_t messages = 1'000'000;
+  std::uint32_t inflight = 10'000;
+  int cpu = 0;
+  bool smoke = false;
+  std::string csv;
+  bool check_targets = false;
+};
+
+Options parse_options(int argc, char** argv) {
+  Args args(argc, argv);
+  Options o;
+  if (args.flag("--quick")) {
+    o.reps = 3;
+    o.messages = 200'000;
+  }
+  o.smoke = args.flag("--smoke");
+  if (o.smoke) {
+    o.reps = 1;
+    o.messages = 5'000;
+    o.inflight = 1'000;
+  }
+  o.reps = args.int_value("--reps", o.reps);
+  o.messages =
+      static_cast<std::uint64_t>(args.double_value("--messages", static_cast<double>(o.messages)));
+  o.inflight =
+      static_cast<std::uint32_t>(args.int_value("--inflight", static_cast<int>(o.inflight)));
+  o.cpu = args.int_value("--cpu", allowed_cpus().front());
+  o.csv = args.value("--csv", "");
+  o.check_targets = args.flag("--check-targets");
+  args.finish(kUsage);
+  if (o.messages < 2 * kWindow || o.messages > (1ull << 32))
+    throw BenchError("--messages must be in [128, 2^32]");
+  if (o.inflight < 1 || o.inflight > (1u << 20))
+    throw BenchError("--inflight must be in [1, 2^20]");
+  return o;
+}
+
+// CPU time of the calling thread: on a loaded machine the wall time of a
+// pinned loop includes preemption by other processes; this does not.
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string fresh_name(std::string_view what) {
+  static int counter = 0;
+  return fmt::format("xproc-egress-{}-{}", what, counter++);
+}
+
+void stamp(std::span<std::byte> p, std::uint64_t i) {
+  std::memcpy(p.data(), &i, 8);
+  std::memset(p.data() + 8, static_cast<int>(i & 0xff), p.size() - 8);
+}
+
+std::uint64_t seq_of(std::span<const std::byte> p) {
+  std::uint64_t i = 0;
+  std::memcpy(&i, p.data(), 8);
+  return i;
+}
+
+const TickClock& tick_clock() {
+  static const TickClock clock;
+  return clock;
+}
+
+// ---------------------------------------------------------------- 1. per message
+
+Measurement egress_message_run(const Options& o) {
+  const std::string name = fresh_name("window");
+  shm::EgressParams params;
+  params.capacity = 4 * kWindow;
+  params.slot_bytes = kPayload;
+  params.inflight_limit = kWindow;
+  auto producer = shm::Egress::create(name, params);
+  if (!producer) throw BenchError(producer.error().what());
+  auto transport = shm::EgressTransport::attach(name);
+  if (!transport) throw BenchError(transport.error().what());
+  (void)shm::Segment::unlink(name);
+  prefault(producer->segment().data(), true);
+  std::array<std::byte, kPayload> payload{};
+  std::vector<std::byte> claimed;
+  claimed.reserve(kPayload);
+  std::uint64_t first_seq = 0;
+  // One message: enqueue, claim it (the window has room), then acknowledge
+  // the one kWindow - 1 before it, so kWindow stay in flight.
+  auto one = [&](std::uint64_t i) {
+    stamp(payload, i);
+    auto e = producer->try_enqueue(payload);
+    if (!e || e->status != shm::egress::EnqueueStatus::Enqueued)
+      throw BenchError("enqueue refused with room in the pool");
+    if (i == 0) first_seq = e->sequence;
+    auto c = transport->try_claim(claimed);
+    if (!c || c->status != shm::egress::ClaimStatus::Claimed)
+      throw BenchError("claim refused with room in the window");
+    if (c->envelope.sequence != e->sequence || seq_of(c->envelope.payload) != i)
+      throw BenchError("claimed the wrong record");
+    if (i + 1 >= kWindow) {
+      auto a = transport->ack(first_seq + i + 1 - kWindow);
+      if (!a || a->status != shm::egress::AckStatus::Advanced || a->removed != 1)
+        throw BenchError("cumulative ack did not remove exactly one record");
+    }
+  };
+  std::uint64_t i = 0;
+  for (; i < 4 * kWindow; ++i) one(i);  // warm-up: the window is full from here
+  const std::uint64_t c0 = thread_cpu_ns();
+  const std::uint64_t t0 = TickClock::ticks();
+  for (const std::uint64_t end = i + o.messages; i < end; ++i) one(i);
+  const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
+  const auto cpu = static_cast<double>(thread_cpu_ns() - c0);
+  const auto p = producer->projection();
+  if (!p || p->inflight != kWindow - 1 || p->pending != 0)
+    throw BenchError("the window did not end with 63 in flight");
+  return Measurement()
+      .set("ns_msg", ns / static_cast<double>(o.messages))
+      .set("cpu_ns_msg", cpu / static_cast<double>(o.messages));
+}
+
+Measurement ring_message_run(const Options& o) {
+  const std::string name = fresh_name("ring");
+  auto p = shm::RingProducer::create(name, {.capacity = 1u << 16});
+  if (!p) throw BenchError(p.error().what());
+  auto c = shm::RingConsumer::open(name, {.capacity = 1u << 16});
+  if (!c) throw BenchError(c.error().what());
+  (void)shm::Segment::unlink(name);
+  prefault(p->segment().data(), true);
+  std::array<std::byte, kPayload> payload{}, out{};
+  std::uint64_t expect = 0;
+  auto one = [&](std::uint64_t i) {
+    stamp(payload, i);
+    if (!p->try_push(payload).value_or(false)) throw BenchError("try_push refused");
+    if (i + 1 >= kWindow) {
+      auto r = c->try_pop(out);
+      if (!r || !*r || seq_of(out) != expect++) throw BenchError("try_pop lost a record");
+    }
+  };
+  std::uint64_t i = 0;
+  for (; i < 4 * kWindow; ++i) one(i);
+  const std::uint64_t c0 = thread_cpu_ns();
+  const std::uint64_t t0 = TickClock::ticks();
+  for (const std::uint64_t end = i + o.messages; i < end; ++i) one(i);
+  const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
+  const auto cpu = static_cast<double>(thread_cpu_ns() - c0);
+  return Measurement()
+      .set("ns_msg", ns / static_cast<double>(o.messages))
+      .set("cpu_ns_msg", cpu / static_cast<double>(o.messages));
+}
+
+Comparison message_comparison(const Options& o) {
+  Comparison c(fmt::format("Per message, window {}, {} B payload, one process on CPU {} "
+                           "({} messages per run)",
+                           kWindow, kPayload, o.cpu, o.messages),
+               {MetricSpec{"ns_msg", "ns/message (wall)", 1.0, 1},
+                MetricSpec{"cpu_ns_msg", "ns/message (thread CPU time)", 1.0, 1}});
+  c.add_case("egress enqueue + claim + ack", [&o] { return egress_message_run(o); });
+  c.add_case("ring try_push + try_pop", [&o] { return ring_message_run(o); });
+  c.add_ratio({"egress / ring (ns per message)", "egress enqueue + claim + ack", "ns_msg",
+               "ring try_push + try_pop", "ns_msg", Target{Goal::AtMost, 2.0}});
+  c.add_ratio({"same, on thread CPU time", "egress enqueue + claim + ack", "cpu_ns_msg",
+               "ring try_push + try_pop", "cpu_ns_msg", std::nullopt});
+  return c;
+}
+
+// ---------------------------------------------------------------- 2. reconnect
+
+// Enqueues and claims `inflight` payloads under a fresh transport; returns
+// the producer handle (the transport is left attached in `transport`).
+shm::Egress fill_window(const Options& o, const std::string& name,
+                        std::optional<shm::EgressTransport>& transport) {
+  shm::EgressParams params;
+  params.capacity = o.inflight;
+  params.slot_bytes = kPayload;
+  params.inflight_limit = o.inflight;
+  auto producer = shm::Egress::create(name, params);
+  if (!producer) throw BenchError(producer.error().what());
+  prefault(producer->segment().data(), true);
+  auto t = shm::EgressTransport::attach(name);
+  if (!t) throw BenchError(t.error().what());
+  std::array<std::byte, kPayload> payload{};
+  std::vector<std::byte> claimed;
+  for (std::uint64_t i = 0; i < o.inflight; ++i) {
+    stamp(payload, i);
+    auto e = producer->try_enqueue(payload);
+    if (!e || e->status != shm::egress::EnqueueStatus::Enqueued) throw BenchError("enqueue");
+    auto c = t->try_claim(claimed);
+    if (!c || c->status != shm::egress::ClaimStatus::Claimed) throw BenchError("claim");
+  }
+  transport.emplace(std::move(*t));
+  return std::move(*producer);
+}
+
+void check_replayed(const shm::Egress& producer, const Options& o, std::uint64_t generation) {
+  const auto p = producer.projection(true);
+  if (!p || p->pending != o.inflight || p->inflight != 0 || p->generation != generation)
+    throw BenchError("after the reconnect every record should be pending");
+  for (const auto& r : p->records)
+    if (r.generation != generation) throw BenchError("a pending envelope kept the old generation");
+}
+
+Measurement reconnect_run(const Options& o) {
+  const std::string name = fresh_name("reconnect");
+  std::optional<shm::EgressTransport> transport;
+  shm::Egress producer = fill_window(o, name, transport);
+  const std::uint64_t next = transport->generation() + 1;
+  const std::uint64_t t0 = TickClock::ticks();
+  auto r = producer.reconnect(next);
+  const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
+  if (!r || r->status != shm::egress::ReconnectStatus::Advanced || r->replayed != o.inflight)
+    throw BenchError("reconnect did not replay every record in flight");
+  check_replayed(producer, o, next);
+  (void)shm::Segment::unlink(name);
+  return Measurement().set("us", ns / 1e3).set("ns_record", ns / static_cast<double>(o.inflight));
+}
+
+Measurement attach_run(const Options& o) {
+  const std::string name = fresh_name("attach");
+  std::optional<shm::EgressTransport> transport;
+  shm::Egress producer = fill_window(o, name, transport);
+  const std::uint64_t old = transport->generation();
+  transport.reset();  // detaches: the next attach reconnects
+  const std::uint64_t t0 = TickClock::ticks();
+  auto t = shm::EgressTransport::attach(name);
+  const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
+  if (!t || t->generation() != old + 1 || t->replayed() != o.inflight)
+    throw BenchError("the replacement transport did not reconnect over every record");
+  check_replayed(producer, o, old + 1);
+  (void)shm::Segment::unlink(name);
+  return Measurement().set("us", ns / 1e3).set("ns_record", ns / static_cast<double>(o.inflight));
+}
+
+Comparison reconnect_comparison(const Options& o) {
+  Comparison c(fmt::format("Reconnect with {} records in flight ({} B payloads, CPU {})",
+                           o.inflight, kPayload, o.cpu),
+               {MetricSpec{"us", "µs", 1.0, 1}, MetricSpec{"ns_record", "ns per record", 1.0, 1}});
+  c.add_case("reconnect(generation + 1)", [&o] { return reconnect_run(o); });
+  c.add_case("replacement transport attach", [&o] { return attach_run(o); });
+  c.add_ratio({"attach / reconnect", "replacement transport attach", "us",
+               "reconnect(generation + 1)", "us", std::nullopt});
+  return c;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  ScratchRoot root;
+  const MachineInfo machine = machine_info();
+  std::FILE* csv = nullptr;
+  if (!o.csv.empty()) {
+    csv = std::fopen(o.csv.c_str(), "w");
+    if (csv == nullptr) throw BenchError(fmt::format("{}: {}", o.csv, std::strerror(errno)));
+  }
+  fmt::print("## xproc_egress{}\n\n",
+             o.smoke ? " (smoke: correctness only, timings meaningless)" : "");
+  print_machine(stdout, machine, argc, argv);
+  fmt::print("- one process pinned to CPU {}; rounds {}\n", o.cpu, o.reps);
+  std::fflush(stdout);
+  if (!pin_to_cpu(o.cpu)) fmt::print("- (could not pin this process)\n");
+  (void)tick_clock();
+  std::vector<ComparisonResult> results;
+  results.push_back(message_comparison(o).run(o.reps));
+  print_markdown(stdout, results.back());
+  std::fflush(stdout);
+  results.push_back(reconnect_comparison(o).run(o.reps));
+  print_markdown(stdout, results.back());
+  fmt::print("\n");
+  print_targets(stdout, results);
+  if (csv != nullptr) {
+    for (const auto& r : results) append_csv(csv, r);
+    std::fclose(csv);
+  }
+  fmt::print("\n- load average at end: {}\n", machine_info().load_average);
+  if (o.smoke) {
+    fmt::print("\nsmoke: every case checked its data\n");
+    return 0;
+  }
+  bool met = true;
+  for (const auto& r : results) met = met && r.all_targets_met();
+  return o.check_targets && !met ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xproc_egress: %s\n", e.what());
+    return 1;
+  }
+}
