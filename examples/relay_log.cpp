@@ -4,7 +4,11 @@
 // halfway through, the watermarks are retuned live from this process, as
 // `shmctl set log high_water=N` does from another.
 //
-//   relay_log [--lines 20000] [--high 256] [--low 64] [--retune-high 1024]
+//   relay_log [--lines 20000] [--high 256] [--low 64] [--retune-high 1024] [--retune-externally]
+//
+// With --retune-externally the reader does not retune: halfway it prints
+// "waiting for: shmctl set log high_water=N" and stops draining until another
+// process (shmctl) has changed the high water (up to 60 s).
 //
 // Exits 0 when every line arrived once, in order, and the writer blocked.
 #include <shm/relay/relay.hpp>
@@ -51,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--high", high, "high water (pending lines)");
   app.add_option("--low", low, "low water (pending lines)");
   app.add_option("--retune-high", retune_high, "high water set halfway through");
+  bool externally = false;
+  app.add_flag("--retune-externally", externally,
+               "halfway, wait for `shmctl set log high_water=N` instead of retuning here");
   CLI11_PARSE(app, argc, argv);
 
   (void)shm::Segment::unlink("log");
@@ -93,6 +100,24 @@ int main(int argc, char** argv) {
     if (!n) {
       fmt::print(stderr, "{}\n", n.error().what());
       return 1;
+    }
+    if (!retuned && next >= lines / 2 && externally) {
+      // Another process retunes: stop draining (the writer stays parked at
+      // high water) until the relay's high water changes.
+      fmt::print("waiting for: shmctl set log high_water={}\n", retune_high);
+      std::fflush(stdout);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      std::uint64_t now_high = high;
+      while ((now_high = reader->snapshot().backpressure.high_water) == high) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          fmt::print(stderr, "nobody retuned the high water within 60 s\n");
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      retuned = true;
+      fmt::print("retuned from outside: high water {} -> {} after {} lines\n", high, now_high,
+                 next);
     }
     if (!retuned && next >= lines / 2) {
       // What `shmctl set log high_water=N` does: the parked writer follows at once.

@@ -212,6 +212,23 @@ TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
   EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
 }
 
+// relay_log retuned by `shmctl set` from another process while it runs (the
+// issue's example): the reader stops halfway until the high water changes.
+TEST_F(RelayProcessTest, ExampleLogIsRetunedByShmctlSetWhileItRuns) {
+#if !SHM_EXPECT_EXAMPLES || !SHM_EXPECT_TOOLS
+  GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES or LIBSHM_BUILD_TOOLS is OFF";
+#endif
+  Subprocess log({test::bin_path("relay_log"), "--lines", std::to_string(test::scaled(2000)),
+                  "--high", "64", "--low", "16", "--retune-high", "256", "--retune-externally"});
+  ASSERT_TRUE(log.wait_for_line("waiting for: shmctl set log high_water=256", 60s)) << log.output();
+  const Cli set = shmctl({"set", "log", "high_water=256"}, root_.path());
+  ASSERT_EQ(set.code, 0) << set.out;
+  ASSERT_EQ(log.wait(60s), 0) << log.output();
+  EXPECT_NE(log.output().find("retuned from outside: high water 64 -> 256"), std::string::npos)
+      << log.output();
+  EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
+}
+
 // The composition of issue 15: writers -> relay (conflation) -> bridge with
 // credit = free egress slots -> egress -> transport process. A pool far
 // smaller than the write stream forces the relay to merge; every key still
