@@ -57,6 +57,12 @@ int run_writer(std::uint64_t id, std::uint32_t symbols, int seconds, pid_t paren
       const std::uint64_t price = 10'000 + (n * 7 + id) % 1'000;
       const std::uint64_t ts = now_ns();
       auto r = w->write(s, shm::lww_value(ts, id, shm::u64_value(price)));
+      // Full: no free entry (every key pending and the symbol's entry in
+      // the reader's hand); nothing was written, so write it again.
+      while (r && r->outcome == shm::WriteOutcome::Full) {
+        std::this_thread::yield();
+        r = w->write(s, shm::lww_value(ts, id, shm::u64_value(price)));
+      }
       if (!r) {
         fmt::print(stderr, "writer {}: {}\n", id, r.error().what());
         return 1;
@@ -89,7 +95,10 @@ int main(int argc, char** argv) {
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kLww;
   cfg.value_size = 24;  // timestamp, writer, price
-  cfg.capacity = symbols;
+  // One entry per symbol, plus room for the entries the reader holds between
+  // take and commit (a symbol written again meanwhile needs a second entry).
+  const std::size_t per_tick = static_cast<std::size_t>(std::max<std::uint64_t>(1, rate / 100));
+  cfg.capacity = symbols + static_cast<std::uint32_t>(std::min<std::size_t>(per_tick, symbols));
   cfg.backpressure = {shm::Dimension::Keys, symbols, symbols / 2, shm::Overflow::Conflate};
   auto reader = shm::RelayReader::create("ticker", cfg);
   if (!reader) {
@@ -126,7 +135,6 @@ int main(int argc, char** argv) {
     if (n) drained += *n;
     return n ? *n : 0;
   };
-  const std::size_t per_tick = static_cast<std::size_t>(std::max<std::uint64_t>(1, rate / 100));
   int running = writers;
   bool writers_ok = true;
   std::uint64_t max_depth = 0;
