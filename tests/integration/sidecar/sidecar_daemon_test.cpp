@@ -244,7 +244,8 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
 // acknowledgement watermark, generation) and the operation counters, followed
 // across an acknowledgement and a replacement transport.
 TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
-  auto producer = Egress::create("uplink", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto producer =
+      Egress::create("uplink", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(producer) << producer.error().what();
   const std::vector<std::byte> payload(20, std::byte{5});
   for (int i = 0; i < 3; ++i)
