@@ -37,11 +37,6 @@ namespace {
 
 using namespace shm;
 
-shm::bench::ScratchRoot& scratch() {
-  static shm::bench::ScratchRoot root;
-  return root;
-}
-
 // glibc skips the atomic instructions of an ordinary pthread mutex in a process
 // that never had a second thread; a mutex-guarded ledger only exists in
 // threaded programs, so every benchmark first makes the process threaded.
@@ -74,7 +69,8 @@ LedgerConfig bench_config() {
 std::unique_ptr<Fixture> make_fixture(benchmark::State& state, std::string& name_out) {
   static int counter = 0;
   name_out = fmt::format("micro-ledger-{}", counter++);
-  auto l = Ledger::create(name_out, bench_config(), CreateOptions{.root = scratch().path()});
+  auto l = Ledger::create(name_out, bench_config(),
+                          CreateOptions{.root = shm::bench::process_scratch_root().path()});
   if (!l) {
     state.SkipWithError(l.error().what().c_str());
     return nullptr;
@@ -231,7 +227,7 @@ void BM_Ledger_ReserveRelease(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
-  (void)Segment::unlink(name, scratch().path());
+  (void)Segment::unlink(name, shm::bench::process_scratch_root().path());
 }
 BENCHMARK(BM_Ledger_ReserveRelease);
 
@@ -263,7 +259,7 @@ void BM_Ledger_Admit4(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
-  (void)Segment::unlink(name, scratch().path());
+  (void)Segment::unlink(name, shm::bench::process_scratch_root().path());
 }
 BENCHMARK(BM_Ledger_Admit4);
 
@@ -332,7 +328,7 @@ void BM_Ledger_Contended2Proc(benchmark::State& state) {
   shm::bench::SharedBlock<PeerControl> ctl;
   const PoolId pool = f->pool;
   shm::bench::Peer peer = shm::bench::Peer::fork_pinned(cpus.peer, [&]() -> int {
-    auto l = Ledger::open(name, OpenOptions{.root = scratch().path()});
+    auto l = Ledger::open(name, OpenOptions{.root = shm::bench::process_scratch_root().path()});
     if (!l) {
       ctl->failed.store(1, std::memory_order_relaxed);  // read after the gate; the gate orders it
       ctl->gate.arrive_and_wait(2, std::chrono::seconds(10));
@@ -388,7 +384,7 @@ void BM_Ledger_Contended2Proc(benchmark::State& state) {
   state.counters["self_Mops"] = mine / seconds / 1e6;
   state.counters["peer_Mops"] = theirs / seconds / 1e6;
   state.counters["total_Mops"] = (mine + theirs) / seconds / 1e6;
-  (void)Segment::unlink(name, scratch().path());
+  (void)Segment::unlink(name, shm::bench::process_scratch_root().path());
 }
 BENCHMARK(BM_Ledger_Contended2Proc)->UseRealTime()->MinTime(1.0);
 

@@ -45,11 +45,6 @@ constexpr std::uint64_t kRingCapacity = 16384;
 constexpr std::size_t kPayload = 48;
 constexpr std::size_t kSequence = 4096;  // a power of two
 
-shm::bench::ScratchRoot& scratch() {
-  static shm::bench::ScratchRoot root;
-  return root;
-}
-
 // FANOUT_RING_CAPACITY overrides kRingCapacity (exploration; RESULTS.md uses the default).
 std::uint64_t ring_capacity() {
   static const std::uint64_t cap = [] {
@@ -87,12 +82,13 @@ class FanoutContender {
     const std::string base = "micro-fanout-" + std::to_string(counter++);
     auto f = shm::PriorityFanout::create(
         base, {.priorities = kPriorities, .ring_capacity = ring_capacity(), .slot_size = kPayload},
-        {.root = scratch().path()});
+        {.root = shm::bench::process_scratch_root().path()});
     if (!f) {
       state.SkipWithError(f.error().what().c_str());
       return;
     }
-    (void)shm::PriorityFanout::unlink(base, scratch().path());  // the handle keeps the mappings
+    (void)shm::PriorityFanout::unlink(
+        base, shm::bench::process_scratch_root().path());  // the handle keeps the mappings
     for (std::uint32_t p = 0; p < kPriorities; ++p)
       shm::bench::prefault(f->ring(p).segment().data(), true);
     f_ = std::move(*f);

@@ -29,11 +29,6 @@ using shm::RingProducer;
 
 constexpr std::uint64_t kCapacity = 64 * 1024;
 
-shm::bench::ScratchRoot& scratch() {
-  static shm::bench::ScratchRoot root;
-  return root;
-}
-
 struct Ring {
   RingProducer producer;
   RingConsumer consumer;
@@ -43,8 +38,8 @@ struct Ring {
 std::unique_ptr<Ring> make_ring(benchmark::State& state, std::uint64_t capacity = kCapacity) {
   static int counter = 0;
   const std::string name = "micro-" + std::to_string(counter++);
-  const shm::CreateOptions create{.root = scratch().path()};
-  const shm::OpenOptions open{.root = scratch().path()};
+  const shm::CreateOptions create{.root = shm::bench::process_scratch_root().path()};
+  const shm::OpenOptions open{.root = shm::bench::process_scratch_root().path()};
   auto p = RingProducer::create(name, {.capacity = capacity}, create);
   if (!p) {
     state.SkipWithError(p.error().what().c_str());
@@ -56,7 +51,7 @@ std::unique_ptr<Ring> make_ring(benchmark::State& state, std::uint64_t capacity 
     return nullptr;
   }
   // The handles keep the mapping; the name is not needed any more.
-  (void)shm::Segment::unlink(name, scratch().path());
+  (void)shm::Segment::unlink(name, shm::bench::process_scratch_root().path());
   auto data = p->segment().data();
   shm::bench::prefault(data.subspan(shm::ring::kBufferOffset), true);
   return std::make_unique<Ring>(Ring{std::move(*p), std::move(*c)});
@@ -183,12 +178,12 @@ BENCHMARK(BM_SpscRing_BlockingPushPop)->Arg(64);
 
 // Setting a ring up: create + attach producer, open + attach consumer, unlink.
 void BM_SpscRing_CreateOpenUnlink(benchmark::State& state) {
-  const shm::CreateOptions create{.root = scratch().path()};
-  const shm::OpenOptions open{.root = scratch().path()};
+  const shm::CreateOptions create{.root = shm::bench::process_scratch_root().path()};
+  const shm::OpenOptions open{.root = shm::bench::process_scratch_root().path()};
   for (auto _ : state) {
     auto p = RingProducer::create("micro-setup", {.capacity = kCapacity}, create);
     auto c = RingConsumer::open("micro-setup", {.capacity = kCapacity}, open);
-    auto u = shm::Segment::unlink("micro-setup", scratch().path());
+    auto u = shm::Segment::unlink("micro-setup", shm::bench::process_scratch_root().path());
     if (!p || !c || !u) [[unlikely]] {
       state.SkipWithError("create/open/unlink failed");
       break;

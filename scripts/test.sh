@@ -14,7 +14,12 @@
 #
 # The sanitizer lanes build at -O1 (the sanitizers' own recommendation): at
 # -O2 their compile time doubles, and the build, not the tests, is what
-# bounds this command on a 2-core machine.
+# bounds this command on a 2-core machine. For the same reason every lane is a
+# unity build (CMAKE_UNITY_BUILD): the test binaries, shmctl, the sidecar and
+# the benchmarks compile a few sources per translation unit, so the headers
+# they share (gtest, nlohmann-json, CLI11, fmt) are parsed and their templates
+# instantiated once per batch instead of once per file. The library itself
+# opts out (libshm/CMakeLists.txt).
 #
 # Usage: scripts/test.sh [--lane normal|asan|tsan|fuzz|all]... [-- CTEST_ARGS...]
 #   e.g. scripts/test.sh --lane normal -- -L unit
@@ -199,7 +204,7 @@ run_lane() {
   if ! bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
-    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize"; then
+    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON; then
     result[$lane]=FAIL
     detail[$lane]="configure failed"
     total_failed=$((total_failed + 1))

@@ -165,6 +165,10 @@ class ScratchRoot {
   std::string path_;
 };
 
+// One scratch root per benchmark process, made on first use and removed at exit
+// (the micro benchmarks of every structure share it).
+ScratchRoot& process_scratch_root();
+
 // ---------------------------------------------------------------- processes
 
 class Peer {

@@ -71,6 +71,11 @@ ScratchRoot::~ScratchRoot() {
   std::filesystem::remove_all(path_, ec);
 }
 
+ScratchRoot& process_scratch_root() {
+  static ScratchRoot root;
+  return root;
+}
+
 // ---------------------------------------------------------------- processes
 
 Peer& Peer::operator=(Peer&& other) noexcept {

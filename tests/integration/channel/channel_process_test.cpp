@@ -29,15 +29,15 @@ class ChannelProcessTest : public ::testing::Test {
 };
 
 // What a consumer saw: payloads (checked) until a terminal outcome.
-struct Drained {
+struct ChannelDrained {
   std::uint64_t received = 0;
   bool intact = true;
   bool ended = false;
   std::optional<Error> error;
 };
 
-Drained drain(ChannelConsumer& c, std::size_t max_len) {
-  Drained d;
+ChannelDrained drain(ChannelConsumer& c, std::size_t max_len) {
+  ChannelDrained d;
   for (;;) {
     auto r = c.receive(30s);  // bounds a hang; a dead producer is noticed long before
     if (!r) {
@@ -102,7 +102,7 @@ TEST_P(ChannelProducerKilledTest, ConsumerGetsEveryCommittedPayloadThenProducerD
   producer.kill(SIGKILL);
   EXPECT_EQ(producer.wait(10s), 128 + SIGKILL);
   ASSERT_EQ(drained.wait_for(60s), std::future_status::ready) << "the consumer hung";
-  const Drained d = drained.get();
+  const ChannelDrained d = drained.get();
   EXPECT_TRUE(d.intact) << "a payload was out of order or damaged";
   EXPECT_EQ(d.received, fc.committed);
   ASSERT_TRUE(d.error.has_value()) << "expected ProducerDied, got end=" << d.ended;
@@ -135,7 +135,7 @@ TEST_P(ChannelProducerKilledTest, FaultedEndReleasesTheFinalEpochAndFreezesTheCo
   EXPECT_EQ(producer.wait(10s), 128 + SIGKILL);
   auto c = ChannelConsumer::open("fe");
   ASSERT_TRUE(c) << c.error().what();
-  const Drained d = drain(*c, kFaultMaxLen);
+  const ChannelDrained d = drain(*c, kFaultMaxLen);
   ASSERT_TRUE(d.error.has_value()) << "expected ProducerDied, got end=" << d.ended;
   ASSERT_EQ(d.error->code, Errc::ProducerDied) << d.error->what();
   EXPECT_EQ(d.received, fc.committed);
@@ -201,7 +201,7 @@ TEST_F(ChannelProcessTest, ConsumerArrivingAfterTheProducerWasKilledDrainsThenRe
   EXPECT_EQ(producer.wait(10s), 128 + SIGKILL);
   auto c = ChannelConsumer::open("late");
   ASSERT_TRUE(c) << c.error().what();
-  const Drained d = drain(*c, kFaultMaxLen);
+  const ChannelDrained d = drain(*c, kFaultMaxLen);
   EXPECT_TRUE(d.intact);
   EXPECT_EQ(d.received, 8u);
   ASSERT_TRUE(d.error.has_value());
@@ -216,7 +216,7 @@ TEST_F(ChannelProcessTest, ProducerProcessThatExitsWithoutFinishIsReported) {
   EXPECT_EQ(producer.wait(20s), 0) << producer.output();
   auto c = ChannelConsumer::open("dt");
   ASSERT_TRUE(c) << c.error().what();
-  const Drained d = drain(*c, kFaultMaxLen);
+  const ChannelDrained d = drain(*c, kFaultMaxLen);
   EXPECT_EQ(d.received, 3u);
   ASSERT_TRUE(d.error.has_value());
   EXPECT_EQ(d.error->code, Errc::ProducerDied);
@@ -232,7 +232,7 @@ TEST_F(ChannelProcessTest, ProducerProcessThatFinishesEndsTheStreamCleanly) {
   EXPECT_EQ(producer.wait(20s), 0) << producer.output();
   auto c = ChannelConsumer::open("fin");
   ASSERT_TRUE(c) << c.error().what();
-  const Drained d = drain(*c, kFaultMaxLen);
+  const ChannelDrained d = drain(*c, kFaultMaxLen);
   EXPECT_TRUE(d.intact);
   EXPECT_EQ(d.received, 6u);
   EXPECT_TRUE(d.ended);
@@ -280,7 +280,7 @@ TEST_F(ChannelProcessTest, SidecarReclaimOfADeadProducerMarksTheChannelAndTheCon
   EXPECT_NE(lines[0].find("drains 8 published"), std::string::npos) << lines[0];
   auto c = ChannelConsumer::open("rc");
   ASSERT_TRUE(c) << c.error().what();
-  const Drained d = drain(*c, kFaultMaxLen);
+  const ChannelDrained d = drain(*c, kFaultMaxLen);
   EXPECT_TRUE(d.intact);
   EXPECT_EQ(d.received, 8u) << "a FAULTED(producer died) lane still delivers what was published";
   ASSERT_TRUE(d.error.has_value());

@@ -56,19 +56,19 @@ Same same(const egress::Projection& p) {
               p.parked,     p.terminal,      p.retry,         p.next_due_ns, p.records};
 }
 
-struct CrashCase {
+struct EgressCrashCase {
   const char* point;
   bool rolls_forward;  // redo (the state after) rather than undo (before)
   std::function<void(egress::EgressCore&)> op;
 };
 
-class EgressCrashTest : public ::testing::TestWithParam<CrashCase> {
+class EgressCrashTest : public ::testing::TestWithParam<EgressCrashCase> {
  protected:
   test::TempRoot root_;
 };
 
 TEST_P(EgressCrashTest, KilledInsideTheLockLeavesTheStateBeforeOrAfterTheOperation) {
-  const CrashCase& c = GetParam();
+  const EgressCrashCase& c = GetParam();
   auto e = Egress::create("crashy", params());
   ASSERT_TRUE(e);
   std::vector<std::byte> buf;
@@ -112,13 +112,15 @@ TEST_P(EgressCrashTest, KilledInsideTheLockLeavesTheStateBeforeOrAfterTheOperati
 INSTANTIATE_TEST_SUITE_P(
     CrashPoints, EgressCrashTest,
     ::testing::Values(
-        CrashCase{"enqueue", false, [](egress::EgressCore& c) { (void)c.enqueue(kPayload, 20); }},
-        CrashCase{"claim", false, [](egress::EgressCore& c) { (void)c.claim(1); }},
-        CrashCase{"fail", false, [](egress::EgressCore& c) { (void)c.fail(1, 2, 20); }},
-        CrashCase{"ack", true, [](egress::EgressCore& c) { (void)c.ack(1, 3); }},
-        CrashCase{"retry-due", true, [](egress::EgressCore& c) { (void)c.retry_due(1, 1000); }},
-        CrashCase{"reconnect", true, [](egress::EgressCore& c) { (void)c.reconnect(2); }}),
-    [](const ::testing::TestParamInfo<CrashCase>& p) {
+        EgressCrashCase{"enqueue", false,
+                        [](egress::EgressCore& c) { (void)c.enqueue(kPayload, 20); }},
+        EgressCrashCase{"claim", false, [](egress::EgressCore& c) { (void)c.claim(1); }},
+        EgressCrashCase{"fail", false, [](egress::EgressCore& c) { (void)c.fail(1, 2, 20); }},
+        EgressCrashCase{"ack", true, [](egress::EgressCore& c) { (void)c.ack(1, 3); }},
+        EgressCrashCase{"retry-due", true,
+                        [](egress::EgressCore& c) { (void)c.retry_due(1, 1000); }},
+        EgressCrashCase{"reconnect", true, [](egress::EgressCore& c) { (void)c.reconnect(2); }}),
+    [](const ::testing::TestParamInfo<EgressCrashCase>& p) {
       std::string n = p.param.point;
       for (char& ch : n)
         if (ch == '-') ch = '_';

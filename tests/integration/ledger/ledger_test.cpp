@@ -4,6 +4,7 @@
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 
 #include <fmt/format.h>
@@ -22,9 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::contains;
 
 test::Subprocess worker(std::vector<std::string> args) {
   args.insert(args.begin(), test::helper_path("ledger_worker"));
@@ -164,20 +163,20 @@ TEST_F(LedgerProcessTest, CheckerFailsWhenNoSnapshotCouldBeVerified) {
 
 // ---------------------------------------------------------------- kill -9 inside the lock
 
-struct CrashCase {
+struct LedgerCrashCase {
   const char* point;
   std::int64_t used_after_repair;  // global bytes once the test reserved its second ticket
   std::int64_t reserved_after_repair;
   std::int64_t dead_owner_bytes;  // what reclaim then releases
 };
 
-class LedgerCrashTest : public ::testing::TestWithParam<CrashCase> {
+class LedgerCrashTest : public ::testing::TestWithParam<LedgerCrashCase> {
  protected:
   test::TempRoot root_;
 };
 
 TEST_P(LedgerCrashTest, ProcessKilledInsideTheCriticalSectionLeavesALedgerTheNextLockerRepairs) {
-  const CrashCase& c = GetParam();
+  const LedgerCrashCase& c = GetParam();
   LedgerConfig cfg;
   cfg.params = {10'000, 1'000, 32, 4, 4, 4};
   cfg.categories = {{"a", 5'000, Partition::Ordinary}};
@@ -273,18 +272,21 @@ TEST_P(LedgerCrashTest, ProcessKilledInsideTheCriticalSectionLeavesALedgerTheNex
   EXPECT_TRUE(after->empty()) << (*after)[0];
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    CrashPoints, LedgerCrashTest,
-    ::testing::Values(CrashCase{"reserve-published", 107, 107, 77},
-                      CrashCase{"reserve-counters", 107, 107, 77}, CrashCase{"commit", 85, 30, 55},
-                      CrashCase{"release", 30, 30, 0}, CrashCase{"replace", 85, 85, 55},
-                      CrashCase{"admit", 30, 30, 0}, CrashCase{"set-burst", 30, 30, 0},
-                      CrashCase{"set-rate", 30, 30, 0}, CrashCase{"release-orphan", 30, 30, 0}),
-    [](const ::testing::TestParamInfo<CrashCase>& param) {
-      std::string n = param.param.point;
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(CrashPoints, LedgerCrashTest,
+                         ::testing::Values(LedgerCrashCase{"reserve-published", 107, 107, 77},
+                                           LedgerCrashCase{"reserve-counters", 107, 107, 77},
+                                           LedgerCrashCase{"commit", 85, 30, 55},
+                                           LedgerCrashCase{"release", 30, 30, 0},
+                                           LedgerCrashCase{"replace", 85, 85, 55},
+                                           LedgerCrashCase{"admit", 30, 30, 0},
+                                           LedgerCrashCase{"set-burst", 30, 30, 0},
+                                           LedgerCrashCase{"set-rate", 30, 30, 0},
+                                           LedgerCrashCase{"release-orphan", 30, 30, 0}),
+                         [](const ::testing::TestParamInfo<LedgerCrashCase>& param) {
+                           std::string n = param.param.point;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // ---------------------------------------------------------------- repair that finds damage
 

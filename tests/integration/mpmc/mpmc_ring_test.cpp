@@ -4,6 +4,7 @@
 #include "common/mpmc_probe.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 
 #include <gtest/gtest.h>
@@ -17,9 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
+using test::bytes;
 
 class MpmcRingProcessTest : public ::testing::Test {
  protected:

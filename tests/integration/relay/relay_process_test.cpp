@@ -28,7 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::Subprocess;
 
-Subprocess peer(std::vector<std::string> args) {
+Subprocess relay_peer(std::vector<std::string> args) {
   args.insert(args.begin(), test::helper_path("relay_peer"));
   return Subprocess(std::move(args));
 }
@@ -42,7 +42,7 @@ class RelayProcessTest : public ::testing::Test {
   test::TempRoot root_;
 };
 
-struct CrashCase {
+struct RelayCrashCase {
   test_hooks::RelayCrashPoint point;
   const char* name;
   // What a fresh reader drains after the repair: (key, byte of every value byte).
@@ -55,7 +55,7 @@ struct CrashCase {
 // derived state matches the entry table (verify), and nothing else changes.
 TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
   using P = test_hooks::RelayCrashPoint;
-  const std::vector<CrashCase> cases = {
+  const std::vector<RelayCrashCase> cases = {
       {P::MergeIntentFilling, "MergeIntentFilling", {{1, 0xAA}, {3, 0xCC}}, false},
       {P::MergeIntentValid, "MergeIntentValid", {{1, 0xBB}, {3, 0xCC}}, false},
       {P::MergeMidValue, "MergeMidValue", {{1, 0xBB}, {3, 0xCC}}, false},
@@ -67,7 +67,7 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
       {P::CommitMidEntries, "CommitMidEntries", {{3, 0xCC}}, true},
   };
   ASSERT_EQ(static_cast<int>(cases.size()), test_hooks::kRelayCrashPoints);
-  for (const CrashCase& c : cases) {
+  for (const RelayCrashCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string name = std::string("crash-") + c.name;
     RelayConfig cfg;
@@ -81,7 +81,7 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
       ASSERT_TRUE(w->write(1, bytes64(0xAA)));
       ASSERT_TRUE(w->write(3, bytes64(0xCC)));
     }
-    auto helper = peer({"crash", name, std::to_string(static_cast<int>(c.point))});
+    auto helper = relay_peer({"crash", name, std::to_string(static_cast<int>(c.point))});
     ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
     helper.kill(SIGKILL);
     ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
@@ -135,7 +135,7 @@ TEST_F(RelayProcessTest, OpeningWithAPolicyIdNotRegisteredInThisProcessIsATypedE
   cfg.policy = keep_first.id;
   auto w = RelayWriter::create("custom", cfg);
   ASSERT_TRUE(w) << w.error().what();
-  auto helper = peer({"open", "custom"});
+  auto helper = relay_peer({"open", "custom"});
   EXPECT_EQ(helper.wait(20s), 1) << helper.output();
   EXPECT_NE(helper.output().find("UnknownPolicy: "), std::string::npos) << helper.output();
   EXPECT_NE(helper.output().find("merge policy id 1101 is not registered"), std::string::npos)
@@ -321,12 +321,13 @@ void run_chaos(const std::string& name, PolicyId policy, Overflow overflow, unsi
   auto wlog = [&](int w) { return dir + "/" + name + ".w" + std::to_string(w); };
   std::vector<std::optional<Subprocess>> writers(kWriters);
   auto start_writer = [&](int w) {
-    writers[w].emplace(peer({"writer", name, std::to_string(w), std::to_string(count), wlog(w)}));
+    writers[w].emplace(
+        relay_peer({"writer", name, std::to_string(w), std::to_string(count), wlog(w)}));
   };
   for (int w = 0; w < kWriters; ++w) start_writer(w);
   std::optional<Subprocess> reader;
   auto start_reader = [&] {
-    reader.emplace(peer({"reader", name, rlog, std::to_string(rng())}));
+    reader.emplace(relay_peer({"reader", name, rlog, std::to_string(rng())}));
     ASSERT_TRUE(reader->wait_for_line("started", 20s)) << reader->output();
   };
   start_reader();
@@ -354,7 +355,7 @@ void run_chaos(const std::string& name, PolicyId policy, Overflow overflow, unsi
   }
   reader->kill(SIGKILL);  // mid-drain perhaps: the final reader gets back what it held
   (void)reader->wait(20s);
-  Subprocess final_reader = peer({"reader", name, rlog, "7", "final"});
+  Subprocess final_reader = relay_peer({"reader", name, rlog, "7", "final"});
   ASSERT_EQ(final_reader.wait(60s), 0) << final_reader.output();
   ++reader_kills;
 

@@ -6,6 +6,7 @@
 // every other loss, duplicate, reordering or corruption.
 #include "common/log_dir.hpp"
 #include "common/subprocess.hpp"
+#include "common/text.hpp"
 #include "helpers/fanout/fanout_items.hpp"
 
 #include <gtest/gtest.h>
@@ -35,9 +36,7 @@ class SoakFanoutVerifier : public ::testing::Test {
   }
 };
 
-bool has(const std::string& out, const std::string& what) {
-  return out.find(what) != std::string::npos;
-}
+using test::contains;
 
 TEST_F(SoakFanoutVerifier, AcceptsEveryItemOnceSplitAcrossConsumers) {
   producer(6);
@@ -46,8 +45,9 @@ TEST_F(SoakFanoutVerifier, AcceptsEveryItemOnceSplitAcrossConsumers) {
             "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 3 0\nI 0 4 2\nI 0 5 1\nX 4\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out, "messages: 6 delivered, 0 duplicated")) << out;
-  EXPECT_TRUE(has(out, "lost to consumer kills: 0 (0 in a killed consumer's hand, 0 lost mid-pop)"))
+  EXPECT_TRUE(contains(out, "messages: 6 delivered, 0 duplicated")) << out;
+  EXPECT_TRUE(
+      contains(out, "lost to consumer kills: 0 (0 in a killed consumer's hand, 0 lost mid-pop)"))
       << out;
 }
 
@@ -61,8 +61,9 @@ TEST_F(SoakFanoutVerifier, AcceptsALostItemTheKilledConsumerHeldInItsHand) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nF 1003\nI 0 4 2\nX 2\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out, "messages: 5 delivered")) << out;
-  EXPECT_TRUE(has(out, "lost to consumer kills: 1 (1 in a killed consumer's hand, 0 lost mid-pop)"))
+  EXPECT_TRUE(contains(out, "messages: 5 delivered")) << out;
+  EXPECT_TRUE(
+      contains(out, "lost to consumer kills: 1 (1 in a killed consumer's hand, 0 lost mid-pop)"))
       << out;
 }
 
@@ -75,7 +76,7 @@ TEST_F(SoakFanoutVerifier, AcceptsALostItemTheKilledConsumerHadCopiedMidPop) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out, "lost to consumer kills: 1 (1 in a killed consumer's hand")) << out;
+  EXPECT_TRUE(contains(out, "lost to consumer kills: 1 (1 in a killed consumer's hand")) << out;
 }
 
 TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutEvidenceEvenAfterConsumerKills) {
@@ -89,7 +90,8 @@ TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutEvidenceEvenAfterConsumerKills
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nI 0 4 2\nL 0 0 0 0\nX 2\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 3)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 3)"))
+      << out;
 }
 
 TEST_F(SoakFanoutVerifier, RejectsTwoLostItemsForOneKill) {
@@ -100,7 +102,8 @@ TEST_F(SoakFanoutVerifier, RejectsTwoLostItemsForOneKill) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 4)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 4)"))
+      << out;
 }
 
 TEST_F(SoakFanoutVerifier, RejectsAHandThatNoKilledIncarnationLeft) {
@@ -111,7 +114,8 @@ TEST_F(SoakFanoutVerifier, RejectsAHandThatNoKilledIncarnationLeft) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 1 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 2)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 2)"))
+      << out;
 }
 
 TEST_F(SoakFanoutVerifier, AcceptsALossMidPopOnlyWhenItsRingCountedALostPop) {
@@ -130,11 +134,13 @@ TEST_F(SoakFanoutVerifier, AcceptsALossMidPopOnlyWhenItsRingCountedALostPop) {
   logs(prio);
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out, "lost to consumer kills: 1 (0 in a killed consumer's hand, 1 lost mid-pop)"))
+  EXPECT_TRUE(
+      contains(out, "lost to consumer kills: 1 (0 in a killed consumer's hand, 1 lost mid-pop)"))
       << out;
   logs((prio + 1) % 4);  // the lost pop was counted in another ring
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 2)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 2)"))
+      << out;
 }
 
 TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutAnyConsumerKill) {
@@ -143,7 +149,8 @@ TEST_F(SoakFanoutVerifier, RejectsALostItemWithoutAnyConsumerKill) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nX 1\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 1)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 item(s) lost without evidence (producer 0 seq 1)"))
+      << out;
 }
 
 TEST_F(SoakFanoutVerifier, AcceptsTheItemAKilledProducerHadInFlightEitherWay) {
@@ -154,9 +161,9 @@ TEST_F(SoakFanoutVerifier, AcceptsTheItemAKilledProducerHadInFlightEitherWay) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 5 0\nI 0 6 2\nI 0 7 1\nX 3\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out,
-                  "in flight at a producer kill (published once or not at all): 1 "
-                  "published, 1 not (2 producer kill(s))"))
+  EXPECT_TRUE(contains(out,
+                       "in flight at a producer kill (published once or not at all): 1 "
+                       "published, 1 not (2 producer kill(s))"))
       << out;
 }
 
@@ -167,7 +174,7 @@ TEST_F(SoakFanoutVerifier, RejectsADuplicateEvenAfterAConsumerKill) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nI 0 2 3\nI 0 1 2\nX 2\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: producer 0: 1 duplicate deliveries (seq 1)")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: producer 0: 1 duplicate deliveries (seq 1)")) << out;
 }
 
 TEST_F(SoakFanoutVerifier, RejectsItemsOutOfSubmissionOrderWithinAPriority) {
@@ -176,9 +183,9 @@ TEST_F(SoakFanoutVerifier, RejectsItemsOutOfSubmissionOrderWithinAPriority) {
   dir.write("fanout-consumer-1.log", "\nS 201 1000\nX 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out,
-                  "fanout-consumer-0: 1 item(s) out of submission order within a priority "
-                  "(first: incarnation 0: producer 0 priority 1: seq 1 after 2)"))
+  EXPECT_TRUE(contains(out,
+                       "fanout-consumer-0: 1 item(s) out of submission order within a priority "
+                       "(first: incarnation 0: producer 0 priority 1: seq 1 after 2)"))
       << out;
 }
 
@@ -190,14 +197,15 @@ TEST_F(SoakFanoutVerifier, RejectsCorruptAndUnknownItemsAndUncleanStops) {
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
   EXPECT_TRUE(
-      has(out, "fanout-consumer-0: corrupt item (reason producer seq priority): body 0 1 1"))
+      contains(out, "fanout-consumer-0: corrupt item (reason producer seq priority): body 0 1 1"))
       << out;
-  EXPECT_TRUE(has(out,
-                  "producer 0: 1 item(s) delivered that were never submitted (it stopped at "
-                  "3): seq 7"))
+  EXPECT_TRUE(contains(out,
+                       "producer 0: 1 item(s) delivered that were never submitted (it stopped at "
+                       "3): seq 7"))
       << out;
-  EXPECT_TRUE(has(out, "fanout-consumer-1: item from producer 4 seq 0: no such producer")) << out;
-  EXPECT_TRUE(has(out, "fanout-consumer-1: did not drain and stop cleanly")) << out;
+  EXPECT_TRUE(contains(out, "fanout-consumer-1: item from producer 4 seq 0: no such producer"))
+      << out;
+  EXPECT_TRUE(contains(out, "fanout-consumer-1: did not drain and stop cleanly")) << out;
 }
 
 }  // namespace

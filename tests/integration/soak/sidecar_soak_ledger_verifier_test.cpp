@@ -5,6 +5,7 @@
 #include "common/log_dir.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "soak/soak_ledger.hpp"
 
 #include <gtest/gtest.h>
@@ -23,9 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool has(const std::string& out, const std::string& what) {
-  return out.find(what) != std::string::npos;
-}
+using test::contains;
 
 class SoakLedgerVerifier : public ::testing::Test {
  protected:
@@ -78,12 +77,13 @@ TEST_F(SoakLedgerVerifier, AcceptsALedgerBackAtZeroAndCleanLogs) {
       "actions=\"slot 4 (pid 9) generation 2: released 2 tickets (10 bytes), closed 2 pools\"\n");
   std::string out;
   EXPECT_EQ(verify(out), 0) << out;
-  EXPECT_TRUE(has(out, "their tickets reclaimed: 0, 18 of them by the sidecar")) << out;
-  EXPECT_TRUE(has(out, "operations: 3 (1 reserves, 1 commits, 0 replaces, 1 releases")) << out;
-  EXPECT_TRUE(has(out, "killed workers: 1;")) << out;
-  EXPECT_TRUE(has(out,
-                  "never over a limit: 912 samples (55 verified against the tickets, 7 skipped: "
-                  "4 busy, 3 in progress), 0 violations"))
+  EXPECT_TRUE(contains(out, "their tickets reclaimed: 0, 18 of them by the sidecar")) << out;
+  EXPECT_TRUE(contains(out, "operations: 3 (1 reserves, 1 commits, 0 replaces, 1 releases")) << out;
+  EXPECT_TRUE(contains(out, "killed workers: 1;")) << out;
+  EXPECT_TRUE(
+      contains(out,
+               "never over a limit: 912 samples (55 verified against the tickets, 7 skipped: "
+               "4 busy, 3 in progress), 0 violations"))
       << out;
 }
 
@@ -96,15 +96,15 @@ TEST_F(SoakLedgerVerifier, RejectsAChargeStillHeld) {
   ASSERT_TRUE(t && t->has_value());
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out,
-                  "VIOLATION: global: used 900 reserved 900 tickets 1 after every worker "
-                  "stopped"))
+  EXPECT_TRUE(contains(out,
+                       "VIOLATION: global: used 900 reserved 900 tickets 1 after every worker "
+                       "stopped"))
       << out;
-  EXPECT_TRUE(has(out, "VIOLATION: category 'meta': used 900")) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: pool 'leaky' is still open")) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 1 ticket(s) still live")) << out;
-  EXPECT_TRUE(has(out, "is live: owner slot")) << out;
-  EXPECT_TRUE(has(out, "category 1, 900 bytes")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: category 'meta': used 900")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: pool 'leaky' is still open")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 1 ticket(s) still live")) << out;
+  EXPECT_TRUE(contains(out, "is live: owner slot")) << out;
+  EXPECT_TRUE(contains(out, "category 1, 900 bytes")) << out;
 }
 
 TEST_F(SoakLedgerVerifier, RejectsTicketsOfAKilledProcessNobodyReclaimed) {
@@ -119,10 +119,10 @@ TEST_F(SoakLedgerVerifier, RejectsTicketsOfAKilledProcessNobodyReclaimed) {
   EXPECT_EQ(holder.wait(20s), 128 + SIGKILL);
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: verify: 3 tickets (300 bytes) belong to attachment slot"))
+  EXPECT_TRUE(contains(out, "VIOLATION: verify: 3 tickets (300 bytes) belong to attachment slot"))
       << out;
-  EXPECT_TRUE(has(out, "pending reclaim")) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: 3 ticket(s) still live")) << out;
+  EXPECT_TRUE(contains(out, "pending reclaim")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: 3 ticket(s) still live")) << out;
 }
 
 TEST_F(SoakLedgerVerifier, RejectsViolationsTheProcessesLogged) {
@@ -137,11 +137,11 @@ TEST_F(SoakLedgerVerifier, RejectsViolationsTheProcessesLogged) {
             "X 400 25 1 0 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger-worker-0: pool 'w0.100.a' account 'data': used 5"))
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger-worker-0: pool 'w0.100.a' account 'data': used 5"))
       << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger-worker-0: did not stop cleanly")) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: sample 9: global: used 99000")) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: 1 violation(s) while sampling")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger-worker-0: did not stop cleanly")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger-checker: sample 9: global: used 99000")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger-checker: 1 violation(s) while sampling")) << out;
 }
 
 // Samples whose snapshot could not be had verified nothing: a checker that
@@ -155,13 +155,14 @@ TEST_F(SoakLedgerVerifier, RejectsACheckerThatVerifiedNoSnapshot) {
             "\nS 102 1000\nF 1001\nP 256 0 0 16\n\nS 103 2000\nF 2001\nX 300 0 0 2 16\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out,
-                  "VIOLATION: ledger-checker: no snapshot could be verified against the tickets "
-                  "(34 skipped: 2 with writers too busy, 32 with a mutation in progress)"))
+  EXPECT_TRUE(
+      contains(out,
+               "VIOLATION: ledger-checker: no snapshot could be verified against the tickets "
+               "(34 skipped: 2 with writers too busy, 32 with a mutation in progress)"))
       << out;
-  EXPECT_TRUE(has(out,
-                  "556 samples (0 verified against the tickets, 34 skipped: 2 busy, 32 in "
-                  "progress)"))
+  EXPECT_TRUE(contains(out,
+                       "556 samples (0 verified against the tickets, 34 skipped: 2 busy, 32 in "
+                       "progress)"))
       << out;
 }
 
@@ -191,9 +192,9 @@ TEST_F(SoakLedgerVerifier, CheckerOfAStalledLedgerVerifiesNothingAndTheRunIsReje
     std::ifstream in(log);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  while (!has(text(), "\nP 256 ") && std::chrono::steady_clock::now() < deadline)
+  while (!contains(text(), "\nP 256 ") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(has(text(), "\nP 256 0 0 16\n")) << text();
+  ASSERT_TRUE(contains(text(), "\nP 256 0 0 16\n")) << text();
   checker.kill(SIGTERM);
   ASSERT_EQ(checker.wait(60s), 0);
   unsigned long long samples = 0, verified = 1, over = 1, busy = 1, in_progress = 0;
@@ -212,9 +213,9 @@ TEST_F(SoakLedgerVerifier, CheckerOfAStalledLedgerVerifiesNothingAndTheRunIsReje
 
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out,
-                  "VIOLATION: ledger-checker: no snapshot could be verified against the "
-                  "tickets"))
+  EXPECT_TRUE(contains(out,
+                       "VIOLATION: ledger-checker: no snapshot could be verified against the "
+                       "tickets"))
       << out;
 }
 
@@ -226,13 +227,14 @@ TEST_F(SoakLedgerVerifier, RejectsACheckerStopLineWithoutItsSkipCounts) {
   dir.write("ledger-checker.log", "\nS 102 1000\nF 1001\nX 400 25 0\n");
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger-checker: X line of incarnation 0 has 2 fields")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger-checker: X line of incarnation 0 has 2 fields"))
+      << out;
 }
 
 TEST_F(SoakLedgerVerifier, RejectsAMissingLedger) {
   std::string out;
   EXPECT_EQ(verify(out), 1) << out;
-  EXPECT_TRUE(has(out, "VIOLATION: ledger 'soak.ledger': ")) << out;
+  EXPECT_TRUE(contains(out, "VIOLATION: ledger 'soak.ledger': ")) << out;
 }
 
 }  // namespace

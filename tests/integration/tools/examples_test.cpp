@@ -20,7 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::Subprocess;
 
-constexpr auto kDeadline = 120s;
+constexpr auto kExampleDeadline = 120s;
 
 class ExamplesTest : public ::testing::Test {
  protected:
@@ -48,10 +48,10 @@ class ExamplesTest : public ::testing::Test {
   static void kill_producer_mid_stream(const std::string& name) {
     auto producer = start("channel_producer", {"--name", name, "--count", "1000000000", "--timeout",
                                                "60", "--progress", "1000"});
-    ASSERT_TRUE(producer.wait_for_text("channel_producer: 1000 messages sent\n", kDeadline))
+    ASSERT_TRUE(producer.wait_for_text("channel_producer: 1000 messages sent\n", kExampleDeadline))
         << producer.output();
     producer.kill(SIGKILL);
-    (void)producer.wait(kDeadline);
+    (void)producer.wait(kExampleDeadline);
   }
 
   test::TempRoot root_;
@@ -64,8 +64,8 @@ TEST_F(ExamplesTest, ConsumerVerifiesMixedSizeStreamFromProducerProcess) {
                               count, "--min-size", "1", "--max-size", "4096"});
   auto producer = start("ring_producer", {"--name", "mixed", "--count", count, "--min-size", "1",
                                           "--max-size", "4096"});
-  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
-  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kExampleDeadline), 0) << consumer.output();
   EXPECT_NE(consumer.output().find("received " + count + " messages"), std::string::npos)
       << consumer.output();
   EXPECT_NE(consumer.output().find("verification OK: 0 lost, 0 duplicated, 0 corrupt"),
@@ -81,17 +81,17 @@ TEST_F(ExamplesTest, SpinModeWithBatchedCommitsDeliversEveryMessage) {
   auto producer =
       start("ring_producer", {"--name", "spin", "--create", "--capacity", "64KiB", "--spin",
                               "--batch", "16", "--count", count, "--size", "100"});
-  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
-  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kExampleDeadline), 0) << consumer.output();
   EXPECT_NE(consumer.output().find("verification OK"), std::string::npos) << consumer.output();
 }
 
 TEST_F(ExamplesTest, ConsumerFailsWhenPayloadSizesDisagreeWithTheProducer) {
   auto producer =
       start("ring_producer", {"--name", "sizes", "--create", "--count", "100", "--size", "10"});
-  ASSERT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
   auto consumer = start("ring_consumer", {"--name", "sizes", "--size", "11"});
-  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_EQ(consumer.wait(kExampleDeadline), 1) << consumer.output();
   EXPECT_NE(consumer.output().find("verification FAILED: 0 lost, 0 duplicated, 100 corrupt"),
             std::string::npos)
       << consumer.output();
@@ -99,27 +99,27 @@ TEST_F(ExamplesTest, ConsumerFailsWhenPayloadSizesDisagreeWithTheProducer) {
 
 TEST_F(ExamplesTest, ConsumerFailsWhenTheStreamIsShorterThanExpected) {
   auto producer = start("ring_producer", {"--name", "short", "--create", "--count", "50"});
-  ASSERT_EQ(producer.wait(kDeadline), 0) << producer.output();
+  ASSERT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
   auto consumer = start("ring_consumer", {"--name", "short", "--count", "51"});
-  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_EQ(consumer.wait(kExampleDeadline), 1) << consumer.output();
   EXPECT_NE(consumer.output().find("verification FAILED"), std::string::npos) << consumer.output();
 }
 
 TEST_F(ExamplesTest, OpenerGivesUpWhenTheRingNeverAppears) {
   auto consumer = start("ring_consumer", {"--name", "absent", "--timeout", "0.2"});
-  EXPECT_EQ(consumer.wait(kDeadline), 3) << consumer.output();
+  EXPECT_EQ(consumer.wait(kExampleDeadline), 3) << consumer.output();
 }
 
 TEST_F(ExamplesTest, ProducerRefusesANameStartingWithADash) {
   auto producer = start("ring_producer", {"--name=-x", "--create", "--count", "1"});
-  EXPECT_NE(producer.wait(kDeadline), 0) << producer.output();
+  EXPECT_NE(producer.wait(kExampleDeadline), 0) << producer.output();
   EXPECT_FALSE(std::filesystem::exists(root_.file("-x")));
 }
 
 TEST_F(ExamplesTest, ProducerRejectsMessagesLargerThanTheRing) {
   auto producer = start("ring_producer", {"--name", "small", "--create", "--capacity", "1KiB",
                                           "--count", "1", "--size", "600"});
-  EXPECT_EQ(producer.wait(kDeadline), 2) << producer.output();
+  EXPECT_EQ(producer.wait(kExampleDeadline), 2) << producer.output();
 }
 
 TEST_F(ExamplesTest, ChannelConsumerVerifiesAStreamThatRotatesThroughEveryPage) {
@@ -130,8 +130,8 @@ TEST_F(ExamplesTest, ChannelConsumerVerifiesAStreamThatRotatesThroughEveryPage) 
                                  "16384", "--descriptors", "256", "--ring", "1024", "--quiet"});
   auto producer = start("channel_producer", {"--name", "chan", "--count", count, "--min-size", "8",
                                              "--max-size", "300"});
-  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
-  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kExampleDeadline), 0) << consumer.output();
   EXPECT_NE(consumer.output().find("stream ended cleanly: " + count + " messages"),
             std::string::npos)
       << consumer.output();
@@ -143,7 +143,7 @@ TEST_F(ExamplesTest, ChannelConsumerReportsAProducerKilledMidStream) {
   auto consumer =
       start("channel_consumer", {"--name", "killed", "--create", "--quiet", "--timeout", "60"});
   ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("killed"));
-  EXPECT_EQ(consumer.wait(kDeadline), 3) << "3 is ProducerDied; " << consumer.output();
+  EXPECT_EQ(consumer.wait(kExampleDeadline), 3) << "3 is ProducerDied; " << consumer.output();
 }
 
 TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer) {
@@ -154,8 +154,8 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
              "256", "--ring", "1024", "--quiet", "--coalesce", "64", "--coalesce-us", "50"});
   auto producer = start("channel_producer", {"--name", "coal", "--count", count, "--min-size", "8",
                                              "--max-size", "300"});
-  EXPECT_EQ(producer.wait(kDeadline), 0) << producer.output();
-  ASSERT_EQ(consumer.wait(kDeadline), 0) << consumer.output();
+  EXPECT_EQ(producer.wait(kExampleDeadline), 0) << producer.output();
+  ASSERT_EQ(consumer.wait(kExampleDeadline), 0) << consumer.output();
   EXPECT_NE(consumer.output().find("stream ended cleanly: " + count + " messages"),
             std::string::npos)
       << consumer.output();
@@ -164,7 +164,7 @@ TEST_F(ExamplesTest, CoalescingConsumerVerifiesAStreamAndLearnsOfAKilledProducer
   auto waiting = start("channel_consumer", {"--name", "coal-killed", "--create", "--quiet",
                                             "--timeout", "60", "--coalesce", "4096"});
   ASSERT_NO_FATAL_FAILURE(kill_producer_mid_stream("coal-killed"));
-  EXPECT_EQ(waiting.wait(kDeadline), 3) << "3 is ProducerDied; " << waiting.output();
+  EXPECT_EQ(waiting.wait(kExampleDeadline), 3) << "3 is ProducerDied; " << waiting.output();
 }
 
 TEST_F(ExamplesTest, ChannelConsumerRejectsACoalescingOutsideTheRing) {
@@ -172,7 +172,7 @@ TEST_F(ExamplesTest, ChannelConsumerRejectsACoalescingOutsideTheRing) {
   Subprocess consumer({"/bin/sh", "-c",
                        test::bin_path("channel_consumer") +
                            " --name bad-coal --create --ring 1024 --coalesce 2048 --quiet 2>&1"});
-  EXPECT_EQ(consumer.wait(kDeadline), 1) << consumer.output();
+  EXPECT_EQ(consumer.wait(kExampleDeadline), 1) << consumer.output();
   EXPECT_NE(consumer.output().find("coalescing of 2048 descriptors is outside [1, 1024]"),
             std::string::npos)
       << consumer.output();

@@ -3,6 +3,7 @@
 // every kind of bad input (missing, invalid name, bad usage, corrupt files).
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
@@ -50,7 +51,7 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr auto kDeadline = 30s;
+constexpr auto kShmctlDeadline = 30s;
 
 struct CliResult {
   int code = -1;
@@ -67,9 +68,7 @@ std::ostream& operator<<(std::ostream& os, const CliResult& r) {
   return os << "exit " << r.code << "\n--- stdout ---\n" << r.out << "--- stderr ---\n" << r.err;
 }
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
+using test::bytes;
 
 // Writes raw bytes into a segment file, as a buggy or hostile process could.
 void patch(const std::string& path, std::size_t offset, const void* data, std::size_t size) {
@@ -131,7 +130,7 @@ class ShmctlTest : public ::testing::Test {
     }
     test::Subprocess p(argv);
     CliResult r;
-    r.code = p.wait(kDeadline);
+    r.code = p.wait(kShmctlDeadline);
     r.out = p.output();
     std::ifstream in(err_path);
     r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -160,7 +159,7 @@ class ShmctlTest : public ::testing::Test {
   void make_abandoned_ring(const std::string& name, int records = 0) {
     test::Subprocess helper(
         {test::helper_path("shmctl_ring"), root_.path(), name, "abandon", std::to_string(records)});
-    ASSERT_EQ(helper.wait(kDeadline), 0) << helper.output();
+    ASSERT_EQ(helper.wait(kShmctlDeadline), 0) << helper.output();
   }
 
   void make_file(const std::string& name, const std::string& content) {
@@ -227,7 +226,7 @@ class ShmctlTest : public ::testing::Test {
   Holder ledger_holder(const std::string& name, int count, std::int64_t bytes) {
     test::Subprocess p({test::helper_path("ledger_worker"), "hold", name, "p",
                         std::to_string(count), std::to_string(bytes)});
-    EXPECT_TRUE(p.wait_for_line("ready", kDeadline)) << p.output();
+    EXPECT_TRUE(p.wait_for_line("ready", kShmctlDeadline)) << p.output();
     unsigned n = 0, slot = 0, generation = 0;
     long long total = 0;
     EXPECT_EQ(std::sscanf(p.output().c_str(), "held %u %lld %u %u", &n, &total, &slot, &generation),
@@ -238,7 +237,7 @@ class ShmctlTest : public ::testing::Test {
 
   static void kill9(Holder& h) {
     h.process.kill(SIGKILL);
-    ASSERT_EQ(h.process.wait(kDeadline), 128 + SIGKILL);
+    ASSERT_EQ(h.process.wait(kShmctlDeadline), 128 + SIGKILL);
   }
 
   // Tickets and bytes of one owner, from the ticket table.
@@ -1123,7 +1122,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   make_abandoned_ring("abandoned");  // creator and both holders dead
   {
     test::Subprocess helper({test::helper_path("shmctl_ring"), root_.path(), "orphan", "create"});
-    ASSERT_EQ(helper.wait(kDeadline), 0);  // creator dead, never attached
+    ASSERT_EQ(helper.wait(kShmctlDeadline), 0);  // creator dead, never attached
   }
   make_abandoned_ring("taken-over");
   RingConsumer live_consumer = open_consumer("taken-over");  // a live attacher, creator dead

@@ -15,7 +15,7 @@
 // checks the protocol's order of steps, not the hardware's reordering of
 // relaxed accesses (the labels' acquire/release pairs and TSan cover that).
 //
-// The checker proves it can fail: each Bug below is a protocol mistake
+// The checker proves it can fail: each InjectedBug below is a protocol mistake
 // injected into the model (a wrong step order, an off-by-one quota), and the
 // suite requires the checker to find a violating interleaving for each.
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@
 namespace shm {
 namespace {
 
-enum class Bug : std::uint8_t {
+enum class InjectedBug : std::uint8_t {
   None,
   QuotaOffByOne,          // the producer allows active + 1 <= released + P (P + 1 live pages)
   RebindBeforeQuota,      // seal and rebind first, acquire-load released_epoch [A] after
@@ -47,23 +47,23 @@ enum class Bug : std::uint8_t {
   FlagAfterRecheck,          // a parking producer re-checks, then announces itself [D2']
 };
 
-constexpr std::string_view to_string(Bug b) {
+constexpr std::string_view bug_name(InjectedBug b) {
   switch (b) {
-    case Bug::None:
+    case InjectedBug::None:
       return "none";
-    case Bug::QuotaOffByOne:
+    case InjectedBug::QuotaOffByOne:
       return "quota off by one";
-    case Bug::RebindBeforeQuota:
+    case InjectedBug::RebindBeforeQuota:
       return "rebind before the quota check";
-    case Bug::SealBeforeQuota:
+    case InjectedBug::SealBeforeQuota:
       return "seal before the quota check";
-    case Bug::ReleaseBeforeGiveBack:
+    case InjectedBug::ReleaseBeforeGiveBack:
       return "release before give-back";
-    case Bug::DescriptorBeforeCell:
+    case InjectedBug::DescriptorBeforeCell:
       return "descriptor before cell";
-    case Bug::DiedReleasesOnlyItsEpoch:
+    case InjectedBug::DiedReleasesOnlyItsEpoch:
       return "faulted end releases only the consumer's epoch";
-    case Bug::FlagAfterRecheck:
+    case InjectedBug::FlagAfterRecheck:
       return "parked flag after the re-check";
   }
   return "?";
@@ -76,14 +76,14 @@ struct Config {
   std::uint8_t messages;  // payloads the producer sends before finish()
   bool death;             // the producer may die at any step (once)
   bool blocking = false;  // a refused producer parks (reserve/send) instead of retrying
-  Bug bug = Bug::None;
+  InjectedBug bug = InjectedBug::None;
 };
 
 constexpr int kMaxPages = 4;
 constexpr int kMaxCells = 2;
 constexpr int kMaxRing = 4;
 
-// Slot states, terminal words.
+// ModelSlot states, terminal words.
 constexpr std::uint8_t kUnbound = 0, kOpen = 1, kSealed = 2;
 constexpr std::uint8_t kWordOpen = 0, kWordClean = 1, kWordFaulted = 2;  // Faulted: producer died
 
@@ -98,7 +98,7 @@ enum : std::uint8_t {
   P_REBIND,     // relaxed stores of the successor binding (epoch, first, published = 0)
   P_OPEN,       // [B] release state = Open
   P_ACTIVE,     // relaxed store of active_epoch (observers; the faulted end reads it)
-  P_CHECK_REL,  // (Bug::RebindBeforeQuota only) [A] after the rebind
+  P_CHECK_REL,  // (InjectedBug::RebindBeforeQuota only) [A] after the rebind
   P_WRITE,      // payload + cell (plain writes)
   P_PUBLISH,    // [P] release published
   P_DESC,       // descriptor (plain write)
@@ -144,7 +144,7 @@ enum : std::uint8_t {
 constexpr std::uint8_t kOutcomeNone = 0, kOutcomeEnd = 1, kOutcomeDied = 2;
 
 #pragma pack(push, 1)
-struct Slot {
+struct ModelSlot {
   std::uint8_t epoch;
   std::uint8_t state;
   std::uint8_t first;
@@ -159,7 +159,7 @@ struct State {
   // shared (the segment)
   std::uint8_t tail, head, released, active, word, dead;
   std::uint8_t space_signal, producer_parked;
-  std::array<Slot, kMaxPages> slots;
+  std::array<ModelSlot, kMaxPages> slots;
   std::array<std::uint8_t, kMaxRing> ring_seq, ring_epoch;
   // producer
   std::uint8_t ppc, p_active, p_pub, p_sent, p_cached_head, p_cached_rel, p_wrote;
@@ -188,9 +188,9 @@ struct Step {
   std::string violation;  // empty: none
 };
 
-class Model {
+class InterleavingModel {
  public:
-  explicit Model(const Config& c) : c_(c) {}
+  explicit InterleavingModel(const Config& c) : c_(c) {}
 
   // Every step enabled in `s` (empty: a final state).
   std::vector<Step> steps(const State& s) const {
@@ -244,7 +244,7 @@ class Model {
       return "the slot of epoch " + std::to_string(s.c_epoch) +
              " was rebound while the consumer reads it";
     if (s.c_lease) {
-      const Slot& sl = s.slots[s.c_epoch % P];
+      const ModelSlot& sl = s.slots[s.c_epoch % P];
       const int cell = s.c_head - s.c_first;
       if (sl.cell_epoch[cell] != s.c_epoch || sl.cell_seq[cell] != s.c_head)
         return "the payload of the lease in hand (sequence " + std::to_string(s.c_head) +
@@ -277,7 +277,7 @@ class Model {
     const int P = c_.pages;
     auto& slot = n.slots[n.p_active % P];
     const auto quota_ok = [&](int released) {
-      return c_.bug == Bug::QuotaOffByOne ? n.p_active + 1 <= released + P
+      return c_.bug == InjectedBug::QuotaOffByOne ? n.p_active + 1 <= released + P
                                           : n.p_active + 1 < released + P;
     };
     const auto refuse = [&](const char* why) {
@@ -287,7 +287,7 @@ class Model {
         n.ppc = P_START;  // try_send again
       else
         n.ppc = !n.p_parking                      ? P_PARK_SEEN
-                : c_.bug == Bug::FlagAfterRecheck ? P_PARK_FLAG
+                : c_.bug == InjectedBug::FlagAfterRecheck ? P_PARK_FLAG
                                                   : P_SLEEP;
     };
     const auto to_write = [&] { return n.p_parking ? P_UNPARK : P_WRITE; };
@@ -312,7 +312,7 @@ class Model {
         st.label = "producer: fits the active page?";
         if (n.p_pub < c_.cells)
           n.ppc = to_write();
-        else if (c_.bug == Bug::RebindBeforeQuota || c_.bug == Bug::SealBeforeQuota)
+        else if (c_.bug == InjectedBug::RebindBeforeQuota || c_.bug == InjectedBug::SealBeforeQuota)
           n.ppc = P_SEAL;
         else
           n.ppc = P_QUOTA;
@@ -322,7 +322,7 @@ class Model {
         if (!quota_ok(n.p_cached_rel))
           n.ppc = P_LOAD_REL;
         else
-          n.ppc = c_.bug == Bug::SealBeforeQuota ? P_REBIND : P_SEAL;
+          n.ppc = c_.bug == InjectedBug::SealBeforeQuota ? P_REBIND : P_SEAL;
         break;
       case P_LOAD_REL:
         st.label = "producer [A] acquire released_epoch";
@@ -330,17 +330,17 @@ class Model {
         if (!quota_ok(n.p_cached_rel))
           refuse("PageQuotaExhausted");
         else
-          n.ppc = c_.bug == Bug::SealBeforeQuota ? P_REBIND : P_SEAL;
+          n.ppc = c_.bug == InjectedBug::SealBeforeQuota ? P_REBIND : P_SEAL;
         break;
       case P_SEAL:
         st.label = "producer [S] seal the active page";
         slot.state = kSealed;
         n.p_wrote = 1;
-        n.ppc = c_.bug == Bug::SealBeforeQuota ? P_QUOTA : P_REBIND;
+        n.ppc = c_.bug == InjectedBug::SealBeforeQuota ? P_QUOTA : P_REBIND;
         break;
       case P_REBIND: {
         st.label = "producer: rebind the successor slot (relaxed binding stores)";
-        Slot& next = n.slots[(n.p_active + 1) % P];
+        ModelSlot& next = n.slots[(n.p_active + 1) % P];
         next.epoch = static_cast<std::uint8_t>(n.p_active + 1);
         next.first = n.p_sent;
         next.published = 0;
@@ -358,9 +358,9 @@ class Model {
       case P_ACTIVE:
         st.label = "producer: store active_epoch (relaxed)";
         n.active = n.p_active;
-        n.ppc = c_.bug == Bug::RebindBeforeQuota ? P_CHECK_REL : to_write();
+        n.ppc = c_.bug == InjectedBug::RebindBeforeQuota ? P_CHECK_REL : to_write();
         break;
-      case P_CHECK_REL:  // Bug::RebindBeforeQuota: the check comes too late
+      case P_CHECK_REL:  // InjectedBug::RebindBeforeQuota: the check comes too late
         st.label = "producer [A] acquire released_epoch (after the rebind)";
         n.p_cached_rel = n.released;
         n.ppc = n.p_active < n.p_cached_rel + P ? P_WRITE : P_CHECK_REL;
@@ -369,14 +369,14 @@ class Model {
         st.label = "producer: write payload and cell";
         slot.cell_epoch[n.p_pub] = n.p_active;
         slot.cell_seq[n.p_pub] = n.p_sent;
-        n.ppc = c_.bug == Bug::DescriptorBeforeCell ? P_DESC : P_PUBLISH;
+        n.ppc = c_.bug == InjectedBug::DescriptorBeforeCell ? P_DESC : P_PUBLISH;
         break;
       case P_PUBLISH:
         st.label = "producer [P] release published";
         slot.published = static_cast<std::uint8_t>(n.p_pub + 1);
         ++n.p_pub;
-        n.ppc = c_.bug == Bug::DescriptorBeforeCell ? P_START : P_DESC;
-        if (c_.bug == Bug::DescriptorBeforeCell) ++n.p_sent;
+        n.ppc = c_.bug == InjectedBug::DescriptorBeforeCell ? P_START : P_DESC;
+        if (c_.bug == InjectedBug::DescriptorBeforeCell) ++n.p_sent;
         break;
       case P_DESC:
         st.label = "producer: write descriptor";
@@ -388,7 +388,7 @@ class Model {
       case P_TAIL:
         st.label = "producer [R] store tail";
         n.tail = static_cast<std::uint8_t>(n.p_sent + 1);
-        if (c_.bug == Bug::DescriptorBeforeCell) {
+        if (c_.bug == InjectedBug::DescriptorBeforeCell) {
           n.ppc = P_PUBLISH;
         } else {
           ++n.p_sent;
@@ -398,7 +398,7 @@ class Model {
       case P_PARK_SEEN:
         st.label = "producer park: acquire space_signal";
         n.p_seen = n.space_signal;
-        if (c_.bug == Bug::FlagAfterRecheck) {  // try again first, announce after
+        if (c_.bug == InjectedBug::FlagAfterRecheck) {  // try again first, announce after
           n.p_parking = 1;
           n.ppc = P_START;
         } else {
@@ -409,7 +409,7 @@ class Model {
         st.label = "producer park [D2'] producer_parked = 1, then try again";
         n.producer_parked = 1;
         n.p_parking = 1;
-        n.ppc = c_.bug == Bug::FlagAfterRecheck ? P_SLEEP : P_START;
+        n.ppc = c_.bug == InjectedBug::FlagAfterRecheck ? P_SLEEP : P_START;
         break;
       case P_SLEEP:
         st.label = "producer park: futex_wait returns (space_signal changed)";
@@ -485,7 +485,7 @@ class Model {
       case C_DIED_RELEASE:
         st.label = "consumer [E] release the final epoch (faulted end)";
         n.released = static_cast<std::uint8_t>(
-            (c_.bug == Bug::DiedReleasesOnlyItsEpoch ? n.c_epoch : n.c_active) + 1);
+            (c_.bug == InjectedBug::DiedReleasesOnlyItsEpoch ? n.c_epoch : n.c_active) + 1);
         n.c_outcome = kOutcomeDied;
         n.cpc = C_DONE;
         break;
@@ -503,7 +503,7 @@ class Model {
         break;
       case C_CLEAN_CHECK: {
         st.label = "consumer [S'] [P'] the final page is sealed and fully committed";
-        const Slot& sl = n.slots[n.c_epoch % P];
+        const ModelSlot& sl = n.slots[n.c_epoch % P];
         if (sl.state != kSealed) fault("CLEAN but the final page is not sealed");
         if (sl.published != n.c_committed) fault("CountShortfall at the end of the stream");
         for (int e = n.c_epoch + 1; e <= n.c_active; ++e)
@@ -531,7 +531,7 @@ class Model {
         break;
       case C_SEAM_BIND: {
         st.label = "consumer: successor slot binding (seam)";
-        const Slot& sl = n.slots[(n.c_epoch + 1) % P];
+        const ModelSlot& sl = n.slots[(n.c_epoch + 1) % P];
         if (sl.epoch != n.c_epoch + 1 || sl.state == kUnbound)
           fault("GenerationMismatch: the successor slot is not bound to the next epoch");
         n.cpc = C_SEAM_SEALED;
@@ -544,7 +544,7 @@ class Model {
         break;
       case C_SEAM_COUNT: {
         st.label = "consumer [P'] committed == published at the seam";
-        const Slot& sl = n.slots[n.c_epoch % P];
+        const ModelSlot& sl = n.slots[n.c_epoch % P];
         if (sl.published != n.c_committed) fault("CountShortfall at the seam");
         if (n.slots[(n.c_epoch + 1) % P].first != n.c_first + sl.published)
           fault("SequenceGap at the seam");
@@ -553,7 +553,7 @@ class Model {
       }
       case C_SEAM_RELEASE:
         st.label = "consumer [E] store released_epoch (seam)";
-        if (c_.bug != Bug::ReleaseBeforeGiveBack)
+        if (c_.bug != InjectedBug::ReleaseBeforeGiveBack)
           n.released = static_cast<std::uint8_t>(n.c_epoch + 1);
         ++n.c_epoch;
         n.c_first = n.slots[n.c_epoch % P].first;
@@ -577,12 +577,12 @@ class Model {
         break;
       case C_READ_CELL: {
         st.label = "consumer: read cell and payload (lease taken)";
-        const Slot& sl = n.slots[n.c_epoch % P];
+        const ModelSlot& sl = n.slots[n.c_epoch % P];
         const int cell = n.d_seq - n.c_first;
         if (sl.cell_epoch[cell] != n.c_epoch || sl.cell_seq[cell] != n.d_seq)
           fault("the cell holds another payload than the descriptor's");
         n.c_lease = 1;
-        if (c_.bug == Bug::ReleaseBeforeGiveBack && cell + 1 == c_.cells)
+        if (c_.bug == InjectedBug::ReleaseBeforeGiveBack && cell + 1 == c_.cells)
           n.released = static_cast<std::uint8_t>(n.c_epoch + 1);  // too early: lease in hand
         n.cpc = C_GIVE_BACK;
         break;
@@ -629,7 +629,7 @@ struct Report {
 // progress check: from every reachable state some final state is reachable
 // (no interleaving can keep the producer refused, or the consumer waiting, forever).
 Report explore(const Config& c, std::uint64_t max_states = 2'000'000) {
-  const Model m(c);
+  const InterleavingModel m(c);
   Report r;
   std::unordered_map<std::string, std::uint32_t> index;
   std::vector<State> states;
@@ -726,10 +726,10 @@ std::string describe(const Config& c) {
   return "P=" + std::to_string(c.pages) + " cells=" + std::to_string(c.cells) +
          " ring=" + std::to_string(c.ring) + " messages=" + std::to_string(c.messages) +
          (c.death ? " with producer death" : "") + (c.blocking ? " blocking" : "") +
-         " bug=" + std::string(to_string(c.bug));
+         " bug=" + std::string(bug_name(c.bug));
 }
 
-std::string joined(const std::vector<std::string>& trace) {
+std::string joined_trace(const std::vector<std::string>& trace) {
   std::string s;
   for (const std::string& t : trace) s += "\n  " + t;
   return s;
@@ -761,7 +761,7 @@ const std::vector<Config>& configs() {
 TEST(ChannelInterleavingTest, EveryInterleavingKeepsTheAdrInvariants) {
   for (const Config& c : configs()) {
     const Report r = explore(c);
-    EXPECT_TRUE(r.violation.empty()) << describe(c) << ": " << r.violation << joined(r.trace);
+    EXPECT_TRUE(r.violation.empty()) << describe(c) << ": " << r.violation << joined_trace(r.trace);
     EXPECT_GT(r.finals, 0u) << describe(c);
     std::printf("[ model    ] %s: %llu states, %llu transitions, %llu final states\n",
                 describe(c).c_str(), static_cast<unsigned long long>(r.states),
@@ -773,7 +773,7 @@ TEST(ChannelInterleavingTest, EveryInterleavingKeepsTheAdrInvariants) {
 // The checker can fail: each injected protocol bug is found, with the
 // interleaving that shows it.
 struct Injected {
-  Bug bug;
+  InjectedBug bug;
   bool death;
   bool blocking;
   std::vector<const char*> expect;  // the violation names one of these
@@ -796,7 +796,7 @@ TEST_P(ChannelInterleavingBugTest, CheckerFindsAViolatingInterleaving) {
     ASSERT_FALSE(r.violation.empty()) << describe(c) << ": no violation found";
     bool named = false;
     for (const char* e : in.expect) named = named || r.violation.find(e) != std::string::npos;
-    EXPECT_TRUE(named) << describe(c) << ": " << r.violation << joined(r.trace);
+    EXPECT_TRUE(named) << describe(c) << ": " << r.violation << joined_trace(r.trace);
     found = true;
     // The last steps of the interleaving (all of them with SHM_MODEL_TRACE=1).
     const bool all = std::getenv("SHM_MODEL_TRACE") != nullptr;
@@ -804,7 +804,7 @@ TEST_P(ChannelInterleavingBugTest, CheckerFindsAViolatingInterleaving) {
     std::printf(
         "[ model    ] %s: %s, after %zu steps; the last ones:%s\n", describe(c).c_str(),
         r.violation.c_str(), r.trace.size(),
-        joined({r.trace.begin() + static_cast<std::ptrdiff_t>(from), r.trace.end()}).c_str());
+        joined_trace({r.trace.begin() + static_cast<std::ptrdiff_t>(from), r.trace.end()}).c_str());
   }
   EXPECT_TRUE(found);
 }
@@ -812,21 +812,21 @@ TEST_P(ChannelInterleavingBugTest, CheckerFindsAViolatingInterleaving) {
 INSTANTIATE_TEST_SUITE_P(
     InjectedBugs, ChannelInterleavingBugTest,
     ::testing::Values(
-        Injected{Bug::QuotaOffByOne, false, false, {"lost its slot", "more than P epochs live"}},
+        Injected{InjectedBug::QuotaOffByOne, false, false, {"lost its slot", "more than P epochs live"}},
         Injected{
-            Bug::RebindBeforeQuota, false, false, {"lost its slot", "more than P epochs live"}},
+            InjectedBug::RebindBeforeQuota, false, false, {"lost its slot", "more than P epochs live"}},
         Injected{
-            Bug::SealBeforeQuota, false, false, {"refusal after the producer mutated the channel"}},
-        Injected{Bug::ReleaseBeforeGiveBack,
+            InjectedBug::SealBeforeQuota, false, false, {"refusal after the producer mutated the channel"}},
+        Injected{InjectedBug::ReleaseBeforeGiveBack,
                  false,
                  false,
                  {"rebound while the consumer reads it", "was overwritten",
                   "outside [released, active]"}},
-        Injected{Bug::DescriptorBeforeCell, false, false, {"unpublished cell"}},
-        Injected{Bug::DiedReleasesOnlyItsEpoch, true, false, {"not active + 1"}},
-        Injected{Bug::FlagAfterRecheck, false, true, {"livelock", "deadlock"}}),
+        Injected{InjectedBug::DescriptorBeforeCell, false, false, {"unpublished cell"}},
+        Injected{InjectedBug::DiedReleasesOnlyItsEpoch, true, false, {"not active + 1"}},
+        Injected{InjectedBug::FlagAfterRecheck, false, true, {"livelock", "deadlock"}}),
     [](const ::testing::TestParamInfo<Injected>& p) {
-      std::string s(to_string(p.param.bug));
+      std::string s(bug_name(p.param.bug));
       for (char& ch : s)
         if (ch == ' ' || ch == '\'' || ch == '-' || ch == ',') ch = '_';
       return s;

@@ -1,6 +1,8 @@
 // The Channel kind descriptor: what shmctl inspect / verify / dump and the
 // sidecar see, with no channel-specific code in them.
+#include "common/node_fields.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/testing/channel.hpp"
 
@@ -21,20 +23,9 @@ namespace {
 
 using detail::ChannelTesting;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
+using test::bytes;
 
-std::uint64_t u64(const Node& n, std::string_view key) {
-  const Node* f = n.find(key);
-  if (f == nullptr) {
-    ADD_FAILURE() << "no member " << key;
-    return ~0ull;
-  }
-  if (const auto* v = std::get_if<std::uint64_t>(&f->value())) return *v;
-  ADD_FAILURE() << key << " is not a u64";
-  return ~0ull;
-}
+using test::u64;
 bool contains(const std::vector<std::string>& lines, std::string_view needle) {
   for (const auto& l : lines)
     if (l.find(needle) != std::string::npos) return true;

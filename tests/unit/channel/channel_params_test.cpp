@@ -16,13 +16,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Case {
+struct ParamsCase {
   std::size_t max_payload;
   std::size_t in_flight;
 };
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> all = {{1, 1},      {1, 64},     {7, 3},       {8, 4},
+const std::vector<ParamsCase>& cases() {
+  static const std::vector<ParamsCase> all = {{1, 1},      {1, 64},     {7, 3},       {8, 4},
                                         {63, 64},    {64, 64},    {65, 64},     {100, 1},
                                         {512, 64},   {512, 1000}, {4096, 2},    {4096, 64},
                                         {4097, 7},   {65536, 8},  {1 << 20, 1}, {(1 << 20) + 3, 2},
@@ -30,12 +30,12 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-std::string label(const Case& c) {
+std::string label(const ParamsCase& c) {
   return std::to_string(c.max_payload) + " bytes x " + std::to_string(c.in_flight);
 }
 
 TEST(ChannelParamsForPayload, ValidAndLargeEnoughForEverySize) {
-  for (const Case& c : cases()) {
+  for (const ParamsCase& c : cases()) {
     SCOPED_TRACE(label(c));
     auto p = ChannelParams::for_payload(c.max_payload, c.in_flight);
     ASSERT_TRUE(p) << p.error().what();
@@ -51,7 +51,7 @@ TEST(ChannelParamsForPayload, ValidAndLargeEnoughForEverySize) {
 
 TEST(ChannelParamsForPayload, LargestPagesAreValid) {
   // Valid, though nobody would create them here: 4 pages of 2 GiB.
-  for (const Case& c : std::vector<Case>{
+  for (const ParamsCase& c : std::vector<ParamsCase>{
            {std::size_t{1} << 31, 1}, {std::size_t{1} << 30, 6}, {std::size_t{1} << 20, 6144}}) {
     SCOPED_TRACE(label(c));
     auto p = ChannelParams::for_payload(c.max_payload, c.in_flight);
@@ -62,7 +62,7 @@ TEST(ChannelParamsForPayload, LargestPagesAreValid) {
 }
 
 TEST(ChannelParamsForPayload, RefusesWhatNoPageCanHold) {
-  for (const Case& c : std::vector<Case>{{0, 1},
+  for (const ParamsCase& c : std::vector<ParamsCase>{{0, 1},
                                          {1, 0},
                                          {(std::size_t{1} << 31) + 1, 1},
                                          {std::size_t{1} << 31, 4},
@@ -81,7 +81,7 @@ TEST(ChannelParamsForPayload, RefusesWhatNoPageCanHold) {
 TEST(ChannelParamsForPayload, CreateAcceptsAndInFlightPayloadsOfThatSizeAreAdmitted) {
   test::TempRoot root;
   int n = 0;
-  for (const Case& c : cases()) {
+  for (const ParamsCase& c : cases()) {
     if (c.max_payload * c.in_flight > (std::size_t{16} << 20)) continue;  // keep /dev/shm small
     SCOPED_TRACE(label(c));
     auto p = ChannelParams::for_payload(c.max_payload, c.in_flight);

@@ -5,6 +5,7 @@
 #include "shm/testing/channel.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "helpers/channel/channel_payload.hpp"
 #include "shm/spsc/layout.hpp"
 
@@ -26,12 +27,8 @@ namespace {
 using namespace std::chrono_literals;
 using detail::ChannelTesting;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
-std::string str(std::span<const std::byte> b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
+using test::bytes;
+using test::str;
 
 class ChannelTest : public ::testing::Test {
  protected:

@@ -2,6 +2,7 @@
 // format in its README.md) against the in-process core and the segment-backed
 // core: after every step the outcome, the full projected state and the set of
 // readers whose change counter moved must be the case's.
+#include "common/text.hpp"
 #include "egress_subjects.hpp"
 
 #include <gtest/gtest.h>
@@ -55,9 +56,7 @@ json state_json(const egress::Projection& p) {
           {"retry", retry_json(p.retry)}};
 }
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+using test::bytes;
 
 // Runs one step; returns the outcome and its details as JSON.
 json run(test::EgressSubject& s, const json& step) {

@@ -1,5 +1,6 @@
 // EgressCore in one process: the backoff formula, the dead-letter list and
 // the journal's repair (undo and redo) without a crash.
+#include "common/text.hpp"
 #include "shm/egress/core.hpp"
 
 #include <gtest/gtest.h>
@@ -11,9 +12,7 @@ namespace {
 
 using namespace egress;
 
-std::span<const std::byte> bytes(const char* s) {
-  return {reinterpret_cast<const std::byte*>(s), std::strlen(s)};
-}
+using test::bytes;
 
 TEST(EgressCoreTest, BackoffDoublesFromTheBaseAndStopsAtTheCeiling) {
   EXPECT_EQ(backoff(100, 1000, 1), 100u);

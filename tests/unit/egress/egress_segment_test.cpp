@@ -3,6 +3,7 @@
 // claimer or a producer blocked on a full pool, and that no-op and stale
 // transitions wake nobody.
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/egress/egress.hpp"
 #include "shm/segment/kind.hpp"
 
@@ -22,9 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using egress::ClaimStatus;
 
-std::span<const std::byte> bytes(const char* s) {
-  return {reinterpret_cast<const std::byte*>(s), std::strlen(s)};
-}
+using test::bytes;
 
 // Polls `cond` for up to 20 s.
 template <class F>

@@ -1,6 +1,8 @@
 #include "shm/fanout/priority_fanout.hpp"
+#include "common/node_fields.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 
 #include <gtest/gtest.h>
@@ -17,15 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
+using test::bytes;
 
-std::uint64_t u64(const Node& n, std::string_view key) {
-  const Node* f = n.find(key);
-  EXPECT_NE(f, nullptr) << key;
-  return f ? std::get<std::uint64_t>(f->value()) : 0;
-}
+using test::u64;
 
 class PriorityFanoutTest : public ::testing::Test {
  protected:

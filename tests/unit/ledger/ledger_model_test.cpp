@@ -7,6 +7,7 @@
 // beyond the public types.
 #include "common/temp_root.hpp"
 #include "shm/ledger/ledger.hpp"
+#include "unit/ledger/ledger_numbers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,9 +22,9 @@
 namespace shm {
 namespace {
 
-constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+using test::kMax;
 constexpr int kSteps = 10'000;
-__extension__ using i128 = __int128;
+using test::i128;
 
 struct ModelAccount {
   std::string label;
@@ -87,7 +88,7 @@ Expect rejected(LedgerScope s, std::string label, std::int64_t used, std::int64_
   return e;
 }
 
-class Model {
+class LedgerModel {
  public:
   std::int64_t global_limit = 0, control_reserve = 0;
   std::uint32_t max_tickets = 0, max_pools = 0, max_categories = 0, max_buckets = 0;
@@ -346,7 +347,7 @@ class Model {
   }
 };
 
-void expect_account(const AccountState& got, const ModelAccount& m, const Model::Sums& s,
+void expect_account(const AccountState& got, const ModelAccount& m, const LedgerModel::Sums& s,
                     const std::string& where) {
   EXPECT_EQ(got.label, m.label) << where;
   EXPECT_EQ(got.limit, m.limit) << where;
@@ -356,7 +357,7 @@ void expect_account(const AccountState& got, const ModelAccount& m, const Model:
   EXPECT_EQ(got.rejections, m.rejections) << where << " rejections";
 }
 
-void compare(const LedgerSnapshot& s, const Model& m, int step) {
+void compare(const LedgerSnapshot& s, const LedgerModel& m, int step) {
   const std::string at = "step " + std::to_string(step) + ": ";
   expect_account(s.global, m.global, m.global_sum(), at + "global");
   for (int p = 0; p < 2; ++p)
@@ -450,7 +451,7 @@ TEST(LedgerModelTest, TenThousandRandomOperationsMatchTheReferenceModelAfterEver
   ASSERT_TRUE(second) << second.error().what();
   Ledger* handles[2] = {&*created, &*second};
 
-  Model m;
+  LedgerModel m;
   m.global_limit = cfg.params.global_limit;
   m.control_reserve = cfg.params.control_reserve;
   m.max_tickets = cfg.params.max_tickets;

@@ -1,6 +1,8 @@
 #include "shm/ledger/ledger.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
+#include "unit/ledger/ledger_numbers.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,11 +16,9 @@
 namespace shm {
 namespace {
 
-constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+using test::kMax;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::contains;
 
 // Asserts that `r` is a rejection with exactly these values.
 template <class R>
@@ -35,12 +35,7 @@ void expect_rejection(const Result<R>& r, LedgerScope scope, std::string_view la
   EXPECT_EQ(rej.limit, limit) << rej.describe();
 }
 
-template <class T>
-void expect_error(const Result<T>& r, Errc code, const std::string& fragment) {
-  ASSERT_FALSE(r) << "expected " << to_string(code) << " containing '" << fragment << "'";
-  EXPECT_EQ(r.error().code, code) << r.error().what();
-  EXPECT_TRUE(contains(r.error().message, fragment)) << r.error().what();
-}
+using test::expect_error;
 
 Ticket ok_ticket(const Result<LedgerReservation>& r) {
   EXPECT_TRUE(r) << r.error().what();

@@ -2,10 +2,12 @@
 // ticket with bounded slot leases, and per-key token buckets whose idle keys
 // are reclaimed only when every bucket is full.
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/ledger/checked.hpp"
 #include "shm/ledger/keyed_buckets.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/ledger/slot_leases.hpp"
+#include "unit/ledger/ledger_numbers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,18 +19,11 @@
 namespace shm {
 namespace {
 
-constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+using test::kMax;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::contains;
 
-template <class T>
-void expect_error(const Result<T>& r, Errc code, const std::string& fragment) {
-  ASSERT_FALSE(r) << "expected " << to_string(code) << " containing '" << fragment << "'";
-  EXPECT_EQ(r.error().code, code) << r.error().what();
-  EXPECT_TRUE(contains(r.error().message, fragment)) << r.error().what();
-}
+using test::expect_error;
 
 // ---------------------------------------------------------------- checked arithmetic
 

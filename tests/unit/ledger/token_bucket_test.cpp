@@ -1,4 +1,5 @@
 #include "shm/ledger/token_bucket.hpp"
+#include "unit/ledger/ledger_numbers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +9,8 @@
 namespace shm {
 namespace {
 
-constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+using test::i128;
+using test::kMax;
 
 TEST(TokenBucketTest, StartsFullAndTakesExactlyBurst) {
   auto b = TokenBucket::make(10, 5);
@@ -70,7 +72,6 @@ TEST(TokenBucketTest, HugeElapsedTimesRateSaturatesAtBurst) {
 }
 
 TEST(TokenBucketTest, RefillAgreesOnBothSidesOfThe64BitProductBoundary) {
-  __extension__ using i128 = __int128;
   const std::int64_t rate = (std::int64_t{1} << 62) + 7;
   for (std::int64_t elapsed : {1, 2, 3}) {  // rate * elapsed: below, then above 2^63
     const token_bucket::Level start{0, 999, true, 100};

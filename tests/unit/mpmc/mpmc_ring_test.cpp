@@ -1,6 +1,8 @@
 #include "shm/mpmc/mpmc_ring.hpp"
+#include "common/node_fields.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/layout.hpp"
 
@@ -18,21 +20,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
-std::string str(std::span<const std::byte> b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
+using test::bytes;
+using test::str;
 
 const Node* find(const Node& n, std::string_view key) {
   return n.find(key);
 }
-std::uint64_t u64(const Node& n, std::string_view key) {
-  const Node* f = n.find(key);
-  EXPECT_NE(f, nullptr) << key;
-  return f ? std::get<std::uint64_t>(f->value()) : 0;
-}
+using test::u64;
 
 // Waits (up to a generous deadline) until `gauge` (consumers_waiting or
 // producers_waiting) shows a parked handle, so what follows must wake it: a

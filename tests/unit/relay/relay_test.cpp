@@ -1,5 +1,6 @@
 #include "shm/relay/relay.hpp"
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "sidecar/metrics.hpp"
 
@@ -18,16 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using test::contains;
 
-template <class T>
-void expect_error(const Result<T>& r, Errc code, const std::string& fragment) {
-  ASSERT_FALSE(r) << "expected " << to_string(code) << " containing '" << fragment << "'";
-  EXPECT_EQ(r.error().code, code) << r.error().what();
-  EXPECT_TRUE(contains(r.error().message, fragment)) << r.error().what();
-}
+using test::expect_error;
 
 RelayConfig cfg(PolicyId policy, Overflow overflow = Overflow::Block, std::uint64_t high = 4,
                 std::uint64_t low = 1, std::uint32_t capacity = 16, std::uint32_t value_size = 8) {

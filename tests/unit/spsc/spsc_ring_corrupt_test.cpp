@@ -2,6 +2,7 @@
 // position and length the ring reads from it is checked: Errc::Corrupt, never
 // a crash or an out-of-bounds access (ASan checks the latter).
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -17,9 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
+using test::bytes;
 
 class SpscRingCorruptTest : public ::testing::Test {
  protected:

@@ -1,4 +1,5 @@
 #include "common/temp_root.hpp"
+#include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/layout.hpp"
@@ -19,12 +20,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::span<const std::byte> bytes(const std::string& s) {
-  return std::as_bytes(std::span(s));
-}
-std::string str(std::span<const std::byte> b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
+using test::bytes;
+using test::str;
 
 // Waits (up to a generous deadline) until a blocking call on the ring has
 // announced that it is going to sleep (`flag`: consumer_parked or
