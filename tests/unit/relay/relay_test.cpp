@@ -229,6 +229,8 @@ TEST_F(RelayTest, BlockTimesOutWithNothingWrittenAndResumesBelowLowWater) {
   EXPECT_EQ(t->outcome, WriteOutcome::TimedOut);
   EXPECT_EQ(w->snapshot().depth, 2u);
   EXPECT_EQ(w->snapshot().timed_out, 1u);
+  // The timed-out write above parked once already: wait for this writer's own park.
+  const std::uint64_t parked_before = w->snapshot().blocked;
   std::atomic<int> done{0};
   std::thread writer([&] {
     auto x = w->write(0, u64_value(3), 30s);
@@ -236,8 +238,9 @@ TEST_F(RelayTest, BlockTimesOutWithNothingWrittenAndResumesBelowLowWater) {
   });
   // The writer parks; draining one entry (level 1 > low 0) does not release it.
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (w->snapshot().blocked < 1 && std::chrono::steady_clock::now() < deadline)
+  while (w->snapshot().blocked == parked_before && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
+  EXPECT_EQ(w->snapshot().blocked, parked_before + 1) << "the writer never parked";
   EXPECT_EQ(drain_all(*r, 1).size(), 1u);
   EXPECT_EQ(done.load(), 0);
   EXPECT_EQ(drain_all(*r, 1).size(), 1u);  // level 0: is_full clears, the writer resumes
