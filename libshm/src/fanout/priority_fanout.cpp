@@ -70,30 +70,6 @@ KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
 
 namespace {
 
-MpmcRole ring_role(FanoutRole role) {
-  switch (role) {
-    case FanoutRole::Submitter:
-      return MpmcRole::Producer;
-    case FanoutRole::Drainer:
-      return MpmcRole::Consumer;
-    case FanoutRole::Peer:
-      break;
-  }
-  return MpmcRole::Peer;
-}
-
-const RoleSpec& role_spec(FanoutRole role) {
-  switch (role) {
-    case FanoutRole::Submitter:
-      return fanout::kSubmitterRole;
-    case FanoutRole::Drainer:
-      return fanout::kDrainerRole;
-    case FanoutRole::Peer:
-      break;
-  }
-  return fanout::kPeerRole;
-}
-
 std::string resolved_root(const std::string& root) {
   return root.empty() ? default_root() : root;
 }
@@ -101,12 +77,12 @@ std::string resolved_root(const std::string& root) {
 }  // namespace
 
 Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitmap,
-                                            std::vector<MpmcRing> rings, FanoutRole role) {
+                                            std::vector<MpmcRing> rings, const RoleSpec& role) {
   if (bitmap.data().size() < sizeof(fanout::Control))
     return fail(Errc::Corrupt,
                 shm::detail::format("{}: data area has {} bytes, the bitmap needs {}",
                                     bitmap.path(), bitmap.data().size(), sizeof(fanout::Control)));
-  auto attachment = bitmap.attach(role_spec(role));
+  auto attachment = bitmap.attach(role);
   if (!attachment) return std::unexpected(attachment.error());
   PriorityFanout f;
   f.segment_ = std::move(bitmap);
@@ -115,7 +91,6 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   f.rings_ = std::move(rings);
   f.k_ = static_cast<std::uint32_t>(f.rings_.size());
   f.slot_bit_ = 1u << f.attachment_.slot();
-  f.role_ = role;
   f.base_ = std::string(base);
   // A previous holder of our slot may have died parked: its waiter bit is ours now.
   f.control_->hot.waiters.fetch_and(~f.slot_bit_, std::memory_order_relaxed);
@@ -125,8 +100,8 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   return f;
 }
 
-Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
-                                              const CreateOptions& options, FanoutRole role) {
+Result<PriorityFanout> PriorityFanout::create_as(std::string_view base, const FanoutParams& params,
+                                                 const CreateOptions& options, Roles roles) {
   if (auto ok = fanout::validate(params); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::bitmap_name(base)); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::ring_name(base, params.priorities - 1)); !ok)
@@ -137,8 +112,8 @@ Result<PriorityFanout> PriorityFanout::create(std::string_view base, const Fanou
     for (auto& r : rings) (void)r.segment().unlink();
   };
   for (std::uint32_t i = 0; i < params.priorities; ++i) {
-    auto r = MpmcRing::create(fanout::ring_name(base, i), {params.ring_capacity, params.slot_size},
-                              options, ring_role(role));
+    auto r = MpmcRing::create_as(fanout::ring_name(base, i),
+                                 {params.ring_capacity, params.slot_size}, options, roles.ring);
     if (!r) {
       undo();
       return std::unexpected(r.error());
@@ -158,13 +133,13 @@ Result<PriorityFanout> PriorityFanout::create(std::string_view base, const Fanou
     undo();
     return std::unexpected(seg.error());
   }
-  auto f = bind(base, std::move(*seg), std::move(rings), role);
+  auto f = bind(base, std::move(*seg), std::move(rings), roles.bitmap);
   if (!f) (void)unlink(base, options.root);
   return f;
 }
 
-Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
-                                            const OpenOptions& options, FanoutRole role) {
+Result<PriorityFanout> PriorityFanout::open_as(std::string_view base, const FanoutParams& expected,
+                                               const OpenOptions& options, Roles roles) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("fanout '{}': a handle needs writable mappings", base));
@@ -188,7 +163,7 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
   rings.reserve(found.priorities);
   for (std::uint32_t i = 0; i < found.priorities; ++i) {
     const std::string name = fanout::ring_name(base, i);
-    auto r = MpmcRing::open(name, {found.ring_capacity, found.slot_size}, options, ring_role(role));
+    auto r = MpmcRing::open_as(name, {found.ring_capacity, found.slot_size}, options, roles.ring);
     if (!r) {
       if (r.error().code == Errc::NotFound)
         return fail(Errc::NotFound,
@@ -206,7 +181,45 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
                               r->segment().path(), inc, ctl->rings.incarnation[i]));
     rings.push_back(std::move(*r));
   }
-  return bind(base, std::move(*seg), std::move(rings), role);
+  return bind(base, std::move(*seg), std::move(rings), roles.bitmap);
+}
+
+Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  return create_as(base, params, options, {fanout::kPeerRole, mpmc::kPeerRole});
+}
+
+Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  return open_as(base, expected, options, {fanout::kPeerRole, mpmc::kPeerRole});
+}
+
+Result<FanoutProducer> FanoutProducer::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  auto f = create_as(base, params, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutProducer(std::move(*f));
+}
+
+Result<FanoutProducer> FanoutProducer::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  auto f = open_as(base, expected, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutProducer(std::move(*f));
+}
+
+Result<FanoutConsumer> FanoutConsumer::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  auto f = create_as(base, params, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutConsumer(std::move(*f));
+}
+
+Result<FanoutConsumer> FanoutConsumer::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  auto f = open_as(base, expected, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutConsumer(std::move(*f));
 }
 
 Result<void> PriorityFanout::unlink(std::string_view base, const std::string& root) {

@@ -153,31 +153,16 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
 
 // ---------------------------------------------------------------- handle
 
-namespace {
-const RoleSpec& role_spec(MpmcRole role) {
-  switch (role) {
-    case MpmcRole::Producer:
-      return mpmc::kProducerRole;
-    case MpmcRole::Consumer:
-      return mpmc::kConsumerRole;
-    case MpmcRole::Peer:
-      break;
-  }
-  return mpmc::kPeerRole;
-}
-}  // namespace
-
-Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
+Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   std::string why;
   auto v = mpmc::view(segment, &why);
   if (!v) return fail(Errc::Corrupt, shm::detail::format("{}: {}", segment.path(), why));
-  auto attachment = segment.attach(role_spec(role));
+  auto attachment = segment.attach(role);
   if (!attachment) return std::unexpected(attachment.error());
   MpmcRing r;
   r.segment_ = std::move(segment);
   r.attachment_ = std::move(*attachment);
   r.v_ = *v;
-  r.role_ = role;
   const std::size_t slot = r.attachment_.slot();
   r.intent_ = &r.v_.control->intents[slot];
   r.slot_bit_ = 1u << slot;
@@ -192,21 +177,59 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   return r;
 }
 
-Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
-                                  const CreateOptions& options, MpmcRole role) {
+Result<MpmcRing> MpmcRing::create_as(std::string_view name, const MpmcParams& params,
+                                     const CreateOptions& options, const RoleSpec& role) {
   auto seg = create_mpmc_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), role);
 }
 
-Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
-                                const OpenOptions& options, MpmcRole role) {
+Result<MpmcRing> MpmcRing::open_as(std::string_view name, const MpmcParams& expected,
+                                   const OpenOptions& options, const RoleSpec& role) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", name));
   auto seg = open_mpmc_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), role);
+}
+
+Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
+                                  const CreateOptions& options) {
+  return create_as(name, params, options, mpmc::kPeerRole);
+}
+
+Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
+                                const OpenOptions& options) {
+  return open_as(name, expected, options, mpmc::kPeerRole);
+}
+
+Result<MpmcProducer> MpmcProducer::create(std::string_view name, const MpmcParams& params,
+                                          const CreateOptions& options) {
+  auto r = create_as(name, params, options, mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcProducer> MpmcProducer::open(std::string_view name, const MpmcParams& expected,
+                                        const OpenOptions& options) {
+  auto r = open_as(name, expected, options, mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::create(std::string_view name, const MpmcParams& params,
+                                          const CreateOptions& options) {
+  auto r = create_as(name, params, options, mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::open(std::string_view name, const MpmcParams& expected,
+                                        const OpenOptions& options) {
+  auto r = open_as(name, expected, options, mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
 }
 
 std::uint64_t MpmcRing::size_hint() const noexcept {
@@ -226,6 +249,7 @@ bool MpmcRing::has_claimed_items() const noexcept {
 }
 
 void MpmcRing::cancel() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   assert(reserved_ && "cancel() without try_reserve()");
   mpmc::Cell& c = v_.cell(reserved_pos_);
   c.length.store(0, std::memory_order_relaxed);  // published by [mpmc.S] below
@@ -384,15 +408,16 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
 }
 
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   if (payload.size() > v_.slot_size) return too_large(payload.size());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const Result<bool>& r) { return !r || *r; };
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_push(payload); }, done))
+          mpmc::internal::kSpins, [&] { return push_unguarded(payload); }, done))
     return std::move(*r);
   auto& w = v_.control->waiters;
   return wait(
-      w.space_signal, w.producers_waiting, deadline, [&] { return try_push(payload); },
+      w.space_signal, w.producers_waiting, deadline, [&] { return push_unguarded(payload); },
       [&] {
         // [mpmc.W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
         const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_seq_cst);
@@ -403,17 +428,18 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
 
 Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
                                                  std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const Result<std::optional<std::size_t>>& r) { return !r || *r; };
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_pop(out); }, done))
+          mpmc::internal::kSpins, [&] { return pop_unguarded(out); }, done))
     return std::move(*r);
   std::optional<std::size_t> got;
   auto& w = v_.control->waiters;
   auto r = wait(
       w.data_signal, w.consumers_waiting, deadline,
       [&]() -> Result<bool> {
-        auto p = try_pop(out);
+        auto p = pop_unguarded(out);
         if (!p) return std::unexpected(std::move(p.error()));
         got = *p;
         return got.has_value();

@@ -214,7 +214,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // a drainer that parks on the empty fanout
-    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    auto d = FanoutConsumer::open("jobs", params);
     std::array<std::byte, 48> out{};
     if (d) (void)d->drain_highest(out, 60s);
     ::_exit(d ? 0 : 1);
@@ -265,7 +265,7 @@ pid_t submitter_stopped_after_commit(const FanoutParams& params, std::uint32_t p
       (void)!::write(g_crash_fd, &c, 1);
       for (;;) ::pause();
     });
-    auto s = PriorityFanout::open("jobs", params, {}, FanoutRole::Submitter);
+    auto s = FanoutProducer::open("jobs", params);
     if (!s) ::_exit(2);
     (void)s->submit(priority, std::as_bytes(std::span(payload)));
     ::_exit(3);  // the hook never returned: not reached
@@ -339,7 +339,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
   const pid_t drainer = ::fork();
   ASSERT_GE(drainer, 0);
   if (drainer == 0) {  // exit 0: drained the stranded item; 1: timed out; 2: anything else
-    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    auto d = FanoutConsumer::open("jobs", params);
     if (!d) ::_exit(2);
     std::array<std::byte, 48> out{};
     auto r = d->drain_highest(out, 60s);

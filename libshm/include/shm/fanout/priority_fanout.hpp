@@ -32,11 +32,16 @@
 // sleeps (one look at each ring's positions per park round, so a parked
 // drainer finds the item within kMaxParkNs even with no sidecar).
 //
-// Handles. One thread at a time per handle: a second thread that enters a
-// handle while another is inside (a blocking drain included) is refused with
-// an abort naming the misuse (shm/platform/endpoint_guard.hpp), in every
-// build. Open one handle per thread. Each handle attaches one slot to the
-// bitmap and to every ring: at most 24 handles per fanout at once. Full and Empty are
+// Handles. The type says what a handle may do: a FanoutProducer only submits,
+// a FanoutConsumer only drains (a drain on a producer does not compile), a
+// PriorityFanout is a peer that does both (a worker that re-queues). Each has
+// create() and open(); the attachment tables show the role (submitter,
+// drainer, peer). One thread at a time per handle: a second thread that
+// enters a handle while another is inside (a blocking drain included) is
+// refused with an abort naming the misuse (shm/platform/endpoint_guard.hpp),
+// in every build. Open one handle per thread. Each handle attaches one slot
+// to the bitmap and to every ring: at most 24 handles per fanout at once
+// (per handle, not per process). Full and Empty are
 // ordinary outcomes; errors: PriorityOutOfBounds, TooLarge, ParamMismatch
 // ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
 #pragma once
@@ -77,17 +82,16 @@ class PriorityFanout {
 
   // Creates the K ring files, then the bitmap file (the bitmap is published
   // last, so an opener that finds it finds all rings); removes what it created
-  // on failure.
+  // on failure. Attaches as a peer.
   [[nodiscard]] static Result<PriorityFanout> create(std::string_view base,
                                                      const FanoutParams& params,
-                                                     const CreateOptions& options = {},
-                                                     FanoutRole role = FanoutRole::Peer);
+                                                     const CreateOptions& options = {});
   // Opens the bitmap and the K rings; a different K, ring capacity or slot size
   // than `expected` is ParamMismatch naming both values (0 = accept any).
+  // Attaches as a peer.
   [[nodiscard]] static Result<PriorityFanout> open(std::string_view base,
                                                    const FanoutParams& expected,
-                                                   const OpenOptions& options = {},
-                                                   FanoutRole role = FanoutRole::Peer);
+                                                   const OpenOptions& options = {});
   // Removes the bitmap and every `<base>.prio<i>` file; NotFound when none existed.
   [[nodiscard]] static Result<void> unlink(std::string_view base, const std::string& root = {});
 
@@ -129,9 +133,23 @@ class PriorityFanout {
   // handle that never parks (a throttled submitter) calls it now and then.
   void heartbeat() noexcept;
 
+ protected:
+  // The role a handle attaches under: its bitmap slot and its ring slots.
+  struct Roles {
+    const RoleSpec& bitmap;
+    const RoleSpec& ring;
+  };
+  [[nodiscard]] static Result<PriorityFanout> create_as(std::string_view base,
+                                                        const FanoutParams& params,
+                                                        const CreateOptions& options, Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> open_as(std::string_view base,
+                                                      const FanoutParams& expected,
+                                                      const OpenOptions& options, Roles roles);
+
  private:
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
-                                                   std::vector<MpmcRing> rings, FanoutRole role);
+                                                   std::vector<MpmcRing> rings,
+                                                   const RoleSpec& role);
   // try_drain_highest() without the thread guard (drain_highest() holds it).
   [[nodiscard]] Result<std::optional<Drained>> drain_once(std::span<std::byte> out);
   [[nodiscard]] std::unexpected<Error> out_of_bounds(std::uint32_t priority) const;
@@ -153,9 +171,65 @@ class PriorityFanout {
   std::vector<MpmcRing> rings_;
   std::uint32_t k_ = 0;
   std::uint32_t slot_bit_ = 0;  // this handle's bit in the drainers' waiters mask
-  FanoutRole role_ = FanoutRole::Peer;
   std::string base_;
   detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
+};
+
+namespace detail {
+// What both one-sided fanout handles expose: the accessors, no submit, no drain.
+class FanoutSide : protected PriorityFanout {
+ public:
+  using PriorityFanout::active_priorities;
+  using PriorityFanout::base;
+  using PriorityFanout::bitmap_segment;
+  using PriorityFanout::heartbeat;
+  using PriorityFanout::priorities;
+  using PriorityFanout::repair;
+  using PriorityFanout::ring;
+  using PriorityFanout::ring_capacity;
+  using PriorityFanout::slot_size;
+
+ protected:
+  FanoutSide() = default;
+  explicit FanoutSide(PriorityFanout&& f) noexcept : PriorityFanout(std::move(f)) {}
+};
+}  // namespace detail
+
+// The submitting side of a fanout: PriorityFanout without the drain calls.
+class FanoutProducer : public detail::FanoutSide {
+ public:
+  FanoutProducer() = default;
+  [[nodiscard]] static Result<FanoutProducer> create(std::string_view base,
+                                                     const FanoutParams& params,
+                                                     const CreateOptions& options = {});
+  [[nodiscard]] static Result<FanoutProducer> open(std::string_view base,
+                                                   const FanoutParams& expected,
+                                                   const OpenOptions& options = {});
+
+  using PriorityFanout::submit;
+
+ private:
+  explicit FanoutProducer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
+};
+
+// The draining side of a fanout: PriorityFanout without the submit calls.
+class FanoutConsumer : public detail::FanoutSide {
+ public:
+  FanoutConsumer() = default;
+  [[nodiscard]] static Result<FanoutConsumer> create(std::string_view base,
+                                                     const FanoutParams& params,
+                                                     const CreateOptions& options = {});
+  [[nodiscard]] static Result<FanoutConsumer> open(std::string_view base,
+                                                   const FanoutParams& expected,
+                                                   const OpenOptions& options = {});
+
+  using PriorityFanout::drain_highest;
+  using PriorityFanout::drain_priority;
+  using PriorityFanout::try_drain_highest;
+  using PriorityFanout::try_drain_priority;
+
+ private:
+  explicit FanoutConsumer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
 
 namespace detail {

@@ -50,10 +50,6 @@ struct MpmcParams {
   std::uint64_t slot_size = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
 };
 
-// What a handle is for; shown in the attachment table. A Producer handle never
-// pops and a Consumer handle never pushes (asserted); a Peer does both.
-enum class MpmcRole : std::uint8_t { Producer, Consumer, Peer };
-
 namespace mpmc {
 
 inline constexpr std::uint64_t kMinCapacity = 2;
@@ -67,7 +63,8 @@ inline constexpr std::uint64_t kNoIntent = 0;
 // A held cell is repaired only after it stayed held this long in one handle's view.
 inline constexpr std::uint64_t kStuckGraceNs = 1'000'000;
 
-// Role ids (non-exclusive: handles take any of the shared attachment slots).
+// Role ids (non-exclusive: handles take any of the shared attachment slots),
+// shown in the attachment table: MpmcProducer, MpmcConsumer, MpmcRing (a peer).
 inline constexpr RoleSpec kProducerRole{0, false, "producer"};
 inline constexpr RoleSpec kConsumerRole{1, false, "consumer"};
 inline constexpr RoleSpec kPeerRole{2, false, "peer"};
