@@ -1,6 +1,7 @@
 #include "shm/fanout/priority_fanout.hpp"
 
 #include "mpmc/internal.hpp"
+#include "segment/kind_spec.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/testing/fanout_crash.hpp"  // FanoutCrashPoint (libshm/testing, not installed)
 
@@ -37,33 +38,19 @@ Result<void> validate(const FanoutParams& params) {
 
 KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
   storage = ParamBlock{params.priorities, 0, params.ring_capacity, params.slot_size};
-  KindSpec spec;
-  spec.kind = kFanoutBitmapKind;
-  spec.kind_name = "fanout_bitmap";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = sizeof(Control);
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, fanout_bitmap uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
-      return shm::detail::format("parameters: segment has invalid ones: {}", ok.error().message);
-    if (e.priorities != 0 && f.priorities != e.priorities)
-      return shm::detail::format("priorities: segment has {}, caller expects {}", f.priorities,
-                                 e.priorities);
-    if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
-      return shm::detail::format("ring_capacity: segment has {}, caller expects {}",
-                                 f.ring_capacity, e.ring_capacity);
-    if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
-                                 e.slot_size);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kFanoutBitmapKind, "fanout_bitmap", kFingerprint, storage, sizeof(Control),
+      [](const ParamBlock& f) -> std::string {
+        if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
+          return shm::detail::format("parameters: segment has invalid ones: {}",
+                                     ok.error().message);
+        return {};
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("priorities", f.priorities, e.priorities)
+            .field("ring_capacity", f.ring_capacity, e.ring_capacity)
+            .field("slot_size", f.slot_size, e.slot_size);
+      });
 }
 
 }  // namespace fanout

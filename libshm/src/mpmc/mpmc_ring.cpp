@@ -1,6 +1,7 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 
 #include "mpmc/internal.hpp"
+#include "segment/kind_spec.hpp"
 #include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -43,35 +44,22 @@ Result<void> validate(const MpmcParams& params) {
 KindSpec kind_spec(const MpmcParams& params, ParamBlock& storage) {
   storage = ParamBlock{params.capacity, params.slot_size,
                        params.slot_size != 0 ? stride_for(params.slot_size) : 0};
-  KindSpec spec;
-  spec.kind = kMpmcRingKind;
-  spec.kind_name = "mpmc_ring";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = params.capacity != 0 && params.slot_size != 0
-                       ? data_size_for(params.capacity, params.slot_size)
-                       : 0;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, mpmc_ring uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (!valid_geometry(f))
-      return shm::detail::format(
-          "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
-          "mpmc ring",
-          f.capacity, f.slot_size, f.stride);
-    if (e.capacity != 0 && f.capacity != e.capacity)
-      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
-                                 e.capacity);
-    if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
-                                 e.slot_size);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kMpmcRingKind, "mpmc_ring", kFingerprint, storage,
+      params.capacity != 0 && params.slot_size != 0
+          ? data_size_for(params.capacity, params.slot_size)
+          : 0,
+      [](const ParamBlock& f) -> std::string {
+        if (valid_geometry(f)) return {};
+        return shm::detail::format(
+            "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
+            "mpmc ring",
+            f.capacity, f.slot_size, f.stride);
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("capacity", f.capacity, e.capacity)
+            .field("slot_size", f.slot_size, e.slot_size);
+      });
 }
 
 std::optional<View> view(const Segment& segment, std::string* why) {
