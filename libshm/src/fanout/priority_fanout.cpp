@@ -8,6 +8,7 @@
 #include "format/format.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace shm {
@@ -314,19 +315,15 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
   return true;
 }
 
-Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout) {
-  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  using R = Result<std::optional<Drained>>;
+template <class R, class Attempt>
+R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const R& r) { return !r || *r; };
   // The fanout waits as its MPMC rings do: same spin budget and backoff.
-  if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return drain_once(out); }, done))
-    return std::move(*r);
+  if (auto r = detail::spin(mpmc::internal::kSpins, attempt, done)) return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  R r = std::optional<Drained>{};
+  R r = typename R::value_type{};
   // [fanout.E'] (the acquire load of the epoch in detail::park) pairs with a waker's
   // [fanout.E]. [fanout.D] (the announcement, re-asserted every round) is the Dekker pair of
   // [fanout.D1]. [fanout.D2] seq_cst below: a bit set before [fanout.D] in the total order shows
@@ -336,7 +333,7 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
   mpmc::internal::park_announced(
       hot.epoch, hot.waiters, slot_bit_, deadline,
       [&] {
-        r = drain_once(out);
+        r = attempt();
         return done(r);
       },
       // An empty bitmap: before sleeping, look once at every ring (bounded:
@@ -345,6 +342,45 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
       [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0 || resurface(); },
       [&] { attachment_.heartbeat(); });
   return r;
+}
+
+Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
+                                                             std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return park_until<Result<std::optional<Drained>>>(timeout, [&] { return drain_once(out); });
+}
+
+Result<std::optional<Taken>> PriorityFanout::take_once() {
+  assert(taken_ == kNoTake && "take while an earlier take is not released");
+  std::span<const std::byte> payload;
+  auto p = highest([&](MpmcRing& ring) -> Result<bool> {
+    auto r = ring.try_take();
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (*r) payload = **r;
+    return r->has_value();
+  });
+  if (!p) return std::unexpected(std::move(p.error()));
+  if (!*p) return std::optional<Taken>{};
+  taken_ = **p;
+  return std::optional<Taken>{Taken{**p, payload}};
+}
+
+Result<std::optional<Taken>> PriorityFanout::try_take_highest() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return take_once();
+}
+
+Result<std::optional<Taken>> PriorityFanout::take_highest(std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return park_until<Result<std::optional<Taken>>>(timeout, [&] { return take_once(); });
+}
+
+void PriorityFanout::release() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  assert(taken_ != kNoTake && "release() without a take");
+  if (taken_ == kNoTake) return;  // a contract breach: nothing to release
+  rings_[taken_].release();
+  taken_ = kNoTake;
 }
 
 Result<std::optional<std::size_t>> PriorityFanout::drain_priority(

@@ -233,7 +233,8 @@ bool MpmcRing::has_claimed_items() const noexcept {
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
   const std::uint64_t h = v_.control->consumer.head.load(
       std::memory_order_acquire);  // a later head only hides consumed items
-  return t > h;
+  // Acquire: pairs with repair's release increment (an orphan is an item too).
+  return t > h || v_.control->consumer.orphans.load(std::memory_order_acquire) != 0;
 }
 
 void MpmcRing::cancel() noexcept {
@@ -287,6 +288,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std:
   const std::uint64_t residue = (s - pos) & v_.mask;
   if (residue > 1 || (tomb && residue != 1))
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
+  if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan))
+    return std::optional<std::uint64_t>{};  // the previous lap's kept item awaits adoption: full
   if (pos >= cap) {
     const std::uint64_t prev = pos - cap;
     if (seq == prev) {  // the previous lap's push is still in flight (or its producer died)
@@ -321,6 +324,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
   const std::uint64_t residue = (s - pos) & v_.mask;
   if (residue > 1 || (tomb && residue != 1))
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
+  if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan))
+    return std::optional<std::uint64_t>{};  // an orphan of the previous lap: nothing at `pos` yet
   if (tomb && s == pos + 1) {
     // A tombstone: claim it like an item, release it, move on.
     intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
@@ -358,6 +363,38 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
   return corrupt_cell(pos, seq,
                       shm::detail::format("{} (published), {} (not yet) or {} (previous lap)",
                                           pos + 1, pos, pos >= cap ? pos - cap + 1 : 0));
+}
+
+Result<std::optional<std::uint32_t>> MpmcRing::adopt_orphan(std::size_t room) {
+  auto& ctl = *v_.control;
+  // [mpmc.H'] acquire. An orphan holds its cell, so producers cannot pass it:
+  // it lies in [head - capacity, head).
+  const std::uint64_t head = ctl.consumer.head.load(std::memory_order_acquire);
+  const std::uint64_t lo = head >= v_.capacity ? head - v_.capacity : 0;
+  for (std::uint64_t q = lo; q < head; ++q) {
+    mpmc::Cell& c = v_.cell(q);
+    std::uint64_t seq = c.seq.load(std::memory_order_acquire);  // pairs with [mpmc.O]
+    if (seq != ((q + 1) | mpmc::kOrphan)) continue;
+    const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by the acquire
+    if (len > v_.slot_size) return corrupt_length(q, len);
+    if (len > room) return too_small(len, room);
+    intent_->pop.store((q + 1) | mpmc::kKeepIntent,
+                       std::memory_order_relaxed);  // published by [mpmc.A]
+    // [mpmc.A] acq_rel: adopts the orphan (back to "published, claimed"); its
+    // release publishes our intent to a repair that reads this seq (acquire).
+    if (c.seq.compare_exchange_strong(seq, q + 1, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed)) {
+      ctl.consumer.orphans.fetch_sub(1, std::memory_order_relaxed);  // a hint count
+      ctl.stats.adopted.fetch_add(1, std::memory_order_relaxed);  // statistics only
+      // [mpmc.W1] seq_cst: as in claim_pop(), whether a producer waits for this cell.
+      wake_producers_ = ctl.waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
+      peeked_pos_ = q;
+      peeked_ = true;
+      return std::optional<std::uint32_t>{len};
+    }
+    intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);  // someone else adopted it
+  }
+  return std::optional<std::uint32_t>{};
 }
 
 void MpmcRing::wake_consumers() noexcept {

@@ -120,6 +120,11 @@ class MpmcRing {
   // that one item (repair releases the cell).
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
   void release() noexcept;
+  // Zero-copy kept take (at-least-once): as try_peek(), but a handle that dies
+  // before release() does not lose the item: repair keeps it as an orphan and
+  // the next consumer of this ring (any pop, peek or take) gets it again,
+  // before newer items. One outstanding take or peek per handle.
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_take();
 
   // Repairs cells held by dead handles now (normally automatic, see above).
   [[nodiscard]] mpmc::RepairReport repair() const;
@@ -129,7 +134,8 @@ class MpmcRing {
   // tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
   // True when some push has claimed a position no consumer has claimed yet
-  // (published or still in flight). Sequentially consistent: see PriorityFanout.
+  // (published or still in flight), or an orphan waits for adoption.
+  // Sequentially consistent: see PriorityFanout.
   [[nodiscard]] bool has_claimed_items() const noexcept;
   // After a successful pop: true when no push has claimed a position after it
   // (the ring was empty right after this pop). A hint: reads the producers'
@@ -166,7 +172,12 @@ class MpmcRing {
   void release_unguarded() noexcept;
   [[nodiscard]] Result<bool> push_unguarded(std::span<const std::byte> payload);
   [[nodiscard]] Result<std::optional<std::size_t>> pop_unguarded(std::span<std::byte> out);
-  [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room);
+  // Claims the oldest item (an orphan first, see layout.hpp): its length, or
+  // nullopt when empty. `keep`: a kept take (kKeepIntent in the intent).
+  [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room, bool keep = false);
+  [[nodiscard]] Result<std::optional<std::uint32_t>> adopt_orphan(std::size_t room);
+  // try_peek() (keep false) and try_take() (keep true) without the guard.
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> claim_view(bool keep);
   // Slow paths: classify a sequence that is not the expected one. A value is
   // the position to retry at; nullopt = full (push) / empty (pop).
   [[nodiscard]] Result<std::optional<std::uint64_t>> push_slow(std::uint64_t pos,
@@ -260,6 +271,7 @@ class MpmcConsumer : public detail::MpmcSide {
   using MpmcRing::release;
   using MpmcRing::try_peek;
   using MpmcRing::try_pop;
+  using MpmcRing::try_take;
 
  private:
   explicit MpmcConsumer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
@@ -344,8 +356,14 @@ inline Result<bool> MpmcRing::push_unguarded(std::span<const std::byte> payload)
   return true;
 }
 
-inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room) {
+inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room, bool keep) {
   assert(!peeked_ && "pop/peek while a peeked item is not released");
+  // Acquire: pairs with repair's release increment after its [mpmc.O] mark.
+  if (v_.control->consumer.orphans.load(std::memory_order_acquire) != 0) [[unlikely]] {
+    auto adopted = adopt_orphan(room);
+    if (!adopted || *adopted) return adopted;
+  }
+  const std::uint64_t keep_bit = keep ? mpmc::kKeepIntent : 0;
   auto& head = v_.control->consumer.head;
   // [mpmc.H'] acquire: pairs with [mpmc.H] of the consumer that moved head here.
   std::uint64_t pos = head.load(std::memory_order_acquire);
@@ -360,7 +378,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
         return corrupt_length(pos, len);
       if (len > room) [[unlikely]]
         return too_small(len, room);
-      intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
+      intent_->pop.store((pos + 1) | keep_bit, std::memory_order_relaxed);  // published by [mpmc.H]
       // [mpmc.H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
       // of head pairs with it); seq_cst: Dekker pair with a parking producer's [mpmc.W]/[mpmc.W2].
       // Failure order acquire: the reloaded head is read like [mpmc.H'].
@@ -398,13 +416,22 @@ inline void MpmcRing::release_unguarded() noexcept {
     wake_producers();
 }
 
-inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_peek() {
-  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
-  auto r = claim_pop(~std::size_t{0});
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::claim_view(bool keep) {
+  auto r = claim_pop(~std::size_t{0}, keep);
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::span<const std::byte>>{};
   return std::optional<std::span<const std::byte>>{
       std::span<const std::byte>(v_.payload(peeked_pos_), **r)};
+}
+
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_peek() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return claim_view(false);
+}
+
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_take() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return claim_view(true);
 }
 
 inline Result<std::optional<std::size_t>> MpmcRing::try_pop(std::span<std::byte> out) {
