@@ -184,11 +184,10 @@ Measurement fanout_run(const Env& env, int consumers) {
     }
   }
   Measurement m = measure(env, consumers, [&](int) -> Drain {
-    auto f = shm::PriorityFanout::open(
-        base, {.priorities = kPriorities, .ring_capacity = capacity, .slot_size = kPayload}, {},
-        shm::FanoutRole::Drainer);
+    auto f = shm::FanoutConsumer::open(
+        base, {.priorities = kPriorities, .ring_capacity = capacity, .slot_size = kPayload});
     if (!f) throw BenchError(f.error().what());
-    return [&o, fan = std::make_shared<shm::PriorityFanout>(std::move(*f))]() -> std::uint64_t {
+    return [&o, fan = std::make_shared<shm::FanoutConsumer>(std::move(*f))]() -> std::uint64_t {
       Job j{};
       auto buf = std::as_writable_bytes(std::span(&j, 1));
       std::uint64_t n = 0;

@@ -71,7 +71,7 @@ int create(const std::string& base) {
 }
 
 int produce(const std::string& base, std::uint32_t jobs) {
-  auto f = shm::PriorityFanout::open(base, kParams, {}, shm::FanoutRole::Submitter);
+  auto f = shm::FanoutProducer::open(base, kParams);
   if (!f) {
     fmt::print(stderr, "open {}: {}\n", base, f.error().what());
     return 1;
@@ -111,7 +111,7 @@ int worker(const std::string& base, std::optional<std::uint32_t> dedicated) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
-  auto f = shm::PriorityFanout::open(base, kParams, {}, shm::FanoutRole::Drainer);
+  auto f = shm::FanoutConsumer::open(base, kParams);
   if (!f) {
     fmt::print(stderr, "open {}: {}\n", base, f.error().what());
     return 1;

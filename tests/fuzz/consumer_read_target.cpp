@@ -55,7 +55,7 @@ void read_channel(const shm::OpenOptions& options) {
 }
 
 void read_mpmc(const shm::OpenOptions& options) {
-  auto ring = shm::MpmcRing::open(shm::fuzz::kSegmentName, {}, options, shm::MpmcRole::Consumer);
+  auto ring = shm::MpmcConsumer::open(shm::fuzz::kSegmentName, {}, options);
   if (!ring) return;
   std::array<std::byte, 4096> out{};
   for (int i = 0; i < kMaxReads; ++i) {

@@ -67,14 +67,12 @@ namespace soak {
 // Opens the fanout, creating it (ephemeral) when it does not exist yet. Both
 // sides may create: whoever comes first. Retries while another process is
 // creating it (rings present, bitmap not yet) and while attachment slots of
-// dead handles wait for reclaim.
-inline shm::Result<shm::PriorityFanout> attach_fanout(const std::string& base,
-                                                      const shm::FanoutParams& params,
-                                                      shm::FanoutRole role) {
-  return open_or_create([&] { return shm::PriorityFanout::open(base, params, {}, role); },
-                        [&](const shm::CreateOptions& co) {
-                          return shm::PriorityFanout::create(base, params, co, role);
-                        });
+// dead handles wait for reclaim. Handle: shm::FanoutProducer or FanoutConsumer.
+template <class Handle>
+shm::Result<Handle> attach_fanout(const std::string& base, const shm::FanoutParams& params) {
+  return open_or_create(
+      [&] { return Handle::open(base, params); },
+      [&](const shm::CreateOptions& co) { return Handle::create(base, params, co); });
 }
 
 enum class HandState : std::uint32_t { Idle = 0, Popping = 1, Held = 2 };

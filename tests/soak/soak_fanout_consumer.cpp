@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
   const soak::HandFile hand(hand_path);
   if (!hand.ok()) return violation(fmt::format("cannot map the hand file {}", hand_path));
 
-  auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Drainer);
+  auto attached = soak::attach_fanout<shm::FanoutConsumer>(base, params);
   if (!attached) return violation(attached.error().what());
-  shm::PriorityFanout f = std::move(*attached);
+  shm::FanoutConsumer f = std::move(*attached);
   const std::uint32_t k = f.priorities();
   // What the previous incarnation left in the hand is logged before this one
   // takes it over (a kill in between: the next incarnation logs it again).

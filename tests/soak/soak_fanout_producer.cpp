@@ -41,9 +41,9 @@ int main(int argc, char** argv) {
   const int log = process_log.fd();
   auto violation = [&](std::string_view what) { return process_log.violation(what); };
 
-  auto attached = soak::attach_fanout(base, params, shm::FanoutRole::Submitter);
+  auto attached = soak::attach_fanout<shm::FanoutProducer>(base, params);
   if (!attached) return violation(attached.error().what());
-  shm::PriorityFanout f = std::move(*attached);
+  shm::FanoutProducer f = std::move(*attached);
 
   // The journalled sequence number was in flight when the last incarnation
   // died: published or not, it is never sent again.

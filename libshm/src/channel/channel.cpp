@@ -2,6 +2,7 @@
 // both sides share (faults, wake-ups).
 #include "shm/channel/layout.hpp"
 
+#include "segment/kind_spec.hpp"
 #include "segment/size_check.hpp"
 #include "shm/channel/endpoint.hpp"
 #include "shm/platform/futex.hpp"
@@ -163,34 +164,18 @@ KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
     storage.descriptors_per_page = params.descriptors_per_page;
     storage.ring_capacity = params.ring_capacity;
   }
-  KindSpec spec;
-  spec.kind = kChannelKind;
-  spec.kind_name = "channel";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = complete ? storage.data_size : 0;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, channel uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (auto why = invalid_block(f); !why.empty()) return "segment parameters: " + why;
-    if (e.pages != 0 && f.pages != e.pages)
-      return shm::detail::format("pages: segment has {}, caller expects {}", f.pages, e.pages);
-    if (e.page_bytes != 0 && f.page_bytes != e.page_bytes)
-      return shm::detail::format("page_bytes: segment has {}, caller expects {}", f.page_bytes,
-                                 e.page_bytes);
-    if (e.descriptors_per_page != 0 && f.descriptors_per_page != e.descriptors_per_page)
-      return shm::detail::format("descriptors_per_page: segment has {}, caller expects {}",
-                                 f.descriptors_per_page, e.descriptors_per_page);
-    if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
-      return shm::detail::format("ring_capacity: segment has {}, caller expects {}",
-                                 f.ring_capacity, e.ring_capacity);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kChannelKind, "channel", kFingerprint, storage, complete ? storage.data_size : 0,
+      [](const ParamBlock& f) {
+        std::string why = invalid_block(f);
+        return why.empty() ? why : "segment parameters: " + why;
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("pages", f.pages, e.pages)
+            .field("page_bytes", f.page_bytes, e.page_bytes)
+            .field("descriptors_per_page", f.descriptors_per_page, e.descriptors_per_page)
+            .field("ring_capacity", f.ring_capacity, e.ring_capacity);
+      });
 }
 
 Result<View> view(const Segment& seg) {

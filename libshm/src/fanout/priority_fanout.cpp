@@ -1,12 +1,14 @@
 #include "shm/fanout/priority_fanout.hpp"
 
 #include "mpmc/internal.hpp"
+#include "segment/kind_spec.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/testing/fanout_crash.hpp"  // FanoutCrashPoint (libshm/testing, not installed)
 
 #include "format/format.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 namespace shm {
@@ -37,62 +39,24 @@ Result<void> validate(const FanoutParams& params) {
 
 KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
   storage = ParamBlock{params.priorities, 0, params.ring_capacity, params.slot_size};
-  KindSpec spec;
-  spec.kind = kFanoutBitmapKind;
-  spec.kind_name = "fanout_bitmap";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = sizeof(Control);
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, fanout_bitmap uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
-      return shm::detail::format("parameters: segment has invalid ones: {}", ok.error().message);
-    if (e.priorities != 0 && f.priorities != e.priorities)
-      return shm::detail::format("priorities: segment has {}, caller expects {}", f.priorities,
-                                 e.priorities);
-    if (e.ring_capacity != 0 && f.ring_capacity != e.ring_capacity)
-      return shm::detail::format("ring_capacity: segment has {}, caller expects {}",
-                                 f.ring_capacity, e.ring_capacity);
-    if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
-                                 e.slot_size);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kFanoutBitmapKind, "fanout_bitmap", kFingerprint, storage, sizeof(Control),
+      [](const ParamBlock& f) -> std::string {
+        if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
+          return shm::detail::format("parameters: segment has invalid ones: {}",
+                                     ok.error().message);
+        return {};
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("priorities", f.priorities, e.priorities)
+            .field("ring_capacity", f.ring_capacity, e.ring_capacity)
+            .field("slot_size", f.slot_size, e.slot_size);
+      });
 }
 
 }  // namespace fanout
 
 namespace {
-
-MpmcRole ring_role(FanoutRole role) {
-  switch (role) {
-    case FanoutRole::Submitter:
-      return MpmcRole::Producer;
-    case FanoutRole::Drainer:
-      return MpmcRole::Consumer;
-    case FanoutRole::Peer:
-      break;
-  }
-  return MpmcRole::Peer;
-}
-
-const RoleSpec& role_spec(FanoutRole role) {
-  switch (role) {
-    case FanoutRole::Submitter:
-      return fanout::kSubmitterRole;
-    case FanoutRole::Drainer:
-      return fanout::kDrainerRole;
-    case FanoutRole::Peer:
-      break;
-  }
-  return fanout::kPeerRole;
-}
 
 std::string resolved_root(const std::string& root) {
   return root.empty() ? default_root() : root;
@@ -101,12 +65,12 @@ std::string resolved_root(const std::string& root) {
 }  // namespace
 
 Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitmap,
-                                            std::vector<MpmcRing> rings, FanoutRole role) {
+                                            std::vector<MpmcRing> rings, const RoleSpec& role) {
   if (bitmap.data().size() < sizeof(fanout::Control))
     return fail(Errc::Corrupt,
                 shm::detail::format("{}: data area has {} bytes, the bitmap needs {}",
                                     bitmap.path(), bitmap.data().size(), sizeof(fanout::Control)));
-  auto attachment = bitmap.attach(role_spec(role));
+  auto attachment = bitmap.attach(role);
   if (!attachment) return std::unexpected(attachment.error());
   PriorityFanout f;
   f.segment_ = std::move(bitmap);
@@ -115,7 +79,6 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   f.rings_ = std::move(rings);
   f.k_ = static_cast<std::uint32_t>(f.rings_.size());
   f.slot_bit_ = 1u << f.attachment_.slot();
-  f.role_ = role;
   f.base_ = std::string(base);
   // A previous holder of our slot may have died parked: its waiter bit is ours now.
   f.control_->hot.waiters.fetch_and(~f.slot_bit_, std::memory_order_relaxed);
@@ -125,8 +88,8 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   return f;
 }
 
-Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
-                                              const CreateOptions& options, FanoutRole role) {
+Result<PriorityFanout> PriorityFanout::create_as(std::string_view base, const FanoutParams& params,
+                                                 const CreateOptions& options, Roles roles) {
   if (auto ok = fanout::validate(params); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::bitmap_name(base)); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::ring_name(base, params.priorities - 1)); !ok)
@@ -137,8 +100,8 @@ Result<PriorityFanout> PriorityFanout::create(std::string_view base, const Fanou
     for (auto& r : rings) (void)r.segment().unlink();
   };
   for (std::uint32_t i = 0; i < params.priorities; ++i) {
-    auto r = MpmcRing::create(fanout::ring_name(base, i), {params.ring_capacity, params.slot_size},
-                              options, ring_role(role));
+    auto r = MpmcRing::create_as(fanout::ring_name(base, i),
+                                 {params.ring_capacity, params.slot_size}, options, roles.ring);
     if (!r) {
       undo();
       return std::unexpected(r.error());
@@ -158,13 +121,13 @@ Result<PriorityFanout> PriorityFanout::create(std::string_view base, const Fanou
     undo();
     return std::unexpected(seg.error());
   }
-  auto f = bind(base, std::move(*seg), std::move(rings), role);
+  auto f = bind(base, std::move(*seg), std::move(rings), roles.bitmap);
   if (!f) (void)unlink(base, options.root);
   return f;
 }
 
-Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
-                                            const OpenOptions& options, FanoutRole role) {
+Result<PriorityFanout> PriorityFanout::open_as(std::string_view base, const FanoutParams& expected,
+                                               const OpenOptions& options, Roles roles) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("fanout '{}': a handle needs writable mappings", base));
@@ -188,7 +151,7 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
   rings.reserve(found.priorities);
   for (std::uint32_t i = 0; i < found.priorities; ++i) {
     const std::string name = fanout::ring_name(base, i);
-    auto r = MpmcRing::open(name, {found.ring_capacity, found.slot_size}, options, ring_role(role));
+    auto r = MpmcRing::open_as(name, {found.ring_capacity, found.slot_size}, options, roles.ring);
     if (!r) {
       if (r.error().code == Errc::NotFound)
         return fail(Errc::NotFound,
@@ -206,7 +169,45 @@ Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutP
                               r->segment().path(), inc, ctl->rings.incarnation[i]));
     rings.push_back(std::move(*r));
   }
-  return bind(base, std::move(*seg), std::move(rings), role);
+  return bind(base, std::move(*seg), std::move(rings), roles.bitmap);
+}
+
+Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  return create_as(base, params, options, {fanout::kPeerRole, mpmc::kPeerRole});
+}
+
+Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  return open_as(base, expected, options, {fanout::kPeerRole, mpmc::kPeerRole});
+}
+
+Result<FanoutProducer> FanoutProducer::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  auto f = create_as(base, params, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutProducer(std::move(*f));
+}
+
+Result<FanoutProducer> FanoutProducer::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  auto f = open_as(base, expected, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutProducer(std::move(*f));
+}
+
+Result<FanoutConsumer> FanoutConsumer::create(std::string_view base, const FanoutParams& params,
+                                              const CreateOptions& options) {
+  auto f = create_as(base, params, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutConsumer(std::move(*f));
+}
+
+Result<FanoutConsumer> FanoutConsumer::open(std::string_view base, const FanoutParams& expected,
+                                            const OpenOptions& options) {
+  auto f = open_as(base, expected, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutConsumer(std::move(*f));
 }
 
 Result<void> PriorityFanout::unlink(std::string_view base, const std::string& root) {
@@ -314,19 +315,15 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
   return true;
 }
 
-Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout) {
-  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  using R = Result<std::optional<Drained>>;
+template <class R, class Attempt>
+R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const R& r) { return !r || *r; };
   // The fanout waits as its MPMC rings do: same spin budget and backoff.
-  if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return drain_once(out); }, done))
-    return std::move(*r);
+  if (auto r = detail::spin(mpmc::internal::kSpins, attempt, done)) return std::move(*r);
   auto& hot = control_->hot;
   control_->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
-  R r = std::optional<Drained>{};
+  R r = typename R::value_type{};
   // [fanout.E'] (the acquire load of the epoch in detail::park) pairs with a waker's
   // [fanout.E]. [fanout.D] (the announcement, re-asserted every round) is the Dekker pair of
   // [fanout.D1]. [fanout.D2] seq_cst below: a bit set before [fanout.D] in the total order shows
@@ -336,7 +333,7 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
   mpmc::internal::park_announced(
       hot.epoch, hot.waiters, slot_bit_, deadline,
       [&] {
-        r = drain_once(out);
+        r = attempt();
         return done(r);
       },
       // An empty bitmap: before sleeping, look once at every ring (bounded:
@@ -345,6 +342,45 @@ Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte
       [&] { return hot.bitmap.load(std::memory_order_seq_cst) != 0 || resurface(); },
       [&] { attachment_.heartbeat(); });
   return r;
+}
+
+Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
+                                                             std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return park_until<Result<std::optional<Drained>>>(timeout, [&] { return drain_once(out); });
+}
+
+Result<std::optional<Taken>> PriorityFanout::take_once() {
+  assert(taken_ == kNoTake && "take while an earlier take is not released");
+  std::span<const std::byte> payload;
+  auto p = highest([&](MpmcRing& ring) -> Result<bool> {
+    auto r = ring.try_take();
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (*r) payload = **r;
+    return r->has_value();
+  });
+  if (!p) return std::unexpected(std::move(p.error()));
+  if (!*p) return std::optional<Taken>{};
+  taken_ = **p;
+  return std::optional<Taken>{Taken{**p, payload}};
+}
+
+Result<std::optional<Taken>> PriorityFanout::try_take_highest() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return take_once();
+}
+
+Result<std::optional<Taken>> PriorityFanout::take_highest(std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  return park_until<Result<std::optional<Taken>>>(timeout, [&] { return take_once(); });
+}
+
+void PriorityFanout::release() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
+  assert(taken_ != kNoTake && "release() without a take");
+  if (taken_ == kNoTake) return;  // a contract breach: nothing to release
+  rings_[taken_].release();
+  taken_ = kNoTake;
 }
 
 Result<std::optional<std::size_t>> PriorityFanout::drain_priority(

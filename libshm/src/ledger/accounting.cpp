@@ -112,6 +112,42 @@ Result<PoolAccount*> pool_account(const View& v, Pool& p, std::uint32_t category
                                   v.params.max_tickets));
 }
 
+// The prologue that commit, release, offer, withdraw and accept share, in
+// this order so each reports the first thing wrong the same way: the ticket
+// is this ledger's and inside its table, then `check()` (the call's own
+// argument checks, before any lock), then the mutex is taken (repairing after
+// a dead holder). With `owned`, the ticket must also be live and held by
+// `self` (check_ticket() explains a refusal). Then `body(held, slot)` runs
+// under the lock; the lock is released when it returns.
+enum class Ownership : std::uint8_t { Any, Owned };
+
+template <class Check, class Body>
+[[nodiscard]] inline Result<void> with_ticket(const View& v, const std::string& path,
+                                              std::string_view op, Ticket ticket, Owner self,
+                                              Ownership need, Check&& check, Body&& body) {
+  if (ticket.ledger != v.incarnation) [[unlikely]]
+    return foreign(v, path, op, ticket);
+  if (ticket.index >= v.params.max_tickets) [[unlikely]]
+    return ticket_range_error(op, ticket, v);
+  if (auto ok = check(); !ok) [[unlikely]]
+    return ok;
+  if (auto ok = lock(v, path); !ok) [[unlikely]]
+    return ok;
+  Held held(*v.control);
+  TicketSlot& t = v.tickets[ticket.index];
+  if (need == Ownership::Owned && !owned_live(t, ticket, self)) [[unlikely]]
+    return check_ticket(v, op, ticket, self);
+  return body(held, t);
+}
+
+template <class Body>
+[[nodiscard]] inline Result<void> with_ticket(const View& v, const std::string& path,
+                                              std::string_view op, Ticket ticket, Owner self,
+                                              Ownership need, Body&& body) {
+  return with_ticket(
+      v, path, op, ticket, self, need, [] { return Result<void>{}; }, std::forward<Body>(body));
+}
+
 [[gnu::cold]] std::unexpected<Error> reserve_argument_error(const View& v, PoolId pool,
                                                             CategoryId cat, std::int64_t bytes) {
   if (bytes < 0)
@@ -298,63 +334,49 @@ Result<LedgerReservation> Ledger::reserve(PoolId pool_id, CategoryId category, s
 Result<void> Ledger::commit(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
-  if (ticket.ledger != v.incarnation) [[unlikely]]
-    return foreign(v, segment_.path(), "commit", ticket);
-  if (ticket.index >= v.params.max_tickets) [[unlikely]]
-    return ticket_range_error("commit", ticket, v);
   const std::string& path = segment_.path();
-  if (auto ok = lock(v, path); !ok) [[unlikely]]
-    return ok;
-  LedgerControl& c = *v.control;
-  Held held(c);
-  TicketSlot& t = v.tickets[ticket.index];
-  if (!owned_live(t, ticket, owner_)) [[unlikely]]
-    return check_ticket(v, "commit", ticket, owner_);
-  if (ld(t.state) == kTicketCommitted) [[unlikely]]
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("commit: ticket {}#{} is already committed", ticket.index,
-                                    ticket.generation));
-  Charge ch;
-  if (!resolve_fast(v, ticket.index, ch)) [[unlikely]]
-    return std::unexpected(resolve(v, ticket.index, path).error());
-  Account* const dims[] = {ch.global, ch.partition, ch.category, ch.pool_account};
-  for (const Account* a : dims)
-    if (ld(a->reserved) < ch.bytes) [[unlikely]]
-      return corrupt(
-          path, shm::detail::format("commit of {} bytes: an account has only {} reserved", ch.bytes,
-                                    ld(a->reserved)));
-  held.write();
-  // [ledger.T] release (crash order, as in reserve): the state is the source of truth.
-  t.state.store(kTicketCommitted, std::memory_order_release);
-  st(dims[0]->reserved, ld(dims[0]->reserved) - ch.bytes);
-  detail::ledger_crash_point(CrashPoint::CommitMidCounters);
-  for (std::size_t d = 1; d < std::size(dims); ++d)
-    st(dims[d]->reserved, ld(dims[d]->reserved) - ch.bytes);
-  bump(c.stats.commits);
-  return {};
+  return with_ticket(
+      v, path, "commit", ticket, owner_, Ownership::Owned,
+      [&](Held& held, TicketSlot& t) -> Result<void> {
+        if (ld(t.state) == kTicketCommitted) [[unlikely]]
+          return fail(Errc::InvalidArgument,
+                      shm::detail::format("commit: ticket {}#{} is already committed", ticket.index,
+                                          ticket.generation));
+        Charge ch;
+        if (!resolve_fast(v, ticket.index, ch)) [[unlikely]]
+          return std::unexpected(resolve(v, ticket.index, path).error());
+        Account* const dims[] = {ch.global, ch.partition, ch.category, ch.pool_account};
+        for (const Account* a : dims)
+          if (ld(a->reserved) < ch.bytes) [[unlikely]]
+            return corrupt(
+                path, shm::detail::format("commit of {} bytes: an account has only {} reserved",
+                                          ch.bytes, ld(a->reserved)));
+        held.write();
+        // [ledger.T] release (crash order, as in reserve): the state is the source of truth.
+        t.state.store(kTicketCommitted, std::memory_order_release);
+        st(dims[0]->reserved, ld(dims[0]->reserved) - ch.bytes);
+        detail::ledger_crash_point(CrashPoint::CommitMidCounters);
+        for (std::size_t d = 1; d < std::size(dims); ++d)
+          st(dims[d]->reserved, ld(dims[d]->reserved) - ch.bytes);
+        bump(v.control->stats.commits);
+        return {};
+      });
 }
 
 Result<void> Ledger::release(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
-  if (ticket.ledger != v.incarnation) [[unlikely]]
-    return foreign(v, segment_.path(), "release", ticket);
-  if (ticket.index >= v.params.max_tickets) [[unlikely]]
-    return ticket_range_error("release", ticket, v);
   const std::string& path = segment_.path();
-  if (auto ok = lock(v, path); !ok) [[unlikely]]
-    return ok;
-  LedgerControl& c = *v.control;
-  Held held(c);
-  if (!owned_live(v.tickets[ticket.index], ticket, owner_)) [[unlikely]]
-    return check_ticket(v, "release", ticket, owner_);
-  Charge ch;
-  if (!resolve_fast(v, ticket.index, ch) || !can_uncharge(v, ch)) [[unlikely]]
-    return release_damage(v, ticket.index, path);
-  held.write();
-  free_ticket(v, ticket.index, ch);
-  bump(c.stats.releases);
-  return {};
+  return with_ticket(v, path, "release", ticket, owner_, Ownership::Owned,
+                     [&](Held& held, TicketSlot&) -> Result<void> {
+                       Charge ch;
+                       if (!resolve_fast(v, ticket.index, ch) || !can_uncharge(v, ch)) [[unlikely]]
+                         return release_damage(v, ticket.index, path);
+                       held.write();
+                       free_ticket(v, ticket.index, ch);
+                       bump(v.control->stats.releases);
+                       return {};
+                     });
 }
 
 Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::int64_t bytes) {
@@ -469,107 +491,90 @@ Result<LedgerReplacement> Ledger::replace(Ticket ticket, PoolId pool_id, std::in
 Result<void> Ledger::offer(Ticket ticket, Owner to) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
-  const std::string& path = segment_.path();
-  if (ticket.ledger != v.incarnation) [[unlikely]]
-    return foreign(v, path, "offer", ticket);
-  if (ticket.index >= v.params.max_tickets) [[unlikely]]
-    return ticket_range_error("offer", ticket, v);
-  if (to == owner_)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("offer: ticket {}#{} would be offered to its own owner (slot "
-                                    "{} generation {})",
-                                    ticket.index, ticket.generation, to.slot, to.generation));
-  if (to.slot >= kMaxAttachments)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("offer: slot {} is outside the attachment table of {}", to.slot,
-                                    kMaxAttachments));
-  if (auto ok = lock(v, path); !ok) [[unlikely]]
-    return ok;
-  LedgerControl& c = *v.control;
-  Held held(c);
-  TicketSlot& t = v.tickets[ticket.index];
-  if (!owned_live(t, ticket, owner_)) [[unlikely]]
-    return check_ticket(v, "offer", ticket, owner_);
-  const AttachmentSlot& hs = segment_.header().slots[to.slot];
-  // [seg.A'] acquire: pairs with attach()'s release [seg.A].
-  const std::uint32_t state = hs.state.load(std::memory_order_acquire);
-  const std::uint32_t generation = hs.generation.load(std::memory_order_acquire);
-  if (state != static_cast<std::uint32_t>(SlotState::Attached) || generation != to.generation)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format(
-                    "offer: attachment slot {} generation {} is not attached (the "
-                    "slot is {} at generation {})",
-                    to.slot, to.generation,
-                    state == static_cast<std::uint32_t>(SlotState::Attached) ? "attached" : "free",
-                    generation));
-  held.write();
-  st(t.offered, 0u);  // an earlier offer ends before the target changes
-  st(t.offer_slot, to.slot);
-  st(t.offer_generation, to.generation);
-  detail::ledger_crash_point(CrashPoint::OfferBeforePublish);
-  // [ledger.O] release: crash order — the target is in memory before the offer is
-  // live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole offer or none.
-  t.offered.store(1u, std::memory_order_release);
-  bump(c.stats.offers);
-  return {};
+  const auto arguments = [&]() -> Result<void> {
+    if (to == owner_)
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("offer: ticket {}#{} would be offered to its own owner "
+                                      "(slot {} generation {})",
+                                      ticket.index, ticket.generation, to.slot, to.generation));
+    if (to.slot >= kMaxAttachments)
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("offer: slot {} is outside the attachment table of {}",
+                                      to.slot, kMaxAttachments));
+    return {};
+  };
+  return with_ticket(
+      v, segment_.path(), "offer", ticket, owner_, Ownership::Owned, arguments,
+      [&](Held& held, TicketSlot& t) -> Result<void> {
+        const AttachmentSlot& hs = segment_.header().slots[to.slot];
+        // [seg.A'] acquire: pairs with attach()'s release [seg.A].
+        const std::uint32_t state = hs.state.load(std::memory_order_acquire);
+        const std::uint32_t generation = hs.generation.load(std::memory_order_acquire);
+        if (state != static_cast<std::uint32_t>(SlotState::Attached) || generation != to.generation)
+          return fail(
+              Errc::InvalidArgument,
+              shm::detail::format(
+                  "offer: attachment slot {} generation {} is not attached (the "
+                  "slot is {} at generation {})",
+                  to.slot, to.generation,
+                  state == static_cast<std::uint32_t>(SlotState::Attached) ? "attached" : "free",
+                  generation));
+        held.write();
+        st(t.offered, 0u);  // an earlier offer ends before the target changes
+        st(t.offer_slot, to.slot);
+        st(t.offer_generation, to.generation);
+        detail::ledger_crash_point(CrashPoint::OfferBeforePublish);
+        // [ledger.O] release: crash order — the target is in memory before the offer is
+        // live; a repairer (after the mutex's EOWNERDEAD acquire) sees a whole offer or none.
+        t.offered.store(1u, std::memory_order_release);
+        bump(v.control->stats.offers);
+        return {};
+      });
 }
 
 Result<void> Ledger::withdraw(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
-  const View& v = view_;
-  const std::string& path = segment_.path();
-  if (ticket.ledger != v.incarnation) [[unlikely]]
-    return foreign(v, path, "withdraw", ticket);
-  if (ticket.index >= v.params.max_tickets) [[unlikely]]
-    return ticket_range_error("withdraw", ticket, v);
-  if (auto ok = lock(v, path); !ok) [[unlikely]]
-    return ok;
-  Held held(*v.control);
-  TicketSlot& t = v.tickets[ticket.index];
-  if (!owned_live(t, ticket, owner_)) [[unlikely]]
-    return check_ticket(v, "withdraw", ticket, owner_);
-  if (ld(t.offered) != 0) {
-    held.write();
-    st(t.offered, 0u);
-  }
-  return {};
+  return with_ticket(view_, segment_.path(), "withdraw", ticket, owner_, Ownership::Owned,
+                     [](Held& held, TicketSlot& t) -> Result<void> {
+                       if (ld(t.offered) != 0) {
+                         held.write();
+                         st(t.offered, 0u);
+                       }
+                       return {};
+                     });
 }
 
 Result<void> Ledger::accept(Ticket ticket) {
   assert(view_.control != nullptr && "use of an empty Ledger handle");
   const View& v = view_;
   const std::string& path = segment_.path();
-  if (ticket.ledger != v.incarnation) [[unlikely]]
-    return foreign(v, path, "accept", ticket);
-  if (ticket.index >= v.params.max_tickets) [[unlikely]]
-    return ticket_range_error("accept", ticket, v);
-  if (auto ok = lock(v, path); !ok) [[unlikely]]
-    return ok;
-  Held held(*v.control);
-  TicketSlot& t = v.tickets[ticket.index];
-  if (ld(t.state) == kTicketFree || ld(t.generation) != ticket.generation)
-    return check_ticket(v, "accept", ticket, owner_);  // stale or released
-  const Owner owner{ld(t.owner_slot), ld(t.owner_generation)};
-  if (owner == owner_) return {};  // accepted before, or handed over when the sender left
-  const bool offered = ld(t.offered) != 0;
-  const Owner target{ld(t.offer_slot), ld(t.offer_generation)};
-  if (!offered || target != owner_) {
-    bump(v.control->stats.refused_releases);
-    return fail(Errc::PermissionDenied,
-                shm::detail::format(
-                    "accept: ticket {}#{} belongs to attachment slot {} generation {} and is {}; "
-                    "this handle is slot {} generation {}",
-                    ticket.index, ticket.generation, owner.slot, owner.generation,
-                    offered ? shm::detail::format("offered to slot {} generation {}", target.slot,
-                                                  target.generation)
-                            : std::string("not offered"),
-                    owner_.slot, owner_.generation));
-  }
-  auto ch = resolve(v, ticket.index, path);  // a ticket that cannot be charged is not taken
-  if (!ch) return std::unexpected(std::move(ch.error()));
-  held.write();
-  hand_over(v, ticket.index, owner_);
-  return {};
+  return with_ticket(
+      v, path, "accept", ticket, owner_, Ownership::Any,
+      [&](Held& held, TicketSlot& t) -> Result<void> {
+        if (ld(t.state) == kTicketFree || ld(t.generation) != ticket.generation)
+          return check_ticket(v, "accept", ticket, owner_);  // stale or released
+        const Owner owner{ld(t.owner_slot), ld(t.owner_generation)};
+        if (owner == owner_) return {};  // accepted before, or handed over when the sender left
+        const bool offered = ld(t.offered) != 0;
+        const Owner target{ld(t.offer_slot), ld(t.offer_generation)};
+        if (!offered || target != owner_) {
+          bump(v.control->stats.refused_releases);
+          return fail(Errc::PermissionDenied,
+                      shm::detail::format(
+                          "accept: ticket {}#{} belongs to attachment slot {} generation {} and "
+                          "is {}; this handle is slot {} generation {}",
+                          ticket.index, ticket.generation, owner.slot, owner.generation,
+                          offered ? shm::detail::format("offered to slot {} generation {}",
+                                                        target.slot, target.generation)
+                                  : std::string("not offered"),
+                          owner_.slot, owner_.generation));
+        }
+        auto ch = resolve(v, ticket.index, path);  // a ticket that cannot be charged is not taken
+        if (!ch) return std::unexpected(std::move(ch.error()));
+        held.write();
+        hand_over(v, ticket.index, owner_);
+        return {};
+      });
 }
 
 // ---------------------------------------------------------------- rate admission

@@ -1,5 +1,6 @@
 // Ledger geometry, parameters, labels and lock-free reads.
 #include "internal.hpp"
+#include "segment/kind_spec.hpp"
 
 #include "format/format.hpp"
 
@@ -144,41 +145,22 @@ KindSpec kind_spec(const LedgerParams& params, bool any, ParamBlock& storage) {
   storage = ParamBlock{params.global_limit,   params.control_reserve, params.max_tickets,
                        params.max_categories, params.max_pools,       params.max_buckets};
   if (any) storage = ParamBlock{-1, -1, 0, 0, 0, 0};
-  KindSpec spec;
-  spec.kind = kLedgerKind;
-  spec.kind_name = "ledger";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = any ? 0 : geometry(storage).data_size;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, ledger uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (std::string why = block_problem(f); !why.empty()) return "segment parameters: " + why;
-    if (e.global_limit >= 0 && f.global_limit != e.global_limit)
-      return shm::detail::format("global_limit: segment has {}, caller expects {}", f.global_limit,
-                                 e.global_limit);
-    if (e.control_reserve >= 0 && f.control_reserve != e.control_reserve)
-      return shm::detail::format("control_reserve: segment has {}, caller expects {}",
-                                 f.control_reserve, e.control_reserve);
-    if (e.max_tickets != 0 && f.max_tickets != e.max_tickets)
-      return shm::detail::format("max_tickets: segment has {}, caller expects {}", f.max_tickets,
-                                 e.max_tickets);
-    if (e.max_categories != 0 && f.max_categories != e.max_categories)
-      return shm::detail::format("max_categories: segment has {}, caller expects {}",
-                                 f.max_categories, e.max_categories);
-    if (e.max_pools != 0 && f.max_pools != e.max_pools)
-      return shm::detail::format("max_pools: segment has {}, caller expects {}", f.max_pools,
-                                 e.max_pools);
-    if (e.max_buckets != 0 && f.max_buckets != e.max_buckets)
-      return shm::detail::format("max_buckets: segment has {}, caller expects {}", f.max_buckets,
-                                 e.max_buckets);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kLedgerKind, "ledger", kFingerprint, storage, any ? 0 : geometry(storage).data_size,
+      [](const ParamBlock& f) {
+        std::string why = block_problem(f);
+        return why.empty() ? why : "segment parameters: " + why;
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        // A negative limit accepts any (0 is a real limit).
+        check.field_if(e.global_limit >= 0, "global_limit", f.global_limit, e.global_limit)
+            .field_if(e.control_reserve >= 0, "control_reserve", f.control_reserve,
+                      e.control_reserve)
+            .field("max_tickets", f.max_tickets, e.max_tickets)
+            .field("max_categories", f.max_categories, e.max_categories)
+            .field("max_pools", f.max_pools, e.max_pools)
+            .field("max_buckets", f.max_buckets, e.max_buckets);
+      });
 }
 
 Result<View> make_view(const Segment& seg) {

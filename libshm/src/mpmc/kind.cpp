@@ -33,11 +33,14 @@ struct Held {
 std::string judge_held(const Segment& seg, const mpmc::View& v, const Held& held) {
   const auto& ctl = *v.control;
   std::string holders;
+  bool kept = false;  // taken with try_take(): repair keeps the item, it is not lost
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     const auto& in = ctl.intents[i];
     const std::uint64_t w =
         (held.side == mpmc::Side::Push ? in.push : in.pop).load(std::memory_order_relaxed);
-    if (w != held.pos + 1) continue;
+    const std::uint64_t at = held.side == mpmc::Side::Pop ? w & ~mpmc::kKeepIntent : w;
+    if (w == mpmc::kNoIntent || at != held.pos + 1) continue;
+    if (at != w) kept = true;
     const Liveness live = seg.liveness(i);
     if (live == Liveness::Alive) return {};
     holders += shm::detail::format("{}slot {} (pid {}, {})", holders.empty() ? "" : ", ", i,
@@ -63,6 +66,11 @@ std::string judge_held(const Segment& seg, const mpmc::View& v, const Held& held
         "cell {} (position {}) is popped but never released and no attachment's "
         "intent names it: producers stop in front of it",
         cell, held.pos);
+  if (kept)
+    return shm::detail::format(
+        "cell {} (position {}) was taken by {} which died before releasing it: repair "
+        "keeps its item for the next consumer; producers stop in front of it until then",
+        cell, held.pos, holders);
   return shm::detail::format(
       "cell {} (position {}) was popped by {} which died before releasing it: its "
       "item is lost and producers stop in front of it until it is repaired",
@@ -99,6 +107,8 @@ void scan(const mpmc::View& v, std::uint64_t head, std::uint64_t tail,
     } else {  // claimed by a consumer
       if (s == pos + 1) {
         held.push_back({mpmc::Side::Pop, pos});
+      } else if (seq == ((pos + 1) | mpmc::kOrphan)) {
+        // A kept item of a dead taker, waiting for the next consumer: legal.
       } else if (seq != pos + cap) {
         bad.push_back(
             shm::detail::format("cell {} (position {}, before head {}): sequence {:#x}; expected "
@@ -142,6 +152,8 @@ void describe(const Segment& seg, Node& out) {
   out.counter("abandoned_pushes", ctl.stats.abandoned_pushes.load(std::memory_order_relaxed));
   out.counter("lost_pops", ctl.stats.lost_pops.load(std::memory_order_relaxed));
   out.counter("tombstones_skipped", ctl.stats.tombstones_skipped.load(std::memory_order_relaxed));
+  out.gauge("orphans", ctl.consumer.orphans.load(std::memory_order_relaxed));
+  out.counter("orphans_adopted", ctl.stats.adopted.load(std::memory_order_relaxed));
   out.counter("cancelled_pushes", ctl.stats.cancelled_pushes.load(std::memory_order_relaxed));
   out.counter("parks", ctl.stats.parks.load(std::memory_order_relaxed));
   out.counter("wakeups", ctl.stats.wakeups.load(std::memory_order_relaxed));

@@ -1,6 +1,7 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 
 #include "mpmc/internal.hpp"
+#include "segment/kind_spec.hpp"
 #include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -43,35 +44,22 @@ Result<void> validate(const MpmcParams& params) {
 KindSpec kind_spec(const MpmcParams& params, ParamBlock& storage) {
   storage = ParamBlock{params.capacity, params.slot_size,
                        params.slot_size != 0 ? stride_for(params.slot_size) : 0};
-  KindSpec spec;
-  spec.kind = kMpmcRingKind;
-  spec.kind_name = "mpmc_ring";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = params.capacity != 0 && params.slot_size != 0
-                       ? data_size_for(params.capacity, params.slot_size)
-                       : 0;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, mpmc_ring uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (!valid_geometry(f))
-      return shm::detail::format(
-          "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
-          "mpmc ring",
-          f.capacity, f.slot_size, f.stride);
-    if (e.capacity != 0 && f.capacity != e.capacity)
-      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
-                                 e.capacity);
-    if (e.slot_size != 0 && f.slot_size != e.slot_size)
-      return shm::detail::format("slot_size: segment has {}, caller expects {}", f.slot_size,
-                                 e.slot_size);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kMpmcRingKind, "mpmc_ring", kFingerprint, storage,
+      params.capacity != 0 && params.slot_size != 0
+          ? data_size_for(params.capacity, params.slot_size)
+          : 0,
+      [](const ParamBlock& f) -> std::string {
+        if (valid_geometry(f)) return {};
+        return shm::detail::format(
+            "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
+            "mpmc ring",
+            f.capacity, f.slot_size, f.stride);
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("capacity", f.capacity, e.capacity)
+            .field("slot_size", f.slot_size, e.slot_size);
+      });
 }
 
 std::optional<View> view(const Segment& segment, std::string* why) {
@@ -153,31 +141,16 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
 
 // ---------------------------------------------------------------- handle
 
-namespace {
-const RoleSpec& role_spec(MpmcRole role) {
-  switch (role) {
-    case MpmcRole::Producer:
-      return mpmc::kProducerRole;
-    case MpmcRole::Consumer:
-      return mpmc::kConsumerRole;
-    case MpmcRole::Peer:
-      break;
-  }
-  return mpmc::kPeerRole;
-}
-}  // namespace
-
-Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
+Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   std::string why;
   auto v = mpmc::view(segment, &why);
   if (!v) return fail(Errc::Corrupt, shm::detail::format("{}: {}", segment.path(), why));
-  auto attachment = segment.attach(role_spec(role));
+  auto attachment = segment.attach(role);
   if (!attachment) return std::unexpected(attachment.error());
   MpmcRing r;
   r.segment_ = std::move(segment);
   r.attachment_ = std::move(*attachment);
   r.v_ = *v;
-  r.role_ = role;
   const std::size_t slot = r.attachment_.slot();
   r.intent_ = &r.v_.control->intents[slot];
   r.slot_bit_ = 1u << slot;
@@ -192,21 +165,59 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, MpmcRole role) {
   return r;
 }
 
-Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
-                                  const CreateOptions& options, MpmcRole role) {
+Result<MpmcRing> MpmcRing::create_as(std::string_view name, const MpmcParams& params,
+                                     const CreateOptions& options, const RoleSpec& role) {
   auto seg = create_mpmc_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), role);
 }
 
-Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
-                                const OpenOptions& options, MpmcRole role) {
+Result<MpmcRing> MpmcRing::open_as(std::string_view name, const MpmcParams& expected,
+                                   const OpenOptions& options, const RoleSpec& role) {
   if (options.read_only)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", name));
   auto seg = open_mpmc_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), role);
+}
+
+Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
+                                  const CreateOptions& options) {
+  return create_as(name, params, options, mpmc::kPeerRole);
+}
+
+Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
+                                const OpenOptions& options) {
+  return open_as(name, expected, options, mpmc::kPeerRole);
+}
+
+Result<MpmcProducer> MpmcProducer::create(std::string_view name, const MpmcParams& params,
+                                          const CreateOptions& options) {
+  auto r = create_as(name, params, options, mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcProducer> MpmcProducer::open(std::string_view name, const MpmcParams& expected,
+                                        const OpenOptions& options) {
+  auto r = open_as(name, expected, options, mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::create(std::string_view name, const MpmcParams& params,
+                                          const CreateOptions& options) {
+  auto r = create_as(name, params, options, mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::open(std::string_view name, const MpmcParams& expected,
+                                        const OpenOptions& options) {
+  auto r = open_as(name, expected, options, mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
 }
 
 std::uint64_t MpmcRing::size_hint() const noexcept {
@@ -222,10 +233,12 @@ bool MpmcRing::has_claimed_items() const noexcept {
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_seq_cst);
   const std::uint64_t h = v_.control->consumer.head.load(
       std::memory_order_acquire);  // a later head only hides consumed items
-  return t > h;
+  // Acquire: pairs with repair's release increment (an orphan is an item too).
+  return t > h || v_.control->consumer.orphans.load(std::memory_order_acquire) != 0;
 }
 
 void MpmcRing::cancel() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   assert(reserved_ && "cancel() without try_reserve()");
   mpmc::Cell& c = v_.cell(reserved_pos_);
   c.length.store(0, std::memory_order_relaxed);  // published by [mpmc.S] below
@@ -275,6 +288,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std:
   const std::uint64_t residue = (s - pos) & v_.mask;
   if (residue > 1 || (tomb && residue != 1))
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
+  if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan))
+    return std::optional<std::uint64_t>{};  // the previous lap's kept item awaits adoption: full
   if (pos >= cap) {
     const std::uint64_t prev = pos - cap;
     if (seq == prev) {  // the previous lap's push is still in flight (or its producer died)
@@ -309,6 +324,8 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
   const std::uint64_t residue = (s - pos) & v_.mask;
   if (residue > 1 || (tomb && residue != 1))
     return corrupt_cell(pos, seq, "a value congruent to the cell index (or +1)");
+  if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan))
+    return std::optional<std::uint64_t>{};  // an orphan of the previous lap: nothing at `pos` yet
   if (tomb && s == pos + 1) {
     // A tombstone: claim it like an item, release it, move on.
     intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
@@ -348,6 +365,38 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
                                           pos + 1, pos, pos >= cap ? pos - cap + 1 : 0));
 }
 
+Result<std::optional<std::uint32_t>> MpmcRing::adopt_orphan(std::size_t room) {
+  auto& ctl = *v_.control;
+  // [mpmc.H'] acquire. An orphan holds its cell, so producers cannot pass it:
+  // it lies in [head - capacity, head).
+  const std::uint64_t head = ctl.consumer.head.load(std::memory_order_acquire);
+  const std::uint64_t lo = head >= v_.capacity ? head - v_.capacity : 0;
+  for (std::uint64_t q = lo; q < head; ++q) {
+    mpmc::Cell& c = v_.cell(q);
+    std::uint64_t seq = c.seq.load(std::memory_order_acquire);  // pairs with [mpmc.O]
+    if (seq != ((q + 1) | mpmc::kOrphan)) continue;
+    const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by the acquire
+    if (len > v_.slot_size) return corrupt_length(q, len);
+    if (len > room) return too_small(len, room);
+    intent_->pop.store((q + 1) | mpmc::kKeepIntent,
+                       std::memory_order_relaxed);  // published by [mpmc.A]
+    // [mpmc.A] acq_rel: adopts the orphan (back to "published, claimed"); its
+    // release publishes our intent to a repair that reads this seq (acquire).
+    if (c.seq.compare_exchange_strong(seq, q + 1, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed)) {
+      ctl.consumer.orphans.fetch_sub(1, std::memory_order_relaxed);  // a hint count
+      ctl.stats.adopted.fetch_add(1, std::memory_order_relaxed);  // statistics only
+      // [mpmc.W1] seq_cst: as in claim_pop(), whether a producer waits for this cell.
+      wake_producers_ = ctl.waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
+      peeked_pos_ = q;
+      peeked_ = true;
+      return std::optional<std::uint32_t>{len};
+    }
+    intent_->pop.store(mpmc::kNoIntent, std::memory_order_relaxed);  // someone else adopted it
+  }
+  return std::optional<std::uint32_t>{};
+}
+
 void MpmcRing::wake_consumers() noexcept {
   auto& w = v_.control->waiters;
   // [mpmc.G] release: pairs with the waiter's [mpmc.G'] load of the signal.
@@ -384,15 +433,16 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
 }
 
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   if (payload.size() > v_.slot_size) return too_large(payload.size());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const Result<bool>& r) { return !r || *r; };
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_push(payload); }, done))
+          mpmc::internal::kSpins, [&] { return push_unguarded(payload); }, done))
     return std::move(*r);
   auto& w = v_.control->waiters;
   return wait(
-      w.space_signal, w.producers_waiting, deadline, [&] { return try_push(payload); },
+      w.space_signal, w.producers_waiting, deadline, [&] { return push_unguarded(payload); },
       [&] {
         // [mpmc.W2] seq_cst: see wait(). A consumer has claimed the cell we wait for.
         const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_seq_cst);
@@ -403,17 +453,18 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
 
 Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
                                                  std::chrono::nanoseconds timeout) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const Result<std::optional<std::size_t>>& r) { return !r || *r; };
   if (auto r = detail::spin(
-          mpmc::internal::kSpins, [&] { return try_pop(out); }, done))
+          mpmc::internal::kSpins, [&] { return pop_unguarded(out); }, done))
     return std::move(*r);
   std::optional<std::size_t> got;
   auto& w = v_.control->waiters;
   auto r = wait(
       w.data_signal, w.consumers_waiting, deadline,
       [&]() -> Result<bool> {
-        auto p = try_pop(out);
+        auto p = pop_unguarded(out);
         if (!p) return std::unexpected(std::move(p.error()));
         got = *p;
         return got.has_value();

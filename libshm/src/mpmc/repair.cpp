@@ -48,13 +48,19 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   }
   // Whoever holds `pos` stored intent pos+1 before its claiming CAS and keeps
   // it until it publishes/releases; a handle whose CAS failed clears it.
-  std::array<bool, kMaxAttachments> named{};
+  std::array<std::uint64_t, kMaxAttachments> named{};  // the intent word naming `pos`, or 0
   bool any = false;
+  bool kept = false;  // a holder took it with try_take(): orphan it, never release it
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     const auto& in = ctl.intents[i];
     // Relaxed: ordered by [T'']/[H''] above (the claimer's intent precedes its CAS).
     const std::uint64_t w = (side == Side::Push ? in.push : in.pop).load(std::memory_order_relaxed);
-    if (w == pos + 1) named[i] = any = true;
+    const std::uint64_t at = side == Side::Pop ? w & ~kKeepIntent : w;
+    if (w != kNoIntent && at == pos + 1) {
+      named[i] = w;
+      any = true;
+      if (w != at) kept = true;
+    }
   }
   if (!any) return RepairOutcome::Unprovable;
   std::size_t holder = kMaxAttachments;
@@ -75,6 +81,17 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
     ctl.stats.abandoned_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
     ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G] see MpmcRing::wait
     (void)futex_wake_all(ctl.waiters.data_signal);
+  } else if (kept && (seq & kTombstone) == 0) {
+    std::uint64_t expected = seq;
+    // [mpmc.O] acq_rel: marks the kept item an orphan; pairs with an adopter's
+    // [mpmc.A] CAS. Failure relaxed: the cell moved on; nothing is read from it.
+    if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kOrphan, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed))
+      return RepairOutcome::NotHeld;
+    // Release: a consumer that reads the count (acquire) finds the mark in its scan.
+    ctl.consumer.orphans.fetch_add(1, std::memory_order_release);
+    ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G]
+    (void)futex_wake_all(ctl.waiters.data_signal);
   } else {
     std::uint64_t expected = seq;
     // [mpmc.X] acq_rel: frees the cell; pairs with the next producer's [mpmc.R'].
@@ -92,7 +109,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     if (!named[i]) continue;
     auto& word = side == Side::Push ? ctl.intents[i].push : ctl.intents[i].pop;
-    std::uint64_t w = pos + 1;
+    std::uint64_t w = named[i];
     (void)word.compare_exchange_strong(w, kNoIntent, std::memory_order_relaxed);  // tidiness only
   }
   // Relaxed: a pid for the message only.
@@ -104,6 +121,11 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
                   ? shm::detail::format(
                         "slot {} (pid {}) died after claiming position {} (cell {}) and "
                         "before publishing it: published a tombstone consumers skip",
+                        holder, pid, pos, pos & v.mask)
+              : kept && (seq & kTombstone) == 0
+                  ? shm::detail::format(
+                        "slot {} (pid {}) died after taking position {} (cell {}) and "
+                        "before releasing it: kept it for the next consumer (an orphan)",
                         holder, pid, pos, pos & v.mask)
                   : shm::detail::format(
                         "slot {} (pid {}) died after popping position {} (cell {}) and "
@@ -125,7 +147,8 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
       const std::uint64_t w = word.load(std::memory_order_relaxed);
       if (w == kNoIntent) continue;
       std::string action;
-      switch (repair_position(segment, v, side, w - 1, assume_dead, &action)) {
+      const std::uint64_t at = side == Side::Pop ? w & ~kKeepIntent : w;
+      switch (repair_position(segment, v, side, at - 1, assume_dead, &action)) {
         case RepairOutcome::Repaired:
           ++(side == Side::Push ? report.repaired_pushes : report.repaired_pops);
           report.actions.push_back(std::move(action));

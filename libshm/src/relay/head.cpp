@@ -2,6 +2,7 @@
 // (pending list, free list, key index), locking with repair, hysteresis,
 // the event ring, snapshots and verification.
 #include "internal.hpp"
+#include "segment/kind_spec.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
 
@@ -45,29 +46,16 @@ std::string block_problem(const ParamBlock& p) {
 
 KindSpec kind_spec(const ParamBlock& p, bool any, ParamBlock& storage) {
   storage = any ? ParamBlock{} : p;
-  KindSpec spec;
-  spec.kind = kRelayKind;
-  spec.kind_name = "relay";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = any ? 0 : geometry(storage).data_size;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, relay uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (std::string why = block_problem(f); !why.empty()) return "segment parameters: " + why;
-    if (e.value_size != 0 && e.value_size != f.value_size)
-      return shm::detail::format("value_size: segment has {}, caller expects {}", f.value_size,
-                                 e.value_size);
-    if (e.capacity != 0 && e.capacity != f.capacity)
-      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
-                                 e.capacity);
-    return std::string{};
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kRelayKind, "relay", kFingerprint, storage, any ? 0 : geometry(storage).data_size,
+      [](const ParamBlock& f) {
+        std::string why = block_problem(f);
+        return why.empty() ? why : "segment parameters: " + why;
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("value_size", f.value_size, e.value_size)
+            .field("capacity", f.capacity, e.capacity);
+      });
 }
 
 View view_over(const ParamBlock& p, std::byte* base) noexcept {

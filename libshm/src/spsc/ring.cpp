@@ -1,6 +1,7 @@
 #include "shm/spsc/layout.hpp"
 
 #include "platform/spin_then_park.hpp"
+#include "segment/kind_spec.hpp"
 #include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
@@ -27,31 +28,21 @@ Result<void> validate(const RingParams& params) {
 
 KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
   storage = ParamBlock{params.capacity, params.capacity ? max_payload_for(params.capacity) : 0};
-  KindSpec spec;
-  spec.kind = kSpscRingKind;
-  spec.kind_name = "spsc_ring";
-  spec.fingerprint = kFingerprint;
-  spec.params = std::as_bytes(std::span(&storage, 1));
-  spec.data_size = params.capacity ? kBufferOffset + params.capacity : 0;
-  spec.param_mismatch = [](std::span<const std::byte> found, std::span<const std::byte> expected) {
-    ParamBlock f{}, e{};
-    if (found.size() != sizeof f)
-      return shm::detail::format("parameter block: segment has {} bytes, spsc_ring uses {}",
-                                 found.size(), sizeof f);
-    std::memcpy(&f, found.data(), sizeof f);
-    std::memcpy(&e, expected.data(), sizeof e);
-    if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
-      return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
-                                 f.capacity, kMinCapacity, kMaxCapacity);
-    if (f.max_payload != max_payload_for(f.capacity))
-      return shm::detail::format("max_payload: segment has {}, capacity {} implies {}",
-                                 f.max_payload, f.capacity, max_payload_for(f.capacity));
-    if (e.capacity != 0 && f.capacity != e.capacity)
-      return shm::detail::format("capacity: segment has {}, caller expects {}", f.capacity,
-                                 e.capacity);
-    return std::string();
-  };
-  return spec;
+  return shm::detail::block_kind_spec(
+      kSpscRingKind, "spsc_ring", kFingerprint, storage,
+      params.capacity ? kBufferOffset + params.capacity : 0,
+      [](const ParamBlock& f) -> std::string {
+        if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
+          return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
+                                     f.capacity, kMinCapacity, kMaxCapacity);
+        if (f.max_payload != max_payload_for(f.capacity))
+          return shm::detail::format("max_payload: segment has {}, capacity {} implies {}",
+                                     f.max_payload, f.capacity, max_payload_for(f.capacity));
+        return {};
+      },
+      [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
+        check.field("capacity", f.capacity, e.capacity);
+      });
 }
 
 }  // namespace ring

@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
   const std::string base = argv[1];
   const auto producer = static_cast<std::uint32_t>(std::strtoul(argv[2], nullptr, 10));
   const std::uint64_t count = std::strtoull(argv[3], nullptr, 10);
-  auto f = shm::PriorityFanout::open(base, {.priorities = 0, .ring_capacity = 0, .slot_size = 0},
-                                     {}, shm::FanoutRole::Submitter);
+  auto f = shm::FanoutProducer::open(base, {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
   if (!f) {
     std::fprintf(stderr, "open: %s\n", f.error().what().c_str());
     return 2;
@@ -51,8 +50,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 5) {
     const std::uint32_t prio = shm::test::item_priority(producer, count, f->priorities());
-    auto ring =
-        shm::MpmcRing::open(fmt::format("{}.prio{}", base, prio), {}, {}, shm::MpmcRole::Producer);
+    auto ring = shm::MpmcProducer::open(fmt::format("{}.prio{}", base, prio));
     if (!ring) {
       std::fprintf(stderr, "open ring: %s\n", ring.error().what().c_str());
       return 2;

@@ -16,13 +16,12 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string mode = argv[2];
-  auto r = shm::MpmcRing::open(
-      argv[1], {}, {}, mode == "reserve" ? shm::MpmcRole::Producer : shm::MpmcRole::Consumer);
-  if (!r) {
-    std::fprintf(stderr, "open: %s\n", r.error().what().c_str());
-    return 2;
-  }
   if (mode == "reserve") {
+    auto r = shm::MpmcProducer::open(argv[1]);
+    if (!r) {
+      std::fprintf(stderr, "open: %s\n", r.error().what().c_str());
+      return 2;
+    }
     auto w = r->try_reserve();
     if (!w || !*w) {
       std::fprintf(stderr, "reserve failed\n");
@@ -30,15 +29,21 @@ int main(int argc, char** argv) {
     }
     std::memcpy((*w)->data(), "never", 5);
     std::printf("held\n");
-  } else {
-    auto p = r->try_peek();
-    if (!p || !*p) {
-      std::fprintf(stderr, "peek failed\n");
-      return 3;
-    }
-    std::printf("held %.*s\n", static_cast<int>((*p)->size()),
-                reinterpret_cast<const char*>((*p)->data()));
+    std::fflush(stdout);
+    for (;;) ::pause();
   }
+  auto r = shm::MpmcConsumer::open(argv[1]);
+  if (!r) {
+    std::fprintf(stderr, "open: %s\n", r.error().what().c_str());
+    return 2;
+  }
+  auto p = r->try_peek();
+  if (!p || !*p) {
+    std::fprintf(stderr, "peek failed\n");
+    return 3;
+  }
+  std::printf("held %.*s\n", static_cast<int>((*p)->size()),
+              reinterpret_cast<const char*>((*p)->data()));
   std::fflush(stdout);
   for (;;) ::pause();
 }

@@ -214,7 +214,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // a drainer that parks on the empty fanout
-    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    auto d = FanoutConsumer::open("jobs", params);
     std::array<std::byte, 48> out{};
     if (d) (void)d->drain_highest(out, 60s);
     ::_exit(d ? 0 : 1);
@@ -265,7 +265,7 @@ pid_t submitter_stopped_after_commit(const FanoutParams& params, std::uint32_t p
       (void)!::write(g_crash_fd, &c, 1);
       for (;;) ::pause();
     });
-    auto s = PriorityFanout::open("jobs", params, {}, FanoutRole::Submitter);
+    auto s = FanoutProducer::open("jobs", params);
     if (!s) ::_exit(2);
     (void)s->submit(priority, std::as_bytes(std::span(payload)));
     ::_exit(3);  // the hook never returned: not reached
@@ -281,6 +281,20 @@ pid_t submitter_stopped_after_commit(const FanoutParams& params, std::uint32_t p
     return -1;
   }
   return child;
+}
+
+// Polls for a forked child's exit: its wait status, or nullopt (the child is
+// then killed and reaped) when it has not exited within `limit`.
+std::optional<int> exit_within(pid_t child, std::chrono::seconds limit) {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(child, &status, WNOHANG) == child) return status;
+    std::this_thread::sleep_for(1ms);
+  }
+  ::kill(child, SIGKILL);
+  (void)::waitpid(child, nullptr, 0);
+  return std::nullopt;
 }
 
 // A submitter killed -9 between its ring commit and its bitmap bit leaves a
@@ -339,7 +353,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
   const pid_t drainer = ::fork();
   ASSERT_GE(drainer, 0);
   if (drainer == 0) {  // exit 0: drained the stranded item; 1: timed out; 2: anything else
-    auto d = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+    auto d = FanoutConsumer::open("jobs", params);
     if (!d) ::_exit(2);
     std::array<std::byte, 48> out{};
     auto r = d->drain_highest(out, 60s);
@@ -360,20 +374,135 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
 
   // Poll for the drainer's exit with a deadline far below its 60 s timeout.
-  int status = 0;
-  pid_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while ((got = ::waitpid(drainer, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
-  if (got == 0) {
-    ::kill(drainer, SIGKILL);
-    (void)::waitpid(drainer, nullptr, 0);
-    FAIL() << "the parked drainer did not drain the stranded item within 20 s";
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: timed out, 2: error or wrong item";
+  const auto status = exit_within(drainer, 20s);
+  ASSERT_TRUE(status) << "the parked drainer did not drain the stranded item within 20 s";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << "1: timed out, 2: error or wrong item";
   EXPECT_EQ(f->ring(1).size_hint(), 0u);
+}
+
+// --- at-least-once drain: a consumer killed -9 between take and release
+
+std::string text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+std::uint64_t mpmc_stat(const Segment& ring, std::string_view key) {
+  Node n;
+  kMpmcRingDescriptor.describe(ring, n);
+  const Node* f = n.find(key);
+  EXPECT_NE(f, nullptr) << key;
+  return f ? std::get<std::uint64_t>(f->value()) : 0;
+}
+
+// Starts test_fanout_take_hold on "jobs" and waits for its "taken ..." line.
+std::unique_ptr<Subprocess> taker(const std::string& expect) {
+  auto t = std::make_unique<Subprocess>(
+      std::vector<std::string>{test::helper_path("fanout_take_hold"), "jobs"});
+  EXPECT_TRUE(t->wait_for_line(expect, 30s)) << t->output();
+  return t;
+}
+
+// The item a consumer took and had not released when it was killed stays in
+// its ring; the next consumer to open the fanout takes it again, before the
+// items behind it; nothing is lost and the rings verify clean.
+TEST_F(PriorityFanoutProcessTest, ConsumerKilledBetweenTakeAndReleaseLosesNothing) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 4, .slot_size = 48};
+  auto f = FanoutProducer::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  for (const char* item : {"first", "second"})
+    ASSERT_TRUE(*f->submit(2, std::as_bytes(std::span(std::string_view(item)))));
+  ASSERT_TRUE(*f->submit(0, std::as_bytes(std::span(std::string_view("low")))));
+  auto t = taker("taken 2 first");
+  t->kill(SIGKILL);
+  ASSERT_EQ(t->wait(10s), 128 + SIGKILL);
+  const auto held = kMpmcRingDescriptor.verify(f->ring(2).segment());
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_NE(held[0].find("repair keeps its item for the next consumer"), std::string::npos)
+      << held[0];
+
+  auto next = FanoutConsumer::open("jobs", params);  // its open repairs the ring: kept, not lost
+  ASSERT_TRUE(next) << next.error().what();
+  EXPECT_EQ(mpmc_stat(f->ring(2).segment(), "orphans"), 1u);
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(f->ring(2).segment()).empty())
+      << kMpmcRingDescriptor.verify(f->ring(2).segment())[0];
+  std::vector<std::pair<std::uint32_t, std::string>> got;
+  for (;;) {
+    auto r = next->try_take_highest();
+    ASSERT_TRUE(r) << r.error().what();
+    if (!*r) break;
+    got.emplace_back((*r)->priority, text((*r)->payload));
+    next->release();
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<std::uint32_t, std::string>>{
+                     {2, "first"}, {2, "second"}, {0, "low"}}));
+  EXPECT_EQ(mpmc_stat(f->ring(2).segment(), "lost_pops"), 0u);
+  EXPECT_EQ(mpmc_stat(f->ring(2).segment(), "orphans"), 0u);
+  EXPECT_EQ(mpmc_stat(f->ring(2).segment(), "orphans_adopted"), 1u);
+  // The ring is whole again: a full lap of pushes and pops goes through the cell.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(*f->submit(2, std::as_bytes(std::span(std::string_view("lap")))));
+    auto r = next->try_take_highest();
+    ASSERT_TRUE(r && *r);
+    next->release();
+  }
+  for (std::uint32_t p = 0; p < params.priorities; ++p)
+    EXPECT_TRUE(kMpmcRingDescriptor.verify(f->ring(p).segment()).empty()) << p;
+}
+
+// The same kill with a consumer already open and parked, its ring's bit
+// already clear (the taken item was the ring's last): the kind's reclaim of
+// the dead attacher (what the sidecar runs) keeps the item as an orphan, and
+// the parked consumer's look at every ring before it sleeps finds it.
+TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterReclaim) {
+  const FanoutParams params{.priorities = 4, .ring_capacity = 4, .slot_size = 48};
+  auto f = FanoutProducer::create("jobs", params);
+  ASSERT_TRUE(f) << f.error().what();
+  ASSERT_TRUE(*f->submit(3, std::as_bytes(std::span(std::string_view("only")))));
+  auto t = taker("taken 3 only");
+  const Segment& ring = f->ring(3).segment();
+  std::optional<SlotInfo> dead;
+  for (const SlotInfo& s : ring.slots())
+    if (s.pid == t->pid()) dead = s;
+  ASSERT_TRUE(dead);
+  ASSERT_EQ(f->active_priorities(), 0u) << "the take emptied ring 3: its bit is clear";
+
+  const pid_t consumer = ::fork();
+  ASSERT_GE(consumer, 0);
+  if (consumer == 0) {  // exit 0: took "only" at priority 3; 1: timed out; 2: anything else
+    auto c = FanoutConsumer::open("jobs", params);
+    if (!c) ::_exit(2);
+    auto r = c->take_highest(60s);
+    if (!r) ::_exit(2);
+    if (!*r) ::_exit(1);
+    const bool ok = (*r)->priority == 3 && text((*r)->payload) == "only";
+    c->release();
+    ::_exit(ok ? 0 : 2);
+  }
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
+  const auto parked_by = std::chrono::steady_clock::now() + 20s;
+  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < parked_by)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the consumer never parked";
+
+  t->kill(SIGKILL);
+  ASSERT_EQ(t->wait(10s), 128 + SIGKILL);
+  auto seg = Segment::open_any("jobs.prio3", OpenOptions{});  // writable, as the sidecar
+  ASSERT_TRUE(seg) << seg.error().what();
+  auto done = reclaim_dead_attacher(*seg, kMpmcRingDescriptor, *dead);
+  ASSERT_TRUE(done) << done.error().what();
+  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_FALSE(done->actions.empty());
+  EXPECT_NE(done->actions[0].find("kept it for the next consumer"), std::string::npos)
+      << done->actions[0];
+
+  const auto status = exit_within(consumer, 20s);
+  ASSERT_TRUE(status) << "the parked consumer did not take the kept item within 20 s";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << "1: timed out, 2: error or wrong item";
+  EXPECT_EQ(mpmc_stat(ring, "lost_pops"), 0u);
+  EXPECT_EQ(mpmc_stat(ring, "orphans_adopted"), 1u);
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(ring).empty());
 }
 
 }  // namespace

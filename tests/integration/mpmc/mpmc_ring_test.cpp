@@ -22,14 +22,17 @@ using test::bytes;
 
 class MpmcRingProcessTest : public ::testing::Test {
  protected:
-  std::optional<std::string> pop_str(MpmcRing& r, std::chrono::nanoseconds timeout = 0ns) {
+  // R: MpmcRing or MpmcConsumer.
+  template <class R>
+  std::optional<std::string> pop_str(R& r, std::chrono::nanoseconds timeout = 0ns) {
     std::vector<std::byte> buf(r.slot_size());
     auto got = timeout == 0ns ? r.try_pop(buf) : r.pop(buf, timeout);
     EXPECT_TRUE(got) << got.error().what();
     if (!got || !*got) return std::nullopt;
     return std::string(reinterpret_cast<const char*>(buf.data()), **got);
   }
-  std::uint64_t counter(const MpmcRing& r, std::string_view key) {
+  template <class R>
+  std::uint64_t counter(const R& r, std::string_view key) {
     Node n;
     kMpmcRingDescriptor.describe(r.segment(), n);
     return std::get<std::uint64_t>(n.find(key)->value());
@@ -38,8 +41,8 @@ class MpmcRingProcessTest : public ::testing::Test {
 };
 
 TEST_F(MpmcRingProcessTest, ProducerKilledBetweenClaimAndPublishIsSkippedAfterRepair) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16}, {}, MpmcRole::Consumer);
-  auto p = MpmcRing::open("r", {}, {}, MpmcRole::Producer);
+  auto r = MpmcConsumer::create("r", {.capacity = 8, .slot_size = 16});
+  auto p = MpmcProducer::open("r");
   ASSERT_TRUE(r && p);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -33,7 +34,9 @@ class PriorityFanoutTest : public ::testing::Test {
     return std::move(*f);
   }
   // {priority, payload} of the next drained item, or nullopt.
-  std::optional<std::pair<std::uint32_t, std::string>> drain(PriorityFanout& f) {
+  // F: PriorityFanout or FanoutConsumer.
+  template <class F>
+  std::optional<std::pair<std::uint32_t, std::string>> drain(F& f) {
     std::vector<std::byte> buf(f.slot_size());
     auto d = f.try_drain_highest(buf);
     EXPECT_TRUE(d) << d.error().what();
@@ -218,7 +221,7 @@ TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
   std::vector<std::thread> threads;
   for (std::uint32_t t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      auto h = PriorityFanout::open("jobs", params, {}, FanoutRole::Submitter);
+      auto h = FanoutProducer::open("jobs", params);
       if (!h) return failed.store(true);
       while (!go.load()) std::this_thread::yield();
       for (std::uint64_t i = 0; i < per_thread; ++i) {
@@ -230,7 +233,7 @@ TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
     });
   for (int c = 0; c < 2; ++c)
     threads.emplace_back([&, c] {
-      auto h = PriorityFanout::open("jobs", params, {}, FanoutRole::Drainer);
+      auto h = FanoutConsumer::open("jobs", params);
       if (!h) return failed.store(true);
       std::uint64_t item[2];
       while (drained.load() < 4 * per_thread && !failed.load()) {
@@ -388,11 +391,11 @@ TEST_F(PriorityFanoutTest, InFlightPushDoesNotHideLowerPriorities) {
 // next handle that opens the fanout sets the bit again.
 TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
   auto f = make();
-  auto bypass = MpmcRing::open("jobs.prio1", {}, {}, MpmcRole::Producer);
+  auto bypass = MpmcProducer::open("jobs.prio1");
   ASSERT_TRUE(bypass);
   ASSERT_TRUE(*bypass->try_push(bytes("stranded")));
   EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_drain_highest skips the ring";
-  auto next = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Drainer);
+  auto next = FanoutConsumer::open("jobs", kParams);
   ASSERT_TRUE(next) << next.error().what();
   EXPECT_EQ(f.active_priorities(), 0b0010u);
   EXPECT_EQ(drain(*next), (std::pair<std::uint32_t, std::string>{1, "stranded"}));
@@ -404,10 +407,10 @@ TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
 // what stops it.
 TEST_F(PriorityFanoutTest, EachPriorityIsTriedAtMostOncePerCall) {
   auto f = make();
-  std::vector<MpmcRing> pushers;
+  std::vector<MpmcProducer> pushers;
   std::vector<std::span<std::byte>> cells;
   for (std::uint32_t p = 0; p < kParams.priorities; ++p) {
-    auto r = MpmcRing::open("jobs.prio" + std::to_string(p), {}, {}, MpmcRole::Producer);
+    auto r = MpmcProducer::open("jobs.prio" + std::to_string(p));
     ASSERT_TRUE(r) << r.error().what();
     auto held = r->try_reserve();
     ASSERT_TRUE(held && *held);
@@ -452,6 +455,43 @@ TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
       "a PriorityFanout handle is used by two threads at once");
 }
 
+// The handle types decide what a handle may do: a drain on a producer (and
+// a submit on a consumer) does not compile; a peer does both.
+template <class H>
+concept Submits = requires(H& h, std::span<const std::byte> in) {
+  h.submit(0, in);
+};
+template <class H>
+concept Drains = requires(H& h, std::span<std::byte> out) {
+  h.try_drain_highest(out);
+  h.try_drain_priority(0, out);
+};
+static_assert(Submits<FanoutProducer> && !Drains<FanoutProducer>);
+static_assert(Drains<FanoutConsumer> && !Submits<FanoutConsumer>);
+static_assert(Submits<PriorityFanout> && Drains<PriorityFanout>);
+
+TEST_F(PriorityFanoutTest, TypedHandlesAttachUnderTheirRoles) {
+  auto peer = make();
+  auto s = FanoutProducer::open("jobs", kParams);
+  auto d = FanoutConsumer::open("jobs", kParams);
+  ASSERT_TRUE(s && d) << (s ? d.error().what() : s.error().what());
+  ASSERT_TRUE(*s->submit(3, bytes("typed")));
+  EXPECT_EQ(drain(*d), (std::pair<std::uint32_t, std::string>{3, "typed"}));
+  auto roles_of = [](const Segment& seg) {
+    Node n;
+    describe_header(seg, n);
+    std::vector<std::string> roles;
+    for (const Node& a : n.find("attachers")->elements())
+      roles.push_back(std::get<std::string>(a.find("role")->value()));
+    std::sort(roles.begin(), roles.end());
+    return roles;
+  };
+  EXPECT_EQ(roles_of(peer.bitmap_segment()),
+            (std::vector<std::string>{"drainer", "peer", "submitter"}));
+  EXPECT_EQ(roles_of(peer.ring(3).segment()),
+            (std::vector<std::string>{"consumer", "peer", "producer"}));
+}
+
 // Handing a handle from one thread to another (one at a time) is allowed.
 TEST_F(PriorityFanoutTest, AHandleMayMoveBetweenThreadsOneAtATime) {
   auto f = make();
@@ -462,7 +502,7 @@ TEST_F(PriorityFanoutTest, AHandleMayMoveBetweenThreadsOneAtATime) {
 
 TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
   auto drainer = make();
-  auto submitter = PriorityFanout::open("jobs", kParams, {}, FanoutRole::Submitter);
+  auto submitter = FanoutProducer::open("jobs", kParams);
   ASSERT_TRUE(submitter);
   std::thread t([&] {
     // Bounded wait until the drainer is parked, then submit (the parks and

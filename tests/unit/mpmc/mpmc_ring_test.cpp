@@ -56,7 +56,9 @@ class MpmcRingTest : public ::testing::Test {
     EXPECT_TRUE(v.has_value());
     return Raw{std::move(*seg), *v};
   }
-  std::optional<std::string> pop_str(MpmcRing& r) {
+  // R: MpmcRing or MpmcConsumer.
+  template <class R>
+  std::optional<std::string> pop_str(R& r) {
     std::vector<std::byte> buf(r.slot_size());
     auto got = r.try_pop(buf);
     EXPECT_TRUE(got) << got.error().what();
@@ -373,7 +375,7 @@ TEST_F(MpmcRingTest, ManyThreadsDeliverEveryItemExactlyOnce) {
   std::vector<std::thread> threads;
   for (int p = 0; p < kProducers; ++p)
     threads.emplace_back([&, p] {
-      auto h = MpmcRing::open("r", {}, {}, MpmcRole::Producer);
+      auto h = MpmcProducer::open("r");
       if (!h) return failed.store(true);
       for (std::uint64_t i = 0; i < per_producer; ++i) {
         const std::uint64_t item[2] = {static_cast<std::uint64_t>(p), i};
@@ -383,7 +385,7 @@ TEST_F(MpmcRingTest, ManyThreadsDeliverEveryItemExactlyOnce) {
     });
   for (int c = 0; c < kConsumers; ++c)
     threads.emplace_back([&] {
-      auto h = MpmcRing::open("r", {}, {}, MpmcRole::Consumer);
+      auto h = MpmcConsumer::open("r");
       if (!h) return failed.store(true);
       std::uint64_t item[2];
       while (delivered.load() < kProducers * per_producer && !failed.load()) {
@@ -488,6 +490,87 @@ TEST_F(MpmcRingTest, ParkedConsumerIsVisibleAndWokenOnlyThen) {
   EXPECT_GE(u64(after, "wakeups"), 1u);
 }
 
+// The handle types decide what a handle may do: a consumer call on a
+// producer (and the reverse) does not compile; a peer does both.
+template <class H>
+concept Pushes = requires(H& h, std::span<const std::byte> in) {
+  h.try_push(in);
+  h.try_reserve();
+};
+template <class H>
+concept Pops = requires(H& h, std::span<std::byte> out) {
+  h.try_pop(out);
+  h.try_peek();
+};
+static_assert(Pushes<MpmcProducer> && !Pops<MpmcProducer>);
+static_assert(Pops<MpmcConsumer> && !Pushes<MpmcConsumer>);
+static_assert(Pushes<MpmcRing> && Pops<MpmcRing>);
+static_assert(!std::is_convertible_v<MpmcProducer&, MpmcRing&> &&
+              !std::is_convertible_v<MpmcConsumer&, MpmcRing&>);
+
+TEST_F(MpmcRingTest, TypedHandlesAttachUnderTheirRole) {
+  auto peer = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto p = MpmcProducer::open("r");
+  auto c = MpmcConsumer::open("r");
+  ASSERT_TRUE(peer && p && c);
+  ASSERT_TRUE(*p->try_push(bytes("typed")));
+  EXPECT_EQ(pop_str(*c), "typed");
+  Node n;
+  describe_header(peer->segment(), n);
+  std::vector<std::string> roles;
+  for (const Node& a : find(n, "attachers")->elements())
+    roles.push_back(std::get<std::string>(a.find("role")->value()));
+  std::sort(roles.begin(), roles.end());
+  EXPECT_EQ(roles, (std::vector<std::string>{"consumer", "peer", "producer"}));
+}
+
+// A handle is for one thread at a time: a second thread entering while the
+// first is parked in pop() (or push()) is refused with an abort, in every build.
+TEST_F(MpmcRingTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
+  constexpr const char* kBusy = "an MpmcRing handle is used by two threads at once";
+  auto r = MpmcRing::create("r", {.capacity = 2, .slot_size = 16});
+  ASSERT_TRUE(r);
+  EXPECT_DEATH(
+      {
+        std::thread t([&r] {
+          std::vector<std::byte> buf(16);
+          (void)r->pop(buf, 30s);
+        });
+        if (wait_until_waiting(r->segment(), "consumers_waiting")) (void)r->try_push(bytes("x"));
+        t.join();  // reached only if the guard let the second thread in
+      },
+      kBusy);
+  auto p = MpmcProducer::open("r");
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(*p->try_push(bytes("a")));
+  ASSERT_TRUE(*p->try_push(bytes("b")));  // full: the next push parks
+  EXPECT_DEATH(
+      {
+        std::thread t([&p] { (void)p->push(bytes("c"), 30s); });
+        if (wait_until_waiting(p->segment(), "producers_waiting")) {
+          auto w = p->try_reserve();
+          (void)w;
+        }
+        t.join();
+      },
+      kBusy);
+}
+
+// Handing a handle from one thread to another (one at a time) is allowed,
+// zero-copy calls included (each call holds the guard only while it runs).
+TEST_F(MpmcRingTest, AHandleMayMoveBetweenThreadsOneAtATime) {
+  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(r);
+  std::thread t([&r] {
+    auto w = r->try_reserve();
+    ASSERT_TRUE(w && *w);
+    std::memcpy((*w)->data(), "hop", 3);
+  });
+  t.join();
+  r->commit(3);
+  EXPECT_EQ(pop_str(*r), "hop");
+}
+
 TEST_F(MpmcRingTest, TwentyFifthHandleGetsNoFreeSlot) {
   std::vector<MpmcRing> handles;
   auto first = MpmcRing::create("r", {.capacity = 4, .slot_size = 8});
@@ -508,8 +591,8 @@ TEST_F(MpmcRingTest, TwentyFifthHandleGetsNoFreeSlot) {
 }
 
 TEST_F(MpmcRingTest, DescribeShowsDepthCountersAndRoles) {
-  auto p = MpmcRing::create("r", {.capacity = 16, .slot_size = 48}, {}, MpmcRole::Producer);
-  auto c = MpmcRing::open("r", {}, {}, MpmcRole::Consumer);
+  auto p = MpmcProducer::create("r", {.capacity = 16, .slot_size = 48});
+  auto c = MpmcConsumer::open("r");
   ASSERT_TRUE(p && c);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(*p->try_push(bytes("x")));
   ASSERT_TRUE(pop_str(*c));

@@ -32,14 +32,12 @@ struct FanoutParams {
   std::uint64_t slot_size = 48;     // largest payload in bytes; 0 on open = any
 };
 
-// What a fanout handle is for (shown in the attachment tables). A Submitter
-// never drains and a Drainer never submits (asserted); a Peer does both.
-enum class FanoutRole : std::uint8_t { Submitter, Drainer, Peer };
-
 namespace fanout {
 
 inline constexpr std::uint32_t kMaxPriorities = 64;
 
+// Role ids shown in the attachment tables: FanoutProducer ("submitter"),
+// FanoutConsumer ("drainer"), PriorityFanout (a peer: both).
 inline constexpr RoleSpec kSubmitterRole{0, false, "submitter"};
 inline constexpr RoleSpec kDrainerRole{1, false, "drainer"};
 inline constexpr RoleSpec kPeerRole{2, false, "peer"};

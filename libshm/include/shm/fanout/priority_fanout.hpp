@@ -23,8 +23,12 @@
 //
 // Crashes. A submitter killed mid-push and a drainer killed mid-pop are
 // handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
-// and returning loses at most the one item it had popped; the rings stay
-// consistent and the dead handle's cells are repaired. A submitter killed
+// and returning loses at most the one item it had popped (the at-most-once
+// drains); the rings stay consistent and the dead handle's cells are
+// repaired. The at-least-once drain (try_take_highest / take_highest, then
+// release) loses nothing: a consumer killed between its take and release
+// leaves the item in its ring (repair marks it an orphan) and the next
+// consumer of that ring takes it again before newer items. A submitter killed
 // between its push and setting the bit leaves a non-empty ring with a clear
 // bit (a stranded item). Three things set such a bit again (resurface): the
 // kind's reclaim of the dead attacher (sidecar, shmctl reclaim), every open of
@@ -32,11 +36,16 @@
 // sleeps (one look at each ring's positions per park round, so a parked
 // drainer finds the item within kMaxParkNs even with no sidecar).
 //
-// Handles. One thread at a time per handle: a second thread that enters a
-// handle while another is inside (a blocking drain included) is refused with
-// an abort naming the misuse (shm/platform/endpoint_guard.hpp), in every
-// build. Open one handle per thread. Each handle attaches one slot to the
-// bitmap and to every ring: at most 24 handles per fanout at once. Full and Empty are
+// Handles. The type says what a handle may do: a FanoutProducer only submits,
+// a FanoutConsumer only drains (a drain on a producer does not compile), a
+// PriorityFanout is a peer that does both (a worker that re-queues). Each has
+// create() and open(); the attachment tables show the role (submitter,
+// drainer, peer). One thread at a time per handle: a second thread that
+// enters a handle while another is inside (a blocking drain included) is
+// refused with an abort naming the misuse (shm/platform/endpoint_guard.hpp),
+// in every build. Open one handle per thread. Each handle attaches one slot
+// to the bitmap and to every ring: at most 24 handles per fanout at once
+// (per handle, not per process). Full and Empty are
 // ordinary outcomes; errors: PriorityOutOfBounds, TooLarge, ParamMismatch
 // ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
 #pragma once
@@ -66,6 +75,13 @@ struct Drained {
   std::size_t size;  // payload bytes copied into the caller's buffer
 };
 
+// An item taken (at-least-once) and not released yet: a view into its ring
+// cell, valid until PriorityFanout::release().
+struct Taken {
+  std::uint32_t priority;
+  std::span<const std::byte> payload;
+};
+
 class PriorityFanout {
  public:
   PriorityFanout() = default;
@@ -77,17 +93,16 @@ class PriorityFanout {
 
   // Creates the K ring files, then the bitmap file (the bitmap is published
   // last, so an opener that finds it finds all rings); removes what it created
-  // on failure.
+  // on failure. Attaches as a peer.
   [[nodiscard]] static Result<PriorityFanout> create(std::string_view base,
                                                      const FanoutParams& params,
-                                                     const CreateOptions& options = {},
-                                                     FanoutRole role = FanoutRole::Peer);
+                                                     const CreateOptions& options = {});
   // Opens the bitmap and the K rings; a different K, ring capacity or slot size
   // than `expected` is ParamMismatch naming both values (0 = accept any).
+  // Attaches as a peer.
   [[nodiscard]] static Result<PriorityFanout> open(std::string_view base,
                                                    const FanoutParams& expected,
-                                                   const OpenOptions& options = {},
-                                                   FanoutRole role = FanoutRole::Peer);
+                                                   const OpenOptions& options = {});
   // Removes the bitmap and every `<base>.prio<i>` file; NotFound when none existed.
   [[nodiscard]] static Result<void> unlink(std::string_view base, const std::string& root = {});
 
@@ -104,6 +119,17 @@ class PriorityFanout {
   // a submit wakes it or `timeout` passes (an idle drainer burns no CPU).
   [[nodiscard]] Result<std::optional<Drained>> drain_highest(std::span<std::byte> out,
                                                              std::chrono::nanoseconds timeout);
+  // At-least-once drain: takes the highest-priority item in place (zero copy)
+  // and keeps it until release(). A handle that dies in between does not lose
+  // it: the ring's repair keeps it, and the next consumer of that ring takes
+  // it again before newer items (see "Crashes" above and docs/fanout.md). One
+  // outstanding take per handle; nullopt when every ring looked empty.
+  [[nodiscard]] Result<std::optional<Taken>> try_take_highest();
+  // Blocking take: as drain_highest() (spin, then park on the bitmap).
+  [[nodiscard]] Result<std::optional<Taken>> take_highest(std::chrono::nanoseconds timeout);
+  // Releases the item of the last take: it is consumed now.
+  void release() noexcept;
+
   // Pops from one priority only (dedicated workers); the bitmap is not
   // consulted (only its bit cleared when the pop emptied the ring).
   [[nodiscard]] Result<std::optional<std::size_t>> try_drain_priority(std::uint32_t priority,
@@ -129,11 +155,34 @@ class PriorityFanout {
   // handle that never parks (a throttled submitter) calls it now and then.
   void heartbeat() noexcept;
 
+ protected:
+  // The role a handle attaches under: its bitmap slot and its ring slots.
+  struct Roles {
+    const RoleSpec& bitmap;
+    const RoleSpec& ring;
+  };
+  [[nodiscard]] static Result<PriorityFanout> create_as(std::string_view base,
+                                                        const FanoutParams& params,
+                                                        const CreateOptions& options, Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> open_as(std::string_view base,
+                                                      const FanoutParams& expected,
+                                                      const OpenOptions& options, Roles roles);
+
  private:
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
-                                                   std::vector<MpmcRing> rings, FanoutRole role);
+                                                   std::vector<MpmcRing> rings,
+                                                   const RoleSpec& role);
   // try_drain_highest() without the thread guard (drain_highest() holds it).
   [[nodiscard]] Result<std::optional<Drained>> drain_once(std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<Taken>> take_once();
+  // The highest-first walk shared by drains and takes: pop(ring) claims from
+  // one ring (Result<bool>: false when it looked empty); returns the priority
+  // it claimed from, or nullopt when every ring looked empty.
+  template <class Pop>
+  [[nodiscard]] Result<std::optional<std::uint32_t>> highest(Pop&& pop);
+  // Parks until attempt() returns a value, an error, or the deadline passes.
+  template <class R, class Attempt>
+  [[nodiscard]] R park_until(std::chrono::nanoseconds timeout, Attempt&& attempt);
   [[nodiscard]] std::unexpected<Error> out_of_bounds(std::uint32_t priority) const;
   [[nodiscard]] std::unexpected<Error> bit_out_of_range(std::uint64_t bitmap) const;
   void announce(std::uint32_t priority) noexcept;
@@ -152,10 +201,71 @@ class PriorityFanout {
   fanout::Control* control_ = nullptr;
   std::vector<MpmcRing> rings_;
   std::uint32_t k_ = 0;
-  std::uint32_t slot_bit_ = 0;  // this handle's bit in the drainers' waiters mask
-  FanoutRole role_ = FanoutRole::Peer;
+  std::uint32_t slot_bit_ = 0;     // this handle's bit in the drainers' waiters mask
+  std::uint32_t taken_ = kNoTake;  // the ring of the outstanding take, or kNoTake
+  static constexpr std::uint32_t kNoTake = ~0u;
   std::string base_;
   detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
+};
+
+namespace detail {
+// What both one-sided fanout handles expose: the accessors, no submit, no drain.
+class FanoutSide : protected PriorityFanout {
+ public:
+  using PriorityFanout::active_priorities;
+  using PriorityFanout::base;
+  using PriorityFanout::bitmap_segment;
+  using PriorityFanout::heartbeat;
+  using PriorityFanout::priorities;
+  using PriorityFanout::repair;
+  using PriorityFanout::ring;
+  using PriorityFanout::ring_capacity;
+  using PriorityFanout::slot_size;
+
+ protected:
+  FanoutSide() = default;
+  explicit FanoutSide(PriorityFanout&& f) noexcept : PriorityFanout(std::move(f)) {}
+};
+}  // namespace detail
+
+// The submitting side of a fanout: PriorityFanout without the drain calls.
+class FanoutProducer : public detail::FanoutSide {
+ public:
+  FanoutProducer() = default;
+  [[nodiscard]] static Result<FanoutProducer> create(std::string_view base,
+                                                     const FanoutParams& params,
+                                                     const CreateOptions& options = {});
+  [[nodiscard]] static Result<FanoutProducer> open(std::string_view base,
+                                                   const FanoutParams& expected,
+                                                   const OpenOptions& options = {});
+
+  using PriorityFanout::submit;
+
+ private:
+  explicit FanoutProducer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
+};
+
+// The draining side of a fanout: PriorityFanout without the submit calls.
+class FanoutConsumer : public detail::FanoutSide {
+ public:
+  FanoutConsumer() = default;
+  [[nodiscard]] static Result<FanoutConsumer> create(std::string_view base,
+                                                     const FanoutParams& params,
+                                                     const CreateOptions& options = {});
+  [[nodiscard]] static Result<FanoutConsumer> open(std::string_view base,
+                                                   const FanoutParams& expected,
+                                                   const OpenOptions& options = {});
+
+  using PriorityFanout::drain_highest;
+  using PriorityFanout::drain_priority;
+  using PriorityFanout::release;
+  using PriorityFanout::take_highest;
+  using PriorityFanout::try_drain_highest;
+  using PriorityFanout::try_drain_priority;
+  using PriorityFanout::try_take_highest;
+
+ private:
+  explicit FanoutConsumer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
 
 namespace detail {
@@ -196,7 +306,8 @@ inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::spa
   return drain_once(out);
 }
 
-inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::byte> out) {
+template <class Pop>
+inline Result<std::optional<std::uint32_t>> PriorityFanout::highest(Pop&& pop) {
   // Priorities found empty during this call. Every round either returns or
   // adds to `tried` a bit of `bm`, which excludes `tried`: at most K rounds,
   // then `bm` is 0. (The specification's bound of 2K attempts cannot be
@@ -207,22 +318,35 @@ inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::
     // Relaxed is enough: the bitmap only chooses a ring; the ring's own
     // acquire/CAS protocol decides what is there.
     const std::uint64_t bm = control_->hot.bitmap.load(std::memory_order_relaxed) & ~tried;
-    if (bm == 0) return std::optional<Drained>{};
+    if (bm == 0) return std::optional<std::uint32_t>{};
     const auto p = static_cast<std::uint32_t>(63 - std::countl_zero(bm));
     if (p >= k_) [[unlikely]]
       return bit_out_of_range(bm);
-    auto r = rings_[p].try_pop(out);
+    Result<bool> r = pop(rings_[p]);
     if (!r) return std::unexpected(std::move(r.error()));
     if (*r) {
       // The ring looks empty now: clear its bit at once (the specification's
       // "if ring now empty, fetch_and"), so the next drain does not pay a
       // failed pop for it.
       if (rings_[p].popped_last()) clear_bit(p);
-      return std::optional<Drained>{Drained{p, **r}};
+      return std::optional<std::uint32_t>{p};
     }
     clear_stale(p);
     tried |= std::uint64_t{1} << p;
   }
+}
+
+inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::byte> out) {
+  std::size_t size = 0;
+  auto p = highest([&](MpmcRing& ring) -> Result<bool> {
+    auto r = ring.try_pop(out);
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (*r) size = **r;
+    return r->has_value();
+  });
+  if (!p) return std::unexpected(std::move(p.error()));
+  if (!*p) return std::optional<Drained>{};
+  return std::optional<Drained>{Drained{**p, size}};
 }
 
 inline Result<std::optional<std::size_t>> PriorityFanout::try_drain_priority(

@@ -19,9 +19,21 @@
 // lock, so anyone can prove the holder dead: every slot whose intent names the
 // held position is dead (or free). Repair then publishes a tombstone for a dead
 // producer's cell (consumers skip it) or releases a dead consumer's cell (its
-// item is lost: "at most the item it had popped"). Repair runs when a handle
-// opens (including a takeover of the dead slot), when a blocked side has seen
-// the same held cell for kStuckGraceNs, and in the kind's reclaim (sidecar).
+// item is lost: "at most the item it had popped"), except for a kept take.
+//
+// Kept takes (at-least-once). A consumer that takes with try_take() stores its
+// intent with kKeepIntent set. Repair of such a cell whose holders are all
+// dead does not release it: it marks it an orphan, seq = (p+1)|kOrphan
+// ([mpmc.O] acq_rel CAS), and counts it in consumer.orphans (release). Every
+// claim_pop() first looks at consumer.orphans (acquire, pairs with [mpmc.O]):
+// when not 0 it scans [head - capacity, head) for an orphan and adopts it:
+// intent (q+1)|kKeepIntent, then CAS seq (q+1)|kOrphan -> q+1 ([mpmc.A]
+// acq_rel), then decrements the count. The adopter then holds the cell like
+// any claim (released by release(); if it dies too, repair orphans it again).
+// An orphan is never released by anyone else: producers see the ring full
+// in front of it and consumers see it empty behind it until it is adopted. Repair runs when a
+// handle opens (including a takeover of the dead slot), when a blocked side has seen the same held
+// cell for kStuckGraceNs, and in the kind's reclaim (sidecar).
 //
 // Validation. Every sequence, length and position read from the mapping is
 // classified against the only states the protocol can produce; anything else
@@ -50,10 +62,6 @@ struct MpmcParams {
   std::uint64_t slot_size = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
 };
 
-// What a handle is for; shown in the attachment table. A Producer handle never
-// pops and a Consumer handle never pushes (asserted); a Peer does both.
-enum class MpmcRole : std::uint8_t { Producer, Consumer, Peer };
-
 namespace mpmc {
 
 inline constexpr std::uint64_t kMinCapacity = 2;
@@ -63,11 +71,14 @@ inline constexpr std::uint64_t kMaxCellBytes = 1ull << 40;  // capacity * stride
 inline constexpr std::size_t kCellHeader = 16;
 inline constexpr std::size_t kCellAlign = 64;  // a cell never shares a cache line with another
 inline constexpr std::uint64_t kTombstone = 1ull << 63;
+inline constexpr std::uint64_t kOrphan = 1ull << 62;      // cell seq: kept item of a dead taker
+inline constexpr std::uint64_t kKeepIntent = 1ull << 62;  // pop intent: a kept take (try_take)
 inline constexpr std::uint64_t kNoIntent = 0;
 // A held cell is repaired only after it stayed held this long in one handle's view.
 inline constexpr std::uint64_t kStuckGraceNs = 1'000'000;
 
-// Role ids (non-exclusive: handles take any of the shared attachment slots).
+// Role ids (non-exclusive: handles take any of the shared attachment slots),
+// shown in the attachment table: MpmcProducer, MpmcConsumer, MpmcRing (a peer).
 inline constexpr RoleSpec kProducerRole{0, false, "producer"};
 inline constexpr RoleSpec kConsumerRole{1, false, "consumer"};
 inline constexpr RoleSpec kPeerRole{2, false, "peer"};
@@ -91,6 +102,10 @@ struct Control {
   } producer;
   struct alignas(kFalseSharingRange) Consumer {
     std::atomic<std::uint64_t> head;  // next position to claim; CAS by consumers
+    // Kept cells of dead takers waiting for adoption: read by every claim, so
+    // it sits on the line every claim's CAS owns anyway; written by repair
+    // and adoption only.
+    std::atomic<std::uint64_t> orphans;
   } consumer;
   // Read on every push/pop, written only around a park.
   struct alignas(kFalseSharingRange) Waiters {
@@ -107,6 +122,7 @@ struct Control {
     std::atomic<std::uint64_t> cancelled_pushes;    // reservations cancelled by their producer
     std::atomic<std::uint64_t> parks;               // times a handle went to wait
     std::atomic<std::uint64_t> wakeups;             // futex wakes issued
+    std::atomic<std::uint64_t> adopted;             // orphans adopted by a consumer (statistics)
   } stats;
   // One per attachment slot, written only by the slot's holder (repair clears
   // a dead holder's with CAS). Value = claimed position + 1; 0 = none.
@@ -131,7 +147,7 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
     {kHeaderFingerprint, 0x4d504d43 /* "MPMC" */, sizeof(Control), offsetof(Control, consumer),
      offsetof(Control, waiters), offsetof(Control, stats), offsetof(Control, intents),
      sizeof(Control::Intent), sizeof(Cell), offsetof(Cell, length), kCellAlign, kTombstone,
-     kFalseSharingRange});
+     kFalseSharingRange, kOrphan, offsetof(Control::Consumer, orphans)});
 
 // The parameter block stored in the header.
 struct ParamBlock {
@@ -179,13 +195,13 @@ enum class RepairOutcome : std::uint8_t {
   NotHeld,     // the position is not held (anymore)
   HeldByLive,  // a live handle may hold it: in flight
   Unprovable,  // held, but no attachment's intent names it: left alone
-  Repaired,    // its holder was dead: tombstoned (push) or released (pop)
+  Repaired,    // its holder was dead: tombstoned (push), released or orphaned (pop)
 };
 [[nodiscard]] std::string_view to_string(RepairOutcome outcome) noexcept;
 
 struct RepairReport {
   std::uint64_t repaired_pushes = 0;  // tombstones written for dead producers
-  std::uint64_t repaired_pops = 0;    // cells released for dead consumers
+  std::uint64_t repaired_pops = 0;    // cells released (or orphaned, kept takes) for dead consumers
   std::uint64_t held_by_live = 0;     // held cells left to their live holders
   std::vector<std::string> actions;   // one line per action, for reclaim / shmctl
 };

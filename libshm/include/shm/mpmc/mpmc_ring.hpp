@@ -1,13 +1,26 @@
-// MpmcRing: a process-local handle (move-only) on a bounded multi-producer
+// MpmcRing: process-local handles (move-only) on a bounded multi-producer
 // multi-consumer ring of fixed-size cells shared by any number of processes.
 // The shared layout and its protocol are described in mpmc/layout.hpp.
 //
-// Handles and slots. Every handle attaches to one shared slot of the segment's
-// attachment table (kMaxAttachments - kExclusiveSlots = 24 handles per ring at
-// once; the 25th gets Errc::NoFreeSlot). The slot gives the kernel liveness
-// (OFD lock) that makes a crashed process's half-done push or pop repairable,
-// and lets the sidecar and shmctl see who uses the ring. A handle is used by
-// one thread at a time (open one handle per thread; it is cheap).
+// Handles. The type says what a handle may do: an MpmcProducer only pushes,
+// an MpmcConsumer only pops (a consumer call on a producer does not compile),
+// and an MpmcRing is a peer that does both (a worker that re-queues). Each
+// kind has create() and open(); the attachment table shows the role
+// (producer, consumer, peer).
+//
+// Slots. Every handle attaches to one shared slot of the segment's attachment
+// table (kMaxAttachments - kExclusiveSlots = 24 handles per ring at once; the
+// 25th gets Errc::NoFreeSlot): the limit is per handle, not per process. The
+// slot gives the kernel liveness (OFD lock) that makes a crashed process's
+// half-done push or pop repairable, and lets the sidecar and shmctl see who
+// uses the ring.
+//
+// Threads. A handle is used by one thread at a time (open one handle per
+// thread; it is cheap). A second thread that enters a handle while another
+// is inside (a blocking push or pop included, and between try_reserve() and
+// commit(), or try_peek() and release(), each call on its own) is refused
+// with an abort naming the misuse, in every build
+// (shm/platform/endpoint_guard.hpp).
 //
 // Outcomes. Full and Empty are ordinary outcomes (false / nullopt); errors are
 // TooLarge (payload or buffer), Corrupt (an impossible sequence, length or
@@ -28,6 +41,7 @@
 
 #include "shm/mpmc/layout.hpp"
 #include "shm/platform/clock.hpp"
+#include "shm/platform/endpoint_guard.hpp"
 
 #include <atomic>
 #include <cassert>
@@ -61,6 +75,12 @@ inline void copy_payload(std::byte* dst, const std::byte* src, std::size_t n) no
 
 }  // namespace mpmc
 
+namespace detail {
+inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
+}  // namespace detail
+
+// A peer handle: pushes and pops. MpmcProducer and MpmcConsumer (below) are
+// the same handle with only one side's calls.
 class MpmcRing {
  public:
   MpmcRing() = default;
@@ -70,15 +90,13 @@ class MpmcRing {
   MpmcRing& operator=(const MpmcRing&) = delete;
   ~MpmcRing() = default;
 
-  // Creates the ring segment and attaches to it.
+  // Creates the ring segment and attaches to it as a peer.
   [[nodiscard]] static Result<MpmcRing> create(std::string_view name, const MpmcParams& params,
-                                               const CreateOptions& options = {},
-                                               MpmcRole role = MpmcRole::Peer);
+                                               const CreateOptions& options = {});
   // Opens an existing ring (0 fields of `expected` accept any value) and
-  // attaches; repairs what dead handles left held.
+  // attaches as a peer; repairs what dead handles left held.
   [[nodiscard]] static Result<MpmcRing> open(std::string_view name, const MpmcParams& expected = {},
-                                             const OpenOptions& options = {},
-                                             MpmcRole role = MpmcRole::Peer);
+                                             const OpenOptions& options = {});
 
   // Copies `payload` into the next cell: true when pushed, false when full.
   [[nodiscard]] Result<bool> try_push(std::span<const std::byte> payload);
@@ -102,6 +120,11 @@ class MpmcRing {
   // that one item (repair releases the cell).
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
   void release() noexcept;
+  // Zero-copy kept take (at-least-once): as try_peek(), but a handle that dies
+  // before release() does not lose the item: repair keeps it as an orphan and
+  // the next consumer of this ring (any pop, peek or take) gets it again,
+  // before newer items. One outstanding take or peek per handle.
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_take();
 
   // Repairs cells held by dead handles now (normally automatic, see above).
   [[nodiscard]] mpmc::RepairReport repair() const;
@@ -111,7 +134,8 @@ class MpmcRing {
   // tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
   // True when some push has claimed a position no consumer has claimed yet
-  // (published or still in flight). Sequentially consistent: see PriorityFanout.
+  // (published or still in flight), or an orphan waits for adoption.
+  // Sequentially consistent: see PriorityFanout.
   [[nodiscard]] bool has_claimed_items() const noexcept;
   // After a successful pop: true when no push has claimed a position after it
   // (the ring was empty right after this pop). A hint: reads the producers'
@@ -122,8 +146,16 @@ class MpmcRing {
   }
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
-  [[nodiscard]] MpmcRole role() const noexcept { return role_; }
   void heartbeat() noexcept { attachment_.heartbeat(); }
+
+ protected:
+  // For the typed handles and the fanout: create/open attached under `role`
+  // (mpmc::kProducerRole, kConsumerRole or kPeerRole).
+  [[nodiscard]] static Result<MpmcRing> create_as(std::string_view name, const MpmcParams& params,
+                                                  const CreateOptions& options,
+                                                  const RoleSpec& role);
+  [[nodiscard]] static Result<MpmcRing> open_as(std::string_view name, const MpmcParams& expected,
+                                                const OpenOptions& options, const RoleSpec& role);
 
  private:
   friend class PriorityFanout;
@@ -133,8 +165,19 @@ class MpmcRing {
     std::uint64_t since_ns = 0;
   };
 
-  [[nodiscard]] static Result<MpmcRing> bind(Segment segment, MpmcRole role);
-  [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room);
+  [[nodiscard]] static Result<MpmcRing> bind(Segment segment, const RoleSpec& role);
+  // The calls' bodies, without the thread guard (the public calls hold it).
+  [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded();
+  void commit_unguarded(std::size_t n) noexcept;
+  void release_unguarded() noexcept;
+  [[nodiscard]] Result<bool> push_unguarded(std::span<const std::byte> payload);
+  [[nodiscard]] Result<std::optional<std::size_t>> pop_unguarded(std::span<std::byte> out);
+  // Claims the oldest item (an orphan first, see layout.hpp): its length, or
+  // nullopt when empty. `keep`: a kept take (kKeepIntent in the intent).
+  [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room, bool keep = false);
+  [[nodiscard]] Result<std::optional<std::uint32_t>> adopt_orphan(std::size_t room);
+  // try_peek() (keep false) and try_take() (keep true) without the guard.
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> claim_view(bool keep);
   // Slow paths: classify a sequence that is not the expected one. A value is
   // the position to retry at; nullopt = full (push) / empty (pop).
   [[nodiscard]] Result<std::optional<std::uint64_t>> push_slow(std::uint64_t pos,
@@ -161,21 +204,88 @@ class MpmcRing {
   mpmc::View v_{};
   mpmc::Control::Intent* intent_ = nullptr;  // this handle's slot's intent words
   std::uint32_t slot_bit_ = 0;               // this handle's bit in the waiter masks
-  MpmcRole role_ = MpmcRole::Peer;
-  std::uint64_t reserved_pos_ = 0;  // claimed by try_reserve(), until commit()/cancel()
-  std::uint64_t peeked_pos_ = 0;    // claimed by try_peek(), until release()
+  std::uint64_t reserved_pos_ = 0;           // claimed by try_reserve(), until commit()/cancel()
+  std::uint64_t peeked_pos_ = 0;             // claimed by try_peek(), until release()
   bool reserved_ = false;
   bool peeked_ = false;
   bool wake_consumers_ = false;  // a consumer was waiting when we claimed reserved_pos_
   bool wake_producers_ = false;  // a producer was waiting when we claimed peeked_pos_
   Stuck stuck_{};
+  detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
+};
+
+namespace detail {
+// What both one-sided MPMC handles expose: the accessors, no push, no pop.
+class MpmcSide : protected MpmcRing {
+ public:
+  using MpmcRing::attachment;
+  using MpmcRing::capacity;
+  using MpmcRing::heartbeat;
+  using MpmcRing::repair;
+  using MpmcRing::segment;
+  using MpmcRing::size_hint;
+  using MpmcRing::slot_size;
+
+ protected:
+  MpmcSide() = default;
+  explicit MpmcSide(MpmcRing&& r) noexcept : MpmcRing(std::move(r)) {}
+};
+}  // namespace detail
+
+// The pushing side of an MPMC ring: MpmcRing without the pop calls.
+class MpmcProducer : public detail::MpmcSide {
+ public:
+  MpmcProducer() = default;
+  // Creates the ring segment and attaches as a producer.
+  [[nodiscard]] static Result<MpmcProducer> create(std::string_view name, const MpmcParams& params,
+                                                   const CreateOptions& options = {});
+  // Opens an existing ring and attaches as a producer (see MpmcRing::open).
+  [[nodiscard]] static Result<MpmcProducer> open(std::string_view name,
+                                                 const MpmcParams& expected = {},
+                                                 const OpenOptions& options = {});
+
+  using MpmcRing::cancel;
+  using MpmcRing::commit;
+  using MpmcRing::push;
+  using MpmcRing::try_push;
+  using MpmcRing::try_reserve;
+
+ private:
+  explicit MpmcProducer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
+};
+
+// The popping side of an MPMC ring: MpmcRing without the push calls.
+class MpmcConsumer : public detail::MpmcSide {
+ public:
+  MpmcConsumer() = default;
+  // Creates the ring segment and attaches as a consumer.
+  [[nodiscard]] static Result<MpmcConsumer> create(std::string_view name, const MpmcParams& params,
+                                                   const CreateOptions& options = {});
+  // Opens an existing ring and attaches as a consumer (see MpmcRing::open).
+  [[nodiscard]] static Result<MpmcConsumer> open(std::string_view name,
+                                                 const MpmcParams& expected = {},
+                                                 const OpenOptions& options = {});
+
+  using MpmcRing::pop;
+  using MpmcRing::popped_last;
+  using MpmcRing::release;
+  using MpmcRing::try_peek;
+  using MpmcRing::try_pop;
+  using MpmcRing::try_take;
+
+ private:
+  explicit MpmcConsumer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
 };
 
 // ---------------------------------------------------------------- inline hot paths
 
 inline Result<std::optional<std::span<std::byte>>> MpmcRing::try_reserve() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return reserve_unguarded();
+}
+
+inline Result<std::optional<std::span<std::byte>>> MpmcRing::reserve_unguarded() {
   assert(!reserved_ && "try_reserve() twice without commit()/cancel()");
-  assert(role_ != MpmcRole::Consumer && "a consumer handle does not push");
   auto& tail = v_.control->producer.tail;
   // [mpmc.T'] acquire: pairs with [mpmc.T] of the producer that moved tail here, so the
   // cell states that producer saw are visible (stale-position checks rely on it).
@@ -213,6 +323,11 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::try_reserve() {
 }
 
 inline void MpmcRing::commit(std::size_t n) noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  commit_unguarded(n);
+}
+
+inline void MpmcRing::commit_unguarded(std::size_t n) noexcept {
   assert(reserved_ && "commit() without try_reserve()");
   assert(n <= v_.slot_size);
   mpmc::Cell& c = v_.cell(reserved_pos_);
@@ -226,19 +341,29 @@ inline void MpmcRing::commit(std::size_t n) noexcept {
 }
 
 inline Result<bool> MpmcRing::try_push(std::span<const std::byte> payload) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return push_unguarded(payload);
+}
+
+inline Result<bool> MpmcRing::push_unguarded(std::span<const std::byte> payload) {
   if (payload.size() > v_.slot_size) [[unlikely]]
     return too_large(payload.size());
-  auto r = try_reserve();
+  auto r = reserve_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return false;
   mpmc::copy_payload((*r)->data(), payload.data(), payload.size());
-  commit(payload.size());
+  commit_unguarded(payload.size());
   return true;
 }
 
-inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room) {
+inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room, bool keep) {
   assert(!peeked_ && "pop/peek while a peeked item is not released");
-  assert(role_ != MpmcRole::Producer && "a producer handle does not pop");
+  // Acquire: pairs with repair's release increment after its [mpmc.O] mark.
+  if (v_.control->consumer.orphans.load(std::memory_order_acquire) != 0) [[unlikely]] {
+    auto adopted = adopt_orphan(room);
+    if (!adopted || *adopted) return adopted;
+  }
+  const std::uint64_t keep_bit = keep ? mpmc::kKeepIntent : 0;
   auto& head = v_.control->consumer.head;
   // [mpmc.H'] acquire: pairs with [mpmc.H] of the consumer that moved head here.
   std::uint64_t pos = head.load(std::memory_order_acquire);
@@ -253,7 +378,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
         return corrupt_length(pos, len);
       if (len > room) [[unlikely]]
         return too_small(len, room);
-      intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
+      intent_->pop.store((pos + 1) | keep_bit, std::memory_order_relaxed);  // published by [mpmc.H]
       // [mpmc.H] seq_cst: claims `pos`; release publishes the intent (repair's acquire
       // of head pairs with it); seq_cst: Dekker pair with a parking producer's [mpmc.W]/[mpmc.W2].
       // Failure order acquire: the reloaded head is read like [mpmc.H'].
@@ -277,6 +402,11 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
 }
 
 inline void MpmcRing::release() noexcept {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  release_unguarded();
+}
+
+inline void MpmcRing::release_unguarded() noexcept {
   assert(peeked_ && "release() without try_peek()");
   // [mpmc.R] release: we no longer read the cell; pairs with [mpmc.R'] of the producer of
   // peeked_pos_ + capacity.
@@ -286,21 +416,36 @@ inline void MpmcRing::release() noexcept {
     wake_producers();
 }
 
-inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_peek() {
-  auto r = claim_pop(~std::size_t{0});
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::claim_view(bool keep) {
+  auto r = claim_pop(~std::size_t{0}, keep);
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::span<const std::byte>>{};
   return std::optional<std::span<const std::byte>>{
       std::span<const std::byte>(v_.payload(peeked_pos_), **r)};
 }
 
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_peek() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return claim_view(false);
+}
+
+inline Result<std::optional<std::span<const std::byte>>> MpmcRing::try_take() {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return claim_view(true);
+}
+
 inline Result<std::optional<std::size_t>> MpmcRing::try_pop(std::span<std::byte> out) {
+  const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
+  return pop_unguarded(out);
+}
+
+inline Result<std::optional<std::size_t>> MpmcRing::pop_unguarded(std::span<std::byte> out) {
   auto r = claim_pop(out.size());
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};
   const std::uint32_t len = **r;
   mpmc::copy_payload(out.data(), v_.payload(peeked_pos_), len);
-  release();
+  release_unguarded();
   return std::optional<std::size_t>{len};
 }
 
