@@ -5,6 +5,7 @@
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"
+#include "shm/testing/spill_crash.hpp"  // set_spill_sync (libshm/testing, not installed)
 
 #include "format/format.hpp"
 
@@ -15,12 +16,32 @@
 #include <unistd.h>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+namespace shm {
+namespace {
+std::atomic<bool> g_sync{true};  // test_hooks::set_spill_sync
+}  // namespace
+
+void test_hooks::set_spill_sync(bool on) noexcept {
+  // relaxed: set before the operations it affects start.
+  g_sync.store(on, std::memory_order_relaxed);
+}
+}  // namespace shm
+
 namespace shm::spill {
 namespace {
+
+bool syncing() noexcept {
+  return g_sync.load(std::memory_order_relaxed);  // relaxed: see set_spill_sync
+}
+
+int data_sync(int fd) noexcept {
+  return syncing() ? ::fdatasync(fd) : 0;
+}
 
 constexpr const char* kIdFile = "relay.id";
 constexpr const char* kRefusedDir = "refused";
@@ -64,7 +85,8 @@ Result<void> read_all(int fd, void* data, std::size_t size, std::uint64_t offset
 }
 
 Result<void> fsync_fd(int fd, const std::string& what) {
-  if (::fsync(fd) != 0) return fail_errno(errno, shm::detail::format("fsync {}", what));
+  if (syncing() && ::fsync(fd) != 0)
+    return fail_errno(errno, shm::detail::format("fsync {}", what));
   return {};
 }
 
@@ -255,7 +277,7 @@ Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id, std::uin
   // 2. content, flushed.
   if (auto ok = write_all(fd, body.data(), body.size(), kPageHeaderSize, what); !ok)
     return undo(ok.error());
-  if (::fdatasync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
+  if (data_sync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
   if (hook != nullptr) hook(SealStep::ContentWritten);
   // 3. header, flushed.
   PageHeader h{};
@@ -276,7 +298,7 @@ Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id, std::uin
   h.content_crc = crc32c(body.data(), body.size());
   h.header_crc = header_crc(h);
   if (auto ok = write_all(fd, &h, sizeof h, 0, what); !ok) return undo(ok.error());
-  if (::fdatasync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
+  if (data_sync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
   if (hook != nullptr) hook(SealStep::HeaderWritten);
   // 4. rename into place (page ids only grow: nothing is replaced).
   if (::renameat(dir.fd(), tmp_name.c_str(), dir.fd(), final_name.c_str()) != 0)
