@@ -146,10 +146,15 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
 }
 
 Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
-  constexpr std::string_view kKeys = "valid keys: high_water, low_water, dimension, overflow";
+  constexpr std::string_view kKeys =
+      "valid keys: high_water, low_water, dimension, overflow, spill_page_size, "
+      "spill_retention_bytes, spill_ttl_ms";
+  const bool spill_key =
+      key == "spill_page_size" || key == "spill_retention_bytes" || key == "spill_ttl_ms";
   // An unknown key is refused before the segment's data is read (a usage
   // error, whatever state the relay is in).
-  if (key != "high_water" && key != "low_water" && key != "dimension" && key != "overflow")
+  if (key != "high_water" && key != "low_water" && key != "dimension" && key != "overflow" &&
+      !spill_key)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("relay has no settable key '{}'; {}", key, kKeys));
   if (!seg.writable())
@@ -158,6 +163,16 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
   const RelaySnapshot s = read_snapshot(*view);
+  if (spill_key) {
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size())
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
+    std::uint64_t page = s.spill_page_size, bytes = s.retention_bytes, ttl = s.retention_ttl_ms;
+    (key == "spill_page_size" ? page : key == "spill_retention_bytes" ? bytes : ttl) = n;
+    return retune_spill_view(*view, seg.path(), page, bytes, ttl);
+  }
   Backpressure bp = s.backpressure;
   if (key == "high_water" || key == "low_water") {
     std::uint64_t n = 0;

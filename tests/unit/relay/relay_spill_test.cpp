@@ -12,8 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -331,6 +334,31 @@ TEST_F(RelaySpillTest, BoundedDiskStopsSpillingAtTheBoundAndFallsBackToBlock) {
   EXPECT_EQ(all.size() + 4, accepted + 1);
 }
 
+TEST_F(RelaySpillTest, ShmctlSetRetunesTheSpillStoreLive) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.spill.retention = relay::RetentionKind::BoundedDisk;
+  c.spill.retention_bytes = page_for(4);
+  auto w = RelayWriter::create("tune", c);
+  ASSERT_TRUE(w);
+  auto seg = Segment::open_any("tune", {});
+  ASSERT_TRUE(seg);
+  const KindDescriptor* kind = find_kind(kRelayKind);
+  ASSERT_TRUE(kind->set(*seg, "spill_retention_bytes", "100000"));
+  ASSERT_TRUE(kind->set(*seg, "spill_page_size", std::to_string(page_for(8))));
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.retention_bytes, 100000u);
+  EXPECT_EQ(s.spill_page_size, page_for(8));
+  auto bad = kind->set(*seg, "spill_page_size", "10");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::InvalidArgument);
+  bad = kind->set(*seg, "spill_retention_bytes", "0");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("BoundedDisk"), std::string::npos);
+  // Every handle follows: the larger page takes 8 records.
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  EXPECT_EQ(w->snapshot().manifest.at(0).records, 6u);  // the pending entries at the seal
+}
+
 TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
   RelayConfig c = spill_cfg(policy::kMax);
   c.spill.retention = relay::RetentionKind::Ttl;
@@ -348,6 +376,68 @@ TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
   const RelaySnapshot s = r->snapshot();
   EXPECT_EQ(s.pages_expired, pages);
   EXPECT_EQ(files_in(spill_.sub("ttl"), ".spill"), 0u);
+}
+
+// A 16 MiB filesystem: the first page (~9.7 MB) fits, the statvfs preflight
+// refuses the second: NoSpace is counted and logged, the write falls back to
+// Block (TimedOut with a zero timeout), nothing torn is left, nothing lost.
+TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
+  const std::string mnt = spill_.sub("small");
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
+    GTEST_SKIP() << "cannot mount a 16 MiB tmpfs here (" << std::strerror(errno)
+                 << "); the NoSpace path needs one";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount(path.c_str()); }
+  } unmount{mnt};
+  RelayConfig c;
+  c.policy = policy::kRawFifo;
+  c.capacity = 32768;
+  c.value_size = 256;
+  c.backpressure = Backpressure{Dimension::Count, 32000, 100, Overflow::Spill};
+  c.spill_dedup = true;
+  c.spill.enabled = true;
+  c.spill.dir = mnt + "/relay";
+  c.spill.page_size = 16u << 20;
+  auto w = RelayWriter::create("nospace", c);
+  ASSERT_TRUE(w) << w.error().what();
+  const std::vector<std::byte> value(256, std::byte{0x5A});
+  std::uint64_t accepted = 0;
+  WriteOutcome last = WriteOutcome::Appended;
+  for (std::uint64_t i = 0; i < 70000 && last == WriteOutcome::Appended; ++i) {
+    std::vector<std::byte> v = value;
+    std::memcpy(v.data(), &i, sizeof i);
+    auto r = w->write(v, 0ns);
+    ASSERT_TRUE(r) << r.error().what();
+    last = r->outcome;
+    if (last == WriteOutcome::Appended) ++accepted;
+  }
+  EXPECT_EQ(last, WriteOutcome::TimedOut);
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_sealed, 1u);
+  EXPECT_GE(s.no_space, 1u);
+  EXPECT_GE(s.spill_fallbacks, 1u);
+  bool event = false;
+  for (const RelayEvent& e : s.events) event |= e.kind == relay::EventKind::NoSpace;
+  EXPECT_TRUE(event);
+  EXPECT_EQ(files_in(mnt + "/relay", ".tmp"), 0u);
+  EXPECT_EQ(files_in(mnt + "/relay", ".spill"), 1u);
+  // Everything accepted is there, in order.
+  auto r = RelayReader::open("nospace");
+  ASSERT_TRUE(r);
+  std::uint64_t next = 0;
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto n = r->drain(4096, [&](const RelayEntry& e) {
+      std::uint64_t i = 0;
+      std::memcpy(&i, e.value.data(), sizeof i);
+      EXPECT_EQ(i, next);
+      ++next;
+    });
+    ASSERT_TRUE(n) << n.error().what();
+    if (*n == 0) break;
+  }
+  EXPECT_EQ(next, accepted);
 }
 
 // ---------------------------------------------------------------- losslessness
@@ -469,7 +559,7 @@ TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOve
   struct Restore {
     ~Restore() { test_hooks::set_spill_sync(true); }
   } restore;
-  const std::uint64_t seeds = test::scaled(50);  // 400 seeds: an unlink costs ~0.5 ms on ext4
+  const std::uint64_t seeds = test::scaled(40);  // 320 seeds: an unlink costs ~0.5 ms on ext4
   std::uint64_t sealed = 0, pages = 0;
   for (const PolicyCase& pc : cases) {
     for (relay::SpillMode mode :
