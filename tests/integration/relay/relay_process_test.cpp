@@ -198,7 +198,8 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
 }
 
 // The examples: relay_ticker (lww, conflation bounded by keys, prices never
-// go back) and relay_log (raw_fifo + Block: parks, resumes, retuned live).
+// go back) and relay_log (raw_fifo + Block: parks, resumes, retuned live;
+// --spill: the paused reader's backlog goes to disk and comes back in order).
 TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
 #if !SHM_EXPECT_EXAMPLES
   GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
@@ -211,6 +212,15 @@ TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
                   "--high", "64", "--low", "16", "--retune-high", "256"});
   ASSERT_EQ(log.wait(60s), 0) << log.output();
   EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
+  // relay_log --spill: the reader paused, the writer never blocks, the
+  // oldest lines go to disk; every line comes back in order with its CRC.
+  test::TempSpillDir spill;
+  Subprocess spilled({test::bin_path("relay_log"), "--spill", "--pause-ms", "300", "--lines",
+                      std::to_string(test::scaled(5000)), "--high", "64", "--low", "16",
+                      "--spill-dir", spill.sub("log")});
+  ASSERT_EQ(spilled.wait(60s), 0) << spilled.output();
+  EXPECT_NE(spilled.output().find("with their CRC: true"), std::string::npos) << spilled.output();
+  EXPECT_NE(spilled.output().find("writer blocked 0 times"), std::string::npos) << spilled.output();
 }
 
 // ---------------------------------------------------------------- 4 writers, 1 reader, kill -9
