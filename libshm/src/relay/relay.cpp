@@ -621,7 +621,11 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   taken_index_.reserve(n_max);
   buffer_.resize(n_max * view_.params.value_size);
   if (n_max == 0) return std::span<const RelayEntry>{};
-  if (ld(view_.spill->enabled) != 0) {
+  // Cold pages first (the spill directory is only needed when there are
+  // some: a missing directory never stops the hot head). A page sealed after
+  // this unlocked look is older than every hot entry: the hot take below
+  // stops at it and the next take delivers it.
+  if (ld(view_.spill->enabled) != 0 && ld(view_.spill->cold_pages) != 0) {
     bool taken = false;
     auto cold = take_cold(credit, taken);
     if (!cold || taken) return cold;
