@@ -11,6 +11,17 @@
 // process (shmctl) has changed the high water (up to 60 s).
 //
 // Exits 0 when every line arrived once, in order, and the writer blocked.
+//
+//   relay_log --spill [--pause-ms 10000] [--spill-dir DIR] [--lines N]
+//
+// The same relay with the Spill overflow (docs/spill.md): the reader is
+// stopped for --pause-ms while the writer produces at least twice the relay's
+// RAM budget; the oldest lines go to page files in DIR (default
+// $LIBSHM_SPILL_DIR/log, else /var/lib/libshm/spill/log) instead of blocking
+// the writer. The reader then drains everything: the cold pages in order,
+// then the hot head. Exits 0 when every line arrived once, in order, with its
+// CRC intact, the writer never blocked, and pages were sealed and removed.
+#include <shm/platform/crc32c.hpp>
 #include <shm/relay/relay.hpp>
 
 #include <fmt/format.h>
@@ -26,7 +37,20 @@
 
 namespace {
 
-int run_writer(std::uint64_t lines) {
+// "<seq:020> GET /index.html 200 <crc32c of the text before it:08x>"
+std::size_t format_line(char (&line)[64], std::uint64_t i) {
+  const auto n = fmt::format_to_n(line, sizeof line, "{:020} GET /index.html 200 ", i).size;
+  const std::uint32_t crc = shm::crc32c(line, n);
+  return n + fmt::format_to_n(line + n, sizeof line - n, "{:08x}", crc).size;
+}
+
+bool line_ok(std::span<const std::byte> value, std::uint64_t expect) {
+  char line[64] = {};
+  const std::size_t n = format_line(line, expect);
+  return value.size() == n && std::memcmp(value.data(), line, n) == 0;
+}
+
+int run_writer(std::uint64_t lines, bool spill) {
   auto w = shm::RelayWriter::open("log");
   if (!w) {
     fmt::print(stderr, "writer: {}\n", w.error().what());
@@ -34,9 +58,11 @@ int run_writer(std::uint64_t lines) {
   }
   for (std::uint64_t i = 0; i < lines; ++i) {
     char line[64] = {};
-    const auto n = fmt::format_to_n(line, sizeof line, "{:020} GET /index.html 200", i).size;
-    auto r = w->write(std::as_bytes(std::span(line, std::min<std::size_t>(n, sizeof line))),
-                      std::chrono::seconds(30));
+    const std::size_t n = format_line(line, i);
+    // Spill: the writer should never wait; if it did (a seal impossible),
+    // the reader's check of the blocked counter says so.
+    (void)spill;
+    auto r = w->write(std::as_bytes(std::span(line, n)), std::chrono::seconds(30));
     if (!r || r->outcome != shm::WriteOutcome::Appended) {
       fmt::print(stderr, "writer: line {}: {}\n", i,
                  r ? std::string(shm::to_string(r->outcome)) : r.error().what());
@@ -44,6 +70,75 @@ int run_writer(std::uint64_t lines) {
     }
   }
   return 0;
+}
+
+int run_spill(std::uint64_t lines, std::uint64_t high, std::uint64_t low, std::uint64_t pause_ms,
+              const std::string& dir) {
+  // A page holds about high-water lines (the pending ones at the seal) and a
+  // relay keeps at most 64 cold pages: keep the run under 32 pages.
+  high = std::max<std::uint64_t>(high, lines / 32 + 1);
+  low = std::min(low, high / 2);
+  shm::RelayConfig cfg;
+  cfg.policy = shm::policy::kRawFifo;
+  cfg.value_size = 64;
+  cfg.capacity = static_cast<std::uint32_t>(high + high / 4);  // the RAM budget, in lines
+  cfg.backpressure = {shm::Dimension::Count, high, low, shm::Overflow::Spill};
+  cfg.spill_dedup = true;  // raw_fifo: the reader drops replays by first_seq
+  cfg.spill.enabled = true;
+  cfg.spill.dir = dir;
+  cfg.spill.page_size = shm::spill::kPageHeaderSize + (high + 1) * shm::spill::record_stride(64);
+  lines = std::max<std::uint64_t>(lines, 2 * cfg.capacity);  // at least twice the RAM budget
+  auto reader = shm::RelayReader::create("log", cfg);
+  if (!reader) {
+    fmt::print(stderr, "{}\n", reader.error().what());
+    return 1;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(run_writer(lines, true));
+  // The reader is stopped: the writer runs alone for pause_ms (or until it is done).
+  int status = 0;
+  bool reaped = false;
+  const auto resume = std::chrono::steady_clock::now() + std::chrono::milliseconds(pause_ms);
+  while (std::chrono::steady_clock::now() < resume) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const shm::RelaySnapshot paused = reader->snapshot();
+  fmt::print("reader paused: {} cold pages ({} bytes on disk), {} lines hot, {} sealed so far\n",
+             paused.cold_pages, paused.cold_bytes, paused.depth, paused.pages_sealed);
+  std::uint64_t next = 0, applied = 0;
+  bool ok = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (next < lines && std::chrono::steady_clock::now() < deadline) {
+    auto n = reader->drain(256, [&](const shm::RelayEntry& e) {
+      if (e.first_seq <= applied) return;  // a replay: applied already
+      applied = e.first_seq;
+      if (!line_ok(e.value, next)) ok = false;
+      ++next;
+    });
+    if (!n) {
+      fmt::print(stderr, "{}\n", n.error().what());
+      return 1;
+    }
+    if (*n == 0) {
+      if (!reaped && ::waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+      (void)reader->wait(std::chrono::milliseconds(100));
+    }
+  }
+  if (!reaped) ::waitpid(pid, &status, 0);
+  const shm::RelaySnapshot s = reader->snapshot();
+  fmt::print(
+      "{} of {} lines in order with their CRC: {}; {} pages sealed, {} acknowledged, {} "
+      "left; writer blocked {} times\n",
+      next, lines, ok, s.pages_sealed, s.pages_acked, s.cold_pages, s.blocked);
+  (void)reader->segment().unlink();
+  return ok && next == lines && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                 s.pages_sealed > 0 && s.pages_acked == s.pages_sealed && s.blocked == 0
+             ? 0
+             : 1;
 }
 
 }  // namespace
@@ -58,9 +153,16 @@ int main(int argc, char** argv) {
   bool externally = false;
   app.add_flag("--retune-externally", externally,
                "halfway, wait for `shmctl set log high_water=N` instead of retuning here");
+  bool spill = false;
+  std::uint64_t pause_ms = 10'000;
+  std::string spill_dir;
+  app.add_flag("--spill", spill, "Spill overflow: the reader pauses, the oldest lines go to disk");
+  app.add_option("--pause-ms", pause_ms, "--spill: how long the reader stays stopped");
+  app.add_option("--spill-dir", spill_dir, "--spill: the spill directory");
   CLI11_PARSE(app, argc, argv);
 
   (void)shm::Segment::unlink("log");
+  if (spill) return run_spill(lines, high, low, pause_ms, spill_dir);
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
   cfg.value_size = 64;
@@ -72,7 +174,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(run_writer(lines));
+  if (pid == 0) ::_exit(run_writer(lines, false));
   int status = 0;
   bool reaped = false;
   // The reader starts late: it waits until the writer has filled the relay
@@ -93,8 +195,7 @@ int main(int argc, char** argv) {
   bool retuned = false, in_order = true;
   while (next < lines) {
     auto n = reader->drain(32, [&](const shm::RelayEntry& e) {
-      const std::string text(reinterpret_cast<const char*>(e.value.data()), 20);
-      if (std::stoull(text) != next) in_order = false;
+      if (!line_ok(e.value, next)) in_order = false;
       ++next;
     });
     if (!n) {

@@ -21,5 +21,6 @@
 #include "shm/segment/describe.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/segment/segment.hpp"
+#include "shm/spill/page.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"

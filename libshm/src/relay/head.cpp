@@ -65,6 +65,7 @@ View view_over(const ParamBlock& p, std::byte* base) noexcept {
   v.control = reinterpret_cast<Control*>(base);
   v.entries = base + v.geometry.entries;
   v.index = reinterpret_cast<std::atomic<std::uint32_t>*>(base + v.geometry.index);
+  v.spill = reinterpret_cast<SpillArea*>(base + v.geometry.spill);
   return v;
 }
 
@@ -357,6 +358,7 @@ bool repair_held(const View& v, std::string& why) {
     st(c.intent_state, 0u);
     rolled = true;
   }
+  if (!repair_spill(v, why)) return false;
   if (!rebuild_derived(v, why)) return false;
   bump(c.counters.repairs);
   log_event(c, EventKind::Repaired, 0, rolled ? 1 : 0);
@@ -463,6 +465,41 @@ RelaySnapshot read_snapshot(const View& v) {
     s.retunes = ld(k.retunes);
     s.reconfigures = ld(k.reconfigures);
     s.notifies = ld(k.notifies);
+    const SpillArea& a = *v.spill;
+    s.spill_enabled = ld(a.enabled) != 0;
+    s.spill_page_size = ld(a.page_bytes);
+    s.retention = static_cast<RetentionKind>(ld(a.retention));
+    s.retention_bytes = ld(a.retention_bytes);
+    s.retention_ttl_ms = ld(a.retention_ttl_ms);
+    s.cold_pages = ld(a.cold_pages);
+    s.cold_bytes = ld(a.cold_bytes);
+    s.cold_ops = ld(a.cold_ops);
+    s.lag += s.cold_ops;
+    s.is_spilling = s.cold_pages > 0;
+    s.cursor_page = ld(a.cursor_page);
+    s.cursor_record = ld(a.cursor_record);
+    const SpillCounters& sk = a.counters;
+    s.pages_sealed = ld(sk.pages_sealed);
+    s.entries_spilled = ld(sk.entries_spilled);
+    s.ops_spilled = ld(sk.ops_spilled);
+    s.pages_acked = ld(sk.pages_acked);
+    s.pages_refused = ld(sk.pages_refused);
+    s.pages_expired = ld(sk.pages_expired);
+    s.pages_rebuilt = ld(sk.pages_rebuilt);
+    s.spill_fallbacks = ld(sk.fallbacks);
+    s.no_space = ld(sk.no_space);
+    s.seal_errors = ld(sk.seal_errors);
+    s.seals_rolled_forward = ld(sk.rolled_forward);
+    s.seals_rolled_back = ld(sk.rolled_back);
+    s.manifest.clear();
+    for (const ManifestSlot& m : a.slots) {
+      const std::uint32_t state = ld(m.state);
+      if (state == static_cast<std::uint32_t>(SlotState::Free)) continue;
+      s.manifest.push_back(
+          RelaySnapshot::ColdPage{ld(m.page_id), ld(m.first_seq), ld(m.last_seq), ld(m.records),
+                                  ld(m.ops), ld(m.file_bytes), ld(m.sealed_ns),
+                                  state == static_cast<std::uint32_t>(SlotState::Acked)});
+    }
     s.events.clear();
     for (const Event& e : c.events) {
       const std::uint64_t n = ld(e.number);
@@ -480,6 +517,11 @@ RelaySnapshot read_snapshot(const View& v) {
   }
   std::sort(s.events.begin(), s.events.end(),
             [](const RelayEvent& a, const RelayEvent& b) { return a.number < b.number; });
+  std::sort(s.manifest.begin(), s.manifest.end(),
+            [](const RelaySnapshot::ColdPage& a, const RelaySnapshot::ColdPage& b) {
+              return a.page_id < b.page_id;
+            });
+  if (s.spill_enabled) s.spill_dir = spill_dir_of(v);
   auto p = find_merge(s.policy);
   s.policy_name = p ? (*p)->name : shm::detail::format("policy-{}", s.policy);
   return s;
@@ -603,7 +645,7 @@ Result<void> retune_view(const View& v, std::string_view path, const Backpressur
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
   if (auto ok = validate_pair(declared, {bp.overflow, static_cast<EgressOrder>(ld(c.egress)),
-                                         ld(c.spill_dedup) != 0, false});
+                                         ld(c.spill_dedup) != 0, ld(v.spill->enabled) != 0});
       !ok)
     return ok;
   st(c.dimension, static_cast<std::uint32_t>(bp.dimension));

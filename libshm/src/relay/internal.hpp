@@ -4,6 +4,7 @@
 
 #include "shm/relay/relay.hpp"
 #include "shm/testing/relay_crash.hpp"  // RelayCrashPoint (libshm/testing, not installed)
+#include "shm/testing/spill_crash.hpp"  // SpillCrashPoint (libshm/testing, not installed)
 
 #include "format/format.hpp"
 
@@ -21,6 +22,15 @@ extern std::atomic<test_hooks::RelayCrashHook> relay_crash_hook;
 inline void relay_crash_point(test_hooks::RelayCrashPoint point) noexcept {
   // relaxed: the hook is installed before the operations it watches start.
   if (const auto hook = relay_crash_hook.load(std::memory_order_relaxed)) [[unlikely]]
+    hook(point);
+}
+
+// The spill store's test-only crash hook; defined in spill.cpp.
+extern std::atomic<test_hooks::SpillCrashHook> spill_crash_hook;
+
+inline void spill_crash_point(test_hooks::SpillCrashPoint point) noexcept {
+  // relaxed: the hook is installed before the operations it watches start.
+  if (const auto hook = spill_crash_hook.load(std::memory_order_relaxed)) [[unlikely]]
     hook(point);
 }
 
@@ -111,8 +121,41 @@ void wake_writers(Control& c) noexcept;
 [[nodiscard]] RelaySnapshot read_snapshot(const View& v);
 [[nodiscard]] std::vector<std::string> verify_unlocked(const View& v);
 
+// ---- the spill store (spill.cpp) ----
+// At create (inside the segment's init, before READY): opens or creates the
+// directory, removes torn temporary files, adopts every valid page into the
+// manifest (refusing and moving aside the others) and returns the sequence
+// and order floors the hot head must start above.
+struct SpillFloors {
+  std::uint64_t next_seq = 1;
+  std::uint64_t next_order = 1;
+};
+[[nodiscard]] Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
+                                             std::string_view relay_name);
+// Under the mutex, inside a write section: seals the oldest pending entries
+// into a page and frees them. True: sealed; false: spill impossible now (the
+// reason counted and logged when `log` is set): the caller falls back to Block.
+[[nodiscard]] bool seal_page(const View& v, spill::SpillDir& dir, bool log);
+// Under the mutex, during a repair: finishes or undoes an interrupted seal,
+// finishes acknowledged slots, recomputes the cold projections.
+[[nodiscard]] bool repair_spill(const View& v, std::string& why);
+// Under the mutex: removes the files of acknowledged slots and frees them.
+void finish_acked(const View& v, const spill::SpillDir& dir);
+// Under the mutex: expires pages past the Ttl retention.
+void expire_pages(const View& v, const spill::SpillDir& dir);
+// The oldest Sealed slot, or nullptr.
+[[nodiscard]] ManifestSlot* oldest_slot(const View& v) noexcept;
+[[nodiscard]] ManifestSlot* find_slot(const View& v, std::uint64_t page_id) noexcept;
+// Frees a slot whose page was acknowledged, expired or refused (projections, cursor).
+void release_slot(const View& v, ManifestSlot& s) noexcept;
+[[nodiscard]] std::string spill_dir_of(const View& v);
+[[nodiscard]] std::vector<std::string> verify_spill(const View& v);
+
 // Reconfigure and retune, shared by the handles and the kind's set().
 [[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
                                        const Backpressure& bp);
+[[nodiscard]] Result<void> retune_spill_view(const View& v, std::string_view path,
+                                             std::uint64_t page_size, std::uint64_t retention_bytes,
+                                             std::uint64_t ttl_ms);
 
 }  // namespace shm::relay::internal

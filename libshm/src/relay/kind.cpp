@@ -64,6 +64,45 @@ void describe(const Segment& seg, Node& out) {
   k.counter("retunes", s.retunes);
   k.counter("reconfigures", s.reconfigures);
   k.counter("notifies", s.notifies);
+  if (s.spill_enabled) {
+    Node& sp = out.object("spill");
+    sp.set("dir", s.spill_dir);
+    sp.gauge("page_size", s.spill_page_size);
+    sp.set("retention", std::string(to_string(s.retention)));
+    sp.gauge("retention_bytes", s.retention_bytes);
+    sp.gauge("retention_ttl_ms", s.retention_ttl_ms);
+    sp.gauge("cold_pages", s.cold_pages);
+    sp.gauge("cold_bytes", s.cold_bytes);
+    sp.gauge("cold_ops", s.cold_ops);
+    Node& cursor = sp.object("cursor");
+    cursor.set("page", s.cursor_page);
+    cursor.set("record", s.cursor_record);
+    Node& sk = sp.object("counters");
+    sk.counter("pages_sealed", s.pages_sealed);
+    sk.counter("entries_spilled", s.entries_spilled);
+    sk.counter("ops_spilled", s.ops_spilled);
+    sk.counter("pages_acked", s.pages_acked);
+    sk.counter("pages_refused", s.pages_refused);
+    sk.counter("pages_expired", s.pages_expired);
+    sk.counter("pages_rebuilt", s.pages_rebuilt);
+    sk.counter("fallbacks", s.spill_fallbacks);
+    sk.counter("no_space", s.no_space);
+    sk.counter("seal_errors", s.seal_errors);
+    sk.counter("seals_rolled_forward", s.seals_rolled_forward);
+    sk.counter("seals_rolled_back", s.seals_rolled_back);
+    Node& manifest = sp.array("manifest");
+    for (const RelaySnapshot::ColdPage& p : s.manifest) {
+      Node& n = manifest.push_object();
+      n.set("page_id", p.page_id);
+      n.set("file", spill::page_file_name(p.page_id));
+      n.set("first_seq", p.first_seq);
+      n.set("last_seq", p.last_seq);
+      n.set("records", p.records);
+      n.set("ops", p.ops);
+      n.set("bytes", p.bytes);
+      n.set("state", std::string(p.acked ? "acked" : "sealed"));
+    }
+  }
   Node& events = out.array("events");
   for (const RelayEvent& e : s.events) {
     Node& n = events.push_object();
@@ -78,7 +117,9 @@ void describe(const Segment& seg, Node& out) {
 std::vector<std::string> verify(const Segment& seg) {
   auto view = make_view(seg);
   if (!view) return {view.error().message};
-  return verify_unlocked(*view);
+  std::vector<std::string> out = verify_unlocked(*view);
+  for (std::string& p : verify_spill(*view)) out.push_back(std::move(p));
+  return out;
 }
 
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
@@ -105,10 +146,15 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
 }
 
 Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
-  constexpr std::string_view kKeys = "valid keys: high_water, low_water, dimension, overflow";
+  constexpr std::string_view kKeys =
+      "valid keys: high_water, low_water, dimension, overflow, spill_page_size, "
+      "spill_retention_bytes, spill_ttl_ms";
+  const bool spill_key =
+      key == "spill_page_size" || key == "spill_retention_bytes" || key == "spill_ttl_ms";
   // An unknown key is refused before the segment's data is read (a usage
   // error, whatever state the relay is in).
-  if (key != "high_water" && key != "low_water" && key != "dimension" && key != "overflow")
+  if (key != "high_water" && key != "low_water" && key != "dimension" && key != "overflow" &&
+      !spill_key)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("relay has no settable key '{}'; {}", key, kKeys));
   if (!seg.writable())
@@ -117,6 +163,16 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
   const RelaySnapshot s = read_snapshot(*view);
+  if (spill_key) {
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size())
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
+    std::uint64_t page = s.spill_page_size, bytes = s.retention_bytes, ttl = s.retention_ttl_ms;
+    (key == "spill_page_size" ? page : key == "spill_retention_bytes" ? bytes : ttl) = n;
+    return retune_spill_view(*view, seg.path(), page, bytes, ttl);
+  }
   Backpressure bp = s.backpressure;
   if (key == "high_water" || key == "low_water") {
     std::uint64_t n = 0;

@@ -7,10 +7,13 @@
 
 #include "format/format.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <optional>
 
 namespace shm {
 
@@ -56,6 +59,34 @@ std::string_view to_string(EventKind k) noexcept {
       return "repaired";
     case EventKind::Returned:
       return "returned";
+    case EventKind::Spilled:
+      return "spilled";
+    case EventKind::PageAcked:
+      return "page_acked";
+    case EventKind::PageRefused:
+      return "page_refused";
+    case EventKind::SpillFallback:
+      return "spill_fallback";
+    case EventKind::NoSpace:
+      return "no_space";
+    case EventKind::PageExpired:
+      return "page_expired";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(SpillMode m) noexcept {
+  return m == SpillMode::CompactOnWrite ? "compact_on_write" : "append_compact";
+}
+
+std::string_view to_string(RetentionKind r) noexcept {
+  switch (r) {
+    case RetentionKind::UnboundedLog:
+      return "unbounded_log";
+    case RetentionKind::BoundedDisk:
+      return "bounded_disk";
+    case RetentionKind::Ttl:
+      return "ttl";
   }
   return "unknown";
 }
@@ -93,8 +124,30 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
   if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
-  return validate_pair(
-      p, {cfg.backpressure.overflow, cfg.egress, cfg.spill_dedup, /*has_spill_store=*/false});
+  if (cfg.spill.enabled) {
+    const SpillPolicy& sp = cfg.spill;
+    const std::uint64_t least = spill::kPageHeaderSize + spill::record_stride(cfg.value_size);
+    if (sp.page_size < least || sp.page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("spill page_size {} outside [{}, {}] (header + one record)",
+                                      sp.page_size, least,
+                                      spill::kPageHeaderSize + spill::kMaxPageContent));
+    if (sp.retention == RetentionKind::BoundedDisk && sp.retention_bytes == 0)
+      return fail(Errc::InvalidArgument, "spill retention bounded_disk needs retention_bytes > 0");
+    if (sp.retention == RetentionKind::Ttl && sp.ttl.count() <= 0)
+      return fail(Errc::InvalidArgument, "spill retention ttl needs a ttl > 0");
+    if (static_cast<std::uint32_t>(sp.retention) > 2 || static_cast<std::uint32_t>(sp.mode) > 1 ||
+        static_cast<std::uint32_t>(sp.rehydrate) > 1)
+      return fail(Errc::InvalidArgument, "spill mode, retention or rehydrate out of range");
+    if (sp.rehydrate == Rehydrate::Parallel && !p.flags.commutative)
+      return fail(Errc::PolicyRefused,
+                  shm::detail::format("rehydrate parallel with policy {} (id {}, {}) is refused: "
+                                      "parallel rehydrate merges pages out of order and needs a "
+                                      "commutative merge",
+                                      p.name, p.id, describe(p.flags)));
+  }
+  return validate_pair(p, {cfg.backpressure.overflow, cfg.egress, cfg.spill_dedup,
+                           /*has_spill_store=*/cfg.spill.enabled});
 }
 
 ParamBlock block_for(const RelayConfig& cfg) {
@@ -129,6 +182,13 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     st(c.tail, kNone);
     st(c.next_seq, 1u);
     st(c.next_order, 1u);
+    if (cfg.spill.enabled) {
+      // Rebuild the manifest from the directory: the segment is new.
+      auto floors = init_spill(v, cfg.spill, name);
+      if (!floors) return std::unexpected(floors.error());
+      st(c.next_seq, floors->next_seq);
+      st(c.next_order, floors->next_order);
+    }
     for (std::uint32_t i = 0; i < block.capacity; ++i) {
       st(v.entry(i).next, i + 1 < block.capacity ? i + 1 : kNone);
       st(v.entry(i).prev, kNone);
@@ -193,7 +253,31 @@ RelaySnapshot Handle::snapshot() const {
 
 bool Handle::can_reconfigure() const {
   const RelaySnapshot s = snapshot();
-  return s.depth == 0 && s.in_hand == 0;
+  return s.depth == 0 && s.in_hand == 0 && s.cold_pages == 0;
+}
+
+Result<spill::SpillDir*> Handle::spill_dir() {
+  if (spill_dir_.valid()) [[likely]]
+    return &spill_dir_;
+  const SpillArea& a = *view_.spill;
+  if (ld(a.enabled) == 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: the relay has no spill store", segment_.path()));
+  auto d = spill::SpillDir::open(spill_dir_of(view_), false);
+  if (!d) return std::unexpected(d.error());
+  if (d->relay_id() != ld(a.relay_id))
+    return fail(Errc::ForeignHandle,
+                shm::detail::format("{}: spill directory {} has relay id {:#018x}, the relay "
+                                    "expects {:#018x} (the directory was replaced)",
+                                    segment_.path(), d->path(), d->relay_id(), ld(a.relay_id)));
+  spill_dir_ = std::move(*d);
+  return &spill_dir_;
+}
+
+Result<void> Handle::retune_spill(std::uint64_t page_size, std::uint64_t retention_bytes,
+                                  std::chrono::milliseconds ttl) {
+  return retune_spill_view(view_, segment_.path(), page_size, retention_bytes,
+                           static_cast<std::uint64_t>(std::max<std::int64_t>(0, ttl.count())));
 }
 
 Result<void> Handle::reconfigure(PolicyId policy) {
@@ -207,11 +291,13 @@ Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
   Control& c = *view_.control;
   if (auto ok = lock(view_, segment_.path()); !ok) return ok;
   Held held(c);
-  if (ld(c.depth) != 0 || ld(c.in_hand) != 0)
+  if (ld(c.depth) != 0 || ld(c.in_hand) != 0 || ld(view_.spill->cold_pages) != 0)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("{}: reconfigure needs an empty head (depth {}, in hand {}): "
-                                    "changing the merge mid-stream changes its meaning",
-                                    segment_.path(), ld(c.depth), ld(c.in_hand)));
+                shm::detail::format("{}: reconfigure needs an empty head (depth {}, in hand {}, "
+                                    "cold pages {}): changing the merge mid-stream changes its "
+                                    "meaning",
+                                    segment_.path(), ld(c.depth), ld(c.in_hand),
+                                    ld(view_.spill->cold_pages)));
   const std::uint32_t need = std::max(np.op_size, np.min_size);
   if (view_.params.value_size < need)
     return fail(Errc::InvalidArgument,
@@ -220,8 +306,8 @@ Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
   if (static_cast<Dimension>(ld(c.dimension)) == Dimension::Keys && !np.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (retune to count or bytes first)");
-  if (auto ok = validate_pair(
-          np, {overflow, static_cast<EgressOrder>(ld(c.egress)), ld(c.spill_dedup) != 0, false});
+  if (auto ok = validate_pair(np, {overflow, static_cast<EgressOrder>(ld(c.egress)),
+                                   ld(c.spill_dedup) != 0, ld(view_.spill->enabled) != 0});
       !ok)
     return ok;
   st(c.policy, id);
@@ -284,6 +370,13 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
   bool parked_once = false;
   bool counted = false;
+  bool fell_back = false;
+  spill::SpillDir* dir = nullptr;
+  if (static_cast<Overflow>(ld(c.overflow)) == Overflow::Spill && ld(view_.spill->enabled) != 0) {
+    auto d = spill_dir();  // opened once per handle, outside the mutex
+    if (!d) return std::unexpected(d.error());
+    dir = *d;
+  }
   for (;;) {
     if (auto ok = lock(view_, path); !ok) return std::unexpected(ok.error());
     std::uint32_t park_word = 0;
@@ -366,21 +459,11 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       const bool hard = ld(c.free_head) == kNone;
       WriteOutcome outcome = WriteOutcome::Appended;
       if (full || hard) {
+        bool block = false;
         switch (static_cast<Overflow>(ld(c.overflow))) {
-          case Overflow::Block: {
-            if (start == 0) start = now;
-            const std::uint64_t waited = monotonic_ns() - start;
-            if (waited >= budget) {
-              bump(c.counters.timed_out);
-              return WriteResult{WriteOutcome::TimedOut, 0};
-            }
-            if (!parked_once) bump(c.counters.blocked);
-            parked_once = true;
-            st(c.writers_waiting, 1u);
-            park_word = ld(c.space_word);
-            park = true;
-            break;  // unlock (Held), then park below
-          }
+          case Overflow::Block:
+            block = true;
+            break;
           case Overflow::DropNewest:
             bump(c.counters.dropped);
             log_event(c, EventKind::Dropped, key, 1);
@@ -409,14 +492,40 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             outcome = WriteOutcome::Displaced;
             break;
           }
-          case Overflow::Conflate:
           case Overflow::Spill:
+            // The oldest entries go to a sealed page; when that is impossible
+            // (bound, manifest full, no space, all in the reader's hands) the
+            // write blocks instead (counted; logged once per write).
+            if (dir != nullptr && ld(view_.spill->enabled) != 0) {
+              if (seal_page(view_, *dir, !fell_back)) {
+                update_full(view_, now);
+                if (ld(c.free_head) != kNone) break;
+              }
+              fell_back = true;
+              block = true;
+              break;
+            }
+            [[fallthrough]];
+          case Overflow::Conflate:
             // Conflate: keys keep merging; a new key is admitted while an entry is free.
             if (hard) {
               bump(c.counters.refused_full);
               return WriteResult{WriteOutcome::Full, 0};
             }
             break;
+        }
+        if (block) {
+          if (start == 0) start = now;
+          const std::uint64_t waited = monotonic_ns() - start;
+          if (waited >= budget) {
+            bump(c.counters.timed_out);
+            return WriteResult{WriteOutcome::TimedOut, 0};
+          }
+          if (!parked_once) bump(c.counters.blocked);
+          parked_once = true;
+          st(c.writers_waiting, 1u);
+          park_word = ld(c.space_word);
+          park = true;  // unlock (Held), then park below
         }
       }
       if (!park) {
@@ -518,9 +627,21 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   taken_index_.reserve(n_max);
   buffer_.resize(n_max * view_.params.value_size);
   if (n_max == 0) return std::span<const RelayEntry>{};
+  // Cold pages first (the spill directory is only needed when there are
+  // some: a missing directory never stops the hot head). A page sealed after
+  // this unlocked look is older than every hot entry: the hot take below
+  // stops at it and the next take delivers it.
+  if (ld(view_.spill->enabled) != 0 && ld(view_.spill->cold_pages) != 0) {
+    bool taken = false;
+    auto cold = take_cold(credit, taken);
+    if (!cold || taken) return cold;
+  }
   if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
   Held held(c);
   st(c.reader_waiting, 0u);
+  // A page sealed since take_cold looked is older than every hot entry: the
+  // next take delivers it (the hot head is taken only up to the oldest page).
+  const ManifestSlot* older = ld(view_.spill->enabled) != 0 ? oldest_slot(view_) : nullptr;
   const bool keyed = ld(c.policy) != policy::kRawFifo;
   while (taken_.size() < n_max) {
     const std::uint32_t i = ld(c.head);
@@ -529,6 +650,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
       return corrupt(segment_.path(), shm::detail::format("pending list head {} (capacity {})", i,
                                                           view_.params.capacity));
     EntryHead& h = view_.entry(i);
+    if (older != nullptr && ld(older->first_order) < ld(h.order)) break;
     const std::uint32_t len = ld(h.len);
     if (len > view_.params.value_size ||
         ld(h.state) != static_cast<std::uint32_t>(EntryState::Pending))
@@ -558,8 +680,117 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   return std::span<const RelayEntry>(taken_);
 }
 
+Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, bool& taken) {
+  Control& c = *view_.control;
+  SpillArea& a = *view_.spill;
+  auto d = spill_dir();
+  if (!d) return std::unexpected(d.error());
+  spill::SpillDir& dir = **d;
+  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+  Held held(c);
+  finish_acked(view_, dir);
+  expire_pages(view_, dir);
+  ManifestSlot* s = oldest_slot(view_);
+  if (s == nullptr) return std::span<const RelayEntry>{};
+  const std::uint32_t h = ld(c.head);
+  if (h != kNone && h < view_.params.capacity && ld(view_.entry(h).order) < ld(s->first_order))
+    return std::span<const RelayEntry>{};  // the hot head's oldest entry goes first
+  const std::uint64_t id = ld(s->page_id);
+  if (page_id_ != id) {
+    page_id_ = 0;
+    // Read and validated under the mutex: the page cannot be acknowledged,
+    // expired or refused by anyone else meanwhile.
+    auto page = spill::read_page(dir, id);
+    std::optional<Error> bad;
+    if (!page) {
+      bad = page.error();
+    } else if (page->header.records != ld(s->records) ||
+               page->header.content_crc != ld(s->content_crc) ||
+               page->header.first_seq != ld(s->first_seq) ||
+               page->header.last_seq != ld(s->last_seq)) {
+      bad = Error{Errc::Corrupt, shm::detail::format(
+                                     "{}/{}: {} records, crc {:#010x}; the manifest recorded {} "
+                                     "records, crc {:#010x}",
+                                     dir.path(), spill::page_file_name(id), page->header.records,
+                                     page->header.content_crc, ld(s->records), ld(s->content_crc))};
+    }
+    if (bad) {
+      // Refused, counted, moved aside, never half-applied. The error tells
+      // the caller order is broken here; the next take goes on after it.
+      const std::string why(to_string(bad->code));
+      auto moved = spill::refuse_file(dir, spill::page_file_name(id), why);
+      bump(a.counters.pages_refused);
+      log_event(c, EventKind::PageRefused, id, ld(s->ops));
+      release_slot(view_, *s);
+      return fail(
+          bad->code,
+          shm::detail::format("{}: cold page {} refused ({} ops lost), moved to {}: {}",
+                              segment_.path(), id, ld(s->ops),
+                              moved ? *moved : std::string("(could not move it)"), bad->message));
+    }
+    page_ = std::move(*page);
+    page_id_ = id;
+  }
+  const std::uint64_t from = ld(a.cursor_page) == id ? ld(a.cursor_record) : 0;
+  const std::uint64_t delivered = ld(a.taken_page) == id ? ld(a.taken_record) : 0;
+  const std::uint64_t end = std::min<std::uint64_t>(page_.records.size(), from + credit);
+  cold_ops_ = 0;
+  for (std::uint64_t r = from; r < end; ++r) {
+    const spill::Record& rec = page_.records[r];
+    taken_.push_back(RelayEntry{
+        rec.head.key, rec.value, rec.head.first_seq, rec.head.last_seq, rec.head.op_count,
+        r < delivered || (rec.head.flags & spill::kRecordRedelivered) != 0, id});
+    cold_ops_ += rec.head.op_count;
+  }
+  cold_page_ = id;
+  cold_from_ = from;
+  st(a.taken_page, id);
+  st(a.taken_record, std::max(delivered, end));
+  st(c.is_draining, 1u);
+  st(c.reader_waiting, 0u);
+  taken = true;
+  return std::span<const RelayEntry>(taken_);
+}
+
 Result<void> RelayReader::commit() {
   assert(view_.control != nullptr && "use of an empty RelayReader");
+  if (cold_page_ != 0) {
+    Control& c = *view_.control;
+    SpillArea& a = *view_.spill;
+    const std::uint64_t id = cold_page_;
+    const std::uint64_t n = taken_.size();
+    cold_page_ = 0;
+    taken_.clear();
+    auto d = spill_dir();
+    if (!d) return std::unexpected(d.error());
+    if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+    Held held(c);
+    st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
+    ManifestSlot* s = find_slot(view_, id);
+    if (s == nullptr || ld(s->state) != static_cast<std::uint32_t>(relay::SlotState::Sealed))
+      return {};  // expired or refused meanwhile
+    bump(c.counters.drained, n);
+    bump(c.counters.drained_ops, cold_ops_);
+    const std::uint64_t done = cold_from_ + n;
+    if (done < ld(s->records)) {
+      st(a.cursor_page, id);
+      st(a.cursor_record, done);
+      return {};
+    }
+    // The last record: acknowledge the page, then reclaim its file.
+    st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
+    const std::string name = spill::page_file_name(id);
+    (void)::unlinkat((*d)->fd(), name.c_str(), 0);
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::FileRemoved);
+    (void)spill::sync_dir(**d);
+    release_slot(view_, *s);
+    bump(a.counters.pages_acked);
+    log_event(c, EventKind::PageAcked, id, n);
+    if (page_id_ == id) page_id_ = 0;
+    wake_writers(c);  // disk freed: a writer that fell back to Block may spill again
+    return {};
+  }
   if (taken_index_.empty()) {
     taken_.clear();
     return {};
@@ -589,6 +820,11 @@ Result<void> RelayReader::commit() {
 }
 
 Result<void> RelayReader::abandon() {
+  if (cold_page_ != 0) {  // the cursor did not move: delivered again (redelivered)
+    cold_page_ = 0;
+    taken_.clear();
+    return {};
+  }
   if (taken_index_.empty()) {
     taken_.clear();
     return {};
@@ -612,7 +848,7 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
     std::uint32_t word = 0;
     {
       Held held(c);
-      if (ld(c.depth) > 0) {
+      if (ld(c.depth) > 0 || ld(view_.spill->cold_pages) > 0) {
         st(c.reader_waiting, 0u);
         return true;
       }

@@ -177,7 +177,7 @@ int run_reader(const std::string& name, const std::string& log, unsigned seed, b
     if (!n) die(fmt::format("drain: {}", n.error().what()));
     if (final) {
       const RelaySnapshot s = r.snapshot();
-      if (*n == 0 && s.depth == 0 && s.in_hand == 0) {
+      if (*n == 0 && s.depth == 0 && s.in_hand == 0 && s.cold_pages == 0) {
         say("drained");
         return 0;
       }

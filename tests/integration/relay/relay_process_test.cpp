@@ -2,6 +2,7 @@
 // readers killed and restarted under load, policies not registered in a peer.
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/kind.hpp"
@@ -197,7 +198,8 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
 }
 
 // The examples: relay_ticker (lww, conflation bounded by keys, prices never
-// go back) and relay_log (raw_fifo + Block: parks, resumes, retuned live).
+// go back) and relay_log (raw_fifo + Block: parks, resumes, retuned live;
+// --spill: the paused reader's backlog goes to disk and comes back in order).
 TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
 #if !SHM_EXPECT_EXAMPLES
   GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
@@ -210,6 +212,15 @@ TEST_F(RelayProcessTest, ExamplesTickerAndLogRunToTheirOwnChecks) {
                   "--high", "64", "--low", "16", "--retune-high", "256"});
   ASSERT_EQ(log.wait(60s), 0) << log.output();
   EXPECT_NE(log.output().find("shipped in order: true"), std::string::npos) << log.output();
+  // relay_log --spill: the reader paused, the writer never blocks, the
+  // oldest lines go to disk; every line comes back in order with its CRC.
+  test::TempSpillDir spill;
+  Subprocess spilled({test::bin_path("relay_log"), "--spill", "--pause-ms", "300", "--lines",
+                      std::to_string(test::scaled(5000)), "--high", "64", "--low", "16",
+                      "--spill-dir", spill.sub("log")});
+  ASSERT_EQ(spilled.wait(60s), 0) << spilled.output();
+  EXPECT_NE(spilled.output().find("with their CRC: true"), std::string::npos) << spilled.output();
+  EXPECT_NE(spilled.output().find("writer blocked 0 times"), std::string::npos) << spilled.output();
 }
 
 // relay_log retuned by `shmctl set` from another process while it runs (the
@@ -314,6 +325,12 @@ void run_chaos(const std::string& name, PolicyId policy, Overflow overflow, unsi
   cfg.policy = policy;
   cfg.capacity = 64;
   cfg.backpressure = {Dimension::Count, 48, 16, overflow};
+  if (overflow == Overflow::Spill) {  // the spill directory: LIBSHM_SPILL_DIR (TempSpillDir)
+    cfg.spill.enabled = true;
+    cfg.spill_dedup = true;
+    cfg.spill.page_size = spill::kPageHeaderSize + 64 * spill::record_stride(8);
+    if (policy != policy::kRawFifo) cfg.backpressure = {Dimension::Count, 6, 2, overflow};
+  }
   auto creator = RelayWriter::create(name, cfg);
   ASSERT_TRUE(creator) << creator.error().what();
   std::mt19937 rng(seed);
@@ -363,6 +380,13 @@ void run_chaos(const std::string& name, PolicyId policy, Overflow overflow, unsi
   ASSERT_TRUE(seg);
   const std::vector<std::string> problems = find_kind(kRelayKind)->verify(*seg);
   EXPECT_TRUE(problems.empty()) << problems.front();
+  if (overflow == Overflow::Spill) {
+    auto snap = read_relay_snapshot(name);
+    ASSERT_TRUE(snap);
+    EXPECT_GT(snap->pages_sealed, 0u) << "the run never spilled";
+    EXPECT_EQ(snap->cold_pages, 0u);
+    ::testing::Test::RecordProperty("pages_sealed", static_cast<int>(snap->pages_sealed));
+  }
 
   std::vector<WriterLog> logs;
   for (int w = 0; w < kWriters; ++w) logs.push_back(read_writer_log(wlog(w)));
@@ -444,6 +468,19 @@ TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedMaxConverges) {
 
 TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedRawFifoKeepsOrder) {
   run_chaos("chaos-fifo", policy::kRawFifo, Overflow::Block, 13, root_.path());
+}
+
+// The same with Spill: writers and the reader killed at random moments while
+// pages are sealed and acknowledged; every acknowledged op exactly once, in
+// each writer's order; the sum converges with nothing applied twice.
+TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedWithSpillRawFifoKeepsOrder) {
+  test::TempSpillDir spill;
+  run_chaos("chaos-spill-fifo", policy::kRawFifo, Overflow::Spill, 14, root_.path());
+}
+
+TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedWithSpillSumLosesNothing) {
+  test::TempSpillDir spill;
+  run_chaos("chaos-spill-sum", policy::kSum, Overflow::Spill, 15, root_.path());
 }
 
 }  // namespace

@@ -114,6 +114,12 @@ enum class EventKind : std::uint32_t {
   Reconfigured,   // the merge policy was swapped (count = new policy id)
   Repaired,       // a locker repaired after a holder died (count = 1 if an intent rolled forward)
   Returned,       // entries a dead reader held were returned (count = entries)
+  Spilled,        // a page was sealed (key = page id, count = entries)
+  PageAcked,      // the reader acknowledged a page; its file is removed (key = page id)
+  PageRefused,    // a page file failed validation and was moved aside (key = page id)
+  SpillFallback,  // spill impossible (bound, manifest full, an I/O error): blocked instead
+  NoSpace,        // the filesystem cannot hold a page (statvfs preflight / ENOSPC)
+  PageExpired,    // Ttl retention removed an unacknowledged page (key = page id, count = ops)
 };
 
 // One entry of the relay's event ring, written under the mutex.
@@ -198,25 +204,137 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(offsetof(Control, space_word) % kFalseSharingRange == 0);
 static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 
+// ---- the spill store (docs/spill.md; the page format is shm/spill/page.hpp) ----
+//
+// The manifest lives here, in the relay segment, under the relay mutex: the
+// seal of a page and the freeing of its entries from the hot head are one
+// critical section, so they commit together. It is rebuilt from the spill
+// directory when the segment is created (the hot head is RAM and lost with the
+// machine; sealed pages are not).
+//
+// Seal (a writer, under the mutex): choose the oldest pending entries; store
+// the spill intent {page id, last order}, intent_state = 1; write and seal the
+// page file (content, flush, header, flush, rename, fsync dir); fill a free
+// manifest slot and publish it (state Sealed); free the entries; clear the
+// intent. A holder killed anywhere in it leaves EOWNERDEAD: repair rolls the
+// intent forward when the manifest holds the page (frees the pending entries
+// with order <= last order: exactly the page's, since the pending list is
+// sorted by order and nothing else ran) and back otherwise (removes the page
+// file if it was renamed: the entries stay in the hot head).
+//
+// Drain (the reader): the oldest sealed page goes first when its first order
+// is older than the hot head's oldest entry. The reader reads and validates
+// the file outside the mutex, delivers up to `credit` records from the egress
+// cursor (cursor_page, cursor_record), and on commit advances the cursor; the
+// last record's commit acknowledges the page: slot state Acked, unlink, fsync
+// dir, slot Free. An Acked slot found later (a reader killed in between) is
+// finished by whoever sees it. Records taken and not committed are delivered
+// again (taken_record marks how far delivery went: `redelivered`).
+inline constexpr std::uint32_t kManifestSlots = 64;
+inline constexpr std::uint32_t kSpillDirBytes = 256;
+enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
+enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
+enum class RetentionKind : std::uint32_t { UnboundedLog = 0, BoundedDisk = 1, Ttl = 2 };
+enum class Rehydrate : std::uint32_t { Sequential = 0, Parallel = 1 };
+
+struct ManifestSlot {
+  std::atomic<std::uint32_t> state;  // SlotState; the publishing store
+  std::atomic<std::uint32_t> content_crc;
+  std::atomic<std::uint64_t> page_id;
+  std::atomic<std::uint64_t> first_seq;
+  std::atomic<std::uint64_t> last_seq;
+  std::atomic<std::uint64_t> first_order;
+  std::atomic<std::uint64_t> last_order;
+  std::atomic<std::uint64_t> records;
+  std::atomic<std::uint64_t> ops;
+  std::atomic<std::uint64_t> file_bytes;
+  std::atomic<std::uint64_t> sealed_ns;  // realtime (Ttl)
+};
+static_assert(sizeof(ManifestSlot) == 80);
+
+struct SpillCounters {
+  std::atomic<std::uint64_t> pages_sealed;
+  std::atomic<std::uint64_t> entries_spilled;
+  std::atomic<std::uint64_t> ops_spilled;
+  std::atomic<std::uint64_t> pages_acked;
+  std::atomic<std::uint64_t> pages_refused;   // failed validation, moved aside
+  std::atomic<std::uint64_t> pages_expired;   // Ttl retention
+  std::atomic<std::uint64_t> pages_rebuilt;   // adopted from the directory at create
+  std::atomic<std::uint64_t> fallbacks;       // spill impossible: the write blocked instead
+  std::atomic<std::uint64_t> no_space;        // seals refused by the statvfs preflight / ENOSPC
+  std::atomic<std::uint64_t> seal_errors;     // other I/O errors while sealing
+  std::atomic<std::uint64_t> rolled_forward;  // repaired seals whose page was recorded
+  std::atomic<std::uint64_t> rolled_back;     // repaired seals whose page was not recorded
+};
+
+struct SpillArea {
+  std::atomic<std::uint32_t> enabled;           // 1: this relay has a spill store
+  std::atomic<std::uint32_t> mode;              // SpillMode
+  std::atomic<std::uint32_t> retention;         // RetentionKind
+  std::atomic<std::uint32_t> rehydrate;         // Rehydrate
+  std::atomic<std::uint64_t> relay_id;          // the directory's identity (relay.id)
+  std::atomic<std::uint64_t> page_bytes;        // target page size (header included)
+  std::atomic<std::uint64_t> retention_bytes;   // BoundedDisk
+  std::atomic<std::uint64_t> retention_ttl_ms;  // Ttl
+  std::atomic<std::uint64_t> next_page_id;      // page ids start at 1
+  std::atomic<std::uint64_t> cold_pages;        // Sealed slots
+  std::atomic<std::uint64_t> cold_bytes;        // their file bytes
+  std::atomic<std::uint64_t> cold_ops;          // their ops not yet acknowledged
+  // ---- the egress cursor (the reader) ----
+  std::atomic<std::uint64_t> cursor_page;    // page the reader is inside, 0 = at a page start
+  std::atomic<std::uint64_t> cursor_record;  // records of it acknowledged
+  std::atomic<std::uint64_t> taken_page;     // page of the last take
+  std::atomic<std::uint64_t> taken_record;   // records delivered by it (redelivery marks)
+  // ---- the seal intent (see the protocol) ----
+  std::atomic<std::uint32_t> intent_state;  // 1: a seal is in progress
+  std::atomic<std::uint32_t> reserved;
+  std::atomic<std::uint64_t> intent_page;
+  std::atomic<std::uint64_t> intent_last_order;
+  SpillCounters counters;
+  char dir[kSpillDirBytes];  // absolute path, NUL-terminated; written once at create
+  ManifestSlot slots[kManifestSlots];
+};
+static_assert(std::is_standard_layout_v<SpillArea>);
+
 // Offsets of the data area.
 struct Geometry {
   std::uint64_t entries = 0;  // after Control
   std::uint64_t index = 0;    // u32 cells
+  std::uint64_t spill = 0;    // SpillArea
   std::uint64_t data_size = 0;
 };
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.entries = round_up(sizeof(Control), kFalseSharingRange);
   g.index = round_up(g.entries + entry_stride(p.value_size) * p.capacity, kFalseSharingRange);
-  g.data_size = g.index + std::uint64_t{4} * p.index_capacity;
+  g.spill = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
+  g.data_size = g.spill + sizeof(SpillArea);
   return g;
 }
 
-inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
-    {1, sizeof(Control), sizeof(EntryHead), sizeof(Event), sizeof(Counters),
-     offsetof(Control, policy), offsetof(Control, high_water), offsetof(Control, depth),
-     offsetof(Control, head), offsetof(Control, counters), offsetof(Control, space_word),
-     offsetof(Control, data_word), offsetof(Control, intent_state), offsetof(Control, events),
-     offsetof(EntryHead, key), offsetof(EntryHead, created_ns), kEventRing, kMaxValueSize});
+inline constexpr std::uint64_t kFingerprint = layout_fingerprint({1,
+                                                                  sizeof(Control),
+                                                                  sizeof(EntryHead),
+                                                                  sizeof(Event),
+                                                                  sizeof(Counters),
+                                                                  offsetof(Control, policy),
+                                                                  offsetof(Control, high_water),
+                                                                  offsetof(Control, depth),
+                                                                  offsetof(Control, head),
+                                                                  offsetof(Control, counters),
+                                                                  offsetof(Control, space_word),
+                                                                  offsetof(Control, data_word),
+                                                                  offsetof(Control, intent_state),
+                                                                  offsetof(Control, events),
+                                                                  offsetof(EntryHead, key),
+                                                                  offsetof(EntryHead, created_ns),
+                                                                  kEventRing,
+                                                                  kMaxValueSize,
+                                                                  sizeof(SpillArea),
+                                                                  sizeof(ManifestSlot),
+                                                                  offsetof(SpillArea, cursor_page),
+                                                                  offsetof(SpillArea, counters),
+                                                                  offsetof(SpillArea, slots),
+                                                                  kManifestSlots});
 
 }  // namespace shm::relay

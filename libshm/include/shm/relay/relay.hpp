@@ -8,6 +8,7 @@
 #include "shm/relay/layout.hpp"
 #include "shm/relay/policy.hpp"
 #include "shm/segment/segment.hpp"
+#include "shm/spill/page.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -20,13 +21,30 @@
 
 namespace shm {
 
+// The spill store behind the Spill overflow (docs/spill.md). Stored in the
+// segment; page_size and the retention limits are retunable live
+// (retune_spill, shmctl set).
+struct SpillPolicy {
+  bool enabled = false;
+  std::string dir;  // empty: $LIBSHM_SPILL_DIR/<relay>, else /var/lib/libshm/spill/<relay>
+  std::uint64_t page_size = 64 * 1024;  // bytes per page, header included (>= header + 1 record)
+  relay::SpillMode mode = relay::SpillMode::AppendCompact;
+  relay::RetentionKind retention = relay::RetentionKind::UnboundedLog;
+  std::uint64_t retention_bytes = 0;  // BoundedDisk: cold bytes at most this (then Block)
+  std::chrono::milliseconds ttl{0};   // Ttl: an unacknowledged page older than this expires
+  relay::Rehydrate rehydrate = relay::Rehydrate::Sequential;
+};
+[[nodiscard]] std::string_view to_string(relay::SpillMode m) noexcept;
+[[nodiscard]] std::string_view to_string(relay::RetentionKind r) noexcept;
+
 struct RelayConfig {
   PolicyId policy = policy::kKeepLatest;
   std::uint32_t value_size = 8;   // largest value, [1, 256]
   std::uint32_t capacity = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
   Backpressure backpressure{Dimension::Count, 768, 256, Overflow::Block};
   EgressOrder egress = EgressOrder::Arrival;
-  bool spill_dedup = false;  // declared: spill replay would dedup (validation table)
+  bool spill_dedup = false;  // declared: the reader drops redelivered ops by first_seq
+  SpillPolicy spill;         // Overflow::Spill needs spill.enabled
 };
 
 // What a write did. Only Appended, Merged and Displaced change the head (and
@@ -55,7 +73,8 @@ struct RelayEntry {
   std::uint64_t first_seq = 0;
   std::uint64_t last_seq = 0;
   std::uint64_t op_count = 0;
-  bool redelivered = false;  // returned from a reader that died holding it (at-least-once)
+  bool redelivered = false;   // returned from a reader that died holding it (at-least-once)
+  std::uint64_t page_id = 0;  // the cold page it came from; 0: the hot head
 };
 
 struct RelayEvent {
@@ -83,13 +102,30 @@ struct RelaySnapshot {
   std::uint64_t in_hand = 0;       // entries the reader took and has not committed
   std::uint64_t oldest_age_ns = 0;
   bool is_full = false;
-  bool is_spilling = false;  // always false: no spill store yet
+  bool is_spilling = false;  // cold pages wait on disk
   bool is_draining = false;
   bool faulted = false;
   bool consistent = true;  // false: no stable seqlock read (a busy or dead holder)
   std::uint64_t writes = 0, appended = 0, merged = 0, unchanged = 0, dropped = 0, conflated = 0,
                 blocked = 0, timed_out = 0, refused_full = 0, drained = 0, drained_ops = 0,
                 returned = 0, repairs = 0, retunes = 0, reconfigures = 0, notifies = 0;
+  // The spill store (all 0 without one).
+  bool spill_enabled = false;
+  std::string spill_dir;
+  std::uint64_t spill_page_size = 0;
+  relay::RetentionKind retention{};
+  std::uint64_t retention_bytes = 0, retention_ttl_ms = 0;
+  std::uint64_t cold_pages = 0, cold_bytes = 0, cold_ops = 0;
+  std::uint64_t cursor_page = 0, cursor_record = 0;
+  std::uint64_t pages_sealed = 0, entries_spilled = 0, ops_spilled = 0, pages_acked = 0,
+                pages_refused = 0, pages_expired = 0, pages_rebuilt = 0, spill_fallbacks = 0,
+                no_space = 0, seal_errors = 0, seals_rolled_forward = 0, seals_rolled_back = 0;
+  struct ColdPage {
+    std::uint64_t page_id = 0, first_seq = 0, last_seq = 0, records = 0, ops = 0, bytes = 0,
+                  sealed_ns = 0;
+    bool acked = false;  // acknowledged, its file being removed
+  };
+  std::vector<ColdPage> manifest;  // by page id
   std::vector<RelayEvent> events;  // oldest first
   [[nodiscard]] std::uint64_t level() const noexcept;
 };
@@ -99,6 +135,7 @@ struct View {
   ParamBlock params{};
   Geometry geometry{};
   Control* control = nullptr;
+  SpillArea* spill = nullptr;
   std::byte* entries = nullptr;
   std::atomic<std::uint32_t>* index = nullptr;
   [[nodiscard]] EntryHead& entry(std::uint32_t i) const noexcept {
@@ -127,12 +164,19 @@ class Handle {
   [[nodiscard]] Result<void> reconfigure(PolicyId policy, Overflow overflow);
   // Retunes the backpressure policy live; every attached handle follows it.
   [[nodiscard]] Result<void> retune(const Backpressure& bp);
+  // Retunes the spill store's page size and retention limits live (the kind
+  // stays: BoundedDisk / Ttl / UnboundedLog); InvalidArgument without a store.
+  [[nodiscard]] Result<void> retune_spill(std::uint64_t page_size, std::uint64_t retention_bytes,
+                                          std::chrono::milliseconds ttl);
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
   [[nodiscard]] const View& view() const noexcept { return view_; }
 
  protected:
   [[nodiscard]] Result<const MergePolicy*> policy_now();
+  // The spill directory, opened on first use and checked against the relay's id.
+  [[nodiscard]] Result<spill::SpillDir*> spill_dir();
   Segment segment_;
+  spill::SpillDir spill_dir_;
   Attachment attachment_;
   View view_;
   const MergePolicy* policy_ = nullptr;  // cached; refreshed when the segment's id changes
@@ -189,13 +233,18 @@ class RelayReader : public relay::detail::Handle {
     if (auto ok = commit(); !ok) return std::unexpected(ok.error());
     return got->size();
   }
-  // Waits until an entry is pending (true) or the timeout passes (false).
+  // Waits until an entry is pending or a cold page waits (true), or the timeout passes (false).
   [[nodiscard]] Result<bool> wait(std::chrono::nanoseconds timeout);
 
  private:
+  [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
   std::vector<RelayEntry> taken_;
   std::vector<std::uint32_t> taken_index_;
   std::vector<std::byte> buffer_;
+  // A cold take: records [cold_from_, cold_from_ + taken_.size()) of page cold_page_.
+  std::uint64_t cold_page_ = 0, cold_from_ = 0, cold_ops_ = 0;
+  spill::Page page_;  // the cached page (validated once)
+  std::uint64_t page_id_ = 0;
 };
 
 // Reads a relay's snapshot without attaching (read-only mapping).
@@ -209,8 +258,8 @@ class RelayReader : public relay::detail::Handle {
 enum class Traffic : std::uint8_t { State, Events };
 struct Outbox {
   // application -> transport: the local producer feels is_full directly.
-  // Default overflow: Conflate for state, Spill for events (refused until a
-  // spill store exists: pick Block or a drop for events today).
+  // Default overflow: Conflate for state, Spill for events (Spill needs
+  // config.spill.enabled, and spill_dedup for a non-idempotent policy).
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
                                           std::uint32_t capacity = 1024,
                                           std::uint32_t value_size = 8);

@@ -17,10 +17,12 @@ inline constexpr KindId kFanoutBitmapKind = 4;
 inline constexpr KindId kLedgerKind = 5;
 inline constexpr KindId kRelayKind = 6;
 inline constexpr KindId kEgressKind = 7;
+// Not a segment: the kind of a relay's spill page file (shm/spill/page.hpp).
+inline constexpr KindId kSpillPageKind = 8;
 
-inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind, kMpmcRingKind,
-                                        kFanoutBitmapKind, kLedgerKind,  kRelayKind,
-                                        kEgressKind};
+inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind,  kMpmcRingKind,
+                                        kFanoutBitmapKind, kLedgerKind,   kRelayKind,
+                                        kEgressKind,       kSpillPageKind};
 
 namespace detail {
 consteval bool kind_ids_are_unique_and_nonzero() {

@@ -1,0 +1,202 @@
+// Spill pages (kind 8, "spill_page"): the cold, immutable tail of a relay on
+// durable storage. docs/spill.md is the user's guide; this note is the format.
+//
+// A spill directory ($LIBSHM_SPILL_DIR/<relay>, default
+// /var/lib/libshm/spill/<relay>; never /dev/shm, which is memory) holds:
+//   relay.id                 the directory's identity: a random 64-bit spill
+//                            incarnation, written once (tmp, fsync, rename,
+//                            fsync dir). Every page carries it; a page with
+//                            another id belongs to another relay.
+//   page-<16 hex id>.spill   sealed pages, named by page id (ids only grow).
+//   page-<16 hex id>.tmp     a page being sealed; never read; removed on open.
+//   refused/                 pages that failed validation, moved aside.
+//
+// A page file is a 4 KiB header followed by `content_bytes` of records:
+//   PageHeader (validated like a segment's handshake header: magic, version,
+//   kind, header CRC32C, then relay id, page id, sequence and order ranges,
+//   record count, content length and content CRC32C);
+//   records: PageRecord (48 bytes) + `len` value bytes, padded to 8.
+//
+// Seal order (write_page), and why each step is there:
+//   1. create `page-<id>.tmp` (O_EXCL|O_NOFOLLOW), statvfs preflight and
+//      posix_fallocate the whole file: a full disk is NoSpace here, never a
+//      short write later;
+//   2. write the content, fdatasync: the records are durable before anything
+//      claims they exist;
+//   3. write the header (whose CRC covers the content CRC), fdatasync: a
+//      header on disk proves the content under it was flushed first;
+//   4. rename to `page-<id>.spill`: the final name appears atomically and only
+//      over a complete, flushed file;
+//   5. fsync the directory: the rename itself survives a power loss;
+//   6. (the caller) record the page in the manifest, then free its entries in
+//      the hot head. While the relay segment lives the manifest is the commit
+//      point; when it is lost (reboot) the directory is, and a page that was
+//      renamed but never recorded is adopted on rebuild.
+// Pages are written with pwrite, not through a mapping: a mapped write on a
+// full filesystem is a SIGBUS, a pwrite is an ENOSPC (docs/spill.md, deviations).
+#pragma once
+
+#include "shm/error.hpp"
+#include "shm/platform/file.hpp"
+#include "shm/segment/kind_ids.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace shm::spill {
+
+inline constexpr std::uint64_t kPageMagic = 0x4C4C'4950'534D'4853ull;  // "SHMSPILL"
+inline constexpr std::uint32_t kPageVersion = 1;
+inline constexpr std::uint64_t kPageHeaderSize = 4096;
+inline constexpr std::uint64_t kMaxPageContent = 64ull << 20;  // 64 MiB
+
+struct PageHeader {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint16_t kind;  // kSpillPageKind
+  std::uint16_t flags;
+  std::uint64_t relay_id;  // the spill directory's incarnation (relay.id)
+  std::uint64_t page_id;
+  std::uint64_t first_seq;  // smallest first op sequence of the records
+  std::uint64_t last_seq;   // largest last op sequence of the records
+  std::uint64_t first_order;
+  std::uint64_t last_order;
+  std::uint64_t records;
+  std::uint64_t ops;  // sum of the records' op counts
+  std::uint64_t content_bytes;
+  std::uint64_t sealed_ns;  // realtime clock at the seal (Ttl retention)
+  std::uint32_t policy;     // the relay's merge policy id
+  std::uint32_t content_crc;
+  std::uint32_t reserved;
+  std::uint32_t header_crc;  // CRC32C of every byte above
+};
+static_assert(std::is_trivially_copyable_v<PageHeader> && sizeof(PageHeader) == 112);
+
+struct PageRecord {
+  std::uint64_t key;
+  std::uint64_t first_seq;
+  std::uint64_t last_seq;
+  std::uint64_t op_count;
+  std::uint64_t order;  // the relay's drain-order stamp
+  std::uint32_t len;    // value bytes that follow (padded to 8)
+  std::uint32_t flags;  // kRecordRedelivered
+};
+static_assert(std::is_trivially_copyable_v<PageRecord> && sizeof(PageRecord) == 48);
+inline constexpr std::uint32_t kRecordRedelivered = 1;
+
+[[nodiscard]] constexpr std::uint64_t record_stride(std::uint32_t len) noexcept {
+  return sizeof(PageRecord) + ((std::uint64_t{len} + 7) & ~std::uint64_t{7});
+}
+
+// One record of a page, as read back (value points into the page's buffer).
+struct Record {
+  PageRecord head{};
+  std::span<const std::byte> value;
+};
+
+// Appends records to a page's content buffer.
+class PageBuilder {
+ public:
+  void add(const PageRecord& head, std::span<const std::byte> value);
+  [[nodiscard]] std::span<const std::byte> content() const noexcept { return bytes_; }
+  [[nodiscard]] std::uint64_t records() const noexcept { return records_; }
+  [[nodiscard]] std::uint64_t ops() const noexcept { return ops_; }
+  [[nodiscard]] std::uint64_t first_seq() const noexcept { return first_seq_; }
+  [[nodiscard]] std::uint64_t last_seq() const noexcept { return last_seq_; }
+  [[nodiscard]] std::uint64_t first_order() const noexcept { return first_order_; }
+  [[nodiscard]] std::uint64_t last_order() const noexcept { return last_order_; }
+  void clear();
+
+ private:
+  std::vector<std::byte> bytes_;
+  std::uint64_t records_ = 0, ops_ = 0, first_seq_ = 0, last_seq_ = 0, first_order_ = 0,
+                last_order_ = 0;
+};
+
+// A spill directory, opened (and created when asked) with its identity.
+class SpillDir {
+ public:
+  SpillDir() = default;
+  // Creates the directory (0700, parents too) when `create`; refuses a
+  // symbolic link or a directory owned by another user (UnsafeRoot); reads
+  // relay.id, or writes a new one when `create` and it is missing.
+  [[nodiscard]] static Result<SpillDir> open(const std::string& path, bool create);
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] std::uint64_t relay_id() const noexcept { return relay_id_; }
+  [[nodiscard]] int fd() const noexcept { return dir_.get(); }
+  [[nodiscard]] bool valid() const noexcept { return dir_.valid(); }
+
+ private:
+  std::string path_;
+  FileHandle dir_;
+  std::uint64_t relay_id_ = 0;
+};
+
+[[nodiscard]] std::string page_file_name(std::uint64_t page_id);
+// The page id a file name denotes ("page-<16 hex>.spill"), or 0.
+[[nodiscard]] std::uint64_t page_id_of(std::string_view file_name) noexcept;
+// The directory for relay `relay`: $LIBSHM_SPILL_DIR/<relay>, else
+// /var/lib/libshm/spill/<relay>.
+[[nodiscard]] std::string default_spill_dir(std::string_view relay);
+
+// Seal steps, reported to the writer's hook (the relay's test-only crash points).
+enum class SealStep : std::uint8_t { ContentWritten, HeaderWritten, Renamed, DirSynced };
+using SealHook = void (*)(SealStep step);
+
+struct SealInfo {
+  std::uint64_t page_id = 0;
+  std::uint32_t policy = 0;
+  std::uint64_t file_bytes = 0;  // header + content
+  std::uint32_t content_crc = 0;
+  std::uint64_t sealed_ns = 0;
+};
+
+// Writes and seals one page in the documented order. NoSpace (nothing left
+// behind) when the filesystem cannot hold it; the temporary file is removed
+// on every failure.
+[[nodiscard]] Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id,
+                                          std::uint32_t policy, const PageBuilder& content,
+                                          SealHook hook = nullptr);
+
+// A page read back and validated.
+struct Page {
+  PageHeader header{};
+  std::vector<std::byte> content;
+  std::vector<Record> records;
+};
+
+// Reads `page-<id>.spill` (O_NOFOLLOW|O_NONBLOCK, fstat: a regular file of
+// the size its header states) and validates everything. Errors:
+//   NotFound; NotRegularFile (a symlink, a FIFO, a directory);
+//   Truncated (shorter than its header or than the header says);
+//   BadMagic / VersionMismatch / KindMismatch / HeaderCorrupt (header CRC);
+//   ForeignHandle (another relay's page: its relay id differs);
+//   Corrupt (content CRC, a record out of bounds, counts or ranges that do
+//   not match the header, a page id that does not match the name).
+[[nodiscard]] Result<Page> read_page(const SpillDir& dir, std::uint64_t page_id);
+// Same, for any file name in the directory (gc, verify, rebuild).
+[[nodiscard]] Result<Page> read_page_file(const SpillDir& dir, const std::string& file_name,
+                                          std::uint64_t expect_page_id);
+
+// Moves a file aside into `refused/` (created 0700) under a name that says
+// why; never follows a link. Returns the new path.
+[[nodiscard]] Result<std::string> refuse_file(const SpillDir& dir, const std::string& file_name,
+                                              std::string_view reason);
+// Removes a sealed page (ENOENT is fine: already removed) and fsyncs the directory.
+[[nodiscard]] Result<void> remove_page(const SpillDir& dir, std::uint64_t page_id);
+// fsync of the directory.
+[[nodiscard]] Result<void> sync_dir(const SpillDir& dir);
+
+struct DirListing {
+  std::vector<std::uint64_t> pages;  // sorted page ids of page-*.spill
+  std::vector<std::string> temps;    // page-*.tmp (torn seals)
+  std::vector<std::string> others;   // anything else but relay.id and refused/
+};
+[[nodiscard]] Result<DirListing> list_dir(const SpillDir& dir);
+
+}  // namespace shm::spill

@@ -1,0 +1,435 @@
+// The relay's spill store: rebuilding the manifest from the directory at
+// create, sealing the oldest entries into a page, repairing an interrupted
+// seal, finishing acknowledgements, Ttl expiry. The protocol is the spill note
+// in shm/relay/layout.hpp; the page format is shm/spill/page.hpp.
+#include "internal.hpp"
+#include "shm/platform/clock.hpp"
+
+#include "format/format.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstring>
+
+namespace shm {
+
+namespace detail {
+std::atomic<test_hooks::SpillCrashHook> spill_crash_hook{nullptr};
+}  // namespace detail
+
+void test_hooks::set_spill_crash_hook(SpillCrashHook hook) noexcept {
+  // relaxed: installed before the operations it watches start (see the header).
+  detail::spill_crash_hook.store(hook, std::memory_order_relaxed);
+}
+
+namespace relay::internal {
+namespace {
+
+using CrashPoint = test_hooks::SpillCrashPoint;
+
+void seal_step(spill::SealStep step) {
+  switch (step) {
+    case spill::SealStep::ContentWritten:
+      return ::shm::detail::spill_crash_point(CrashPoint::ContentWritten);
+    case spill::SealStep::HeaderWritten:
+      return ::shm::detail::spill_crash_point(CrashPoint::HeaderWritten);
+    case spill::SealStep::Renamed:
+      return ::shm::detail::spill_crash_point(CrashPoint::Renamed);
+    case spill::SealStep::DirSynced:
+      return ::shm::detail::spill_crash_point(CrashPoint::DirSynced);
+  }
+}
+
+void fill_slot(ManifestSlot& s, const spill::PageHeader& h, std::uint64_t file_bytes) {
+  st(s.page_id, h.page_id);
+  st(s.first_seq, h.first_seq);
+  st(s.last_seq, h.last_seq);
+  st(s.first_order, h.first_order);
+  st(s.last_order, h.last_order);
+  st(s.records, h.records);
+  st(s.ops, h.ops);
+  st(s.file_bytes, file_bytes);
+  st(s.sealed_ns, h.sealed_ns);
+  st(s.content_crc, h.content_crc);
+}
+
+ManifestSlot* free_slot(const View& v) noexcept {
+  for (ManifestSlot& s : v.spill->slots)
+    if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Free)) return &s;
+  return nullptr;
+}
+
+void recompute_cold(const View& v) noexcept {
+  SpillArea& a = *v.spill;
+  std::uint64_t pages = 0, bytes = 0, ops = 0;
+  for (const ManifestSlot& s : a.slots) {
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
+    ++pages;
+    bytes += ld(s.file_bytes);
+    ops += ld(s.ops);
+  }
+  st(a.cold_pages, pages);
+  st(a.cold_bytes, bytes);
+  st(a.cold_ops, ops);
+}
+
+}  // namespace
+
+std::string spill_dir_of(const View& v) {
+  const char* d = v.spill->dir;
+  return std::string(d, strnlen(d, kSpillDirBytes - 1));
+}
+
+ManifestSlot* find_slot(const View& v, std::uint64_t page_id) noexcept {
+  for (ManifestSlot& s : v.spill->slots)
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Free) && ld(s.page_id) == page_id)
+      return &s;
+  return nullptr;
+}
+
+ManifestSlot* oldest_slot(const View& v) noexcept {
+  // By first order, not by page id: entries a dead or abandoning reader
+  // returned are older than pages sealed while it held them, and may be
+  // sealed into a later page (see seal_page's gap rule).
+  ManifestSlot* best = nullptr;
+  for (ManifestSlot& s : v.spill->slots)
+    if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Sealed) &&
+        (best == nullptr || ld(s.first_order) < ld(best->first_order)))
+      best = &s;
+  return best;
+}
+
+void release_slot(const View& v, ManifestSlot& s) noexcept {
+  SpillArea& a = *v.spill;
+  if (ld(a.cursor_page) == ld(s.page_id)) {
+    st(a.cursor_page, 0u);
+    st(a.cursor_record, 0u);
+  }
+  if (ld(a.taken_page) == ld(s.page_id)) {
+    st(a.taken_page, 0u);
+    st(a.taken_record, 0u);
+  }
+  st(s.state, static_cast<std::uint32_t>(SlotState::Free));
+  recompute_cold(v);
+}
+
+Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
+                               std::string_view relay_name) {
+  SpillArea& a = *v.spill;
+  const std::string path = policy.dir.empty() ? spill::default_spill_dir(relay_name) : policy.dir;
+  auto dir = spill::SpillDir::open(path, true);
+  if (!dir)
+    return fail(dir.error().code,
+                shm::detail::format("relay {}: spill store: {}", relay_name, dir.error().message));
+  auto listing = spill::list_dir(*dir);
+  if (!listing) return std::unexpected(listing.error());
+  // Torn seals: never renamed, so never recorded anywhere: remove them.
+  for (const std::string& t : listing->temps) (void)::unlinkat(dir->fd(), t.c_str(), 0);
+  SpillFloors floors;
+  std::uint64_t max_id = 0;
+  std::uint32_t used = 0;
+  for (std::uint64_t id : listing->pages) {
+    max_id = std::max(max_id, id);
+    auto page = spill::read_page(*dir, id);
+    if (!page) {
+      const std::string why(to_string(page.error().code));
+      (void)spill::refuse_file(*dir, spill::page_file_name(id), why);
+      bump(a.counters.pages_refused);
+      log_event(*v.control, EventKind::PageRefused, id, 0);
+      continue;
+    }
+    if (used == kManifestSlots)
+      return fail(Errc::TooLarge,
+                  shm::detail::format("relay {}: the spill directory {} holds more than {} valid "
+                                      "pages (the manifest's bound); drain them with a relay of "
+                                      "the old incarnation or move them away",
+                                      relay_name, path, kManifestSlots));
+    ManifestSlot& s = a.slots[used++];
+    fill_slot(s, page->header, spill::kPageHeaderSize + page->header.content_bytes);
+    st(s.state, static_cast<std::uint32_t>(SlotState::Sealed));
+    floors.next_seq = std::max(floors.next_seq, page->header.last_seq + 1);
+    floors.next_order = std::max(floors.next_order, page->header.last_order + 1);
+    bump(a.counters.pages_rebuilt);
+  }
+  (void)spill::sync_dir(*dir);
+  st(a.enabled, 1u);
+  st(a.mode, static_cast<std::uint32_t>(policy.mode));
+  st(a.retention, static_cast<std::uint32_t>(policy.retention));
+  st(a.rehydrate, static_cast<std::uint32_t>(policy.rehydrate));
+  st(a.relay_id, dir->relay_id());
+  st(a.page_bytes, policy.page_size);
+  st(a.retention_bytes, policy.retention_bytes);
+  st(a.retention_ttl_ms, static_cast<std::uint64_t>(policy.ttl.count()));
+  st(a.next_page_id, max_id + 1);
+  std::memcpy(a.dir, path.data(), path.size());
+  a.dir[path.size()] = '\0';
+  recompute_cold(v);
+  return floors;
+}
+
+bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
+  Control& c = *v.control;
+  SpillArea& a = *v.spill;
+  auto fall_back = [&](EventKind kind, std::uint64_t count) {
+    bump(a.counters.fallbacks);
+    if (log) log_event(c, kind, 0, count);
+    return false;
+  };
+  ManifestSlot* slot = free_slot(v);
+  if (slot == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
+  const std::uint64_t stride = spill::record_stride(v.params.value_size);
+  const std::uint64_t page_bytes = ld(a.page_bytes);
+  const std::uint64_t room =
+      page_bytes > spill::kPageHeaderSize ? (page_bytes - spill::kPageHeaderSize) / stride : 0;
+  const std::uint64_t max_records = std::max<std::uint64_t>(1, room);
+  if (static_cast<RetentionKind>(ld(a.retention)) == RetentionKind::BoundedDisk &&
+      ld(a.cold_bytes) + spill::kPageHeaderSize + std::min(max_records, ld(c.depth)) * stride >
+          ld(a.retention_bytes))
+    return fall_back(EventKind::SpillFallback, ld(a.cold_bytes));
+  // The oldest pending entries, in drain order, up to the next sealed page's
+  // first order: page ranges never overlap and never contain a hot entry, so
+  // cold pages by first order merged with the hot head is arrival order.
+  const std::uint32_t head = ld(c.head);
+  std::uint64_t gap_end = ~std::uint64_t{0};
+  if (head != kNone && head < v.params.capacity)
+    for (const ManifestSlot& s : a.slots)
+      if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Sealed) &&
+          ld(s.first_order) > ld(v.entry(head).order))
+        gap_end = std::min(gap_end, ld(s.first_order));
+  std::vector<std::uint32_t> chosen;
+  spill::PageBuilder page;
+  for (std::uint32_t i = head; i != kNone && chosen.size() < max_records; i = ld(v.entry(i).next)) {
+    if (i >= v.params.capacity) return fall_back(EventKind::SpillFallback, 0);
+    const EntryHead& e = v.entry(i);
+    if (ld(e.order) >= gap_end) break;
+    const std::uint32_t len = std::min(ld(e.len), v.params.value_size);
+    spill::PageRecord r{ld(e.key),
+                        ld(e.first_seq),
+                        ld(e.last_seq),
+                        ld(e.op_count),
+                        ld(e.order),
+                        len,
+                        (ld(e.flags) & kSealed) != 0 ? spill::kRecordRedelivered : 0u};
+    page.add(r, std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), len));
+    chosen.push_back(i);
+  }
+  if (chosen.empty()) return fall_back(EventKind::SpillFallback, 0);  // all in the reader's hands
+  const std::uint64_t id = ld(a.next_page_id);
+  st(a.next_page_id, id + 1);
+  // The intent: valid before any file exists (see the protocol).
+  st(a.intent_page, id);
+  st(a.intent_last_order, page.last_order());
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(a.intent_state, 1u);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  auto sealed = spill::write_page(dir, id, ld(c.policy), page, seal_step);
+  if (!sealed) {
+    st(a.intent_state, 0u);
+    if (sealed.error().code == Errc::NoSpace) {
+      bump(a.counters.no_space);
+      if (log) log_event(c, EventKind::NoSpace, id, page.content().size());
+    } else {
+      bump(a.counters.seal_errors);
+    }
+    return fall_back(EventKind::SpillFallback, 0);
+  }
+  spill::PageHeader h{};
+  h.page_id = id;
+  h.first_seq = page.first_seq();
+  h.last_seq = page.last_seq();
+  h.first_order = page.first_order();
+  h.last_order = page.last_order();
+  h.records = page.records();
+  h.ops = page.ops();
+  h.sealed_ns = sealed->sealed_ns;
+  h.content_crc = sealed->content_crc;
+  fill_slot(*slot, h, sealed->file_bytes);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(slot->state, static_cast<std::uint32_t>(SlotState::Sealed));  // the commit point
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ::shm::detail::spill_crash_point(CrashPoint::ManifestUpdated);
+  const bool keyed = ld(c.policy) != policy::kRawFifo;
+  for (std::uint32_t i : chosen) {
+    EntryHead& e = v.entry(i);
+    const bool was_indexed = keyed && (ld(e.flags) & kSealed) == 0;
+    list_unlink(v, i);
+    if (was_indexed) {
+      index_erase(v, ld(e.key));
+      st(c.pending_keys, ld(c.pending_keys) - 1);
+    }
+    st(c.depth, ld(c.depth) - 1);
+    st(c.bytes, ld(c.bytes) - ld(e.len));
+    st(c.pending_ops, ld(c.pending_ops) - ld(e.op_count));
+    st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+    st(e.next, ld(c.free_head));
+    st(c.free_head, i);
+  }
+  refresh_oldest(v);
+  st(a.intent_state, 0u);
+  bump(a.counters.pages_sealed);
+  bump(a.counters.entries_spilled, page.records());
+  bump(a.counters.ops_spilled, page.ops());
+  recompute_cold(v);
+  log_event(c, EventKind::Spilled, id, page.records());
+  return true;
+}
+
+bool repair_spill(const View& v, std::string& why) {
+  SpillArea& a = *v.spill;
+  if (ld(a.enabled) == 0) return true;
+  const std::uint32_t intent = ld(a.intent_state);
+  if (intent > 1) {
+    why = shm::detail::format("spill intent state {} is neither 0 nor 1", intent);
+    return false;
+  }
+  for (const ManifestSlot& s : a.slots)
+    if (ld(s.state) > static_cast<std::uint32_t>(SlotState::Acked)) {
+      why = shm::detail::format("manifest slot state {} is not free, sealed or acked", ld(s.state));
+      return false;
+    }
+  auto dir = spill::SpillDir::open(spill_dir_of(v), false);
+  if (intent == 1) {
+    const std::uint64_t id = ld(a.intent_page);
+    if (find_slot(v, id) != nullptr) {
+      // Roll forward: the page is recorded; its entries are exactly the
+      // pending ones at or below the intent's last order.
+      const std::uint64_t last = ld(a.intent_last_order);
+      for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+        EntryHead& e = v.entry(i);
+        if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) && ld(e.order) <= last)
+          st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+      }
+      bump(a.counters.pages_sealed);
+      bump(a.counters.rolled_forward);
+    } else {
+      // Roll back: not recorded; the entries are still in the hot head.
+      if (dir) {
+        const std::string tmp = shm::detail::format("page-{:016x}.tmp", id);
+        (void)::unlinkat(dir->fd(), tmp.c_str(), 0);
+        (void)spill::remove_page(*dir, id);
+      }
+      bump(a.counters.rolled_back);
+    }
+    st(a.intent_state, 0u);
+  }
+  if (dir) finish_acked(v, *dir);
+  if (ld(a.cursor_page) != 0) {
+    const ManifestSlot* s = find_slot(v, ld(a.cursor_page));
+    if (s == nullptr || ld(a.cursor_record) >= ld(s->records)) {
+      st(a.cursor_page, 0u);
+      st(a.cursor_record, 0u);
+    }
+  }
+  recompute_cold(v);
+  return true;
+}
+
+void finish_acked(const View& v, const spill::SpillDir& dir) {
+  for (ManifestSlot& s : v.spill->slots) {
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Acked)) continue;
+    if (spill::remove_page(dir, ld(s.page_id))) release_slot(v, s);
+  }
+}
+
+void expire_pages(const View& v, const spill::SpillDir& dir) {
+  SpillArea& a = *v.spill;
+  if (static_cast<RetentionKind>(ld(a.retention)) != RetentionKind::Ttl) return;
+  const std::uint64_t ttl_ns = ld(a.retention_ttl_ms) * 1'000'000;
+  const std::uint64_t now = realtime_ns();
+  for (ManifestSlot& s : a.slots) {
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
+    if (ld(s.sealed_ns) + ttl_ns > now) continue;
+    st(s.state, static_cast<std::uint32_t>(SlotState::Acked));
+    bump(a.counters.pages_expired);
+    log_event(*v.control, EventKind::PageExpired, ld(s.page_id), ld(s.ops));
+    if (spill::remove_page(dir, ld(s.page_id))) release_slot(v, s);
+  }
+}
+
+std::vector<std::string> verify_spill(const View& v) {
+  std::vector<std::string> out;
+  const SpillArea& a = *v.spill;
+  if (ld(a.enabled) == 0) return out;
+  if (ld(a.intent_state) > 1)
+    out.push_back(
+        shm::detail::format("spill intent state {} is neither 0 nor 1", ld(a.intent_state)));
+  std::uint64_t pages = 0;
+  for (const ManifestSlot& s : a.slots) {
+    const std::uint32_t state = ld(s.state);
+    if (state > static_cast<std::uint32_t>(SlotState::Acked))
+      out.push_back(
+          shm::detail::format("manifest slot state {} is not free, sealed or acked", state));
+    if (state == static_cast<std::uint32_t>(SlotState::Sealed)) {
+      ++pages;
+      if (ld(s.page_id) == 0 || ld(s.page_id) >= ld(a.next_page_id))
+        out.push_back(shm::detail::format("manifest names page {} (next page id {})", ld(s.page_id),
+                                          ld(a.next_page_id)));
+    }
+  }
+  if (pages != ld(a.cold_pages))
+    out.push_back(shm::detail::format("cold_pages: projection says {}, the manifest holds {}",
+                                      ld(a.cold_pages), pages));
+  // Every sealed page's file, validated against its slot.
+  auto dir = spill::SpillDir::open(spill_dir_of(v), false);
+  if (!dir) {
+    if (pages > 0) out.push_back("spill directory: " + dir.error().message);
+    return out;
+  }
+  if (dir->relay_id() != ld(a.relay_id))
+    out.push_back(
+        shm::detail::format("spill directory {} has relay id {:#018x}, the relay "
+                            "expects {:#018x}",
+                            dir->path(), dir->relay_id(), ld(a.relay_id)));
+  for (const ManifestSlot& s : a.slots) {
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
+    auto page = spill::read_page(*dir, ld(s.page_id));
+    if (!page) {
+      out.push_back(shm::detail::format("page {}: {}", ld(s.page_id), page.error().what()));
+      continue;
+    }
+    if (page->header.records != ld(s.records) || page->header.content_crc != ld(s.content_crc) ||
+        page->header.first_seq != ld(s.first_seq) || page->header.last_seq != ld(s.last_seq))
+      out.push_back(
+          shm::detail::format("page {}: the file ({} records, crc {:#010x}) does not "
+                              "match the manifest ({} records, crc {:#010x})",
+                              ld(s.page_id), page->header.records, page->header.content_crc,
+                              ld(s.records), ld(s.content_crc)));
+  }
+  return out;
+}
+
+Result<void> retune_spill_view(const View& v, std::string_view path, std::uint64_t page_size,
+                               std::uint64_t retention_bytes, std::uint64_t ttl_ms) {
+  SpillArea& a = *v.spill;
+  if (ld(a.enabled) == 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: the relay has no spill store", path));
+  if (page_size < spill::kPageHeaderSize + spill::record_stride(v.params.value_size) ||
+      page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format(
+                    "{}: page_size {} outside [{}, {}] (header + one record)", path, page_size,
+                    spill::kPageHeaderSize + spill::record_stride(v.params.value_size),
+                    spill::kPageHeaderSize + spill::kMaxPageContent));
+  const auto kind = static_cast<RetentionKind>(ld(a.retention));
+  if (kind == RetentionKind::BoundedDisk && retention_bytes == 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: BoundedDisk retention needs a bound > 0", path));
+  if (kind == RetentionKind::Ttl && ttl_ms == 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: Ttl retention needs a ttl > 0", path));
+  Control& c = *v.control;
+  if (auto ok = lock(v, path); !ok) return ok;
+  Held held(c);
+  st(a.page_bytes, page_size);
+  st(a.retention_bytes, retention_bytes);
+  st(a.retention_ttl_ms, ttl_ms);
+  bump(c.counters.retunes);
+  log_event(c, EventKind::Retuned, 0, page_size);
+  wake_writers(c);  // a writer blocked at the old bound re-checks
+  return {};
+}
+
+}  // namespace relay::internal
+}  // namespace shm

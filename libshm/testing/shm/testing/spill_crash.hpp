@@ -1,0 +1,37 @@
+// Test-only: stop a relay's spill seal or page acknowledgement at each step.
+//
+// The crash points are calls in the real code paths of libshm/src/relay/
+// (detail::spill_crash_point); with no hook installed each costs one
+// predictable branch on a relaxed load. A test helper installs a hook that
+// stops (prints a line, sleeps until it is killed -9) at the step it wants,
+// with the relay's robust mutex held; the test then checks that the next
+// locker repairs: nothing lost, nothing delivered twice once acknowledged.
+// Not installed: only the shm_testing target (tests) sees libshm/testing/.
+#pragma once
+
+#include <cstdint>
+
+namespace shm::test_hooks {
+
+enum class SpillCrashPoint : std::uint8_t {
+  ContentWritten,   // seal: page-N.tmp holds the flushed content, no header
+  HeaderWritten,    // seal: header flushed, not renamed
+  Renamed,          // seal: page-N.spill in place, directory not synced
+  DirSynced,        // seal: durable, not in the manifest (repair rolls back: removes it)
+  ManifestUpdated,  // seal: in the manifest, entries still in the hot head (repair rolls forward)
+  PageAcked,        // commit: the manifest slot says acknowledged, the file is still there
+  FileRemoved,      // commit: the file is gone, the slot not yet freed
+};
+inline constexpr int kSpillCrashPoints = 7;
+
+// Called at every spill crash point of every relay in this process, with the
+// relay's mutex held. A hook that returns lets the operation go on.
+using SpillCrashHook = void (*)(SpillCrashPoint point);
+void set_spill_crash_hook(SpillCrashHook hook) noexcept;
+
+// Turns the seal's and the acknowledgement's fdatasync/fsync calls off (on by
+// default) for property tests that check logic, not durability: thousands of
+// seeds would otherwise wait on the disk. Crash tests leave them on.
+void set_spill_sync(bool on) noexcept;
+
+}  // namespace shm::test_hooks

@@ -1,0 +1,84 @@
+// A relay writer or reader with a spill store, stopped inside a spill step,
+// for tests/integration/relay/spill_crash_test.cpp.
+//
+//   test_spill_peer seal NAME POINT
+//       Installs the test-only spill hook and writes op 1000 into NAME (a
+//       full raw_fifo Spill relay: the write seals a page); the hook prints
+//       "inside" at crash point POINT (an index of test_hooks::SpillCrashPoint)
+//       and sleeps until the process is killed -9.
+//   test_spill_peer ack NAME POINT LOG
+//       Drains NAME with credit 4, appending "e FIRST VALUE" to LOG for every
+//       entry before the commit; the hook stops at POINT inside the commit
+//       that acknowledges a page.
+#include "shm/relay/relay.hpp"
+#include "shm/testing/spill_crash.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace shm;
+using namespace std::chrono_literals;
+
+[[noreturn]] void die(const std::string& what) {
+  std::printf("error: %s\n", what.c_str());
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+std::atomic<int> g_stop_at{-1};
+
+void stop_at(test_hooks::SpillCrashPoint point) {
+  if (static_cast<int>(point) != g_stop_at.load()) return;
+  std::printf("inside\n");
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(1s);
+}
+
+int run_seal(const std::string& name, int point) {
+  auto w = RelayWriter::open(name);
+  if (!w) die(w.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(stop_at);
+  auto r = w->write(u64_value(1000), 0ns);
+  die(r ? fmt::format("the write returned ({}) without reaching the crash point",
+                      to_string(r->outcome))
+        : r.error().what());
+}
+
+int run_ack(const std::string& name, int point, const std::string& log) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) die("open log");
+  auto r = RelayReader::open(name);
+  if (!r) die(r.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(stop_at);
+  for (int i = 0; i < 100; ++i) {
+    auto n = r->drain(4, [&](const RelayEntry& e) {
+      const std::string line = fmt::format("e {} {}\n", e.first_seq, u64_of(e.value));
+      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+        die("log write");
+    });
+    if (!n) die(n.error().what());
+  }
+  die("the reader returned without reaching the crash point");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> a(argv + 1, argv + argc);
+  if (a.size() == 3 && a[0] == "seal") return run_seal(a[1], std::stoi(a[2]));
+  if (a.size() == 4 && a[0] == "ack") return run_ack(a[1], std::stoi(a[2]), a[3]);
+  die("usage: see the comment at the top of spill_peer.cpp");
+}

@@ -1,0 +1,223 @@
+// The spill store across real processes: a writer killed -9 at every step of
+// a page seal, a reader killed -9 at every step of a page acknowledgement;
+// then reopen and drain: nothing lost, nothing applied twice, files and
+// manifest agree (verify), no torn temporary file left.
+#include "shm/testing/spill_crash.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
+#include "common/temp_root.hpp"
+#include "shm/relay/relay.hpp"
+#include "shm/segment/kind.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace shm {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test::Subprocess;
+using P = test_hooks::SpillCrashPoint;
+
+Subprocess spill_peer(std::vector<std::string> args) {
+  args.insert(args.begin(), test::helper_path("spill_peer"));
+  return Subprocess(std::move(args));
+}
+
+RelayConfig crash_cfg() {
+  RelayConfig c;
+  c.policy = policy::kRawFifo;
+  c.capacity = 8;
+  c.value_size = 8;
+  c.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
+  c.spill_dedup = true;
+  c.spill.enabled = true;
+  c.spill.page_size = spill::kPageHeaderSize + 4 * spill::record_stride(8);
+  return c;
+}
+
+std::size_t count_files(const std::string& dir, std::string_view suffix) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().ends_with(suffix)) ++n;
+  return n;
+}
+
+struct Applied {
+  std::uint64_t first, value;
+};
+
+std::vector<Applied> read_log(const std::string& path) {
+  std::vector<Applied> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string tag;
+    Applied a{};
+    if (s >> tag >> a.first >> a.value && tag == "e") out.push_back(a);
+  }
+  return out;
+}
+
+class SpillCrashTest : public ::testing::Test {
+ protected:
+  void check_verify(const std::string& name) {
+    auto seg = Segment::open_any(name, {});
+    ASSERT_TRUE(seg);
+    const std::vector<std::string> problems = find_kind(kRelayKind)->verify(*seg);
+    EXPECT_TRUE(problems.empty()) << problems.front();
+  }
+  test::TempRoot root_;
+  test::TempSpillDir spill_;
+};
+
+// A writer killed at each step of a seal: before the manifest records the
+// page, repair rolls back (the entries stay hot, the file goes); after, it
+// rolls forward (the entries leave the hot head, the page stays). Either way
+// the reader gets ops 0..5 once, in order.
+TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNothing) {
+  const std::vector<std::pair<P, const char*>> points = {{P::ContentWritten, "ContentWritten"},
+                                                         {P::HeaderWritten, "HeaderWritten"},
+                                                         {P::Renamed, "Renamed"},
+                                                         {P::DirSynced, "DirSynced"},
+                                                         {P::ManifestUpdated, "ManifestUpdated"}};
+  for (const auto& [point, label] : points) {
+    SCOPED_TRACE(label);
+    const std::string name = std::string("seal-") + label;
+    {
+      auto w = RelayWriter::create(name, crash_cfg());
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      ASSERT_EQ(w->snapshot().pages_sealed, 0u);
+      ASSERT_TRUE(w->snapshot().is_full);
+    }
+    auto helper = spill_peer({"seal", name, std::to_string(static_cast<int>(point))});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+    helper.kill(SIGKILL);
+    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+
+    auto r = RelayReader::open(name);  // locks: repairs the interrupted seal
+    ASSERT_TRUE(r) << r.error().what();
+    const RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.repairs, 1u);
+    const bool forward = point == P::ManifestUpdated;
+    EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
+    EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
+    EXPECT_EQ(s.cold_pages, forward ? 1u : 0u);
+    EXPECT_EQ(s.depth, forward ? 2u : 6u);
+    const std::string dir = spill_.sub(name);
+    EXPECT_EQ(count_files(dir, ".tmp"), 0u);
+    EXPECT_EQ(count_files(dir, ".spill"), forward ? 1u : 0u);
+    check_verify(name);
+    std::vector<std::uint64_t> got;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) {
+        EXPECT_FALSE(e.redelivered);
+        got.push_back(u64_of(e.value));
+      });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(count_files(dir, ".spill"), 0u);
+    // The relay goes on spilling.
+    auto w = RelayWriter::open(name);
+    ASSERT_TRUE(w);
+    for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+    EXPECT_GT(w->snapshot().pages_sealed, forward ? 1u : 0u);
+  }
+}
+
+// A reader killed at each step of a page acknowledgement, after it applied
+// the page's records: the page is acknowledged (never delivered again), its
+// file goes at the next lock, and the rest follows in order.
+TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAgain) {
+  const std::vector<std::pair<P, const char*>> points = {{P::PageAcked, "PageAcked"},
+                                                         {P::FileRemoved, "FileRemoved"}};
+  for (const auto& [point, label] : points) {
+    SCOPED_TRACE(label);
+    const std::string name = std::string("ack-") + label;
+    constexpr std::uint64_t kOps = 14;
+    std::uint64_t first_page = 0;
+    {
+      auto w = RelayWriter::create(name, crash_cfg());
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < kOps; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      ASSERT_GE(w->snapshot().cold_pages, 2u);
+      first_page = w->snapshot().manifest.at(0).page_id;
+    }
+    const std::string log = root_.file(name + ".log");
+    auto helper = spill_peer({"ack", name, std::to_string(static_cast<int>(point)), log});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+    helper.kill(SIGKILL);
+    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+    const std::vector<Applied> before = read_log(log);
+    ASSERT_EQ(before.size(), 4u);  // the first page, applied
+
+    auto r = RelayReader::open(name);
+    ASSERT_TRUE(r) << r.error().what();
+    const std::string file = spill_.sub(name) + "/" + spill::page_file_name(first_page);
+    EXPECT_FALSE(fs::exists(file));  // the repair finished the acknowledgement
+    check_verify(name);
+    std::vector<Applied> after;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) {
+        after.push_back(Applied{e.first_seq, u64_of(e.value)});
+      });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    ASSERT_FALSE(after.empty());
+    EXPECT_GT(after.front().first, before.back().first) << "an acknowledged record came back";
+    std::vector<std::uint64_t> all;
+    for (const Applied& a : before) all.push_back(a.value);
+    for (const Applied& a : after) all.push_back(a.value);
+    std::vector<std::uint64_t> expect;
+    for (std::uint64_t i = 0; i < kOps; ++i) expect.push_back(i);
+    EXPECT_EQ(all, expect);
+    EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+  }
+}
+
+// A reader gone between take and commit (its handle dropped without a
+// commit: what a kill there leaves) does not move the cursor: the next reader
+// gets the records again, marked redelivered, and drops them by first_seq.
+TEST_F(SpillCrashTest, RecordsTakenAndNeverCommittedComeBackMarkedRedelivered) {
+  const std::string name = "before-commit";
+  auto w = RelayWriter::create(name, crash_cfg());
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 14; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  std::uint64_t first = 0;
+  {
+    auto r = RelayReader::open(name);
+    ASSERT_TRUE(r);
+    auto got = r->take(2);
+    ASSERT_TRUE(got);
+    ASSERT_EQ(got->size(), 2u);
+    EXPECT_FALSE((*got)[0].redelivered);
+    first = (*got)[0].first_seq;
+  }
+  auto r = RelayReader::open(name);
+  ASSERT_TRUE(r);
+  auto got = r->take(4);
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ((*got)[0].first_seq, first);
+  EXPECT_TRUE((*got)[0].redelivered);
+  EXPECT_TRUE((*got)[1].redelivered);
+  EXPECT_FALSE((*got)[2].redelivered);
+  ASSERT_TRUE(r->commit());
+}
+
+}  // namespace
+}  // namespace shm

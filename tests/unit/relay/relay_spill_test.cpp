@@ -1,0 +1,582 @@
+// The relay's Spill overflow over a spill store: the oldest entries go to
+// sealed pages instead of blocking or dropping, the reader drains cold pages
+// in order then the hot head, a page file goes only after its ack, the
+// manifest is rebuilt from the directory, bad pages are refused and counted,
+// retention bounds fall back to Block, and reconstruction equals the flat fold.
+#include "common/scale.hpp"
+#include "common/temp_dir.hpp"
+#include "common/temp_root.hpp"
+#include "shm/relay/relay.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/testing/spill_crash.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Room for `records` 8-byte records per page.
+constexpr std::uint64_t page_for(std::uint64_t records) {
+  return spill::kPageHeaderSize + records * spill::record_stride(8);
+}
+
+RelayConfig spill_cfg(PolicyId policy, std::uint32_t capacity = 8, std::uint64_t high = 6,
+                      std::uint64_t low = 2, std::uint64_t page_records = 4) {
+  RelayConfig c;
+  c.policy = policy;
+  c.capacity = capacity;
+  c.value_size = 8;
+  c.backpressure = Backpressure{Dimension::Count, high, low, Overflow::Spill};
+  c.spill_dedup = true;
+  c.spill.enabled = true;
+  c.spill.page_size = page_for(page_records);
+  return c;
+}
+
+std::size_t files_in(const std::string& dir, std::string_view suffix) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().ends_with(suffix)) ++n;
+  return n;
+}
+
+// Drains everything; returns (key, value, first_seq) in delivery order.
+struct Got {
+  std::uint64_t key, value, first, last, count;
+  bool redelivered;
+  std::uint64_t page;
+};
+std::vector<Got> drain_all(RelayReader& r, std::size_t credit = 3) {
+  std::vector<Got> out;
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto n = r.drain(credit, [&](const RelayEntry& e) {
+      out.push_back(Got{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count, e.redelivered,
+                        e.page_id});
+    });
+    EXPECT_TRUE(n) << n.error().what();
+    if (!n || *n == 0) break;
+  }
+  return out;
+}
+
+class RelaySpillTest : public ::testing::Test {
+ protected:
+  test::TempRoot root_;
+  test::TempSpillDir spill_;
+};
+
+TEST_F(RelaySpillTest, AFullFifoSpillsItsOldestOpsAndTheReaderGetsEveryOpInOrder) {
+  auto w = RelayWriter::create("fifo", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w) << w.error().what();
+  constexpr std::uint64_t kOps = 100;
+  for (std::uint64_t i = 0; i < kOps; ++i) {
+    auto r = w->write(7, u64_value(i), 0ns);  // never waits: a block would be TimedOut
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->outcome, WriteOutcome::Appended) << "op " << i;
+  }
+  RelaySnapshot s = w->snapshot();
+  EXPECT_TRUE(s.is_spilling);
+  EXPECT_GT(s.pages_sealed, 0u);
+  EXPECT_EQ(s.cold_pages, s.manifest.size());
+  EXPECT_EQ(s.lag, kOps);
+  EXPECT_EQ(s.blocked, 0u);
+  EXPECT_EQ(files_in(spill_.sub("fifo"), ".spill"), s.cold_pages);
+  EXPECT_EQ(files_in(spill_.sub("fifo"), ".tmp"), 0u);
+  auto r = RelayReader::open("fifo");
+  ASSERT_TRUE(r);
+  const std::vector<Got> got = drain_all(*r);
+  ASSERT_EQ(got.size(), kOps);
+  for (std::uint64_t i = 0; i < kOps; ++i) {
+    EXPECT_EQ(got[i].value, i);
+    EXPECT_EQ(got[i].first, i + 1);
+    EXPECT_FALSE(got[i].redelivered);
+  }
+  EXPECT_NE(got.front().page, 0u);  // the oldest came from disk
+  EXPECT_EQ(got.back().page, 0u);   // the newest from the hot head
+  s = r->snapshot();
+  EXPECT_EQ(s.cold_pages, 0u);
+  EXPECT_EQ(s.pages_acked, s.pages_sealed);
+  EXPECT_EQ(s.lag, 0u);
+  EXPECT_EQ(files_in(spill_.sub("fifo"), ".spill"), 0u);
+  auto seg = Segment::open_any("fifo", {});
+  ASSERT_TRUE(seg);
+  const auto problems = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+}
+
+TEST_F(RelaySpillTest, APageFileIsRemovedOnlyAfterTheReaderAcknowledgesIt) {
+  auto w = RelayWriter::create("ack", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  auto r = RelayReader::open("ack");
+  ASSERT_TRUE(r);
+  const std::uint64_t first_page = r->snapshot().manifest.at(0).page_id;
+  const std::string file = spill_.sub("ack") + "/" + spill::page_file_name(first_page);
+  auto got = r->take(2);  // a part of the first page (credit-metered)
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].page_id, first_page);
+  ASSERT_TRUE(r->abandon());
+  EXPECT_TRUE(fs::exists(file));
+  got = r->take(2);  // the same two again, marked redelivered
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ(u64_of((*got)[0].value), 0u);
+  EXPECT_TRUE((*got)[0].redelivered);
+  ASSERT_TRUE(r->commit());
+  EXPECT_TRUE(fs::exists(file));  // half acknowledged: the cursor moved, the file stays
+  EXPECT_EQ(r->snapshot().cursor_record, 2u);
+  got = r->take(100);  // the rest of the page only: a take never spans two pages
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ(u64_of((*got)[0].value), 2u);
+  EXPECT_FALSE((*got)[0].redelivered);
+  EXPECT_TRUE(fs::exists(file));
+  ASSERT_TRUE(r->commit());
+  EXPECT_FALSE(fs::exists(file));
+  const auto rest = drain_all(*r);
+  ASSERT_EQ(rest.size(), 8u);
+  EXPECT_EQ(rest.front().value, 4u);
+}
+
+TEST_F(RelaySpillTest, KeyedSumSpillsAndTheFoldOfWhatTheReaderGetsIsTheFlatFold) {
+  auto w = RelayWriter::create("sum", spill_cfg(policy::kSum));
+  ASSERT_TRUE(w) << w.error().what();
+  std::map<std::uint64_t, std::uint64_t> expect;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300; ++i) {
+    const std::uint64_t key = rng() % 40, v = 1 + rng() % 9;
+    expect[key] += v;
+    auto r = w->write(key, u64_value(v), 0ns);
+    ASSERT_TRUE(r);
+    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+  }
+  EXPECT_GT(w->snapshot().pages_sealed, 0u);
+  auto r = RelayReader::open("sum");
+  ASSERT_TRUE(r);
+  std::map<std::uint64_t, std::uint64_t> fold;
+  for (const Got& g : drain_all(*r, 5)) fold[g.key] += g.value;
+  EXPECT_EQ(fold, expect);
+}
+
+TEST_F(RelaySpillTest, AFreshSegmentRebuildsTheManifestFromTheDirectory) {
+  std::uint64_t pages = 0;
+  {
+    auto w = RelayWriter::create("again", spill_cfg(policy::kRawFifo));
+    ASSERT_TRUE(w);
+    for (std::uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+    pages = w->snapshot().cold_pages;
+    ASSERT_GT(pages, 0u);
+    ASSERT_TRUE(w->segment().unlink());  // the machine "rebooted": the hot head is gone
+  }
+  auto w = RelayWriter::create("again", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w) << w.error().what();
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_rebuilt, pages);
+  EXPECT_EQ(s.cold_pages, pages);
+  auto next = w->write(u64_value(1000), 0ns);
+  ASSERT_TRUE(next);
+  auto r = RelayReader::open("again");
+  ASSERT_TRUE(r);
+  const auto got = drain_all(*r);
+  ASSERT_EQ(got.size(), pages * 4 + 1);
+  for (std::size_t i = 0; i + 1 < got.size(); ++i) {
+    EXPECT_EQ(got[i].value, i);
+    EXPECT_LT(got[i].first, got[i + 1].first);  // sequences continue above the pages'
+  }
+  EXPECT_EQ(got.back().value, 1000u);
+}
+
+TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn) {
+  auto w = RelayWriter::create("bad", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  const auto manifest = w->snapshot().manifest;
+  ASSERT_GE(manifest.size(), 2u);
+  const std::string dir = spill_.sub("bad");
+  {
+    std::fstream f(dir + "/" + spill::page_file_name(manifest[0].page_id),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
+    f.put('\x7f');
+  }
+  auto r = RelayReader::open("bad");
+  ASSERT_TRUE(r);
+  auto got = r->take(10);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::Corrupt) << got.error().what();
+  EXPECT_NE(got.error().message.find("4 ops lost"), std::string::npos) << got.error().what();
+  const RelaySnapshot s = r->snapshot();
+  EXPECT_EQ(s.pages_refused, 1u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/refused"), fs::directory_iterator{}), 1);
+  const auto rest = drain_all(*r);
+  ASSERT_EQ(rest.size(), 8u);
+  EXPECT_EQ(rest.front().value, 4u);
+}
+
+TEST_F(RelaySpillTest, ForeignSymlinkFifoAndTruncatedPagesAreRefusedAtRebuild) {
+  {
+    auto w = RelayWriter::create("mixed", spill_cfg(policy::kRawFifo));
+    ASSERT_TRUE(w);
+    for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+    auto other = RelayWriter::create("other", spill_cfg(policy::kRawFifo));
+    ASSERT_TRUE(other);
+    for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(other->write(u64_value(i), 0ns));
+    ASSERT_TRUE(w->segment().unlink());
+  }
+  const std::string dir = spill_.sub("mixed");
+  fs::copy_file(spill_.sub("other") + "/" + spill::page_file_name(1),
+                dir + "/" + spill::page_file_name(50));  // another relay's page
+  fs::create_symlink(dir + "/" + spill::page_file_name(1), dir + "/" + spill::page_file_name(51));
+  ASSERT_EQ(::mkfifo((dir + "/" + spill::page_file_name(52)).c_str(), 0600), 0);
+  fs::resize_file(dir + "/" + spill::page_file_name(2), 100);  // truncated
+  auto w = RelayWriter::create("mixed", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w) << w.error().what();
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_refused, 4u);
+  EXPECT_EQ(s.pages_rebuilt, 1u);  // page 1 only
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/refused"), fs::directory_iterator{}), 4);
+  auto r = RelayReader::open("mixed");
+  ASSERT_TRUE(r);
+  const auto got = drain_all(*r);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].value, 0u);
+  // A new page never reuses a refused page's name.
+  EXPECT_TRUE(w->write(u64_value(1), 0ns));
+}
+
+TEST_F(RelaySpillTest, TheValidationTableAndTheSpillPolicyAreChecked) {
+  RelayConfig c = spill_cfg(policy::kSum);
+  c.spill_dedup = false;
+  auto refused = RelayWriter::create("v1", c);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::PolicyRefused);
+  c = spill_cfg(policy::kRawFifo);
+  c.spill.rehydrate = relay::Rehydrate::Parallel;
+  refused = RelayWriter::create("v2", c);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::PolicyRefused);
+  EXPECT_NE(refused.error().message.find("commutative"), std::string::npos);
+  c = spill_cfg(policy::kMax);
+  c.spill.rehydrate = relay::Rehydrate::Parallel;
+  EXPECT_TRUE(RelayWriter::create("v3", c));
+  c = spill_cfg(policy::kMax);
+  c.spill.page_size = 100;
+  refused = RelayWriter::create("v4", c);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::InvalidArgument);
+  c = spill_cfg(policy::kMax);
+  c.spill.dir = "/dev/shm/spill-here";
+  refused = RelayWriter::create("v5", c);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::UnsafeRoot);
+  // Retuning to Spill needs a store.
+  RelayConfig plain;
+  plain.policy = policy::kMax;
+  auto w = RelayWriter::create("v6", plain);
+  ASSERT_TRUE(w);
+  auto ok = w->retune(Backpressure{Dimension::Count, 10, 5, Overflow::Spill});
+  ASSERT_FALSE(ok);
+  EXPECT_EQ(ok.error().code, Errc::PolicyRefused);
+}
+
+TEST_F(RelaySpillTest, BoundedDiskStopsSpillingAtTheBoundAndFallsBackToBlock) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.spill.retention = relay::RetentionKind::BoundedDisk;
+  c.spill.retention_bytes = 2 * page_for(4);  // two pages
+  auto w = RelayWriter::create("bound", c);
+  ASSERT_TRUE(w) << w.error().what();
+  std::uint64_t accepted = 0;
+  WriteOutcome last = WriteOutcome::Appended;
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    auto r = w->write(u64_value(i), 0ns);
+    ASSERT_TRUE(r);
+    last = r->outcome;
+    if (last != WriteOutcome::Appended) break;
+    ++accepted;
+  }
+  EXPECT_EQ(last, WriteOutcome::TimedOut);
+  RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.cold_pages, 2u);
+  EXPECT_LE(s.cold_bytes, c.spill.retention_bytes);
+  EXPECT_GE(s.spill_fallbacks, 1u);
+  bool event = false;
+  for (const RelayEvent& e : s.events) event |= e.kind == relay::EventKind::SpillFallback;
+  EXPECT_TRUE(event);
+  // Draining a page frees the bound: spilling resumes.
+  auto r = RelayReader::open("bound");
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(r->drain(4, [](const RelayEntry&) {}));
+  auto again = w->write(u64_value(999), 0ns);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->outcome, WriteOutcome::Appended);
+  // Retuned live: a larger bound.
+  ASSERT_TRUE(w->retune_spill(page_for(4), 10 * page_for(4), 0ms));
+  EXPECT_EQ(w->snapshot().retention_bytes, 10 * page_for(4));
+  std::vector<Got> all = drain_all(*r);
+  EXPECT_EQ(all.size() + 4, accepted + 1);
+}
+
+TEST_F(RelaySpillTest, ShmctlSetRetunesTheSpillStoreLive) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.spill.retention = relay::RetentionKind::BoundedDisk;
+  c.spill.retention_bytes = page_for(4);
+  auto w = RelayWriter::create("tune", c);
+  ASSERT_TRUE(w);
+  auto seg = Segment::open_any("tune", {});
+  ASSERT_TRUE(seg);
+  const KindDescriptor* kind = find_kind(kRelayKind);
+  ASSERT_TRUE(kind->set(*seg, "spill_retention_bytes", "100000"));
+  ASSERT_TRUE(kind->set(*seg, "spill_page_size", std::to_string(page_for(8))));
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.retention_bytes, 100000u);
+  EXPECT_EQ(s.spill_page_size, page_for(8));
+  auto bad = kind->set(*seg, "spill_page_size", "10");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::InvalidArgument);
+  bad = kind->set(*seg, "spill_retention_bytes", "0");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("BoundedDisk"), std::string::npos);
+  // Every handle follows: the larger page takes 8 records.
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  EXPECT_EQ(w->snapshot().manifest.at(0).records, 6u);  // the pending entries at the seal
+}
+
+TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
+  RelayConfig c = spill_cfg(policy::kMax);
+  c.spill.retention = relay::RetentionKind::Ttl;
+  c.spill.ttl = 1ms;
+  auto w = RelayWriter::create("ttl", c);
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t k = 0; k < 12; ++k) ASSERT_TRUE(w->write(k, u64_value(k + 1), 0ns));
+  const std::uint64_t pages = w->snapshot().cold_pages;
+  ASSERT_GT(pages, 0u);
+  std::this_thread::sleep_for(5ms);  // the pages age past the ttl (not a synchronisation)
+  auto r = RelayReader::open("ttl");
+  ASSERT_TRUE(r);
+  const auto got = drain_all(*r);
+  for (const Got& g : got) EXPECT_EQ(g.page, 0u);  // every cold page expired
+  const RelaySnapshot s = r->snapshot();
+  EXPECT_EQ(s.pages_expired, pages);
+  EXPECT_EQ(files_in(spill_.sub("ttl"), ".spill"), 0u);
+}
+
+// A 16 MiB filesystem: the first page (~9.7 MB) fits, the statvfs preflight
+// refuses the second: NoSpace is counted and logged, the write falls back to
+// Block (TimedOut with a zero timeout), nothing torn is left, nothing lost.
+TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
+  const std::string mnt = spill_.sub("small");
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
+    GTEST_SKIP() << "cannot mount a 16 MiB tmpfs here (" << std::strerror(errno)
+                 << "); the NoSpace path needs one";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount(path.c_str()); }
+  } unmount{mnt};
+  RelayConfig c;
+  c.policy = policy::kRawFifo;
+  c.capacity = 32768;
+  c.value_size = 256;
+  c.backpressure = Backpressure{Dimension::Count, 32000, 100, Overflow::Spill};
+  c.spill_dedup = true;
+  c.spill.enabled = true;
+  c.spill.dir = mnt + "/relay";
+  c.spill.page_size = 16u << 20;
+  auto w = RelayWriter::create("nospace", c);
+  ASSERT_TRUE(w) << w.error().what();
+  const std::vector<std::byte> value(256, std::byte{0x5A});
+  std::uint64_t accepted = 0;
+  WriteOutcome last = WriteOutcome::Appended;
+  for (std::uint64_t i = 0; i < 70000 && last == WriteOutcome::Appended; ++i) {
+    std::vector<std::byte> v = value;
+    std::memcpy(v.data(), &i, sizeof i);
+    auto r = w->write(v, 0ns);
+    ASSERT_TRUE(r) << r.error().what();
+    last = r->outcome;
+    if (last == WriteOutcome::Appended) ++accepted;
+  }
+  EXPECT_EQ(last, WriteOutcome::TimedOut);
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_sealed, 1u);
+  EXPECT_GE(s.no_space, 1u);
+  EXPECT_GE(s.spill_fallbacks, 1u);
+  bool event = false;
+  for (const RelayEvent& e : s.events) event |= e.kind == relay::EventKind::NoSpace;
+  EXPECT_TRUE(event);
+  EXPECT_EQ(files_in(mnt + "/relay", ".tmp"), 0u);
+  EXPECT_EQ(files_in(mnt + "/relay", ".spill"), 1u);
+  // Everything accepted is there, in order.
+  auto r = RelayReader::open("nospace");
+  ASSERT_TRUE(r);
+  std::uint64_t next = 0;
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto n = r->drain(4096, [&](const RelayEntry& e) {
+      std::uint64_t i = 0;
+      std::memcpy(&i, e.value.data(), sizeof i);
+      EXPECT_EQ(i, next);
+      ++next;
+    });
+    ASSERT_TRUE(n) << n.error().what();
+    if (*n == 0) break;
+  }
+  EXPECT_EQ(next, accepted);
+}
+
+// ---------------------------------------------------------------- losslessness
+
+struct PolicyCase {
+  PolicyId policy;
+  const char* name;
+};
+
+void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
+                   const std::string& name, std::uint64_t& pages);
+
+// Replays a random schedule of writes, spills and drains (with abandons);
+// the reader drops redelivered entries by first_seq (per-op sequences) and
+// folds; the fold must equal the flat fold of every accepted op.
+void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
+                   const std::string& name, std::uint64_t& pages) {
+  RelayConfig c = spill_cfg(policy, 6, 4, 1, 1 + seed % 3);
+  c.spill.mode = mode;
+  auto w = RelayWriter::create(name, c);
+  ASSERT_TRUE(w) << w.error().what();
+  auto r = RelayReader::open(name);
+  ASSERT_TRUE(r);
+  std::mt19937_64 rng(seed);
+  std::map<std::uint64_t, std::uint64_t> flat;  // keyed fold
+  std::vector<std::uint64_t> flat_fifo;
+  std::map<std::uint64_t, std::uint64_t> fold;
+  std::vector<std::uint64_t> fold_fifo;
+  std::uint64_t applied = 0;  // first_seq of the last applied entry
+  auto merge = [&](std::map<std::uint64_t, std::uint64_t>& m, std::uint64_t k, std::uint64_t v) {
+    auto [it, fresh] = m.try_emplace(k, v);
+    if (fresh) return;
+    if (policy == policy::kSum) it->second += v;
+    if (policy == policy::kMax) it->second = std::max(it->second, v);
+    if (policy == policy::kKeepLatest) it->second = v;
+  };
+  auto apply = [&](const RelayEntry& e) {
+    if (e.first_seq <= applied) return;  // a redelivery: already applied
+    ASSERT_GT(e.first_seq, applied);
+    applied = e.first_seq;
+    if (policy == policy::kRawFifo)
+      fold_fifo.push_back(u64_of(e.value));
+    else
+      merge(fold, e.key, u64_of(e.value));
+  };
+  std::span<const RelayEntry> held;
+  bool holding = false;
+  int hold_left = 0, close_kind = 0;
+  auto close = [&]() -> bool {
+    holding = false;
+    if (close_kind >= 1)
+      for (const RelayEntry& e : held) apply(e);
+    return close_kind == 2 ? r->commit().has_value() : r->abandon().has_value();
+  };
+  const int ops = 32;
+  for (int i = 0; i < ops; ++i) {
+    const std::uint64_t key = rng() % 5, v = 1 + rng() % 50;
+    auto res = w->write(key, u64_value(v), 0ns);
+    ASSERT_TRUE(res) << res.error().what();
+    if (res->outcome == WriteOutcome::Appended || res->outcome == WriteOutcome::Merged) {
+      if (policy == policy::kRawFifo)
+        flat_fifo.push_back(v);
+      else
+        merge(flat, key, v);
+    } else {
+      ASSERT_EQ(res->outcome, WriteOutcome::Unchanged) << to_string(res->outcome);
+    }
+    // A take stays open over a few writes (which may seal pages younger than
+    // what it holds), then is abandoned, applied and "crashed" (abandoned
+    // after applying: redelivered), or applied and committed.
+    if (holding) {
+      if (hold_left-- > 0) continue;
+      ASSERT_TRUE(close());
+      continue;
+    }
+    const auto dice = rng() % 6;
+    if (dice < 3) {
+      auto got = r->take(1 + rng() % 4);
+      ASSERT_TRUE(got) << got.error().what();
+      held = *got;
+      holding = true;
+      hold_left = static_cast<int>(rng() % 4);
+      close_kind = static_cast<int>(dice);
+    }
+  }
+  if (holding) {
+    ASSERT_TRUE(close());
+  }
+  for (int guard = 0; guard < 1000; ++guard) {
+    auto n = r->drain(1 + rng() % 4, apply);
+    ASSERT_TRUE(n) << n.error().what();
+    if (*n == 0) break;
+  }
+  if (policy == policy::kRawFifo)
+    EXPECT_EQ(fold_fifo, flat_fifo) << "seed " << seed;
+  else
+    EXPECT_EQ(fold, flat) << "seed " << seed;
+  const RelaySnapshot s = r->snapshot();
+  EXPECT_EQ(s.cold_pages, 0u);
+  EXPECT_EQ(s.depth, 0u);
+  pages = s.pages_sealed;
+  ASSERT_TRUE(w->segment().unlink());
+}
+
+std::uint64_t run_seed(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
+                       const std::string& name) {
+  std::uint64_t pages = 0;
+  run_seed_into(policy, mode, seed, name, pages);
+  return pages;
+}
+
+TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOverManySeeds) {
+  const std::vector<PolicyCase> cases = {{policy::kRawFifo, "raw_fifo"},
+                                         {policy::kSum, "sum"},
+                                         {policy::kMax, "max"},
+                                         {policy::kKeepLatest, "keep_latest"}};
+  // Logic, not durability: no fsync (crash tests keep it); thousands of cheap seeds.
+  test_hooks::set_spill_sync(false);
+  struct Restore {
+    ~Restore() { test_hooks::set_spill_sync(true); }
+  } restore;
+  const std::uint64_t seeds = test::scaled(40);  // 320 seeds: an unlink costs ~0.5 ms on ext4
+  std::uint64_t sealed = 0, pages = 0;
+  for (const PolicyCase& pc : cases) {
+    for (relay::SpillMode mode :
+         {relay::SpillMode::AppendCompact, relay::SpillMode::CompactOnWrite}) {
+      for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+        SCOPED_TRACE(std::string(pc.name) + " seed " + std::to_string(seed));
+        const std::string name = std::string(pc.name) + "-" + std::to_string(seed);
+        pages += run_seed(pc.policy, mode, seed, name);
+        if (HasFatalFailure()) return;
+        ++sealed;
+      }
+    }
+  }
+  EXPECT_EQ(sealed, cases.size() * 2 * seeds);
+  EXPECT_GT(pages, sealed);  // the schedules really spill (several pages per seed)
+  ::testing::Test::RecordProperty("pages_sealed", static_cast<int>(pages));
+}
+
+}  // namespace
+}  // namespace shm
