@@ -58,16 +58,16 @@ std::size_t files_in(const std::string& dir, std::string_view suffix) {
 }
 
 // Drains everything; returns (key, value, first_seq) in delivery order.
-struct Got {
+struct SpilledEntry {
   std::uint64_t key, value, first, last, count;
   bool redelivered;
   std::uint64_t page;
 };
-std::vector<Got> drain_all(RelayReader& r, std::size_t credit = 3) {
-  std::vector<Got> out;
+std::vector<SpilledEntry> drain_spilled(RelayReader& r, std::size_t credit = 3) {
+  std::vector<SpilledEntry> out;
   for (int guard = 0; guard < 100000; ++guard) {
     auto n = r.drain(credit, [&](const RelayEntry& e) {
-      out.push_back(Got{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count, e.redelivered,
+      out.push_back(SpilledEntry{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count, e.redelivered,
                         e.page_id});
     });
     EXPECT_TRUE(n) << n.error().what();
@@ -101,7 +101,7 @@ TEST_F(RelaySpillTest, AFullFifoSpillsItsOldestOpsAndTheReaderGetsEveryOpInOrder
   EXPECT_EQ(files_in(spill_.sub("fifo"), ".tmp"), 0u);
   auto r = RelayReader::open("fifo");
   ASSERT_TRUE(r);
-  const std::vector<Got> got = drain_all(*r);
+  const std::vector<SpilledEntry> got = drain_spilled(*r);
   ASSERT_EQ(got.size(), kOps);
   for (std::uint64_t i = 0; i < kOps; ++i) {
     EXPECT_EQ(got[i].value, i);
@@ -151,7 +151,7 @@ TEST_F(RelaySpillTest, APageFileIsRemovedOnlyAfterTheReaderAcknowledgesIt) {
   EXPECT_TRUE(fs::exists(file));
   ASSERT_TRUE(r->commit());
   EXPECT_FALSE(fs::exists(file));
-  const auto rest = drain_all(*r);
+  const auto rest = drain_spilled(*r);
   ASSERT_EQ(rest.size(), 8u);
   EXPECT_EQ(rest.front().value, 4u);
 }
@@ -172,7 +172,7 @@ TEST_F(RelaySpillTest, KeyedSumSpillsAndTheFoldOfWhatTheReaderGetsIsTheFlatFold)
   auto r = RelayReader::open("sum");
   ASSERT_TRUE(r);
   std::map<std::uint64_t, std::uint64_t> fold;
-  for (const Got& g : drain_all(*r, 5)) fold[g.key] += g.value;
+  for (const SpilledEntry& g : drain_spilled(*r, 5)) fold[g.key] += g.value;
   EXPECT_EQ(fold, expect);
 }
 
@@ -195,7 +195,7 @@ TEST_F(RelaySpillTest, AFreshSegmentRebuildsTheManifestFromTheDirectory) {
   ASSERT_TRUE(next);
   auto r = RelayReader::open("again");
   ASSERT_TRUE(r);
-  const auto got = drain_all(*r);
+  const auto got = drain_spilled(*r);
   ASSERT_EQ(got.size(), pages * 4 + 1);
   for (std::size_t i = 0; i + 1 < got.size(); ++i) {
     EXPECT_EQ(got[i].value, i);
@@ -226,7 +226,7 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   const RelaySnapshot s = r->snapshot();
   EXPECT_EQ(s.pages_refused, 1u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/refused"), fs::directory_iterator{}), 1);
-  const auto rest = drain_all(*r);
+  const auto rest = drain_spilled(*r);
   ASSERT_EQ(rest.size(), 8u);
   EXPECT_EQ(rest.front().value, 4u);
 }
@@ -255,7 +255,7 @@ TEST_F(RelaySpillTest, ForeignSymlinkFifoAndTruncatedPagesAreRefusedAtRebuild) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir + "/refused"), fs::directory_iterator{}), 4);
   auto r = RelayReader::open("mixed");
   ASSERT_TRUE(r);
-  const auto got = drain_all(*r);
+  const auto got = drain_spilled(*r);
   ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[0].value, 0u);
   // A new page never reuses a refused page's name.
@@ -330,7 +330,7 @@ TEST_F(RelaySpillTest, BoundedDiskStopsSpillingAtTheBoundAndFallsBackToBlock) {
   // Retuned live: a larger bound.
   ASSERT_TRUE(w->retune_spill(page_for(4), 10 * page_for(4), 0ms));
   EXPECT_EQ(w->snapshot().retention_bytes, 10 * page_for(4));
-  std::vector<Got> all = drain_all(*r);
+  std::vector<SpilledEntry> all = drain_spilled(*r);
   EXPECT_EQ(all.size() + 4, accepted + 1);
 }
 
@@ -371,8 +371,8 @@ TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
   std::this_thread::sleep_for(5ms);  // the pages age past the ttl (not a synchronisation)
   auto r = RelayReader::open("ttl");
   ASSERT_TRUE(r);
-  const auto got = drain_all(*r);
-  for (const Got& g : got) EXPECT_EQ(g.page, 0u);  // every cold page expired
+  const auto got = drain_spilled(*r);
+  for (const SpilledEntry& g : got) EXPECT_EQ(g.page, 0u);  // every cold page expired
   const RelaySnapshot s = r->snapshot();
   EXPECT_EQ(s.pages_expired, pages);
   EXPECT_EQ(files_in(spill_.sub("ttl"), ".spill"), 0u);
