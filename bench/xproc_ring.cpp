@@ -7,11 +7,13 @@
 //     ring spin, batch B try_reserve x B + one commit / try_peek x B + one release
 //                        (same copies; isolates the per-commit/per-release cost)
 //     ring blocking      push / pop with a timeout (spin, then park on the futex)
+//     reference ring     a minimal SPSC ring of fixed-size slots, cached indices,
+//                        no checks (written here: the upper bound for a ring)
 //     message_queue      boost::interprocess::message_queue send / receive
 //     pipe               one write(2) / read(2) of the message each
 //   Ping-pong RTT (64 B; two channels, one each way):
 //     cache line         two processes bouncing a counter in one shared 64-byte line
-//     ring spin, ring blocking, message_queue, pipe
+//     ring spin, reference ring, ring blocking, message_queue, pipe
 //   Ping-pong RTT with an idle gap between pings (default 1 ms, so the echo side
 //   has parked in the kernel before each ping): ring blocking, message_queue, pipe.
 //
@@ -30,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -399,6 +402,90 @@ class PipeChannel {
   int fds_[2] = {-1, -1};
 };
 
+// The reference: a minimal SPSC ring of fixed-size slots with cached indices
+// and no checks at all (rigtorp-style), in an anonymous shared mapping made
+// before the fork. The upper bound for a ring on this machine; it carries the
+// same messages and the receiver runs the same payload checks.
+class RefRing {
+ public:
+  struct alignas(128) Index {
+    std::atomic<std::uint64_t> value{0};
+  };
+  struct Shared {
+    Index head;  // consumer-owned
+    Index tail;  // producer-owned
+  };
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+  RefRing(const Options& o, std::size_t size)
+      : slot_(round_up8(size)),
+        slots_(std::bit_floor(std::max<std::uint64_t>(2, o.ring_bytes / slot_))),
+        bytes_(sizeof(Shared) + slots_ * slot_),
+        base_(static_cast<std::byte*>(map_shared_anonymous(bytes_))),
+        limit_(o.run_limit()) {
+    new (base_) Shared{};
+    prefault(std::span(base_, bytes_), true);
+  }
+  RefRing(const RefRing&) = delete;
+  RefRing& operator=(const RefRing&) = delete;
+  ~RefRing() { unmap(base_, bytes_); }
+
+  class End {
+   public:
+    End(const RefRing& r, std::chrono::milliseconds limit) : r_(r), deadline_(limit) {}
+    void send(std::span<const std::byte> m) {
+      if (tail_ - cached_head_ == r_.slots_) {
+        // acquire: pairs with the receiver's release store of head.
+        while ((cached_head_ = r_.shared().head.value.load(std::memory_order_acquire)) +
+                   r_.slots_ ==
+               tail_)
+          wait_a_little();
+      }
+      std::memcpy(r_.slot(tail_), m.data(), m.size());
+      // release: publishes the slot; pairs with the receiver's acquire load.
+      r_.shared().tail.value.store(++tail_, std::memory_order_release);
+    }
+    void flush() noexcept {}
+    void recv(std::span<std::byte> out) {
+      if (head_ == cached_tail_) {
+        // acquire: pairs with the sender's release store of tail.
+        while ((cached_tail_ = r_.shared().tail.value.load(std::memory_order_acquire)) == head_)
+          wait_a_little();
+      }
+      std::memcpy(out.data(), r_.slot(head_), out.size());
+      // release: frees the slot; pairs with the sender's acquire load.
+      r_.shared().head.value.store(++head_, std::memory_order_release);
+    }
+
+   private:
+    void wait_a_little() {
+      spin_pause();
+      if (deadline_.expired_every()) throw BenchError("reference ring: peer gone");
+    }
+    const RefRing& r_;
+    Deadline deadline_;
+    std::uint64_t head_ = 0, tail_ = 0, cached_head_ = 0, cached_tail_ = 0;
+  };
+
+  [[nodiscard]] std::unique_ptr<End> sender() const { return std::make_unique<End>(*this, limit_); }
+  [[nodiscard]] std::unique_ptr<End> receiver() const {
+    return std::make_unique<End>(*this, limit_);
+  }
+
+ private:
+  static std::uint64_t round_up8(std::size_t n) { return (n + 7) / 8 * 8; }
+  [[nodiscard]] Shared& shared() const { return *reinterpret_cast<Shared*>(base_); }
+  [[nodiscard]] std::byte* slot(std::uint64_t i) const {
+    return base_ + sizeof(Shared) + (i & (slots_ - 1)) * slot_;
+  }
+
+  std::uint64_t slot_;
+  std::uint64_t slots_;
+  std::size_t bytes_;
+  std::byte* base_;
+  std::chrono::milliseconds limit_;
+};
+
 // Uniform access to ends held by value or by pointer.
 template <class E>
 auto& end_ref(E& e) {
@@ -644,6 +731,10 @@ Comparison throughput_comparison(const Env& env, std::size_t size) {
     RingChannel ch(env.o, Mode::Blocking, 1);
     return throughput_run(env, size, ch);
   });
+  c.add_case("reference ring", [&env, size] {
+    RefRing ch(env.o, size);
+    return throughput_run(env, size, ch);
+  });
   c.add_case("message_queue", [&env, size] {
     QueueChannel ch(env.o, size);
     return throughput_run(env, size, ch);
@@ -658,6 +749,9 @@ Comparison throughput_comparison(const Env& env, std::size_t size) {
                target});
   c.add_ratio({"ring blocking / message_queue (msg/s)", "ring blocking", "msg_s", "message_queue",
                "msg_s", target});
+  c.add_ratio(
+      {"ring spin / reference ring (msg/s)", "ring spin", "msg_s", "reference ring", "msg_s",
+       size == 8 || size == 64 ? std::optional<Target>(Target{Goal::AtLeast, 0.8}) : std::nullopt});
   c.add_ratio({"ring spin / pipe (msg/s)", "ring spin", "msg_s", "pipe", "msg_s", std::nullopt});
   c.add_ratio(
       {"ring blocking / pipe (msg/s)", "ring blocking", "msg_s", "pipe", "msg_s", std::nullopt});
@@ -676,6 +770,10 @@ Comparison rtt_comparison(const Env& env) {
     RingChannel ping(env.o, Mode::Spin, 1), pong(env.o, Mode::Spin, 1);
     return rtt_run(env, size, ping, pong, 0);
   });
+  c.add_case("reference ring", [&env, size] {
+    RefRing ping(env.o, size), pong(env.o, size);
+    return rtt_run(env, size, ping, pong, 0);
+  });
   c.add_case("ring blocking", [&env, size] {
     RingChannel ping(env.o, Mode::Blocking, 1), pong(env.o, Mode::Blocking, 1);
     return rtt_run(env, size, ping, pong, 0);
@@ -691,6 +789,8 @@ Comparison rtt_comparison(const Env& env) {
   const bool is64 = size == 64;
   c.add_ratio({"ring spin p50 / cache line p50", "ring spin", "p50", "cache line (spin)", "p50",
                is64 ? std::optional<Target>(Target{Goal::AtMost, 1.5}) : std::nullopt});
+  c.add_ratio({"ring spin p50 / reference ring p50", "ring spin", "p50", "reference ring", "p50",
+               std::nullopt});
   c.add_ratio({"ring spin p99 / cache line p99", "ring spin", "p99", "cache line (spin)", "p99",
                std::nullopt});
   c.add_ratio({"ring blocking p50 / pipe p50", "ring blocking", "p50", "pipe", "p50",

@@ -61,6 +61,17 @@ int main(int argc, char** argv) {
   auto ring_c = must(shm::RingConsumer::open("spsc-records", {}, open), "ring consumer");
   for (auto s : {"alpha", "bravo-bravo", "charlie"}) (void)must(ring_p.try_push(text(s)), "push");
   (void)must(ring_c.try_peek(), "peek");
+  // One that has lapped several times: the slot after its records holds the
+  // header of the previous lap.
+  auto wrap_p = must(shm::RingProducer::create("spsc-wrapped", {.capacity = 256}, create), "ring");
+  auto wrap_c = must(shm::RingConsumer::open("spsc-wrapped", {}, open), "ring consumer");
+  for (int i = 0; i < 40; ++i) {
+    (void)must(wrap_p.try_push(text(i % 3 == 0 ? "delta-delta-delta" : "echo")), "push");
+    if (i < 37) {
+      (void)must(wrap_c.try_peek(), "peek");
+      wrap_c.release();
+    }
+  }
   // Channel: records sent, one received and held.
   auto params = must(shm::ChannelParams::for_payload(32, 4), "channel params");
   auto chan_p = must(shm::ChannelProducer::create("channel-records", params, create), "channel");

@@ -59,6 +59,8 @@ Exit run_inspect(const Context& ctx, const std::string& name) {
     Node& error = doc.object("error");
     error.set("code", std::string(to_string(opened->layout_error->code)));
     error.set("message", opened->layout_error->message);
+    if (opened->older_layout != nullptr)
+      opened->older_layout->describe(opened->segment, doc.object("kind_state"));
   } else if (opened->kind == nullptr) {
     doc.set("note", "kind id " + std::to_string(opened->kind_id()) +
                         " is unknown to this build (known kinds: " + known_kinds() +

@@ -170,6 +170,15 @@ Result<OpenedSegment> open_segment(const Context& ctx, std::string_view name, Ac
   const SegmentHeader& h = opened.segment.header();
   opened.kind = find_kind(h.kind);
   if (opened.kind != nullptr && h.fingerprint != opened.kind->fingerprint)
+    opened.older_layout = find_older_layout(*opened.kind, h.fingerprint);
+  if (opened.older_layout != nullptr)
+    opened.layout_error =
+        Error{Errc::VersionMismatch,
+              fmt::format("{}: {} layout version: segment has {}, this build speaks {} (an older "
+                          "layout: described read-only, never attached to)",
+                          opened.segment.path(), opened.kind->name, opened.older_layout->version,
+                          opened.kind->layout_version)};
+  else if (opened.kind != nullptr && h.fingerprint != opened.kind->fingerprint)
     opened.layout_error = Error{
         Errc::FingerprintMismatch,
         fmt::format("{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "

@@ -37,6 +37,9 @@ struct OpenedSegment {
   // Set when the segment's layout fingerprint differs from the descriptor's:
   // the kind's own views (describe, verify, dump, set) must not be applied.
   std::optional<Error> layout_error;
+  // Set (with layout_error) when the fingerprint is an older layout of the
+  // kind that this build still describes read-only.
+  const OlderLayout* older_layout = nullptr;
 
   [[nodiscard]] KindId kind_id() const noexcept { return segment.header().kind; }
   // The descriptor's name, or "unknown".

@@ -27,6 +27,13 @@ const KindDescriptor* find_kind(KindId kind) noexcept {
   return nullptr;
 }
 
+const OlderLayout* find_older_layout(const KindDescriptor& kind,
+                                     std::uint64_t fingerprint) noexcept {
+  for (const OlderLayout& l : kind.older_layouts)
+    if (l.fingerprint == fingerprint) return &l;
+  return nullptr;
+}
+
 std::string_view role_name(const KindDescriptor* kind, std::uint32_t role) noexcept {
   if (kind != nullptr)
     for (const RoleSpec& r : kind->roles)

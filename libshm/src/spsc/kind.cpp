@@ -1,10 +1,14 @@
-// The SpscRing kind descriptor: what shmctl and the sidecar see of a ring.
+// The SpscRing kind descriptor: what shmctl and the sidecar see of a ring,
+// and a read-only description of a ring of layout version 1.
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/layout.hpp"
+#include "spsc/chain.hpp"
 
 #include "format/format.hpp"
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 
 namespace shm {
@@ -15,6 +19,10 @@ struct RingView {
   const ring::RingControl* control = nullptr;
   const std::byte* buffer = nullptr;
   bool ok = false;
+  [[nodiscard]] ring::detail::ChainView chain() const {
+    return {buffer, params.capacity, static_cast<unsigned>(std::countr_zero(params.capacity)),
+            params.max_payload};
+  }
 };
 
 // Reads geometry from a segment that passed the generic header checks, but not
@@ -32,40 +40,26 @@ RingView view(const Segment& seg) {
   return v;
 }
 
-// Walks records in [head, tail); calls f(payload) for each; returns a
-// violation or an empty string.
+struct Positions {
+  std::uint64_t head = 0;
+  std::uint64_t hint = 0;  // the producer's `tail` hint
+  bool possible = false;
+};
+
+Positions positions(const RingView& v) {
+  Positions p;
+  // acquire: pairs with [spsc.C] and the hint's release store in commit().
+  p.head = v.control->consumer.head.load(std::memory_order_acquire);
+  p.hint = v.control->producer.tail.load(std::memory_order_acquire);
+  p.possible = ring::position_aligned(p.head) && ring::position_aligned(p.hint) &&
+               (p.hint <= p.head || p.hint - p.head <= v.params.capacity);
+  return p;
+}
+
 template <class F>
-std::string walk(const RingView& v, std::uint64_t head, std::uint64_t tail, std::size_t limit,
-                 F&& f) {
-  const std::uint64_t cap = v.params.capacity;
-  std::uint64_t pos = head;
-  std::size_t n = 0;
-  while (pos < tail && n < limit) {
-    const std::uint64_t off = pos & (cap - 1);
-    ring::RecordHeader rec;
-    std::memcpy(&rec, v.buffer + off, sizeof rec);
-    switch (ring::check_record(rec, off, tail - pos, cap, v.params.max_payload)) {
-      case ring::RecordCheck::Data:
-        break;
-      case ring::RecordCheck::Padding:
-        pos += rec.length;
-        continue;
-      case ring::RecordCheck::BadPadding:
-        return shm::detail::format("padding record at {} has length {}, expected {}", pos,
-                                   rec.length, cap - off);
-      case ring::RecordCheck::BadType:
-        return shm::detail::format("record at {} has type {:#x}, expected data or padding", pos,
-                                   rec.type);
-      case ring::RecordCheck::BadLength:
-        return shm::detail::format("record at {} has length {} (max {}, {} bytes left before tail)",
-                                   pos, rec.length, v.params.max_payload, tail - pos);
-    }
-    const std::uint64_t size = ring::record_size(rec.length);
-    f(std::span<const std::byte>(v.buffer + off + ring::kRecordHeader, rec.length));
-    pos += size;
-    ++n;
-  }
-  return {};
+ring::detail::ChainEnd walk(const RingView& v, const Positions& p, std::size_t limit, F&& f) {
+  // From head, not the hint: dump and the record count want every record.
+  return ring::detail::walk_chain(v.chain(), p.head, p.head, limit, std::forward<F>(f));
 }
 
 void describe(const Segment& seg, Node& out) {
@@ -74,24 +68,25 @@ void describe(const Segment& seg, Node& out) {
     out.set("error", std::string("ring parameters or size are invalid"));
     return;
   }
-  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
-  const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
-  const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
+  const Positions p = positions(v);
+  out.set("ring_layout_version", static_cast<std::uint64_t>(ring::kLayoutVersion));
   out.set("capacity", v.params.capacity);
   out.set("max_record", v.params.max_payload);
-  out.set("head", head);
-  out.set("tail", tail);
-  out.gauge("depth_bytes", tail >= head ? tail - head : 0);
+  out.set("head", p.head);
+  out.set("tail_hint", p.hint);
+  if (p.possible) {
+    const auto end = walk(v, p, SIZE_MAX, [](std::uint64_t, std::span<const std::byte>) {});
+    out.set("tail", end.end);
+    out.gauge("depth_bytes", end.end - p.head);
+    out.gauge("depth_records", end.records);
+  }
   // relaxed: counters and flags for display only; nothing is read through them.
-  const std::uint64_t pushed = v.control->producer.records.load(std::memory_order_relaxed);
-  const std::uint64_t popped = v.control->consumer.records.load(std::memory_order_relaxed);
-  out.gauge("depth_records", pushed >= popped ? pushed - popped : 0);
-  out.counter("records_pushed", pushed);
-  out.counter("records_popped", popped);
+  out.counter("records_pushed", v.control->producer.records.load(std::memory_order_relaxed));
+  out.counter("records_popped", v.control->consumer.records.load(std::memory_order_relaxed));
   out.set("consumer_parked",
-          v.control->waiters.consumer_parked.load(std::memory_order_relaxed) != 0);
+          v.control->producer.consumer_parked.load(std::memory_order_relaxed) != 0);
   out.set("producer_parked",
-          v.control->waiters.producer_parked.load(std::memory_order_relaxed) != 0);
+          v.control->consumer.producer_parked.load(std::memory_order_relaxed) != 0);
 }
 
 std::vector<std::string> verify(const Segment& seg) {
@@ -105,25 +100,26 @@ std::vector<std::string> verify(const Segment& seg) {
   if (v.params.max_payload != ring::max_payload_for(v.params.capacity))
     bad.push_back(shm::detail::format("max_record {} does not match capacity {}",
                                       v.params.max_payload, v.params.capacity));
-  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
-  const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
-  const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (!ring::positions_aligned(head, tail))
-    bad.push_back(shm::detail::format("head {} / tail {} not {}-byte aligned", head, tail,
-                                      ring::kRecordAlign));
-  if (!ring::positions_in_range(head, tail, v.params.capacity)) {
-    bad.push_back(shm::detail::format("tail {} - head {} is outside [0, capacity {}]", tail, head,
-                                      v.params.capacity));
+  const Positions p = positions(v);
+  if (!p.possible) {
+    bad.push_back(shm::detail::format(
+        "head {} / tail hint {} impossible (not {}-byte aligned, or the hint more than capacity "
+        "{} ahead)",
+        p.head, p.hint, ring::kRecordAlign, v.params.capacity));
     return bad;
   }
   if (!bad.empty()) return bad;
-  if (auto why = walk(v, head, tail, SIZE_MAX, [](auto) {}); !why.empty()) bad.push_back(why);
+  const auto end = walk(v, p, SIZE_MAX, [](std::uint64_t, std::span<const std::byte>) {});
+  // A live consumer may release, and the producer overwrite, records while we
+  // walk: report a damaged record only if head did not move meanwhile.
+  if (!end.problem.empty() && v.control->consumer.head.load(std::memory_order_acquire) == p.head)
+    bad.push_back(end.problem);
   return bad;
 }
 
 Result<std::vector<std::string>> reclaim(Segment&, const SlotInfo& dead) {
   // Nothing to release: a dead consumer's unreleased records stay for the next
-  // consumer; a dead producer's unpublished reservation was never visible.
+  // consumer; a dead producer's unpublished reservation was never reachable.
   return std::vector<std::string>{
       shm::detail::format("slot {} (pid {}) freed; ring positions kept", dead.index, dead.pid)};
 }
@@ -132,23 +128,77 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   std::vector<std::vector<std::byte>> out;
   const RingView v = view(seg);
   if (!v.ok) return out;
-  // acquire: pairs with [spsc.C] and [spsc.P]; the records in between are complete.
-  const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
-  const std::uint64_t tail = v.control->producer.tail.load(std::memory_order_acquire);
-  if (!ring::positions_in_range(head, tail, v.params.capacity)) return out;
-  (void)walk(v, head, tail, limit,
-             [&](std::span<const std::byte> p) { out.emplace_back(p.begin(), p.end()); });
+  const Positions p = positions(v);
+  if (!p.possible) return out;
+  (void)walk(v, p, limit, [&](std::uint64_t, std::span<const std::byte> payload) {
+    out.emplace_back(payload.begin(), payload.end());
+  });
   return out;
+}
+
+// ---------------------------------------------------------------- layout version 1
+
+// The version-1 control block: tail and head published positions, parked
+// flags and futex words in a third line. Read-only here.
+struct V1Control {
+  struct alignas(kFalseSharingRange) Producer {
+    std::atomic<std::uint64_t> tail;
+    std::atomic<std::uint64_t> records;
+  } producer;
+  struct alignas(kFalseSharingRange) Consumer {
+    std::atomic<std::uint64_t> head;
+    std::atomic<std::uint64_t> records;
+  } consumer;
+  struct alignas(kFalseSharingRange) Waiters {
+    std::atomic<std::uint32_t> data_signal;
+    std::atomic<std::uint32_t> consumer_parked;
+    std::atomic<std::uint32_t> space_signal;
+    std::atomic<std::uint32_t> producer_parked;
+  } waiters;
+};
+static_assert(sizeof(V1Control) == ring::kBufferOffset);
+static_assert(ring::v1::kFingerprint ==
+              layout_fingerprint({kHeaderFingerprint, sizeof(V1Control),
+                                  offsetof(V1Control, consumer), offsetof(V1Control, waiters),
+                                  ring::kRecordHeader, ring::kRecordAlign, kFalseSharingRange}));
+static_assert(ring::v1::kFingerprint != ring::kFingerprint);
+
+void describe_v1(const Segment& seg, Node& out) {
+  const RingView v = view(seg);
+  out.set("ring_layout_version", static_cast<std::uint64_t>(ring::v1::kLayoutVersion));
+  if (!v.ok) {
+    out.set("error", std::string("ring parameters or size are invalid"));
+    return;
+  }
+  const auto* c = reinterpret_cast<const V1Control*>(v.control);
+  // acquire: as a version-1 reader would (pairs with that layout's [spsc.C]/[spsc.P]).
+  const std::uint64_t head = c->consumer.head.load(std::memory_order_acquire);
+  const std::uint64_t tail = c->producer.tail.load(std::memory_order_acquire);
+  out.set("capacity", v.params.capacity);
+  out.set("max_record", v.params.max_payload);
+  out.set("head", head);
+  out.set("tail", tail);
+  out.gauge("depth_bytes", tail >= head ? tail - head : 0);
+  // relaxed: display only.
+  const std::uint64_t pushed = c->producer.records.load(std::memory_order_relaxed);
+  const std::uint64_t popped = c->consumer.records.load(std::memory_order_relaxed);
+  out.gauge("depth_records", pushed >= popped ? pushed - popped : 0);
+  out.counter("records_pushed", pushed);
+  out.counter("records_popped", popped);
+  out.set("consumer_parked", c->waiters.consumer_parked.load(std::memory_order_relaxed) != 0);
+  out.set("producer_parked", c->waiters.producer_parked.load(std::memory_order_relaxed) != 0);
 }
 
 constexpr std::array<RoleSpec, 3> kRoles = {ring::kProducerRole, ring::kConsumerRole,
                                             ring::kObserverRole};
+constexpr std::array<OlderLayout, 1> kOlderLayouts = {
+    OlderLayout{ring::v1::kFingerprint, ring::v1::kLayoutVersion, describe_v1}};
 
 }  // namespace
 
 const KindDescriptor kSpscRingDescriptor{
-    kSpscRingKind, "spsc_ring", ring::kFingerprint, kRoles, describe, verify, reclaim,
-    nullptr,       dump,
+    kSpscRingKind, "spsc_ring", ring::kFingerprint,   kRoles,        describe, verify, reclaim,
+    nullptr,       dump,        ring::kLayoutVersion, kOlderLayouts,
 };
 
 }  // namespace shm

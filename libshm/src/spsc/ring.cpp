@@ -6,9 +6,17 @@
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/testing/ring_crash.hpp"
+#include "spsc/chain.hpp"
 
 #include "format/format.hpp"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +72,19 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
   ring::ParamBlock block{};
   KindSpec spec = ring::kind_spec(expected, block);
   auto seg = Segment::open(name, spec, options);
+  if (!seg && seg.error().code == Errc::FingerprintMismatch) {
+    // A ring of an older layout version: name both versions.
+    OpenOptions look = options;
+    look.read_only = true;
+    if (auto any = Segment::open_any(name, look);
+        any && any->header().kind == kSpscRingKind &&
+        any->header().fingerprint == ring::v1::kFingerprint)
+      return fail(Errc::VersionMismatch,
+                  shm::detail::format("{}: spsc_ring layout version: segment has {}, this library "
+                                      "speaks {} (recreate the ring; `shmctl inspect` still "
+                                      "describes it)",
+                                      any->path(), ring::v1::kLayoutVersion, ring::kLayoutVersion));
+  }
   if (!seg) return seg;
   // capacity 0 = "any": check the size against the segment's own (validated) capacity.
   ring::ParamBlock found{};
@@ -76,6 +97,20 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
 }
 
 namespace detail {
+namespace {
+
+bool membarrier_registered() noexcept {
+  // Once per process: every process that maps a ring registers, so a
+  // waiter's MEMBARRIER_CMD_GLOBAL_EXPEDITED reaches every waker.
+  static const bool registered = [] {
+    const long commands = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (commands < 0 || (commands & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return false;
+    return ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  }();
+  return registered;
+}
+
+}  // namespace
 
 std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
   return shm::detail::format("record of {} bytes exceeds the ring's maximum of {} bytes", n,
@@ -94,54 +129,102 @@ Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec
   e.capacity_ = block.capacity;
   e.mask_ = block.capacity - 1;
   e.max_payload_ = block.max_payload;
+  e.capacity_log2_ = static_cast<unsigned>(std::countr_zero(block.capacity));
+  e.registered_ = membarrier_registered();
   return {};
 }
 
+struct RingTestAccess {
+  static void set_hook(RingEndpoint& e, test_hooks::RingCrashHook hook) noexcept {
+    // The handle's hook takes the enum's underlying type (the public header
+    // cannot name the test-only enum).
+    static test_hooks::RingCrashHook installed = nullptr;
+    installed = hook;
+    e.crash_hook_ = hook == nullptr ? nullptr : +[](std::uint8_t point) {
+      installed(static_cast<test_hooks::RingCrashPoint>(point));
+    };
+  }
+  static void fence(RingEndpoint& e) noexcept { e.registered_ = false; }
+};
+
 }  // namespace detail
+
+void test_hooks::set_ring_crash_hook(RingProducer& producer, RingCrashHook hook) noexcept {
+  detail::RingTestAccess::set_hook(producer, hook);
+}
+void test_hooks::set_ring_crash_hook(RingConsumer& consumer, RingCrashHook hook) noexcept {
+  detail::RingTestAccess::set_hook(consumer, hook);
+}
+void test_hooks::force_fenced_waker(RingProducer& producer) noexcept {
+  detail::RingTestAccess::fence(producer);
+}
+void test_hooks::force_fenced_waker(RingConsumer& consumer) noexcept {
+  detail::RingTestAccess::fence(consumer);
+}
 
 namespace {
 
 // Spin budget of reserve() and peek() before they park.
 constexpr int kSpins = 4096;
+// Longest single sleep of a waiter whose membarrier call failed: its waker
+// may have relied on that barrier and missed the flag, so it looks again.
+constexpr std::uint64_t kFencelessSleepNs = 1'000'000;
+
+// The heavy half of the asymmetric barrier ([spsc.D']): every running thread
+// of every registered process executes a full barrier before it returns.
+bool heavy_barrier() noexcept {
+  return ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
 
 // The blocking wait of RingProducer::reserve() and RingConsumer::peek():
 // attempt() until it returns an error or a value, spinning kSpins times, then
-// parking on `signal` until the other side moves `position` away from
-// `cached` (the value our last attempt saw), or the timeout passes (then an
-// empty optional).
+// parking on `signal` (with `parked`, the flag on the peer's line, set) until
+// the peer publishes or the timeout passes (then an empty optional).
 template <class Attempt>
 auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
               std::atomic<std::uint32_t>& signal, std::atomic<std::uint32_t>& parked,
-              const std::atomic<std::uint64_t>& position, const std::uint64_t& cached,
               Attachment& attachment) -> decltype(attempt()) {
   using R = decltype(attempt());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [](const R& r) { return !r || *r; };
   if (auto r = detail::spin(kSpins, attempt, done)) return std::move(*r);
   R r = typename R::value_type{};
+  bool fenceless = false;
   const bool over = detail::park(
       signal, deadline,
       [&] {
-        // [spsc.D1'] / [spsc.D2'] seq_cst store of the flag, then a seq_cst load of the
-        // position: pairs with [spsc.D1] in RingProducer::commit() / [spsc.D2] in
-        // RingConsumer::release(). Either we see the new position here, or
-        // the other side sees our flag and wakes us.
+        // [spsc.D'] seq_cst store of the flag, then the heavy barrier, then
+        // the re-check: pairs with [spsc.D] in RingProducer::commit() /
+        // RingConsumer::release(). Either the re-check sees the peer's
+        // publishing store, or the peer's flag load (after its light barrier)
+        // sees our flag and wakes us.
         parked.store(1, std::memory_order_seq_cst);
-        if (position.load(std::memory_order_seq_cst) == cached) return detail::ParkRound::Sleep;
-        parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
+        fenceless = !heavy_barrier();
         r = attempt();
-        return done(r) ? detail::ParkRound::Done : detail::ParkRound::Retry;
+        if (!done(r)) return detail::ParkRound::Sleep;
+        parked.store(0, std::memory_order_relaxed);  // a hint: at worst one needless wake
+        return detail::ParkRound::Done;
       },
-      [](std::uint64_t left_ns) { return left_ns; }, [&] { attachment.heartbeat(); });
+      [&](std::uint64_t left_ns) {
+        return fenceless ? std::min(left_ns, kFencelessSleepNs) : left_ns;
+      },
+      [&] { attachment.heartbeat(); });
   if (over) return r;
-  parked.store(0, std::memory_order_relaxed);  // a hint: at worst one spurious wake
+  parked.store(0, std::memory_order_relaxed);  // a hint: at worst one needless wake
   return typename R::value_type{};
 }
 
-// Both positions, as read at attach, must describe a possible ring state.
+ring::detail::ChainView chain_view(const std::byte* buffer, std::uint64_t capacity,
+                                   std::uint64_t max_payload) {
+  return {buffer, capacity, static_cast<unsigned>(std::countr_zero(capacity)), max_payload};
+}
+
+// Both positions, as read at attach, must be possible: aligned, and the tail
+// hint at most a ring ahead of head (it may lag behind head).
 Result<void> check_positions(const Segment& seg, std::uint64_t head, std::uint64_t tail,
                              std::uint64_t capacity) {
-  if (!ring::positions_aligned(head, tail) || !ring::positions_in_range(head, tail, capacity))
+  if (!ring::position_aligned(head) || !ring::position_aligned(tail) ||
+      (tail > head && tail - head > capacity))
     return fail(Errc::Corrupt,
                 shm::detail::format("{}: ring positions head {} tail {} are impossible for "
                                     "capacity {}",
@@ -170,14 +253,24 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
   RingProducer p;
   if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
     return std::unexpected(ok.error());
-  // We are the only writer of tail now; a dead predecessor's unpublished
-  // reservations are simply overwritten.
-  // acquire: pairs with [spsc.P] of an earlier producer and [spsc.C] of the consumer.
-  p.tail_ = p.control_->producer.tail.load(std::memory_order_acquire);
-  p.cached_head_ = p.control_->consumer.head.load(std::memory_order_acquire);
-  if (auto ok = check_positions(p.segment_, p.cached_head_, p.tail_, p.capacity_); !ok)
+  // We are the only producer now. A dead predecessor may have published
+  // records past its `tail` hint (killed between [spsc.P] and the hint's
+  // store): walk the chain from max(head, hint) to the first empty slot.
+  // Its unpublished reservations lie beyond and are overwritten.
+  // acquire: pairs with [spsc.C] of the consumer and the hint's release store.
+  const std::uint64_t head = p.control_->consumer.head.load(std::memory_order_acquire);
+  const std::uint64_t hint = p.control_->producer.tail.load(std::memory_order_acquire);
+  if (auto ok = check_positions(p.segment_, head, hint, p.capacity_); !ok)
     return std::unexpected(ok.error());
-  p.reserved_ = p.tail_;
+  const auto end = ring::detail::walk_chain(chain_view(p.buffer_, p.capacity_, p.max_payload_),
+                                            head, std::max(head, hint), SIZE_MAX,
+                                            [](std::uint64_t, std::span<const std::byte>) {});
+  if (!end.problem.empty())
+    return fail(Errc::Corrupt, shm::detail::format("{}: published records after head {}: {}",
+                                                   p.segment_.path(), head, end.problem));
+  p.cached_head_ = head;
+  p.tail_ = p.reserved_ = end.end;
+  p.control_->producer.tail.store(p.tail_, std::memory_order_release);
   p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);  // statistics only
   return p;
 }
@@ -195,17 +288,16 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
 
 Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
     std::size_t n, std::chrono::nanoseconds timeout) {
-  // [spsc.D2'] pairs with [spsc.D2] in RingConsumer::release(): waits for head to move.
-  auto& w = control_->waiters;
+  // Waits for head to move: the flag is on the consumer's line.
   return wait_for(
-      timeout, [&] { return try_reserve(n); }, w.space_signal, w.producer_parked,
-      control_->consumer.head, cached_head_, attachment_);
+      timeout, [&] { return try_reserve(n); }, control_->waiters.space_signal,
+      control_->consumer.producer_parked, attachment_);
 }
 
 void RingProducer::wake_consumer() noexcept {
-  auto& w = control_->waiters;
-  // relaxed: the flag was read seq_cst in commit() ([spsc.D1]); clearing it is a hint.
-  if (w.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+  // relaxed: the flag was read after [spsc.D]; clearing it is a hint.
+  if (control_->producer.consumer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    auto& w = control_->waiters;
     // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.data_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.data_signal);
@@ -259,10 +351,10 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
-  // acquire: pairs with [spsc.C] of an earlier consumer and [spsc.P] of the producer.
+  // acquire: pairs with [spsc.C] of an earlier consumer.
   c.head_ = c.control_->consumer.head.load(std::memory_order_acquire);
-  c.cached_tail_ = c.control_->producer.tail.load(std::memory_order_acquire);
-  if (auto ok = check_positions(c.segment_, c.head_, c.cached_tail_, c.capacity_); !ok)
+  const std::uint64_t hint = c.control_->producer.tail.load(std::memory_order_acquire);
+  if (auto ok = check_positions(c.segment_, c.head_, hint, c.capacity_); !ok)
     return std::unexpected(ok.error());
   c.peek_pos_ = c.head_;
   c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);  // statistics only
@@ -271,38 +363,32 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
 
 std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t value,
                                              std::uint64_t bound) const {
-  return fail(
-      Errc::Corrupt,
-      shm::detail::format("{}: {} {} at position {} (head {}, tail {}) is invalid; "
-                          "expected {}",
-                          segment_.path(), what, value, peek_pos_, head_, cached_tail_, bound));
+  return fail(Errc::Corrupt,
+              shm::detail::format("{}: {} {} at position {} (head {}) is invalid; expected {}",
+                                  segment_.path(), what, value, peek_pos_, head_, bound));
 }
 
-Result<bool> RingConsumer::refresh_tail() {
-  // [spsc.P'] acquire: pairs with the producer's [spsc.P]; records before tail are complete.
-  const std::uint64_t tail = control_->producer.tail.load(std::memory_order_acquire);
-  if (tail < cached_tail_ || tail - head_ > capacity_ || tail % ring::kRecordAlign != 0)
-    return fail(Errc::Corrupt,
-                shm::detail::format("{}: producer tail {} is impossible (head {}, last tail "
-                                    "{}, capacity {})",
-                                    segment_.path(), tail, head_, cached_tail_, capacity_));
-  cached_tail_ = tail;
-  return peek_pos_ != tail;
+std::unexpected<Error> RingConsumer::foreign_header(std::uint64_t word) const {
+  const std::uint32_t l = lap(peek_pos_);
+  return fail(
+      Errc::Corrupt,
+      shm::detail::format("{}: record header {:#018x} at position {} (head {}) is neither "
+                          "empty nor of lap {} or {}",
+                          segment_.path(), word, peek_pos_, head_, l, (l - 1) & ring::kLapMask));
 }
 
 Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
     std::chrono::nanoseconds timeout) {
-  // [spsc.D1'] pairs with [spsc.D1] in RingProducer::commit(): waits for tail to move.
-  auto& w = control_->waiters;
+  // Waits for the header at the peek position: the flag is on the producer's line.
   return wait_for(
-      timeout, [&] { return try_peek(); }, w.data_signal, w.consumer_parked,
-      control_->producer.tail, cached_tail_, attachment_);
+      timeout, [&] { return try_peek(); }, control_->waiters.data_signal,
+      control_->producer.consumer_parked, attachment_);
 }
 
 void RingConsumer::wake_producer() noexcept {
-  auto& w = control_->waiters;
-  // relaxed: the flag was read seq_cst in release() ([spsc.D2]); clearing it is a hint.
-  if (w.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+  // relaxed: the flag was read after [spsc.D]; clearing it is a hint.
+  if (control_->consumer.producer_parked.exchange(0, std::memory_order_relaxed) != 0) {
+    auto& w = control_->waiters;
     // [spsc.W] release: pairs with the waiter's acquire load of the signal in detail::park.
     w.space_signal.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(w.space_signal);

@@ -14,11 +14,19 @@
 //       attaches as producer, prints "ATTACHED", sleeps
 //   ring_peer push-after NAME DELAY_MS
 //       sleeps, then pushes record 0, prints "PUSHED"
+//   ring_peer crash-commit NAME COUNT POINT BATCH
+//       pushes COUNT records, then reserves BATCH more (COUNT..) and commits
+//       them with a crash hook at POINT (0 CommitBeforePublish, 1
+//       CommitAfterPublish): prints "AT <point>" there and sleeps
+//   ring_peer crash-release NAME COUNT POINT BATCH
+//       consumes COUNT records, peeks BATCH more and releases them with a
+//       crash hook at POINT (2 ReleaseBeforeHead, 3 ReleaseAfterHead)
 //
 // Exit codes: 0 ok, 2 usage, 3 library error, 4 verification failure.
 #include "common/ring_record.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/testing/ring_crash.hpp"
 
 #include <fmt/format.h>
 
@@ -172,6 +180,54 @@ void push_after(const Args& a) {
   say("PUSHED");
 }
 
+// The crash hook: stops the process at the point the test asked for.
+int g_crash_point = -1;
+void stop_here(shm::test_hooks::RingCrashPoint point) {
+  if (static_cast<int>(point) != g_crash_point) return;
+  say(fmt::format("AT {}", g_crash_point));
+  for (;;) ::pause();
+}
+
+void crash_commit(const Args& a) {
+  auto p = open_producer(a.name);
+  const std::uint64_t count = std::stoull(a.pos.at(0));
+  g_crash_point = std::stoi(a.pos.at(1));
+  const std::uint64_t batch = std::stoull(a.pos.at(2));
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    auto r = must(p.reserve(rr::size_for(seq, a.min, a.max), 30s), "reserve");
+    if (!r) die(3, "reserve timed out");
+    rr::fill(seq, *r);
+    p.commit();
+  }
+  for (std::uint64_t seq = count; seq < count + batch; ++seq) {
+    auto r = must(p.reserve(rr::size_for(seq, a.min, a.max), 30s), "reserve");
+    if (!r) die(3, "the batch did not fit within 30 s");
+    rr::fill(seq, *r);
+  }
+  shm::test_hooks::set_ring_crash_hook(p, stop_here);
+  p.commit();
+  die(4, "commit() went past the crash point");
+}
+
+void crash_release(const Args& a) {
+  auto c = open_consumer(a.name);
+  const std::uint64_t count = std::stoull(a.pos.at(0));
+  g_crash_point = std::stoi(a.pos.at(1));
+  const std::uint64_t batch = std::stoull(a.pos.at(2));
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto r = must(c.peek(30s), "peek");
+    if (!r) die(4, "stalled");
+    c.release();
+  }
+  for (std::uint64_t i = 0; i < batch; ++i) {
+    auto r = must(c.peek(30s), "peek");
+    if (!r) die(4, "stalled");
+  }
+  shm::test_hooks::set_ring_crash_hook(c, stop_here);
+  c.release();
+  die(4, "release() went past the crash point");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,6 +263,10 @@ int main(int argc, char** argv) {
     consume_then_hang(a);
   else if (a.mode == "hold-producer")
     hold_producer(a);
+  else if (a.mode == "crash-commit")
+    crash_commit(a);
+  else if (a.mode == "crash-release")
+    crash_release(a);
   else if (a.mode == "push-after")
     push_after(a);
   else

@@ -49,6 +49,30 @@ std::uint64_t seq_at_head(const std::string& name) {
   }
 }
 
+// Reads `n` records with a 10 s deadline each, releasing each; returns their
+// sequence numbers (an empty optional's place holds UINT64_MAX).
+std::vector<std::uint64_t> read_seqs(RingConsumer& c, std::size_t n, std::size_t min,
+                                     std::size_t max) {
+  std::vector<std::uint64_t> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r = c.peek(10s);
+    if (!r || !*r) {
+      out.push_back(UINT64_MAX);
+      break;
+    }
+    auto seq = test::ring_record::check(**r, min, max);
+    out.push_back(seq ? *seq : UINT64_MAX - 1);
+    c.release();
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> iota(std::uint64_t from, std::uint64_t to) {
+  std::vector<std::uint64_t> v;
+  for (std::uint64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
 class SpscRingMultiProcess : public ::testing::Test {
  protected:
   test::TempRoot root_;
@@ -136,6 +160,74 @@ TEST_F(SpscRingMultiProcess, ProducerKilledBetweenReserveAndCommitNeverExposesPa
     ASSERT_TRUE(seq) << seq.error();
     EXPECT_EQ(*seq, i);
     consumer->release();
+  }
+}
+
+// kill -9 inside commit(), before the batch's first header is stored: none
+// of the batch is visible, and a new producer overwrites it. The capacity is
+// small so that the batch wraps (its first record is a padding record).
+TEST_F(SpscRingMultiProcess, ProducerKilledBeforeTheFirstHeaderExposesNoneOfTheBatch) {
+  ASSERT_TRUE(create_ring("cb", {.capacity = 1024}));
+  auto consumer = RingConsumer::open("cb");
+  ASSERT_TRUE(consumer);
+  // 11 records of 88 bytes end at offset 968: the batch starts with padding.
+  auto producer = peer({"crash-commit", "cb", "11", "0", "3", "--min", "80", "--max", "80"});
+  EXPECT_EQ(read_seqs(*consumer, 11, 80, 80), iota(0, 11));
+  ASSERT_TRUE(producer.wait_for_line("AT 0", 30s)) << producer.output();
+  producer.kill(SIGKILL);
+  (void)producer.wait(10s);
+  auto none = consumer->try_peek();
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none) << "a record of the unpublished batch became visible";
+  auto next = peer({"produce", "cb", "20", "--start", "11", "--min", "80", "--max", "80"});
+  EXPECT_EQ(read_seqs(*consumer, 20, 80, 80), iota(11, 31));
+  EXPECT_EQ(next.wait(30s), 0) << next.output();
+  auto seg = open_ring("cb");
+  ASSERT_TRUE(seg);
+  EXPECT_TRUE(kSpscRingDescriptor.verify(*seg).empty());
+}
+
+// kill -9 inside commit(), after the first header's store and before the
+// `tail` hint's: the batch is published; a new producer finds its end by
+// walking the chain (starting at the stale hint would overwrite it).
+TEST_F(SpscRingMultiProcess, ProducerKilledAfterPublishingKeepsTheBatchAndTheNextContinuesAfterIt) {
+  ASSERT_TRUE(create_ring("ca", {.capacity = 4096}));
+  auto producer = peer({"crash-commit", "ca", "5", "1", "4", "--min", "16", "--max", "200"});
+  ASSERT_TRUE(producer.wait_for_line("AT 1", 30s)) << producer.output();
+  producer.kill(SIGKILL);
+  (void)producer.wait(10s);
+  auto next = peer({"produce", "ca", "6", "--start", "9", "--min", "16", "--max", "200"});
+  EXPECT_EQ(next.wait(30s), 0) << next.output();
+  auto consumer = RingConsumer::open("ca");
+  ASSERT_TRUE(consumer);
+  EXPECT_EQ(read_seqs(*consumer, 15, 16, 200), iota(0, 15));
+  auto none = consumer->try_peek();
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+}
+
+// kill -9 inside release(): before head's store the batch is delivered again
+// (at-least-once); after it, never again (the counter may lag).
+TEST_F(SpscRingMultiProcess, ConsumerKilledWhileReturningSpaceRedeliversOnlyWhatHeadKept) {
+  for (const int point : {2, 3}) {
+    SCOPED_TRACE(point);
+    const std::string name = "cr" + std::to_string(point);
+    auto producer = RingProducer::create(name, {.capacity = 4096});
+    ASSERT_TRUE(producer);
+    for (std::uint64_t seq = 0; seq < 20; ++seq) {
+      std::vector<std::byte> rec(test::ring_record::size_for(seq, 16, 100));
+      test::ring_record::fill(seq, rec);
+      ASSERT_TRUE(*producer->try_push(rec));
+    }
+    auto first = peer(
+        {"crash-release", name, "6", std::to_string(point), "5", "--min", "16", "--max", "100"});
+    ASSERT_TRUE(first.wait_for_line("AT " + std::to_string(point), 30s)) << first.output();
+    first.kill(SIGKILL);
+    (void)first.wait(10s);
+    auto second = RingConsumer::open(name);
+    ASSERT_TRUE(second) << second.error().what();
+    const std::uint64_t from = point == 2 ? 6 : 11;
+    EXPECT_EQ(read_seqs(*second, 20 - from, 16, 100), iota(from, 20));
   }
 }
 

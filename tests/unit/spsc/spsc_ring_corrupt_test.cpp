@@ -43,30 +43,46 @@ class SpscRingCorruptTest : public ::testing::Test {
   Segment raw_;  // a third mapping, playing the hostile writer
 };
 
-TEST_F(SpscRingCorruptTest, TailBeyondCapacityIsCorruptForConsumer) {
+TEST_F(SpscRingCorruptTest, TailHintMoreThanARingAheadRefusesAttach) {
   control().producer.tail.store(1u << 20);
-  auto r = consumer_.try_peek();
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Errc::Corrupt);
-  EXPECT_THAT(r.error().message, HasSubstr("producer tail 1048576"));
+  producer_ = RingProducer();
+  consumer_ = RingConsumer();
+  auto p = RingProducer::open("r");
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, Errc::Corrupt);
+  EXPECT_THAT(p.error().message, HasSubstr("tail 1048576 are impossible"));
+  auto c = RingConsumer::open("r");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::Corrupt);
   EXPECT_FALSE(verify().empty());
 }
 
-TEST_F(SpscRingCorruptTest, UnalignedTailIsCorrupt) {
-  control().producer.tail.store(13);
-  auto r = consumer_.try_peek();
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Errc::Corrupt);
+TEST_F(SpscRingCorruptTest, UnalignedHeadRefusesAttach) {
+  control().consumer.head.store(13);
+  consumer_ = RingConsumer();
+  auto c = RingConsumer::open("r");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, Errc::Corrupt);
+  EXPECT_THAT(c.error().message, HasSubstr("head 13"));
 }
 
-TEST_F(SpscRingCorruptTest, TailMovingBackwardsIsCorrupt) {
-  ASSERT_TRUE(*producer_.try_push(bytes("abc")));
-  ASSERT_TRUE(*consumer_.try_peek());  // cached tail = 16
-  consumer_.release();
-  control().producer.tail.store(8);
+TEST_F(SpscRingCorruptTest, HeaderOfAnotherLapIsCorrupt) {
+  // Lap 5 at position 0: neither empty, nor lap 0, nor the previous lap.
+  detail::header_at(buffer()).store(ring::header_word(3, ring::kRecordData, 5));
   auto r = consumer_.try_peek();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("neither empty nor of lap 0 or 16777215"));
+  EXPECT_THAT(verify(), ::testing::Contains(HasSubstr("neither empty nor of lap 0")));
+}
+
+TEST_F(SpscRingCorruptTest, HeaderOfThePreviousLapReadsEmpty) {
+  // The header of the record one lap back (not yet overwritten) is no record.
+  detail::header_at(buffer()).store(ring::header_word(3, ring::kRecordData, ring::kLapMask));
+  auto r = consumer_.try_peek();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(*r);
+  EXPECT_TRUE(verify().empty());
 }
 
 TEST_F(SpscRingCorruptTest, GarbageRecordLengthIsCorruptNotAnOverread) {
@@ -80,13 +96,20 @@ TEST_F(SpscRingCorruptTest, GarbageRecordLengthIsCorruptNotAnOverread) {
   EXPECT_THAT(verify(), ::testing::Contains(HasSubstr("length 2147483647")));
 }
 
-TEST_F(SpscRingCorruptTest, LengthPastPublishedTailIsCorrupt) {
-  ASSERT_TRUE(*producer_.try_push(bytes("hello")));  // record = 16 bytes
-  const std::uint32_t len = 100;                     // within max, beyond tail
-  std::memcpy(buffer(), &len, sizeof len);
+TEST_F(SpscRingCorruptTest, RecordCrossingTheBufferEndIsCorrupt) {
+  const std::string big(288, 'b');  // 296-byte records
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(*producer_.try_push(bytes(big)));
+    ASSERT_TRUE(*consumer_.try_peek());
+  }
+  consumer_.release();
+  ASSERT_TRUE(*producer_.try_push(bytes("hello")));  // at offset 592
+  const std::uint32_t len = 480;                     // within max_payload, past the buffer end
+  std::memcpy(buffer() + 592, &len, sizeof len);
   auto r = consumer_.try_peek();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_THAT(r.error().message, HasSubstr("record length 480"));
 }
 
 TEST_F(SpscRingCorruptTest, UnknownRecordTypeIsCorrupt) {
@@ -96,7 +119,7 @@ TEST_F(SpscRingCorruptTest, UnknownRecordTypeIsCorrupt) {
   auto r = consumer_.try_peek();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::Corrupt);
-  EXPECT_THAT(r.error().message, HasSubstr("record type"));
+  EXPECT_THAT(r.error().message, HasSubstr("record header 0x0000abcd00000005"));
 }
 
 TEST_F(SpscRingCorruptTest, WrongPaddingLengthIsCorrupt) {
@@ -123,7 +146,7 @@ TEST_F(SpscRingCorruptTest, HeadBeyondTailIsCorruptForProducer) {
 
 TEST_F(SpscRingCorruptTest, ImpossiblePositionsRefuseAttach) {
   control().consumer.head.store(64);
-  control().producer.tail.store(32);
+  control().producer.tail.store(64 + 2048);  // the hint two rings ahead of head
   auto c = RingConsumer::open("r");
   // The live consumer still holds the role; a fresh process would see Corrupt.
   ASSERT_FALSE(c);

@@ -1,9 +1,11 @@
+#include "common/scale.hpp"
 #include "common/temp_root.hpp"
 #include "common/text.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/layout.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/testing/ring_crash.hpp"
 
 #include <gtest/gtest.h>
 
@@ -344,6 +346,105 @@ TEST_F(SpscRingSemanticsTest, ProducerTakeoverContinuesFromPublishedTail) {
   auto second = c->try_peek();
   ASSERT_TRUE(second && *second);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>((*second)->data()), 3), "two");
+}
+
+// A ring filled to exactly its capacity has no room for the terminator: the
+// word after the last record is the header of the first one, a lap older. It
+// must read empty, and the ring goes on once space is released.
+TEST_F(SpscRingSemanticsTest, ExactlyFullRingReadsEmptyAfterItsLastRecord) {
+  auto p = RingProducer::create("r", {.capacity = 64});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  for (int round = 0; round < 5; ++round) {
+    for (char i = 0; i < 4; ++i) {  // 4 records of 16 bytes = 64
+      const std::string rec(8, static_cast<char>('a' + i + round));
+      ASSERT_TRUE(*p->try_push(bytes(rec))) << round << " " << int{i};
+    }
+    EXPECT_FALSE(*p->try_push(bytes("x"))) << "a full ring accepted more";
+    for (char i = 0; i < 4; ++i) {
+      auto r = c->try_peek();
+      ASSERT_TRUE(r && *r) << round << " " << int{i};
+      EXPECT_EQ(str(**r), std::string(8, static_cast<char>('a' + i + round)));
+    }
+    auto none = c->try_peek();
+    ASSERT_TRUE(none) << none.error().what();
+    EXPECT_FALSE(*none) << "round " << round << ": the previous lap's header read as a record";
+    c->release();
+  }
+}
+
+// A batch is one publication: none of its records is visible before commit,
+// though every header after the first is already in the buffer.
+TEST_F(SpscRingSemanticsTest, BatchBecomesVisibleAtOnce) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  for (int lap = 0; lap < 6; ++lap) {  // 6 batches of 96 bytes in 256: wraps, with padding
+    for (int i = 0; i < 4; ++i) {
+      auto r = p->try_reserve(12);
+      ASSERT_TRUE(r && *r);
+      std::memset((*r)->data(), 'a' + i, 12);
+      auto seen = c->try_peek();
+      ASSERT_TRUE(seen);
+      EXPECT_FALSE(*seen) << "record visible before commit (lap " << lap << ")";
+    }
+    p->commit();
+    for (int i = 0; i < 4; ++i) {
+      auto r = c->try_peek();
+      ASSERT_TRUE(r && *r) << lap << " " << i;
+      EXPECT_EQ(str(**r), std::string(12, static_cast<char>('a' + i)));
+    }
+    EXPECT_FALSE(*c->try_peek());
+    c->release();
+  }
+}
+
+// Blocking on both sides, each side parking often (a 64-byte ring, records of
+// one to three slots): a lost wake would leave a side asleep until its 10 s
+// timeout. Once with the membarrier pairing, once with the fenced fallback.
+TEST_F(SpscRingSemanticsTest, BlockingPingPongNeverLosesAWake) {
+  for (const bool fenced : {false, true}) {
+    SCOPED_TRACE(fenced ? "fenced wakers" : "membarrier");
+    const std::string a = fenced ? "fa" : "ma", b = fenced ? "fb" : "mb";
+    auto pa = RingProducer::create(a, {.capacity = 64});
+    auto ca = RingConsumer::open(a);
+    auto pb = RingProducer::create(b, {.capacity = 64});
+    auto cb = RingConsumer::open(b);
+    ASSERT_TRUE(pa && ca && pb && cb);
+    if (fenced) {
+      test_hooks::force_fenced_waker(*pa);
+      test_hooks::force_fenced_waker(*ca);
+      test_hooks::force_fenced_waker(*pb);
+      test_hooks::force_fenced_waker(*cb);
+    }
+    const std::uint64_t count = test::scaled(2'000);
+    std::atomic<bool> failed{false};
+    std::thread echo([&] {
+      std::array<std::byte, 24> buf{};
+      for (std::uint64_t i = 0; i < count && !failed; ++i) {
+        auto n = ca->pop(buf, 10s);
+        if (!n || !*n) {
+          failed = true;
+          break;
+        }
+        if (!*pb->push(std::span(buf.data(), **n), 10s)) failed = true;
+      }
+    });
+    std::array<std::byte, 24> out{}, in{};
+    for (std::uint64_t i = 0; i < count && !failed; ++i) {
+      const std::size_t n = 8 + (i % 3) * 8;
+      std::memcpy(out.data(), &i, sizeof i);
+      ASSERT_TRUE(*pa->push(std::span(out.data(), n), 10s)) << i;
+      auto got = cb->pop(in, 10s);
+      ASSERT_TRUE(got && *got) << "round trip " << i << ": no echo for 10 s (a lost wake?)";
+      std::uint64_t seq = 0;
+      std::memcpy(&seq, in.data(), sizeof seq);
+      ASSERT_EQ(seq, i);
+      ASSERT_EQ(**got, n);
+    }
+    echo.join();
+    EXPECT_FALSE(failed) << "the echo side timed out (a lost wake?)";
+  }
 }
 
 }  // namespace

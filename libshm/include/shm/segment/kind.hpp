@@ -13,6 +13,15 @@
 
 namespace shm {
 
+// A layout an older build wrote for a kind, recognised by its fingerprint:
+// open refuses it (naming both versions), `shmctl inspect` describes it
+// read-only with `describe`.
+struct OlderLayout {
+  std::uint64_t fingerprint;
+  std::uint32_t version;
+  void (*describe)(const Segment& segment, Node& out);
+};
+
 struct KindDescriptor {
   KindId kind;
   std::string_view name;
@@ -37,9 +46,16 @@ struct KindDescriptor {
   Result<void> (*set)(Segment& segment, std::string_view key, std::string_view value) = nullptr;
   // Optional: records without consuming them (`shmctl dump`), up to `limit`.
   std::vector<std::vector<std::byte>> (*dump)(const Segment& segment, std::size_t limit) = nullptr;
+  // Optional: the kind's own layout version (0 = none kept) and the older
+  // layouts this build still recognises.
+  std::uint32_t layout_version = 0;
+  std::span<const OlderLayout> older_layouts = {};
 };
 
 [[nodiscard]] std::span<const KindDescriptor* const> all_kinds() noexcept;
+// The older layout of `kind` with this fingerprint, or nullptr.
+[[nodiscard]] const OlderLayout* find_older_layout(const KindDescriptor& kind,
+                                                   std::uint64_t fingerprint) noexcept;
 [[nodiscard]] const KindDescriptor* find_kind(KindId kind) noexcept;
 [[nodiscard]] std::string_view role_name(const KindDescriptor* kind, std::uint32_t role) noexcept;
 

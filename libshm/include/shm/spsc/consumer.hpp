@@ -36,7 +36,8 @@ class RingConsumer : public detail::RingEndpoint {
   // Blocking peek: spins, then parks until a record arrives or `timeout` passes.
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek(
       std::chrono::nanoseconds timeout);
-  // Frees every record peeked so far (one release store of head).
+  // Frees every record peeked so far (one release store of head; nothing in
+  // the records is rewritten).
   void release() noexcept;
   // Forgets the peeks since the last release; the records will be peeked again.
   void unpeek() noexcept {
@@ -62,15 +63,14 @@ class RingConsumer : public detail::RingEndpoint {
   [[nodiscard]] std::uint64_t released_position() const noexcept { return head_; }
 
  private:
-  [[nodiscard]] Result<bool> refresh_tail();
   [[nodiscard]] std::unexpected<Error> peeks_outstanding(const char* op) const;
   [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
                                                std::uint64_t bound) const;
+  [[nodiscard]] std::unexpected<Error> foreign_header(std::uint64_t word) const;
   void wake_producer() noexcept;
 
-  std::uint64_t head_ = 0;         // released position (mirror of control_->consumer.head)
-  std::uint64_t peek_pos_ = 0;     // end of peeked records, >= head_
-  std::uint64_t cached_tail_ = 0;  // producer's tail as last read; refreshed when empty
+  std::uint64_t head_ = 0;      // released position (mirror of control_->consumer.head)
+  std::uint64_t peek_pos_ = 0;  // end of peeked records, >= head_
   std::uint64_t records_ = 0;
   std::uint64_t peeked_records_ = 0;
 };
@@ -80,17 +80,24 @@ class RingConsumer : public detail::RingEndpoint {
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek() {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   for (;;) {
-    if (peek_pos_ == cached_tail_) {
-      auto more = refresh_tail();
-      if (!more) return std::unexpected(std::move(more.error()));
-      if (!*more) return std::optional<std::span<const std::byte>>{};
+    std::byte* slot = at(peek_pos_);
+    // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
+    // header makes its payload (and the batch after it) visible.
+    const std::uint64_t word = detail::header_at(slot).load(std::memory_order_acquire);
+    switch (ring::classify_slot(word, lap(peek_pos_))) {
+      case ring::SlotState::Current:
+        [[likely]] break;
+      case ring::SlotState::Empty:
+      case ring::SlotState::Stale:
+        return std::optional<std::span<const std::byte>>{};
+      case ring::SlotState::Foreign:
+        return foreign_header(word);
     }
     // The producer may be buggy or hostile: check the header against the
-    // published range and the buffer end before using it.
+    // bytes it may have written (up to head + capacity) and the buffer end.
+    const ring::RecordHeader rec = ring::unpack(word);
     const std::uint64_t offset = peek_pos_ & mask_;
-    const std::uint64_t available = cached_tail_ - peek_pos_;
-    ring::RecordHeader rec;
-    std::memcpy(&rec, at(peek_pos_), sizeof rec);
+    const std::uint64_t available = head_ + capacity_ - peek_pos_;
     switch (ring::check_record(rec, offset, available, capacity_, max_payload_)) {
       case ring::RecordCheck::Data:
         [[likely]] break;
@@ -100,16 +107,16 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
       case ring::RecordCheck::BadPadding:
         return corrupt("padding record length", rec.length, capacity_ - offset);
       case ring::RecordCheck::BadType:
-        return corrupt("record type", rec.type, ring::kRecordData);
+        return corrupt("record type", rec.type(), ring::kRecordData);
       case ring::RecordCheck::BadLength:
         return corrupt("record length", rec.length,
                        std::min<std::uint64_t>(max_payload_, available));
     }
     const std::uint64_t size = ring::record_size(rec.length);
-    const std::byte* p = at(peek_pos_) + ring::kRecordHeader;
     peek_pos_ += size;
     ++peeked_records_;
-    return std::optional<std::span<const std::byte>>{std::span<const std::byte>(p, rec.length)};
+    return std::optional<std::span<const std::byte>>{
+        std::span<const std::byte>(slot + ring::kRecordHeader, rec.length)};
   }
 }
 
@@ -119,12 +126,16 @@ inline void RingConsumer::release() noexcept {
   head_ = peek_pos_;
   records_ += peeked_records_;
   peeked_records_ = 0;
+  crash_point(2);  // RingCrashPoint::ReleaseBeforeHead
+  // [spsc.C] release: frees the records' bytes; pairs with [spsc.C'] in the
+  // producer (which reads head only when the ring looks full).
+  control_->consumer.head.store(head_, std::memory_order_release);
+  crash_point(3);  // RingCrashPoint::ReleaseAfterHead
   control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [spsc.C] frees the records' bytes (release; pairs with [spsc.C'] in the producer).
-  // [spsc.D2] seq_cst with the flag load below: Dekker pairing with [spsc.D2'] in
-  // RingProducer::reserve() (see [spsc.D1]).
-  control_->consumer.head.store(head_, std::memory_order_seq_cst);
-  if (control_->waiters.producer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+  // [spsc.D] light barrier, then the producer's flag from our own line: pairs
+  // with [spsc.D'] (the producer's flag store and membarrier in reserve()).
+  light_barrier();
+  if (control_->consumer.producer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
     wake_producer();
 }
 

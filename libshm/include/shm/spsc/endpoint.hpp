@@ -15,6 +15,17 @@ namespace shm::detail {
 
 [[nodiscard]] std::string too_large_message(std::size_t n, std::uint64_t max_payload);
 
+// The header word of the record at `p` (8-byte aligned inside the mapping).
+[[nodiscard]] inline std::atomic_ref<std::uint64_t> header_at(std::byte* p) noexcept {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p));
+}
+
+// Test-only crash points (libshm/testing/shm/testing/ring_crash.hpp names
+// them); nullptr outside the crash tests, so each costs one load of a member
+// of the handle and a predictable branch.
+using RingCrashHook = void (*)(std::uint8_t point);
+struct RingTestAccess;
+
 class RingEndpoint {
  public:
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
@@ -25,6 +36,8 @@ class RingEndpoint {
   void heartbeat() noexcept { attachment_.heartbeat(); }
 
  protected:
+  friend struct RingTestAccess;
+
   RingEndpoint() = default;
   RingEndpoint(RingEndpoint&&) noexcept = default;
   // Detaches before the old mapping goes away (the attachment writes into it);
@@ -34,6 +47,23 @@ class RingEndpoint {
   [[nodiscard]] static Result<void> bind(RingEndpoint& e, Segment segment, const RoleSpec& role);
 
   [[nodiscard]] std::byte* at(std::uint64_t pos) const noexcept { return buffer_ + (pos & mask_); }
+  [[nodiscard]] std::uint32_t lap(std::uint64_t pos) const noexcept {
+    return ring::lap_of(pos, capacity_log2_);
+  }
+  // The light half of the asymmetric barrier ([spsc.D]): orders the caller's
+  // publishing store before its load of the peer's parked flag. A compiler
+  // barrier when this process is registered for membarrier (the waiter's
+  // membarrier then serialises us), else a full fence.
+  void light_barrier() const noexcept {
+    if (registered_) [[likely]]
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  void crash_point(std::uint8_t point) const noexcept {
+    if (crash_hook_ != nullptr) [[unlikely]]
+      crash_hook_(point);
+  }
 
   Segment segment_;
   Attachment attachment_;
@@ -42,6 +72,9 @@ class RingEndpoint {
   std::uint64_t capacity_ = 0;
   std::uint64_t mask_ = 0;
   std::uint64_t max_payload_ = 0;
+  unsigned capacity_log2_ = 0;
+  bool registered_ = false;  // membarrier(REGISTER_GLOBAL_EXPEDITED) succeeded in this process
+  RingCrashHook crash_hook_ = nullptr;
   EndpointGuard guard_;
 };
 
@@ -55,6 +88,9 @@ inline RingEndpoint& RingEndpoint::operator=(RingEndpoint&& other) noexcept {
     capacity_ = other.capacity_;
     mask_ = other.mask_;
     max_payload_ = other.max_payload_;
+    capacity_log2_ = other.capacity_log2_;
+    registered_ = other.registered_;
+    crash_hook_ = other.crash_hook_;
     guard_ = std::move(other.guard_);
   }
   return *this;

@@ -31,12 +31,14 @@ class RingProducer : public detail::RingEndpoint {
   // Blocking reserve: spins, then parks until space appears or `timeout` passes.
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve(
       std::size_t n, std::chrono::nanoseconds timeout);
-  // Publishes every record reserved since the last commit (one release store).
+  // Publishes every record reserved since the last commit: one release store
+  // of the first record's header (see the protocol note in layout.hpp).
   void commit() noexcept;
   // Drops every reservation made since the last commit.
   void abandon() noexcept {
     reserved_ = tail_;
     pending_records_ = 0;
+    first_header_ = 0;
   }
 
   // Copying conveniences: false when the ring is full (or the timeout passed).
@@ -53,12 +55,22 @@ class RingProducer : public detail::RingEndpoint {
  private:
   [[nodiscard]] Result<bool> refresh_head(std::uint64_t need_end);
   void wake_consumer() noexcept;
+  // Stores the header of the record at `pos`, or holds it back for commit()
+  // when it is the first of the batch (at the published end).
+  void put_header(std::uint64_t pos, std::uint64_t word) noexcept {
+    if (pos == tail_)
+      first_header_ = word;
+    else
+      // relaxed: unreachable until commit's release store of the first header.
+      detail::header_at(at(pos)).store(word, std::memory_order_relaxed);
+  }
 
-  std::uint64_t tail_ = 0;         // published position (mirror of control_->producer.tail)
+  std::uint64_t tail_ = 0;         // published position (control_->producer.tail is its hint)
   std::uint64_t reserved_ = 0;     // end of reservations, >= tail_
   std::uint64_t cached_head_ = 0;  // consumer's head as last read; refreshed when full
   std::uint64_t records_ = 0;      // records published so far (mirror of the counter)
   std::uint64_t pending_records_ = 0;
+  std::uint64_t first_header_ = 0;  // the batch's first header, stored by commit()
 };
 
 // ---------------------------------------------------------------- inline hot path
@@ -77,13 +89,13 @@ inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std
     if (!*room) return std::optional<std::span<std::byte>>{};
   }
   if (padding != 0) {
-    const ring::RecordHeader pad{static_cast<std::uint32_t>(padding), ring::kRecordPadding};
-    std::memcpy(at(reserved_), &pad, sizeof pad);
+    put_header(reserved_, ring::header_word(static_cast<std::uint32_t>(padding),
+                                            ring::kRecordPadding, lap(reserved_)));
     reserved_ += padding;
   }
-  const ring::RecordHeader rec{static_cast<std::uint32_t>(n), ring::kRecordData};
   std::byte* p = at(reserved_);
-  std::memcpy(p, &rec, sizeof rec);
+  put_header(reserved_,
+             ring::header_word(static_cast<std::uint32_t>(n), ring::kRecordData, lap(reserved_)));
   reserved_ += need;
   ++pending_records_;
   return std::optional<std::span<std::byte>>{std::span<std::byte>(p + ring::kRecordHeader, n)};
@@ -92,17 +104,29 @@ inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std
 inline void RingProducer::commit() noexcept {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   if (reserved_ == tail_) return;
+  // The terminator: the word the consumer polls after this batch reads empty.
+  // With no 8 bytes of room (reserved_ == cached_head_ + capacity) that word
+  // is the header of the record at cached_head_, one lap older: empty too.
+  // relaxed: ordered before the consumer's reads by [spsc.P] below.
+  if (reserved_ + ring::kRecordHeader - cached_head_ <= capacity_)
+    detail::header_at(at(reserved_)).store(0, std::memory_order_relaxed);
+  crash_point(0);  // RingCrashPoint::CommitBeforePublish
+  // [spsc.P] release: publishes the batch (payloads, later headers, the
+  // terminator); pairs with [spsc.P'] in RingConsumer::try_peek().
+  detail::header_at(at(tail_)).store(first_header_, std::memory_order_release);
+  crash_point(1);  // RingCrashPoint::CommitAfterPublish
   tail_ = reserved_;
   records_ += pending_records_;
   pending_records_ = 0;
+  first_header_ = 0;
   control_->producer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // [spsc.P] publishes the records written above (release suffices for that;
-  // pairs with [spsc.P'] in the consumer). [spsc.D1] seq_cst, with the seq_cst load of
-  // the parked flag below: Dekker pairing with [spsc.D1'] in RingConsumer::peek(),
-  // so a parking consumer either sees this tail or we see its flag. On x86 a
-  // seq_cst store is one xchg, the price of a fence.
-  control_->producer.tail.store(tail_, std::memory_order_seq_cst);
-  if (control_->waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+  // release: a hint for a new producer and the tools, after the headers it
+  // covers; pairs with their acquire loads.
+  control_->producer.tail.store(tail_, std::memory_order_release);
+  // [spsc.D] light barrier, then the consumer's flag from our own line: pairs
+  // with [spsc.D'] (the consumer's flag store and membarrier in peek()).
+  light_barrier();
+  if (control_->producer.consumer_parked.load(std::memory_order_relaxed) != 0) [[unlikely]]
     wake_consumer();
 }
 
