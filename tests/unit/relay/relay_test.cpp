@@ -434,6 +434,15 @@ TEST_F(RelayTest, ConflateAdmitsNewKeysUntilTheTableIsFull) {
   EXPECT_EQ(s.pending_keys, 3u);
 }
 
+// Real time, no injected clock: polls until the oldest pending op is older
+// than `ns` (the age tests' high water is 2 ms, so 3 ms is past it).
+void wait_until_oldest_is_older_than(const RelayWriter& w, std::uint64_t ns) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (w.snapshot().oldest_age_ns < ns && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_GE(w.snapshot().oldest_age_ns, ns);
+}
+
 TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
   RelayConfig c = cfg(policy::kMax, Overflow::DropNewest);
   c.backpressure = {Dimension::Age, 2, 0, Overflow::DropNewest};  // milliseconds
@@ -442,10 +451,7 @@ TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
   auto r = RelayReader::open("age");
   ASSERT_TRUE(r);
   EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (w->snapshot().oldest_age_ns < 3'000'000 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::yield();
-  ASSERT_GE(w->snapshot().oldest_age_ns, 3'000'000u);
+  ASSERT_NO_FATAL_FAILURE(wait_until_oldest_is_older_than(*w, 3'000'000));
   EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Dropped) << "the oldest op is older than high water";
   EXPECT_TRUE(w->snapshot().is_full);
   EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Merged) << "an open key still merges";
@@ -466,10 +472,7 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
   auto r = RelayReader::open("aged");
   ASSERT_TRUE(r);
   EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (w->snapshot().oldest_age_ns < 3'000'000 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::yield();
-  ASSERT_GE(w->snapshot().oldest_age_ns, 3'000'000u);
+  ASSERT_NO_FATAL_FAILURE(wait_until_oldest_is_older_than(*w, 3'000'000));
   auto timed = w->write(2, u64_value(1), 20ms);
   ASSERT_TRUE(timed);
   EXPECT_EQ(timed->outcome, WriteOutcome::TimedOut);
@@ -482,6 +485,7 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
   ASSERT_TRUE(w2);
   std::optional<Result<WriteResult>> parked;
   std::thread writer([&] { parked.emplace(w2->write(2, u64_value(1), 30s)); });
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (w->snapshot().blocked < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
   EXPECT_EQ(w->snapshot().blocked, 2u) << "the second writer never parked";
