@@ -35,8 +35,7 @@ HttpResponse route(const HttpRequest& req, const Monitor& monitor, std::uint64_t
   if (req.path == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8",
             render_metrics(monitor, start_ns, req.connections)};
-  if (req.path == "/status")
-    return {200, "application/json", status_json(monitor, start_ns).dump(2) + "\n"};
+  if (req.path == "/status") return {200, "application/json", status_json_text(monitor, start_ns)};
   if (req.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
   if (req.path == "/")
     return {200, "text/plain; charset=utf-8",
@@ -90,7 +89,7 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
   if (options.once) {
     monitor.do_work();
     const std::string text =
-        options.json ? status_json(monitor, start_ns).dump(2) + "\n" : status_text(monitor);
+        options.json ? status_json_text(monitor, start_ns) : status_text(monitor);
     std::fwrite(text.data(), 1, text.size(), out);
     std::fflush(out);
     return kExitOk;

@@ -1,5 +1,6 @@
 #include "sidecar/status.hpp"
 
+#include "display_text.hpp"
 #include "node_render.hpp"
 
 #include "shm/platform/clock.hpp"
@@ -14,7 +15,7 @@ nlohmann::ordered_json status_json(const Monitor& monitor, std::uint64_t start_t
   const MonitorStats& st = monitor.stats();
   nlohmann::ordered_json out;
   auto& sc = out["sidecar"];
-  sc["root"] = monitor.root();
+  sc["root"] = tools::displayable(monitor.root());
   sc["pid"] = static_cast<std::int64_t>(::getpid());
   sc["started"] = iso8601(start_time_ns);
   sc["cycles"] = st.cycles;
@@ -40,9 +41,9 @@ nlohmann::ordered_json status_json(const Monitor& monitor, std::uint64_t start_t
   auto segs = nlohmann::ordered_json::array();
   for (const SegmentView& v : monitor.snapshot()) {
     nlohmann::ordered_json s;
-    s["name"] = v.name;
+    s["name"] = tools::displayable(v.name);
     s["up"] = v.up;
-    if (!v.error.empty()) s["error"] = v.error;
+    if (!v.error.empty()) s["error"] = tools::displayable(v.error);
     if (!v.up) {
       segs.push_back(std::move(s));
       continue;
@@ -75,29 +76,40 @@ nlohmann::ordered_json status_json(const Monitor& monitor, std::uint64_t start_t
   return out;
 }
 
+std::string status_json_text(const Monitor& monitor, std::uint64_t start_time_ns) {
+  // Replace, not throw: every string is displayable() already, but a status
+  // page must never take the daemon down over one byte.
+  return status_json(monitor, start_time_ns)
+             .dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
+         "\n";
+}
+
 std::string status_text(const Monitor& monitor) {
   const MonitorStats& st = monitor.stats();
   std::size_t up = 0;
   for (const SegmentView& v : monitor.snapshot()) up += v.up ? 1 : 0;
-  std::string out = fmt::format(
-      "root {}: {} segment(s), {} unreadable; deaths {}, reclaimed {}, collected {}\n",
-      monitor.root(), up, monitor.snapshot().size() - up, st.deaths, st.reclaims, st.collected);
+  std::string out =
+      fmt::format("root {}: {} segment(s), {} unreadable; deaths {}, reclaimed {}, collected {}\n",
+                  tools::displayable(monitor.root()), up, monitor.snapshot().size() - up, st.deaths,
+                  st.reclaims, st.collected);
   if (monitor.root_space().full)
     out += fmt::format("root filesystem FULL: {} bytes, {} inodes free\n",
                        monitor.root_space().free_bytes, monitor.root_space().free_inodes);
   std::size_t width = 7;
-  for (const SegmentView& v : monitor.snapshot()) width = std::max(width, v.name.size());
+  for (const SegmentView& v : monitor.snapshot())
+    width = std::max(width, tools::displayable(v.name).size());
   out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  {}\n", "SEGMENT", width, "KIND",
                      "SIZE", "ALIVE", "STUCK", "DEAD", "STATE");
   for (const SegmentView& v : monitor.snapshot()) {
     if (!v.up) {
-      out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  unreadable: {}\n", v.name, width,
-                         "-", "-", "-", "-", "-", v.error);
+      out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  unreadable: {}\n",
+                         tools::displayable(v.name), width, "-", "-", "-", "-", "-",
+                         tools::displayable(v.error));
       continue;
     }
-    out +=
-        fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  {}\n", v.name, width, v.kind, v.size,
-                    v.alive - v.stuck, v.stuck, v.dead, v.error.empty() ? "ok" : v.error);
+    out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  {}\n", tools::displayable(v.name),
+                       width, v.kind, v.size, v.alive - v.stuck, v.stuck, v.dead,
+                       v.error.empty() ? "ok" : tools::displayable(v.error));
   }
   return out;
 }

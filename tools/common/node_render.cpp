@@ -1,5 +1,7 @@
 #include "node_render.hpp"
 
+#include "display_text.hpp"
+
 #include <fmt/format.h>
 
 namespace shm::tools {
@@ -11,6 +13,8 @@ nlohmann::ordered_json value_json(const Node::Value& v) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::monostate>)
           return nullptr;
+        else if constexpr (std::is_same_v<T, std::string>)
+          return displayable(x);
         else
           return x;
       },
@@ -25,6 +29,8 @@ std::string value_text(const Node::Value& v) {
           return "-";
         else if constexpr (std::is_same_v<T, bool>)
           return x ? "yes" : "no";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return displayable(x);
         else
           return fmt::format("{}", x);
       },
@@ -46,7 +52,7 @@ nlohmann::ordered_json to_json(const Node& node) {
       break;
   }
   auto o = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : node.members()) o[k] = to_json(v);
+  for (const auto& [k, v] : node.members()) o[displayable(k)] = to_json(v);
   return o;
 }
 
@@ -69,11 +75,11 @@ std::string to_text(const Node& node, int indent) {
   }
   for (const auto& [k, v] : node.members()) {
     if (v.type() == Node::Type::Value) {
-      out += fmt::format("{}{}: {}\n", pad, k, value_text(v.value()));
+      out += fmt::format("{}{}: {}\n", pad, displayable(k), value_text(v.value()));
     } else if (v.type() == Node::Type::Array && v.elements().empty()) {
-      out += fmt::format("{}{}: []\n", pad, k);
+      out += fmt::format("{}{}: []\n", pad, displayable(k));
     } else {
-      out += fmt::format("{}{}:\n", pad, k);
+      out += fmt::format("{}{}:\n", pad, displayable(k));
       out += to_text(v, indent + 2);
     }
   }

@@ -2,6 +2,7 @@
 // TCP client on loopback, --once output, the single-instance lock, signals.
 #include "common/loopback_http.hpp"
 #include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 
 #include "shm/egress/egress.hpp"
@@ -328,6 +329,36 @@ TEST_F(SidecarDaemon, StatusEndpointServesJsonPerSegment) {
   EXPECT_EQ(ticks["detail"]["capacity"], 4096);
   EXPECT_EQ(ticks["detail"]["depth_records"], 0);
   EXPECT_EQ(ticks["header"]["kind"], "spsc_ring");
+}
+
+// A path is bytes on Linux, not UTF-8: a relay whose spill directory's name
+// holds a Latin-1 byte and an escape sequence. JSON cannot carry the raw bytes
+// (nlohmann refused them, and the exception took the daemon down); the status
+// shows them escaped and serves the rest as usual.
+TEST_F(SidecarDaemon, StatusShowsANonUtf8SpillDirectoryEscaped) {
+  RelayConfig cfg;
+  cfg.policy = policy::kRawFifo;
+  cfg.capacity = 8;
+  cfg.value_size = 8;
+  cfg.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
+  cfg.spill_dedup = true;
+  cfg.spill.enabled = true;
+  const test::TempSpillDir spill;
+  cfg.spill.dir = spill.sub("caf\xe9-\x1b[31m");
+  auto w = RelayWriter::create("latin", cfg);
+  ASSERT_TRUE(w) << w.error().what();
+
+  Subprocess d = sidecar(root.path(), {"--once", "--json"});
+  ASSERT_EQ(d.wait(10s), 0) << d.output();
+  const std::string& out = d.output();
+  ASSERT_NE(out.find('{'), std::string::npos) << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  const nlohmann::json* relay = nullptr;
+  for (const auto& s : j["segments"])
+    if (s["name"] == "latin") relay = &s;
+  ASSERT_NE(relay, nullptr) << j.dump(2);
+  EXPECT_EQ((*relay)["detail"]["spill"]["dir"], spill.sub("caf\\xe9-\\x1b[31m"))
+      << relay->dump(2);
 }
 
 TEST_F(SidecarDaemon, AnswersUnknownPathsAndMethodsWithHttpErrors) {

@@ -2,6 +2,7 @@
 // created under a per-test root, in text and --json, with its exit codes and
 // every kind of bad input (missing, invalid name, bad usage, corrupt files).
 #include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 #include "common/text.hpp"
 
@@ -382,6 +383,33 @@ TEST_F(ShmctlTest, InspectShowsHeaderKindStateAndWhoHoldsEachRole) {
   EXPECT_EQ(doc["kind_state"]["capacity"], 4096);
   EXPECT_EQ(doc["kind_state"]["records_pushed"], 1);
   EXPECT_EQ(doc["kind_state"]["depth_records"], 1);
+}
+
+// Strings that come out of a segment are shown escaped: a spill directory
+// whose name holds a Latin-1 byte and a terminal escape sequence reaches
+// neither the JSON (it would not be UTF-8) nor the terminal raw.
+TEST_F(ShmctlTest, InspectShowsANonUtf8SpillDirectoryEscaped) {
+  RelayConfig cfg;
+  cfg.policy = policy::kRawFifo;
+  cfg.capacity = 8;
+  cfg.value_size = 8;
+  cfg.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
+  cfg.spill_dedup = true;
+  cfg.spill.enabled = true;
+  const test::TempSpillDir spill;
+  cfg.spill.dir = spill.sub("caf\xe9-\x1b[31m");
+  auto w = RelayWriter::create("latin", cfg);
+  ASSERT_TRUE(w) << w.error().what();
+  const std::string shown = spill.sub("caf\\xe9-\\x1b[31m");
+
+  const CliResult text = run({"inspect", "latin"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("dir: " + shown)) << text;
+  EXPECT_EQ(text.out.find('\x1b'), std::string::npos) << text;
+
+  const CliResult js = run({"inspect", "latin", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  EXPECT_EQ(js.parsed()["kind_state"]["spill"]["dir"], shown) << js;
 }
 
 TEST_F(ShmctlTest, InspectShowsDeadHoldersAsDeadWithoutCommandLine) {
