@@ -135,7 +135,10 @@ struct SpillFloors {
 // Under the mutex, inside a write section: seals the oldest pending entries
 // into a page and frees them. True: sealed; false: spill impossible now (the
 // reason counted and logged when `log` is set): the caller falls back to Block.
-[[nodiscard]] bool seal_page(const View& v, spill::SpillDir& dir, bool log);
+// A damaged manifest or pending list is Corrupt (naming what is wrong), never
+// a fallback.
+[[nodiscard]] Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log,
+                                     std::string_view path);
 // Under the mutex, during a repair: finishes or undoes an interrupted seal,
 // finishes acknowledged slots, recomputes the cold projections.
 [[nodiscard]] bool repair_spill(const View& v, std::string& why);

@@ -495,9 +495,12 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           case Overflow::Spill:
             // The oldest entries go to a sealed page; when that is impossible
             // (bound, manifest full, no space, all in the reader's hands) the
-            // write blocks instead (counted; logged once per write).
+            // write blocks instead (counted; logged once per write). A damaged
+            // manifest or pending list is Corrupt, not a fallback.
             if (dir != nullptr && ld(view_.spill->enabled) != 0) {
-              if (seal_page(view_, *dir, !fell_back)) {
+              auto sealed = seal_page(view_, *dir, !fell_back, path);
+              if (!sealed) return std::unexpected(sealed.error());
+              if (*sealed) {
                 update_full(view_, now);
                 if (ld(c.free_head) != kNone) break;
               }

@@ -168,7 +168,26 @@ Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
   return floors;
 }
 
-bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
+// What is impossible in the manifest, or empty.
+static std::string manifest_problem(const View& v) {
+  const SpillArea& a = *v.spill;
+  const std::uint64_t next = ld(a.next_page_id);
+  for (std::uint32_t n = 0; n < kManifestSlots; ++n) {
+    const ManifestSlot& s = a.slots[n];
+    const std::uint32_t state = ld(s.state);
+    if (state > static_cast<std::uint32_t>(SlotState::Acked))
+      return shm::detail::format(
+          "spill manifest slot {} has state {}, not free (0), sealed (1) or acked (2)", n, state);
+    if (state != static_cast<std::uint32_t>(SlotState::Free) &&
+        (ld(s.page_id) == 0 || ld(s.page_id) >= next))
+      return shm::detail::format(
+          "spill manifest slot {} names page {}, outside [1, {}) (the next page id)", n,
+          ld(s.page_id), next);
+  }
+  return {};
+}
+
+Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::string_view path) {
   Control& c = *v.control;
   SpillArea& a = *v.spill;
   auto fall_back = [&](EventKind kind, std::uint64_t count) {
@@ -176,6 +195,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
     if (log) log_event(c, kind, 0, count);
     return false;
   };
+  // The manifest and the pending list come from shared memory: damage is
+  // Corrupt, never a fallback to Block (which would hide it, park the
+  // writers, and could seal over a page id the manifest still names).
+  if (std::string why = manifest_problem(v); !why.empty()) return corrupt(path, why);
   ManifestSlot* slot = free_slot(v);
   if (slot == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
   const std::uint64_t stride = spill::record_stride(v.params.value_size);
@@ -191,6 +214,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
   // first order: page ranges never overlap and never contain a hot entry, so
   // cold pages by first order merged with the hot head is arrival order.
   const std::uint32_t head = ld(c.head);
+  if (head != kNone && head >= v.params.capacity)
+    return corrupt(path, shm::detail::format("spill seal: the pending list starts at entry {} "
+                                             "(capacity {})",
+                                             head, v.params.capacity));
   std::uint64_t gap_end = ~std::uint64_t{0};
   if (head != kNone && head < v.params.capacity)
     for (const ManifestSlot& s : a.slots)
@@ -200,7 +227,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
   std::vector<std::uint32_t> chosen;
   spill::PageBuilder page;
   for (std::uint32_t i = head; i != kNone && chosen.size() < max_records; i = ld(v.entry(i).next)) {
-    if (i >= v.params.capacity) return fall_back(EventKind::SpillFallback, 0);
+    if (i >= v.params.capacity)
+      return corrupt(path, shm::detail::format("spill seal: the pending list names entry {} after "
+                                               "{} entries (capacity {})",
+                                               i, chosen.size(), v.params.capacity));
     const EntryHead& e = v.entry(i);
     if (ld(e.order) >= gap_end) break;
     const std::uint32_t len = std::min(ld(e.len), v.params.value_size);

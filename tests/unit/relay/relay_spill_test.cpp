@@ -231,6 +231,49 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   EXPECT_EQ(rest.front().value, 4u);
 }
 
+// A seal reads the manifest and the pending list from the segment: damage there
+// is Corrupt naming what is wrong, never a silent fallback to Block.
+TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) {
+  // A relay at its high water (6 of 8): the next new op seals a page.
+  auto at_high_water = [](const std::string& name) {
+    auto w = RelayWriter::create(name, spill_cfg(policy::kRawFifo));
+    EXPECT_TRUE(w) << w.error().what();
+    for (std::uint64_t i = 0; i < 6; ++i) {
+      auto r = w->write(u64_value(i), 0ns);
+      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << i;
+    }
+    EXPECT_TRUE(w->snapshot().is_full);
+    return std::move(*w);
+  };
+  auto expect_corrupt = [](RelayWriter& w, const std::string& what) {
+    auto r = w.write(u64_value(99), 0ns);
+    ASSERT_FALSE(r) << "a damaged manifest or list gave " << to_string(r->outcome);
+    EXPECT_EQ(r.error().code, Errc::Corrupt) << r.error().what();
+    EXPECT_NE(r.error().message.find(what), std::string::npos) << r.error().what();
+    EXPECT_EQ(w.snapshot().spill_fallbacks, 0u);
+  };
+  {  // a manifest slot in an impossible state (a seal went on around it)
+    RelayWriter w = at_high_water("state");
+    w.view().spill->slots[5].state.store(9);
+    expect_corrupt(w, "spill manifest slot 5 has state 9");
+  }
+  {  // every slot "sealed", naming a page never sealed (the manifest looked full: Block)
+    RelayWriter w = at_high_water("ids");
+    for (relay::ManifestSlot& s : w.view().spill->slots) {
+      s.page_id.store(77);
+      s.state.store(static_cast<std::uint32_t>(relay::SlotState::Sealed));
+    }
+    expect_corrupt(w, "spill manifest slot 0 names page 77, outside [1, 1)");
+  }
+  {  // the pending list runs past the entry table (the seal gave up: Block)
+    RelayWriter w = at_high_water("list");
+    const std::uint32_t head = w.view().control->head.load();
+    ASSERT_LT(head, 8u);
+    w.view().entry(head).next.store(1000);
+    expect_corrupt(w, "the pending list names entry 1000 after 1 entries (capacity 8)");
+  }
+}
+
 TEST_F(RelaySpillTest, ForeignSymlinkFifoAndTruncatedPagesAreRefusedAtRebuild) {
   {
     auto w = RelayWriter::create("mixed", spill_cfg(policy::kRawFifo));
