@@ -130,8 +130,11 @@ struct SpillFloors {
   std::uint64_t next_seq = 1;
   std::uint64_t next_order = 1;
 };
+// `segment_path` (absolute) binds the directory to this relay: a directory
+// bound to another relay that still exists and spills there is RoleTaken.
 [[nodiscard]] Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
-                                             std::string_view relay_name);
+                                             std::string_view relay_name,
+                                             const std::string& segment_path);
 // Under the mutex, inside a write section: seals the oldest pending entries
 // into a page and frees them. True: sealed; false: spill impossible now (the
 // reason counted and logged when `log` is set): the caller falls back to Block.

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 namespace shm {
@@ -165,6 +166,16 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
   ParamBlock storage{};
   const KindSpec spec = kind_spec(block, false, storage);
   const MergeFlags flags = (*p)->flags;
+  // Where the segment will live (absolute): the spill directory's binding.
+  std::string segment_path;
+  if (cfg.spill.enabled) {
+    std::error_code ec;
+    const std::filesystem::path root = options.root.empty() ? default_root() : options.root;
+    segment_path = (std::filesystem::absolute(root, ec) / name).lexically_normal().string();
+    if (ec)
+      return fail(Errc::SystemError,
+                  shm::detail::format("relay {}: root {}: {}", name, root.string(), ec.message()));
+  }
   auto init = [&](std::span<std::byte> data) -> Result<void> {
     // Zero-filled and invisible to others until READY: no lock needed.
     const View v = view_over(block, data.data());
@@ -184,7 +195,7 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     st(c.next_order, 1u);
     if (cfg.spill.enabled) {
       // Rebuild the manifest from the directory: the segment is new.
-      auto floors = init_spill(v, cfg.spill, name);
+      auto floors = init_spill(v, cfg.spill, name, segment_path);
       if (!floors) return std::unexpected(floors.error());
       st(c.next_seq, floors->next_seq);
       st(c.next_order, floors->next_order);

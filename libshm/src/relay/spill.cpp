@@ -114,14 +114,72 @@ void release_slot(const View& v, ManifestSlot& s) noexcept {
   recompute_cold(v);
 }
 
+namespace {
+
+// Whether the relay segment at `owner` (an absolute path) still holds the
+// spill directory `dir`: its file exists, is a relay, and spills into `dir`.
+// Anything that cannot be checked (a damaged or foreign file at that path) is
+// an error: the caller refuses rather than adopt another relay's pages.
+Result<bool> owner_holds(const std::string& owner, const std::string& dir) {
+  const std::size_t slash = owner.rfind('/');
+  OpenOptions o;
+  o.root = slash == 0 ? std::string("/") : owner.substr(0, slash);
+  o.read_only = true;
+  o.allow_other_owner = true;
+  auto seg = Segment::open_any(owner.substr(slash + 1), o);
+  if (!seg) {
+    if (seg.error().code == Errc::NotFound) return false;  // gone: a stale binding
+    return std::unexpected(seg.error());
+  }
+  if (seg->header().kind != kRelayKind) return false;  // the name now holds something else
+  auto v = make_view(*seg);
+  if (!v) return std::unexpected(v.error());
+  return ld(v->spill->enabled) != 0 && spill_dir_of(*v) == dir;
+}
+
+// One relay per spill directory: binds `dir` to the segment being created at
+// `self`, refusing a directory another existing relay spills into.
+Result<void> claim_dir(const spill::SpillDir& dir, const std::string& self,
+                       std::string_view relay_name) {
+  auto owner = spill::read_owner(dir);
+  if (!owner)
+    return fail(owner.error().code, shm::detail::format("relay {}: spill store: {}", relay_name,
+                                                        owner.error().message));
+  if (*owner && **owner != self) {
+    auto held = owner_holds(**owner, dir.path());
+    if (!held)
+      return fail(
+          held.error().code,
+          shm::detail::format("relay {}: the spill directory {} is bound to the relay {}, "
+                              "which cannot be checked ({}); remove {}/relay.owner if "
+                              "that relay is gone",
+                              relay_name, dir.path(), **owner, held.error().message, dir.path()));
+    if (*held)
+      return fail(Errc::RoleTaken,
+                  shm::detail::format("relay {}: the spill directory {} belongs to the relay {}, "
+                                      "which still exists and spills there: two relays would "
+                                      "adopt and delete each other's pages; choose another "
+                                      "spill.dir",
+                                      relay_name, dir.path(), **owner));
+    // Stale: that relay is gone (or no longer spills here): take over.
+  }
+  if (auto ok = spill::write_owner(dir, self); !ok)
+    return fail(ok.error().code,
+                shm::detail::format("relay {}: spill store: {}", relay_name, ok.error().message));
+  return {};
+}
+
+}  // namespace
+
 Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
-                               std::string_view relay_name) {
+                               std::string_view relay_name, const std::string& segment_path) {
   SpillArea& a = *v.spill;
   const std::string path = policy.dir.empty() ? spill::default_spill_dir(relay_name) : policy.dir;
   auto dir = spill::SpillDir::open(path, true);
   if (!dir)
     return fail(dir.error().code,
                 shm::detail::format("relay {}: spill store: {}", relay_name, dir.error().message));
+  if (auto ok = claim_dir(*dir, segment_path, relay_name); !ok) return std::unexpected(ok.error());
   auto listing = spill::list_dir(*dir);
   if (!listing) return std::unexpected(listing.error());
   // Torn seals: never renamed, so never recorded anywhere: remove them.

@@ -274,6 +274,41 @@ TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) 
   }
 }
 
+// One relay per spill directory: a second relay (another segment) created on a
+// directory an existing relay spills into is refused, naming both; once that
+// relay's segment is gone the binding is stale and a new relay takes over.
+TEST_F(RelaySpillTest, ASecondRelayOnABoundSpillDirectoryIsRefusedUntilTheFirstIsGone) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.spill.dir = spill_.sub("shared");
+  auto a = RelayWriter::create("a", c);
+  ASSERT_TRUE(a) << a.error().what();
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(a->write(u64_value(i), 0ns));
+  const std::uint64_t pages = a->snapshot().cold_pages;
+  ASSERT_GE(pages, 1u);
+
+  auto b = RelayWriter::create("b", c);
+  ASSERT_FALSE(b) << "two relays share " << c.spill.dir;
+  EXPECT_EQ(b.error().code, Errc::RoleTaken) << b.error().what();
+  EXPECT_NE(b.error().message.find("spill directory " + c.spill.dir), std::string::npos)
+      << b.error().what();
+  EXPECT_NE(b.error().message.find(root_.file("a")), std::string::npos) << b.error().what();
+  EXPECT_FALSE(Segment::open_any("b", {})) << "a refused create leaves no segment";
+  // The first relay's pages were neither adopted nor touched.
+  EXPECT_EQ(files_in(c.spill.dir, ".spill"), pages);
+  EXPECT_EQ(a->snapshot().pages_refused, 0u);
+
+  // Stale binding: a's segment is gone; b takes the directory over and adopts its pages.
+  ASSERT_TRUE(a->segment().unlink());
+  b = RelayWriter::create("b", c);
+  ASSERT_TRUE(b) << b.error().what();
+  EXPECT_EQ(b->snapshot().pages_rebuilt, pages);
+  // And now "a" (re-created) is the one refused.
+  auto a2 = RelayWriter::create("a", c);
+  ASSERT_FALSE(a2);
+  EXPECT_EQ(a2.error().code, Errc::RoleTaken);
+  EXPECT_NE(a2.error().message.find(root_.file("b")), std::string::npos) << a2.error().what();
+}
+
 TEST_F(RelaySpillTest, ForeignSymlinkFifoAndTruncatedPagesAreRefusedAtRebuild) {
   {
     auto w = RelayWriter::create("mixed", spill_cfg(policy::kRawFifo));
