@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -157,9 +158,24 @@ void release_slot(const View& v, ManifestSlot& s) noexcept;
 [[nodiscard]] std::string spill_dir_of(const View& v);
 [[nodiscard]] std::vector<std::string> verify_spill(const View& v);
 
-// Reconfigure and retune, shared by the handles and the kind's set().
+// Reconfigure and retune, shared by the handles and the kind's set(). Each
+// retune is one step under the relay mutex: `edit` turns the limits the
+// segment holds at that moment into the new ones, which are validated and
+// stored before the mutex is released, so two retunes of different fields
+// (shmctl set high_water=... and low_water=...) never lose one another.
+using BackpressureEdit = std::function<void(Backpressure&)>;
+[[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
+                                       const BackpressureEdit& edit);
 [[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
                                        const Backpressure& bp);
+struct SpillLimits {
+  std::uint64_t page_size = 0;
+  std::uint64_t retention_bytes = 0;
+  std::uint64_t ttl_ms = 0;
+};
+using SpillEdit = std::function<void(SpillLimits&)>;
+[[nodiscard]] Result<void> retune_spill_view(const View& v, std::string_view path,
+                                             const SpillEdit& edit);
 [[nodiscard]] Result<void> retune_spill_view(const View& v, std::string_view path,
                                              std::uint64_t page_size, std::uint64_t retention_bytes,
                                              std::uint64_t ttl_ms);

@@ -489,10 +489,25 @@ std::vector<std::string> verify_spill(const View& v) {
 
 Result<void> retune_spill_view(const View& v, std::string_view path, std::uint64_t page_size,
                                std::uint64_t retention_bytes, std::uint64_t ttl_ms) {
+  return retune_spill_view(v, path, [&](SpillLimits& now) {
+    now = SpillLimits{page_size, retention_bytes, ttl_ms};
+  });
+}
+
+Result<void> retune_spill_view(const View& v, std::string_view path, const SpillEdit& edit) {
   SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("{}: the relay has no spill store", path));
+  Control& c = *v.control;
+  if (auto ok = lock(v, path); !ok) return ok;
+  Held held(c);
+  // Read, edit, validate and store under the mutex: one retune is atomic.
+  SpillLimits limits{ld(a.page_bytes), ld(a.retention_bytes), ld(a.retention_ttl_ms)};
+  edit(limits);
+  const std::uint64_t page_size = limits.page_size;
+  const std::uint64_t retention_bytes = limits.retention_bytes;
+  const std::uint64_t ttl_ms = limits.ttl_ms;
   if (page_size < spill::kPageHeaderSize + spill::record_stride(v.params.value_size) ||
       page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
     return fail(Errc::InvalidArgument,
@@ -507,9 +522,6 @@ Result<void> retune_spill_view(const View& v, std::string_view path, std::uint64
   if (kind == RetentionKind::Ttl && ttl_ms == 0)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("{}: Ttl retention needs a ttl > 0", path));
-  Control& c = *v.control;
-  if (auto ok = lock(v, path); !ok) return ok;
-  Held held(c);
   st(a.page_bytes, page_size);
   st(a.retention_bytes, retention_bytes);
   st(a.retention_ttl_ms, ttl_ms);

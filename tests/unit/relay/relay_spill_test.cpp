@@ -14,6 +14,8 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -67,8 +69,8 @@ std::vector<SpilledEntry> drain_spilled(RelayReader& r, std::size_t credit = 3) 
   std::vector<SpilledEntry> out;
   for (int guard = 0; guard < 100000; ++guard) {
     auto n = r.drain(credit, [&](const RelayEntry& e) {
-      out.push_back(SpilledEntry{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count, e.redelivered,
-                        e.page_id});
+      out.push_back(SpilledEntry{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count,
+                                 e.redelivered, e.page_id});
     });
     EXPECT_TRUE(n) << n.error().what();
     if (!n || *n == 0) break;
@@ -435,6 +437,58 @@ TEST_F(RelaySpillTest, ShmctlSetRetunesTheSpillStoreLive) {
   // Every handle follows: the larger page takes 8 records.
   for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
   EXPECT_EQ(w->snapshot().manifest.at(0).records, 6u);  // the pending entries at the seal
+}
+
+// Concurrent `shmctl set`s of different fields on one relay (each thread its
+// own mapping, as separate shmctl processes): every set is one step under the
+// relay mutex, so none undoes another's field with a value read before it.
+TEST_F(RelaySpillTest, ConcurrentSetsOfDifferentFieldsNeverLoseAnUpdate) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.backpressure = Backpressure{Dimension::Count, 10000, 1, Overflow::Spill};
+  c.spill.retention = relay::RetentionKind::BoundedDisk;
+  c.spill.retention_bytes = page_for(4);
+  auto w = RelayWriter::create("race", c);
+  ASSERT_TRUE(w) << w.error().what();
+  const relay::detail::View& v = w->view();
+  const KindDescriptor* kind = find_kind(kRelayKind);
+  const std::uint64_t rounds = test::scaled(3000);
+  struct Field {
+    const char* key;
+    std::uint64_t base;
+    const std::atomic<std::uint64_t>* word;
+  };
+  const std::array<Field, 4> fields{{
+      {"high_water", 10000, &v.control->high_water},
+      {"low_water", 1, &v.control->low_water},
+      {"spill_page_size", page_for(4), &v.spill->page_bytes},
+      {"spill_retention_bytes", 1, &v.spill->retention_bytes},
+  }};
+  std::array<std::uint64_t, 4> lost{}, failed{};
+  std::atomic<std::size_t> ready{0};  // all threads start together: their sets overlap
+  std::vector<std::thread> threads;
+  for (std::size_t f = 0; f < fields.size(); ++f)
+    threads.emplace_back([&, f] {
+      auto seg = Segment::open_any("race", {});
+      ready.fetch_add(1);
+      while (ready.load() < fields.size()) std::this_thread::yield();
+      if (!seg) {
+        failed[f] = rounds;
+        return;
+      }
+      for (std::uint64_t i = 0; i < rounds; ++i) {
+        const std::uint64_t want = fields[f].base + (i % 500) * 8;
+        if (!kind->set(*seg, fields[f].key, std::to_string(want))) ++failed[f];
+        // Nobody else sets this field: it holds what this thread stored.
+        if (fields[f].word->load() != want) ++lost[f];
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    EXPECT_EQ(failed[f], 0u) << fields[f].key;
+    EXPECT_EQ(lost[f], 0u) << fields[f].key << ": updates undone by a concurrent set";
+    EXPECT_EQ(fields[f].word->load(), fields[f].base + ((rounds - 1) % 500) * 8) << fields[f].key;
+  }
+  EXPECT_EQ(w->snapshot().retunes, 4 * rounds);
 }
 
 TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
