@@ -903,6 +903,15 @@ RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capac
   const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   traffic == Traffic::State ? Overflow::Conflate : Overflow::Spill};
+  if (traffic == Traffic::Events) {
+    // Spill needs the store, and (the replay being at-least-once) the reader's
+    // dedup by first_seq for a policy that is not idempotent: the preset
+    // turns both on, so it creates as it is. An unknown policy is left for
+    // create to refuse.
+    cfg.spill.enabled = true;
+    auto p = find_merge(policy);
+    cfg.spill_dedup = p && !(*p)->flags.idempotent;
+  }
   return cfg;
 }
 

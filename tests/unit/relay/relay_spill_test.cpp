@@ -491,6 +491,28 @@ TEST_F(RelaySpillTest, ConcurrentSetsOfDifferentFieldsNeverLoseAnUpdate) {
   EXPECT_EQ(w->snapshot().retunes, 4 * rounds);
 }
 
+// The roles table's events preset is usable as it is: it creates, and a write
+// past high water spills instead of being refused or blocking.
+TEST_F(RelaySpillTest, TheOutboxEventsPresetCreatesAndSpillsPastHighWater) {
+  for (const PolicyId p : {policy::kRawFifo, policy::kSum, policy::kMax}) {
+    const std::string name = "events-" + std::to_string(p);
+    const RelayConfig c = Outbox::config(p, Traffic::Events, 16);
+    auto w = Outbox::create(name, c);
+    ASSERT_TRUE(w) << name << ": " << w.error().what();
+    const std::uint64_t ops = 3 * c.backpressure.high_water;
+    for (std::uint64_t i = 0; i < ops; ++i) {
+      auto r = w->write(i, u64_value(i + 1), 0ns);  // a new key each time: never a merge
+      ASSERT_TRUE(r) << name << " op " << i << ": " << r.error().what();
+      ASSERT_EQ(r->outcome, WriteOutcome::Appended) << name << " op " << i;
+    }
+    const RelaySnapshot s = w->snapshot();
+    EXPECT_GT(s.pages_sealed, 0u) << name;
+    EXPECT_EQ(s.lag, ops) << name;
+    EXPECT_EQ(s.blocked, 0u) << name;
+    EXPECT_EQ(files_in(spill_.sub(name), ".spill"), s.cold_pages) << name;
+  }
+}
+
 TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
   RelayConfig c = spill_cfg(policy::kMax);
   c.spill.retention = relay::RetentionKind::Ttl;

@@ -258,8 +258,10 @@ class RelayReader : public relay::detail::Handle {
 enum class Traffic : std::uint8_t { State, Events };
 struct Outbox {
   // application -> transport: the local producer feels is_full directly.
-  // Default overflow: Conflate for state, Spill for events (Spill needs
-  // config.spill.enabled, and spill_dedup for a non-idempotent policy).
+  // Default overflow: Conflate for state, Spill for events. The events preset
+  // enables the spill store (default directory, see SpillPolicy) and, for a
+  // policy that is not idempotent, declares spill_dedup: the reader drops
+  // redelivered ops by first_seq (docs/spill.md, replay and dedup).
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
                                           std::uint32_t capacity = 1024,
                                           std::uint32_t value_size = 8);
