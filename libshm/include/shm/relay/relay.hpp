@@ -152,7 +152,19 @@ class Handle {
  public:
   Handle() = default;
   Handle(Handle&&) noexcept = default;
-  Handle& operator=(Handle&&) noexcept = default;
+  // Detaches before the old mapping goes away (the attachment writes into
+  // it); a defaulted one would unmap first, in member order.
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      attachment_.detach();
+      segment_ = std::move(other.segment_);
+      spill_dir_ = std::move(other.spill_dir_);
+      attachment_ = std::move(other.attachment_);
+      view_ = std::exchange(other.view_, View{});
+      policy_ = std::exchange(other.policy_, nullptr);
+    }
+    return *this;
+  }
 
   [[nodiscard]] RelaySnapshot snapshot() const;
   // True while the head is empty (nothing pending, nothing in hand).
