@@ -1,5 +1,7 @@
 #include "sidecar/metrics.hpp"
 
+#include "display_text.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -81,7 +83,21 @@ std::string metric_fragment(std::string_view s) {
   return out;
 }
 
-std::string escape_label(std::string_view s) {
+std::string escape_label(std::string_view raw) {
+  // The text format is UTF-8: a segment name or value that is not (a corrupt
+  // or hostile segment) would make the whole exposition invalid. Each line of
+  // it goes through displayable() (invalid bytes and control characters
+  // become "\xNN", valid UTF-8 passes unchanged); the newlines between them
+  // stay newlines, escaped below as the format requires, with \ and ".
+  std::string s;
+  s.reserve(raw.size());
+  for (std::size_t at = 0;;) {
+    const std::size_t nl = raw.find('\n', at);
+    s += tools::displayable(raw.substr(at, nl == std::string_view::npos ? nl : nl - at));
+    if (nl == std::string_view::npos) break;
+    s += '\n';
+    at = nl + 1;
+  }
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

@@ -61,7 +61,9 @@ class MetricsWriter {
 
 // A valid metric name fragment: [a-zA-Z0-9_], other characters become '_'.
 [[nodiscard]] std::string metric_fragment(std::string_view s);
-// A label value with \, " and newline escaped.
+// A label value with \, " and newline escaped, and made valid UTF-8 first:
+// invalid bytes and control characters other than newline become "\xNN"
+// (tools::displayable), so the label decodes to that text.
 [[nodiscard]] std::string escape_label(std::string_view s);
 
 // `http_connections`: the daemon's open HTTP connections (absent: no server,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace shm {
 namespace mpmc {
@@ -140,6 +141,26 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
 }
 
 // ---------------------------------------------------------------- handle
+
+MpmcRing& MpmcRing::operator=(MpmcRing&& other) noexcept {
+  if (this != &other) {
+    attachment_.detach();  // writes the slot: before segment_ unmaps the header
+    segment_ = std::move(other.segment_);
+    attachment_ = std::move(other.attachment_);
+    v_ = std::exchange(other.v_, mpmc::View{});
+    intent_ = std::exchange(other.intent_, nullptr);
+    slot_bit_ = other.slot_bit_;
+    reserved_pos_ = other.reserved_pos_;
+    peeked_pos_ = other.peeked_pos_;
+    reserved_ = std::exchange(other.reserved_, false);
+    peeked_ = std::exchange(other.peeked_, false);
+    wake_consumers_ = other.wake_consumers_;
+    wake_producers_ = other.wake_producers_;
+    stuck_ = other.stuck_;
+    guard_ = std::move(other.guard_);
+  }
+  return *this;
+}
 
 Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   std::string why;

@@ -630,10 +630,18 @@ std::vector<std::string> verify_unlocked(const View& v) {
 }
 
 Result<void> retune_view(const View& v, std::string_view path, const Backpressure& bp) {
-  if (auto ok = validate(bp); !ok) return ok;
+  return retune_view(v, path, [&bp](Backpressure& now) { now = bp; });
+}
+
+Result<void> retune_view(const View& v, std::string_view path, const BackpressureEdit& edit) {
   Control& c = *v.control;
   if (auto ok = lock(v, path); !ok) return ok;
   Held held(c);
+  // Read, edit, validate and store under the mutex: one retune is atomic.
+  Backpressure bp{static_cast<Dimension>(ld(c.dimension)), ld(c.high_water), ld(c.low_water),
+                  static_cast<Overflow>(ld(c.overflow))};
+  edit(bp);
+  if (auto ok = validate(bp); !ok) return ok;
   // The segment's declared flags decide, so a process without the policy
   // registered (shmctl) validates the same way.
   MergePolicy declared;

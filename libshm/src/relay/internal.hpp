@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,12 +131,18 @@ struct SpillFloors {
   std::uint64_t next_seq = 1;
   std::uint64_t next_order = 1;
 };
+// `segment_path` (absolute) binds the directory to this relay: a directory
+// bound to another relay that still exists and spills there is RoleTaken.
 [[nodiscard]] Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
-                                             std::string_view relay_name);
+                                             std::string_view relay_name,
+                                             const std::string& segment_path);
 // Under the mutex, inside a write section: seals the oldest pending entries
 // into a page and frees them. True: sealed; false: spill impossible now (the
 // reason counted and logged when `log` is set): the caller falls back to Block.
-[[nodiscard]] bool seal_page(const View& v, spill::SpillDir& dir, bool log);
+// A damaged manifest or pending list is Corrupt (naming what is wrong), never
+// a fallback.
+[[nodiscard]] Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log,
+                                     std::string_view path);
 // Under the mutex, during a repair: finishes or undoes an interrupted seal,
 // finishes acknowledged slots, recomputes the cold projections.
 [[nodiscard]] bool repair_spill(const View& v, std::string& why);
@@ -151,9 +158,24 @@ void release_slot(const View& v, ManifestSlot& s) noexcept;
 [[nodiscard]] std::string spill_dir_of(const View& v);
 [[nodiscard]] std::vector<std::string> verify_spill(const View& v);
 
-// Reconfigure and retune, shared by the handles and the kind's set().
+// Reconfigure and retune, shared by the handles and the kind's set(). Each
+// retune is one step under the relay mutex: `edit` turns the limits the
+// segment holds at that moment into the new ones, which are validated and
+// stored before the mutex is released, so two retunes of different fields
+// (shmctl set high_water=... and low_water=...) never lose one another.
+using BackpressureEdit = std::function<void(Backpressure&)>;
+[[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
+                                       const BackpressureEdit& edit);
 [[nodiscard]] Result<void> retune_view(const View& v, std::string_view path,
                                        const Backpressure& bp);
+struct SpillLimits {
+  std::uint64_t page_size = 0;
+  std::uint64_t retention_bytes = 0;
+  std::uint64_t ttl_ms = 0;
+};
+using SpillEdit = std::function<void(SpillLimits&)>;
+[[nodiscard]] Result<void> retune_spill_view(const View& v, std::string_view path,
+                                             const SpillEdit& edit);
 [[nodiscard]] Result<void> retune_spill_view(const View& v, std::string_view path,
                                              std::uint64_t page_size, std::uint64_t retention_bytes,
                                              std::uint64_t ttl_ms);

@@ -162,37 +162,42 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
                 shm::detail::format("{}: set needs a writable mapping", seg.path()));
   auto view = make_view(seg);
   if (!view) return std::unexpected(view.error());
-  const RelaySnapshot s = read_snapshot(*view);
+  // The value is parsed first; the one field is changed under the relay
+  // mutex, over the limits the segment holds then (never a snapshot taken
+  // before the lock: a concurrent set of another field would be lost).
+  auto number = [&]() -> Result<std::uint64_t> {
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size())
+      return fail(Errc::InvalidArgument,
+                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
+    return n;
+  };
   if (spill_key) {
-    std::uint64_t n = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size())
-      return fail(Errc::InvalidArgument,
-                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
-    std::uint64_t page = s.spill_page_size, bytes = s.retention_bytes, ttl = s.retention_ttl_ms;
-    (key == "spill_page_size" ? page : key == "spill_retention_bytes" ? bytes : ttl) = n;
-    return retune_spill_view(*view, seg.path(), page, bytes, ttl);
+    auto n = number();
+    if (!n) return std::unexpected(n.error());
+    return retune_spill_view(*view, seg.path(), [&](SpillLimits& now) {
+      (key == "spill_page_size"         ? now.page_size
+       : key == "spill_retention_bytes" ? now.retention_bytes
+                                        : now.ttl_ms) = *n;
+    });
   }
-  Backpressure bp = s.backpressure;
+  BackpressureEdit edit;
   if (key == "high_water" || key == "low_water") {
-    std::uint64_t n = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size())
-      return fail(Errc::InvalidArgument,
-                  shm::detail::format("{}: '{}' is not an unsigned integer", key, value));
-    (key == "high_water" ? bp.high_water : bp.low_water) = n;
+    auto n = number();
+    if (!n) return std::unexpected(n.error());
+    const bool high = key == "high_water";
+    edit = [high, n = *n](Backpressure& now) { (high ? now.high_water : now.low_water) = n; };
   } else if (key == "dimension") {
     auto d = parse_dimension(value);
     if (!d) return std::unexpected(d.error());
-    bp.dimension = *d;
+    edit = [d = *d](Backpressure& now) { now.dimension = d; };
   } else {
     auto o = parse_overflow(value);
     if (!o) return std::unexpected(o.error());
-    bp.overflow = *o;
+    edit = [o = *o](Backpressure& now) { now.overflow = o; };
   }
-  // Validated against the limits the segment holds under the lock (another
-  // setter may have changed them since the snapshot): retune_view re-checks.
-  return retune_view(*view, seg.path(), bp);
+  return retune_view(*view, seg.path(), edit);
 }
 
 constexpr std::array<RoleSpec, 2> kRoles = {kReaderRole, kWriterRole};

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 namespace shm {
@@ -165,6 +166,16 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
   ParamBlock storage{};
   const KindSpec spec = kind_spec(block, false, storage);
   const MergeFlags flags = (*p)->flags;
+  // Where the segment will live (absolute): the spill directory's binding.
+  std::string segment_path;
+  if (cfg.spill.enabled) {
+    std::error_code ec;
+    const std::filesystem::path root = options.root.empty() ? default_root() : options.root;
+    segment_path = (std::filesystem::absolute(root, ec) / name).lexically_normal().string();
+    if (ec)
+      return fail(Errc::SystemError,
+                  shm::detail::format("relay {}: root {}: {}", name, root.string(), ec.message()));
+  }
   auto init = [&](std::span<std::byte> data) -> Result<void> {
     // Zero-filled and invisible to others until READY: no lock needed.
     const View v = view_over(block, data.data());
@@ -184,7 +195,7 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     st(c.next_order, 1u);
     if (cfg.spill.enabled) {
       // Rebuild the manifest from the directory: the segment is new.
-      auto floors = init_spill(v, cfg.spill, name);
+      auto floors = init_spill(v, cfg.spill, name, segment_path);
       if (!floors) return std::unexpected(floors.error());
       st(c.next_seq, floors->next_seq);
       st(c.next_order, floors->next_order);
@@ -495,9 +506,12 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           case Overflow::Spill:
             // The oldest entries go to a sealed page; when that is impossible
             // (bound, manifest full, no space, all in the reader's hands) the
-            // write blocks instead (counted; logged once per write).
+            // write blocks instead (counted; logged once per write). A damaged
+            // manifest or pending list is Corrupt, not a fallback.
             if (dir != nullptr && ld(view_.spill->enabled) != 0) {
-              if (seal_page(view_, *dir, !fell_back)) {
+              auto sealed = seal_page(view_, *dir, !fell_back, path);
+              if (!sealed) return std::unexpected(sealed.error());
+              if (*sealed) {
                 update_full(view_, now);
                 if (ld(c.free_head) != kNone) break;
               }
@@ -889,6 +903,15 @@ RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capac
   const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   traffic == Traffic::State ? Overflow::Conflate : Overflow::Spill};
+  if (traffic == Traffic::Events) {
+    // Spill needs the store, and (the replay being at-least-once) the reader's
+    // dedup by first_seq for a policy that is not idempotent: the preset
+    // turns both on, so it creates as it is. An unknown policy is left for
+    // create to refuse.
+    cfg.spill.enabled = true;
+    auto p = find_merge(policy);
+    cfg.spill_dedup = p && !(*p)->flags.idempotent;
+  }
   return cfg;
 }
 

@@ -114,14 +114,72 @@ void release_slot(const View& v, ManifestSlot& s) noexcept {
   recompute_cold(v);
 }
 
+namespace {
+
+// Whether the relay segment at `owner` (an absolute path) still holds the
+// spill directory `dir`: its file exists, is a relay, and spills into `dir`.
+// Anything that cannot be checked (a damaged or foreign file at that path) is
+// an error: the caller refuses rather than adopt another relay's pages.
+Result<bool> owner_holds(const std::string& owner, const std::string& dir) {
+  const std::size_t slash = owner.rfind('/');
+  OpenOptions o;
+  o.root = slash == 0 ? std::string("/") : owner.substr(0, slash);
+  o.read_only = true;
+  o.allow_other_owner = true;
+  auto seg = Segment::open_any(owner.substr(slash + 1), o);
+  if (!seg) {
+    if (seg.error().code == Errc::NotFound) return false;  // gone: a stale binding
+    return std::unexpected(seg.error());
+  }
+  if (seg->header().kind != kRelayKind) return false;  // the name now holds something else
+  auto v = make_view(*seg);
+  if (!v) return std::unexpected(v.error());
+  return ld(v->spill->enabled) != 0 && spill_dir_of(*v) == dir;
+}
+
+// One relay per spill directory: binds `dir` to the segment being created at
+// `self`, refusing a directory another existing relay spills into.
+Result<void> claim_dir(const spill::SpillDir& dir, const std::string& self,
+                       std::string_view relay_name) {
+  auto owner = spill::read_owner(dir);
+  if (!owner)
+    return fail(owner.error().code, shm::detail::format("relay {}: spill store: {}", relay_name,
+                                                        owner.error().message));
+  if (*owner && **owner != self) {
+    auto held = owner_holds(**owner, dir.path());
+    if (!held)
+      return fail(
+          held.error().code,
+          shm::detail::format("relay {}: the spill directory {} is bound to the relay {}, "
+                              "which cannot be checked ({}); remove {}/relay.owner if "
+                              "that relay is gone",
+                              relay_name, dir.path(), **owner, held.error().message, dir.path()));
+    if (*held)
+      return fail(Errc::RoleTaken,
+                  shm::detail::format("relay {}: the spill directory {} belongs to the relay {}, "
+                                      "which still exists and spills there: two relays would "
+                                      "adopt and delete each other's pages; choose another "
+                                      "spill.dir",
+                                      relay_name, dir.path(), **owner));
+    // Stale: that relay is gone (or no longer spills here): take over.
+  }
+  if (auto ok = spill::write_owner(dir, self); !ok)
+    return fail(ok.error().code,
+                shm::detail::format("relay {}: spill store: {}", relay_name, ok.error().message));
+  return {};
+}
+
+}  // namespace
+
 Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
-                               std::string_view relay_name) {
+                               std::string_view relay_name, const std::string& segment_path) {
   SpillArea& a = *v.spill;
   const std::string path = policy.dir.empty() ? spill::default_spill_dir(relay_name) : policy.dir;
   auto dir = spill::SpillDir::open(path, true);
   if (!dir)
     return fail(dir.error().code,
                 shm::detail::format("relay {}: spill store: {}", relay_name, dir.error().message));
+  if (auto ok = claim_dir(*dir, segment_path, relay_name); !ok) return std::unexpected(ok.error());
   auto listing = spill::list_dir(*dir);
   if (!listing) return std::unexpected(listing.error());
   // Torn seals: never renamed, so never recorded anywhere: remove them.
@@ -168,7 +226,26 @@ Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
   return floors;
 }
 
-bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
+// What is impossible in the manifest, or empty.
+static std::string manifest_problem(const View& v) {
+  const SpillArea& a = *v.spill;
+  const std::uint64_t next = ld(a.next_page_id);
+  for (std::uint32_t n = 0; n < kManifestSlots; ++n) {
+    const ManifestSlot& s = a.slots[n];
+    const std::uint32_t state = ld(s.state);
+    if (state > static_cast<std::uint32_t>(SlotState::Acked))
+      return shm::detail::format(
+          "spill manifest slot {} has state {}, not free (0), sealed (1) or acked (2)", n, state);
+    if (state != static_cast<std::uint32_t>(SlotState::Free) &&
+        (ld(s.page_id) == 0 || ld(s.page_id) >= next))
+      return shm::detail::format(
+          "spill manifest slot {} names page {}, outside [1, {}) (the next page id)", n,
+          ld(s.page_id), next);
+  }
+  return {};
+}
+
+Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::string_view path) {
   Control& c = *v.control;
   SpillArea& a = *v.spill;
   auto fall_back = [&](EventKind kind, std::uint64_t count) {
@@ -176,6 +253,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
     if (log) log_event(c, kind, 0, count);
     return false;
   };
+  // The manifest and the pending list come from shared memory: damage is
+  // Corrupt, never a fallback to Block (which would hide it, park the
+  // writers, and could seal over a page id the manifest still names).
+  if (std::string why = manifest_problem(v); !why.empty()) return corrupt(path, why);
   ManifestSlot* slot = free_slot(v);
   if (slot == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
   const std::uint64_t stride = spill::record_stride(v.params.value_size);
@@ -191,6 +272,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
   // first order: page ranges never overlap and never contain a hot entry, so
   // cold pages by first order merged with the hot head is arrival order.
   const std::uint32_t head = ld(c.head);
+  if (head != kNone && head >= v.params.capacity)
+    return corrupt(path, shm::detail::format("spill seal: the pending list starts at entry {} "
+                                             "(capacity {})",
+                                             head, v.params.capacity));
   std::uint64_t gap_end = ~std::uint64_t{0};
   if (head != kNone && head < v.params.capacity)
     for (const ManifestSlot& s : a.slots)
@@ -200,7 +285,10 @@ bool seal_page(const View& v, spill::SpillDir& dir, bool log) {
   std::vector<std::uint32_t> chosen;
   spill::PageBuilder page;
   for (std::uint32_t i = head; i != kNone && chosen.size() < max_records; i = ld(v.entry(i).next)) {
-    if (i >= v.params.capacity) return fall_back(EventKind::SpillFallback, 0);
+    if (i >= v.params.capacity)
+      return corrupt(path, shm::detail::format("spill seal: the pending list names entry {} after "
+                                               "{} entries (capacity {})",
+                                               i, chosen.size(), v.params.capacity));
     const EntryHead& e = v.entry(i);
     if (ld(e.order) >= gap_end) break;
     const std::uint32_t len = std::min(ld(e.len), v.params.value_size);
@@ -401,10 +489,25 @@ std::vector<std::string> verify_spill(const View& v) {
 
 Result<void> retune_spill_view(const View& v, std::string_view path, std::uint64_t page_size,
                                std::uint64_t retention_bytes, std::uint64_t ttl_ms) {
+  return retune_spill_view(v, path, [&](SpillLimits& now) {
+    now = SpillLimits{page_size, retention_bytes, ttl_ms};
+  });
+}
+
+Result<void> retune_spill_view(const View& v, std::string_view path, const SpillEdit& edit) {
   SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("{}: the relay has no spill store", path));
+  Control& c = *v.control;
+  if (auto ok = lock(v, path); !ok) return ok;
+  Held held(c);
+  // Read, edit, validate and store under the mutex: one retune is atomic.
+  SpillLimits limits{ld(a.page_bytes), ld(a.retention_bytes), ld(a.retention_ttl_ms)};
+  edit(limits);
+  const std::uint64_t page_size = limits.page_size;
+  const std::uint64_t retention_bytes = limits.retention_bytes;
+  const std::uint64_t ttl_ms = limits.ttl_ms;
   if (page_size < spill::kPageHeaderSize + spill::record_stride(v.params.value_size) ||
       page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
     return fail(Errc::InvalidArgument,
@@ -419,9 +522,6 @@ Result<void> retune_spill_view(const View& v, std::string_view path, std::uint64
   if (kind == RetentionKind::Ttl && ttl_ms == 0)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("{}: Ttl retention needs a ttl > 0", path));
-  Control& c = *v.control;
-  if (auto ok = lock(v, path); !ok) return ok;
-  Held held(c);
   st(a.page_bytes, page_size);
   st(a.retention_bytes, retention_bytes);
   st(a.retention_ttl_ms, ttl_ms);

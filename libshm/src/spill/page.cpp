@@ -44,6 +44,9 @@ int data_sync(int fd) noexcept {
 }
 
 constexpr const char* kIdFile = "relay.id";
+constexpr const char* kOwnerFile = "relay.owner";
+constexpr std::string_view kOwnerMagic = "libshm spill owner 1\n";
+constexpr std::size_t kOwnerMaxBytes = 4096;
 constexpr const char* kRefusedDir = "refused";
 constexpr std::uint64_t kIdMagic = 0x44'4950'534D'4853ull;  // "SHMSPID"
 
@@ -439,6 +442,60 @@ Result<void> sync_dir(const SpillDir& dir) {
   return fsync_fd(dir.fd(), dir.path());
 }
 
+Result<std::optional<std::string>> read_owner(const SpillDir& dir) {
+  const std::string what = dir.path() + "/" + kOwnerFile;
+  const int fd = ::openat(dir.fd(), kOwnerFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>{};
+    if (errno == ELOOP)
+      return fail(Errc::NotRegularFile, shm::detail::format("{} is a symbolic link", what));
+    return fail_errno(errno, what);
+  }
+  FileHandle f(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fail_errno(errno, what);
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::NotRegularFile, shm::detail::format("{} is not a regular file", what));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > kOwnerMaxBytes)
+    return fail(Errc::Corrupt,
+                shm::detail::format("{}: {} bytes, more than {}", what, size, kOwnerMaxBytes));
+  std::string text(size, '\0');
+  if (auto ok = read_all(fd, text.data(), text.size(), 0, what); !ok)
+    return std::unexpected(ok.error());
+  const std::string_view t = text;
+  if (!t.starts_with(kOwnerMagic) || !t.ends_with('\n') || t.size() < kOwnerMagic.size() + 3 ||
+      t[kOwnerMagic.size()] != '/')
+    return fail(Errc::Corrupt,
+                shm::detail::format("{}: not a spill directory binding ({} bytes)", what, size));
+  return std::optional<std::string>(
+      t.substr(kOwnerMagic.size(), t.size() - kOwnerMagic.size() - 1));
+}
+
+Result<void> write_owner(const SpillDir& dir, std::string_view segment_path) {
+  const std::string what = dir.path() + "/" + kOwnerFile;
+  const std::string text = shm::detail::format("{}{}\n", kOwnerMagic, segment_path);
+  const std::string tmp = shm::detail::format("{}.tmp-{:016x}", kOwnerFile, random_u64());
+  const int t =
+      ::openat(dir.fd(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (t < 0) return fail_errno(errno, dir.path() + "/" + tmp);
+  {
+    FileHandle tf(t);
+    auto ok = write_all(t, text.data(), text.size(), 0, what);
+    if (ok) ok = fsync_fd(t, what);
+    if (!ok) {
+      (void)::unlinkat(dir.fd(), tmp.c_str(), 0);
+      return ok;
+    }
+  }
+  if (::renameat(dir.fd(), tmp.c_str(), dir.fd(), kOwnerFile) != 0) {
+    const int err = errno;
+    (void)::unlinkat(dir.fd(), tmp.c_str(), 0);
+    return fail_errno(err, what);
+  }
+  return fsync_fd(dir.fd(), dir.path());
+}
+
 Result<DirListing> list_dir(const SpillDir& dir) {
   const int fd = ::openat(dir.fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return fail_errno(errno, dir.path());
@@ -451,7 +508,7 @@ Result<DirListing> list_dir(const SpillDir& dir) {
   DirListing out;
   while (const dirent* e = ::readdir(d)) {
     const std::string_view n = e->d_name;
-    if (n == "." || n == ".." || n == kIdFile || n == kRefusedDir) continue;
+    if (n == "." || n == ".." || n == kIdFile || n == kOwnerFile || n == kRefusedDir) continue;
     if (const std::uint64_t id = page_id_of(n); id != 0)
       out.pages.push_back(id);
     else if (n.starts_with("page-") && n.ends_with(".tmp"))

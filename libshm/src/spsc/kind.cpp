@@ -97,7 +97,7 @@ std::vector<std::string> verify(const Segment& seg) {
                                       v.params.capacity, seg.data().size()));
     return bad;
   }
-  if (v.params.max_payload != ring::max_payload_for(v.params.capacity))
+  if (!ring::max_payload_matches(v.params.max_payload, v.params.capacity))
     bad.push_back(shm::detail::format("max_record {} does not match capacity {}",
                                       v.params.max_payload, v.params.capacity));
   const Positions p = positions(v);

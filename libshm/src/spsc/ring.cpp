@@ -43,7 +43,7 @@ KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
         if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
           return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
                                      f.capacity, kMinCapacity, kMaxCapacity);
-        if (f.max_payload != max_payload_for(f.capacity))
+        if (!max_payload_matches(f.max_payload, f.capacity))
           return shm::detail::format("max_payload: segment has {}, capacity {} implies {}",
                                      f.max_payload, f.capacity, max_payload_for(f.capacity));
         return {};
@@ -113,6 +113,11 @@ bool membarrier_registered() noexcept {
 }  // namespace
 
 std::string too_large_message(std::size_t n, std::uint64_t max_payload) {
+  if (max_payload == ring::kMaxRecordPayload)
+    return shm::detail::format(
+        "record of {} bytes exceeds the ring's maximum of {} bytes (the limit of the record "
+        "header's 32-bit length field)",
+        n, max_payload);
   return shm::detail::format("record of {} bytes exceeds the ring's maximum of {} bytes", n,
                              max_payload);
 }
@@ -128,7 +133,9 @@ Result<void> RingEndpoint::bind(RingEndpoint& e, Segment segment, const RoleSpec
   e.buffer_ = e.segment_.data().data() + ring::kBufferOffset;
   e.capacity_ = block.capacity;
   e.mask_ = block.capacity - 1;
-  e.max_payload_ = block.max_payload;
+  // A segment of an older build stores the uncapped half of the ring: the cap
+  // applies all the same (the header's length field is 32 bits).
+  e.max_payload_ = std::min(block.max_payload, ring::kMaxRecordPayload);
   e.capacity_log2_ = static_cast<unsigned>(std::countr_zero(block.capacity));
   e.registered_ = membarrier_registered();
   return {};

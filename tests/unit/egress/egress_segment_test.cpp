@@ -249,5 +249,23 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   EXPECT_TRUE(kEgressDescriptor.verify(*any).empty());
 }
 
+// Move-assigning over a live egress handle detaches while the old mapping is
+// still there (a defaulted operator= unmapped first: SIGSEGV in the detach).
+TEST_F(EgressSegmentTest, MoveAssignOverALiveHandleDetachesBeforeUnmapping) {
+  auto a = Egress::create("a", small(8, 4));
+  ASSERT_TRUE(a) << a.error().what();
+  auto b = Egress::create("b", small(8, 4));
+  ASSERT_TRUE(b) << b.error().what();
+  auto observer = Segment::open_any("a", {});
+  ASSERT_TRUE(observer) << observer.error().what();
+  ASSERT_EQ(observer->slots().size(), 1u);
+
+  *a = std::move(*b);
+
+  EXPECT_TRUE(observer->slots().empty()) << "the old slot is still held";
+  EXPECT_EQ(a->segment().name(), "b");
+  EXPECT_TRUE(Egress::open("a")) << "the freed slot is reattachable";
+}
+
 }  // namespace
 }  // namespace shm

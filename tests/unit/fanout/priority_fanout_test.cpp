@@ -587,5 +587,26 @@ TEST_F(PriorityFanoutTest, VerifyReportsBitsAboveKAndStrandedItems) {
       << d.error().message;
 }
 
+// Move-assigning over a live fanout detaches from its bitmap while the old
+// mapping is still there (a defaulted operator= unmapped first: SIGSEGV in
+// the detach), and frees the bitmap's and the rings' slots.
+TEST_F(PriorityFanoutTest, MoveAssignOverALiveFanoutDetachesBeforeUnmapping) {
+  PriorityFanout jobs = make();
+  auto other = PriorityFanout::create("other", kParams);
+  ASSERT_TRUE(other) << other.error().what();
+  auto bitmap = Segment::open_any("jobs.bitmap", {});
+  ASSERT_TRUE(bitmap) << bitmap.error().what();
+  ASSERT_EQ(bitmap->slots().size(), 1u);
+
+  jobs = std::move(*other);
+
+  EXPECT_TRUE(bitmap->slots().empty()) << "the old bitmap slot is still held";
+  ASSERT_TRUE(*jobs.submit(2, bytes("moved")));
+  auto got = drain(jobs);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->second, "moved");
+  EXPECT_TRUE(PriorityFanout::open("jobs", kParams)) << "the freed slots are reattachable";
+}
+
 }  // namespace
 }  // namespace shm

@@ -638,5 +638,33 @@ TEST_F(MpmcRingTest, ItemsSurviveTheHandlesThatWroteThem) {
   EXPECT_EQ(pop_str(*r), "kept");
 }
 
+// Move-assigning over a live handle detaches its attachment while the old
+// mapping is still there (a defaulted operator= unmapped first, then wrote the
+// slot through the unmapped header: SIGSEGV, or a write into whatever was
+// mapped there since), and the old slot is free for the next attacher.
+TEST_F(MpmcRingTest, MoveAssignOverALiveHandleDetachesBeforeUnmapping) {
+  auto x = MpmcRing::create("x", {.capacity = 4, .slot_size = 8});
+  ASSERT_TRUE(x) << x.error().what();
+  auto y = MpmcRing::create("y", {.capacity = 4, .slot_size = 8});
+  ASSERT_TRUE(y) << y.error().what();
+  auto observer = open_mpmc_ring("x");
+  ASSERT_TRUE(observer) << observer.error().what();
+  const std::size_t old_slot = x->attachment().slot();
+  ASSERT_EQ(observer->liveness(old_slot), Liveness::Alive);
+
+  *x = std::move(*y);  // x now holds y's attachment; its own on "x" is released
+
+  EXPECT_EQ(observer->liveness(old_slot), Liveness::Free);
+  for (const SlotInfo& s : observer->slots()) EXPECT_NE(s.index, old_slot) << "slot still held";
+  ASSERT_TRUE(x->attachment().attached());
+  EXPECT_EQ(x->segment().name(), "y");
+  ASSERT_TRUE(*x->try_push(bytes("moved")));
+  EXPECT_EQ(pop_str(*x), "moved");
+  // The freed slot is reattachable.
+  auto again = MpmcRing::open("x");
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_EQ(observer->liveness(again->attachment().slot()), Liveness::Alive);
+}
+
 }  // namespace
 }  // namespace shm

@@ -14,6 +14,8 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -67,8 +69,8 @@ std::vector<SpilledEntry> drain_spilled(RelayReader& r, std::size_t credit = 3) 
   std::vector<SpilledEntry> out;
   for (int guard = 0; guard < 100000; ++guard) {
     auto n = r.drain(credit, [&](const RelayEntry& e) {
-      out.push_back(SpilledEntry{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count, e.redelivered,
-                        e.page_id});
+      out.push_back(SpilledEntry{e.key, u64_of(e.value), e.first_seq, e.last_seq, e.op_count,
+                                 e.redelivered, e.page_id});
     });
     EXPECT_TRUE(n) << n.error().what();
     if (!n || *n == 0) break;
@@ -231,6 +233,84 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   EXPECT_EQ(rest.front().value, 4u);
 }
 
+// A seal reads the manifest and the pending list from the segment: damage there
+// is Corrupt naming what is wrong, never a silent fallback to Block.
+TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) {
+  // A relay at its high water (6 of 8): the next new op seals a page.
+  auto at_high_water = [](const std::string& name) {
+    auto w = RelayWriter::create(name, spill_cfg(policy::kRawFifo));
+    EXPECT_TRUE(w) << w.error().what();
+    for (std::uint64_t i = 0; i < 6; ++i) {
+      auto r = w->write(u64_value(i), 0ns);
+      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << i;
+    }
+    EXPECT_TRUE(w->snapshot().is_full);
+    return std::move(*w);
+  };
+  auto expect_corrupt = [](RelayWriter& w, const std::string& what) {
+    auto r = w.write(u64_value(99), 0ns);
+    ASSERT_FALSE(r) << "a damaged manifest or list gave " << to_string(r->outcome);
+    EXPECT_EQ(r.error().code, Errc::Corrupt) << r.error().what();
+    EXPECT_NE(r.error().message.find(what), std::string::npos) << r.error().what();
+    EXPECT_EQ(w.snapshot().spill_fallbacks, 0u);
+  };
+  {  // a manifest slot in an impossible state (a seal went on around it)
+    RelayWriter w = at_high_water("state");
+    w.view().spill->slots[5].state.store(9);
+    expect_corrupt(w, "spill manifest slot 5 has state 9");
+  }
+  {  // every slot "sealed", naming a page never sealed (the manifest looked full: Block)
+    RelayWriter w = at_high_water("ids");
+    for (relay::ManifestSlot& s : w.view().spill->slots) {
+      s.page_id.store(77);
+      s.state.store(static_cast<std::uint32_t>(relay::SlotState::Sealed));
+    }
+    expect_corrupt(w, "spill manifest slot 0 names page 77, outside [1, 1)");
+  }
+  {  // the pending list runs past the entry table (the seal gave up: Block)
+    RelayWriter w = at_high_water("list");
+    const std::uint32_t head = w.view().control->head.load();
+    ASSERT_LT(head, 8u);
+    w.view().entry(head).next.store(1000);
+    expect_corrupt(w, "the pending list names entry 1000 after 1 entries (capacity 8)");
+  }
+}
+
+// One relay per spill directory: a second relay (another segment) created on a
+// directory an existing relay spills into is refused, naming both; once that
+// relay's segment is gone the binding is stale and a new relay takes over.
+TEST_F(RelaySpillTest, ASecondRelayOnABoundSpillDirectoryIsRefusedUntilTheFirstIsGone) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.spill.dir = spill_.sub("shared");
+  auto a = RelayWriter::create("a", c);
+  ASSERT_TRUE(a) << a.error().what();
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(a->write(u64_value(i), 0ns));
+  const std::uint64_t pages = a->snapshot().cold_pages;
+  ASSERT_GE(pages, 1u);
+
+  auto b = RelayWriter::create("b", c);
+  ASSERT_FALSE(b) << "two relays share " << c.spill.dir;
+  EXPECT_EQ(b.error().code, Errc::RoleTaken) << b.error().what();
+  EXPECT_NE(b.error().message.find("spill directory " + c.spill.dir), std::string::npos)
+      << b.error().what();
+  EXPECT_NE(b.error().message.find(root_.file("a")), std::string::npos) << b.error().what();
+  EXPECT_FALSE(Segment::open_any("b", {})) << "a refused create leaves no segment";
+  // The first relay's pages were neither adopted nor touched.
+  EXPECT_EQ(files_in(c.spill.dir, ".spill"), pages);
+  EXPECT_EQ(a->snapshot().pages_refused, 0u);
+
+  // Stale binding: a's segment is gone; b takes the directory over and adopts its pages.
+  ASSERT_TRUE(a->segment().unlink());
+  b = RelayWriter::create("b", c);
+  ASSERT_TRUE(b) << b.error().what();
+  EXPECT_EQ(b->snapshot().pages_rebuilt, pages);
+  // And now "a" (re-created) is the one refused.
+  auto a2 = RelayWriter::create("a", c);
+  ASSERT_FALSE(a2);
+  EXPECT_EQ(a2.error().code, Errc::RoleTaken);
+  EXPECT_NE(a2.error().message.find(root_.file("b")), std::string::npos) << a2.error().what();
+}
+
 TEST_F(RelaySpillTest, ForeignSymlinkFifoAndTruncatedPagesAreRefusedAtRebuild) {
   {
     auto w = RelayWriter::create("mixed", spill_cfg(policy::kRawFifo));
@@ -357,6 +437,80 @@ TEST_F(RelaySpillTest, ShmctlSetRetunesTheSpillStoreLive) {
   // Every handle follows: the larger page takes 8 records.
   for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
   EXPECT_EQ(w->snapshot().manifest.at(0).records, 6u);  // the pending entries at the seal
+}
+
+// Concurrent `shmctl set`s of different fields on one relay (each thread its
+// own mapping, as separate shmctl processes): every set is one step under the
+// relay mutex, so none undoes another's field with a value read before it.
+TEST_F(RelaySpillTest, ConcurrentSetsOfDifferentFieldsNeverLoseAnUpdate) {
+  RelayConfig c = spill_cfg(policy::kRawFifo);
+  c.backpressure = Backpressure{Dimension::Count, 10000, 1, Overflow::Spill};
+  c.spill.retention = relay::RetentionKind::BoundedDisk;
+  c.spill.retention_bytes = page_for(4);
+  auto w = RelayWriter::create("race", c);
+  ASSERT_TRUE(w) << w.error().what();
+  const relay::detail::View& v = w->view();
+  const KindDescriptor* kind = find_kind(kRelayKind);
+  const std::uint64_t rounds = test::scaled(3000);
+  struct Field {
+    const char* key;
+    std::uint64_t base;
+    const std::atomic<std::uint64_t>* word;
+  };
+  const std::array<Field, 4> fields{{
+      {"high_water", 10000, &v.control->high_water},
+      {"low_water", 1, &v.control->low_water},
+      {"spill_page_size", page_for(4), &v.spill->page_bytes},
+      {"spill_retention_bytes", 1, &v.spill->retention_bytes},
+  }};
+  std::array<std::uint64_t, 4> lost{}, failed{};
+  std::atomic<std::size_t> ready{0};  // all threads start together: their sets overlap
+  std::vector<std::thread> threads;
+  for (std::size_t f = 0; f < fields.size(); ++f)
+    threads.emplace_back([&, f] {
+      auto seg = Segment::open_any("race", {});
+      ready.fetch_add(1);
+      while (ready.load() < fields.size()) std::this_thread::yield();
+      if (!seg) {
+        failed[f] = rounds;
+        return;
+      }
+      for (std::uint64_t i = 0; i < rounds; ++i) {
+        const std::uint64_t want = fields[f].base + (i % 500) * 8;
+        if (!kind->set(*seg, fields[f].key, std::to_string(want))) ++failed[f];
+        // Nobody else sets this field: it holds what this thread stored.
+        if (fields[f].word->load() != want) ++lost[f];
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    EXPECT_EQ(failed[f], 0u) << fields[f].key;
+    EXPECT_EQ(lost[f], 0u) << fields[f].key << ": updates undone by a concurrent set";
+    EXPECT_EQ(fields[f].word->load(), fields[f].base + ((rounds - 1) % 500) * 8) << fields[f].key;
+  }
+  EXPECT_EQ(w->snapshot().retunes, 4 * rounds);
+}
+
+// The roles table's events preset is usable as it is: it creates, and a write
+// past high water spills instead of being refused or blocking.
+TEST_F(RelaySpillTest, TheOutboxEventsPresetCreatesAndSpillsPastHighWater) {
+  for (const PolicyId p : {policy::kRawFifo, policy::kSum, policy::kMax}) {
+    const std::string name = "events-" + std::to_string(p);
+    const RelayConfig c = Outbox::config(p, Traffic::Events, 16);
+    auto w = Outbox::create(name, c);
+    ASSERT_TRUE(w) << name << ": " << w.error().what();
+    const std::uint64_t ops = 3 * c.backpressure.high_water;
+    for (std::uint64_t i = 0; i < ops; ++i) {
+      auto r = w->write(i, u64_value(i + 1), 0ns);  // a new key each time: never a merge
+      ASSERT_TRUE(r) << name << " op " << i << ": " << r.error().what();
+      ASSERT_EQ(r->outcome, WriteOutcome::Appended) << name << " op " << i;
+    }
+    const RelaySnapshot s = w->snapshot();
+    EXPECT_GT(s.pages_sealed, 0u) << name;
+    EXPECT_EQ(s.lag, ops) << name;
+    EXPECT_EQ(s.blocked, 0u) << name;
+    EXPECT_EQ(files_in(spill_.sub(name), ".spill"), s.cold_pages) << name;
+  }
 }
 
 TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {

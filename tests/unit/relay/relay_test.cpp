@@ -409,7 +409,9 @@ TEST_F(RelayTest, InboxAndOutboxFactoriesUseTheRolesTableDefaults) {
   EXPECT_TRUE(Outbox::create("out", state));
   const RelayConfig events = Outbox::config(policy::kRawFifo, Traffic::Events);
   EXPECT_EQ(events.backpressure.overflow, Overflow::Spill);
-  expect_error(Outbox::create("ev", events), Errc::PolicyRefused, "spill");
+  EXPECT_TRUE(events.spill.enabled);  // created and written in RelaySpillTest
+  EXPECT_TRUE(events.spill_dedup);    // raw_fifo is not idempotent
+  EXPECT_FALSE(Outbox::config(policy::kMax, Traffic::Events).spill_dedup);
   auto in = Inbox::config(policy::kMax);
   ASSERT_TRUE(in);
   EXPECT_EQ(in->backpressure.overflow, Overflow::Conflate);
@@ -518,6 +520,30 @@ TEST_F(RelayTest, SidecarMetricsExportTheProjectionsCountersAndFlags) {
         "libshm_relay_counters_dropped_total{segment=\"m\"} 1\n",
         "libshm_relay_backpressure_high_water{segment=\"m\"} 2\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line << out;
+}
+
+// Move-assigning over a live relay handle detaches while the old mapping is
+// still there (a defaulted operator= unmapped first: SIGSEGV in the detach).
+TEST_F(RelayTest, MoveAssignOverALiveHandleDetachesBeforeUnmapping) {
+  RelayConfig c;
+  auto a = RelayWriter::create("a", c);
+  ASSERT_TRUE(a) << a.error().what();
+  auto b = RelayWriter::create("b", c);
+  ASSERT_TRUE(b) << b.error().what();
+  auto r = RelayReader::open("a");
+  ASSERT_TRUE(r) << r.error().what();
+  auto observer = Segment::open_any("a", {});
+  ASSERT_TRUE(observer) << observer.error().what();
+  ASSERT_EQ(observer->slots().size(), 2u);
+
+  *a = std::move(*b);  // a writer over a writer
+  EXPECT_EQ(observer->slots().size(), 1u) << "the old writer slot is still held";
+  EXPECT_EQ(a->segment().name(), "b");
+  auto other_reader = RelayReader::create("c", c);
+  ASSERT_TRUE(other_reader) << other_reader.error().what();
+  *r = std::move(*other_reader);  // the reader: its exclusive role is free again
+  EXPECT_TRUE(observer->slots().empty()) << "the old reader slot is still held";
+  EXPECT_TRUE(RelayReader::open("a")) << "the reader role is free";
 }
 
 }  // namespace

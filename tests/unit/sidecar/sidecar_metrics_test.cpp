@@ -72,6 +72,23 @@ TEST(SidecarMetrics, LabelValuesAndNamesAreEscaped) {
   EXPECT_EQ(out.find("other"), std::string::npos) << "a sample of another type joined the family";
 }
 
+// The exposition is UTF-8: a segment name (or any label value) that is not
+// must not make it invalid. Bad bytes read as "\xNN" once the label is decoded;
+// \, " and newline keep the format's own escapes; valid UTF-8 is unchanged.
+TEST(SidecarMetrics, LabelValuesThatAreNotUtf8BecomeEscapesAndTheExpositionStaysValid) {
+  EXPECT_EQ(escape_label("ok-\xff\xfe"), "ok-\\\\xff\\\\xfe");
+  EXPECT_EQ(escape_label("a\nb\xc3"), "a\\nb\\\\xc3");       // a truncated sequence
+  EXPECT_EQ(escape_label("q\"\\\x01"), "q\\\"\\\\\\\\x01");  // a control character too
+  EXPECT_EQ(escape_label("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
+  MetricsWriter w;
+  w.sample("m", MetricsWriter::Type::Gauge, "help", {{"segment", "bad\xff\xc0name"}},
+           std::uint64_t{1});
+  const std::string out = w.render();
+  EXPECT_NE(out.find("m{segment=\"bad\\\\xff\\\\xc0name\"} 1\n"), std::string::npos) << out;
+  // nlohmann refuses to serialise invalid UTF-8: the whole text is valid.
+  EXPECT_NO_THROW((void)nlohmann::json(out).dump()) << out;
+}
+
 TEST(SidecarLog, LogfmtQuotesValuesThatNeedIt) {
   std::vector<std::string> lines;
   Logger log([&](std::string_view l) { lines.emplace_back(l); }, Logger::Format::Logfmt);

@@ -36,6 +36,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shm {
@@ -77,7 +78,17 @@ class Egress {
  public:
   Egress() = default;
   Egress(Egress&&) noexcept = default;
-  Egress& operator=(Egress&&) noexcept = default;
+  // Detaches before the old mapping goes away (the attachment writes into
+  // it); a defaulted one would unmap first, in member order.
+  Egress& operator=(Egress&& other) noexcept {
+    if (this != &other) {
+      attachment_.detach();
+      segment_ = std::move(other.segment_);
+      attachment_ = std::move(other.attachment_);
+      state_ = std::exchange(other.state_, egress::State{});
+    }
+    return *this;
+  }
   Egress(const Egress&) = delete;
   Egress& operator=(const Egress&) = delete;
 

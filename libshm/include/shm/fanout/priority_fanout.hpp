@@ -59,6 +59,7 @@
 #include <chrono>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace shm {
@@ -86,7 +87,23 @@ class PriorityFanout {
  public:
   PriorityFanout() = default;
   PriorityFanout(PriorityFanout&&) noexcept = default;
-  PriorityFanout& operator=(PriorityFanout&&) noexcept = default;
+  // Detaches from the bitmap before its old mapping goes away (the attachment
+  // writes into it); a defaulted one would unmap first, in member order.
+  PriorityFanout& operator=(PriorityFanout&& other) noexcept {
+    if (this != &other) {
+      attachment_.detach();
+      segment_ = std::move(other.segment_);
+      attachment_ = std::move(other.attachment_);
+      control_ = std::exchange(other.control_, nullptr);
+      rings_ = std::move(other.rings_);  // each ring detaches before it unmaps
+      k_ = std::exchange(other.k_, 0);
+      slot_bit_ = other.slot_bit_;
+      taken_ = std::exchange(other.taken_, kNoTake);
+      base_ = std::move(other.base_);
+      guard_ = std::move(other.guard_);
+    }
+    return *this;
+  }
   PriorityFanout(const PriorityFanout&) = delete;
   PriorityFanout& operator=(const PriorityFanout&) = delete;
   ~PriorityFanout() = default;

@@ -85,7 +85,10 @@ class MpmcRing {
  public:
   MpmcRing() = default;
   MpmcRing(MpmcRing&&) noexcept = default;
-  MpmcRing& operator=(MpmcRing&&) noexcept = default;
+  // Detaches this handle's attachment while its mapping is still there, then
+  // takes the other's: the order of the destructor (attachment_, then
+  // segment_). A defaulted one would unmap first and detach into freed memory.
+  MpmcRing& operator=(MpmcRing&& other) noexcept;
   MpmcRing(const MpmcRing&) = delete;
   MpmcRing& operator=(const MpmcRing&) = delete;
   ~MpmcRing() = default;

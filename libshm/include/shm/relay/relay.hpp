@@ -152,7 +152,19 @@ class Handle {
  public:
   Handle() = default;
   Handle(Handle&&) noexcept = default;
-  Handle& operator=(Handle&&) noexcept = default;
+  // Detaches before the old mapping goes away (the attachment writes into
+  // it); a defaulted one would unmap first, in member order.
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      attachment_.detach();
+      segment_ = std::move(other.segment_);
+      spill_dir_ = std::move(other.spill_dir_);
+      attachment_ = std::move(other.attachment_);
+      view_ = std::exchange(other.view_, View{});
+      policy_ = std::exchange(other.policy_, nullptr);
+    }
+    return *this;
+  }
 
   [[nodiscard]] RelaySnapshot snapshot() const;
   // True while the head is empty (nothing pending, nothing in hand).
@@ -258,8 +270,10 @@ class RelayReader : public relay::detail::Handle {
 enum class Traffic : std::uint8_t { State, Events };
 struct Outbox {
   // application -> transport: the local producer feels is_full directly.
-  // Default overflow: Conflate for state, Spill for events (Spill needs
-  // config.spill.enabled, and spill_dedup for a non-idempotent policy).
+  // Default overflow: Conflate for state, Spill for events. The events preset
+  // enables the spill store (default directory, see SpillPolicy) and, for a
+  // policy that is not idempotent, declares spill_dedup: the reader drops
+  // redelivered ops by first_seq (docs/spill.md, replay and dedup).
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
                                           std::uint32_t capacity = 1024,
                                           std::uint32_t value_size = 8);

@@ -10,6 +10,11 @@
 //   page-<16 hex id>.spill   sealed pages, named by page id (ids only grow).
 //   page-<16 hex id>.tmp     a page being sealed; never read; removed on open.
 //   refused/                 pages that failed validation, moved aside.
+//   relay.owner              the relay bound to the directory: the absolute
+//                            path of its segment file (text), rewritten
+//                            (tmp, fsync, rename, fsync dir) by every relay
+//                            create. One relay per directory: see
+//                            read_owner() and docs/spill.md.
 //
 // A page file is a 4 KiB header followed by `content_bytes` of records:
 //   PageHeader (validated like a segment's handshake header: magic, version,
@@ -42,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -192,10 +198,19 @@ struct Page {
 // fsync of the directory.
 [[nodiscard]] Result<void> sync_dir(const SpillDir& dir);
 
+// The relay segment a spill directory is bound to (relay.owner), nullopt when
+// the directory has no binding yet. A relay create refuses a directory bound
+// to another relay whose segment still exists and names this directory, and
+// takes over a stale binding (the other segment is gone, or no longer a relay
+// spilling here); the relay does that check (relay/spill.cpp).
+[[nodiscard]] Result<std::optional<std::string>> read_owner(const SpillDir& dir);
+// Binds the directory to the relay segment at `segment_path` (absolute).
+[[nodiscard]] Result<void> write_owner(const SpillDir& dir, std::string_view segment_path);
+
 struct DirListing {
   std::vector<std::uint64_t> pages;  // sorted page ids of page-*.spill
   std::vector<std::string> temps;    // page-*.tmp (torn seals)
-  std::vector<std::string> others;   // anything else but relay.id and refused/
+  std::vector<std::string> others;   // anything else but relay.id, relay.owner and refused/
 };
 [[nodiscard]] Result<DirListing> list_dir(const SpillDir& dir);
 

@@ -81,6 +81,7 @@
 #include "shm/segment/layout.hpp"
 #include "shm/segment/segment.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -209,13 +210,31 @@ struct ParamBlock {
   std::uint64_t max_payload;
 };
 
-[[nodiscard]] constexpr std::uint64_t max_payload_for(std::uint64_t capacity) noexcept {
-  // Any record of at most capacity/2 bytes fits after at most one padding record.
+// The largest payload the header word's 32-bit length field can carry, for a
+// data record and for the padding record before it: a record of
+// record_size(kMaxRecordPayload) = 2^32 bytes needs padding of less than 2^32
+// bytes. It is max_payload_for(2^33): rings of 16 GiB and more are capped here.
+inline constexpr std::uint64_t kMaxRecordPayload = (1ull << 32) - kRecordHeader;
+// What max_payload_for gave before the cap (a segment created by an older build
+// stores it; it is accepted, and the endpoint applies the cap).
+[[nodiscard]] constexpr std::uint64_t uncapped_max_payload_for(std::uint64_t capacity) noexcept {
   return capacity / 2 - kRecordHeader;
+}
+[[nodiscard]] constexpr std::uint64_t max_payload_for(std::uint64_t capacity) noexcept {
+  // Any record of at most capacity/2 bytes fits after at most one padding
+  // record; no record is longer than the length field holds.
+  return std::min(uncapped_max_payload_for(capacity), kMaxRecordPayload);
+}
+// A stored max_payload this build accepts for `capacity`.
+[[nodiscard]] constexpr bool max_payload_matches(std::uint64_t stored,
+                                                 std::uint64_t capacity) noexcept {
+  return stored == max_payload_for(capacity) || stored == uncapped_max_payload_for(capacity);
 }
 [[nodiscard]] constexpr std::uint64_t record_size(std::uint64_t payload) noexcept {
   return kRecordHeader + round_up(payload, kRecordAlign);
 }
+static_assert(record_size(kMaxRecordPayload) == 1ull << 32);
+static_assert(max_payload_for(1ull << 33) == kMaxRecordPayload);
 
 // A position read from the mapping falls on a record boundary.
 [[nodiscard]] constexpr bool position_aligned(std::uint64_t pos) noexcept {
