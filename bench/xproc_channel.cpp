@@ -35,7 +35,6 @@
 
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -74,19 +73,17 @@ usage: xproc_channel [--quick | --smoke] [options]
 )";
 
 struct Options {
-  int reps = 9;
+  RunOptions run;
   std::uint64_t duration_ns = 400'000'000;
   std::uint64_t warmup_ns = 80'000'000;
   std::vector<std::size_t> sizes{64, 1024};
   std::uint32_t events_per_page = 1000;
   std::uint32_t pages = 4;
   CpuPair cpus;
-  bool smoke = false;
   bool blocking = true;
   shm::Coalescing coalescing{.descriptors = 256, .max_delay = std::chrono::microseconds(20)};
-  std::string csv;
-  bool check_targets = false;
   std::uint64_t min_count = 100;
+  bool smoke = false;  // run.smoke, where harness/stream.hpp reads it (o.smoke)
 
   [[nodiscard]] std::chrono::milliseconds run_limit() const {
     return std::chrono::milliseconds((warmup_ns + duration_ns) / 1'000'000 + 20'000);
@@ -99,18 +96,13 @@ struct Options {
 Options parse_options(int argc, char** argv) {
   Args args(argc, argv);
   Options o;
-  const bool quick = args.flag("--quick");
-  o.smoke = args.flag("--smoke");
-  if (quick) {
-    o.reps = 3;
-    o.duration_ns = 150'000'000;
-  }
+  o.run = parse_run_options(args, 9, 3);
+  if (o.run.quick) o.duration_ns = 150'000'000;
+  o.smoke = o.run.smoke;
   if (o.smoke) {
-    o.reps = 1;
     o.duration_ns = 5'000'000;
     o.min_count = 5'000;  // enough for a few rotations
   }
-  o.reps = args.int_value("--reps", o.reps);
   o.duration_ns = static_cast<std::uint64_t>(
       args.double_value("--duration-ms", static_cast<double>(o.duration_ns) / 1e6) * 1e6);
   o.warmup_ns = static_cast<std::uint64_t>(
@@ -123,10 +115,7 @@ Options parse_options(int argc, char** argv) {
   o.coalescing.descriptors = static_cast<std::uint32_t>(
       args.int_value("--coalesce", static_cast<int>(o.coalescing.descriptors)));
   o.coalescing.max_delay = std::chrono::microseconds(args.int_value("--coalesce-us", 20));
-  o.csv = args.value("--csv", "");
-  o.check_targets = args.flag("--check-targets");
   args.finish(kUsage);
-  if (o.reps < 1) throw BenchError("--reps must be at least 1");
   if (o.events_per_page < 1) throw BenchError("--events-per-page must be at least 1");
   if (!std::has_single_bit(o.pages) || o.pages < 2)
     throw BenchError("--pages must be a power of two >= 2");
@@ -440,47 +429,25 @@ Comparison comparison(const Options& o, SharedBlock<Control>& control, std::size
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   ScratchRoot root;
-  const MachineInfo machine = machine_info();
-  (void)pin_to_cpu(o.cpus.self);
   SharedBlock<Control> control;
-  std::FILE* csv = nullptr;
-  if (!o.csv.empty()) {
-    csv = std::fopen(o.csv.c_str(), "w");
-    if (csv == nullptr) throw BenchError(fmt::format("{}: {}", o.csv, std::strerror(errno)));
-  }
-  fmt::print("## xproc_channel{}\n\n",
-             o.smoke ? " (smoke: correctness only, timings meaningless)" : "");
-  print_machine(stdout, machine, argc, argv);
-  fmt::print(
-      "- pinned: this process CPU {}, peer CPU {}; rounds {}, {} ms measured + {} ms "
-      "warm-up per case\n",
-      o.cpus.self, o.cpus.peer, o.reps, static_cast<double>(o.duration_ns) / 1e6,
-      static_cast<double>(o.warmup_ns) / 1e6);
-  std::fflush(stdout);
-  bool met = true;
-  for (std::size_t size : o.sizes) {
-    const ComparisonResult r = comparison(o, control, size).run(o.reps);
-    print_markdown(stdout, r);
-    std::fflush(stdout);
-    if (csv != nullptr) append_csv(csv, r);
-    met = met && r.all_targets_met();
-  }
-  fmt::print("\n- load average at end: {}\n", machine_info().load_average);
-  if (csv != nullptr) std::fclose(csv);
-  if (o.smoke) {
-    fmt::print("\nsmoke: every case delivered its messages intact\n");
-    return 0;
-  }
-  return o.check_targets && !met ? 3 : 0;
+  std::vector<std::function<Comparison()>> comparisons;
+  for (std::size_t size : o.sizes)
+    comparisons.emplace_back([&o, &control, size] { return comparison(o, control, size); });
+  return run_report(
+      {.program = "xproc_channel",
+       .options = o.run,
+       .setup = fmt::format("- pinned: this process CPU {}, peer CPU {}; rounds {}, {} ms "
+                            "measured + {} ms warm-up per case",
+                            o.cpus.self, o.cpus.peer, o.run.reps,
+                            static_cast<double>(o.duration_ns) / 1e6,
+                            static_cast<double>(o.warmup_ns) / 1e6),
+       .pin_cpu = o.cpus.self,
+       .smoke_ok = "every case delivered its messages intact"},
+      argc, argv, comparisons);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xproc_channel: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("xproc_channel", argc, argv, run);
 }

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -58,36 +57,26 @@ constexpr std::size_t kPayload = 64;
 constexpr std::uint32_t kWindow = 64;
 
 struct Options {
-  int reps = 7;
+  RunOptions run;
   std::uint64_t messages = 1'000'000;
   std::uint32_t inflight = 10'000;
   int cpu = 0;
-  bool smoke = false;
-  std::string csv;
-  bool check_targets = false;
 };
 
 Options parse_options(int argc, char** argv) {
   Args args(argc, argv);
   Options o;
-  if (args.flag("--quick")) {
-    o.reps = 3;
-    o.messages = 200'000;
-  }
-  o.smoke = args.flag("--smoke");
-  if (o.smoke) {
-    o.reps = 1;
+  o.run = parse_run_options(args, 7, 3);
+  if (o.run.quick) o.messages = 200'000;
+  if (o.run.smoke) {
     o.messages = 5'000;
     o.inflight = 1'000;
   }
-  o.reps = args.int_value("--reps", o.reps);
   o.messages =
       static_cast<std::uint64_t>(args.double_value("--messages", static_cast<double>(o.messages)));
   o.inflight =
       static_cast<std::uint32_t>(args.int_value("--inflight", static_cast<int>(o.inflight)));
   o.cpu = args.int_value("--cpu", allowed_cpus().front());
-  o.csv = args.value("--csv", "");
-  o.check_targets = args.flag("--check-targets");
   args.finish(kUsage);
   if (o.messages < 2 * kWindow || o.messages > (1ull << 32))
     throw BenchError("--messages must be in [128, 2^32]");
@@ -304,48 +293,20 @@ Comparison reconnect_comparison(const Options& o) {
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   ScratchRoot root;
-  const MachineInfo machine = machine_info();
-  std::FILE* csv = nullptr;
-  if (!o.csv.empty()) {
-    csv = std::fopen(o.csv.c_str(), "w");
-    if (csv == nullptr) throw BenchError(fmt::format("{}: {}", o.csv, std::strerror(errno)));
-  }
-  fmt::print("## xproc_egress{}\n\n",
-             o.smoke ? " (smoke: correctness only, timings meaningless)" : "");
-  print_machine(stdout, machine, argc, argv);
-  fmt::print("- one process pinned to CPU {}; rounds {}\n", o.cpu, o.reps);
-  std::fflush(stdout);
-  if (!pin_to_cpu(o.cpu)) fmt::print("- (could not pin this process)\n");
-  (void)tick_clock();
-  std::vector<ComparisonResult> results;
-  results.push_back(message_comparison(o).run(o.reps));
-  print_markdown(stdout, results.back());
-  std::fflush(stdout);
-  results.push_back(reconnect_comparison(o).run(o.reps));
-  print_markdown(stdout, results.back());
-  fmt::print("\n");
-  print_targets(stdout, results);
-  if (csv != nullptr) {
-    for (const auto& r : results) append_csv(csv, r);
-    std::fclose(csv);
-  }
-  fmt::print("\n- load average at end: {}\n", machine_info().load_average);
-  if (o.smoke) {
-    fmt::print("\nsmoke: every case checked its data\n");
-    return 0;
-  }
-  bool met = true;
-  for (const auto& r : results) met = met && r.all_targets_met();
-  return o.check_targets && !met ? 3 : 0;
+  return run_report(
+      {.program = "xproc_egress",
+       .options = o.run,
+       .setup = fmt::format("- one process pinned to CPU {}; rounds {}", o.cpu, o.run.reps),
+       .pin_cpu = o.cpu,
+       .targets_table = true,
+       .smoke_ok = "every case checked its data",
+       .prepare = [] { (void)tick_clock(); }},
+      argc, argv,
+      {[&o] { return message_comparison(o); }, [&o] { return reconnect_comparison(o); }});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xproc_egress: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("xproc_egress", argc, argv, run);
 }

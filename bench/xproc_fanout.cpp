@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -56,32 +55,20 @@ usage: xproc_fanout [--quick | --smoke] [options]
 )";
 
 struct Options {
-  int reps = 7;
+  RunOptions run;
   std::uint64_t jobs = 400'000;
   CpuPair cpus;
-  bool smoke = false;
-  std::string csv;
-  bool check_targets = false;
   [[nodiscard]] std::chrono::milliseconds run_limit() const { return 120s; }
 };
 
 Options parse_options(int argc, char** argv) {
   Args args(argc, argv);
   Options o;
-  if (args.flag("--quick")) {
-    o.reps = 3;
-    o.jobs = 100'000;
-  }
-  o.smoke = args.flag("--smoke");
-  if (o.smoke) {
-    o.reps = 1;
-    o.jobs = 5'000;
-  }
-  o.reps = args.int_value("--reps", o.reps);
+  o.run = parse_run_options(args, 7, 3);
+  if (o.run.quick) o.jobs = 100'000;
+  if (o.run.smoke) o.jobs = 5'000;
   o.jobs = static_cast<std::uint64_t>(args.double_value("--jobs", static_cast<double>(o.jobs)));
   o.cpus = choose_cpus(args.value("--cpus", ""));
-  o.csv = args.value("--csv", "");
-  o.check_targets = args.flag("--check-targets");
   args.finish(kUsage);
   if (o.jobs == 0 || o.jobs > (1u << 26)) throw BenchError("--jobs must be in [1, 2^26]");
   return o;
@@ -195,7 +182,7 @@ Measurement fanout_run(const Env& env, int consumers) {
         auto d = fan->try_drain_highest(buf);
         if (!d) throw BenchError(d.error().what());
         if (!*d) break;  // no producer: empty means drained
-        if (!job_ok(j, (*d)->priority, o.jobs, o.smoke)) throw BenchError("job damaged");
+        if (!job_ok(j, (*d)->priority, o.jobs, o.run.smoke)) throw BenchError("job damaged");
         ++n;
       }
       return n;
@@ -273,7 +260,7 @@ Measurement heap_run(const Env& env, int consumers) {
         --h->size;
         pthread_mutex_unlock(&h->mutex);
         std::memcpy(&j, &block.jobs()[top.second], sizeof j);
-        if (!job_ok(j, top.first, o.jobs, o.smoke)) throw BenchError("job damaged");
+        if (!job_ok(j, top.first, o.jobs, o.run.smoke)) throw BenchError("job damaged");
         ++n;
       }
       return n;
@@ -302,41 +289,19 @@ Comparison drain_comparison(const Env& env) {
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   ScratchRoot root;
-  const MachineInfo machine = machine_info();
   SharedBlock<Control> control;
   const Env env{o, control};
-  std::FILE* csv = nullptr;
-  if (!o.csv.empty()) {
-    csv = std::fopen(o.csv.c_str(), "w");
-    if (csv == nullptr) throw BenchError(fmt::format("{}: {}", o.csv, std::strerror(errno)));
-  }
-  fmt::print("## xproc_fanout{}\n\n",
-             o.smoke ? " (smoke: correctness only, timings meaningless)" : "");
-  print_machine(stdout, machine, argc, argv);
-  fmt::print("- consumers pinned to CPUs {} and {}; rounds {}; {} jobs per run\n", o.cpus.self,
-             o.cpus.peer, o.reps, o.jobs);
-  std::fflush(stdout);
-  const ComparisonResult r = drain_comparison(env).run(o.reps);
-  print_markdown(stdout, r);
-  if (csv != nullptr) {
-    append_csv(csv, r);
-    std::fclose(csv);
-  }
-  fmt::print("\n- load average at end: {}\n", machine_info().load_average);
-  if (o.smoke) {
-    fmt::print("\nsmoke: every case drained its jobs intact\n");
-    return 0;
-  }
-  return o.check_targets && !r.all_targets_met() ? 3 : 0;
+  return run_report({.program = "xproc_fanout",
+                     .options = o.run,
+                     .setup = fmt::format("- consumers pinned to CPUs {} and {}; rounds {}; {} "
+                                          "jobs per run",
+                                          o.cpus.self, o.cpus.peer, o.run.reps, o.jobs),
+                     .smoke_ok = "every case drained its jobs intact"},
+                    argc, argv, {[&env] { return drain_comparison(env); }});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xproc_fanout: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("xproc_fanout", argc, argv, run);
 }

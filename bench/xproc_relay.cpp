@@ -30,7 +30,6 @@
 #include <array>
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -63,41 +62,33 @@ usage: xproc_relay [--quick | --smoke] [options]
 )";
 
 struct Options {
-  int reps = 7;
+  RunOptions run;
   std::uint64_t ops = 2'000'000;
   double seconds = 1.0;
   std::uint64_t rate = 200'000;
   std::uint32_t keys = 10'000;
   CpuPair cpus;
-  bool smoke = false;
-  std::string csv;
-  bool check_targets = false;
 };
 
 Options parse_options(int argc, char** argv) {
   Args args(argc, argv);
   Options o;
-  if (args.flag("--quick")) {
-    o.reps = 3;
+  o.run = parse_run_options(args, 7, 3);
+  if (o.run.quick) {
     o.ops = 400'000;
     o.seconds = 0.5;
   }
-  o.smoke = args.flag("--smoke");
-  if (o.smoke) {
-    o.reps = 1;
+  if (o.run.smoke) {
     o.ops = 20'000;
     o.seconds = 0.2;
     o.rate = 50'000;
     o.keys = 1000;
   }
-  o.reps = args.int_value("--reps", o.reps);
   o.ops = static_cast<std::uint64_t>(args.double_value("--ops", static_cast<double>(o.ops)));
   o.seconds = args.double_value("--seconds", o.seconds);
   o.rate = static_cast<std::uint64_t>(args.double_value("--rate", static_cast<double>(o.rate)));
   o.keys = static_cast<std::uint32_t>(args.int_value("--keys", static_cast<int>(o.keys)));
   o.cpus = choose_cpus(args.value("--cpus", ""));
-  o.csv = args.value("--csv", "");
-  o.check_targets = args.flag("--check-targets");
   args.finish(kUsage);
   if (o.ops < 1024 || o.ops > (1ull << 30)) throw BenchError("--ops must be in [1024, 2^30]");
   if (o.seconds <= 0 || o.seconds > 30) throw BenchError("--seconds must be in (0, 30]");
@@ -471,49 +462,22 @@ Comparison overload_comparison(const Options& o, SharedBlock<Control>& control) 
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   ScratchRoot root;
-  const MachineInfo machine = machine_info();
   SharedBlock<Control> control;
-  std::FILE* csv = nullptr;
-  if (!o.csv.empty()) {
-    csv = std::fopen(o.csv.c_str(), "w");
-    if (csv == nullptr) throw BenchError(fmt::format("{}: {}", o.csv, std::strerror(errno)));
-  }
-  fmt::print("## xproc_relay{}\n\n",
-             o.smoke ? " (smoke: correctness only, timings meaningless)" : "");
-  print_machine(stdout, machine, argc, argv);
-  fmt::print("- reader / single-process CPU {}, writer CPU {}; rounds {}\n", o.cpus.self,
-             o.cpus.peer, o.reps);
-  std::fflush(stdout);
-  if (!pin_to_cpu(o.cpus.self)) fmt::print("- (could not pin this process)\n");
-  std::vector<ComparisonResult> results;
-  results.push_back(write_comparison(o).run(o.reps));
-  print_markdown(stdout, results.back());
-  std::fflush(stdout);
-  results.push_back(overload_comparison(o, control).run(o.reps));
-  print_markdown(stdout, results.back());
-  fmt::print("\n");
-  print_targets(stdout, results);
-  if (csv != nullptr) {
-    for (const auto& r : results) append_csv(csv, r);
-    std::fclose(csv);
-  }
-  fmt::print("\n- load average at end: {}\n", machine_info().load_average);
-  if (o.smoke) {
-    fmt::print("\nsmoke: every case checked its data\n");
-    return 0;
-  }
-  bool met = true;
-  for (const auto& r : results) met = met && r.all_targets_met();
-  return o.check_targets && !met ? 3 : 0;
+  return run_report(
+      {.program = "xproc_relay",
+       .options = o.run,
+       .setup = fmt::format("- reader / single-process CPU {}, writer CPU {}; rounds {}",
+                            o.cpus.self, o.cpus.peer, o.run.reps),
+       .pin_cpu = o.cpus.self,
+       .targets_table = true,
+       .smoke_ok = "every case checked its data"},
+      argc, argv,
+      {[&o] { return write_comparison(o); },
+       [&o, &control] { return overload_comparison(o, control); }});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "xproc_relay: %s\n", e.what());
-    return 1;
-  }
+  return guarded_main("xproc_relay", argc, argv, run);
 }

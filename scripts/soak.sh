@@ -10,13 +10,14 @@
 #                   [--fanout-producers N] [--fanout-consumers M]
 #                   [--fanout-rate R]                               (fanout)
 #                   [--ledger-workers N] [--ledger-rate R]          (ledger)
+#                   [--relay-writers N] [--relay-rate R]            (relay)
 #
 #   --build-dir DIR    the build to test (default: build/ next to scripts/)
 #   --duration S       seconds of chaos (default 30)
 #   --kill-interval S  seconds between kills, fractions allowed (default 1); the
 #                      victim is restarted 0-300 ms after its kill. Every
 #                      process, the sidecar included, is a candidate.
-#   --kinds LIST       comma-separated, default spsc,fanout,ledger:
+#   --kinds LIST       comma-separated, default spsc,fanout,ledger,relay:
 #     spsc    SpscRing: --pairs producer/consumer pairs (default 2), one ring
 #             each (processes producer-I, consumer-I); --rate records/s per
 #             producer (default 20000);
@@ -29,10 +30,16 @@
 #             own and admitting on shared token buckets, --ledger-rate
 #             operations/s each (default 1500); and a checker sampling every
 #             account (ledger-checker).
+#     relay   RelayCell, raw_fifo with the Spill overflow and small pages
+#             (tests/soak/soak_relay.hpp): N writers (default 2;
+#             relay-writer-I) at --relay-rate ops/s each (default 1000) and one
+#             reader (relay-reader) that stops reading for a few hundred ms
+#             every second or two, so the head spills pages into a spill
+#             directory in the logs folder, which the reader drains back.
 #   --seed N           seeds the choice of victims and restart delays
 #   --keep             keep the logs (they are always kept on a failure)
 #
-# What is verified (details in the verifiers, tests/helpers/soak_*verify.cpp):
+# What is verified (details in the verifiers, tests/soak/soak_*verify.cpp):
 #   spsc:
 #   - nothing lost: every record a producer published reaches the consumer log;
 #   - nothing duplicated, except at-least-once redelivery of the batch a killed
@@ -41,14 +48,16 @@
 #   - exactly-once publication across producer kills (a partial batch is never
 #     visible; a restarted producer continues at the first unpublished number);
 #   - nothing corrupt: every record passes its CRC;
-#   fanout:
-#   - nothing duplicated, ever; each producer's items of one priority reach a
-#     consumer in submission order;
-#   - nothing lost beyond the documented MpmcRing cases: a consumer killed
-#     mid-drain loses at most the one item it had popped, and only with
-#     evidence (the killed consumer's hand file names it, or its ring counted a
-#     lost pop; counted and reported), and the item a producer was submitting
-#     when killed is published once or not at all;
+#   fanout (consumers drain at-least-once: take, log, release):
+#   - nothing lost: every item a producer submitted reaches a consumer log,
+#     whatever was killed (the item a producer was submitting when killed is
+#     published once or not at all; no ring counts a lost pop);
+#   - nothing duplicated, except an item a killed consumer had in hand (taken
+#     and logged, maybe not released; its hand file names it): delivered at
+#     most once more per such kill, counted and reported apart as redelivered;
+#   - each producer's items of one priority reach a consumer in submission
+#     order, except an item taken again after its taker was killed (an orphan
+#     comes back before newer items of its ring);
 #   - nothing corrupt: every item passes its body and routing checks;
 #   ledger:
 #   - never over a limit: the checker samples every account while the workers
@@ -57,6 +66,17 @@
 #   - no leaked charge: after the workers stop and the sidecar ran its cycles
 #     (reclaiming what killed workers held), every account is at 0 used and 0
 #     reserved, no ticket is live, no pool is open;
+#   relay (at-least-once replay, deduplicated by first_seq):
+#   - nothing lost: every op a writer saw acknowledged is delivered; the op a
+#     writer was writing when killed lands once or not at all;
+#   - an entry is delivered again only as a replay (same first_seq and op,
+#     flagged redelivered) of an entry a killed reader had taken and not
+#     committed, once more per such kill (counted apart); every entry
+#     delivered for the first time has a larger first_seq than all before it,
+#     so deduplicating by first_seq applies each op exactly once; each writer's
+#     ops come in its order; nothing corrupt;
+#   - the relay did spill (entries came back from cold pages), every page
+#     sealed was acknowledged, and no page file is left in the spill directory;
 #   every kind:
 #   - `shmctl verify --all` (when shmctl is built) finds no violated invariant;
 #   - every process stops cleanly at the end, the sidecar logs no error and
@@ -65,7 +85,7 @@
 #   - no stale segment: after a `shm-sidecar --once --gc-ephemeral` pass the
 #     root holds nothing but the sidecar's lock file.
 # Summary: messages delivered, ledger operations, kills by process type,
-# recoveries, max recovery time; the documented losses are counted apart.
+# recoveries, max recovery time; fanout redeliveries are counted apart.
 #
 # Adding a kind = one more block like the spsc_* functions below (register its
 # processes, list its progress logs and segment count, verify its logs) and
@@ -92,14 +112,19 @@ FANOUT_CONSUMERS=2
 FANOUT_RATE=4000      # items per second per fanout producer (a ceiling)
 FANOUT_PRIORITIES=4
 FANOUT_CAPACITY=1024  # cells per priority ring
-FANOUT_HOLD_US=1000   # consumers pause up to this long (every 16th item) between pop and log
+FANOUT_HOLD_US=1000   # consumers pause up to this long (every 16th item) between take and
+                      # log or between log and release
 LEDGER_WORKERS=3
 LEDGER_RATE=1500      # operations per second per ledger worker (a ceiling)
 LEDGER_CHECK_US=2000  # the checker's sampling interval
+RELAY_WRITERS=2
+RELAY_RATE=1000       # ops per second per relay writer (a ceiling)
+RELAY_PAUSE_MS=300    # the relay reader stops reading for 150-450 ms ...
+RELAY_PAUSE_EVERY_MS=1500  # ... every 0.75-2.25 s: the head spills meanwhile
 SIDECAR_INTERVAL=50   # ms
 SEED=$$
 KEEP=0
-ALL_KINDS=(spsc fanout ledger)
+ALL_KINDS=(spsc fanout ledger relay)
 KINDS_ARG=$(IFS=,; echo "${ALL_KINDS[*]}")
 while (($#)); do
   case "$1" in
@@ -114,6 +139,8 @@ while (($#)); do
     --fanout-rate) FANOUT_RATE=$2; shift 2 ;;
     --ledger-workers) LEDGER_WORKERS=$2; shift 2 ;;
     --ledger-rate) LEDGER_RATE=$2; shift 2 ;;
+    --relay-writers) RELAY_WRITERS=$2; shift 2 ;;
+    --relay-rate) RELAY_RATE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage ;;
@@ -122,7 +149,7 @@ while (($#)); do
 done
 bad_usage() { echo "soak: $* (see --help)" >&2; exit 2; }
 for v in DURATION PAIRS RATE FANOUT_PRODUCERS FANOUT_CONSUMERS FANOUT_RATE LEDGER_WORKERS \
-         LEDGER_RATE SEED; do
+         LEDGER_RATE RELAY_WRITERS RELAY_RATE SEED; do
   [[ ${!v} =~ ^[0-9]+$ ]] || bad_usage "--$(tr '_A-Z' '-a-z' <<<"$v") must be a whole number, not '${!v}'"
 done
 [[ $KILL_INTERVAL =~ ^[0-9]*\.?[0-9]+$ ]] || bad_usage "--kill-interval must be a number of seconds"
@@ -141,6 +168,7 @@ declare -A KIND_HELPERS=(
   [spsc]="test_soak_producer test_soak_consumer test_soak_verify"
   [fanout]="test_soak_fanout_producer test_soak_fanout_consumer test_soak_fanout_verify"
   [ledger]="test_soak_ledger_worker test_soak_ledger_checker test_soak_ledger_verify"
+  [relay]="test_soak_relay_writer test_soak_relay_reader test_soak_relay_verify"
 )
 needed=("$BIN/shm-sidecar" "$HELPERS/test_soak_recovery")
 for kind in "${KINDS[@]}"; do
@@ -285,6 +313,37 @@ ledger_verify() {
     --sidecar-log "$WORK/sidecar.out"
 }
 
+# ---------------------------------------------------------------- kind: relay (Spill)
+# One raw_fifo relay shared by every relay writer and the reader; its spill
+# pages go to $WORK/spill/ (durable storage, never /dev/shm).
+RELAY=soak.relay
+relay_spill_dir() { echo "$WORK/spill/$RELAY"; }
+relay_register() {
+  local i spill=(--relay "$RELAY" --spill-dir "$(relay_spill_dir)")
+  for ((i = 0; i < RELAY_WRITERS; i++)); do
+    register 1 "relay-writer-$i" "$HELPERS/test_soak_relay_writer" "${spill[@]}" --id "$i" \
+      --journal "$WORK/relay-writer-$i.journal" --log "$WORK/relay-writer-$i.log" \
+      --rate "$RELAY_RATE"
+  done
+  register 2 relay-reader "$HELPERS/test_soak_relay_reader" "${spill[@]}" \
+    --log "$WORK/relay-reader.log" --pause-ms "$RELAY_PAUSE_MS" \
+    --pause-every-ms "$RELAY_PAUSE_EVERY_MS"
+}
+relay_progress_logs() {
+  local i
+  for ((i = 0; i < RELAY_WRITERS; i++)); do echo "$WORK/relay-writer-$i.log"; done
+  echo "$WORK/relay-reader.log"
+}
+relay_segments() { echo 1; }
+relay_verify() {
+  "$HELPERS/test_soak_relay_verify" --dir "$WORK" --writers "$RELAY_WRITERS" || return 1
+  # Every sealed page was acknowledged, so its file is gone.
+  local pages
+  pages=$(find "$(relay_spill_dir)" -name 'page-*' 2>/dev/null | wc -l)
+  echo "  spill directory: $pages page file(s) left"
+  ((pages == 0))
+}
+
 # ---------------------------------------------------------------- the sidecar
 register 3 sidecar "$BIN/shm-sidecar" --root "$ROOT" --interval "$SIDECAR_INTERVAL" \
   --stuck-after 2000 --listen 127.0.0.1:0
@@ -306,6 +365,7 @@ for kind in "${KINDS[@]}"; do
     spsc) shape+=("spsc: $PAIRS producer/consumer pair(s)") ;;
     fanout) shape+=("fanout: $FANOUT_PRODUCERS producer(s), $FANOUT_CONSUMERS consumer(s)") ;;
     ledger) shape+=("ledger: $LEDGER_WORKERS worker(s) + checker") ;;
+    relay) shape+=("relay (spill): $RELAY_WRITERS writer(s) + reader") ;;
   esac
 done
 log "$DURATION s, kill -9 every $KILL_INTERVAL s over ${#NAMES[@]} processes (sidecar included)," \
@@ -437,15 +497,16 @@ log "  cleanup: $segments_before segment(s) collected, ${#stale[@]} left"
 # One line: the numbers the verifiers printed above.
 messages=$(grep -o 'messages: [0-9]* delivered' "$WORK/verify.txt" | awk '{n += $2} END {print n + 0}')
 ledger_ops=$(grep -o 'operations: [0-9]*' "$WORK/verify.txt" | awk '{print $2}')
-documented=$(grep -o 'lost to consumer kills: [0-9]*' "$WORK/verify.txt" |
-  awk '{print $5 + 0 " fanout item(s) lost to consumer kills mid-drain (documented, each proven)"}')
+redelivered=$(grep -o 'redelivered after consumer kills: [0-9]*' "$WORK/verify.txt" |
+  awk '{print $5 + 0 " fanout item(s) redelivered (in hand at a consumer kill)"}')
 recoveries=$(grep -o 'recoveries: [0-9]* of [0-9]*' "$WORK/verify.txt" | cut -d' ' -f2-)
 max_recovery=$(grep -o 'first progress): max [0-9.]* ms' "$WORK/verify.txt" | awk '{print $4}')
 parts=()
-[[ " ${KINDS[*]} " == *" spsc "* || " ${KINDS[*]} " == *" fanout "* ]] &&
+[[ " ${KINDS[*]} " == *" spsc "* || " ${KINDS[*]} " == *" fanout "* ||
+   " ${KINDS[*]} " == *" relay "* ]] &&
   parts+=("$messages messages delivered")
 [[ -n "$ledger_ops" ]] && parts+=("$ledger_ops ledger operations")
-[[ -n "$documented" ]] && parts+=("$documented")
+[[ -n "$redelivered" ]] && parts+=("$redelivered")
 summary="${KINDS[*]}: $(IFS='|'; echo "${parts[*]}")"
 summary=${summary//|/, }
 log "summary: $summary; $KILLS kill(s) in $DURATION s, ${recoveries:-?} recovered," \

@@ -79,6 +79,20 @@
 //   Command lines
 //     Args args(argc, argv);  args.flag("--quick");  args.value("--reps", "5");
 //     args.finish(usage) rejects unknown arguments (prints usage, exits 2).
+//     RunOptions parse_run_options(args, reps, quick_reps)   the options every
+//                               xproc program takes: --quick, --smoke, --reps,
+//                               --csv, --check-targets.
+//
+//   Programs (the report and main() every xproc program shares; the program
+//   defines its options, its contender and baseline cases and its comparisons)
+//     run_report(Report{program, options, setup line, pin CPU, targets table,
+//                       smoke message}, argc, argv, {comparison factories...})
+//       opens --csv, prints the header, the machine and the setup line, pins,
+//       runs each comparison in order and prints it as it finishes, then the
+//       targets table, the CSV and the load average; returns the exit status
+//       (3 when --check-targets and a target ratio was missed; 0 with --smoke).
+//     guarded_main(program, argc, argv, run)   main(): an exception is printed
+//                               as "<program>: <what>" and exits 1.
 #pragma once
 
 #include <atomic>
@@ -366,5 +380,40 @@ class Args {
 
 // "8,64,1024" -> {8, 64, 1024}; throws BenchError on junk.
 [[nodiscard]] std::vector<std::size_t> parse_sizes(std::string_view list);
+
+// The options every xproc program takes. --quick: quick_reps rounds (the
+// program shortens its own runs when `quick`); --smoke: 1 round of tiny runs
+// that check the data and assert nothing about speed (the program shrinks its
+// runs when `smoke`); --reps N overrides both; --csv FILE; --check-targets.
+struct RunOptions {
+  int reps = 0;
+  bool quick = false;
+  bool smoke = false;
+  std::string csv;
+  bool check_targets = false;
+};
+[[nodiscard]] RunOptions parse_run_options(Args& args, int reps, int quick_reps);
+
+// ---------------------------------------------------------------- programs
+
+struct Report {
+  std::string_view program;  // "xproc_fanout": the heading and error prefix
+  const RunOptions& options;
+  std::string setup;              // one line after the machine ("- consumers pinned to ...")
+  std::optional<int> pin_cpu;     // pin this process before the runs (a note when refused)
+  bool targets_table = false;     // end with print_targets over every comparison
+  std::string_view smoke_ok;      // "every case checked its data" (printed after --smoke)
+  std::function<void()> prepare;  // runs after the pin, before the first comparison
+};
+
+// Runs every comparison (built by its factory when its turn comes) with
+// options.reps rounds and reports them; returns the program's exit status.
+[[nodiscard]] int run_report(const Report& report, int argc, char** argv,
+                             const std::vector<std::function<Comparison()>>& comparisons);
+
+// The body of main(): run(argc, argv), or "<program>: <what>" on stderr and 1
+// when it throws.
+[[nodiscard]] int guarded_main(std::string_view program, int argc, char** argv,
+                               int (*run)(int, char**));
 
 }  // namespace shm::bench

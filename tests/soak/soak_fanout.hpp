@@ -14,39 +14,47 @@
 // unpublished" cells are skipped), one that completed is published once.
 // Never repeated.
 //
+// Consumers drain at-least-once: take_highest, log, release (docs/fanout.md,
+// "Two drain modes"). An item is consumed when it is released; a consumer
+// killed between its take and its release leaves the item in its ring cell,
+// the ring's repair marks it an orphan and the next consumer of that ring
+// takes it again (before newer items of that ring, so out of submission
+// order). Nothing is lost; an item is delivered twice only when the killed
+// consumer had logged it before it died (it was in hand).
+//
 // Logs (one write(2) per line group; formats common to every kind in soak_logs.hpp):
 //   producer:  S <pid> <realtime_ns> <next_seq> <in_doubt_seq|->
 //              F <realtime_ns>                first item submitted
 //              X <next_seq>                   clean stop: 0..next_seq-1 submitted
 //              V <message>
 //   consumer:  S <pid> <realtime_ns>
-//              H <owner_pid> idle|popping|held [<producer> <seq> <priority>]
+//              H <owner_pid> idle|taking|held [<producer> <seq> <priority>]
 //                                             what the hand file (below) held
 //                                             when this incarnation took it
 //                                             over from incarnation owner_pid;
 //                                             the item only when intact
-//              I <producer> <seq> <priority>  one item, logged after it was
-//                                             popped, before the next pop: a
-//                                             kill in between loses this one
-//                                             item (the documented MpmcRing loss),
-//                                             which the hand then names
+//              I <producer> <seq> <priority>  one item, logged after its take
+//                                             and before its release: a kill
+//                                             in between delivers it again
+//                                             (the hand then names it)
 //              L <lost_pops ring 0> ... <ring K-1>  the rings' counters at the
-//                                             clean stop (before X)
+//                                             clean stop (before X); 0 when
+//                                             every drain is a take
 //              F <realtime_ns>                first item of this incarnation
 //              C <reason> <producer> <seq> <priority>  an item failed its checks
 //              X <items_this_incarnation>     drained and stopped (SIGTERM)
 //              V <message>
 //
-// Hand file (consumer, --hand, default <log>.hand): a MAP_SHARED page the
-// consumer pops into, so an item copied out of a ring survives a kill -9.
-// Per pop: zero the item, state = popping, pop into it, state = held when the
-// pop returned an item, then log "I". A compiler fence orders each step (a
-// kill stops the process between instructions; what it stored is in the page
-// cache). So a killed consumer's hand shows "held X" (X popped; lost unless
-// its I line was written), "popping X" (X copied, the pop had not returned:
-// lost, and maybe also counted in its ring's lost_pops) or "popping" with no
-// intact item (died waiting in a pop or before the copy finished: a claimed
-// cell, if any, is counted in that ring's lost_pops by its repair).
+// Hand file (consumer, --hand, default <log>.hand): a MAP_SHARED page that
+// records what the consumer has taken and not released, and survives a
+// kill -9. Per item: zero the item, state = taking, take, copy the item into
+// the hand, state = held, log "I", release, state = idle. A compiler fence
+// orders each step (a kill stops the process between instructions; what it
+// stored is in the page cache). So a killed consumer's hand shows "held X"
+// (X taken and maybe logged, maybe released: X may be delivered again),
+// "taking X" (X taken, not logged: its next delivery is its first, perhaps
+// out of order), "taking" with no intact item (died inside the take: an
+// item it had claimed comes back as an orphan, unnamed) or "idle".
 #pragma once
 
 #include "helpers/fanout/fanout_items.hpp"
@@ -59,7 +67,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <span>
 #include <string>
 
 namespace soak {
@@ -75,12 +86,12 @@ shm::Result<Handle> attach_fanout(const std::string& base, const shm::FanoutPara
       [&](const shm::CreateOptions& co) { return Handle::create(base, params, co); });
 }
 
-enum class HandState : std::uint32_t { Idle = 0, Popping = 1, Held = 2 };
+enum class HandState : std::uint32_t { Idle = 0, Taking = 1, Held = 2 };
 
 inline const char* to_string(HandState s) {
   switch (s) {
-    case HandState::Popping:
-      return "popping";
+    case HandState::Taking:
+      return "taking";
     case HandState::Held:
       return "held";
     case HandState::Idle:
@@ -93,7 +104,7 @@ struct Hand {
   std::atomic<std::int64_t> owner;  // pid of the incarnation using it (0: never used)
   std::atomic<HandState> state;
   std::uint32_t reserved;
-  shm::test::FanoutItem item;  // the pop buffer
+  shm::test::FanoutItem item;  // a copy of the item taken
 };
 
 // The consumer's hand file, mapped shared (it outlives the process).
@@ -135,17 +146,26 @@ class HandFile {
     hand_->owner.store(::getpid(), std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
-  // Before a pop into hand_->item.
-  void before_pop() const noexcept {
+  // Before a take.
+  void before_take() const noexcept {
     hand_->item = {};
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    hand_->state.store(HandState::Popping, std::memory_order_relaxed);
+    hand_->state.store(HandState::Taking, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
-  // After a pop that returned an item (before it is logged).
-  void popped() const noexcept {
+  // After a take returned an item: copies it in (at most sizeof(FanoutItem)
+  // bytes; a short or long payload fails the consumer's size check), then
+  // "held" (before the item is logged).
+  void took(std::span<const std::byte> payload) const noexcept {
+    std::memcpy(&hand_->item, payload.data(), std::min(payload.size(), sizeof hand_->item));
     std::atomic_signal_fence(std::memory_order_seq_cst);
     hand_->state.store(HandState::Held, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  // After the release: nothing in hand.
+  void released() const noexcept {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    hand_->state.store(HandState::Idle, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
 

@@ -1,19 +1,21 @@
-// Soak fanout consumer: drains the PriorityFanout --fanout (highest priority
-// first), checks every item (size, body, producer, ring it came from) and logs
-// it as one "I" line after the pop and before the next one, so a kill -9 can
-// lose at most the one item popped and not logged yet — the documented loss
-// of an MpmcRing consumer killed mid-drain (soak_fanout.hpp). It pops into its
-// hand file, which the next incarnation logs ("H") before taking it over: the
-// evidence that names such a loss.
-// SIGTERM: drain what is left (every priority, also items whose bitmap bit a
-// killed producer never set), log the rings' lost_pops ("L") and "X <count>",
-// exit 0.
+// Soak fanout consumer: drains the PriorityFanout --fanout at-least-once
+// (take_highest, then release: highest priority first), checks every item
+// (size, body, producer, ring it came from) and logs it as one "I" line
+// between its take and its release. A kill -9 loses nothing: an item taken
+// and not released is kept by its ring and taken again by the next consumer
+// (delivered twice when the killed one had logged it). It copies each taken
+// item into its hand file, which the next incarnation logs ("H") before
+// taking it over: the evidence that names an item delivered twice
+// (soak_fanout.hpp).
+// SIGTERM: drain what is left (take_highest parks and looks at every ring, so
+// it also finds items whose bitmap bit a killed producer never set), log the
+// rings' lost_pops ("L") and "X <count>", exit 0.
 //
 //   test_soak_fanout_consumer --fanout BASE --id N --log PATH [--hand PATH]
 //                             [--priorities K] [--capacity CELLS] [--hold-us US]
-// --hold-us: every 16th item, pause up to US microseconds between the pop and
-// the log line (as if processing it), widening the window in which a kill
-// loses the item in hand.
+// --hold-us: every 16th item, pause up to US microseconds before or after its
+// log line (as if processing it), widening the windows in which a kill leaves
+// a taken item to the next consumer, logged or not.
 #include "soak_fanout.hpp"
 #include "soak_process.hpp"
 
@@ -65,75 +67,64 @@ int main(int argc, char** argv) {
 
   std::mt19937_64 rng(soak::mix(soak::realtime_ns() ^ static_cast<std::uint64_t>(::getpid())));
   const shm::test::FanoutItem& it = hand->item;
-  const auto buf = std::as_writable_bytes(std::span(&hand->item, 1));
   std::uint64_t total = 0;
   bool first = true;
-  // Logs one popped item: "I" when it is intact and came from its own ring.
-  auto accept = [&](std::uint32_t priority, std::size_t size) {
-    if (hold_us != 0 && (rng() & 15u) == 0)
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % hold_us));
+  auto hold = [&] { std::this_thread::sleep_for(std::chrono::microseconds(rng() % hold_us)); };
+  // Handles one taken item (copied into the hand): logs "I" when it is intact
+  // and came from its own ring, then releases it.
+  auto accept = [&](const shm::Taken& t) {
+    const std::uint64_t r = hold_us != 0 ? rng() : 1;
+    if ((r & 31u) == 0) hold();  // a kill here: taken, not logged
     std::string_view why;
-    if (size != sizeof it)
+    if (t.payload.size() != sizeof it)
       why = "size";
     else if (!shm::test::item_intact(it))
       why = "body";
-    else if (it.priority != priority)
+    else if (it.priority != t.priority)
       why = "ring";
-    else if (shm::test::item_priority(it.producer, it.seq, k) != priority)
+    else if (shm::test::item_priority(it.producer, it.seq, k) != t.priority)
       why = "priority";
     std::string line = why.empty()
-                           ? fmt::format("I {} {} {}\n", it.producer, it.seq, priority)
-                           : fmt::format("C {} {} {} {}\n", why, it.producer, it.seq, priority);
+                           ? fmt::format("I {} {} {}\n", it.producer, it.seq, t.priority)
+                           : fmt::format("C {} {} {} {}\n", why, it.producer, it.seq, t.priority);
     if (first) {
       line += fmt::format("F {}\n", soak::realtime_ns());
       first = false;
     }
     ++total;
     if ((total & 255u) == 0) f.heartbeat();
-    return soak::append(log, line);
+    if (!soak::append(log, line)) return false;
+    if ((r & 31u) == 16) hold();  // a kill here: logged, not released (delivered again)
+    f.release();
+    hand.released();
+    return true;
   };
-
-  // Pops into the hand: zeroed and "popping" before, "held" after an item.
-  auto drain = [&](std::chrono::milliseconds timeout) {
-    hand.before_pop();
-    auto d = f.drain_highest(buf, timeout);
-    if (d && *d) hand.popped();
-    return d;
-  };
-  auto drain_priority = [&](std::uint32_t p) {
-    hand.before_pop();
-    auto r = f.try_drain_priority(p, buf);
-    if (r && *r) hand.popped();
-    return r;
+  // Takes into the hand: zeroed and "taking" before, the item and "held" after.
+  auto take = [&](std::chrono::milliseconds timeout) {
+    hand.before_take();
+    auto t = f.take_highest(timeout);
+    if (t && *t) hand.took((*t)->payload);
+    return t;
   };
 
   while (g_stop == 0) {
-    auto d = drain(std::chrono::milliseconds(50));
-    if (!d) return violation(d.error().what());
-    if (*d && !accept((*d)->priority, (*d)->size)) return violation("log write failed");
+    auto t = take(std::chrono::milliseconds(50));
+    if (!t) return violation(t.error().what());
+    if (*t && !accept(**t)) return violation("log write failed");
   }
-  // Drain what is left. A killed producer may have left an item whose bit is
-  // clear (drain_highest does not look there) or a held cell that a repair
-  // turns into a tombstone within a few ms: sweep every priority until three
-  // rounds in a row find nothing.
+  // Drain what is left until three takes in a row find nothing. A take that
+  // finds the bitmap empty looks at every ring before it parks, so an item
+  // whose bit a killed producer never set is found, and a held cell that a
+  // repair turns into a tombstone (or an orphan) within a few ms is waited for.
   for (int idle = 0; idle < 3;) {
-    bool got = false;
-    auto d = drain(std::chrono::milliseconds(20));
-    if (!d) return violation(d.error().what());
-    if (*d) {
-      got = true;
-      if (!accept((*d)->priority, (*d)->size)) return violation("log write failed");
+    auto t = take(std::chrono::milliseconds(20));
+    if (!t) return violation(t.error().what());
+    if (*t) {
+      if (!accept(**t)) return violation("log write failed");
+      idle = 0;
+    } else {
+      ++idle;
     }
-    for (std::uint32_t p = 0; p < k; ++p) {
-      for (;;) {
-        auto r = drain_priority(p);
-        if (!r) return violation(r.error().what());
-        if (!*r) break;
-        got = true;
-        if (!accept(p, **r)) return violation("log write failed");
-      }
-    }
-    idle = got ? 0 : idle + 1;
   }
   // The rings' lost-pop counters: every kill was repaired by now (this
   // handle's open repaired what dead ones held); the verifier's evidence for

@@ -1,46 +1,31 @@
 // Soak verifier for the fanout block of scripts/soak.sh (PriorityFanout over
-// MpmcRings): reads the logs of every producer and consumer (formats in
-// soak_fanout.hpp), checks the delivery semantics, prints a summary, exits 1
-// on any violation.
+// MpmcRings, drained at-least-once): reads the logs of every producer and
+// consumer (formats in soak_fanout.hpp), checks the delivery semantics, prints
+// a summary, exits 1 on any violation.
 //
 // Semantics verified:
-//  - nothing duplicated: every item (producer, seq) is delivered at most once,
-//    across every consumer and every kill;
-//  - nothing lost without evidence: every item 0..N-1 of each producer (N
-//    from its clean stop) is delivered, except
-//      * the item a producer was submitting when it was killed (journalled,
-//        "in doubt"): delivered once or not at all, never repeated;
-//      * an item a killed consumer had popped and not delivered (MpmcRing: "a
-//        consumer killed mid-drain loses at most the item it had popped"),
-//        and only when the loss is proven (below);
+//  - nothing lost: every item 0..N-1 of each producer (N from its clean stop)
+//    is delivered, except the item a producer was submitting when it was
+//    killed (journalled, "in doubt"): published once or not at all. No
+//    consumer kill excuses a missing item, and no ring counted a lost pop
+//    (every drain is a take: a killed taker's item is kept, not released);
+//  - nothing duplicated except what a killed consumer had in hand: an item is
+//    delivered twice only when a killed consumer's hand names it "held"
+//    (taken, logged, maybe not released), and at most once more per such
+//    hand. These redeliveries are counted and reported apart;
 //  - order: within one consumer incarnation, each producer's items of one
-//    priority come in submission order (each ring is FIFO);
+//    priority come in submission order (each ring is FIFO), except an item
+//    taken again after its taker died (an orphan is taken before newer items
+//    of its ring, so after items the dead consumer's neighbours took
+//    meanwhile): allowed when a killed consumer's hand names the item, or
+//    once per killed consumer that died inside a take with nothing copied yet;
 //  - nothing corrupt: every item passed its size/body/routing checks, and no
 //    item names a producer or a sequence number that was never submitted;
 //  - every process stopped cleanly at the end (its last incarnation logged X).
 //
-// Proving a consumer's loss. A consumer pops straight into its hand file, a
-// small MAP_SHARED file that outlives a kill -9 (soak_fanout.hpp: the item is
-// zeroed and the state set to "popping" before each pop, "held" once the pop
-// returned, and the delivery line "I" is written after that). Its next
-// incarnation logs what the hand holds, "H <owner_pid> <state> [<item>]",
-// before it takes the hand over. So for the killed incarnation with pid P:
-//  (a) "H P held|popping <p> <seq> <prio>": the intact item in its hand. If
-//      no consumer delivered it, it is lost, with evidence: it was copied out
-//      of the ring by P, which died before logging it. One item, no more.
-//  (b) "H P popping" without an intact item: P died inside a pop before the
-//      copy finished (or while waiting in it). If it had claimed a cell, the
-//      item is gone unseen, and the ring's repair released the cell and
-//      counted it in that ring's lost_pops (mpmc_ring.cpp, repair_position).
-//      The consumers log the rings' lost_pops counters at their clean stop
-//      ("L <ring 0> ... <ring K-1>", after every kill was repaired: a handle's
-//      open repairs what dead ones held). An item of priority q missing with
-//      no hand naming it is allowed only against ring q's budget: its
-//      lost_pops minus the (a) losses of priority q whose victim was still
-//      "popping" (they may have been counted there too), and at most one per
-//      (b) kill.
-// Every other missing item is a violation: a kill of a consumer that held
-// nothing excuses nothing, and one kill excuses one item at most.
+// A killed consumer's hand is read from its next incarnation's log: "H
+// <owner_pid> <state> [<item>]" (the first such line for that pid counts: a
+// later incarnation that finds the hand not taken over logs it again).
 //
 //   test_soak_fanout_verify --dir DIR --producers N --consumers M
 #include "helpers/fanout/fanout_items.hpp"
@@ -92,28 +77,34 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> violations;
   const auto np = static_cast<std::size_t>(producers);
+  using Item = std::pair<std::uint64_t, std::uint64_t>;  // (producer, seq)
 
   // Deliveries: count[p][seq], from every consumer log.
   std::vector<std::vector<std::uint8_t>> count(np);
   std::uint64_t consumer_kills = 0, corrupt = 0;
-  // Evidence of consumer losses. in_hand: the intact item a killed consumer
-  // had in its hand -> true when it was still inside the pop (the ring may
-  // have counted it as a lost pop too). empty_pops: killed consumers that died
-  // inside a pop with nothing copied yet. lost_pops[q]: ring q's counter, the
-  // highest any consumer logged at its clean stop.
-  std::map<std::pair<std::uint64_t, std::uint64_t>, bool> in_hand;
-  std::uint64_t empty_pops = 0;
+  // What killed consumers had in hand. held[item]: hands that name it "held"
+  // (it may be delivered once more per hand); named: every item a killed hand
+  // names, held or taking (it may come again out of order); blind_takes:
+  // killed inside a take with no intact item copied. lost_pops[q]: ring q's
+  // counter, the highest any consumer logged at its clean stop.
+  std::map<Item, std::uint64_t> held;
+  std::set<Item> named;
+  std::uint64_t held_hands = 0, taking_hands = 0, blind_takes = 0;
   std::vector<std::uint64_t> lost_pops;
+  // Deliveries out of submission order, judged once every hand is known.
+  struct Disorder {
+    std::string where;
+    Item item;
+  };
+  std::vector<Disorder> disorders;
   for (int c = 0; c < consumers; ++c) {
     const std::string name = fmt::format("fanout-consumer-{}", c);
     // Per incarnation: the last sequence number seen of (producer, priority).
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> last;
     std::size_t current = ~std::size_t{0};
-    std::uint64_t disorder = 0;
-    std::string first_disorder;
     struct Hand {
       std::string state;
-      std::optional<std::pair<std::uint64_t, std::uint64_t>> item;  // (producer, seq)
+      std::optional<Item> item;
     };
     std::map<std::int64_t, Hand> hands;  // by the pid of the incarnation that left it
     const auto incs = soak::parse_log(
@@ -124,7 +115,7 @@ int main(int argc, char** argv) {
             std::int64_t owner = 0;
             Hand h;
             if (!(ls >> owner >> h.state)) return;
-            if (ls >> p >> seq >> prio) h.item = std::make_pair(p, seq);
+            if (ls >> p >> seq >> prio) h.item = Item(p, seq);
             hands.emplace(owner, std::move(h));  // the first record of it counts
             return;
           }
@@ -156,17 +147,14 @@ int main(int argc, char** argv) {
               std::make_pair(static_cast<std::uint32_t>(p), static_cast<std::uint32_t>(prio));
           auto [pos, fresh] = last.try_emplace(key, seq);
           if (!fresh) {
-            if (seq <= pos->second && disorder++ == 0)
-              first_disorder =
-                  fmt::format("incarnation {}: producer {} priority {}: seq {} after {}", index, p,
-                              prio, seq, pos->second);
+            if (seq <= pos->second)
+              disorders.push_back(
+                  {fmt::format("{} incarnation {}: producer {} priority {}: seq {} after {}", name,
+                               index, p, prio, seq, pos->second),
+                   Item(p, seq)});
             pos->second = seq;
           }
         });
-    if (disorder != 0)
-      violations.push_back(
-          fmt::format("{}: {} item(s) out of submission order within a priority (first: {})", name,
-                      disorder, first_disorder));
     for (const soak::Incarnation& inc : incs) {
       for (const std::string& v : inc.violations)
         violations.push_back(fmt::format("{}: {}", name, v));
@@ -185,21 +173,49 @@ int main(int argc, char** argv) {
       if (incs[i].stop) continue;
       const auto h = hands.find(incs[i].pid);
       if (h == hands.end()) continue;  // killed before it took its hand over
-      const bool popping = h->second.state == "popping";
-      if (h->second.item && (popping || h->second.state == "held"))
-        in_hand.emplace(*h->second.item, popping);
-      else if (popping)
-        ++empty_pops;
+      const Hand& hand = h->second;
+      if (hand.item && hand.state == "held") {
+        ++held[*hand.item];
+        ++held_hands;
+      } else if (hand.item && hand.state == "taking") {
+        ++taking_hands;
+      } else if (hand.state == "taking") {
+        ++blind_takes;
+      }
+      if (hand.item && hand.state != "idle") named.insert(*hand.item);
     }
   }
   if (corrupt > kListed) violations.push_back(fmt::format("{} corrupt items in all", corrupt));
+  for (std::size_t q = 0; q < lost_pops.size(); ++q) {
+    if (lost_pops[q] != 0)
+      violations.push_back(fmt::format(
+          "ring {} counted {} lost pop(s): a consumer's claim was released by a repair, not kept "
+          "(every drain of the soak is a take)",
+          q, lost_pops[q]));
+  }
+  std::uint64_t out_of_order = 0, unexplained_disorder = 0, blind_left = blind_takes;
+  std::string first_unexplained;
+  for (const Disorder& d : disorders) {
+    if (named.contains(d.item)) {
+      ++out_of_order;
+      continue;
+    }
+    if (blind_left > 0) {
+      --blind_left;
+      ++out_of_order;
+      continue;
+    }
+    if (unexplained_disorder++ == 0) first_unexplained = d.where;
+  }
+  if (unexplained_disorder != 0)
+    violations.push_back(fmt::format(
+        "{} item(s) out of submission order within a priority that no killed consumer's take "
+        "explains (first: {})",
+        unexplained_disorder, first_unexplained));
 
-  std::uint64_t delivered = 0, duplicated = 0, doubt_sent = 0, doubt_lost = 0;
-  std::uint64_t producer_kills = 0, lost_in_hand = 0;
-  // Missing items no hand names: (producer, seq), judged against the rings.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> unnamed;
-  // Ring q's budget of lost pops the hands do not already explain.
-  std::vector<std::uint64_t> budget = lost_pops;
+  std::uint64_t delivered = 0, redelivered = 0, duplicated = 0, lost = 0, doubt_sent = 0,
+                doubt_lost = 0, producer_kills = 0;
+  std::map<std::uint64_t, std::vector<std::uint64_t>> missing;  // producer -> seqs
   for (std::size_t p = 0; p < np; ++p) {
     const std::string name = fmt::format("fanout-producer-{}", p);
     const auto incs = soak::parse_log(fmt::format("{}/{}.log", dir, name), violations);
@@ -229,72 +245,51 @@ int main(int argc, char** argv) {
       }
       delivered += n != 0 ? 1 : 0;
       if (n > 1) {
-        dups += n - 1;
-        if (dup_seqs.size() < kListed) dup_seqs.push_back(s);
+        const auto h = held.find({p, s});
+        const std::uint64_t allowed = h == held.end() ? 0 : h->second;
+        const std::uint64_t extra = n - 1u;
+        redelivered += std::min(extra, allowed);
+        if (extra > allowed) {
+          dups += extra - allowed;
+          if (dup_seqs.size() < kListed) dup_seqs.push_back(s);
+        }
       }
       if (doubt.contains(s)) {
         (n != 0 ? doubt_sent : doubt_lost) += 1;
       } else if (n == 0) {
-        const auto h = in_hand.find({p, s});
-        if (h == in_hand.end()) {
-          unnamed.emplace_back(p, s);
-        } else {
-          ++lost_in_hand;
-          // No ring counters logged (budget empty): no priority to charge.
-          if (h->second && !budget.empty()) {
-            const std::uint32_t q = shm::test::item_priority(
-                static_cast<std::uint32_t>(p), s, static_cast<std::uint32_t>(budget.size()));
-            if (budget[q] > 0) --budget[q];
-          }
-        }
+        missing[p].push_back(s);
+        ++lost;
       }
     }
     if (dups != 0)
-      violations.push_back(fmt::format("producer {}: {} duplicate deliveries (seq {})", p, dups,
-                                       list(dup_seqs, dups)));
+      violations.push_back(
+          fmt::format("producer {}: {} duplicate deliveries no killed consumer's hand explains "
+                      "(seq {})",
+                      p, dups, list(dup_seqs, dups)));
     if (unknown != 0)
       violations.push_back(fmt::format(
           "producer {}: {} item(s) delivered that were never submitted (it stopped at {}): seq {}",
           p, unknown, submitted, list(unknown_seqs, unknown)));
     duplicated += dups;
   }
-  // A missing item no hand names: lost inside a pop, before the copy, by a
-  // killed consumer whose hand shows exactly that, and counted by its ring.
-  std::uint64_t lost_mid_pop = 0;
-  std::map<std::uint64_t, std::vector<std::uint64_t>> unexplained;  // producer -> seqs
-  std::uint64_t unexplained_total = 0;
-  for (const auto& [p, s] : unnamed) {
-    if (!budget.empty() && lost_mid_pop < empty_pops) {
-      const std::uint32_t q = shm::test::item_priority(static_cast<std::uint32_t>(p), s,
-                                                       static_cast<std::uint32_t>(budget.size()));
-      if (budget[q] > 0) {
-        --budget[q];
-        ++lost_mid_pop;
-        continue;
-      }
-    }
-    auto& seqs = unexplained[p];
-    seqs.push_back(s);
-    ++unexplained_total;
-  }
-  if (unexplained_total != 0) {
+  if (lost != 0) {
     std::vector<std::string> where;
-    for (const auto& [p, seqs] : unexplained)
+    for (const auto& [p, seqs] : missing)
       where.push_back(fmt::format("producer {} seq {}", p, list(seqs, seqs.size())));
-    violations.push_back(fmt::format(
-        "{} item(s) lost without evidence ({}): no killed consumer held them in its hand, and "
-        "no ring counted a lost pop for them",
-        unexplained_total, fmt::join(where, "; ")));
+    violations.push_back(fmt::format("{} item(s) lost ({}): the at-least-once drain allows none",
+                                     lost, fmt::join(where, "; ")));
   }
 
-  std::printf("  messages: %llu delivered, %llu duplicated\n",
-              static_cast<unsigned long long>(delivered),
+  std::printf("  messages: %llu delivered, %llu lost, %llu duplicated\n",
+              static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(lost),
               static_cast<unsigned long long>(duplicated));
   std::printf(
-      "  lost to consumer kills: %llu (%llu in a killed consumer's hand, %llu lost mid-pop), "
-      "each proven; %llu consumer kill(s)\n",
-      static_cast<unsigned long long>(lost_in_hand + lost_mid_pop),
-      static_cast<unsigned long long>(lost_in_hand), static_cast<unsigned long long>(lost_mid_pop),
+      "  redelivered after consumer kills: %llu (killed consumers' hands: %llu held an item, "
+      "%llu had taken one not logged yet, %llu died inside a take); %llu taken again out of "
+      "order; %llu consumer kill(s)\n",
+      static_cast<unsigned long long>(redelivered), static_cast<unsigned long long>(held_hands),
+      static_cast<unsigned long long>(taking_hands), static_cast<unsigned long long>(blind_takes),
+      static_cast<unsigned long long>(out_of_order),
       static_cast<unsigned long long>(consumer_kills));
   std::printf(
       "  in flight at a producer kill (published once or not at all): %llu published, %llu not "

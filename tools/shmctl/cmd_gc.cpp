@@ -9,13 +9,29 @@
 // touched (inspect them; `shmctl rm` removes them deliberately). A temp file
 // (".libshm-tmp-*") is removed only when it is older than 60 s, belongs to
 // this user and is empty or starts with the segment magic.
+//
+// Spill directories (docs/spill.md): each directory `<base>/<relay>` of the
+// spill base (--spill-dir, else $LIBSHM_SPILL_DIR, else /var/lib/libshm/spill)
+// whose relay segment `<relay>` is gone from the root is removed with its
+// pages, but only when everything in it is ours and is what a relay writes:
+// the directory and every file belong to this user, nothing is a link or a
+// special file, every page-*.spill / page-*.tmp starts with the spill page
+// magic, relay.id is there and is a regular file, refused/ is empty, and nothing was
+// written in the last 60 s (a relay of another root may still use it).
+// Anything else keeps the whole directory, with the reason.
 #include "output.hpp"
 #include "segment_access.hpp"
 
 #include "shm/platform/file.hpp"
+#include "shm/spill/page.hpp"
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 namespace shm::shmctl {
@@ -25,7 +41,7 @@ namespace fs = std::filesystem;
 
 struct Decision {
   std::string name;
-  std::string type;    // "segment" | "temp_file"
+  std::string type;    // "segment" | "temp_file" | "spill_dir"
   std::string action;  // "removed" | "would_remove" | "kept" | "skipped" | "failed"
   std::string reason;
 };
@@ -145,6 +161,154 @@ Decision collect_temp_file(const Context& ctx, const std::string& name, const Gc
   return d;
 }
 
+// The spill base gc looks in: --spill-dir, else where a relay puts its
+// directory by default (default_spill_dir's parent).
+std::string spill_base(const GcOptions& options) {
+  if (!options.spill_dir.empty()) return options.spill_dir;
+  return fs::path(spill::default_spill_dir("relay")).parent_path().string();
+}
+
+// What one file of a spill directory is, or why the directory must stay.
+struct SpillFile {
+  std::string name;
+  FileIdentity id;
+};
+struct Refusal {
+  bool recent = false;  // kept (a relay may still use it), not skipped
+  std::string reason;
+};
+Refusal refused(const Error& e) {
+  return {false, e.message};
+}
+std::expected<std::vector<SpillFile>, Refusal> check_spill_contents(const fs::path& dir,
+                                                                    std::chrono::seconds min_age) {
+  std::vector<SpillFile> files;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec)
+    return std::unexpected(Refusal{false, fmt::format("read {}: {}", dir.string(), ec.message())});
+  const auto now = fs::file_time_type::clock::now();
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
+    if (name == "refused") {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0)
+        return std::unexpected(
+            Refusal{false, fmt::format("stat {}: {}", path, std::strerror(errno))});
+      if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+        return std::unexpected(
+            Refusal{false, fmt::format("{} is not a directory of this user", path)});
+      if (!fs::is_empty(path, ec) || ec)
+        return std::unexpected(Refusal{
+            false, fmt::format("{} holds refused pages: inspect them (docs/spill.md)", path)});
+      continue;
+    }
+    Result<FileIdentity> id = FileIdentity{};
+    if (name == "relay.id") {
+      // relay.id has no magic (8 random bytes): the check's type and owner
+      // tests are what counts; a BadMagic comes only after they passed.
+      id = check_own_file(path, false, 0, "relay.id");
+      if (!id && id.error().code == Errc::BadMagic) {
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) != 0)
+          return std::unexpected(
+              Refusal{false, fmt::format("stat {}: {}", path, std::strerror(errno))});
+        id = FileIdentity{static_cast<std::uint64_t>(st.st_dev),
+                          static_cast<std::uint64_t>(st.st_ino)};
+      }
+    } else if (name.starts_with("page-") && (name.ends_with(".spill") || name.ends_with(".tmp"))) {
+      id = check_own_file(path, false, spill::kPageMagic, "spill page");
+    } else {
+      return std::unexpected(Refusal{false, fmt::format("{} is not a file a relay writes", path)});
+    }
+    if (!id) return std::unexpected(refused(id.error()));
+    const auto modified = fs::last_write_time(path, ec);
+    if (ec) return std::unexpected(Refusal{false, fmt::format("stat {}: {}", path, ec.message())});
+    const auto age = std::chrono::duration_cast<std::chrono::seconds>(now - modified);
+    if (age < min_age)
+      return std::unexpected(Refusal{true, fmt::format("{} was written {} s ago, less than {} s: "
+                                                       "a relay may still use it",
+                                                       path, age.count(), min_age.count())});
+    files.push_back({name, *id});
+  }
+  if (ec)
+    return std::unexpected(Refusal{false, fmt::format("read {}: {}", dir.string(), ec.message())});
+  if (std::ranges::none_of(files, [](const SpillFile& f) { return f.name == "relay.id"; }))
+    return std::unexpected(Refusal{false, "no relay.id: not a relay's spill directory"});
+  return files;
+}
+
+Decision collect_spill_dir(const Context& ctx, const fs::path& dir, const GcOptions& options) {
+  Decision d{dir.string(), "spill_dir", "kept", ""};
+  const std::string relay = dir.filename().string();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    d.action = "failed";
+    d.reason = fmt::format("stat: {}", std::strerror(errno));
+    return d;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    d.action = "skipped";
+    d.reason = fmt::format("{}, not a spill directory", S_ISLNK(st.st_mode)
+                                                            ? "a symbolic link (not followed)"
+                                                            : mode_type_name(st.st_mode));
+    return d;
+  }
+  if (st.st_uid != ::geteuid()) {
+    d.action = "skipped";
+    d.reason = fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
+    return d;
+  }
+  struct stat seg {};
+  if (::lstat((fs::path(ctx.root) / relay).c_str(), &seg) == 0) {
+    d.reason = fmt::format("relay segment {} exists in {}", relay, ctx.root);
+    return d;
+  }
+  auto files = check_spill_contents(dir, options.temp_file_age);
+  if (!files) {
+    d.action = files.error().recent ? "kept" : "skipped";
+    d.reason = files.error().reason;
+    return d;
+  }
+  std::uint64_t pages = 0;
+  for (const SpillFile& f : *files) pages += f.name.starts_with("page-") ? 1 : 0;
+  const std::string why = fmt::format("relay segment {} is gone; {} page file(s)", relay, pages);
+  if (options.dry_run) {
+    d.action = "would_remove";
+    d.reason = why;
+    return d;
+  }
+  for (const SpillFile& f : *files) {
+    if (auto removed = unlink_if_same((dir / f.name).string(), f.id); !removed) {
+      d.action = "failed";
+      d.reason = fmt::format("remove: {}", removed.error().message);
+      return d;
+    }
+  }
+  std::error_code ec;
+  (void)fs::remove(dir / "refused", ec);  // empty, checked above
+  if (!fs::remove(dir, ec) || ec) {
+    d.action = "failed";
+    d.reason = fmt::format("rmdir: {}", ec ? ec.message() : "not removed");
+    return d;
+  }
+  d.action = "removed";
+  d.reason = why;
+  return d;
+}
+
+void collect_spill(const Context& ctx, const GcOptions& options, std::vector<Decision>& out) {
+  const fs::path base = spill_base(options);
+  std::error_code ec;
+  if (fs::symlink_status(base, ec).type() != fs::file_type::directory) return;  // nothing spilled
+  fs::directory_iterator it(base, ec);
+  std::vector<fs::path> dirs;
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) dirs.push_back(it->path());
+  std::ranges::sort(dirs);
+  for (const fs::path& dir : dirs) out.push_back(collect_spill_dir(ctx, dir, options));
+}
+
 }  // namespace
 
 Exit run_gc(const Context& ctx, const GcOptions& options) {
@@ -156,6 +320,7 @@ Exit run_gc(const Context& ctx, const GcOptions& options) {
     if (auto d = collect_segment(ctx, name, options.dry_run)) decisions.push_back(std::move(*d));
   for (const std::string& name : listing->temp_files)
     decisions.push_back(collect_temp_file(ctx, name, options));
+  collect_spill(ctx, options, decisions);
 
   std::size_t removed = 0;
   std::size_t failed = 0;

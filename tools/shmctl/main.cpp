@@ -145,13 +145,19 @@ int main(int argc, char** argv) {
   shm::shmctl::GcOptions gc_options;
   auto* gc = app.add_subcommand("gc",
                                 "Remove segments whose creator and attachers are all dead, "
-                                "and stale temp files");
+                                "stale temp files, and spill directories of removed relays");
   gc->add_flag("--dry-run", gc_options.dry_run, "Only print what would be removed");
+  gc->add_option("--spill-dir", gc_options.spill_dir,
+                 "Spill base to collect (default: $LIBSHM_SPILL_DIR, else /var/lib/libshm/spill)");
   gc->footer(
       "A segment with a live attacher or a live creator is never removed; invalid\n"
       "segments are skipped (use rm). Temp files older than 60 s are removed if they are\n"
-      "yours and empty or start with the segment magic.\n\n"
-      "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json");
+      "yours and empty or start with the segment magic. A spill directory <base>/<relay>\n"
+      "is removed when relay <relay> is gone from the root and everything in it is yours,\n"
+      "is a relay's own file (pages with the spill page magic, relay.id, an empty\n"
+      "refused/) and is older than 60 s; anything else keeps it, with the reason.\n\n"
+      "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json\n"
+      "  shmctl gc --spill-dir /var/lib/libshm/spill --dry-run");
   runners.emplace_back(gc, [&](const Context& c) { return run_gc(c, gc_options); });
 
   shm::shmctl::ReclaimOptions reclaim_options;

@@ -62,6 +62,8 @@ Result<void> check_entry(const std::string& path, std::string_view name, const s
   return {};
 }
 
+}  // namespace
+
 std::string_view mode_type_name(mode_t mode) noexcept {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -72,17 +74,20 @@ std::string_view mode_type_name(mode_t mode) noexcept {
   return "not a regular file";
 }
 
-}  // namespace
-
 Result<FileIdentity> check_own_segment_file(const std::string& path, bool allow_empty) {
+  return check_own_file(path, allow_empty, kSegmentMagic, "segment");
+}
+
+Result<FileIdentity> check_own_file(const std::string& path, bool allow_empty,
+                                    std::uint64_t expected_magic, std::string_view what) {
   struct stat entry {};
   if (::lstat(path.c_str(), &entry) != 0) return fail_errno(errno, "stat " + path);
   if (S_ISLNK(entry.st_mode))
     return fail(Errc::NotRegularFile,
-                fmt::format("{} is a symbolic link, not a segment file", path));
+                fmt::format("{} is a symbolic link, not a {} file", path, what));
   if (!S_ISREG(entry.st_mode))
     return fail(Errc::NotRegularFile,
-                fmt::format("{} is {}, not a segment file", path, mode_type_name(entry.st_mode)));
+                fmt::format("{} is {}, not a {} file", path, mode_type_name(entry.st_mode), what));
   if (entry.st_uid != ::geteuid())
     return fail(Errc::WrongOwner, fmt::format("{} is owned by uid {}, not by this user (uid {})",
                                               path, entry.st_uid, ::geteuid()));
@@ -98,10 +103,10 @@ Result<FileIdentity> check_own_segment_file(const std::string& path, bool allow_
   std::uint64_t magic = 0;
   const ssize_t n = ::pread(fd.get(), &magic, sizeof magic, 0);
   if (n < 0) return fail_errno(errno, "read " + path);
-  if (static_cast<std::size_t>(n) != sizeof magic || magic != kSegmentMagic)
+  if (static_cast<std::size_t>(n) != sizeof magic || magic != expected_magic)
     return fail(
         Errc::BadMagic,
-        fmt::format("{} does not start with the segment magic: not a libshm segment file", path));
+        fmt::format("{} does not start with the {} magic: not a libshm {} file", path, what, what));
   return id;
 }
 

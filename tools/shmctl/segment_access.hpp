@@ -80,6 +80,12 @@ struct FileIdentity {
 // ever opened.
 [[nodiscard]] Result<FileIdentity> check_own_segment_file(const std::string& path,
                                                           bool allow_empty);
+// The same for another file format: starts with `magic` (the 8 bytes of
+// `what`, e.g. "spill page", named in the BadMagic message).
+[[nodiscard]] Result<FileIdentity> check_own_file(const std::string& path, bool allow_empty,
+                                                  std::uint64_t magic, std::string_view what);
+// "a directory", "a FIFO", ... for messages about a file's type (lstat mode).
+[[nodiscard]] std::string_view mode_type_name(mode_t mode) noexcept;
 // Unlinks `path` only if it still names the file `id` was taken from.
 [[nodiscard]] Result<void> unlink_if_same(const std::string& path, const FileIdentity& id);
 

@@ -57,6 +57,7 @@ struct RmOptions {
 struct GcOptions {
   bool dry_run = false;
   std::chrono::seconds temp_file_age{60};  // leftover temp files older than this are removed
+  std::string spill_dir;  // the spill base; empty: $LIBSHM_SPILL_DIR, else /var/lib/libshm/spill
 };
 
 struct ReclaimOptions {

@@ -3,6 +3,7 @@
 // then reopen and drain: nothing lost, nothing applied twice, files and
 // manifest agree (verify), no torn temporary file left.
 #include "shm/testing/spill_crash.hpp"
+#include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
@@ -33,13 +34,7 @@ Subprocess spill_peer(std::vector<std::string> args) {
 }
 
 RelayConfig crash_cfg() {
-  RelayConfig c;
-  c.policy = policy::kRawFifo;
-  c.capacity = 8;
-  c.value_size = 8;
-  c.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
-  c.spill_dedup = true;
-  c.spill.enabled = true;
+  RelayConfig c = test::small_spill_fifo("");  // the directory: LIBSHM_SPILL_DIR/<relay>
   c.spill.page_size = spill::kPageHeaderSize + 4 * spill::record_stride(8);
   return c;
 }

@@ -1,6 +1,7 @@
 // The shm-sidecar binary as a user runs it: HTTP endpoints scraped with a real
 // TCP client on loopback, --once output, the single-instance lock, signals.
 #include "common/loopback_http.hpp"
+#include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
@@ -336,15 +337,8 @@ TEST_F(SidecarDaemon, StatusEndpointServesJsonPerSegment) {
 // (nlohmann refused them, and the exception took the daemon down); the status
 // shows them escaped and serves the rest as usual.
 TEST_F(SidecarDaemon, StatusShowsANonUtf8SpillDirectoryEscaped) {
-  RelayConfig cfg;
-  cfg.policy = policy::kRawFifo;
-  cfg.capacity = 8;
-  cfg.value_size = 8;
-  cfg.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
-  cfg.spill_dedup = true;
-  cfg.spill.enabled = true;
   const test::TempSpillDir spill;
-  cfg.spill.dir = spill.sub("caf\xe9-\x1b[31m");
+  const RelayConfig cfg = test::small_spill_fifo(spill.sub("caf\xe9-\x1b[31m"));
   auto w = RelayWriter::create("latin", cfg);
   ASSERT_TRUE(w) << w.error().what();
 
@@ -357,8 +351,7 @@ TEST_F(SidecarDaemon, StatusShowsANonUtf8SpillDirectoryEscaped) {
   for (const auto& s : j["segments"])
     if (s["name"] == "latin") relay = &s;
   ASSERT_NE(relay, nullptr) << j.dump(2);
-  EXPECT_EQ((*relay)["detail"]["spill"]["dir"], spill.sub("caf\\xe9-\\x1b[31m"))
-      << relay->dump(2);
+  EXPECT_EQ((*relay)["detail"]["spill"]["dir"], spill.sub("caf\\xe9-\\x1b[31m")) << relay->dump(2);
 }
 
 TEST_F(SidecarDaemon, AnswersUnknownPathsAndMethodsWithHttpErrors) {

@@ -1,6 +1,7 @@
 // shmctl as a user runs it: the real binary as a subprocess, against segments
 // created under a per-test root, in text and --json, with its exit codes and
 // every kind of bad input (missing, invalid name, bad usage, corrupt files).
+#include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
@@ -389,15 +390,8 @@ TEST_F(ShmctlTest, InspectShowsHeaderKindStateAndWhoHoldsEachRole) {
 // whose name holds a Latin-1 byte and a terminal escape sequence reaches
 // neither the JSON (it would not be UTF-8) nor the terminal raw.
 TEST_F(ShmctlTest, InspectShowsANonUtf8SpillDirectoryEscaped) {
-  RelayConfig cfg;
-  cfg.policy = policy::kRawFifo;
-  cfg.capacity = 8;
-  cfg.value_size = 8;
-  cfg.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
-  cfg.spill_dedup = true;
-  cfg.spill.enabled = true;
   const test::TempSpillDir spill;
-  cfg.spill.dir = spill.sub("caf\xe9-\x1b[31m");
+  const RelayConfig cfg = test::small_spill_fifo(spill.sub("caf\xe9-\x1b[31m"));
   auto w = RelayWriter::create("latin", cfg);
   ASSERT_TRUE(w) << w.error().what();
   const std::string shown = spill.sub("caf\\xe9-\\x1b[31m");
@@ -1184,7 +1178,8 @@ TEST_F(ShmctlTest, RmForceRefusesADamagedSegmentOfAnotherUser) {
 // ---------------------------------------------------------------- gc
 
 TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
-  make_abandoned_ring("abandoned");  // creator and both holders dead
+  const test::TempSpillDir no_spill;  // gc also reads the spill base: an empty one
+  make_abandoned_ring("abandoned");   // creator and both holders dead
   {
     test::Subprocess helper({test::helper_path("shmctl_ring"), root_.path(), "orphan", "create"});
     ASSERT_EQ(helper.wait(kShmctlDeadline), 0);  // creator dead, never attached
@@ -1253,6 +1248,7 @@ void make_old(const std::string& path, std::chrono::seconds by) {
 // with the segment magic (what an interrupted create leaves); any other file
 // that happens to carry the reserved name is skipped with the reason.
 TEST_F(ShmctlTest, GcRemovesOnlyTempFilesThatAreEmptyOrCarryTheSegmentMagic) {
+  const test::TempSpillDir no_spill;  // gc also reads the spill base: an empty one
   const std::string empty = ".libshm-tmp-empty-0000000000000001";
   const std::string magic = ".libshm-tmp-magic-0000000000000002";
   const std::string text = ".libshm-tmp-text-0000000000000003";
@@ -1285,6 +1281,7 @@ TEST_F(ShmctlTest, GcRemovesOnlyTempFilesThatAreEmptyOrCarryTheSegmentMagic) {
 }
 
 TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
+  const test::TempSpillDir no_spill;  // gc also reads the spill base: an empty one
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a file to another uid";
   const std::string foreign = ".libshm-tmp-foreign-0000000000000001";
   make_file(foreign, "");
@@ -1300,6 +1297,120 @@ TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
             std::string::npos)
       << r;
   EXPECT_TRUE(fs::exists(root_.file(foreign)));
+}
+
+// gc and spill directories: <base>/<relay> goes only when relay <relay> is
+// gone from the root and everything in the directory is this user's, is a
+// file a relay writes (pages with the spill page magic, relay.id, an empty
+// refused/) and is older than 60 s. Anything else keeps the whole directory.
+TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheirPages) {
+  const test::TempSpillDir spill;
+  auto relay_with_pages = [&](const std::string& name) {
+    RelayConfig cfg = test::small_spill_fifo(spill.sub(name));
+    cfg.spill.page_size = spill::kPageHeaderSize + 4 * spill::record_stride(8);
+    auto w = RelayWriter::create(name, cfg, {.root = root_.path()});
+    EXPECT_TRUE(w) << w.error().what();
+    for (std::uint64_t i = 0; w && i < 40; ++i) {
+      auto r = w->write(u64_value(i));
+      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << i;
+    }
+    return w ? std::optional<RelayWriter>(std::move(*w)) : std::nullopt;
+  };
+  auto pages_in = [&](const std::string& dir) {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(spill.sub(dir), ec); !ec && it != fs::directory_iterator();
+         it.increment(ec))
+      n += it->path().filename().string().starts_with("page-") ? 1 : 0;
+    return n;
+  };
+  auto age_all = [&](const std::string& dir) {
+    for (const auto& e : fs::directory_iterator(spill.sub(dir))) make_old(e.path().string(), 600s);
+  };
+  // A relay removed with pages on disk, and one that still exists.
+  relay_with_pages("gone").reset();
+  ASSERT_GT(pages_in("gone"), 0u);
+  ASSERT_TRUE(fs::remove(root_.file("gone")));
+  age_all("gone");
+  std::optional<RelayWriter> live = relay_with_pages("live");
+  ASSERT_GT(pages_in("live"), 0u);
+  age_all("live");
+  // Directories a relay did not leave as it is.
+  const std::string magic_page(spill::kPageHeaderSize, '\0');
+  auto fake_dir = [&](const std::string& dir, bool old) {
+    fs::create_directories(spill.sub(dir));
+    std::string page = magic_page;
+    std::memcpy(page.data(), &spill::kPageMagic, sizeof spill::kPageMagic);
+    std::ofstream(spill.sub(dir) + "/page-0000000000000001.spill", std::ios::binary) << page;
+    std::ofstream(spill.sub(dir) + "/relay.id", std::ios::binary) << "12345678";
+    if (old) age_all(dir);
+  };
+  fake_dir("orphan", true);  // gc removes it: fabricated, but exactly a relay's files
+  fake_dir("notes", false);
+  std::ofstream(spill.sub("notes") + "/notes.txt") << "precious";
+  age_all("notes");
+  fake_dir("text-page", false);
+  std::ofstream(spill.sub("text-page") + "/page-0000000000000002.spill") << "not a page";
+  age_all("text-page");
+  fake_dir("young", false);
+  fake_dir("refusals", false);
+  fs::create_directories(spill.sub("refusals") + "/refused");
+  std::ofstream(spill.sub("refusals") + "/refused/page-0000000000000003.spill.bad-crc") << "x";
+  age_all("refusals");
+  fs::create_directories(spill.sub("elsewhere"));
+  fs::create_directory_symlink(spill.sub("elsewhere"), spill.sub("link"));
+  fake_dir("fifo", false);
+  ASSERT_EQ(::mkfifo((spill.sub("fifo") + "/page-0000000000000004.tmp").c_str(), 0600), 0);
+  age_all("fifo");
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) {
+    fake_dir("foreign", true);
+    ASSERT_EQ(::chown(spill.sub("foreign").c_str(), 12345, 12345), 0);
+  }
+
+  const CliResult dry = run({"gc", "--dry-run", "--json", "--spill-dir", spill.path()});
+  ASSERT_EQ(dry.code, 0) << dry;
+  EXPECT_EQ(dry.parsed()["would_remove"], 2) << dry;
+  EXPECT_GT(pages_in("gone"), 0u);
+
+  const CliResult r = run({"gc", "--json", "--spill-dir", spill.path()});
+  ASSERT_EQ(r.code, 0) << r;
+  std::map<std::string, std::pair<std::string, std::string>> actions;
+  const json doc = r.parsed();
+  for (const json& a : doc["actions"])
+    if (a["type"] == "spill_dir")
+      actions[fs::path(a["name"].get<std::string>()).filename().string()] = {a["action"],
+                                                                             a["reason"]};
+  ASSERT_FALSE(actions.empty()) << r;
+  auto expect = [&](const std::string& dir, const std::string& action, const std::string& why) {
+    EXPECT_EQ(actions[dir].first, action) << dir << ": " << actions[dir].second;
+    EXPECT_NE(actions[dir].second.find(why), std::string::npos)
+        << dir << ": " << actions[dir].second;
+  };
+  expect("gone", "removed", "relay segment gone is gone");
+  expect("orphan", "removed", "1 page file(s)");
+  expect("live", "kept", "relay segment live exists");
+  expect("notes", "skipped", "notes.txt is not a file a relay writes");
+  expect("text-page", "skipped", "does not start with the spill page magic");
+  expect("young", "kept", "a relay may still use it");
+  expect("refusals", "skipped", "holds refused pages");
+  expect("link", "skipped", "symbolic link");
+  expect("fifo", "skipped", "a FIFO, not a spill page file");
+  expect("elsewhere", "skipped", "no relay.id");  // an empty directory: not a relay's
+  if (root_user) {
+    expect("foreign", "skipped", "owned by uid 12345");
+  }
+  EXPECT_FALSE(fs::exists(spill.sub("gone")));
+  EXPECT_FALSE(fs::exists(spill.sub("orphan")));
+  EXPECT_GT(pages_in("live"), 0u);
+  EXPECT_TRUE(fs::exists(spill.sub("notes") + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(spill.sub("text-page") + "/page-0000000000000001.spill"));
+  EXPECT_TRUE(fs::exists(spill.sub("young") + "/relay.id"));
+  EXPECT_TRUE(fs::exists(spill.sub("refusals") + "/refused/page-0000000000000003.spill.bad-crc"));
+  EXPECT_TRUE(fs::is_symlink(spill.sub("link")));
+  if (root_user) {
+    EXPECT_TRUE(fs::exists(spill.sub("foreign") + "/relay.id"));
+  }
 }
 
 // ---------------------------------------------------------------- reclaim
