@@ -223,7 +223,7 @@ TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
   // kill -9 from outside wherever it is.
   ASSERT_NO_FATAL_FAILURE(restart_exporter(fmt::format("export_after_enqueue:{}", n / 4)));
   ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
-  ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:10"));
+  ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
   ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
   ASSERT_NO_FATAL_FAILURE(restart_exporter());
   const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
@@ -278,6 +278,31 @@ TEST_F(BridgeTest, KilledNatsServerRestartedOnItsStoreLosesAndDuplicatesNothing)
   expect_exactly_once(*producer, *consumer, n);
   // The export bridge saw the connection come back (a new egress generation).
   EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
+}
+
+TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
+  const std::uint64_t n = shm::test::scaled(4'000);
+  constexpr std::uint64_t kSmallRing = 4096;
+  // At most this many records fit ring B: the smallest record (16 bytes) and
+  // its 8-byte header.
+  constexpr std::uint64_t kFitAtMost = kSmallRing / 24;
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders", kSmallRing);
+  ASSERT_NO_FATAL_FAILURE(start_bridges());
+  auto producer =
+      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+  // Everything left host A; host B holds what its ring takes, the rest stays
+  // in JetStream (nothing dropped, nothing acknowledged ahead of the ring).
+  ASSERT_TRUE(wait_moved(a_, "orders-bridge-export", shm::bridge::Route::Export, n));
+  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, 1));
+  EXPECT_LE(moved(b_, "orders-bridge-import", shm::bridge::Route::Import), kFitAtMost);
+  auto consumer = ring_peer(
+      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
+  auto idle = ring_peer(a_, {"produce", "orders", "0"});
+  ASSERT_NO_FATAL_FAILURE(expect_exactly_once(*idle, *consumer, n));
 }
 
 // ---- bad input: exit code and message
