@@ -77,6 +77,9 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   StateData& sd = state->data();
 
   auto ring = RingConsumer::open(o.source, {}, OpenOptions{.root = root});
+  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
+    ring = RingConsumer::create(o.source, RingParams{o.common.create_ring},
+                                CreateOptions{.root = root});
   if (!ring) return std::unexpected(segment_failure("source ring", o.source, ring.error()));
 
   EgressParams ep;

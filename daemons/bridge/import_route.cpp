@@ -107,6 +107,9 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   StateData& sd = state->data();
 
   auto ring = RingProducer::open(o.dest, {}, OpenOptions{.root = root});
+  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
+    ring =
+        RingProducer::create(o.dest, RingParams{o.common.create_ring}, CreateOptions{.root = root});
   if (!ring) return std::unexpected(segment_failure("destination ring", o.dest, ring.error()));
 
   // Recovery of the JetStream -> ring hand-over (state.hpp): a commit that

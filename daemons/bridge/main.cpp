@@ -44,6 +44,9 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c) {
   app.add_option("--subject", c.subject, "the JetStream subject")->required();
   app.add_option("--state", c.state,
                  "the bridge's state segment (default: <ring>-bridge-export / -import)");
+  app.add_option("--create-ring", c.create_ring,
+                 "create the local ring with this many bytes (a power of two) when it is missing")
+      ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
   app.add_option("--create-stream", c.create_stream,
                  "create this stream (file storage) when no stream captures the subject");
 }

@@ -11,6 +11,7 @@
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "shm/egress/egress.hpp"
+#include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
 #include <gmock/gmock.h>
@@ -19,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -380,6 +382,15 @@ TEST_F(BridgeTest, MissingOrWrongKindSegmentExitsSix) {
   const BridgeRun missing_dest = run_bridge(import_args(url, b_));
   EXPECT_EQ(missing_dest.code, 6) << missing_dest.output;
   EXPECT_THAT(missing_dest.output, HasSubstr("destination ring segment orders"));
+  // --create-ring makes the missing ring instead (then the server is unreachable: 3).
+  auto create = import_args(url, b_);
+  *(std::find(create.begin(), create.end(), "--dest") + 1) = "made";
+  create.insert(create.end(), {"--create-ring", "4096"});
+  const BridgeRun made = run_bridge(create);
+  EXPECT_EQ(made.code, 3) << made.output;
+  shm::OpenOptions oo;
+  oo.root = b_.path();
+  EXPECT_TRUE(shm::RingConsumer::open("made", shm::RingParams{4096}, oo).has_value());
   // "orders" on host B is an egress, not a ring.
   shm::CreateOptions co;
   co.root = b_.path();
