@@ -355,6 +355,23 @@ TEST_F(BridgeTest, WrongCredentialsExitFourWithoutPrintingThem) {
   EXPECT_THAT(bridge->output(), Not(HasSubstr("right-secret")));
 }
 
+TEST_F(BridgeTest, WrongTokenExitsFourWithoutPrintingIt) {
+  NatsServer server({"--auth", "right-token-123"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  make_ring(a_, "orders");
+  auto args = export_args(server.url(), a_);
+  args.insert(args.end(), {"--token", "wrong-token-456"});
+  const BridgeRun r = run_bridge(args);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("refused the credentials (token)"));
+  EXPECT_THAT(r.output, Not(HasSubstr("wrong-token-456")));
+  auto ok = export_args(server.url(), a_);
+  ok.insert(ok.end(), {"--token", "right-token-123"});
+  auto bridge = run_merged(bridge_bin(), ok);
+  EXPECT_TRUE(bridge->wait_for_line("READY export", 30s)) << bridge->output();
+  EXPECT_THAT(bridge->output(), Not(HasSubstr("right-token-123")));
+}
+
 TEST_F(BridgeTest, SubjectWithoutStreamExitsFive) {
   NatsServer server;
   ASSERT_TRUE(server.ready()) << server.log();
