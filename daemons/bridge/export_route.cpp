@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,34 +27,60 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Sequences whose asynchronous publish failed (the client's error handler,
-// on one of its threads).
-struct PublishErrors {
+// The outcome of every asynchronous publish, as JetStream (or the client's
+// timeout) reports it, one callback per message on a thread of the client.
+// A window is acknowledged in the egress only when every one of its
+// sequences has a positive acknowledgement here: nothing is inferred from
+// the absence of an error.
+struct PublishResults {
   std::mutex mutex;
-  std::vector<std::uint64_t> failed;
-
-  // True when a failure names a sequence in [first, last]; forgets them all
-  // (older ones belong to batches already failed and retried).
-  bool any_in(std::uint64_t first, std::uint64_t last) {
-    const std::lock_guard lock(mutex);
-    const bool hit =
-        std::ranges::any_of(failed, [&](std::uint64_t s) { return s >= first && s <= last; });
-    failed.clear();
-    return hit;
-  }
+  std::condition_variable changed;
+  std::vector<std::pair<std::uint64_t, bool>> outcomes;  // (sequence, stored)
 };
 
-void on_publish_error(jsCtx* /*js*/, jsPubAckErr* pae, void* closure) {
-  auto* errors = static_cast<PublishErrors*>(closure);
+void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+  auto* results = static_cast<PublishResults*>(closure);
   const char* id = nullptr;
-  if (pae == nullptr || pae->Msg == nullptr ||
-      natsMsgHeader_Get(pae->Msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr)
-    return;
-  const char* dash = std::strrchr(id, '-');
-  if (dash == nullptr) return;
-  const std::uint64_t seq = std::strtoull(dash + 1, nullptr, 10);
-  const std::lock_guard lock(errors->mutex);
-  errors->failed.push_back(seq);
+  if (msg != nullptr && natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr) {
+    if (const char* dash = std::strrchr(id, '-'); dash != nullptr) {
+      const std::uint64_t seq = std::strtoull(dash + 1, nullptr, 10);
+      {
+        const std::lock_guard lock(results->mutex);
+        results->outcomes.emplace_back(seq, pa != nullptr && pae == nullptr);
+      }
+      results->changed.notify_all();
+    }
+  }
+  natsMsg_Destroy(msg);
+}
+
+// Waits until every sequence of [first, first + count) has an outcome, or
+// the deadline. True when all were stored. A late positive outcome of an
+// earlier attempt counts: the message id was stored.
+bool await_window(PublishResults& results, std::uint64_t first, std::size_t count,
+                  std::chrono::milliseconds timeout) {
+  std::vector<std::int8_t> state(count, 0);  // 0 unknown, 1 stored, -1 failed
+  std::size_t known = 0;
+  bool all_stored = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(results.mutex);
+  for (;;) {
+    for (const auto& [seq, stored] : results.outcomes) {
+      if (seq < first || seq - first >= count) continue;
+      std::int8_t& st = state[seq - first];
+      if (st == 1) continue;
+      if (st == 0) ++known;
+      st = stored ? 1 : -1;
+    }
+    results.outcomes.clear();
+    if (known == count) break;
+    if (results.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
+      all_stored = false;
+      break;
+    }
+  }
+  for (std::int8_t st : state) all_stored = all_stored && st == 1;
+  return all_stored;
 }
 
 Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
@@ -100,9 +127,9 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   std::optional<EgressTransport> transport(std::move(*attached));
   const std::uint64_t incarnation = transport->egress().segment().header().incarnation;
 
-  PublishErrors errors;
-  auto link = NatsLink::connect(o.common.connection, &on_publish_error, &errors,
-                                std::int64_t{o.window} * 4);
+  PublishResults results;
+  auto link =
+      NatsLink::connect(o.common.connection, &on_publish_ack, &results, std::int64_t{o.window} * 4);
   if (!link) return std::unexpected(link.error());
   auto stream = (*link)->stream_for(o.common.subject);
   if (!stream) return std::unexpected(stream.error());
@@ -243,9 +270,18 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       if (c->status != egress::ClaimStatus::Claimed) break;
       const egress::Envelope& env = c->envelope;
       const std::string id = fmt::format("{}-{}", incarnation, env.sequence);
+      // The stream must hold this message right after the previous one: a
+      // message sent after a hole (one lost with a connection while the next
+      // ones were buffered and resent) is refused, so the stream's order is
+      // the egress's order and the window is retried from the hole.
+      // JetStream checks the message id for duplicates before this
+      // expectation, so a retried message already stored is acknowledged.
+      const std::string previous =
+          env.sequence == 0 ? std::string() : fmt::format("{}-{}", incarnation, env.sequence - 1);
       jsPubOptions po;
       jsPubOptions_Init(&po);
       po.MsgId = id.c_str();
+      if (!previous.empty()) po.ExpectLastMsgId = previous.c_str();
       po.MaxWait = o.publish_timeout_ms;
       batch.push_back(env.sequence);
       if (js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
@@ -256,13 +292,12 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     }
     if (!batch.empty()) {
       idle = false;
-      jsPubOptions po;
-      jsPubOptions_Init(&po);
-      po.MaxWait = o.publish_timeout_ms;
-      const natsStatus s = publish_failed ? NATS_ERR : js_PublishAsyncComplete((*link)->js(), &po);
-      const bool failed = s != NATS_OK || errors.any_in(batch.front(), batch.back());
       const bool contiguous =
           batch.front() == acked_next && batch.back() - batch.front() + 1 == batch.size();
+      const bool stored = !publish_failed && contiguous &&
+                          await_window(results, batch.front(), batch.size(),
+                                       std::chrono::milliseconds(o.publish_timeout_ms) + 1s);
+      const bool failed = !stored;
       if (!failed && contiguous) {
         crash_point("export_after_publish");
         auto a = transport->ack(batch.back());
@@ -288,8 +323,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         sd.retries.fetch_add(batch.size(), std::memory_order_relaxed);
         if (failed_batches++ == 0)
           log("warn", "publish_failed",
-              fmt::format("route=export first={} last={} status=\"{}\" contiguous={}",
-                          batch.front(), batch.back(), natsStatus_GetText(s), contiguous));
+              fmt::format("route=export first={} last={} publish_failed={} contiguous={}",
+                          batch.front(), batch.back(), publish_failed, contiguous));
         recovering = true;
       }
     }

@@ -102,8 +102,8 @@ bool NatsLink::connected() const noexcept {
 }
 
 Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
-                                                     jsPubAckErrHandler on_publish_error,
-                                                     void* closure, std::int64_t max_pending) {
+                                                     jsPubAckHandler on_publish_ack, void* closure,
+                                                     std::int64_t max_pending) {
   open_library();
   auto link = std::make_unique<NatsLink>();
   auto check = [&](natsStatus s, const char* what) -> Outcome<void> {
@@ -162,8 +162,8 @@ Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
   jsOptions_Init(&jo);
   jo.Wait = 5000;
   jo.PublishAsync.MaxPending = max_pending;
-  jo.PublishAsync.ErrHandler = on_publish_error;
-  jo.PublishAsync.ErrHandlerClosure = closure;
+  jo.PublishAsync.AckHandler = on_publish_ack;
+  jo.PublishAsync.AckHandlerClosure = closure;
   if (natsStatus s = natsConnection_JetStream(&link->js_, link->nc_, &jo); s != NATS_OK)
     return failure(kExitRuntime, fmt::format("JetStream context: {}", nats_error(s)));
   return link;

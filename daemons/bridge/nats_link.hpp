@@ -38,11 +38,11 @@ class NatsLink {
 
   // Connects (no retry for the first connection: an unreachable server or a
   // refused credential is an error) with automatic reconnection afterwards.
-  // `on_publish_error` (optional) receives the failed asynchronous publishes
-  // (on a thread of the client).
+  // `on_publish_ack` (optional) receives the outcome of every asynchronous
+  // publish (on a thread of the client; it owns and destroys the message).
   [[nodiscard]] static Outcome<std::unique_ptr<NatsLink>> connect(
-      const ConnectionOptions& o, jsPubAckErrHandler on_publish_error = nullptr,
-      void* closure = nullptr, std::int64_t max_pending = 4096);
+      const ConnectionOptions& o, jsPubAckHandler on_publish_ack = nullptr, void* closure = nullptr,
+      std::int64_t max_pending = 4096);
 
   [[nodiscard]] natsConnection* connection() const noexcept { return nc_; }
   [[nodiscard]] jsCtx* js() const noexcept { return js_; }

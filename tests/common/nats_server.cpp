@@ -86,15 +86,15 @@ bool NatsServer::ready(std::chrono::milliseconds timeout) {
   return false;
 }
 
-void NatsServer::kill() {
+void NatsServer::kill(int sig) {
   if (!process_) return;
-  process_->kill(SIGKILL);
-  (void)process_->wait(std::chrono::seconds(10));
+  process_->kill(sig);
+  (void)process_->wait(std::chrono::seconds(20));  // SIGKILLs it when it does not stop
   process_.reset();
 }
 
-bool NatsServer::restart(std::chrono::milliseconds timeout) {
-  kill();
+bool NatsServer::restart(int sig, std::chrono::milliseconds timeout) {
+  kill(sig);
   start();
   return ready(timeout);
 }

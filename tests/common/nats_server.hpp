@@ -7,6 +7,7 @@
 #include "common/subprocess.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,10 +30,13 @@ class NatsServer {
 
   // Waits until the server logs "Server is ready" (or the deadline passes).
   [[nodiscard]] bool ready(std::chrono::milliseconds timeout = std::chrono::seconds(20));
-  // kill -9 (the store stays).
-  void kill();
-  // Starts it again on the same port and store; waits for ready.
-  [[nodiscard]] bool restart(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // Stops it with `sig` (SIGKILL: kill -9; SIGTERM: a clean shutdown) and
+  // reaps it; the store stays.
+  void kill(int sig = SIGKILL);
+  // Stops it with `sig`, starts it again on the same port and store, waits
+  // for ready.
+  [[nodiscard]] bool restart(int sig = SIGKILL,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
