@@ -135,8 +135,8 @@ class BridgeTest : public ::testing::Test {
   }
 
   // Starts both bridges on a running server and waits for both READY lines.
-  void start_bridges() {
-    exporter_ = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  void start_bridges(const std::string& export_crash = "") {
+    exporter_ = start(export_args(server_->url(), a_), export_crash);
     ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
     importer_ = run_merged(bridge_bin(), import_args(server_->url(), b_));
     ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
@@ -227,7 +227,7 @@ TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
   ASSERT_TRUE(server_->ready()) << server_->log();
   make_ring(a_, "orders");
   make_ring(b_, "orders");
-  ASSERT_NO_FATAL_FAILURE(start_bridges());
+  ASSERT_NO_FATAL_FAILURE(start_bridges(fmt::format("export_after_enqueue:{}", n / 4)));
   auto consumer = ring_peer(
       b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
   auto producer =
@@ -236,7 +236,6 @@ TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
   // intent), then between JetStream's acknowledgement and the egress's (the
   // window is published again: JetStream drops it by message id), then by a
   // kill -9 from outside wherever it is.
-  ASSERT_NO_FATAL_FAILURE(restart_exporter(fmt::format("export_after_enqueue:{}", n / 4)));
   ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
   ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
   ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
