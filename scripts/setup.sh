@@ -21,6 +21,8 @@ LIBSHM_APT_PACKAGES=(
   nlohmann-json3-dev # JSON output of shmctl and the sidecar
   libcli11-dev       # command lines of shmctl, the sidecar and the examples
   libcpp-httplib-dev # cpp-httplib 0.11: the HTTP endpoint of the daemons (daemons/common)
+  libnats-dev        # the NATS C client with JetStream (3.4): shm-bridge (daemons/bridge)
+  nats-server        # NATS server 2.9 with JetStream: the shm-bridge tests start their own
   pkgconf            # finds cpp-httplib (its package ships a .pc file, no CMake config)
   procps             # ps, sysctl (tests, and the TSan ASLR check in scripts/test.sh)
   util-linux         # taskset (bench pinning), setarch (TSan fallback)

@@ -19,10 +19,13 @@ inline constexpr KindId kRelayKind = 6;
 inline constexpr KindId kEgressKind = 7;
 // Not a segment: the kind of a relay's spill page file (shm/spill/page.hpp).
 inline constexpr KindId kSpillPageKind = 8;
+// The state segment of an shm-bridge route (daemons/bridge/state.hpp): the
+// bridge's crash-recovery intents and its last applied stream sequence.
+inline constexpr KindId kBridgeStateKind = 9;
 
-inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind,  kMpmcRingKind,
-                                        kFanoutBitmapKind, kLedgerKind,   kRelayKind,
-                                        kEgressKind,       kSpillPageKind};
+inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind,   kMpmcRingKind,
+                                        kFanoutBitmapKind, kLedgerKind,    kRelayKind,
+                                        kEgressKind,       kSpillPageKind, kBridgeStateKind};
 
 namespace detail {
 consteval bool kind_ids_are_unique_and_nonzero() {

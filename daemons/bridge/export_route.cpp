@@ -1,0 +1,355 @@
+// The export route: ring -> egress -> JetStream. See routes.hpp and
+// docs/bridge.md (model, crash cases).
+#include "bridge/crash_point.hpp"
+#include "bridge/routes.hpp"
+#include "bridge/segment_errors.hpp"
+#include "bridge/state.hpp"
+
+#include "shm/egress/egress.hpp"
+#include "shm/platform/clock.hpp"
+#include "shm/spsc/consumer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace shm::bridge {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The outcome of every asynchronous publish, as JetStream (or the client's
+// timeout) reports it, one callback per message on a thread of the client.
+// A window is acknowledged in the egress only when every one of its
+// sequences has a positive acknowledgement here: nothing is inferred from
+// the absence of an error.
+struct PublishResults {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::pair<std::uint64_t, bool>> outcomes;  // (sequence, stored)
+};
+
+void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+  auto* results = static_cast<PublishResults*>(closure);
+  const char* id = nullptr;
+  if (msg != nullptr && natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr) {
+    if (const char* dash = std::strrchr(id, '-'); dash != nullptr) {
+      const std::uint64_t seq = std::strtoull(dash + 1, nullptr, 10);
+      {
+        const std::lock_guard lock(results->mutex);
+        results->outcomes.emplace_back(seq, pa != nullptr && pae == nullptr);
+      }
+      results->changed.notify_all();
+    }
+  }
+  natsMsg_Destroy(msg);
+}
+
+// Waits until every sequence of [first, first + count) has an outcome, or
+// the deadline. True when all were stored. A late positive outcome of an
+// earlier attempt counts: the message id was stored.
+bool await_window(PublishResults& results, std::uint64_t first, std::size_t count,
+                  std::chrono::milliseconds timeout) {
+  std::vector<std::int8_t> state(count, 0);  // 0 unknown, 1 stored, -1 failed
+  std::size_t known = 0;
+  bool all_stored = true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(results.mutex);
+  for (;;) {
+    for (const auto& [seq, stored] : results.outcomes) {
+      if (seq < first || seq - first >= count) continue;
+      std::int8_t& st = state[seq - first];
+      if (st == 1) continue;
+      if (st == 0) ++known;
+      st = stored ? 1 : -1;
+    }
+    results.outcomes.clear();
+    if (known == count) break;
+    if (results.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
+      all_stored = false;
+      break;
+    }
+  }
+  for (std::int8_t st : state) all_stored = all_stored && st == 1;
+  return all_stored;
+}
+
+Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
+  auto t = EgressTransport::attach(name, OpenOptions{.root = root});
+  if (!t) return std::unexpected(segment_failure("egress", name, t.error()));
+  return std::move(*t);
+}
+
+Failure fenced(const std::string& egress, std::uint64_t generation) {
+  return {kExitBusy, fmt::format("egress {}: fenced at generation {} (another transport took the "
+                                 "egress over)",
+                                 egress, generation)};
+}
+
+Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+  const std::string& root = o.common.root;
+  const std::string state_name =
+      o.common.state.empty() ? o.source + "-bridge-export" : o.common.state;
+  auto state = StateSegment::attach(state_name, Route::Export, root);
+  if (!state) return std::unexpected(segment_failure("state", state_name, state.error()));
+  StateData& sd = state->data();
+
+  auto ring = RingConsumer::open(o.source, {}, OpenOptions{.root = root});
+  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
+    ring = RingConsumer::create(o.source, RingParams{o.common.create_ring},
+                                CreateOptions{.root = root});
+  if (!ring) return std::unexpected(segment_failure("source ring", o.source, ring.error()));
+
+  EgressParams ep;
+  ep.capacity = o.egress_capacity;
+  ep.slot_bytes = o.max_message;
+  ep.inflight_limit = std::min(o.window, o.egress_capacity);
+  ep.retry_budget = ~std::uint32_t{0} - 1;  // never dead-letter: retry until acknowledged
+  ep.retry_base = 50ms;
+  ep.retry_ceiling = 2s;
+  if (auto created = Egress::create(o.egress, ep, CreateOptions{.root = root});
+      !created && created.error().code != Errc::AlreadyExists)
+    return std::unexpected(segment_failure("egress", o.egress, created.error()));
+  auto attached = attach_transport(o.egress, root);
+  if (!attached) return std::unexpected(attached.error());
+  // An optional, replaced by reset() + emplace(): the egress handles'
+  // defaulted move assignment unmaps the old mapping before detaching the old
+  // attachment from it.
+  std::optional<EgressTransport> transport(std::move(*attached));
+  const std::uint64_t incarnation = transport->egress().segment().header().incarnation;
+
+  PublishResults results;
+  auto link =
+      NatsLink::connect(o.common.connection, &on_publish_ack, &results, std::int64_t{o.window} * 4);
+  if (!link) return std::unexpected(link.error());
+  auto stream = (*link)->stream_for(o.common.subject);
+  if (!stream) return std::unexpected(stream.error());
+  if (!*stream) {
+    if (o.common.create_stream.empty())
+      return failure(kExitNoStream,
+                     fmt::format("no JetStream stream captures subject {} (create one, or pass "
+                                 "--create-stream NAME)",
+                                 o.common.subject));
+    if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject); !ok)
+      return std::unexpected(ok.error());
+    *stream = o.common.create_stream;
+  }
+
+  // Recovery of the ring -> egress hand-over (state.hpp): the record at the
+  // intent's head was enqueued when the egress sequence moved past the
+  // intent's sequence; it is released without a second enqueue.
+  auto proj = transport->egress().projection();
+  if (!proj)
+    return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, proj.error().what()));
+  std::uint64_t next_seq = proj->next_sequence;
+  std::uint64_t acked_next = proj->acked_through ? *proj->acked_through + 1 : 0;
+  // [bridge.I] acquire: pairs with the release store of export_intent_seq.
+  const std::uint64_t intent_seq = sd.export_intent_seq.load(std::memory_order_acquire);
+  if (intent_seq != kNone) {
+    const std::uint64_t head = sd.export_intent_head.load(std::memory_order_relaxed);
+    if (next_seq > intent_seq && ring->released_position() == head) {
+      auto rec = ring->try_peek();
+      if (!rec || !*rec)
+        return failure(kExitRuntime, fmt::format("source ring {}: the record at position {} that "
+                                                 "the egress holds as sequence {} is gone",
+                                                 o.source, head, intent_seq));
+      ring->release();
+      sd.recovered.fetch_add(1, std::memory_order_relaxed);
+      log("info", "recovered",
+          fmt::format("route=export ring_position={} sequence={}", head, intent_seq));
+    }
+    sd.export_intent_seq.store(kNone, std::memory_order_release);
+  }
+  log("info", "ready",
+      fmt::format("route=export source={} egress={} subject={} stream={} servers={} "
+                  "generation={} replayed={} next_sequence={}",
+                  o.source, o.egress, o.common.subject, **stream,
+                  describe_servers(o.common.connection.servers), transport->generation(),
+                  transport->replayed(), next_seq));
+  std::fputs("READY export\n", stdout);
+  std::fflush(stdout);
+
+  std::vector<std::byte> payload;
+  std::vector<std::uint64_t> batch;
+  batch.reserve(o.window);
+  bool recovering = false;  // records parked after a failed batch: claim nothing until they return
+  std::uint64_t seen_reconnects = (*link)->reconnects();
+  std::uint64_t failed_batches = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    bool idle = true;
+    transport->egress().heartbeat();
+
+    // A lost and re-established connection: a new generation, which fences
+    // whatever the old one had in flight and replays it in order.
+    if (const std::uint64_t r = (*link)->reconnects(); r != seen_reconnects) {
+      seen_reconnects = r;
+      transport.reset();
+      auto again = attach_transport(o.egress, root);
+      if (!again) return std::unexpected(again.error());
+      transport.emplace(std::move(*again));
+      proj = transport->egress().projection();
+      if (!proj)
+        return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, proj.error().what()));
+      acked_next = proj->acked_through ? *proj->acked_through + 1 : 0;
+      recovering = false;
+      sd.reconnects.fetch_add(1, std::memory_order_relaxed);
+      log("warn", "reconnected",
+          fmt::format("route=export generation={} replayed={}", transport->generation(),
+                      transport->replayed()));
+    }
+
+    // 1. Ring -> egress, while the egress has room (its Full stops the drain,
+    // which pushes back on the application through the ring).
+    bool ring_empty = false;
+    for (int i = 0; i < 256; ++i) {
+      auto rec = ring->try_peek();
+      if (!rec)
+        return failure(kExitRuntime,
+                       fmt::format("source ring {}: {}", o.source, rec.error().what()));
+      if (!*rec) {
+        ring_empty = true;
+        break;
+      }
+      // [bridge.I] the intent: validity cleared first, stored last (release).
+      sd.export_intent_seq.store(kNone, std::memory_order_release);
+      sd.export_intent_head.store(ring->released_position(), std::memory_order_relaxed);
+      sd.export_intent_seq.store(next_seq, std::memory_order_release);
+      auto e = transport->egress().try_enqueue(**rec);
+      if (!e) {
+        if (e.error().code == Errc::TooLarge)
+          return failure(kExitRuntime,
+                         fmt::format("source ring {}: a record of {} bytes exceeds the egress slot "
+                                     "({}; --max-message sets it when the egress is created)",
+                                     o.source, (*rec)->size(), e.error().message));
+        return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, e.error().what()));
+      }
+      if (e->status == egress::EnqueueStatus::Full) {
+        ring->unpeek();
+        sd.export_intent_seq.store(kNone, std::memory_order_release);
+        break;
+      }
+      if (e->sequence != next_seq)
+        return failure(kExitBusy, fmt::format("egress {}: got sequence {}, expected {}: another "
+                                              "producer writes into the bridge's egress",
+                                              o.egress, e->sequence, next_seq));
+      crash_point("export_after_enqueue");
+      ring->release();
+      ++next_seq;
+      sd.moved.fetch_add(1, std::memory_order_relaxed);
+      idle = false;
+    }
+
+    // 2. Egress -> JetStream: claim a window, publish it asynchronously, wait
+    // for the acknowledgements, then ack the egress cumulatively, or fail the
+    // whole batch (its records retry with backoff; JetStream's duplicate
+    // window drops the copies that had been stored).
+    if (recovering) {
+      auto due = transport->egress().retry_due(transport->generation(), monotonic_ns());
+      if (due && due->status == egress::RetryStatus::StaleGeneration)
+        return std::unexpected(fenced(o.egress, due->current_generation));
+      auto p = transport->egress().projection();
+      if (p && p->parked == 0) recovering = false;
+    }
+    batch.clear();
+    bool publish_failed = false;
+    while (!recovering && batch.size() < o.window) {
+      auto c = transport->try_claim(payload);
+      if (!c)
+        return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, c.error().what()));
+      if (c->status == egress::ClaimStatus::StaleGeneration)
+        return std::unexpected(fenced(o.egress, c->current_generation));
+      if (c->status != egress::ClaimStatus::Claimed) break;
+      const egress::Envelope& env = c->envelope;
+      const std::string id = fmt::format("{}-{}", incarnation, env.sequence);
+      // The stream must hold this message right after the previous one: a
+      // message sent after a hole (one lost with a connection while the next
+      // ones were buffered and resent) is refused, so the stream's order is
+      // the egress's order and the window is retried from the hole.
+      // JetStream checks the message id for duplicates before this
+      // expectation, so a retried message already stored is acknowledged.
+      const std::string previous =
+          env.sequence == 0 ? std::string() : fmt::format("{}-{}", incarnation, env.sequence - 1);
+      jsPubOptions po;
+      jsPubOptions_Init(&po);
+      po.MsgId = id.c_str();
+      if (!previous.empty()) po.ExpectLastMsgId = previous.c_str();
+      po.MaxWait = o.publish_timeout_ms;
+      batch.push_back(env.sequence);
+      if (js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
+                          static_cast<int>(env.payload.size()), &po) != NATS_OK) {
+        publish_failed = true;
+        break;
+      }
+    }
+    if (!batch.empty()) {
+      idle = false;
+      const bool contiguous =
+          batch.front() == acked_next && batch.back() - batch.front() + 1 == batch.size();
+      const bool stored = !publish_failed && contiguous &&
+                          await_window(results, batch.front(), batch.size(),
+                                       std::chrono::milliseconds(o.publish_timeout_ms) + 1s);
+      const bool failed = !stored;
+      if (!failed && contiguous) {
+        crash_point("export_after_publish");
+        auto a = transport->ack(batch.back());
+        if (!a)
+          return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, a.error().what()));
+        if (a->status == egress::AckStatus::StaleGeneration)
+          return std::unexpected(fenced(o.egress, a->current_generation));
+        acked_next = batch.back() + 1;
+        sd.acknowledged.fetch_add(batch.size(), std::memory_order_relaxed);
+        if (failed_batches != 0) {
+          log("info", "publishing",
+              fmt::format("route=export after_failed_batches={}", failed_batches));
+          failed_batches = 0;
+        }
+      } else {
+        for (std::uint64_t seq : batch) {
+          auto f = transport->fail(seq);
+          if (!f)
+            return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, f.error().what()));
+          if (f->status == egress::FailStatus::StaleGeneration)
+            return std::unexpected(fenced(o.egress, f->current_generation));
+        }
+        sd.retries.fetch_add(batch.size(), std::memory_order_relaxed);
+        if (failed_batches++ == 0)
+          log("warn", "publish_failed",
+              fmt::format("route=export first={} last={} publish_failed={} contiguous={}",
+                          batch.front(), batch.back(), publish_failed, contiguous));
+        recovering = true;
+      }
+    }
+
+    if (idle) {
+      if (recovering || !ring_empty) {
+        std::this_thread::sleep_for(2ms);  // backoff pending, or the egress is full
+      } else if (auto rec = ring->peek(20ms); rec && *rec) {
+        ring->unpeek();  // woken by a record: the next pass takes it
+      }
+    }
+  }
+  log("info", "stopped",
+      fmt::format("route=export next_sequence={} acked_next={}", next_seq, acked_next));
+  return {};
+}
+
+}  // namespace
+
+int run_export(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+  auto r = export_main(o, stop, log);
+  if (r) return kExitOk;
+  log("error", "failed",
+      fmt::format("route=export exit_code={} message=\"{}\"", r.error().code, r.error().message));
+  return r.error().code;
+}
+
+}  // namespace shm::bridge

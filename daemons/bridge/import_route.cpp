@@ -1,0 +1,287 @@
+// The import route: a durable JetStream pull consumer -> ring. See
+// routes.hpp and docs/bridge.md (model, crash cases).
+#include "bridge/crash_point.hpp"
+#include "bridge/routes.hpp"
+#include "bridge/segment_errors.hpp"
+#include "bridge/state.hpp"
+
+#include "shm/spsc/producer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+namespace shm::bridge {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct MessageId {
+  std::uint64_t incarnation = 0;
+  std::uint64_t sequence = 0;
+};
+
+// "<incarnation>-<sequence>" as the export route writes it; nullopt for a
+// message published by something else (deduplicated by stream sequence only).
+std::optional<MessageId> message_id(natsMsg* m) {
+  const char* id = nullptr;
+  if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return std::nullopt;
+  char* end = nullptr;
+  MessageId out;
+  out.incarnation = std::strtoull(id, &end, 10);
+  if (end == id || *end != '-' || out.incarnation == 0) return std::nullopt;
+  const char* seq = end + 1;
+  out.sequence = std::strtoull(seq, &end, 10);
+  if (end == seq || *end != '\0') return std::nullopt;
+  return out;
+}
+
+class Subscription {
+ public:
+  Subscription() = default;
+  Subscription(const Subscription&) = delete;
+  Subscription& operator=(const Subscription&) = delete;
+  ~Subscription() { reset(); }
+  void reset() {
+    if (sub_ != nullptr) natsSubscription_Destroy(sub_);
+    sub_ = nullptr;
+  }
+  natsSubscription** out() { return &sub_; }
+  [[nodiscard]] natsSubscription* get() const { return sub_; }
+
+ private:
+  natsSubscription* sub_ = nullptr;
+};
+
+// (Re)creates the durable consumer so that it delivers from `start` (stream
+// sequence) in order, and binds a pull subscription to it. The bridge's state
+// segment, not the consumer's ack floor, decides where delivery resumes: a
+// consumer recreated at applied + 1 never delivers a newer message before an
+// older unapplied one.
+Outcome<void> subscribe(NatsLink& link, const ImportOptions& o, const std::string& stream,
+                        std::uint64_t start, Subscription& sub) {
+  sub.reset();
+  jsErrCode code = static_cast<jsErrCode>(0);
+  (void)js_DeleteConsumer(link.js(), stream.c_str(), o.durable.c_str(), nullptr, &code);
+  jsConsumerConfig cc;
+  jsConsumerConfig_Init(&cc);
+  cc.Durable = o.durable.c_str();
+  cc.DeliverPolicy = start <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
+  cc.OptStartSeq = start <= 1 ? 0 : start;
+  cc.AckPolicy = js_AckExplicit;
+  cc.AckWait = static_cast<std::int64_t>(o.ack_wait_ms) * 1'000'000;
+  cc.FilterSubject = o.common.subject.c_str();
+  cc.MaxAckPending = static_cast<std::int64_t>(o.batch) * 4;
+  jsConsumerInfo* ci = nullptr;
+  code = static_cast<jsErrCode>(0);
+  natsStatus s = js_AddConsumer(&ci, link.js(), stream.c_str(), &cc, nullptr, &code);
+  if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+  if (s != NATS_OK)
+    return failure(kExitRuntime,
+                   fmt::format("creating durable consumer {} on stream {}: {} "
+                               "(JetStream error {})",
+                               o.durable, stream, nats_error(s), static_cast<int>(code)));
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = stream.c_str();
+  so.Consumer = o.durable.c_str();
+  s = js_PullSubscribe(sub.out(), link.js(), o.common.subject.c_str(), o.durable.c_str(), nullptr,
+                       &so, &code);
+  if (s != NATS_OK)
+    return failure(kExitRuntime, fmt::format("pull subscription to {} on stream {}: {}", o.durable,
+                                             stream, nats_error(s)));
+  return {};
+}
+
+Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+  const std::string& root = o.common.root;
+  const std::string state_name =
+      o.common.state.empty() ? o.dest + "-bridge-import" : o.common.state;
+  auto state = StateSegment::attach(state_name, Route::Import, root);
+  if (!state) return std::unexpected(segment_failure("state", state_name, state.error()));
+  StateData& sd = state->data();
+
+  auto ring = RingProducer::open(o.dest, {}, OpenOptions{.root = root});
+  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
+    ring =
+        RingProducer::create(o.dest, RingParams{o.common.create_ring}, CreateOptions{.root = root});
+  if (!ring) return std::unexpected(segment_failure("destination ring", o.dest, ring.error()));
+
+  // Recovery of the JetStream -> ring hand-over (state.hpp): a commit that
+  // happened (the ring's tail moved past the intent's) is applied.
+  // [bridge.I] acquire: pairs with the release store of intent_stream_seq.
+  const std::uint64_t intent = sd.intent_stream_seq.load(std::memory_order_acquire);
+  if (intent != kNone && intent > sd.applied_stream_seq.load(std::memory_order_acquire)) {
+    if (ring->published_position() > sd.intent_ring_tail.load(std::memory_order_relaxed)) {
+      sd.applied_src_incarnation.store(sd.intent_src_incarnation.load(std::memory_order_relaxed),
+                                       std::memory_order_relaxed);
+      sd.applied_src_seq.store(sd.intent_src_seq.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+      sd.applied_stream_seq.store(intent, std::memory_order_release);
+      sd.recovered.fetch_add(1, std::memory_order_relaxed);
+      log("info", "recovered", fmt::format("route=import stream_sequence={}", intent));
+    }
+  }
+  sd.intent_stream_seq.store(kNone, std::memory_order_release);
+
+  auto link = NatsLink::connect(o.common.connection);
+  if (!link) return std::unexpected(link.error());
+  auto stream = (*link)->stream_for(o.common.subject);
+  if (!stream) return std::unexpected(stream.error());
+  if (!*stream) {
+    if (o.common.create_stream.empty())
+      return failure(kExitNoStream,
+                     fmt::format("no JetStream stream captures subject {} (create one, or pass "
+                                 "--create-stream NAME)",
+                                 o.common.subject));
+    if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject); !ok)
+      return std::unexpected(ok.error());
+    *stream = o.common.create_stream;
+  }
+  // A new state (the host's shared memory was wiped, or the first run) takes
+  // over an existing durable consumer's acknowledged position.
+  if (state->created()) {
+    jsConsumerInfo* ci = nullptr;
+    if (js_GetConsumerInfo(&ci, (*link)->js(), (*stream)->c_str(), o.durable.c_str(), nullptr,
+                           nullptr) == NATS_OK &&
+        ci != nullptr) {
+      sd.applied_stream_seq.store(ci->AckFloor.Stream, std::memory_order_release);
+      log("info", "resumed",
+          fmt::format("route=import durable={} ack_floor={}", o.durable, ci->AckFloor.Stream));
+    }
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+  }
+  std::uint64_t applied = sd.applied_stream_seq.load(std::memory_order_acquire);
+  std::uint64_t applied_inc = sd.applied_src_incarnation.load(std::memory_order_relaxed);
+  std::uint64_t applied_src = sd.applied_src_seq.load(std::memory_order_relaxed);
+  Subscription sub;
+  if (auto ok = subscribe(**link, o, **stream, applied + 1, sub); !ok)
+    return std::unexpected(ok.error());
+  log("info", "ready",
+      fmt::format("route=import dest={} durable={} subject={} stream={} servers={} "
+                  "applied_stream_sequence={}",
+                  o.dest, o.durable, o.common.subject, **stream,
+                  describe_servers(o.common.connection.servers), applied));
+  std::fputs("READY import\n", stdout);
+  std::fflush(stdout);
+
+  natsMsgList list{};
+  int next = 0;
+  bool need_reset = false;
+  std::uint64_t seen_reconnects = (*link)->reconnects();
+  std::uint64_t fetch_errors = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (const std::uint64_t r = (*link)->reconnects(); r != seen_reconnects) {
+      seen_reconnects = r;
+      need_reset = true;
+      sd.reconnects.fetch_add(1, std::memory_order_relaxed);
+      log("warn", "reconnected", fmt::format("route=import applied_stream_sequence={}", applied));
+    }
+    if (list.Count == 0) {
+      if (need_reset) {
+        if (auto ok = subscribe(**link, o, **stream, applied + 1, sub); !ok) {
+          if (fetch_errors++ == 0)
+            log("warn", "resubscribe_failed",
+                fmt::format("route=import message=\"{}\"", ok.error().message));
+          std::this_thread::sleep_for(200ms);
+          continue;
+        }
+        need_reset = false;
+      }
+      jsErrCode code = static_cast<jsErrCode>(0);
+      const natsStatus s =
+          natsSubscription_Fetch(&list, sub.get(), static_cast<int>(o.batch), 500, &code);
+      if (s == NATS_TIMEOUT) continue;
+      if (s != NATS_OK) {
+        natsMsgList_Destroy(&list);
+        list = natsMsgList{};
+        if (fetch_errors++ == 0)
+          log("warn", "fetch_failed",
+              fmt::format("route=import status=\"{}\"", natsStatus_GetText(s)));
+        need_reset = true;  // a message may have been lost in transit: redeliver from applied + 1
+        std::this_thread::sleep_for(100ms);
+        continue;
+      }
+      fetch_errors = 0;
+      next = 0;
+    }
+    // Apply in order; a full ring keeps the rest in hand and stops pulling.
+    while (next < list.Count && !stop.load(std::memory_order_relaxed)) {
+      natsMsg* m = list.Msgs[next];
+      jsMsgMetaData* meta = nullptr;
+      if (natsMsg_GetMetaData(&meta, m) != NATS_OK || meta == nullptr) {
+        ++next;  // not a JetStream message (a status): nothing to apply
+        continue;
+      }
+      const std::uint64_t sseq = meta->Sequence.Stream;
+      jsMsgMetaData_Destroy(meta);
+      const auto id = message_id(m);
+      const bool redelivered = sseq <= applied;
+      const bool republished = !redelivered && id && id->incarnation == applied_inc &&
+                               applied_inc != 0 && id->sequence <= applied_src;
+      if (redelivered || republished) {
+        if (republished) {
+          applied = sseq;
+          sd.applied_stream_seq.store(sseq, std::memory_order_release);
+        }
+        (void)natsMsg_Ack(m, nullptr);
+        sd.duplicates.fetch_add(1, std::memory_order_relaxed);
+        ++next;
+        continue;
+      }
+      const int len = natsMsg_GetDataLength(m);
+      auto slot = ring->reserve(static_cast<std::size_t>(len), 20ms);
+      if (!slot)
+        return failure(kExitRuntime,
+                       fmt::format("destination ring {}: a message of {} bytes (stream sequence "
+                                   "{}): {}",
+                                   o.dest, len, sseq, slot.error().what()));
+      if (!*slot) break;  // full: back-pressure
+      if (len > 0) std::memcpy((*slot)->data(), natsMsg_GetData(m), static_cast<std::size_t>(len));
+      // [bridge.I] the intent, its validity word last (release); see state.hpp.
+      sd.intent_ring_tail.store(ring->published_position(), std::memory_order_relaxed);
+      sd.intent_src_incarnation.store(id ? id->incarnation : 0, std::memory_order_relaxed);
+      sd.intent_src_seq.store(id ? id->sequence : 0, std::memory_order_relaxed);
+      sd.intent_stream_seq.store(sseq, std::memory_order_release);
+      ring->commit();
+      crash_point("import_after_commit");
+      if (id) {
+        applied_inc = id->incarnation;
+        applied_src = id->sequence;
+      }
+      sd.applied_src_incarnation.store(applied_inc, std::memory_order_relaxed);
+      sd.applied_src_seq.store(applied_src, std::memory_order_relaxed);
+      applied = sseq;
+      sd.applied_stream_seq.store(sseq, std::memory_order_release);
+      crash_point("import_before_ack");
+      (void)natsMsg_Ack(m, nullptr);  // after the local commit
+      sd.moved.fetch_add(1, std::memory_order_relaxed);
+      sd.acknowledged.fetch_add(1, std::memory_order_relaxed);
+      ++next;
+    }
+    if (next >= list.Count && list.Count != 0) {
+      natsMsgList_Destroy(&list);
+      list = natsMsgList{};
+    }
+  }
+  if (list.Count != 0) natsMsgList_Destroy(&list);
+  log("info", "stopped", fmt::format("route=import applied_stream_sequence={}", applied));
+  return {};
+}
+
+}  // namespace
+
+int run_import(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+  auto r = import_main(o, stop, log);
+  if (r) return kExitOk;
+  log("error", "failed",
+      fmt::format("route=import exit_code={} message=\"{}\"", r.error().code, r.error().message));
+  return r.error().code;
+}
+
+}  // namespace shm::bridge

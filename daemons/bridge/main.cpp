@@ -1,0 +1,117 @@
+// shm-bridge: moves a local SpscRing's records to NATS JetStream (export) or
+// a JetStream subject's messages into a local SpscRing (import). Everything
+// but the command line lives in the shm_bridge library (routes.hpp).
+#include "bridge/routes.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <string>
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_signal(int /*sig*/) {
+  g_stop.store(true, std::memory_order_relaxed);
+}
+
+void log_line(std::string_view level, std::string_view event, const std::string& fields) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::fprintf(stderr, "ts=%s level=%.*s event=%.*s %s\n", ts, static_cast<int>(level.size()),
+               level.data(), static_cast<int>(event.size()), event.data(), fields.c_str());
+  std::fflush(stderr);
+}
+
+void add_common(CLI::App& app, shm::bridge::CommonOptions& c) {
+  app.add_option("--server", c.connection.servers,
+                 "NATS server URL (repeatable: tried in order, then reconnected to)")
+      ->required();
+  app.add_option("--user", c.connection.user, "user name");
+  app.add_option("--password", c.connection.password, "password (never logged)");
+  app.add_option("--token", c.connection.token, "authentication token (never logged)");
+  app.add_option("--creds", c.connection.creds_file, "NATS credentials file (JWT + NKey seed)");
+  app.add_option("--tls-ca", c.connection.tls_ca_file, "CA certificate file: connect with TLS");
+  app.add_option("--root", c.root, "segment directory (default: $LIBSHM_ROOT or /dev/shm/libshm)");
+  app.add_option("--subject", c.subject, "the JetStream subject")->required();
+  app.add_option("--state", c.state,
+                 "the bridge's state segment (default: <ring>-bridge-export / -import)");
+  app.add_option("--create-ring", c.create_ring,
+                 "create the local ring with this many bytes (a power of two) when it is missing")
+      ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
+  app.add_option("--create-stream", c.create_stream,
+                 "create this stream (file storage) when no stream captures the subject");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shm::bridge;
+  ExportOptions ex;
+  ImportOptions im;
+  CLI::App app{
+      "shm-bridge: streams between hosts over NATS JetStream (export: ring -> egress -> "
+      "JetStream; import: JetStream durable consumer -> ring)."};
+  app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  shm-bridge export --server nats://10.0.0.5:4222 --subject orders.a --source orders "
+      "--egress orders-out\n"
+      "  shm-bridge import --server nats://10.0.0.5:4222 --subject orders.a --durable host-b "
+      "--dest orders\n"
+      "Exit codes: 0 stopped (SIGTERM/SIGINT), 1 runtime failure, 2 bad usage, 3 server "
+      "unreachable,\n"
+      "  4 credentials refused, 5 no stream for the subject, 6 local segment missing or of the "
+      "wrong kind,\n"
+      "  7 another bridge holds the route. Details: docs/bridge.md.");
+  CLI::App* exp = app.add_subcommand("export", "local ring -> egress -> JetStream");
+  add_common(*exp, ex.common);
+  exp->add_option("--source", ex.source, "the SpscRing the application writes")->required();
+  exp->add_option("--egress", ex.egress, "the egress segment (created when missing)")->required();
+  exp->add_option("--egress-capacity", ex.egress_capacity, "records the egress retains at most")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  exp->add_option("--max-message", ex.max_message, "largest record in bytes (the egress slot)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  exp->add_option("--window", ex.window, "publishes awaiting their acknowledgement at most")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  exp->add_option("--publish-timeout", ex.publish_timeout_ms,
+                  "milliseconds to wait for a publish acknowledgement")
+      ->check(CLI::Range(10u, 600000u))
+      ->capture_default_str();
+  CLI::App* imp = app.add_subcommand("import", "JetStream durable pull consumer -> local ring");
+  add_common(*imp, im.common);
+  imp->add_option("--dest", im.dest, "the SpscRing local readers consume")->required();
+  imp->add_option("--durable", im.durable, "the durable consumer's name")->required();
+  imp->add_option("--batch", im.batch, "messages per fetch")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  imp->add_option("--ack-wait", im.ack_wait_ms,
+                  "milliseconds before JetStream redelivers an unacknowledged message")
+      ->check(CLI::Range(100u, 3600000u))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  if (exp->parsed()) return run_export(ex, g_stop, log_line);
+  return run_import(im, g_stop, log_line);
+}

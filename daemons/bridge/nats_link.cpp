@@ -1,0 +1,215 @@
+#include "bridge/nats_link.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <mutex>
+
+namespace shm::bridge {
+
+std::string redact_url(const std::string& url) {
+  const auto scheme = url.find("://");
+  const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  const auto at = url.find('@', start);
+  const auto slash = url.find('/', start);
+  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
+  return url.substr(0, start) + "***" + url.substr(at);
+}
+
+std::string describe_servers(const std::vector<std::string>& servers) {
+  std::string out;
+  for (const auto& s : servers) {
+    if (!out.empty()) out += ",";
+    out += redact_url(s);
+  }
+  return out;
+}
+
+std::string nats_error(natsStatus s) {
+  const char* last = nats_GetLastError(nullptr);
+  std::string text = natsStatus_GetText(s);
+  if (last != nullptr && *last != '\0' && text != last) text += fmt::format(" ({})", last);
+  return text;
+}
+
+namespace {
+
+// nats_Open once per process (the library's own threads and timers).
+void open_library() {
+  static std::once_flag once;
+  std::call_once(once, [] { (void)nats_Open(-1); });
+}
+
+// The client's last error may quote the URL it tried: keep only redacted text.
+std::string scrub(std::string text, const ConnectionOptions& o) {
+  auto erase = [&text](const std::string& secret) {
+    if (secret.empty()) return;
+    for (auto pos = text.find(secret); pos != std::string::npos; pos = text.find(secret, pos))
+      text.replace(pos, secret.size(), "***");
+  };
+  erase(o.password);
+  erase(o.token);
+  for (const auto& s : o.servers) {
+    const std::string red = redact_url(s);
+    if (red != s) {
+      for (auto pos = text.find(s); pos != std::string::npos; pos = text.find(s, pos))
+        text.replace(pos, s.size(), red);
+    }
+  }
+  return text;
+}
+
+Failure connect_failure(natsStatus s, const ConnectionOptions& o) {
+  const std::string where = describe_servers(o.servers);
+  switch (s) {
+    case NATS_NO_SERVER:
+    case NATS_IO_ERROR:
+    case NATS_TIMEOUT:
+      return {kExitUnreachable,
+              fmt::format("cannot reach a NATS server at {}: {}", where, scrub(nats_error(s), o))};
+    case NATS_CONNECTION_AUTH_FAILED:
+    case NATS_NOT_PERMITTED:
+      return {kExitAuth,
+              fmt::format("the NATS server at {} refused the credentials ({})", where,
+                          o.creds_file.empty()
+                              ? (o.token.empty() ? (o.user.empty() ? "none given" : "user/password")
+                                                 : "token")
+                              : "credentials file")};
+    default:
+      return {kExitUnreachable,
+              fmt::format("cannot connect to {}: {}", where, scrub(nats_error(s), o))};
+  }
+}
+
+}  // namespace
+
+NatsLink::~NatsLink() {
+  if (js_ != nullptr) jsCtx_Destroy(js_);
+  if (nc_ != nullptr) {
+    natsConnection_Close(nc_);
+    natsConnection_Destroy(nc_);
+  }
+  if (opts_ != nullptr) natsOptions_Destroy(opts_);
+}
+
+void NatsLink::on_reconnected(natsConnection* /*nc*/, void* closure) {
+  static_cast<NatsLink*>(closure)->reconnects_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool NatsLink::connected() const noexcept {
+  return nc_ != nullptr && natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED;
+}
+
+Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
+                                                     jsPubAckHandler on_publish_ack, void* closure,
+                                                     std::int64_t max_pending) {
+  open_library();
+  auto link = std::make_unique<NatsLink>();
+  auto check = [&](natsStatus s, const char* what) -> Outcome<void> {
+    if (s == NATS_OK) return {};
+    return failure(kExitUsage, fmt::format("{}: {}", what, scrub(nats_error(s), o)));
+  };
+  if (o.servers.empty()) return failure(kExitUsage, "no --server given");
+  if (auto ok = check(natsOptions_Create(&link->opts_), "NATS options"); !ok)
+    return std::unexpected(ok.error());
+  natsOptions* opts = link->opts_;
+  std::vector<const char*> urls;
+  for (const auto& s : o.servers) urls.push_back(s.c_str());
+  if (auto ok = check(natsOptions_SetServers(opts, urls.data(), static_cast<int>(urls.size())),
+                      "--server");
+      !ok)
+    return std::unexpected(ok.error());
+  (void)natsOptions_SetNoRandomize(opts, true);
+  (void)natsOptions_SetTimeout(opts, o.connect_timeout_ms);
+  (void)natsOptions_SetAllowReconnect(opts, true);
+  (void)natsOptions_SetMaxReconnect(opts, -1);
+  (void)natsOptions_SetReconnectWait(opts, 200);
+  (void)natsOptions_SetName(opts, "shm-bridge");
+  (void)natsOptions_SetReconnectedCB(opts, &NatsLink::on_reconnected, link.get());
+  if (!o.user.empty() || !o.password.empty()) {
+    if (auto ok = check(natsOptions_SetUserInfo(opts, o.user.c_str(), o.password.c_str()),
+                        "--user/--password");
+        !ok)
+      return std::unexpected(ok.error());
+  }
+  if (!o.token.empty()) {
+    if (auto ok = check(natsOptions_SetToken(opts, o.token.c_str()), "--token"); !ok)
+      return std::unexpected(ok.error());
+  }
+  if (!o.creds_file.empty()) {
+    if (std::FILE* f = std::fopen(o.creds_file.c_str(), "r"); f != nullptr)
+      std::fclose(f);
+    else
+      return failure(kExitUsage, fmt::format("--creds {}: cannot read the file", o.creds_file));
+    if (auto ok =
+            check(natsOptions_SetUserCredentialsFromFiles(opts, o.creds_file.c_str(), nullptr),
+                  "--creds");
+        !ok)
+      return std::unexpected(ok.error());
+  }
+  if (!o.tls_ca_file.empty()) {
+    if (auto ok =
+            check(natsOptions_LoadCATrustedCertificates(opts, o.tls_ca_file.c_str()), "--tls-ca");
+        !ok)
+      return std::unexpected(ok.error());
+    if (auto ok = check(natsOptions_SetSecure(opts, true), "--tls-ca"); !ok)
+      return std::unexpected(ok.error());
+  }
+  if (natsStatus s = natsConnection_Connect(&link->nc_, opts); s != NATS_OK)
+    return std::unexpected(connect_failure(s, o));
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 5000;
+  jo.PublishAsync.MaxPending = max_pending;
+  jo.PublishAsync.AckHandler = on_publish_ack;
+  jo.PublishAsync.AckHandlerClosure = closure;
+  if (natsStatus s = natsConnection_JetStream(&link->js_, link->nc_, &jo); s != NATS_OK)
+    return failure(kExitRuntime, fmt::format("JetStream context: {}", nats_error(s)));
+  return link;
+}
+
+Outcome<std::optional<std::string>> NatsLink::stream_for(const std::string& subject) {
+  const std::string request = nlohmann::json{{"subject", subject}}.dump();
+  natsMsg* reply = nullptr;
+  const natsStatus s = natsConnection_Request(&reply, nc_, "$JS.API.STREAM.NAMES", request.data(),
+                                              static_cast<int>(request.size()), 5000);
+  if (s == NATS_NO_RESPONDERS)
+    return failure(kExitNoStream, "the NATS server has no JetStream (start it with -js)");
+  if (s != NATS_OK)
+    return failure(kExitRuntime,
+                   fmt::format("listing the streams for subject {}: {}", subject, nats_error(s)));
+  const std::string body(natsMsg_GetData(reply),
+                         static_cast<std::size_t>(natsMsg_GetDataLength(reply)));
+  natsMsg_Destroy(reply);
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return failure(kExitRuntime, "the stream list reply is not JSON");
+  if (j.contains("error"))
+    return failure(kExitNoStream, fmt::format("listing the streams for subject {}: {}", subject,
+                                              j["error"].value("description", "error")));
+  const auto it = j.find("streams");
+  if (it == j.end() || !it->is_array() || it->empty()) return std::optional<std::string>{};
+  return std::optional<std::string>((*it)[0].get<std::string>());
+}
+
+Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  cfg.Name = name.c_str();
+  const char* subjects[] = {subject.c_str()};
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Storage = js_FileStorage;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  jsStreamInfo* info = nullptr;
+  const natsStatus s = js_AddStream(&info, js_, &cfg, nullptr, &code);
+  if (info != nullptr) jsStreamInfo_Destroy(info);
+  if (s == NATS_OK) return {};
+  if (code == JSStreamNameExistErr) return {};
+  return failure(kExitNoStream, fmt::format("creating stream {} for subject {}: {} (JetStream "
+                                            "error {})",
+                                            name, subject, nats_error(s), static_cast<int>(code)));
+}
+
+}  // namespace shm::bridge

@@ -1,0 +1,73 @@
+// The NATS side of a bridge: one connection and its JetStream context, built
+// from the connection options, with RAII ownership of the C client's objects.
+#pragma once
+
+#include "bridge/failure.hpp"
+
+#include <nats/nats.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shm::bridge {
+
+struct ConnectionOptions {
+  std::vector<std::string> servers;  // nats://host:port, tried in order
+  std::string user, password;
+  std::string token;
+  std::string creds_file;
+  std::string tls_ca_file;
+  int connect_timeout_ms = 2000;
+};
+
+// `url` with any user information replaced by "***" (nats://***@host:4222).
+[[nodiscard]] std::string redact_url(const std::string& url);
+// The servers, redacted, comma separated (for messages and logs).
+[[nodiscard]] std::string describe_servers(const std::vector<std::string>& servers);
+
+class NatsLink {
+ public:
+  NatsLink() = default;
+  NatsLink(const NatsLink&) = delete;
+  NatsLink& operator=(const NatsLink&) = delete;
+  ~NatsLink();
+
+  // Connects (no retry for the first connection: an unreachable server or a
+  // refused credential is an error) with automatic reconnection afterwards.
+  // `on_publish_ack` (optional) receives the outcome of every asynchronous
+  // publish (on a thread of the client; it owns and destroys the message).
+  [[nodiscard]] static Outcome<std::unique_ptr<NatsLink>> connect(
+      const ConnectionOptions& o, jsPubAckHandler on_publish_ack = nullptr, void* closure = nullptr,
+      std::int64_t max_pending = 4096);
+
+  [[nodiscard]] natsConnection* connection() const noexcept { return nc_; }
+  [[nodiscard]] jsCtx* js() const noexcept { return js_; }
+  // Counts reconnections (the client's reconnected callback).
+  [[nodiscard]] std::uint64_t reconnects() const noexcept {
+    return reconnects_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] bool connected() const noexcept;
+
+  // The stream that captures `subject`, nullopt when none does.
+  // kExitNoStream when the server has no JetStream.
+  [[nodiscard]] Outcome<std::optional<std::string>> stream_for(const std::string& subject);
+  // Creates stream `name` (file storage) capturing `subject`; an existing
+  // stream of that name is kept.
+  [[nodiscard]] Outcome<void> create_stream(const std::string& name, const std::string& subject);
+
+ private:
+  natsOptions* opts_ = nullptr;
+  natsConnection* nc_ = nullptr;
+  jsCtx* js_ = nullptr;
+  std::atomic<std::uint64_t> reconnects_{0};
+  static void on_reconnected(natsConnection* nc, void* closure);
+};
+
+// "NATS_TIMEOUT: <last error text>" for messages.
+[[nodiscard]] std::string nats_error(natsStatus s);
+
+}  // namespace shm::bridge

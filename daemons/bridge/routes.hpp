@@ -1,0 +1,62 @@
+// The two routes of shm-bridge. Each runs in the calling thread until `stop`
+// is set (SIGTERM / SIGINT) or a failure ends it.
+//
+//  - export: a local SpscRing (read as its consumer) -> an egress segment
+//    (sequence, window, cumulative ack, retries, generation fence: the egress
+//    library) -> JetStream publish on a subject, message id
+//    "<egress incarnation>-<sequence>".
+//  - import: a durable JetStream pull consumer -> a local SpscRing (written as
+//    its producer), acknowledged to JetStream after the local commit.
+//
+// Both keep their crash-recovery state in a bridge_state segment (state.hpp).
+#pragma once
+
+#include "bridge/failure.hpp"
+#include "bridge/nats_link.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace shm::bridge {
+
+// One log line: level, event, then logfmt fields (already formatted).
+using LogFn =
+    std::function<void(std::string_view level, std::string_view event, const std::string& fields)>;
+
+struct CommonOptions {
+  ConnectionOptions connection;
+  std::string root;               // LIBSHM_ROOT of the local segments (empty: default)
+  std::string subject;            // the JetStream subject
+  std::string state;              // the bridge_state segment (empty: derived)
+  std::string create_stream;      // create this stream for the subject when none captures it
+  std::uint64_t create_ring = 0;  // bytes: create the local ring when missing (0: it must exist)
+};
+
+struct ExportOptions {
+  CommonOptions common;
+  std::string source;  // the SpscRing the application writes
+  std::string egress;  // the egress segment (created when missing)
+  std::uint32_t egress_capacity = 4096;
+  std::uint32_t max_message = 4096;  // the egress slot size: the largest record
+  std::uint32_t window = 256;        // publishes awaiting their ack at most
+  std::uint32_t publish_timeout_ms = 2000;
+};
+
+struct ImportOptions {
+  CommonOptions common;
+  std::string dest;     // the SpscRing local readers consume
+  std::string durable;  // the durable consumer's name
+  std::uint32_t batch = 256;
+  std::uint32_t ack_wait_ms = 30000;
+};
+
+// The exit code (kExitOk after a stop) with the failure already logged.
+[[nodiscard]] int run_export(const ExportOptions& o, const std::atomic<bool>& stop,
+                             const LogFn& log);
+[[nodiscard]] int run_import(const ImportOptions& o, const std::atomic<bool>& stop,
+                             const LogFn& log);
+
+}  // namespace shm::bridge
