@@ -16,8 +16,9 @@
 // pages, but only when everything in it is ours and is what a relay writes:
 // the directory and every file belong to this user, nothing is a link or a
 // special file, every page-*.spill / page-*.tmp starts with the spill page
-// magic, relay.id is there and is a regular file, refused/ is empty, and nothing was
-// written in the last 60 s (a relay of another root may still use it).
+// magic, relay.id is there and is a regular file (relay.owner, when there,
+// too), refused/ is empty, and nothing was written in the last 60 s (a relay
+// of another root may still use it).
 // Anything else keeps the whole directory, with the reason.
 #include "output.hpp"
 #include "segment_access.hpp"
@@ -205,10 +206,11 @@ std::expected<std::vector<SpillFile>, Refusal> check_spill_contents(const fs::pa
       continue;
     }
     Result<FileIdentity> id = FileIdentity{};
-    if (name == "relay.id") {
-      // relay.id has no magic (8 random bytes): the check's type and owner
-      // tests are what counts; a BadMagic comes only after they passed.
-      id = check_own_file(path, false, 0, "relay.id");
+    if (name == "relay.id" || name == "relay.owner") {
+      // relay.id (8 random bytes) and relay.owner (the bound segment's path)
+      // have no magic: the check's type and owner tests are what counts; a
+      // BadMagic comes only after they passed.
+      id = check_own_file(path, false, 0, name);
       if (!id && id.error().code == Errc::BadMagic) {
         struct stat st {};
         if (::lstat(path.c_str(), &st) != 0)
