@@ -94,6 +94,8 @@ NatsLink::~NatsLink() {
 }
 
 void NatsLink::on_reconnected(natsConnection* /*nc*/, void* closure) {
+  // [bridge.N] acq_rel (runs on the client's thread): pairs with the acquire
+  // in reconnects(); the count is the whole message, nothing else rides on it.
   static_cast<NatsLink*>(closure)->reconnects_.fetch_add(1, std::memory_order_acq_rel);
 }
 

@@ -48,7 +48,7 @@ class NatsLink {
   [[nodiscard]] jsCtx* js() const noexcept { return js_; }
   // Counts reconnections (the client's reconnected callback).
   [[nodiscard]] std::uint64_t reconnects() const noexcept {
-    return reconnects_.load(std::memory_order_acquire);
+    return reconnects_.load(std::memory_order_acquire);  // [bridge.N]: see on_reconnected()
   }
   [[nodiscard]] bool connected() const noexcept;
 
