@@ -142,6 +142,25 @@ class BridgeTest : public ::testing::Test {
     ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
   }
 
+  // A server, the ring "orders" on both hosts (B's of `b_ring` bytes) and
+  // both bridges, the export armed with `export_crash` if any.
+  void start_route(const std::string& export_crash = "", std::uint64_t b_ring = 64 * 1024) {
+    server_ = std::make_unique<NatsServer>();
+    ASSERT_TRUE(server_->ready()) << server_->log();
+    make_ring(a_, "orders");
+    make_ring(b_, "orders", b_ring);
+    ASSERT_NO_FATAL_FAILURE(start_bridges(export_crash));
+  }
+
+  // Host B's consumer of records 0..n-1 and host A's producer of them.
+  std::unique_ptr<Subprocess> consume_stream(std::uint64_t n) {
+    return ring_peer(
+        b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
+  }
+  std::unique_ptr<Subprocess> produce_stream(std::uint64_t n) {
+    return ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  }
+
   // kill -9 of a running bridge (`crash` empty), or its own SIGKILL at a
   // crash point (crash_point.hpp: "<point>:<n>"), then a bridge started again
   // (with `next_crash` armed, or none).
@@ -202,15 +221,9 @@ class BridgeTest : public ::testing::Test {
 
 TEST_F(BridgeTest, EndToEndDeliversEveryRecordOnceInOrder) {
   const std::uint64_t n = shm::test::scaled(30'000);
-  server_ = std::make_unique<NatsServer>();
-  ASSERT_TRUE(server_->ready()) << server_->log();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders");
-  ASSERT_NO_FATAL_FAILURE(start_bridges());
-  auto consumer = ring_peer(
-      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
-  auto producer =
-      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_NO_FATAL_FAILURE(start_route());
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
   ASSERT_NO_FATAL_FAILURE(expect_exactly_once(*producer, *consumer, n));
   // SIGTERM stops both cleanly (exit 0; the sanitizer lanes check leaks here).
   exporter_->kill(SIGTERM);
@@ -223,15 +236,9 @@ TEST_F(BridgeTest, EndToEndDeliversEveryRecordOnceInOrder) {
 
 TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
   const std::uint64_t n = shm::test::scaled(30'000);
-  server_ = std::make_unique<NatsServer>();
-  ASSERT_TRUE(server_->ready()) << server_->log();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders");
-  ASSERT_NO_FATAL_FAILURE(start_bridges(fmt::format("export_after_enqueue:{}", n / 4)));
-  auto consumer = ring_peer(
-      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
-  auto producer =
-      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_NO_FATAL_FAILURE(start_route(fmt::format("export_after_enqueue:{}", n / 4)));
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
   // Killed between the egress enqueue and the ring release (the export
   // intent), then between JetStream's acknowledgement and the egress's (the
   // window is published again: JetStream drops it by message id), then by a
@@ -250,15 +257,9 @@ TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
 
 TEST_F(BridgeTest, KilledImportBridgeLosesAndDuplicatesNothing) {
   const std::uint64_t n = shm::test::scaled(30'000);
-  server_ = std::make_unique<NatsServer>();
-  ASSERT_TRUE(server_->ready()) << server_->log();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders");
-  ASSERT_NO_FATAL_FAILURE(start_bridges());
-  auto consumer = ring_peer(
-      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
-  auto producer =
-      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_NO_FATAL_FAILURE(start_route());
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
   // Killed between the ring commit and the applied sequence (the import
   // intent), then between `applied` and the acknowledgement to JetStream,
   // then by a kill -9 from outside wherever it is.
@@ -284,15 +285,9 @@ TEST_F(BridgeTest, KilledImportBridgeLosesAndDuplicatesNothing) {
 // duplicates at host B (records lost in the TSan lane).
 TEST_F(BridgeTest, KilledNatsServerRestartedOnItsStoreLosesAndDuplicatesNothing) {
   const std::uint64_t n = shm::test::scaled(30'000);
-  server_ = std::make_unique<NatsServer>();
-  ASSERT_TRUE(server_->ready()) << server_->log();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders");
-  ASSERT_NO_FATAL_FAILURE(start_bridges());
-  auto consumer = ring_peer(
-      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
-  auto producer =
-      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_NO_FATAL_FAILURE(start_route());
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
   ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, n / 3))
       << importer_->output();
   ASSERT_TRUE(server_->restart(SIGKILL)) << server_->log();
@@ -307,21 +302,15 @@ TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
   // At most this many records fit ring B: the smallest record (16 bytes) and
   // its 8-byte header.
   constexpr std::uint64_t kFitAtMost = kSmallRing / 24;
-  server_ = std::make_unique<NatsServer>();
-  ASSERT_TRUE(server_->ready()) << server_->log();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders", kSmallRing);
-  ASSERT_NO_FATAL_FAILURE(start_bridges());
-  auto producer =
-      ring_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax});
+  ASSERT_NO_FATAL_FAILURE(start_route("", kSmallRing));
+  auto producer = produce_stream(n);
   ASSERT_EQ(producer->wait(60s), 0) << producer->output();
   // Everything left host A; host B holds what its ring takes, the rest stays
   // in JetStream (nothing dropped, nothing acknowledged ahead of the ring).
   ASSERT_TRUE(wait_moved(a_, "orders-bridge-export", shm::bridge::Route::Export, n));
   ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, 1));
   EXPECT_LE(moved(b_, "orders-bridge-import", shm::bridge::Route::Import), kFitAtMost);
-  auto consumer = ring_peer(
-      b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
+  auto consumer = consume_stream(n);
   auto idle = ring_peer(a_, {"produce", "orders", "0"});
   ASSERT_NO_FATAL_FAILURE(expect_exactly_once(*idle, *consumer, n));
 }
