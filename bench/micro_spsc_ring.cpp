@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,30 @@ BENCHMARK(BM_SpscRing_BatchCommitDrain)
     ->Args({64, 32})
     ->Args({1024, 32})
     ->Args({64, 256});
+
+// The copying batch: try_push_batch() of `batch` records (one guard scope and
+// one commit for all), then drain() of the batch with one release.
+void BM_SpscRing_BatchPushDrain(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const auto batch = static_cast<std::size_t>(state.range(1));
+  auto ring = make_ring(state);
+  if (!ring) return;
+  const auto msg = payload(size);
+  const std::vector<std::span<const std::byte>> records(batch, std::span<const std::byte>(msg));
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    auto pushed = ring->producer.try_push_batch(records);
+    auto n =
+        ring->consumer.drain([&](std::span<const std::byte> rec) { sum += rec.size(); }, batch);
+    if (!pushed || *pushed != batch || !n || *n != batch) [[unlikely]] {
+      state.SkipWithError("try_push_batch or drain failed");
+      break;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  set_counters(state, batch, size);
+}
+BENCHMARK(BM_SpscRing_BatchPushDrain)->Args({8, 32})->Args({64, 256});
 
 // The blocking API on its fast path (never waits): spin-then-park bookkeeping cost.
 void BM_SpscRing_BlockingPushPop(benchmark::State& state) {

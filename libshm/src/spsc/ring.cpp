@@ -295,9 +295,11 @@ Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
 
 Result<std::optional<std::span<std::byte>>> RingProducer::reserve(
     std::size_t n, std::chrono::nanoseconds timeout) {
-  // Waits for head to move: the flag is on the consumer's line.
+  // Waits for head to move: the flag is on the consumer's line. The guard is
+  // held for the whole wait, so a second thread entering meanwhile is caught.
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   return wait_for(
-      timeout, [&] { return try_reserve(n); }, control_->waiters.space_signal,
+      timeout, [&] { return reserve_unguarded(n); }, control_->waiters.space_signal,
       control_->consumer.producer_parked, attachment_);
 }
 
@@ -323,18 +325,19 @@ Result<bool> RingProducer::push(std::span<const std::byte> record,
 
 Result<std::size_t> RingProducer::try_push_batch(
     std::span<const std::span<const std::byte>> records) {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   std::size_t n = 0;
   for (const auto& rec : records) {
-    auto r = try_reserve(rec.size());
+    auto r = reserve_unguarded(rec.size());
     if (!r) {
-      commit();
+      commit_unguarded();
       return std::unexpected(std::move(r.error()));
     }
     if (!*r) break;
     if (!rec.empty()) std::memcpy((*r)->data(), rec.data(), rec.size());
     ++n;
   }
-  commit();
+  commit_unguarded();
   return n;
 }
 
@@ -386,9 +389,11 @@ std::unexpected<Error> RingConsumer::foreign_header(std::uint64_t word) const {
 
 Result<std::optional<std::span<const std::byte>>> RingConsumer::peek(
     std::chrono::nanoseconds timeout) {
-  // Waits for the header at the peek position: the flag is on the producer's line.
+  // Waits for the header at the peek position: the flag is on the producer's
+  // line. The guard is held for the whole wait (as in reserve()).
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   return wait_for(
-      timeout, [&] { return try_peek(); }, control_->waiters.data_signal,
+      timeout, [&] { return peek_unguarded(); }, control_->waiters.data_signal,
       control_->producer.consumer_parked, attachment_);
 }
 
@@ -410,9 +415,10 @@ std::unexpected<Error> RingConsumer::peeks_outstanding(const char* op) const {
 }
 
 Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   if (peeked_records_ != 0) [[unlikely]]
     return peeks_outstanding("try_pop");
-  auto r = try_peek();
+  auto r = peek_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};
   const auto rec = **r;
@@ -423,7 +429,7 @@ Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> ou
                                     rec.size(), out.size()));
   }
   if (!rec.empty()) std::memcpy(out.data(), rec.data(), rec.size());
-  release();
+  release_unguarded();
   return std::optional<std::size_t>{rec.size()};
 }
 

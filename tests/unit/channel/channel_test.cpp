@@ -777,6 +777,34 @@ TEST_F(ChannelTest, SecondThreadOnAProducerParkedInSendAbortsInEveryBuild) {
       "a channel endpoint is used by two threads at once");
 }
 
+// Move-assigning over live endpoints detaches their attachments while the old
+// mapping is still there, so the old channel's roles are free for the next
+// attacher, and the moved handles work on theirs.
+TEST_F(ChannelTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
+  const ChannelParams params{
+      .pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8};
+  auto [p, c] = make(params);
+  ASSERT_TRUE(create_channel("other", params));
+  auto p2 = ChannelProducer::open("other");
+  auto c2 = ChannelConsumer::open("other");
+  ASSERT_TRUE(p2 && c2);
+  ASSERT_EQ(ChannelProducer::open("ch").error().code, Errc::RoleTaken);
+
+  p = std::move(*p2);
+  c = std::move(*c2);
+
+  // A channel carries one producer lifetime: the released producer slot is
+  // seen as a producer that left (not RoleTaken, a slot still held).
+  auto again_p = ChannelProducer::open("ch");
+  ASSERT_FALSE(again_p);
+  EXPECT_EQ(again_p.error().code, Errc::ProducerDied) << again_p.error().what();
+  auto again_c = ChannelConsumer::open("ch");
+  ASSERT_TRUE(again_c) << "the old consumer slot is still held: " << again_c.error().what();
+  EXPECT_EQ(p.segment().name(), "other");
+  EXPECT_TRUE(send(p, "moved").admitted());
+  EXPECT_EQ(take(c), "moved");
+}
+
 TEST_F(ChannelTest, FinishEndsTheStreamAfterEverythingIsReceived) {
   auto [p, c] =
       make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});

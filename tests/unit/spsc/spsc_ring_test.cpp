@@ -155,6 +155,90 @@ TEST(EndpointGuardTest, ASecondScopeOnABusyEndpointAbortsInEveryBuild) {
       "an SPSC endpoint is used by two threads at once");
 }
 
+// drain() and try_push_batch() take the guard once for the whole batch (not
+// once per record): a drain callback that calls its own consumer is inside
+// the endpoint and is refused like a second thread, before it can release
+// the records of the batch under the drain's feet.
+TEST_F(SpscRingTest, DrainHoldsTheGuardForTheWholeBatch) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  ASSERT_TRUE(*p->try_push(bytes("a")));
+  ASSERT_TRUE(*p->try_push(bytes("b")));
+  EXPECT_DEATH((void)c->drain([&](std::span<const std::byte>) { c->release(); }, 10),
+               "an SPSC endpoint is used by two threads at once \\(or called again from inside "
+               "one of its own callbacks\\)");
+  // The guard is idle again after a drain: both records, once each.
+  std::vector<std::string> got;
+  auto n = c->drain(
+      [&](std::span<const std::byte> rec) {
+        got.emplace_back(reinterpret_cast<const char*>(rec.data()), rec.size());
+      },
+      10);
+  ASSERT_TRUE(n) << n.error().what();
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(*c->try_peek());
+  std::string big(8, 'x');
+  const std::vector<std::span<const std::byte>> batch(3, bytes(big));
+  ASSERT_EQ(*p->try_push_batch(batch), 3u);
+  ASSERT_TRUE(*p->try_push(bytes("after")));  // the batch left the producer's guard idle
+  EXPECT_EQ(*c->drain([](std::span<const std::byte>) {}, 10), 4u);
+}
+
+// Move-assigning over live endpoints detaches their attachments while the old
+// mapping is still there (the attachment writes into it), so the old ring's
+// roles are free for the next attacher, and the moved handles work on theirs.
+TEST_F(SpscRingTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
+  auto px = RingProducer::create("x", {.capacity = 1024});
+  auto cx = RingConsumer::open("x");
+  auto py = RingProducer::create("y", {.capacity = 1024});
+  auto cy = RingConsumer::open("y");
+  ASSERT_TRUE(px && cx && py && cy);
+  ASSERT_EQ(RingProducer::open("x").error().code, Errc::RoleTaken);
+
+  *px = std::move(*py);
+  *cx = std::move(*cy);
+
+  auto px2 = RingProducer::open("x");
+  ASSERT_TRUE(px2) << "the old producer slot is still held: " << px2.error().what();
+  auto cx2 = RingConsumer::open("x");
+  ASSERT_TRUE(cx2) << "the old consumer slot is still held: " << cx2.error().what();
+  EXPECT_EQ(px->segment().name(), "y");
+  EXPECT_EQ(cx->segment().name(), "y");
+  ASSERT_TRUE(*px->try_push(bytes("moved")));
+  std::vector<std::byte> out(16);
+  auto n = cx->try_pop(out);
+  ASSERT_TRUE(n && *n);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(out.data()), **n), "moved");
+  ASSERT_TRUE(*px2->try_push(bytes("x")));
+  EXPECT_TRUE(*cx2->try_pop(out));
+}
+
+// The blocking calls hold the guard for their whole wait: a second thread that
+// enters a consumer parked in peek() (or a producer parked in reserve()) is
+// caught, not let in beside it.
+TEST_F(SpscRingTest, SecondThreadOnAnEndpointParkedInAWaitAbortsInEveryBuild) {
+  auto p = RingProducer::create("r", {.capacity = 256});
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(p && c);
+  EXPECT_DEATH(
+      {
+        std::thread t([&c = *c] { (void)c.peek(30s); });
+        if (wait_until_parked(p->segment(), "consumer_parked")) (void)c->try_peek();
+        t.join();  // reached only if the guard let the second thread in
+      },
+      "an SPSC endpoint is used by two threads at once");
+  const std::string rec(56, 'x');  // 64-byte records: 4 fill the ring
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(*p->try_push(bytes(rec)));
+  EXPECT_DEATH(
+      {
+        std::thread t([&p = *p, &rec] { (void)p.push(bytes(rec), 30s); });
+        if (wait_until_parked(c->segment(), "producer_parked")) (void)p->try_push(bytes(rec));
+        t.join();
+      },
+      "an SPSC endpoint is used by two threads at once");
+}
+
 TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
   auto p = RingProducer::create("r", {.capacity = 4096});
   auto c = RingConsumer::open("r");

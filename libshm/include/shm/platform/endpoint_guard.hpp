@@ -7,8 +7,8 @@
 namespace shm::detail {
 
 // Called by EndpointGuard::Scope when it finds its endpoint busy: prints
-// "libshm: <what> is used by two threads at once" and aborts. Always defined
-// in the library.
+// "libshm: <what> is used by two threads at once (or called again from inside
+// one of its own callbacks)" and aborts. Always defined in the library.
 [[noreturn]] void endpoint_used_concurrently(const char* what) noexcept;
 
 // Guard of an endpoint (ring or channel handle): two threads using one

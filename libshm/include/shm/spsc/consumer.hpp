@@ -56,13 +56,19 @@ class RingConsumer : public detail::RingEndpoint {
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
   // Calls f(record) for up to `max` published records, then releases them all
-  // at once. Returns how many were handled.
+  // at once. Returns how many were handled. The endpoint guard is held for the
+  // whole batch (taken once, not once per record), so f must not call this
+  // consumer: such a call aborts as a concurrent use.
   template <class F>
   [[nodiscard]] Result<std::size_t> drain(F&& f, std::size_t max);
 
   [[nodiscard]] std::uint64_t released_position() const noexcept { return head_; }
 
  private:
+  // try_peek() and release() for a caller that already holds the endpoint
+  // guard (drain and try_pop take it once).
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_unguarded();
+  void release_unguarded() noexcept;
   [[nodiscard]] std::unexpected<Error> peeks_outstanding(const char* op) const;
   [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
                                                std::uint64_t bound) const;
@@ -79,6 +85,10 @@ class RingConsumer : public detail::RingEndpoint {
 
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek() {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  return peek_unguarded();
+}
+
+inline Result<std::optional<std::span<const std::byte>>> RingConsumer::peek_unguarded() {
   for (;;) {
     std::byte* slot = at(peek_pos_);
     // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
@@ -122,6 +132,10 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
 
 inline void RingConsumer::release() noexcept {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  release_unguarded();
+}
+
+inline void RingConsumer::release_unguarded() noexcept {
   if (peek_pos_ == head_) return;
   head_ = peek_pos_;
   records_ += peeked_records_;
@@ -141,18 +155,19 @@ inline void RingConsumer::release() noexcept {
 
 template <class F>
 Result<std::size_t> RingConsumer::drain(F&& f, std::size_t max) {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
   std::size_t n = 0;
   while (n < max) {
-    auto r = try_peek();
+    auto r = peek_unguarded();
     if (!r) {
-      release();
+      release_unguarded();
       return std::unexpected(std::move(r.error()));
     }
     if (!*r) break;
     f(**r);
     ++n;
   }
-  release();
+  release_unguarded();
   return n;
 }
 
