@@ -4,6 +4,7 @@
 //   build/.../tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
 // Rerun it when a layout changes (a seed whose fingerprint no longer matches
 // only exercises the header checks), and commit the result.
+#include "shm/bridge/state_layout.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
 #include "shm/egress/egress.hpp"
@@ -126,6 +127,35 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) (void)must(transport.try_claim(payload), "claim");
   (void)must(transport.ack(1), "ack");
   (void)must(transport.fail(2), "fail");
+  // Bridge states: an export route with an intent open, an import route that
+  // has applied messages and is in the middle of the next one.
+  const shm::bridge::StateParams export_params{
+      .route = static_cast<std::uint32_t>(shm::bridge::Route::Export)};
+  auto export_state =
+      must(shm::Segment::create("bridge-export", shm::bridge::state_spec(export_params), create,
+                                shm::bridge::init_state),
+           "bridge export state");
+  auto& ex = *reinterpret_cast<shm::bridge::StateData*>(export_state.data().data());
+  ex.export_intent_head = 192;
+  ex.export_intent_seq = 3;
+  ex.moved = 3;
+  ex.acknowledged = 2;
+  const shm::bridge::StateParams import_params{
+      .route = static_cast<std::uint32_t>(shm::bridge::Route::Import)};
+  auto import_state =
+      must(shm::Segment::create("bridge-import", shm::bridge::state_spec(import_params), create,
+                                shm::bridge::init_state),
+           "bridge import state");
+  auto& im = *reinterpret_cast<shm::bridge::StateData*>(import_state.data().data());
+  im.applied_stream_seq = 5;
+  im.applied_src_incarnation = 0x1234;
+  im.applied_src_seq = 4;
+  im.intent_ring_tail = 320;
+  im.intent_src_incarnation = 0x1234;
+  im.intent_src_seq = 5;
+  im.intent_stream_seq = 6;
+  im.moved = 5;
+  im.duplicates = 1;
 
   std::error_code ec;
   fs::create_directories(out, ec);

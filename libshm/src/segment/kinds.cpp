@@ -11,9 +11,9 @@
 namespace shm {
 namespace {
 // The kind table. One line per kind.
-constexpr std::array<const KindDescriptor*, 7> kKinds = {
+constexpr std::array<const KindDescriptor*, 8> kKinds = {
     &kSpscRingDescriptor,     &kChannelDescriptor, &kLedgerDescriptor, &kMpmcRingDescriptor,
-    &kFanoutBitmapDescriptor, &kRelayDescriptor,   &kEgressDescriptor,
+    &kFanoutBitmapDescriptor, &kRelayDescriptor,   &kEgressDescriptor, &kBridgeStateDescriptor,
 };
 }  // namespace
 

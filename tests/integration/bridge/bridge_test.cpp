@@ -16,6 +16,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -232,6 +234,31 @@ TEST_F(BridgeTest, EndToEndDeliversEveryRecordOnceInOrder) {
   EXPECT_EQ(importer_->wait(30s), 0) << importer_->output();
   EXPECT_THAT(exporter_->output(), HasSubstr("event=stopped route=export"));
   EXPECT_THAT(importer_->output(), HasSubstr("event=stopped route=import"));
+  // shmctl knows the bridge_state kind: the route, the last intent (the
+  // export of record n, egress sequence n; the import of stream sequence
+  // n + 1, applied), the counters (n + 1 records moved), a clean verify.
+  for (const auto& [root, state, route] : {std::tuple{&a_, "orders-bridge-export", "export"},
+                                           std::tuple{&b_, "orders-bridge-import", "import"}}) {
+    Subprocess inspect(
+        {shm::test::bin_path("shmctl"), "inspect", state, "--root", root->path(), "--json"});
+    ASSERT_EQ(inspect.wait(30s), 0) << inspect.output();
+    const nlohmann::json doc = nlohmann::json::parse(inspect.output(), nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << inspect.output();
+    EXPECT_EQ(doc["kind"], "bridge_state") << inspect.output();
+    EXPECT_EQ(doc["kind_state"]["params"]["route"], route) << inspect.output();
+    const nlohmann::json& last = doc["kind_state"]["last_intent"];
+    if (std::string(route) == "export") {
+      EXPECT_EQ(last["egress_sequence"], n) << inspect.output();
+    } else {
+      EXPECT_EQ(last["stream_sequence"], n + 1) << inspect.output();
+      EXPECT_EQ(last["applied"], true) << inspect.output();
+      EXPECT_EQ(doc["kind_state"]["applied"]["stream_sequence"], n + 1) << inspect.output();
+    }
+    EXPECT_EQ(doc["kind_state"]["counters"]["moved"], n + 1) << inspect.output();
+    auto verify =
+        run_merged(shm::test::bin_path("shmctl"), {"verify", state, "--root", root->path()});
+    EXPECT_EQ(verify->wait(30s), 0) << verify->output();
+  }
 }
 
 TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {

@@ -104,5 +104,6 @@ extern const KindDescriptor kChannelDescriptor;
 extern const KindDescriptor kLedgerDescriptor;
 extern const KindDescriptor kRelayDescriptor;
 extern const KindDescriptor kEgressDescriptor;
+extern const KindDescriptor kBridgeStateDescriptor;  // written by shm-bridge (daemons/bridge)
 
 }  // namespace shm
