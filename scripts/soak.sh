@@ -450,6 +450,7 @@ done
 
 # ---------------------------------------------------------------- chaos
 KILLS=0
+SIDECAR_LINES=0  # lines of sidecar.out before the sidecar's last start
 start_s=$SECONDS
 while ((SECONDS - start_s < DURATION)); do
   sleep "$KILL_INTERVAL"
@@ -469,10 +470,17 @@ while ((SECONDS - start_s < DURATION)); do
   # sometimes the new process takes the dead one's slot over itself.
   sleep "0.$(printf '%03d' $((RANDOM % 300)))"
   echo "R $victim $(now_ns)" >>"$WORK/events.log"
+  [[ $victim == sidecar ]] && SIDECAR_LINES=$(wc -l <"$WORK/sidecar.out")
   start_proc "$victim"
 done
 END_NS=$(now_ns)
 sleep 0.5  # let the last restarted process attach
+# A sidecar restarted by the chaos must be listening again before /metrics is
+# asked: "ready" after its last start (slow under sanitizers and load).
+for ((i = 0; i < 100; i++)); do
+  tail -n "+$((SIDECAR_LINES + 1))" "$WORK/sidecar.out" | grep -qx ready && break
+  sleep 0.1
+done
 
 # The metrics endpoint answers under load and lists every segment.
 port=$(sidecar_port)
