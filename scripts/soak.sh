@@ -11,13 +11,14 @@
 #                   [--fanout-rate R]                               (fanout)
 #                   [--ledger-workers N] [--ledger-rate R]          (ledger)
 #                   [--relay-writers N] [--relay-rate R]            (relay)
+#                   [--egress-senders N] [--egress-rate R]          (egress)
 #
 #   --build-dir DIR    the build to test (default: build/ next to scripts/)
 #   --duration S       seconds of chaos (default 30)
 #   --kill-interval S  seconds between kills, fractions allowed (default 1); the
 #                      victim is restarted 0-300 ms after its kill. Every
 #                      process, the sidecar included, is a candidate.
-#   --kinds LIST       comma-separated, default spsc,fanout,ledger,relay:
+#   --kinds LIST       comma-separated, default spsc,fanout,ledger,relay,egress:
 #     spsc    SpscRing: --pairs producer/consumer pairs (default 2), one ring
 #             each (processes producer-I, consumer-I); --rate records/s per
 #             producer (default 20000);
@@ -36,6 +37,17 @@
 #             reader (relay-reader) that stops reading for a few hundred ms
 #             every second or two, so the head spills pages into a spill
 #             directory in the logs folder, which the reader drains back.
+#     egress  Egress (reliable send state, tests/soak/soak_egress.hpp): N senders
+#             (default 2; egress-sender-I) enqueueing CRC-carrying messages at
+#             --egress-rate messages/s each (default 1000) and one transport
+#             (egress-transport) that claims them, delivers them into its log
+#             and acknowledges cumulatively, late, partly and sometimes out of
+#             order, fails some sends (a send error, or an ack that never came)
+#             so records park and are retried, times a full window out when a
+#             gap blocks it, and stops claiming for a few hundred ms now and
+#             then so the pool fills and the senders wait for space. A
+#             restarted transport reconnects (generation + 1) and replays
+#             what its killed predecessor had in flight.
 #   --seed N           seeds the choice of victims and restart delays
 #   --keep             keep the logs (they are always kept on a failure)
 #
@@ -77,6 +89,21 @@
 #     ops come in its order; nothing corrupt;
 #   - the relay did spill (entries came back from cold pages), every page
 #     sealed was acknowledged, and no page file is left in the spill directory;
+#   egress (at least once, deduplicated by sequence):
+#   - nothing lost: every message a sender saw enqueued is delivered; the one
+#     a sender was enqueueing when killed lands once or not at all; every
+#     sequence the egress assigned is delivered;
+#   - a sequence is delivered again only when the transport that delivered it
+#     last was killed (replayed under the next generation) or fail() was called
+#     on it since (retried), counted apart; its attempt grows each time; a
+#     sequence always carries the same message, a message only one sequence;
+#   - an acknowledgement is final (nothing at or below it delivered again;
+#     every ack advanced, or unchanged when late); the generation fence: each
+#     transport incarnation has a larger generation, delivers only envelopes of
+#     its own, and sees a claim and an ack of the previous one refused;
+#     exact window (in the transport); nothing corrupt (CRC);
+#   - nothing left in the pool after the final drain (no pending, in-flight,
+#     parked or terminal record; the watermark at next_sequence - 1);
 #   every kind:
 #   - `shmctl verify --all` (when shmctl is built) finds no violated invariant;
 #   - every process stops cleanly at the end, the sidecar logs no error and
@@ -85,7 +112,7 @@
 #   - no stale segment: after a `shm-sidecar --once --gc-ephemeral` pass the
 #     root holds nothing but the sidecar's lock file.
 # Summary: messages delivered, ledger operations, kills by process type,
-# recoveries, max recovery time; fanout redeliveries are counted apart.
+# recoveries, max recovery time; fanout and egress redeliveries are counted apart.
 #
 # Adding a kind = one more block like the spsc_* functions below (register its
 # processes, list its progress logs and segment count, verify its logs) and
@@ -121,10 +148,15 @@ RELAY_WRITERS=2
 RELAY_RATE=1000       # ops per second per relay writer (a ceiling)
 RELAY_PAUSE_MS=300    # the relay reader stops reading for 150-450 ms ...
 RELAY_PAUSE_EVERY_MS=1500  # ... every 0.75-2.25 s: the head spills meanwhile
+EGRESS_SENDERS=2
+EGRESS_RATE=1000      # messages per second per egress sender (a ceiling)
+EGRESS_PAUSE_MS=200   # the egress transport stops claiming for 100-300 ms ...
+EGRESS_PAUSE_EVERY_MS=1500  # ... every 0.75-2.25 s: the pool fills meanwhile
+EGRESS_HOLD_US=1000   # the transport pauses up to this long between a delivery and its ack
 SIDECAR_INTERVAL=50   # ms
 SEED=$$
 KEEP=0
-ALL_KINDS=(spsc fanout ledger relay)
+ALL_KINDS=(spsc fanout ledger relay egress)
 KINDS_ARG=$(IFS=,; echo "${ALL_KINDS[*]}")
 while (($#)); do
   case "$1" in
@@ -141,6 +173,8 @@ while (($#)); do
     --ledger-rate) LEDGER_RATE=$2; shift 2 ;;
     --relay-writers) RELAY_WRITERS=$2; shift 2 ;;
     --relay-rate) RELAY_RATE=$2; shift 2 ;;
+    --egress-senders) EGRESS_SENDERS=$2; shift 2 ;;
+    --egress-rate) EGRESS_RATE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage ;;
@@ -149,7 +183,7 @@ while (($#)); do
 done
 bad_usage() { echo "soak: $* (see --help)" >&2; exit 2; }
 for v in DURATION PAIRS RATE FANOUT_PRODUCERS FANOUT_CONSUMERS FANOUT_RATE LEDGER_WORKERS \
-         LEDGER_RATE RELAY_WRITERS RELAY_RATE SEED; do
+         LEDGER_RATE RELAY_WRITERS RELAY_RATE EGRESS_SENDERS EGRESS_RATE SEED; do
   [[ ${!v} =~ ^[0-9]+$ ]] || bad_usage "--$(tr '_A-Z' '-a-z' <<<"$v") must be a whole number, not '${!v}'"
 done
 [[ $KILL_INTERVAL =~ ^[0-9]*\.?[0-9]+$ ]] || bad_usage "--kill-interval must be a number of seconds"
@@ -169,6 +203,7 @@ declare -A KIND_HELPERS=(
   [fanout]="test_soak_fanout_producer test_soak_fanout_consumer test_soak_fanout_verify"
   [ledger]="test_soak_ledger_worker test_soak_ledger_checker test_soak_ledger_verify"
   [relay]="test_soak_relay_writer test_soak_relay_reader test_soak_relay_verify"
+  [egress]="test_soak_egress_sender test_soak_egress_transport test_soak_egress_verify"
 )
 needed=("$BIN/shm-sidecar" "$HELPERS/test_soak_recovery")
 for kind in "${KINDS[@]}"; do
@@ -344,6 +379,30 @@ relay_verify() {
   ((pages == 0))
 }
 
+# ---------------------------------------------------------------- kind: egress
+# One Egress shared by every egress sender and the transport.
+EGRESS=soak.egress
+egress_register() {
+  local i
+  for ((i = 0; i < EGRESS_SENDERS; i++)); do
+    register 1 "egress-sender-$i" "$HELPERS/test_soak_egress_sender" --egress "$EGRESS" --id "$i" \
+      --journal "$WORK/egress-sender-$i.journal" --log "$WORK/egress-sender-$i.log" \
+      --rate "$EGRESS_RATE"
+  done
+  register 2 egress-transport "$HELPERS/test_soak_egress_transport" --egress "$EGRESS" \
+    --log "$WORK/egress-transport.log" --pause-ms "$EGRESS_PAUSE_MS" \
+    --pause-every-ms "$EGRESS_PAUSE_EVERY_MS" --hold-us "$EGRESS_HOLD_US"
+}
+egress_progress_logs() {
+  local i
+  for ((i = 0; i < EGRESS_SENDERS; i++)); do echo "$WORK/egress-sender-$i.log"; done
+  echo "$WORK/egress-transport.log"
+}
+egress_segments() { echo 1; }
+egress_verify() {
+  "$HELPERS/test_soak_egress_verify" --dir "$WORK" --senders "$EGRESS_SENDERS"
+}
+
 # ---------------------------------------------------------------- the sidecar
 register 3 sidecar "$BIN/shm-sidecar" --root "$ROOT" --interval "$SIDECAR_INTERVAL" \
   --stuck-after 2000 --listen 127.0.0.1:0
@@ -366,6 +425,7 @@ for kind in "${KINDS[@]}"; do
     fanout) shape+=("fanout: $FANOUT_PRODUCERS producer(s), $FANOUT_CONSUMERS consumer(s)") ;;
     ledger) shape+=("ledger: $LEDGER_WORKERS worker(s) + checker") ;;
     relay) shape+=("relay (spill): $RELAY_WRITERS writer(s) + reader") ;;
+    egress) shape+=("egress: $EGRESS_SENDERS sender(s) + transport") ;;
   esac
 done
 log "$DURATION s, kill -9 every $KILL_INTERVAL s over ${#NAMES[@]} processes (sidecar included)," \
@@ -390,6 +450,7 @@ done
 
 # ---------------------------------------------------------------- chaos
 KILLS=0
+SIDECAR_LINES=0  # lines of sidecar.out before the sidecar's last start
 start_s=$SECONDS
 while ((SECONDS - start_s < DURATION)); do
   sleep "$KILL_INTERVAL"
@@ -409,10 +470,17 @@ while ((SECONDS - start_s < DURATION)); do
   # sometimes the new process takes the dead one's slot over itself.
   sleep "0.$(printf '%03d' $((RANDOM % 300)))"
   echo "R $victim $(now_ns)" >>"$WORK/events.log"
+  [[ $victim == sidecar ]] && SIDECAR_LINES=$(wc -l <"$WORK/sidecar.out")
   start_proc "$victim"
 done
 END_NS=$(now_ns)
 sleep 0.5  # let the last restarted process attach
+# A sidecar restarted by the chaos must be listening again before /metrics is
+# asked: "ready" after its last start (slow under sanitizers and load).
+for ((i = 0; i < 100; i++)); do
+  tail -n "+$((SIDECAR_LINES + 1))" "$WORK/sidecar.out" | grep -qx ready && break
+  sleep 0.1
+done
 
 # The metrics endpoint answers under load and lists every segment.
 port=$(sidecar_port)
@@ -499,14 +567,20 @@ messages=$(grep -o 'messages: [0-9]* delivered' "$WORK/verify.txt" | awk '{n += 
 ledger_ops=$(grep -o 'operations: [0-9]*' "$WORK/verify.txt" | awk '{print $2}')
 redelivered=$(grep -o 'redelivered after consumer kills: [0-9]*' "$WORK/verify.txt" |
   awk '{print $5 + 0 " fanout item(s) redelivered (in hand at a consumer kill)"}')
+# "messages: N delivered, L lost, D duplicated (K redelivered after a transport kill, T retried after a fail), C corrupt"
+egress_line=$(grep -o 'messages: [0-9]* delivered, [0-9]* lost, [0-9]* duplicated (.*transport kill.*' \
+  "$WORK/verify.txt" |
+  awk '{sub(/\(/, "", $8); print "egress " $2 " delivered, " $4 " lost, " $6 " duplicated (" $8 \
+              " after transport kills, " $14 " retried after fails), " $19 " corrupt"}')
 recoveries=$(grep -o 'recoveries: [0-9]* of [0-9]*' "$WORK/verify.txt" | cut -d' ' -f2-)
 max_recovery=$(grep -o 'first progress): max [0-9.]* ms' "$WORK/verify.txt" | awk '{print $4}')
 parts=()
 [[ " ${KINDS[*]} " == *" spsc "* || " ${KINDS[*]} " == *" fanout "* ||
-   " ${KINDS[*]} " == *" relay "* ]] &&
+   " ${KINDS[*]} " == *" relay "* || " ${KINDS[*]} " == *" egress "* ]] &&
   parts+=("$messages messages delivered")
 [[ -n "$ledger_ops" ]] && parts+=("$ledger_ops ledger operations")
 [[ -n "$redelivered" ]] && parts+=("$redelivered")
+[[ -n "$egress_line" ]] && parts+=("$egress_line")
 summary="${KINDS[*]}: $(IFS='|'; echo "${parts[*]}")"
 summary=${summary//|/, }
 log "summary: $summary; $KILLS kill(s) in $DURATION s, ${recoveries:-?} recovered," \

@@ -1,7 +1,8 @@
 # shm-sidecar: its tests link the monitor library and need the daemon built;
 # the soak (scripts/soak.sh, every kind: spsc, fanout, ledger, relay with
-# spill) runs 30 s as a ctest entry labelled "soak" (about 34 s wall in the
-# normal and asan lanes, 38 s under tsan; the relay adds 0-2 s of it).
+# spill, egress) runs 30 s as a ctest entry labelled "soak" (about 35-37 s
+# wall in the normal lane, 40-42 s under asan and tsan, on a loaded 2-vCPU VM;
+# the start, the drains and the verifiers add to the 30 s).
 if(TARGET shm_sidecar_monitor)
   foreach(binary shm_unit_tests shm_integration_tests)
     if(TARGET ${binary})
