@@ -95,6 +95,10 @@ void NatsServer::kill(int sig) {
 
 bool NatsServer::restart(int sig, std::chrono::milliseconds timeout) {
   kill(sig);
+  return start_again(timeout);
+}
+
+bool NatsServer::start_again(std::chrono::milliseconds timeout) {
   start();
   return ready(timeout);
 }

@@ -37,6 +37,8 @@ class NatsServer {
   // for ready.
   [[nodiscard]] bool restart(int sig = SIGKILL,
                              std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // After kill(): starts it again on the same port and store, waits for ready.
+  [[nodiscard]] bool start_again(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
