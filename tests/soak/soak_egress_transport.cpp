@@ -22,6 +22,7 @@
 //   test_soak_egress_transport --egress NAME --log PATH [--pause-ms MS]
 //                              [--pause-every-ms MS] [--hold-us US]
 #include "soak_egress.hpp"
+#include "soak_pauses.hpp"
 #include "soak_process.hpp"
 
 #include <fmt/format.h>
@@ -230,19 +231,10 @@ int main(int argc, char** argv) {
     return c->status;
   };
 
-  auto next_pause = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(pause_every_ms / 2 + rng() % (pause_every_ms + 1));
+  soak::RandomPauses pauses(rng, pause_every_ms, pause_ms);
   while (g_stop == 0) {
     if (!step(true)) return 1;
-    if (pause_ms != 0 && std::chrono::steady_clock::now() >= next_pause) {
-      // Away: the senders fill the pool and wait for space.
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(pause_ms / 2 + rng() % (pause_ms + 1));
-      while (g_stop == 0 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      next_pause = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(pause_every_ms / 2 + rng() % (pause_every_ms + 1));
-    }
+    pauses.maybe_pause();  // away: the senders fill the pool and wait for space
   }
   // The senders are stopped: deliver and acknowledge everything.
   for (;;) {

@@ -11,6 +11,7 @@
 //
 //   test_soak_relay_reader --relay NAME --spill-dir DIR --log PATH [--max-credit N]
 //                          [--pause-ms MS] [--pause-every-ms MS]
+#include "soak_pauses.hpp"
 #include "soak_process.hpp"
 #include "soak_relay.hpp"
 
@@ -89,8 +90,7 @@ int main(int argc, char** argv) {
     return static_cast<std::int64_t>(got->size());
   };
 
-  auto next_pause = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(pause_every_ms / 2 + rng() % (pause_every_ms + 1));
+  soak::RandomPauses pauses(rng, pause_every_ms, pause_ms);
   while (g_stop == 0) {
     const std::int64_t n = take_one();
     if (n < 0) return 1;
@@ -98,15 +98,7 @@ int main(int argc, char** argv) {
       if (auto wt = r.wait(std::chrono::milliseconds(50)); !wt)
         return violation(fmt::format("wait: {}", wt.error().what()));
     }
-    if (pause_ms != 0 && std::chrono::steady_clock::now() >= next_pause) {
-      // Away: the writers fill the head and spill.
-      const auto until = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(pause_ms / 2 + rng() % (pause_ms + 1));
-      while (g_stop == 0 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      next_pause = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(pause_every_ms / 2 + rng() % (pause_every_ms + 1));
-    }
+    pauses.maybe_pause();  // away: the writers fill the head and spill
   }
   // The writers are stopped: drain the head and every cold page.
   for (;;) {
