@@ -195,11 +195,9 @@ Outcome<std::optional<std::string>> NatsLink::stream_for(const std::string& subj
   return std::optional<std::string>((*it)[0].get<std::string>());
 }
 
-Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject,
-                                      std::uint32_t replicas) {
+Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
-  cfg.Replicas = static_cast<int64_t>(replicas);
   cfg.Name = name.c_str();
   const char* subjects[] = {subject.c_str()};
   cfg.Subjects = subjects;

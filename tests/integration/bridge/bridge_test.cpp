@@ -7,7 +7,6 @@
 // same way. Bad input ends with the
 // documented exit code and a message naming the problem.
 #include "bridge/state.hpp"
-#include "common/nats_cluster.hpp"
 #include "common/nats_server.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
@@ -323,46 +322,6 @@ TEST_F(BridgeTest, KilledNatsServerRestartedOnItsStoreLosesAndDuplicatesNothing)
   // The export bridge saw the connection come back (a new egress generation).
   EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
 }
-
-// A three-node JetStream cluster, the stream replicated on all three, both
-// bridges given the three servers (they connect to the first): that node is
-// killed (kill -9) mid-stream and not restarted. The bridges fail over to the
-// other two and host B still gets every record once, in order. Normal lane
-// only for now: under the sanitizers' slowdown with the suite's load, the
-// import bridge's re-creation of its durable consumer after a reconnect can
-// take longer than the consumer's 30 s patience (seen with a single server
-// away for 10 s under TSan; issue 16). The other bridge tests run in every lane.
-#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-TEST_F(BridgeTest, ClusterNodeKilledMidStreamLosesAndDuplicatesNothing) {
-  const std::uint64_t n = shm::test::scaled(30'000);
-  shm::test::NatsCluster cluster;
-  ASSERT_TRUE(cluster.ready()) << cluster.logs();
-  make_ring(a_, "orders");
-  make_ring(b_, "orders");
-  const std::vector<std::string> urls = cluster.urls();
-  const auto on_cluster = [&](std::vector<std::string> args) {
-    for (std::size_t i = 1; i < urls.size(); ++i) {
-      args.emplace_back("--server");
-      args.push_back(urls[i]);
-    }
-    args.emplace_back("--stream-replicas");
-    args.emplace_back("3");
-    return args;
-  };
-  exporter_ = start(on_cluster(export_args(urls[0], a_)), "");
-  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s))
-      << exporter_->output() << cluster.logs();
-  importer_ = start(on_cluster(import_args(urls[0], b_)), "");
-  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
-  auto consumer = consume_stream(n);
-  auto producer = produce_stream(n);
-  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, n / 3))
-      << importer_->output();
-  cluster.node(0).kill(SIGKILL);
-  expect_exactly_once(*producer, *consumer, n);
-  EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
-}
-#endif
 
 TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
   const std::uint64_t n = shm::test::scaled(4'000);
