@@ -6,21 +6,12 @@
 
 #include "format/format.hpp"
 
-#include <algorithm>
 #include <array>
-#include <cstring>
 
 namespace shm {
 namespace {
 
 using namespace bridge;
-
-bridge::StateParams read_params(const Segment& seg) {
-  bridge::StateParams p{};
-  const auto raw = seg.params();
-  std::memcpy(&p, raw.data(), std::min(raw.size(), sizeof(p)));
-  return p;
-}
 
 // The state words, or nullptr when the data region is too small to hold them
 // (a damaged file; the header check lets only the right size through).
@@ -52,7 +43,7 @@ std::uint64_t ld(const std::atomic<std::uint64_t>& a) {
 }
 
 void describe(const Segment& seg, Node& out) {
-  const StateParams p = read_params(seg);
+  const StateParams p = read_state_params(seg.params());
   Node& params = out.object("params");
   params.set("route", route_name(p.route));
   params.set("version", static_cast<std::uint64_t>(p.version));
@@ -104,7 +95,7 @@ void describe(const Segment& seg, Node& out) {
 
 std::vector<std::string> verify(const Segment& seg) {
   std::vector<std::string> out;
-  const StateParams p = read_params(seg);
+  const StateParams p = read_state_params(seg.params());
   if (p.version != 1)
     out.push_back(
         shm::detail::format("state version {} is not the one this build knows (1)", p.version));

@@ -11,14 +11,8 @@
 namespace shm::bridge {
 namespace {
 
-StateParams read_params(std::span<const std::byte> raw) {
-  StateParams p{};
-  std::memcpy(&p, raw.data(), std::min(raw.size(), sizeof(p)));
-  return p;
-}
-
 std::string mismatch(std::span<const std::byte> found, std::span<const std::byte> expected) {
-  const StateParams f = read_params(found), e = read_params(expected);
+  const StateParams f = read_state_params(found), e = read_state_params(expected);
   if (f.route != e.route)
     return shm::detail::format(
         "route: segment is the state of an {} route, caller runs an {} route",
@@ -29,6 +23,12 @@ std::string mismatch(std::span<const std::byte> found, std::span<const std::byte
 }
 
 }  // namespace
+
+StateParams read_state_params(std::span<const std::byte> raw) noexcept {
+  StateParams p{};
+  std::memcpy(&p, raw.data(), std::min(raw.size(), sizeof(p)));
+  return p;
+}
 
 KindSpec state_spec(const StateParams& params) {
   KindSpec s;

@@ -81,6 +81,9 @@ inline constexpr RoleSpec kBridgeRole{0, true, "bridge"};
 inline constexpr std::uint64_t kStateFingerprint =
     layout_fingerprint({1, sizeof(StateData), sizeof(StateParams), alignof(StateData)});
 
+// The parameters stored in a segment's parameter block; fields past the end
+// of a short block keep their defaults (route 0, which verify refuses).
+[[nodiscard]] StateParams read_state_params(std::span<const std::byte> raw) noexcept;
 // The segment spec of a state segment with these parameters (`params` must
 // outlive the spec: it points at them). A mismatch names the route or version.
 [[nodiscard]] KindSpec state_spec(const StateParams& params);
