@@ -128,8 +128,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   const std::uint64_t incarnation = transport->egress().segment().header().incarnation;
 
   PublishResults results;
-  auto link =
-      NatsLink::connect(o.common.connection, &on_publish_ack, &results, std::int64_t{o.window} * 4);
+  auto link = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Automatic,
+                                &on_publish_ack, &results, std::int64_t{o.window} * 4);
   if (!link) return std::unexpected(link.error());
   auto stream = (*link)->stream_for(o.common.subject);
   if (!stream) return std::unexpected(stream.error());

@@ -67,7 +67,9 @@ Outcome<void> subscribe(NatsLink& link, const ImportOptions& o, const std::strin
                         std::uint64_t start, Subscription& sub) {
   sub.reset();
   jsErrCode code = static_cast<jsErrCode>(0);
-  (void)js_DeleteConsumer(link.js(), stream.c_str(), o.durable.c_str(), nullptr, &code);
+  const natsStatus deleted =
+      js_DeleteConsumer(link.js(), stream.c_str(), o.durable.c_str(), nullptr, &code);
+  const int delete_code = static_cast<int>(code);
   jsConsumerConfig cc;
   jsConsumerConfig_Init(&cc);
   cc.Durable = o.durable.c_str();
@@ -84,8 +86,9 @@ Outcome<void> subscribe(NatsLink& link, const ImportOptions& o, const std::strin
   if (s != NATS_OK)
     return failure(kExitRuntime,
                    fmt::format("creating durable consumer {} on stream {}: {} "
-                               "(JetStream error {})",
-                               o.durable, stream, nats_error(s), static_cast<int>(code)));
+                               "(JetStream error {}; deleting it first: {}, JetStream error {})",
+                               o.durable, stream, nats_error(s), static_cast<int>(code),
+                               natsStatus_GetText(deleted), delete_code));
   jsSubOptions so;
   jsSubOptions_Init(&so);
   so.Stream = stream.c_str();
@@ -129,9 +132,18 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   }
   sd.intent_stream_seq.store(kNone, std::memory_order_release);
 
-  auto link = NatsLink::connect(o.common.connection);
-  if (!link) return std::unexpected(link.error());
-  auto stream = (*link)->stream_for(o.common.subject);
+  // The import route makes its own reconnections: when the connection drops,
+  // the client closes it (no automatic reconnection, so nothing sent while
+  // disconnected is buffered and replayed later), and the route connects
+  // anew and recreates its consumer from applied + 1. A connection that the
+  // client had reconnected by itself carried the old one's buffered pull
+  // requests and consumer deletes into the new server session, and after a
+  // server restart the consumer's re-creation on it could time out for more
+  // than 20 s (seen under TSan with load; issue 16).
+  auto connected = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Never);
+  if (!connected) return std::unexpected(connected.error());
+  std::unique_ptr<NatsLink> link = std::move(*connected);
+  auto stream = link->stream_for(o.common.subject);
   if (!stream) return std::unexpected(stream.error());
   if (!*stream) {
     if (o.common.create_stream.empty())
@@ -139,7 +151,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                      fmt::format("no JetStream stream captures subject {} (create one, or pass "
                                  "--create-stream NAME)",
                                  o.common.subject));
-    if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject); !ok)
+    if (auto ok = link->create_stream(o.common.create_stream, o.common.subject); !ok)
       return std::unexpected(ok.error());
     *stream = o.common.create_stream;
   }
@@ -147,7 +159,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   // over an existing durable consumer's acknowledged position.
   if (state->created()) {
     jsConsumerInfo* ci = nullptr;
-    if (js_GetConsumerInfo(&ci, (*link)->js(), (*stream)->c_str(), o.durable.c_str(), nullptr,
+    if (js_GetConsumerInfo(&ci, link->js(), (*stream)->c_str(), o.durable.c_str(), nullptr,
                            nullptr) == NATS_OK &&
         ci != nullptr) {
       sd.applied_stream_seq.store(ci->AckFloor.Stream, std::memory_order_release);
@@ -160,7 +172,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t applied_inc = sd.applied_src_incarnation.load(std::memory_order_relaxed);
   std::uint64_t applied_src = sd.applied_src_seq.load(std::memory_order_relaxed);
   Subscription sub;
-  if (auto ok = subscribe(**link, o, **stream, applied + 1, sub); !ok)
+  if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok)
     return std::unexpected(ok.error());
   log("info", "ready",
       fmt::format("route=import dest={} durable={} subject={} stream={} servers={} "
@@ -173,24 +185,53 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   natsMsgList list{};
   int next = 0;
   bool need_reset = false;
-  std::uint64_t seen_reconnects = (*link)->reconnects();
   std::uint64_t fetch_errors = 0;
+  std::uint64_t resubscribe_failures = 0;
   while (!stop.load(std::memory_order_relaxed)) {
-    if (const std::uint64_t r = (*link)->reconnects(); r != seen_reconnects) {
-      seen_reconnects = r;
-      need_reset = true;
+    if (list.Count == 0 && !link->connected()) {
+      // Lost: close, destroy the subscription, then the connection (in that
+      // order: the client's threads are done with both), and connect again
+      // until a server answers or the bridge is stopped.
+      log("warn", "disconnected", fmt::format("route=import applied_stream_sequence={}", applied));
+      link->close();
+      sub.reset();
+      link.reset();
+      for (std::uint64_t attempt = 1; !stop.load(std::memory_order_relaxed); ++attempt) {
+        auto again = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Never);
+        if (again) {
+          link = std::move(*again);
+          break;
+        }
+        if (again.error().code == kExitAuth) return std::unexpected(again.error());
+        if (attempt <= 3 || attempt % 25 == 0)
+          log("warn", "reconnect_failed",
+              fmt::format("route=import attempt={} message=\"{}\"", attempt,
+                          again.error().message));
+        std::this_thread::sleep_for(200ms);
+      }
+      if (!link) break;  // stopped
       sd.reconnects.fetch_add(1, std::memory_order_relaxed);
       log("warn", "reconnected", fmt::format("route=import applied_stream_sequence={}", applied));
+      need_reset = true;
     }
     if (list.Count == 0) {
       if (need_reset) {
-        if (auto ok = subscribe(**link, o, **stream, applied + 1, sub); !ok) {
-          if (fetch_errors++ == 0)
+        if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok) {
+          // Every failure of the first few, then every tenth: a resubscription
+          // that keeps failing must show in the log.
+          ++resubscribe_failures;
+          if (resubscribe_failures <= 3 || resubscribe_failures % 10 == 0)
             log("warn", "resubscribe_failed",
-                fmt::format("route=import message=\"{}\"", ok.error().message));
+                fmt::format("route=import attempt={} connected={} message=\"{}\"",
+                            resubscribe_failures, link->connected(), ok.error().message));
           std::this_thread::sleep_for(200ms);
           continue;
         }
+        if (resubscribe_failures != 0)
+          log("info", "resubscribed",
+              fmt::format("route=import attempts={} applied_stream_sequence={}",
+                          resubscribe_failures + 1, applied));
+        resubscribe_failures = 0;
         need_reset = false;
       }
       jsErrCode code = static_cast<jsErrCode>(0);
@@ -200,6 +241,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       if (s != NATS_OK) {
         natsMsgList_Destroy(&list);
         list = natsMsgList{};
+        if (!link->connected()) continue;  // the reconnection above takes over
         if (fetch_errors++ == 0)
           log("warn", "fetch_failed",
               fmt::format("route=import status=\"{}\"", natsStatus_GetText(s)));
@@ -270,6 +312,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
   }
   if (list.Count != 0) natsMsgList_Destroy(&list);
+  if (link) link->close();
+  sub.reset();
   log("info", "stopped", fmt::format("route=import applied_stream_sequence={}", applied));
   return {};
 }

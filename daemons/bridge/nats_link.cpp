@@ -103,7 +103,12 @@ bool NatsLink::connected() const noexcept {
   return nc_ != nullptr && natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED;
 }
 
+void NatsLink::close() noexcept {
+  if (nc_ != nullptr) natsConnection_Close(nc_);
+}
+
 Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
+                                                     Reconnect reconnect,
                                                      jsPubAckHandler on_publish_ack, void* closure,
                                                      std::int64_t max_pending) {
   open_library();
@@ -124,9 +129,13 @@ Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
     return std::unexpected(ok.error());
   (void)natsOptions_SetNoRandomize(opts, true);
   (void)natsOptions_SetTimeout(opts, o.connect_timeout_ms);
-  (void)natsOptions_SetAllowReconnect(opts, true);
-  (void)natsOptions_SetMaxReconnect(opts, -1);
-  (void)natsOptions_SetReconnectWait(opts, 200);
+  if (reconnect == Reconnect::Automatic) {
+    (void)natsOptions_SetAllowReconnect(opts, true);
+    (void)natsOptions_SetMaxReconnect(opts, -1);
+    (void)natsOptions_SetReconnectWait(opts, 200);
+  } else {
+    (void)natsOptions_SetAllowReconnect(opts, false);
+  }
   (void)natsOptions_SetName(opts, "shm-bridge");
   (void)natsOptions_SetReconnectedCB(opts, &NatsLink::on_reconnected, link.get());
   if (!o.user.empty() || !o.password.empty()) {

@@ -36,12 +36,18 @@ class NatsLink {
   NatsLink& operator=(const NatsLink&) = delete;
   ~NatsLink();
 
-  // Connects (no retry for the first connection: an unreachable server or a
-  // refused credential is an error) with automatic reconnection afterwards.
-  // `on_publish_ack` (optional) receives the outcome of every asynchronous
-  // publish (on a thread of the client; it owns and destroys the message).
+  // What the client does when the connection drops: reconnect by itself
+  // (buffering what is sent meanwhile), or close the connection, leaving the
+  // caller to connect anew.
+  enum class Reconnect { Automatic, Never };
+
+  // Connects (no retry: an unreachable server or a refused credential is an
+  // error). `on_publish_ack` (optional) receives the outcome of every
+  // asynchronous publish (on a thread of the client; it owns and destroys the
+  // message).
   [[nodiscard]] static Outcome<std::unique_ptr<NatsLink>> connect(
-      const ConnectionOptions& o, jsPubAckHandler on_publish_ack = nullptr, void* closure = nullptr,
+      const ConnectionOptions& o, Reconnect reconnect = Reconnect::Automatic,
+      jsPubAckHandler on_publish_ack = nullptr, void* closure = nullptr,
       std::int64_t max_pending = 4096);
 
   [[nodiscard]] natsConnection* connection() const noexcept { return nc_; }
@@ -51,6 +57,9 @@ class NatsLink {
     return reconnects_.load(std::memory_order_acquire);  // [bridge.N]: see on_reconnected()
   }
   [[nodiscard]] bool connected() const noexcept;
+  // Closes the connection (idempotent): the client's threads stop using it and
+  // its subscriptions, which may then be destroyed, before the link is.
+  void close() noexcept;
 
   // The stream that captures `subject`, nullopt when none does.
   // kExitNoStream when the server has no JetStream.

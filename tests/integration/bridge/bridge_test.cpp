@@ -323,6 +323,35 @@ TEST_F(BridgeTest, KilledNatsServerRestartedOnItsStoreLosesAndDuplicatesNothing)
   EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
 }
 
+// nats-server unreachable for 10 s while the producer keeps writing: the
+// bridges stay up and keep retrying; host A's producer only waits (the egress
+// fills, the export bridge stops draining ring A, ring A fills), never sees
+// an error; once the server is back on its store everything arrives once, in
+// order. At least 4000 records in every lane, so that the egress (1024) and
+// ring A cannot take the whole stream while the server is away.
+TEST_F(BridgeTest, ServerAwayForTenSecondsOnlyHoldsTheProducerBack) {
+  const std::uint64_t n = std::max<std::uint64_t>(shm::test::scaled(30'000), 4'000);
+  ASSERT_NO_FATAL_FAILURE(start_route());
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, n / 4))
+      << importer_->output();
+  server_->kill(SIGKILL);
+  std::this_thread::sleep_for(10s);
+  // Held back, not failed: the producer has neither finished nor exited
+  // (ring_peer's blocking reserve would give up only after 30 s), and the
+  // export bridge stopped short of the stream's end.
+  EXPECT_FALSE(producer->wait_for_text("DONE", 0ms)) << producer->output();
+  EXPECT_LT(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), n);
+  ASSERT_TRUE(server_->start_again()) << server_->log();
+  expect_exactly_once(*producer, *consumer, n);
+  // Both bridges are still the ones started first, and stop cleanly.
+  exporter_->kill(SIGTERM);
+  importer_->kill(SIGTERM);
+  EXPECT_EQ(exporter_->wait(30s), 0) << exporter_->output();
+  EXPECT_EQ(importer_->wait(30s), 0) << importer_->output();
+}
+
 TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
   const std::uint64_t n = shm::test::scaled(4'000);
   constexpr std::uint64_t kSmallRing = 4096;
