@@ -49,6 +49,9 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c) {
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
   app.add_option("--create-stream", c.create_stream,
                  "create this stream (file storage) when no stream captures the subject");
+  app.add_option("--stream-replicas", c.stream_replicas,
+                 "replicas of the stream --create-stream creates (a JetStream cluster; default 1)")
+      ->check(CLI::Range(1u, 5u));
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 
 namespace shm::bridge {
 
@@ -182,42 +184,70 @@ Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
 
 Outcome<std::optional<std::string>> NatsLink::stream_for(const std::string& subject) {
   const std::string request = nlohmann::json{{"subject", subject}}.dump();
-  natsMsg* reply = nullptr;
-  const natsStatus s = natsConnection_Request(&reply, nc_, "$JS.API.STREAM.NAMES", request.data(),
-                                              static_cast<int>(request.size()), 5000);
-  if (s == NATS_NO_RESPONDERS)
-    return failure(kExitNoStream, "the NATS server has no JetStream (start it with -js)");
-  if (s != NATS_OK)
-    return failure(kExitRuntime,
-                   fmt::format("listing the streams for subject {}: {}", subject, nats_error(s)));
-  const std::string body(natsMsg_GetData(reply),
-                         static_cast<std::size_t>(natsMsg_GetDataLength(reply)));
-  natsMsg_Destroy(reply);
-  const auto j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return failure(kExitRuntime, "the stream list reply is not JSON");
-  if (j.contains("error"))
-    return failure(kExitNoStream, fmt::format("listing the streams for subject {}: {}", subject,
-                                              j["error"].value("description", "error")));
-  const auto it = j.find("streams");
-  if (it == j.end() || !it->is_array() || it->empty()) return std::optional<std::string>{};
-  return std::optional<std::string>((*it)[0].get<std::string>());
+  // A request that times out, or "temporarily unavailable" (a JetStream
+  // cluster still electing its metadata leader), is retried for up to 15 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (;;) {
+    const bool last_try = std::chrono::steady_clock::now() >= deadline;
+    natsMsg* reply = nullptr;
+    const natsStatus s = natsConnection_Request(&reply, nc_, "$JS.API.STREAM.NAMES", request.data(),
+                                                static_cast<int>(request.size()), 5000);
+    if (s == NATS_NO_RESPONDERS)
+      return failure(kExitNoStream, "the NATS server has no JetStream (start it with -js)");
+    if (s == NATS_TIMEOUT && !last_try) continue;
+    if (s != NATS_OK)
+      return failure(kExitRuntime,
+                     fmt::format("listing the streams for subject {}: {}", subject, nats_error(s)));
+    const std::string body(natsMsg_GetData(reply),
+                           static_cast<std::size_t>(natsMsg_GetDataLength(reply)));
+    natsMsg_Destroy(reply);
+    const auto j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return failure(kExitRuntime, "the stream list reply is not JSON");
+    if (j.contains("error")) {
+      const nlohmann::json& e = j["error"];
+      if (e.is_object() && e.value("err_code", 0) == JSClusterNotAvailErr && !last_try) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        continue;
+      }
+      return failure(kExitNoStream,
+                     fmt::format("listing the streams for subject {}: {}", subject,
+                                 e.is_object() ? e.value("description", "error") : "error"));
+    }
+    const auto it = j.find("streams");
+    if (it == j.end() || !it->is_array() || it->empty()) return std::optional<std::string>{};
+    return std::optional<std::string>((*it)[0].get<std::string>());
+  }
 }
 
-Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject) {
+Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject,
+                                      std::uint32_t replicas) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
+  cfg.Replicas = static_cast<int64_t>(replicas);
   cfg.Name = name.c_str();
   const char* subjects[] = {subject.c_str()};
   cfg.Subjects = subjects;
   cfg.SubjectsLen = 1;
   cfg.Storage = js_FileStorage;
+  // A JetStream cluster that has just elected its metadata leader may not
+  // know its peers yet: "temporarily unavailable", "no suitable peers" and
+  // "insufficient resources" (replicas on peers it has not heard from) pass
+  // within seconds, and are retried for up to 15 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   jsErrCode code = static_cast<jsErrCode>(0);
-  jsStreamInfo* info = nullptr;
-  const natsStatus s = js_AddStream(&info, js_, &cfg, nullptr, &code);
-  if (info != nullptr) jsStreamInfo_Destroy(info);
-  if (s == NATS_OK) return {};
-  if (code == JSStreamNameExistErr) return {};
+  natsStatus s = NATS_OK;
+  for (;;) {
+    code = static_cast<jsErrCode>(0);
+    jsStreamInfo* info = nullptr;
+    s = js_AddStream(&info, js_, &cfg, nullptr, &code);
+    if (info != nullptr) jsStreamInfo_Destroy(info);
+    if (s == NATS_OK || code == JSStreamNameExistErr) return {};
+    const bool transient = s == NATS_TIMEOUT || code == JSClusterNotAvailErr ||
+                           code == JSClusterNoPeersErr || code == JSInsufficientResourcesErr;
+    if (!transient || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
   return failure(kExitNoStream, fmt::format("creating stream {} for subject {}: {} (JetStream "
                                             "error {})",
                                             name, subject, nats_error(s), static_cast<int>(code)));

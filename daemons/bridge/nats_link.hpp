@@ -64,9 +64,10 @@ class NatsLink {
   // The stream that captures `subject`, nullopt when none does.
   // kExitNoStream when the server has no JetStream.
   [[nodiscard]] Outcome<std::optional<std::string>> stream_for(const std::string& subject);
-  // Creates stream `name` (file storage) capturing `subject`; an existing
-  // stream of that name is kept.
-  [[nodiscard]] Outcome<void> create_stream(const std::string& name, const std::string& subject);
+  // Creates stream `name` (file storage, `replicas` copies in a JetStream
+  // cluster) capturing `subject`; an existing stream of that name is kept.
+  [[nodiscard]] Outcome<void> create_stream(const std::string& name, const std::string& subject,
+                                            std::uint32_t replicas = 1);
 
  private:
   natsOptions* opts_ = nullptr;

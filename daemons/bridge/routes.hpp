@@ -28,10 +28,11 @@ using LogFn =
 
 struct CommonOptions {
   ConnectionOptions connection;
-  std::string root;               // LIBSHM_ROOT of the local segments (empty: default)
-  std::string subject;            // the JetStream subject
-  std::string state;              // the bridge_state segment (empty: derived)
-  std::string create_stream;      // create this stream for the subject when none captures it
+  std::string root;                   // LIBSHM_ROOT of the local segments (empty: default)
+  std::string subject;                // the JetStream subject
+  std::string state;                  // the bridge_state segment (empty: derived)
+  std::string create_stream;          // create this stream for the subject when none captures it
+  std::uint32_t stream_replicas = 1;  // of the stream created (a JetStream cluster: up to 5)
   std::uint64_t create_ring = 0;  // bytes: create the local ring when missing (0: it must exist)
 };
 

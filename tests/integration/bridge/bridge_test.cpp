@@ -7,6 +7,7 @@
 // same way. Bad input ends with the
 // documented exit code and a message naming the problem.
 #include "bridge/state.hpp"
+#include "common/nats_cluster.hpp"
 #include "common/nats_server.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
@@ -350,6 +351,40 @@ TEST_F(BridgeTest, ServerAwayForTenSecondsOnlyHoldsTheProducerBack) {
   importer_->kill(SIGTERM);
   EXPECT_EQ(exporter_->wait(30s), 0) << exporter_->output();
   EXPECT_EQ(importer_->wait(30s), 0) << importer_->output();
+}
+
+// A three-node JetStream cluster, the stream replicated on all three, both
+// bridges given the three servers (they connect to the first): that node is
+// killed (kill -9) mid-stream and not restarted. The bridges fail over to the
+// other two and host B still gets every record once, in order.
+TEST_F(BridgeTest, ClusterNodeKilledMidStreamLosesAndDuplicatesNothing) {
+  const std::uint64_t n = shm::test::scaled(30'000);
+  shm::test::NatsCluster cluster;
+  ASSERT_TRUE(cluster.ready()) << cluster.logs();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  const std::vector<std::string> urls = cluster.urls();
+  const auto on_cluster = [&](std::vector<std::string> args) {
+    for (std::size_t i = 1; i < urls.size(); ++i) {
+      args.emplace_back("--server");
+      args.push_back(urls[i]);
+    }
+    args.emplace_back("--stream-replicas");
+    args.emplace_back("3");
+    return args;
+  };
+  exporter_ = start(on_cluster(export_args(urls[0], a_)), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s))
+      << exporter_->output() << cluster.logs();
+  importer_ = start(on_cluster(import_args(urls[0], b_)), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, n / 3))
+      << importer_->output();
+  cluster.node(0).kill(SIGKILL);
+  expect_exactly_once(*producer, *consumer, n);
+  EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
 }
 
 TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
