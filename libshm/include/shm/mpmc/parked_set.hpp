@@ -10,24 +10,27 @@
 // The count is kept >= the bits set, at every point of its modification order:
 // - announce(): count +1 (seq_cst), then set the bit (seq_cst RMW); if the bit
 //   was already set (an earlier round of the same park), count -1.
-// - withdraw() and clear() (a dead holder's bit): clear the bit with an
-//   acquire RMW; only whoever actually cleared it does count -1. The acquire
-//   synchronizes with the release half of the RMW that set the bit (a release
-//   sequence runs through the other bits' RMWs), so the setter's +1 happens
-//   before this -1 and precedes it in the count's modification order: the
-//   count never dips below the bits set, not even for a moment.
+// - clear() (the waiter leaving its park; repair, reclaim or the slot's next
+//   holder clearing a dead holder's bit): clear the bit with an acquire RMW;
+//   only whoever actually cleared it does count -1. The acquire synchronizes
+//   with the release half of the RMW that set the bit (a release sequence
+//   runs through the other bits' RMWs), so the setter's +1 happens before this
+//   -1 and precedes it in the count's modification order: every -1 follows
+//   its own +1, and the count never drops below the bits set.
 // A process killed between its +1 and setting the bit, or between clearing a
 // bit and its -1, leaves the count one too high forever: wakers then read the
 // words (still exact) instead of stopping at the count. Never too low.
 //
-// Dekker (why a wake is never lost): a waiter runs announce() then a seq_cst
+// Dekker (why a wake is not lost): a waiter runs announce(), then a seq_cst
 // load of the other side's position ([mpmc.W2] / [fanout.D2]); the other side
-// runs its seq_cst claim or publish then any(), whose loads are seq_cst. In the
-// single total order S: if any() read count 0 before the waiter's +1, or read
-// the waiter's word without its bit (before its fetch_or), then the other
-// side's claim precedes the waiter's own load of the position in S, and the
-// waiter sees it and does not sleep on it. Otherwise any() returns true and
-// the other side wakes.
+// runs its seq_cst claim or publish, then any() (seq_cst loads). In the single
+// total order S, if any() returns false, either its count load precedes the
+// waiter's +1 (read after it, with the bit set, the count is not 0), or its
+// load of the waiter's word precedes the waiter's fetch_or (else it would see
+// the bit). Either way the claim precedes the waiter's load of the position
+// in S: the waiter sees it and does not sleep on it. Otherwise any() returns
+// true and the other side wakes. A bit cleared under a live waiter (a reclaim
+// race) is set again by its next park round; kMaxParkNs bounds that sleep.
 #pragma once
 
 #include "shm/segment/header.hpp"
