@@ -845,7 +845,7 @@ TEST_F(SegmentTest, SlotsReportsEveryHeldSlotOfTheWholeTable) {
     ASSERT_TRUE(att) << att.error().what();
     held.push_back(std::move(*att));
   }
-  // Keep a scattered subset attached: first, last, both sides of each 64-slot word.
+  // Keep a scattered subset attached: the first, the last, both sides of 64-slot words.
   const std::vector<std::size_t> keep = {8, 9, 63, 64, 65, 127, 128, 200, 255, 256, 262, 263};
   std::vector<Attachment> kept;
   for (Attachment& att : held)
