@@ -181,10 +181,10 @@ bool Monitor::maybe_collect(const std::string& name, Tracked& t) {
   // process attaching right now makes us back off.
   auto guard = reopen(w->fd(), true);
   if (!guard) return false;
-  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
-    auto got = try_lock_byte(guard->get(), slot_lock_offset(i));
-    if (!got || !*got) return false;
-  }
+  // One lock over every slot's byte (kMaxAttachments of them): one call.
+  const std::uint64_t first = slot_lock_offset(0);
+  auto got = try_lock_range(guard->get(), first, slot_lock_offset(kMaxAttachments - 1) + 1 - first);
+  if (!got || !*got) return false;
   struct stat st {};
   if (::fstatat(AT_FDCWD, t.segment.path().c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
       static_cast<std::uint64_t>(st.st_ino) != t.ino)

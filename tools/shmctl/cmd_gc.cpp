@@ -51,11 +51,11 @@ struct Decision {
 Result<FileHandle> fence_attachments(const Segment& segment) {
   auto fd = reopen(segment.fd(), true);
   if (!fd) return std::unexpected(fd.error());
-  for (std::size_t i = 0; i < kMaxAttachments; ++i) {
-    auto got = try_lock_byte(fd->get(), slot_lock_offset(i));
-    if (!got) return std::unexpected(got.error());
-    if (!*got) return fail(Errc::RoleTaken, fmt::format("slot {} was taken while collecting", i));
-  }
+  // One lock over every slot's byte (kMaxAttachments of them): one call.
+  const std::uint64_t first = slot_lock_offset(0);
+  auto got = try_lock_range(fd->get(), first, slot_lock_offset(kMaxAttachments - 1) + 1 - first);
+  if (!got) return std::unexpected(got.error());
+  if (!*got) return fail(Errc::RoleTaken, "a slot was taken while collecting");
   return std::move(*fd);  // the locks drop when the returned handle closes
 }
 

@@ -120,9 +120,7 @@ void describe(const Segment& seg, Node& out) {
   for (std::uint32_t i = 64; i-- > 0;)
     if (((bm >> i) & 1) != 0) active.push(static_cast<std::uint64_t>(i));
   out.gauge("active_count", static_cast<std::uint64_t>(std::popcount(bm & all_bits(k))));
-  out.gauge(
-      "drainers_waiting",
-      static_cast<std::uint64_t>(std::popcount(ctl.hot.waiters.load(std::memory_order_relaxed))));
+  out.gauge("drainers_waiting", ctl.hot.waiters.parked());
   out.set("epoch", static_cast<std::uint64_t>(ctl.hot.epoch.load(std::memory_order_relaxed)));
   out.counter("stale_retries", ctl.stats.stale_retries.load(std::memory_order_relaxed));
   out.counter("parks", ctl.stats.parks.load(std::memory_order_relaxed));
@@ -222,14 +220,12 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // commit and its bit).
   auto* ctl = reinterpret_cast<fanout::Control*>(seg.data().data());
   std::vector<std::string> actions;
-  const std::uint32_t bit = 1u << dead.index;
   // No liveness probe here: the caller (reclaim_dead_attacher) holds the dead
   // slot's kernel lock, and a probe through another file description would see
   // that lock and report the slot alive.
-  // relaxed: the waiter bits are a wake hint; a spurious or missed clear
-  // costs at most one extra futex wake (see drain_highest()).
-  if ((ctl->hot.waiters.load(std::memory_order_relaxed) & bit) != 0) {
-    ctl->hot.waiters.fetch_and(~bit, std::memory_order_relaxed);
+  // The waiter bits are a wake hint; a bit left set costs submitters a futex
+  // wake per announcement (see drain_highest()). clear() keeps the count.
+  if (ctl->hot.waiters.clear(dead.index)) {
     actions.push_back(shm::detail::format(
         "slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit", dead.index,
         dead.pid));
@@ -261,7 +257,7 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
         i, tail - head));
   }
   // [fanout.D1] seq_cst / [fanout.E] release, as in PriorityFanout::wake_drainers().
-  if (set && ctl->hot.waiters.load(std::memory_order_seq_cst) != 0) {
+  if (set && ctl->hot.waiters.any()) {
     ctl->hot.epoch.fetch_add(1, std::memory_order_release);
     (void)futex_wake_all(ctl->hot.epoch);
     ctl->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only

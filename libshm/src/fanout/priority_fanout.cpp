@@ -78,10 +78,10 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   f.control_ = reinterpret_cast<fanout::Control*>(f.segment_.data().data());
   f.rings_ = std::move(rings);
   f.k_ = static_cast<std::uint32_t>(f.rings_.size());
-  f.slot_bit_ = 1u << f.attachment_.slot();
+  f.slot_ = static_cast<std::uint32_t>(f.attachment_.slot());
   f.base_ = std::string(base);
   // A previous holder of our slot may have died parked: its waiter bit is ours now.
-  f.control_->hot.waiters.fetch_and(~f.slot_bit_, std::memory_order_relaxed);
+  (void)f.control_->hot.waiters.clear(f.slot_);
   // A submitter may have died between its ring commit and its bit (the next
   // attacher's share of the repair; the kind's reclaim does the same).
   (void)f.resurface();
@@ -273,7 +273,7 @@ void PriorityFanout::clear_bit(std::uint32_t priority) noexcept {
   if (rings_[priority].has_claimed_items()) {
     hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
     // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers (see announce()).
-    if (hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
+    if (hot.waiters.any()) wake_drainers();
   }
 }
 
@@ -291,7 +291,7 @@ bool PriorityFanout::resurface() noexcept {
     set = true;
   }
   // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers.
-  if (set && hot.waiters.load(std::memory_order_seq_cst) != 0) wake_drainers();
+  if (set && hot.waiters.any()) wake_drainers();
   return set;
 }
 
@@ -331,7 +331,7 @@ R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt
   // instead of sleeping; a bit set after [fanout.D] is followed by its setter seeing
   // our bit.
   mpmc::internal::park_announced(
-      hot.epoch, hot.waiters, slot_bit_, deadline,
+      hot.epoch, hot.waiters, slot_, deadline,
       [&] {
         r = attempt();
         return done(r);

@@ -157,12 +157,8 @@ void describe(const Segment& seg, Node& out) {
   out.counter("cancelled_pushes", ctl.stats.cancelled_pushes.load(std::memory_order_relaxed));
   out.counter("parks", ctl.stats.parks.load(std::memory_order_relaxed));
   out.counter("wakeups", ctl.stats.wakeups.load(std::memory_order_relaxed));
-  out.gauge("consumers_waiting",
-            static_cast<std::uint64_t>(
-                std::popcount(ctl.waiters.consumers_waiting.load(std::memory_order_relaxed))));
-  out.gauge("producers_waiting",
-            static_cast<std::uint64_t>(
-                std::popcount(ctl.waiters.producers_waiting.load(std::memory_order_relaxed))));
+  out.gauge("consumers_waiting", ctl.waiters.consumers_waiting.parked());
+  out.gauge("producers_waiting", ctl.waiters.producers_waiting.parked());
 }
 
 std::vector<std::string> verify(const Segment& seg) {

@@ -149,7 +149,7 @@ MpmcRing& MpmcRing::operator=(MpmcRing&& other) noexcept {
     attachment_ = std::move(other.attachment_);
     v_ = std::exchange(other.v_, mpmc::View{});
     intent_ = std::exchange(other.intent_, nullptr);
-    slot_bit_ = other.slot_bit_;
+    slot_ = other.slot_;
     reserved_pos_ = other.reserved_pos_;
     peeked_pos_ = other.peeked_pos_;
     reserved_ = std::exchange(other.reserved_, false);
@@ -174,7 +174,7 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   r.v_ = *v;
   const std::size_t slot = r.attachment_.slot();
   r.intent_ = &r.v_.control->intents[slot];
-  r.slot_bit_ = 1u << slot;
+  r.slot_ = static_cast<std::uint32_t>(slot);
   // The slot's previous holder (if it died) may have left a cell held: we own
   // its lock now, so it is provably dead. Repair before reusing its intents.
   (void)mpmc::repair_slots(r.segment_, r.v_, slot, slot);
@@ -352,11 +352,10 @@ Result<std::optional<std::uint64_t>> MpmcRing::pop_slow(std::uint64_t pos, std::
     intent_->pop.store(pos + 1, std::memory_order_relaxed);  // published by [mpmc.H]
     std::uint64_t expected = pos;
     if (head.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst,
-                                     std::memory_order_acquire)) {  // [mpmc.H]
-      const bool waiting =
-          v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;  // [mpmc.W1]
-      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                    // [mpmc.R]
-      v_.control->stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);    // statistics
+                                     std::memory_order_acquire)) {                   // [mpmc.H]
+      const bool waiting = v_.control->waiters.producers_waiting.any();              // [mpmc.W1]
+      v_.cell(pos).seq.store(pos + cap, std::memory_order_release);                  // [mpmc.R]
+      v_.control->stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);  // statistics
       if (waiting) wake_producers();
       return std::optional<std::uint64_t>{pos + 1};
     }
@@ -406,9 +405,9 @@ Result<std::optional<std::uint32_t>> MpmcRing::adopt_orphan(std::size_t room) {
     if (c.seq.compare_exchange_strong(seq, q + 1, std::memory_order_acq_rel,
                                       std::memory_order_relaxed)) {
       ctl.consumer.orphans.fetch_sub(1, std::memory_order_relaxed);  // a hint count
-      ctl.stats.adopted.fetch_add(1, std::memory_order_relaxed);  // statistics only
+      ctl.stats.adopted.fetch_add(1, std::memory_order_relaxed);     // statistics only
       // [mpmc.W1] seq_cst: as in claim_pop(), whether a producer waits for this cell.
-      wake_producers_ = ctl.waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
+      wake_producers_ = ctl.waiters.producers_waiting.any();
       peeked_pos_ = q;
       peeked_ = true;
       return std::optional<std::uint32_t>{len};
@@ -434,7 +433,7 @@ void MpmcRing::wake_producers() noexcept {
 }
 
 template <class Attempt, class Busy>
-Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std::uint32_t>& waiting,
+Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, mpmc::ParkedSet& waiting,
                             std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
                             Busy&& busy) {
   v_.control->stats.parks.fetch_add(1, std::memory_order_relaxed);  // statistics only
@@ -444,7 +443,7 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, std::atomic<std:
   // [mpmc.T]/[mpmc.H] + [mpmc.W1]; [mpmc.W2] is the seq_cst load inside busy(): a claim ordered
   // before [mpmc.W] shows there, one ordered after it sees our bit.
   mpmc::internal::park_announced(
-      signal, waiting, slot_bit_, deadline,
+      signal, waiting, slot_, deadline,
       [&] {
         done = attempt();
         return !done || *done;

@@ -163,14 +163,11 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
     }
     // A waiter bit of a slot that is not live: its holder died while parked.
     // Clearing it only saves producers/consumers spurious wakes.
-    const std::uint32_t bit = 1u << i;
-    // Relaxed throughout: waiter bits only decide whether a wake is issued.
-    const std::uint32_t bits = ctl.waiters.consumers_waiting.load(std::memory_order_relaxed) |
-                               ctl.waiters.producers_waiting.load(std::memory_order_relaxed);
-    if ((bits & bit) != 0 &&
+    // Relaxed loads (has()): waiter bits only decide whether a wake is issued.
+    if ((ctl.waiters.consumers_waiting.has(i) || ctl.waiters.producers_waiting.has(i)) &&
         ((assume_dead && *assume_dead == i) || segment.liveness(i) != Liveness::Alive)) {
-      ctl.waiters.consumers_waiting.fetch_and(~bit, std::memory_order_relaxed);
-      ctl.waiters.producers_waiting.fetch_and(~bit, std::memory_order_relaxed);
+      (void)ctl.waiters.consumers_waiting.clear(i);
+      (void)ctl.waiters.producers_waiting.clear(i);
       report.actions.push_back(
           shm::detail::format("slot {}: cleared the waiter bit of a dead handle", i));
     }

@@ -112,6 +112,29 @@ Result<LockProbe> probe_byte(int fd, std::uint64_t offset) {
   return fl.l_type == F_UNLCK ? LockProbe::Free : LockProbe::Held;
 }
 
+Result<bool> try_lock_range(int fd, std::uint64_t offset, std::uint64_t length) {
+  flock fl = byte_lock(F_WRLCK, offset);
+  fl.l_len = static_cast<off_t>(length);
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;
+  if (errno == EAGAIN || errno == EACCES) return false;
+  return fail_errno(errno,
+                    shm::detail::format("F_OFD_SETLK bytes {}..{}", offset, offset + length));
+}
+
+Result<std::optional<LockedRange>> probe_range(int fd, std::uint64_t offset, std::uint64_t length) {
+  // A read-lock probe, as in probe_byte().
+  flock fl = byte_lock(F_RDLCK, offset);
+  fl.l_len = static_cast<off_t>(length);
+  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0)
+    return fail_errno(errno,
+                      shm::detail::format("F_OFD_GETLK bytes {}..{}", offset, offset + length));
+  if (fl.l_type == F_UNLCK) return std::optional<LockedRange>{};
+  const auto start = static_cast<std::uint64_t>(fl.l_start);
+  const std::uint64_t end =
+      fl.l_len == 0 ? ~std::uint64_t{0} : start + static_cast<std::uint64_t>(fl.l_len);
+  return std::optional<LockedRange>{LockedRange{start, end}};
+}
+
 Result<FsSpace> filesystem_space(const std::string& dir) {
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return fail_errno(errno, "statvfs " + dir);

@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <bitset>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -411,7 +412,10 @@ Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& opt
                 shm::detail::format("{} is owned by uid {}, this process runs as uid {}; pass "
                                     "allow_other_owner to trust it",
                                     path, st.st_uid, ::geteuid()));
-  if (static_cast<std::uint64_t>(st.st_size) < kHeaderSize)
+  // The version is checked before the rest of the header is trusted to be
+  // there: a segment of another layout (its header may be shorter) is a
+  // VersionMismatch, not a Truncated.
+  if (static_cast<std::uint64_t>(st.st_size) < kHeaderPrefix)
     return fail(Errc::Truncated,
                 shm::detail::format("{} has {} bytes, less than the {}-byte header", path,
                                     st.st_size, kHeaderSize));
@@ -441,6 +445,10 @@ Result<void> Segment::validate_header(const OpenOptions& options) const {
         Errc::VersionMismatch,
         shm::detail::format("{}: layout version: segment has {}.{}, this library speaks {}.{}",
                             path_, h.layout_major, h.layout_minor, kLayoutMajor, kLayoutMinor));
+  if (mapping_.size() < kHeaderSize)
+    return fail(Errc::Truncated,
+                shm::detail::format("{} has {} bytes, less than the {}-byte header", path_,
+                                    mapping_.size(), kHeaderSize));
   // [seg.R'] acquire: pairs with the creator's READY release [seg.R]; after it the
   // immutable header and the kind's initial data are visible.
   const auto deadline = std::chrono::steady_clock::now() + options.ready_wait;
@@ -633,12 +641,54 @@ Liveness Segment::liveness(std::size_t slot) const {
   return attached ? Liveness::Dead : Liveness::Free;
 }
 
+namespace {
+
+// Which slots' lock bytes another open file description holds, in as few
+// F_OFD_GETLK calls as there are locks (two per lock and one more at most),
+// not one per slot: a probe of a range of slot bytes returns one lock in it,
+// and the slots on either side of that lock are probed again.
+std::bitset<kMaxAttachments> held_slots(int fd) {
+  std::bitset<kMaxAttachments> held;
+  std::vector<std::pair<std::size_t, std::size_t>> todo{{0, kMaxAttachments}};
+  while (!todo.empty()) {
+    const auto [lo, hi] = todo.back();
+    todo.pop_back();
+    if (lo >= hi) continue;
+    const std::uint64_t first = slot_lock_offset(lo);
+    auto lock = probe_range(fd, first, slot_lock_offset(hi - 1) + 1 - first);
+    if (!lock) {  // cannot probe ranges: one slot at a time, as liveness() does
+      for (std::size_t i = lo; i < hi; ++i) {
+        auto probe = probe_byte(fd, slot_lock_offset(i));
+        held[i] = probe && *probe == LockProbe::Held;
+      }
+      continue;
+    }
+    if (!*lock) continue;
+    // The slots whose byte the lock covers: [a, b). Those before and after it
+    // lie outside the lock, so every probe makes progress.
+    std::size_t a = lo;
+    while (a < hi && slot_lock_offset(a) < (*lock)->start) ++a;
+    std::size_t b = a;
+    for (; b < hi && slot_lock_offset(b) < (*lock)->end; ++b) held[b] = true;
+    todo.emplace_back(lo, a);
+    todo.emplace_back(b, hi);
+  }
+  return held;
+}
+
+}  // namespace
+
 std::vector<SlotInfo> Segment::slots() const {
   std::vector<SlotInfo> out;
+  // Probed before the states are loaded, as in liveness().
+  const std::bitset<kMaxAttachments> held = held_slots(fd_.get());
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     const AttachmentSlot& s = header().slots[i];
-    const Liveness live = liveness(i);
+    // [seg.A'] acquire: pairs with [seg.A] in attach().
     const auto state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+    const Liveness live = held[i]                        ? Liveness::Alive
+                          : state == SlotState::Attached ? Liveness::Dead
+                                                         : Liveness::Free;
     if (state == SlotState::Free && live == Liveness::Free) continue;
     out.push_back(SlotInfo{i, state, relaxed(s.role), relaxed(s.pid), relaxed(s.start_time),
                            relaxed(s.generation), relaxed(s.attach_time_ns),

@@ -111,6 +111,38 @@ TEST_F(PriorityFanoutProcessTest, FourProducersTwoConsumersExchangeAMillionItems
   expect_healthy();
 }
 
+// Seventy-two producer processes hold their handles at once (slots 8 to 79 of
+// the bitmap and of each ring: more than the old 24, across the first 64-bit
+// word of the waiter sets): the rings are too small for their items, so every
+// producer stays attached, parked on a full ring, until consumers start.
+TEST_F(PriorityFanoutProcessTest, SeventyTwoProducerProcessesAttachAtOnceAndEveryItemArrives) {
+  constexpr std::uint64_t kProducers = 72, kPerProducer = 5;  // 5 > the 4 cells of both rings
+  create({.priorities = 2, .ring_capacity = 2, .slot_size = 48}, kProducers, kPerProducer);
+  std::vector<std::unique_ptr<Subprocess>> producers;
+  for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, kPerProducer));
+  for (auto& p : producers) ASSERT_TRUE(p->wait_for_line("started", 60s)) << p->output();
+  // All attached at once: nobody can finish before the consumers start.
+  for (const char* name : {"jobs.bitmap", "jobs.prio0", "jobs.prio1"}) {
+    auto seg = Segment::open_any(name, {.read_only = true});
+    ASSERT_TRUE(seg) << seg.error().what();
+    std::uint64_t alive = 0;
+    for (const SlotInfo& s : seg->slots()) alive += s.liveness == Liveness::Alive ? 1 : 0;
+    EXPECT_EQ(alive, kProducers) << name;
+  }
+  auto c1 = consumer();
+  auto c2 = consumer();
+  for (auto& p : producers) ASSERT_EQ(p->wait(120s), 0) << p->output();
+  seen_->header().producers_done.store(1);
+  ASSERT_EQ(c1->wait(120s), 0) << c1->output();
+  ASSERT_EQ(c2->wait(120s), 0) << c2->output();
+  const std::uint64_t total = kProducers * kPerProducer;
+  EXPECT_EQ(seen_->header().delivered.load(), total);
+  std::uint64_t once = 0;
+  for (std::uint64_t i = 0; i < total; ++i) once += seen_->slot(i).load() == 1 ? 1 : 0;
+  EXPECT_EQ(once, total) << "every item delivered exactly once";
+  expect_healthy();
+}
+
 TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPriority) {
   // The producers exit before the consumer starts: the items live on in the files.
   constexpr std::uint64_t kProducers = 4, kPerProducer = 1000;
@@ -221,16 +253,18 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   }
   const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < deadline)
+  while (ctl->hot.waiters.parked() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
-  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the drainer never parked";
+  ASSERT_NE(ctl->hot.waiters.parked(), 0u) << "the drainer never parked";
   std::optional<SlotInfo> dead;
   for (const SlotInfo& s : f->bitmap_segment().slots())
     if (s.pid == child) dead = s;
   ASSERT_TRUE(dead);
   ::kill(child, SIGKILL);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  ASSERT_EQ(ctl->hot.waiters.load(), 1u << dead->index) << "a dead drainer's bit stays set";
+  ASSERT_EQ(ctl->hot.waiters.parked(), 1u);
+  ASSERT_TRUE(ctl->hot.waiters.has(dead->index)) << "a dead drainer's bit stays set";
+  ASSERT_EQ(ctl->hot.waiters.count.load(), 1u);
 
   auto seg = Segment::open_any("jobs.bitmap", OpenOptions{});  // writable, as the sidecar
   ASSERT_TRUE(seg) << seg.error().what();
@@ -239,7 +273,8 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
-  EXPECT_EQ(ctl->hot.waiters.load(), 0u) << "submitters would keep waking a drainer that is gone";
+  EXPECT_EQ(ctl->hot.waiters.parked(), 0u) << "submitters would keep waking a drainer that is gone";
+  EXPECT_EQ(ctl->hot.waiters.count.load(), 0u) << "the count follows the cleared bit";
 }
 
 // ---------------------------------------------------------------- stranded items
@@ -364,9 +399,9 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
   }
   const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
   const auto parked_by = std::chrono::steady_clock::now() + 20s;
-  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < parked_by)
+  while (ctl->hot.waiters.parked() == 0 && std::chrono::steady_clock::now() < parked_by)
     std::this_thread::sleep_for(1ms);
-  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the drainer never parked";
+  ASSERT_NE(ctl->hot.waiters.parked(), 0u) << "the drainer never parked";
 
   const pid_t child = submitter_stopped_after_commit(params, 1, "stranded");
   ASSERT_GT(child, 0) << "the submitter never reached its crash point";
@@ -481,9 +516,9 @@ TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterR
   }
   const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
   const auto parked_by = std::chrono::steady_clock::now() + 20s;
-  while (ctl->hot.waiters.load() == 0 && std::chrono::steady_clock::now() < parked_by)
+  while (ctl->hot.waiters.parked() == 0 && std::chrono::steady_clock::now() < parked_by)
     std::this_thread::sleep_for(1ms);
-  ASSERT_NE(ctl->hot.waiters.load(), 0u) << "the consumer never parked";
+  ASSERT_NE(ctl->hot.waiters.parked(), 0u) << "the consumer never parked";
 
   t->kill(SIGKILL);
   ASSERT_EQ(t->wait(10s), 128 + SIGKILL);

@@ -294,7 +294,7 @@ TEST_F(ShmctlTest, LsListsEachSegmentWithKindSizeCreatorAndAttachers) {
   EXPECT_EQ(orders["kind"], "spsc_ring");
   EXPECT_EQ(orders["valid"], true);
   EXPECT_EQ(orders["state"], "ready");
-  EXPECT_EQ(orders["size"], 4096 + 8192);
+  EXPECT_EQ(orders["size"], kHeaderSize + 8192);
   EXPECT_EQ(orders["incarnation"].get<std::string>().size(), 16u);
   EXPECT_EQ(orders["creator"]["pid"], ::getpid());
   EXPECT_EQ(orders["creator"]["alive"], true);
@@ -532,8 +532,10 @@ TEST_F(ShmctlTest, CorruptFilesAreReportedAsInvalidWithExitThree) {
     std::string message;  // useful part of the message
   };
   const std::vector<Case> cases = {
-      {"short", "Truncated", "less than the 4096-byte header"},
-      {"cut", "Truncated", "header states 12288 bytes, file has only 8192"},
+      {"short", "Truncated", fmt::format("less than the {}-byte header", kHeaderSize)},
+      {"cut", "Truncated",
+       fmt::format("header states {} bytes, file has only {}", kHeaderSize + 8192,
+                   kHeaderSize + 4096)},
       {"magic", "BadMagic", "not a libshm segment"},
       {"crc", "HeaderCorrupt", "header CRC"},
       {"link", "NotRegularFile", "symbolic link"},
@@ -541,7 +543,7 @@ TEST_F(ShmctlTest, CorruptFilesAreReportedAsInvalidWithExitThree) {
   };
   make_file("short", std::string(100, 'x'));
   { RingProducer p = make_ring("cut"); }
-  fs::resize_file(ring_path("cut"), 8192);
+  fs::resize_file(ring_path("cut"), kHeaderSize + 4096);
   { RingProducer p = make_ring("magic"); }
   patch_value<std::uint64_t>(ring_path("magic"), 0, 0x1122334455667788ull);
   { RingProducer p = make_ring("crc"); }
@@ -1110,8 +1112,12 @@ TEST_F(ShmctlTest, RmRefusesEveryFileThatIsNotAValidSegment) {
 
   // What is wrong, without --force (validation) and with it (the magic check).
   const std::map<std::string, std::pair<std::string, std::string>> reasons = {
-      {"junk", {"less than the 4096-byte header", "does not start with the segment magic"}},
-      {"passwd", {"less than the 4096-byte header", "does not start with the segment magic"}},
+      {"junk",
+       {fmt::format("less than the {}-byte header", kHeaderSize),
+        "does not start with the segment magic"}},
+      {"passwd",
+       {fmt::format("less than the {}-byte header", kHeaderSize),
+        "does not start with the segment magic"}},
       {"fifo", {"is a FIFO", "is a FIFO"}},
       {"sock", {"is a socket", "is a socket"}},
       {"link", {"symbolic link", "symbolic link"}},

@@ -1,5 +1,6 @@
 #include "shm/fanout/priority_fanout.hpp"
 #include "common/node_fields.hpp"
+#include "common/open_files.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
 #include "common/text.hpp"
@@ -527,6 +528,94 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
   EXPECT_EQ(u64(n, "drainers_waiting"), 0u);
   EXPECT_GE(u64(n, "parks"), 1u);
   EXPECT_GE(u64(n, "wakeups"), 1u);
+}
+
+// 256 handles (kSharedSlots) on one fanout at once, every one submitting and
+// draining; the 257th open gets NoFreeSlot.
+TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNoFreeSlot) {
+  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 256, .slot_size = 16};
+  // Two descriptors per handle per segment (the bitmap and two rings).
+  test::raise_open_files_limit(6 * kSharedSlots + 64);
+  std::vector<PriorityFanout> handles;
+  handles.push_back(make(kWide));
+  while (handles.size() < kSharedSlots) {
+    auto h = PriorityFanout::open("jobs", kWide);
+    ASSERT_TRUE(h) << handles.size() << ": " << h.error().what();
+    handles.push_back(std::move(*h));
+  }
+  auto extra = PriorityFanout::open("jobs", kWide);
+  ASSERT_FALSE(extra);
+  EXPECT_EQ(extra.error().code, Errc::NoFreeSlot);
+  EXPECT_NE(extra.error().message.find("all 256 shared attachment slots"), std::string::npos)
+      << extra.error().message;
+  std::vector<std::pair<std::uint32_t, std::string>> expected, drained;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const auto prio = static_cast<std::uint32_t>(i % 2);
+    ASSERT_TRUE(*handles[i].submit(prio, bytes("h" + std::to_string(i)))) << i;
+  }
+  for (std::uint32_t prio : {1u, 0u})  // highest first, FIFO within a priority
+    for (std::size_t i = prio; i < handles.size(); i += 2)
+      expected.emplace_back(prio, "h" + std::to_string(i));
+  for (std::size_t i = handles.size(); i-- > 0;) {
+    auto d = drain(handles[i]);
+    ASSERT_TRUE(d) << "handle " << i;
+    drained.push_back(*d);
+  }
+  EXPECT_EQ(drained, expected);
+  EXPECT_EQ(drain(handles[0]), std::nullopt);
+  EXPECT_EQ(kFanoutBitmapDescriptor.verify(handles[0].bitmap_segment()),
+            std::vector<std::string>{});
+  handles.pop_back();
+  EXPECT_TRUE(PriorityFanout::open("jobs", kWide)) << "a closed handle frees its slots";
+}
+
+// Drainers parked on slots past the first 64-bit word of the waiter set (70,
+// 140, 207) are woken by submits from a handle in the first word. A parked
+// drain also re-checks every kMaxParkNs, so the items alone do not prove the
+// wakes: the counter does (every submit finds a drainer still announced).
+TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
+  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 16, .slot_size = 16};
+  test::raise_open_files_limit(6 * kSharedSlots + 64);
+  std::vector<PriorityFanout> handles;
+  handles.push_back(make(kWide));
+  while (handles.size() < 200) {
+    auto h = PriorityFanout::open("jobs", kWide);
+    ASSERT_TRUE(h) << h.error().what();
+    handles.push_back(std::move(*h));
+  }
+  ASSERT_EQ(handles[0].attachment().slot(), kExclusiveSlots);
+  std::vector<PriorityFanout*> sleepers;
+  for (PriorityFanout& h : handles)
+    if (const std::size_t s = h.attachment().slot(); s == 70 || s == 140 || s == 207)
+      sleepers.push_back(&h);
+  ASSERT_EQ(sleepers.size(), 3u);
+  std::vector<std::string> got(sleepers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < sleepers.size(); ++i)
+    threads.emplace_back([&, i] {
+      std::vector<std::byte> buf(16);
+      auto d = sleepers[i]->drain_highest(buf, 30s);
+      ASSERT_TRUE(d && *d);
+      got[i] = std::string(reinterpret_cast<const char*>(buf.data()), (*d)->size);
+    });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    Node n;
+    kFanoutBitmapDescriptor.describe(handles[0].bitmap_segment(), n);
+    if (u64(n, "drainers_waiting") == 3) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the drainers never parked";
+    std::this_thread::sleep_for(1ms);
+  }
+  for (const char* item : {"a", "b", "c"}) ASSERT_TRUE(*handles[0].submit(1, bytes(item)));
+  for (auto& t : threads) t.join();
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "c"}));
+  Node n;
+  kFanoutBitmapDescriptor.describe(handles[0].bitmap_segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 3u) << "a submit did not see a drainer parked on a high slot";
+  EXPECT_EQ(u64(n, "drainers_waiting"), 0u);
+  auto raw = raw_bitmap();
+  EXPECT_EQ(raw.ctl->hot.waiters.count.load(), 0u) << "the count went back to 0";
 }
 
 TEST_F(PriorityFanoutTest, BlockingDrainTimesOutWhenIdle) {

@@ -1,5 +1,6 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 #include "common/node_fields.hpp"
+#include "common/open_files.hpp"
 #include "common/scale.hpp"
 #include "common/temp_root.hpp"
 #include "common/text.hpp"
@@ -571,23 +572,120 @@ TEST_F(MpmcRingTest, AHandleMayMoveBetweenThreadsOneAtATime) {
   EXPECT_EQ(pop_str(*r), "hop");
 }
 
-TEST_F(MpmcRingTest, TwentyFifthHandleGetsNoFreeSlot) {
+// The limit is 256 handles per ring (kSharedSlots), and every one of them works.
+TEST_F(MpmcRingTest, TwoHundredFiftySixHandlesPushAndPopThe257thGetsNoFreeSlot) {
+  test::raise_open_files_limit(4 * kSharedSlots + 64);  // two descriptors per handle
   std::vector<MpmcRing> handles;
-  auto first = MpmcRing::create("r", {.capacity = 4, .slot_size = 8});
-  ASSERT_TRUE(first);
+  auto first = MpmcRing::create("r", {.capacity = 512, .slot_size = 8});
+  ASSERT_TRUE(first) << first.error().what();
   handles.push_back(std::move(*first));
-  while (handles.size() < kMaxAttachments - kExclusiveSlots) {
+  while (handles.size() < kSharedSlots) {
+    auto h = MpmcRing::open("r");
+    ASSERT_TRUE(h) << handles.size() << ": " << h.error().what();
+    handles.push_back(std::move(*h));
+  }
+  EXPECT_EQ(handles.size(), 256u);
+  auto extra = MpmcRing::open("r");
+  ASSERT_FALSE(extra);
+  EXPECT_EQ(extra.error().code, Errc::NoFreeSlot);
+  EXPECT_NE(extra.error().message.find("all 256 shared attachment slots"), std::string::npos)
+      << extra.error().message;
+  // Every handle pushes one item; every handle, in the other order, pops one.
+  std::vector<std::string> pushed, popped;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    pushed.push_back("h" + std::to_string(i));
+    auto ok = handles[i].try_push(bytes(pushed.back()));
+    ASSERT_TRUE(ok && *ok) << "handle " << i;
+  }
+  for (std::size_t i = handles.size(); i-- > 0;) {
+    auto got = pop_str(handles[i]);
+    ASSERT_TRUE(got) << "handle " << i;
+    popped.push_back(*got);
+  }
+  EXPECT_EQ(popped, pushed) << "FIFO across all 256 handles";
+  EXPECT_EQ(pop_str(handles[0]), std::nullopt);
+  EXPECT_TRUE(kMpmcRingDescriptor.verify(handles[0].segment()).empty());
+  handles.pop_back();
+  EXPECT_TRUE(MpmcRing::open("r")) << "a closed handle frees its slot";
+}
+
+// Consumers parked on slots past the first 64-bit word of the waiter set are
+// woken by a push from a handle in the first word: the counter proves the wake
+// (a missed one would still be found by the kMaxParkNs re-check).
+TEST_F(MpmcRingTest, ConsumersParkedOnSlotsAbove64AreWokenByPushes) {
+  test::raise_open_files_limit(4 * kSharedSlots + 64);
+  std::vector<MpmcRing> handles;
+  auto first = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  ASSERT_TRUE(first) << first.error().what();
+  handles.push_back(std::move(*first));
+  while (handles.size() < 200) {
     auto h = MpmcRing::open("r");
     ASSERT_TRUE(h) << h.error().what();
     handles.push_back(std::move(*h));
   }
-  auto extra = MpmcRing::open("r");
-  ASSERT_FALSE(extra);
-  EXPECT_EQ(extra.error().code, Errc::NoFreeSlot);
-  EXPECT_NE(extra.error().message.find("24 shared attachment slots"), std::string::npos)
-      << extra.error().message;
-  handles.pop_back();
-  EXPECT_TRUE(MpmcRing::open("r")) << "a closed handle frees its slot";
+  std::vector<MpmcRing*> sleepers;
+  for (MpmcRing& h : handles)
+    if (const std::size_t s = h.attachment().slot(); s == 70 || s == 140 || s == 207)
+      sleepers.push_back(&h);
+  ASSERT_EQ(sleepers.size(), 3u);
+  ASSERT_EQ(handles[0].attachment().slot(), kExclusiveSlots);
+  std::vector<std::string> got(sleepers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < sleepers.size(); ++i)
+    threads.emplace_back([&, i] {
+      std::vector<std::byte> buf(16);
+      auto r = sleepers[i]->pop(buf, 30s);
+      ASSERT_TRUE(r && *r);
+      got[i] = std::string(reinterpret_cast<const char*>(buf.data()), **r);
+    });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    Node n;
+    kMpmcRingDescriptor.describe(handles[0].segment(), n);
+    if (u64(n, "consumers_waiting") == 3) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the consumers never parked";
+    std::this_thread::sleep_for(1ms);
+  }
+  for (const char* item : {"a", "b", "c"}) ASSERT_TRUE(*handles[0].try_push(bytes(item)));
+  for (auto& t : threads) t.join();
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "c"}));
+  Node n;
+  kMpmcRingDescriptor.describe(handles[0].segment(), n);
+  EXPECT_GE(u64(n, "wakeups"), 3u) << "a push did not see a consumer parked on a high slot";
+  EXPECT_EQ(u64(n, "consumers_waiting"), 0u);
+  const auto v = mpmc::view(handles[0].segment());
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->control->waiters.consumers_waiting.count.load(), 0u) << "the count went back to 0";
+}
+
+// ParkedSet bookkeeping: the count follows the bits, a repeated announcement
+// counts once, and only a clear that found the bit set subtracts.
+TEST(ParkedSetTest, CountFollowsTheBitsAcrossEveryWord) {
+  mpmc::ParkedSet ps{};
+  EXPECT_FALSE(ps.any());
+  ps.announce(263);
+  ps.announce(263);
+  EXPECT_TRUE(ps.any());
+  EXPECT_TRUE(ps.has(263));
+  EXPECT_EQ(ps.count.load(), 1u);
+  EXPECT_EQ(ps.slots[4].load(), std::uint64_t{1} << (263 % 64));
+  ps.announce(8);
+  ps.announce(64);
+  EXPECT_EQ(ps.count.load(), 3u);
+  EXPECT_EQ(ps.parked(), 3u);
+  EXPECT_TRUE(ps.clear(263));
+  EXPECT_FALSE(ps.clear(263)) << "already clear: nothing to subtract";
+  EXPECT_EQ(ps.count.load(), 2u);
+  EXPECT_TRUE(ps.clear(8));
+  EXPECT_TRUE(ps.any()) << "slot 64 (word 1) is still parked";
+  EXPECT_TRUE(ps.clear(64));
+  EXPECT_EQ(ps.count.load(), 0u);
+  EXPECT_FALSE(ps.any());
+  // A count left high (a process killed between its +1 and its bit) only
+  // makes any() read the words, which are all clear.
+  ps.count.store(1);
+  EXPECT_FALSE(ps.any());
 }
 
 TEST_F(MpmcRingTest, DescribeShowsDepthCountersAndRoles) {

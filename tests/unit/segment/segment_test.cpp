@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -629,7 +630,41 @@ TEST_F(SegmentTest, OtherLayoutMajorIsVersionMismatchNamingBoth) {
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::VersionMismatch);
   EXPECT_THAT(o.error().message, HasSubstr("segment has 9.0"));
-  EXPECT_THAT(o.error().message, HasSubstr("speaks 1.0"));
+  EXPECT_THAT(o.error().message, HasSubstr("speaks 2.0"));
+}
+
+// A segment written by a layout-1 build (a 4 KiB header with 32 slots, then
+// its data) is shorter than today's header may be: it is refused as another
+// layout version, not as Truncated, and nothing past the version is read.
+TEST_F(SegmentTest, LayoutOneSegmentOfOneHeaderPageIsVersionMismatchNotTruncated) {
+  for (const std::size_t size : {kHeaderPrefix, 2 * kPageSize}) {
+    const std::string name = fmt::format("v1-{}", size);
+    std::vector<std::byte> file(size);
+    const std::uint64_t magic = kSegmentMagic;
+    const std::uint16_t major = 1;
+    std::memcpy(file.data() + offsetof(SegmentHeader, magic), &magic, sizeof magic);
+    std::memcpy(file.data() + offsetof(SegmentHeader, layout_major), &major, sizeof major);
+    {
+      std::ofstream out(root_.file(name), std::ios::binary);
+      out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(size));
+    }
+    ::chmod(root_.file(name).c_str(), 0600);
+    auto o = Segment::open_any(name, {});
+    ASSERT_FALSE(o) << size;
+    EXPECT_EQ(o.error().code, Errc::VersionMismatch) << o.error().what();
+    EXPECT_THAT(o.error().message, HasSubstr("segment has 1.0, this library speaks 2.0"));
+  }
+}
+
+// Today's layout cut short of its header is Truncated (after the version matched).
+TEST_F(SegmentTest, CurrentLayoutShorterThanTheHeaderIsTruncated) {
+  make_ring("short");
+  ASSERT_EQ(::truncate(root_.file("short").c_str(), kHeaderSize - kPageSize), 0);
+  auto o = Segment::open_any("short", {});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().code, Errc::Truncated) << o.error().what();
+  EXPECT_THAT(o.error().message,
+              HasSubstr(fmt::format("less than the {}-byte header", kHeaderSize)));
 }
 
 TEST_F(SegmentTest, FlippedHeaderByteIsHeaderCorruptNamingBothCrcs) {
@@ -784,16 +819,57 @@ TEST_F(SegmentTest, SharedRolesTakeDistinctSlotsAndGenerationsGrow) {
 }
 
 TEST_F(SegmentTest, AllSharedSlotsHeldIsNoFreeSlot) {
+  static_assert(kMaxAttachments - kExclusiveSlots == 256, "256 shared handles per segment");
   Segment a = make_ring("full");
   std::vector<Attachment> held;
   for (std::size_t i = kExclusiveSlots; i < kMaxAttachments; ++i) {
     auto att = a.attach(ring::kObserverRole);
-    ASSERT_TRUE(att);
+    ASSERT_TRUE(att) << i << ": " << att.error().what();
+    EXPECT_EQ(att->slot(), i);
     held.push_back(std::move(*att));
   }
+  EXPECT_EQ(held.size(), 256u);
   auto one_more = a.attach(ring::kObserverRole);
   ASSERT_FALSE(one_more);
   EXPECT_EQ(one_more.error().code, Errc::NoFreeSlot);
+  EXPECT_THAT(one_more.error().message, HasSubstr("all 256 shared attachment slots"));
+}
+
+// slots() finds the held locks with range probes: every held slot, whatever
+// its position, reads Alive; a released one with its record left reads Dead.
+TEST_F(SegmentTest, SlotsReportsEveryHeldSlotOfTheWholeTable) {
+  Segment a = make_ring("table");
+  std::vector<Attachment> held;
+  for (std::size_t i = kExclusiveSlots; i < kMaxAttachments; ++i) {
+    auto att = a.attach(ring::kObserverRole);
+    ASSERT_TRUE(att) << att.error().what();
+    held.push_back(std::move(*att));
+  }
+  // Keep a scattered subset attached: the first, the last, both sides of 64-slot words.
+  const std::vector<std::size_t> keep = {8, 9, 63, 64, 65, 127, 128, 200, 255, 256, 262, 263};
+  std::vector<Attachment> kept;
+  for (Attachment& att : held)
+    if (std::find(keep.begin(), keep.end(), att.slot()) != keep.end())
+      kept.push_back(std::move(att));
+  held.clear();  // detaches the others: Free
+  std::vector<std::size_t> alive;
+  for (const SlotInfo& s : a.slots()) {
+    EXPECT_EQ(s.liveness, Liveness::Alive) << s.index;
+    EXPECT_EQ(s.liveness, a.liveness(s.index)) << s.index;
+    alive.push_back(s.index);
+  }
+  EXPECT_EQ(alive, keep);
+  // A record left Attached without its lock (a holder that crashed) reads Dead.
+  constexpr std::size_t kDead = 130;
+  patch_value<std::uint32_t>("table", slot_lock_offset(kDead) + offsetof(AttachmentSlot, state),
+                             static_cast<std::uint32_t>(SlotState::Attached));
+  std::size_t dead = 0;
+  for (const SlotInfo& s : a.slots())
+    if (s.index == kDead) {
+      EXPECT_EQ(s.liveness, Liveness::Dead);
+      ++dead;
+    }
+  EXPECT_EQ(dead, 1u);
 }
 
 TEST_F(SegmentTest, HeartbeatAdvancesTheSlotTimestamp) {

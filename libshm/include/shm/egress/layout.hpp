@@ -4,7 +4,7 @@
 //
 // Protocol note.
 //
-// Data area (after the 4 KiB header), offsets from egress::geometry():
+// Data area (after the kHeaderSize header), offsets from egress::geometry():
 //   Control                   mutex + seqlock, delivery state, statistics,
 //                             journal, wake-up words (one 128-byte block each)
 //   Record  [capacity]        one per retained sequence: record of sequence s

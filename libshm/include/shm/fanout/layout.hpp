@@ -7,12 +7,13 @@
 // on a separate 32-bit `epoch` word next to it (same cache line, so reading it
 // costs a submitter nothing), not on a half of the bitmap — a half would miss
 // submits to priorities in the other half. Submitters bump `epoch` and wake
-// only when the `waiters` mask (one bit per attachment slot of a parked
-// drainer) is non-zero.
+// only when the `waiters` set (a count and one bit per attachment slot of a
+// parked drainer, mpmc/parked_set.hpp; same line) says a drainer may be parked.
 #pragma once
 
 #include "shm/error.hpp"
 #include "shm/mpmc/layout.hpp"
+#include "shm/mpmc/parked_set.hpp"
 #include "shm/segment/header.hpp"
 #include "shm/segment/kind_ids.hpp"
 #include "shm/segment/layout.hpp"
@@ -46,9 +47,10 @@ struct Control {
   // Read by every submit and drain; written by a submit that sets a clear bit,
   // a drain that finds a stale bit, and drainers around a park.
   struct alignas(kFalseSharingRange) Hot {
-    std::atomic<std::uint64_t> bitmap;   // bit i: ring i may be non-empty (a hint)
-    std::atomic<std::uint32_t> epoch;    // futex word drainers park on
-    std::atomic<std::uint32_t> waiters;  // bit per attachment slot of a parked drainer
+    std::atomic<std::uint64_t> bitmap;  // bit i: ring i may be non-empty (a hint)
+    std::atomic<std::uint32_t> epoch;   // futex word drainers park on
+    std::uint32_t reserved;
+    mpmc::ParkedSet waiters;  // slots of parked drainers
   } hot;
   // Statistics, written on slow paths only.
   struct alignas(kFalseSharingRange) Stats {
@@ -64,18 +66,18 @@ struct Control {
 };
 static_assert(std::is_standard_layout_v<Control>);
 static_assert(offsetof(Control, hot.epoch) == 8);
-static_assert(offsetof(Control, hot.waiters) == 12);
+static_assert(offsetof(Control, hot.waiters) == 16);
+static_assert(sizeof(Control::Hot) == kFalseSharingRange, "the waiter set shares the hot line");
 static_assert(offsetof(Control, stats) == kFalseSharingRange);
 static_assert(offsetof(Control, rings) == 2 * kFalseSharingRange);
 static_assert(sizeof(Control) == 2 * kFalseSharingRange + kMaxPriorities * 8);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
-static_assert(kMaxAttachments <= 32, "the waiters mask has one bit per attachment slot");
 
 inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
     {kHeaderFingerprint, 0x46414e4f /* "FANO" */, sizeof(Control), offsetof(Control, hot.epoch),
      offsetof(Control, hot.waiters), offsetof(Control, stats), offsetof(Control, rings),
-     kMaxPriorities, kFalseSharingRange, mpmc::kFingerprint});
+     kMaxPriorities, kFalseSharingRange, mpmc::kFingerprint, sizeof(mpmc::ParkedSet)});
 
 struct ParamBlock {
   std::uint32_t priorities;

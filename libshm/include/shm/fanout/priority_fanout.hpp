@@ -44,7 +44,7 @@
 // enters a handle while another is inside (a blocking drain included) is
 // refused with an abort naming the misuse (shm/platform/endpoint_guard.hpp),
 // in every build. Open one handle per thread. Each handle attaches one slot
-// to the bitmap and to every ring: at most 24 handles per fanout at once
+// to the bitmap and to every ring: at most 256 handles per fanout at once
 // (per handle, not per process). Full and Empty are
 // ordinary outcomes; errors: PriorityOutOfBounds, TooLarge, ParamMismatch
 // ("priorities: segment has 8, caller expects 4"), Corrupt, open errors.
@@ -97,7 +97,7 @@ class PriorityFanout {
       control_ = std::exchange(other.control_, nullptr);
       rings_ = std::move(other.rings_);  // each ring detaches before it unmaps
       k_ = std::exchange(other.k_, 0);
-      slot_bit_ = other.slot_bit_;
+      slot_ = other.slot_;
       taken_ = std::exchange(other.taken_, kNoTake);
       base_ = std::move(other.base_);
       guard_ = std::move(other.guard_);
@@ -164,6 +164,8 @@ class PriorityFanout {
   [[nodiscard]] std::uint64_t slot_size() const noexcept;
   [[nodiscard]] const std::string& base() const noexcept { return base_; }
   [[nodiscard]] const Segment& bitmap_segment() const noexcept { return segment_; }
+  // This handle's attachment to the bitmap segment (its slot: its drainer waiter bit).
+  [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
   [[nodiscard]] const MpmcRing& ring(std::uint32_t priority) const { return rings_.at(priority); }
   // Repairs cells of every ring held by dead handles now (normally automatic).
   [[nodiscard]] mpmc::RepairReport repair() const;
@@ -218,7 +220,7 @@ class PriorityFanout {
   fanout::Control* control_ = nullptr;
   std::vector<MpmcRing> rings_;
   std::uint32_t k_ = 0;
-  std::uint32_t slot_bit_ = 0;     // this handle's bit in the drainers' waiters mask
+  std::uint32_t slot_ = 0;         // this handle's attachment slot (its drainer waiter bit)
   std::uint32_t taken_ = kNoTake;  // the ring of the outstanding take, or kNoTake
   static constexpr std::uint32_t kNoTake = ~0u;
   std::string base_;
@@ -230,6 +232,7 @@ namespace detail {
 class FanoutSide : protected PriorityFanout {
  public:
   using PriorityFanout::active_priorities;
+  using PriorityFanout::attachment;
   using PriorityFanout::base;
   using PriorityFanout::bitmap_segment;
   using PriorityFanout::heartbeat;
@@ -299,9 +302,10 @@ inline void PriorityFanout::announce(std::uint32_t priority) noexcept {
   // (and we set the bit) or the clearer sees our claim (and sets it back).
   if ((hot.bitmap.load(std::memory_order_seq_cst) & bit) == 0) [[unlikely]]
     hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
-  // [fanout.D1] seq_cst: Dekker pair with a parking drainer's [fanout.D] (its waiter bit)
-  // + [fanout.D2] (its bitmap load): either it sees the bit or we see it waiting.
-  if (hot.waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+  // [fanout.D1] seq_cst (the loads in ParkedSet::any()): Dekker pair with a parking
+  // drainer's [fanout.D] (its count and waiter bit) + [fanout.D2] (its bitmap load):
+  // either it sees the bit or we see it waiting.
+  if (hot.waiters.any()) [[unlikely]]
     wake_drainers();
 }
 

@@ -2,7 +2,7 @@
 // mapping and is shared by every attached process; process-local handles are
 // in ledger/ledger.hpp.
 //
-// Data area (after the 4 KiB header), offsets from LedgerGeometry:
+// Data area (after the kHeaderSize header), offsets from LedgerGeometry:
 //   LedgerControl                  mutex, seqlock version, stats, global and
 //                                  partition accounts, table sizes, journal
 //   Category   [max_categories]    named category accounts (append-only)

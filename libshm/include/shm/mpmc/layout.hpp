@@ -42,6 +42,7 @@
 #pragma once
 
 #include "shm/error.hpp"
+#include "shm/mpmc/parked_set.hpp"
 #include "shm/segment/header.hpp"
 #include "shm/segment/kind_ids.hpp"
 #include "shm/segment/layout.hpp"
@@ -107,12 +108,12 @@ struct Control {
     // and adoption only.
     std::atomic<std::uint64_t> orphans;
   } consumer;
-  // Read on every push/pop, written only around a park.
+  // Read on every push/pop (the two counts), written only around a park.
   struct alignas(kFalseSharingRange) Waiters {
-    std::atomic<std::uint32_t> data_signal;        // futex: bumped to wake waiting consumers
-    std::atomic<std::uint32_t> consumers_waiting;  // bit per attachment slot of a parked consumer
-    std::atomic<std::uint32_t> space_signal;       // futex: bumped to wake waiting producers
-    std::atomic<std::uint32_t> producers_waiting;  // bit per attachment slot of a parked producer
+    std::atomic<std::uint32_t> data_signal;   // futex: bumped to wake waiting consumers
+    std::atomic<std::uint32_t> space_signal;  // futex: bumped to wake waiting producers
+    ParkedSet consumers_waiting;              // slots of parked consumers
+    ParkedSet producers_waiting;              // slots of parked producers
   } waiters;
   // Statistics, written on slow paths only.
   struct alignas(kFalseSharingRange) Stats {
@@ -137,8 +138,9 @@ static_assert(offsetof(Control, waiters) == 2 * kFalseSharingRange);
 static_assert(offsetof(Control, stats) == 3 * kFalseSharingRange);
 static_assert(offsetof(Control, intents) == 4 * kFalseSharingRange);
 static_assert(sizeof(Control::Intent) == kFalseSharingRange);
+static_assert(offsetof(Control::Waiters, consumers_waiting) == 8);
+static_assert(sizeof(Control::Waiters) == kFalseSharingRange, "the waiter sets fit one block");
 static_assert(sizeof(Control) == (4 + kMaxAttachments) * kFalseSharingRange);
-static_assert(kMaxAttachments <= 32, "waiter masks are 32-bit: one bit per attachment slot");
 
 inline constexpr std::size_t kCellsOffset = sizeof(Control);
 static_assert(kCellsOffset % kCellAlign == 0);
@@ -147,7 +149,9 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
     {kHeaderFingerprint, 0x4d504d43 /* "MPMC" */, sizeof(Control), offsetof(Control, consumer),
      offsetof(Control, waiters), offsetof(Control, stats), offsetof(Control, intents),
      sizeof(Control::Intent), sizeof(Cell), offsetof(Cell, length), kCellAlign, kTombstone,
-     kFalseSharingRange, kOrphan, offsetof(Control::Consumer, orphans)});
+     kFalseSharingRange, kOrphan, offsetof(Control::Consumer, orphans),
+     offsetof(Control::Waiters, consumers_waiting), offsetof(Control::Waiters, producers_waiting),
+     sizeof(ParkedSet)});
 
 // The parameter block stored in the header.
 struct ParamBlock {

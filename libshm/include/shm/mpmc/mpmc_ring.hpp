@@ -9,8 +9,8 @@
 // (producer, consumer, peer).
 //
 // Slots. Every handle attaches to one shared slot of the segment's attachment
-// table (kMaxAttachments - kExclusiveSlots = 24 handles per ring at once; the
-// 25th gets Errc::NoFreeSlot): the limit is per handle, not per process. The
+// table (kSharedSlots = 256 handles per ring at once; the 257th gets
+// Errc::NoFreeSlot): the limit is per handle, not per process. The
 // slot gives the kernel liveness (OFD lock) that makes a crashed process's
 // half-done push or pop repairable, and lets the sidecar and shmctl see who
 // uses the ring.
@@ -197,8 +197,7 @@ class MpmcRing {
   void wake_producers() noexcept;
   // Parks on `signal` until attempt() reports done (or an error) or the deadline.
   template <class Attempt, class Busy>
-  [[nodiscard]] Result<bool> wait(std::atomic<std::uint32_t>& signal,
-                                  std::atomic<std::uint32_t>& waiting,
+  [[nodiscard]] Result<bool> wait(std::atomic<std::uint32_t>& signal, mpmc::ParkedSet& waiting,
                                   std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
                                   Busy&& busy);
 
@@ -206,7 +205,7 @@ class MpmcRing {
   Attachment attachment_;
   mpmc::View v_{};
   mpmc::Control::Intent* intent_ = nullptr;  // this handle's slot's intent words
-  std::uint32_t slot_bit_ = 0;               // this handle's bit in the waiter masks
+  std::uint32_t slot_ = 0;                   // this handle's attachment slot (its waiter bit)
   std::uint64_t reserved_pos_ = 0;           // claimed by try_reserve(), until commit()/cancel()
   std::uint64_t peeked_pos_ = 0;             // claimed by try_peek(), until release()
   bool reserved_ = false;
@@ -303,13 +302,12 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::reserve_unguarded()
       intent_->push.store(pos + 1, std::memory_order_relaxed);
       // [mpmc.T] seq_cst: claims `pos`. Release: publishes the intent (pairs with
       // repair's acquire of tail). Seq_cst: Dekker pair with a parking
-      // consumer's [mpmc.W] fetch_or of its waiter bit + [mpmc.W2] load of tail.
+      // consumer's [mpmc.W] announcement (ParkedSet::announce) + [mpmc.W2] load of tail.
       // Failure order acquire: the reloaded tail is read like [mpmc.T'].
       if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
         // [mpmc.W1] seq_cst: second half of the Dekker pair with [mpmc.W]/[mpmc.W2].
-        wake_consumers_ =
-            v_.control->waiters.consumers_waiting.load(std::memory_order_seq_cst) != 0;
+        wake_consumers_ = v_.control->waiters.consumers_waiting.any();
         reserved_pos_ = pos;
         reserved_ = true;
         return std::optional<std::span<std::byte>>{
@@ -388,8 +386,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
       if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
                                      std::memory_order_acquire)) [[likely]] {
         // [mpmc.W1] seq_cst: second half of the Dekker pair with [mpmc.W]/[mpmc.W2].
-        wake_producers_ =
-            v_.control->waiters.producers_waiting.load(std::memory_order_seq_cst) != 0;
+        wake_producers_ = v_.control->waiters.producers_waiting.any();
         peeked_pos_ = pos;
         peeked_ = true;
         return std::optional<std::uint32_t>{len};

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace shm {
@@ -66,6 +67,19 @@ enum class LockProbe : std::uint8_t { Free, Held };
 [[nodiscard]] Result<void> unlock_byte(int fd, std::uint64_t offset);
 // Whether some other open file description holds a lock on byte `offset`.
 [[nodiscard]] Result<LockProbe> probe_byte(int fd, std::uint64_t offset);
+// Tries to take an exclusive lock on bytes [offset, offset + length) in one
+// call; false when another OFD holds a lock on any of them.
+[[nodiscard]] Result<bool> try_lock_range(int fd, std::uint64_t offset, std::uint64_t length);
+// One lock that another open file description holds on some byte of
+// [offset, offset + length): its range [start, end) (end = UINT64_MAX: to the
+// end of the file), or nullopt when none does. Which one, when several do, is
+// the kernel's choice.
+struct LockedRange {
+  std::uint64_t start;
+  std::uint64_t end;
+};
+[[nodiscard]] Result<std::optional<LockedRange>> probe_range(int fd, std::uint64_t offset,
+                                                             std::uint64_t length);
 
 struct FsSpace {
   std::uint64_t available_bytes;

@@ -1,4 +1,4 @@
-// The handshake header: the first 4 KiB of every segment file.
+// The handshake header: the first kHeaderSize bytes (20 KiB) of every segment file.
 //
 // Immutable part (magic .. params) is written once by the creator before the
 // segment is published, and covered by header_crc. The mutable part (state,
@@ -16,14 +16,18 @@
 namespace shm {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x0031'4d48'5342'494cull;  // "LIBSHM1\0" (LE)
-inline constexpr std::uint16_t kLayoutMajor = 1;
+// 2: 264 attachment slots (was 32) and a 20 KiB header (was 4 KiB). A segment
+// of layout 1 is refused with VersionMismatch before anything past the version
+// word is read.
+inline constexpr std::uint16_t kLayoutMajor = 2;
 inline constexpr std::uint16_t kLayoutMinor = 0;
-inline constexpr std::size_t kHeaderSize = kPageSize;
 inline constexpr std::size_t kParamBytes = 256;
-inline constexpr std::size_t kMaxAttachments = 32;
 // Slots [0, kExclusiveSlots) belong to exclusive roles (slot == role id); the
-// rest are shared by non-exclusive roles.
+// rest, kSharedSlots of them, are shared by non-exclusive roles. One slot per
+// attached handle (not per process): a process with two handles holds two.
 inline constexpr std::size_t kExclusiveSlots = 8;
+inline constexpr std::size_t kSharedSlots = 256;
+inline constexpr std::size_t kMaxAttachments = kExclusiveSlots + kSharedSlots;
 inline constexpr std::size_t kEventRingSize = 32;
 
 enum class SegmentState : std::uint32_t { Initializing = 1, Ready = 2 };
@@ -97,8 +101,16 @@ struct SegmentHeader {
   alignas(64) AttachmentSlot slots[kMaxAttachments];
 };
 
+// The header takes whole pages: the data area starts page-aligned.
+inline constexpr std::size_t kHeaderSize = round_up(sizeof(SegmentHeader), kPageSize);
+// The bytes of the header that every layout version shares (magic and version
+// words included): open checks the file holds this much before reading the
+// version, and the whole kHeaderSize only after it matched.
+inline constexpr std::size_t kHeaderPrefix = kPageSize;
+
 static_assert(std::is_standard_layout_v<SegmentHeader>);
-static_assert(sizeof(SegmentHeader) <= kHeaderSize);
+static_assert(kHeaderSize == 5 * kPageSize);
+static_assert(offsetof(SegmentHeader, kind) <= kHeaderPrefix);
 static_assert(offsetof(SegmentHeader, params) == 72);
 static_assert(offsetof(SegmentHeader, header_crc) == 72 + kParamBytes);
 static_assert(sizeof(AttachmentSlot) == 64);
