@@ -95,12 +95,12 @@ Failure fenced(const std::string& egress, std::uint64_t generation) {
                                  egress, generation)};
 }
 
-Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
+                          RouteStatus& live) {
   const std::string& root = o.common.root;
-  const std::string state_name =
-      o.common.state.empty() ? o.source + "-bridge-export" : o.common.state;
-  auto state = StateSegment::attach(state_name, Route::Export, root);
-  if (!state) return std::unexpected(segment_failure("state", state_name, state.error()));
+  const std::string state_segment = state_name(o);
+  auto state = StateSegment::attach(state_segment, Route::Export, root);
+  if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
   StateData& sd = state->data();
 
   auto ring = RingConsumer::open(o.source, {}, OpenOptions{.root = root});
@@ -177,6 +177,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                   o.source, o.egress, o.common.subject, **stream,
                   describe_servers(o.common.connection.servers), transport->generation(),
                   transport->replayed(), next_seq));
+  live.connected.store((*link)->connected(), std::memory_order_relaxed);
+  live.ready.store(true, std::memory_order_relaxed);
   std::fputs("READY export\n", stdout);
   std::fflush(stdout);
 
@@ -189,6 +191,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
     transport->egress().heartbeat();
+    live.connected.store((*link)->connected(), std::memory_order_relaxed);
+    live.egress_backlog.store(next_seq - acked_next, std::memory_order_relaxed);
 
     // A lost and re-established connection: a new generation, which fences
     // whatever the old one had in flight and replays it in order.
@@ -244,6 +248,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                               "producer writes into the bridge's egress",
                                               o.egress, e->sequence, next_seq));
       crash_point("export_after_enqueue");
+      live.bytes_moved.fetch_add((*rec)->size(), std::memory_order_relaxed);
       ring->release();
       ++next_seq;
       sd.moved.fetch_add(1, std::memory_order_relaxed);
@@ -346,8 +351,14 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
 
 }  // namespace
 
-int run_export(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
-  auto r = export_main(o, stop, log);
+std::string state_name(const ExportOptions& o) {
+  return o.common.state.empty() ? o.source + "-bridge-export" : o.common.state;
+}
+
+int run_export(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
+               RouteStatus& live) {
+  auto r = export_main(o, stop, log, live);
+  live.ready.store(false, std::memory_order_relaxed);
   if (r) return kExitOk;
   log("error", "failed",
       fmt::format("route=export exit_code={} message=\"{}\"", r.error().code, r.error().message));

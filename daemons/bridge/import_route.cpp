@@ -101,12 +101,12 @@ Outcome<void> subscribe(NatsLink& link, const ImportOptions& o, const std::strin
   return {};
 }
 
-Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
+Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
+                          RouteStatus& live) {
   const std::string& root = o.common.root;
-  const std::string state_name =
-      o.common.state.empty() ? o.dest + "-bridge-import" : o.common.state;
-  auto state = StateSegment::attach(state_name, Route::Import, root);
-  if (!state) return std::unexpected(segment_failure("state", state_name, state.error()));
+  const std::string state_segment = state_name(o);
+  auto state = StateSegment::attach(state_segment, Route::Import, root);
+  if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
   StateData& sd = state->data();
 
   auto ring = RingProducer::open(o.dest, {}, OpenOptions{.root = root});
@@ -181,6 +181,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                   "applied_stream_sequence={}",
                   o.dest, o.durable, o.common.subject, **stream,
                   describe_servers(o.common.connection.servers), applied));
+  live.connected.store(link->connected(), std::memory_order_relaxed);
+  live.ready.store(true, std::memory_order_relaxed);
   std::fputs("READY import\n", stdout);
   std::fflush(stdout);
 
@@ -190,6 +192,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t fetch_errors = 0;
   std::uint64_t resubscribe_failures = 0;
   while (!stop.load(std::memory_order_relaxed)) {
+    live.connected.store(link->connected(), std::memory_order_relaxed);
     if (list.Count == 0 && !link->connected()) {
       // Lost: close, destroy the subscription, then the connection (in that
       // order: the client's threads are done with both), and connect again
@@ -263,6 +266,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         continue;
       }
       const std::uint64_t sseq = meta->Sequence.Stream;
+      const std::uint64_t pending = meta->NumPending;
       jsMsgMetaData_Destroy(meta);
       const auto id = message_id(m);
       const bool redelivered = sseq <= applied;
@@ -275,6 +279,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         }
         (void)natsMsg_Ack(m, nullptr);
         sd.duplicates.fetch_add(1, std::memory_order_relaxed);
+        live.stream_pending.store(pending, std::memory_order_relaxed);
         ++next;
         continue;
       }
@@ -306,6 +311,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       (void)natsMsg_Ack(m, nullptr);  // after the local commit
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       sd.acknowledged.fetch_add(1, std::memory_order_relaxed);
+      live.bytes_moved.fetch_add(static_cast<std::uint64_t>(len), std::memory_order_relaxed);
+      live.stream_pending.store(pending, std::memory_order_relaxed);
       ++next;
     }
     if (next >= list.Count && list.Count != 0) {
@@ -322,8 +329,14 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
 
 }  // namespace
 
-int run_import(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log) {
-  auto r = import_main(o, stop, log);
+std::string state_name(const ImportOptions& o) {
+  return o.common.state.empty() ? o.dest + "-bridge-import" : o.common.state;
+}
+
+int run_import(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
+               RouteStatus& live) {
+  auto r = import_main(o, stop, log, live);
+  live.ready.store(false, std::memory_order_relaxed);
   if (r) return kExitOk;
   log("error", "failed",
       fmt::format("route=import exit_code={} message=\"{}\"", r.error().code, r.error().message));

@@ -2,6 +2,7 @@
 // a JetStream subject's messages into a local SpscRing (import). Everything
 // but the command line lives in the shm_bridge library (routes.hpp).
 #include "bridge/routes.hpp"
+#include "bridge/status_page.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <string>
 
 namespace {
@@ -31,7 +33,7 @@ void log_line(std::string_view level, std::string_view event, const std::string&
   std::fflush(stderr);
 }
 
-void add_common(CLI::App& app, shm::bridge::CommonOptions& c) {
+void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& listen) {
   app.add_option("--server", c.connection.servers,
                  "NATS server URL (repeatable: tried in order, then reconnected to)")
       ->required();
@@ -52,6 +54,9 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c) {
   app.add_option("--stream-replicas", c.stream_replicas,
                  "replicas of the stream --create-stream creates (a JetStream cluster; default 1)")
       ->check(CLI::Range(1u, 5u));
+  app.add_option("--listen", listen,
+                 "serve GET /status (JSON) and /metrics (Prometheus) on this loopback "
+                 "HOST:PORT (port 0: any free port, printed in the log)");
 }
 
 }  // namespace
@@ -60,6 +65,7 @@ int main(int argc, char** argv) {
   using namespace shm::bridge;
   ExportOptions ex;
   ImportOptions im;
+  std::string listen;
   CLI::App app{
       "shm-bridge: streams between hosts over NATS JetStream (export: ring -> egress -> "
       "JetStream; import: JetStream durable consumer -> ring)."};
@@ -76,7 +82,7 @@ int main(int argc, char** argv) {
       "wrong kind,\n"
       "  7 another bridge holds the route. Details: docs/bridge.md.");
   CLI::App* exp = app.add_subcommand("export", "local ring -> egress -> JetStream");
-  add_common(*exp, ex.common);
+  add_common(*exp, ex.common, listen);
   exp->add_option("--source", ex.source, "the SpscRing the application writes")->required();
   exp->add_option("--egress", ex.egress, "the egress segment (created when missing)")->required();
   exp->add_option("--egress-capacity", ex.egress_capacity, "records the egress retains at most")
@@ -93,7 +99,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10u, 600000u))
       ->capture_default_str();
   CLI::App* imp = app.add_subcommand("import", "JetStream durable pull consumer -> local ring");
-  add_common(*imp, im.common);
+  add_common(*imp, im.common, listen);
   imp->add_option("--dest", im.dest, "the SpscRing local readers consume")->required();
   imp->add_option("--durable", im.durable, "the durable consumer's name")->required();
   imp->add_option("--batch", im.batch, "messages per fetch")
@@ -115,6 +121,26 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
-  if (exp->parsed()) return run_export(ex, g_stop, log_line);
-  return run_import(im, g_stop, log_line);
+  const bool is_export = exp->parsed();
+  RouteStatus live;
+  StatusSource source{is_export ? Route::Export : Route::Import,
+                      is_export ? state_name(ex) : state_name(im),
+                      is_export ? ex.common.root : im.common.root,
+                      is_export ? ex.common.subject : im.common.subject, &live};
+  std::unique_ptr<shm::daemons::HttpEndpoint> endpoint;
+  if (!listen.empty()) {
+    auto started = shm::daemons::HttpEndpoint::start(
+        listen, [&source](const shm::daemons::HttpRequest& r) { return status_page(source, r); });
+    if (!started) {
+      std::fprintf(stderr, "shm-bridge: --listen %s: %s\n", listen.c_str(),
+                   started.error().what().c_str());
+      return kExitUsage;
+    }
+    endpoint = std::move(*started);
+    log_line("info", "listening", "address=" + endpoint->address());
+  }
+  const int rc =
+      is_export ? run_export(ex, g_stop, log_line, live) : run_import(im, g_stop, log_line, live);
+  if (endpoint) endpoint->stop();
+  return rc;
 }

@@ -13,6 +13,7 @@
 
 #include "bridge/failure.hpp"
 #include "bridge/nats_link.hpp"
+#include "bridge/route_status.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -54,10 +55,15 @@ struct ImportOptions {
   std::uint32_t ack_wait_ms = 30000;
 };
 
+// The state segment's name: --state, or "<ring>-bridge-export" / "-import".
+[[nodiscard]] std::string state_name(const ExportOptions& o);
+[[nodiscard]] std::string state_name(const ImportOptions& o);
+
 // The exit code (kExitOk after a stop) with the failure already logged.
+// `live` receives the route's live figures (status_page.hpp).
 [[nodiscard]] int run_export(const ExportOptions& o, const std::atomic<bool>& stop,
-                             const LogFn& log);
+                             const LogFn& log, RouteStatus& live);
 [[nodiscard]] int run_import(const ImportOptions& o, const std::atomic<bool>& stop,
-                             const LogFn& log);
+                             const LogFn& log, RouteStatus& live);
 
 }  // namespace shm::bridge

@@ -36,4 +36,21 @@ std::string read_until_closed(int fd, std::chrono::milliseconds limit) {
   return reply;
 }
 
+std::optional<HttpReply> http_exchange(std::uint16_t port, const std::string& request) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return std::nullopt;
+  std::string raw;
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size()))
+    raw = read_until_closed(fd, std::chrono::seconds(5));
+  ::close(fd);
+  const auto split = raw.find("\r\n\r\n");
+  if (raw.compare(0, 9, "HTTP/1.1 ") != 0 || split == std::string::npos) return std::nullopt;
+  return HttpReply{std::stoi(raw.substr(9, 3)), raw.substr(0, split), raw.substr(split + 4)};
+}
+
+std::optional<HttpReply> http_get(std::uint16_t port, const std::string& path) {
+  return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
 }  // namespace shm::test

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace shm::test {
@@ -15,5 +16,18 @@ namespace shm::test {
 // has passed (a generous deadline, so a server that never closes fails the
 // test instead of hanging it).
 [[nodiscard]] std::string read_until_closed(int fd, std::chrono::milliseconds limit);
+
+struct HttpReply {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+};
+
+// A plain TCP client: sends `request` as is, reads to EOF (5 s at most),
+// splits the reply; nullopt when nothing that looks like HTTP/1.1 came back.
+[[nodiscard]] std::optional<HttpReply> http_exchange(std::uint16_t port,
+                                                     const std::string& request);
+// GET `path` from 127.0.0.1:`port`.
+[[nodiscard]] std::optional<HttpReply> http_get(std::uint16_t port, const std::string& path);
 
 }  // namespace shm::test

@@ -7,6 +7,7 @@
 // same way. Bad input ends with the
 // documented exit code and a message naming the problem.
 #include "bridge/state.hpp"
+#include "common/loopback_http.hpp"
 #include "common/nats_cluster.hpp"
 #include "common/nats_server.hpp"
 #include "common/scale.hpp"
@@ -385,6 +386,170 @@ TEST_F(BridgeTest, ClusterNodeKilledMidStreamLosesAndDuplicatesNothing) {
   cluster.node(0).kill(SIGKILL);
   expect_exactly_once(*producer, *consumer, n);
   EXPECT_TRUE(exporter_->wait_for_text("event=reconnected", 30s)) << exporter_->output();
+}
+
+// The port a bridge started with --listen 127.0.0.1:0 logged ("event=listening
+// address=127.0.0.1:PORT"), 0 when it did not.
+std::uint16_t listening_port(Subprocess& bridge) {
+  if (!bridge.wait_for_text("event=listening", 30s)) return 0;
+  const std::string marker = "address=127.0.0.1:";
+  const std::string out = bridge.output();
+  const auto at = out.find(marker);
+  return at == std::string::npos
+             ? 0
+             : static_cast<std::uint16_t>(std::stoul(out.substr(at + marker.size())));
+}
+
+// GET /status of a bridge, parsed (a null document when it failed).
+nlohmann::json status_of(std::uint16_t port) {
+  const auto reply = shm::test::http_get(port, "/status");
+  if (!reply || reply->status != 200) return nullptr;
+  return nlohmann::json::parse(reply->body, nullptr, false);
+}
+
+// --listen: each route serves /status (JSON: ready, connected, the state
+// segment's counters, bytes moved, the backlog) and /metrics (Prometheus),
+// 404 elsewhere; the figures follow the stream to its end.
+TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
+  const std::uint64_t n = shm::test::scaled(4'000);
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  auto with_listen = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--listen", "127.0.0.1:0"});
+    return args;
+  };
+  exporter_ = start(with_listen(export_args(server_->url(), a_)), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = start(with_listen(import_args(server_->url(), b_)), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  const std::uint16_t export_port = listening_port(*exporter_);
+  const std::uint16_t import_port = listening_port(*importer_);
+  ASSERT_NE(export_port, 0) << exporter_->output();
+  ASSERT_NE(import_port, 0) << importer_->output();
+
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_EQ(producer->wait(120s), 0) << producer->output();
+  ASSERT_EQ(consumer->wait(120s), 0) << consumer->output();
+
+  // Every record taken in and stored: the counters reach n, the backlog 0
+  // (both may trail the consumer by a moment: polled).
+  nlohmann::json ex, im;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  do {
+    ex = status_of(export_port);
+    im = status_of(import_port);
+    if (!ex.is_discarded() && !im.is_discarded() && !ex.is_null() && !im.is_null() &&
+        ex["counters"].is_object() && ex["counters"]["acknowledged"] == n &&
+        ex["egress_backlog"] == 0 && im["counters"].is_object() && im["counters"]["moved"] == n &&
+        im["stream_pending"] == 0)
+      break;
+    std::this_thread::sleep_for(50ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
+  ASSERT_FALSE(im.is_null() || im.is_discarded()) << importer_->output();
+  EXPECT_EQ(ex["route"], "export") << ex.dump();
+  EXPECT_EQ(ex["state"], "orders-bridge-export") << ex.dump();
+  EXPECT_EQ(ex["subject"], kSubject) << ex.dump();
+  EXPECT_EQ(ex["ready"], true) << ex.dump();
+  EXPECT_EQ(ex["connected"], true) << ex.dump();
+  EXPECT_EQ(ex["counters"]["moved"], n) << ex.dump();
+  EXPECT_EQ(ex["counters"]["acknowledged"], n) << ex.dump();
+  EXPECT_EQ(ex["egress_backlog"], 0) << ex.dump();
+  EXPECT_EQ(im["route"], "import") << im.dump();
+  EXPECT_EQ(im["connected"], true) << im.dump();
+  EXPECT_EQ(im["counters"]["moved"], n) << im.dump();
+  EXPECT_EQ(im["counters"]["duplicates"], 0) << im.dump();
+  EXPECT_EQ(im["stream_pending"], 0) << im.dump();
+  // Payload bytes: each side moved the same records, at least kMin bytes each.
+  ASSERT_TRUE(ex["bytes_moved"].is_number_unsigned()) << ex.dump();
+  EXPECT_GE(ex["bytes_moved"].get<std::uint64_t>(), n * 16) << ex.dump();
+  EXPECT_EQ(ex["bytes_moved"], im["bytes_moved"]) << ex.dump() << im.dump();
+
+  const auto metrics = shm::test::http_get(import_port, "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->body, HasSubstr("# TYPE shm_bridge_moved_total counter"));
+  EXPECT_THAT(
+      metrics->body,
+      HasSubstr(fmt::format(
+          "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-import\"}} {}\n", n)));
+  EXPECT_THAT(metrics->body, HasSubstr("shm_bridge_connected{route=\"import\",state=\"orders-"
+                                       "bridge-import\"} 1\n"));
+  const auto missing = shm::test::http_get(export_port, "/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+
+  // A port already taken: exit 2 naming it, before anything else.
+  auto taken = run_merged(bridge_bin(), [&] {
+    auto args = export_args(server_->url(), a_);
+    args.insert(args.end(), {"--listen", fmt::format("127.0.0.1:{}", export_port)});
+    return args;
+  }());
+  EXPECT_EQ(taken->wait(30s), 2) << taken->output();
+  EXPECT_THAT(taken->output(), HasSubstr(fmt::format("--listen 127.0.0.1:{}", export_port)));
+}
+
+// A throw-away CA and a certificate for 127.0.0.1 signed by it, made with the
+// openssl program in `dir`: ca.pem, server.pem, server.key; and other-ca.pem,
+// a CA that signed nothing. False (with the output in `log`) on failure.
+bool make_test_certificates(const std::string& dir, std::string& log) {
+  const std::string script = fmt::format(
+      "set -e; cd '{}'\n"
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout ca.key -out ca.pem -days 2 -subj '/CN=libshm test CA'\n"
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout other-ca.key -out other-ca.pem -days 2 -subj '/CN=libshm other CA'\n"
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-keyout server.key -out server.csr -subj '/CN=127.0.0.1'\n"
+      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext\n"
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out server.pem -days 2 -extfile san.ext\n",
+      dir);
+  auto p = run_merged("/bin/sh", {"-c", script});
+  const int rc = p->wait(60s);
+  log = p->output();
+  return rc == 0;
+}
+
+// --tls-ca: a server that requires TLS, with a certificate from the test's own
+// CA. Both bridges trust that CA and carry the stream; a bridge trusting
+// another CA, or connecting without TLS, is refused with exit 3 naming the
+// server, and starts nothing.
+TEST_F(BridgeTest, TlsWithTheServersCaCarriesTheStreamAndAnyOtherCaIsRefused) {
+  const std::uint64_t n = shm::test::scaled(4'000);
+  Root certs;  // any scratch directory
+  std::string log;
+  ASSERT_TRUE(make_test_certificates(certs.path(), log)) << log;
+  server_ = std::make_unique<NatsServer>(
+      std::vector<std::string>{"--tls", "--tlscert", certs.path() + "/server.pem", "--tlskey",
+                               certs.path() + "/server.key"});
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+
+  auto wrong_ca = run_merged(bridge_bin(), with(export_args(server_->url(), a_),
+                                                {"--tls-ca", certs.path() + "/other-ca.pem"}));
+  EXPECT_EQ(wrong_ca->wait(60s), 3) << wrong_ca->output();
+  EXPECT_THAT(wrong_ca->output(), HasSubstr(server_->url())) << wrong_ca->output();
+  auto plain = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  EXPECT_EQ(plain->wait(60s), 3) << plain->output();
+  EXPECT_EQ(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), 0u);
+
+  const std::vector<std::string> tls{"--tls-ca", certs.path() + "/ca.pem"};
+  exporter_ = start(with(export_args(server_->url(), a_), tls), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = start(with(import_args(server_->url(), b_), tls), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  expect_exactly_once(*producer, *consumer, n);
 }
 
 TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
