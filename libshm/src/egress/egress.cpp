@@ -294,6 +294,31 @@ Result<EnqueueOutcome> Egress::try_enqueue_at(std::span<const std::byte> payload
   return std::move(*r);
 }
 
+Result<EnqueueBatchOutcome> Egress::try_enqueue_batch(
+    std::span<const std::span<const std::byte>> payloads) {
+  for (std::size_t i = 0; i < payloads.size(); ++i)
+    if (payloads[i].size() > state_.params.slot_bytes)
+      return shm::fail(
+          Errc::TooLarge,
+          shm::detail::format("payload {} of the batch: {} bytes exceeds slot_bytes {}", i,
+                              payloads[i].size(), state_.params.slot_bytes));
+  const std::uint64_t now = monotonic_ns();
+  auto r = locked(state_, segment_.path(),
+                  [&](EgressCore& core, Wake& w) -> Result<EnqueueBatchOutcome> {
+                    EnqueueBatchOutcome batch;
+                    for (const auto& p : payloads) {
+                      auto out = core.enqueue(p, now);
+                      if (!out) return std::unexpected(out.error());
+                      if (out->status != EnqueueStatus::Enqueued) break;
+                      if (batch.enqueued++ == 0) batch.first_sequence = out->sequence;
+                    }
+                    w.claim = batch.enqueued != 0;
+                    return batch;
+                  });
+  if (!r) return std::unexpected(r.error());
+  return std::move(*r);
+}
+
 Result<EnqueueOutcome> Egress::try_enqueue(std::span<const std::byte> payload) {
   return try_enqueue_at(payload, monotonic_ns());
 }
@@ -458,6 +483,42 @@ Result<ClaimOutcome> EgressTransport::try_claim(std::vector<std::byte>& payload)
     copy_payload(out, payload);
     return out;
   });
+}
+
+Result<ClaimBatchOutcome> EgressTransport::try_claim_batch(std::size_t max,
+                                                           std::vector<Envelope>& out,
+                                                           std::vector<std::byte>& payloads) {
+  out.clear();
+  payloads.clear();
+  std::vector<std::size_t>& offsets = claim_offsets_;
+  offsets.clear();
+  auto r = locked(egress_.state_, egress_.segment_.path(), [&](EgressCore& core, Wake&) {
+    if (const std::uint64_t due = core.next_due();
+        core.generation() == generation_ && due != kNoDue) {
+      if (const std::uint64_t now = monotonic_ns(); due <= now)
+        (void)core.retry_due(generation_, now);
+    }
+    ClaimBatchOutcome batch;
+    while (batch.claimed < max) {
+      ClaimOutcome one = core.claim(generation_);
+      batch.current_generation = one.current_generation;
+      if (one.status != ClaimStatus::Claimed) {
+        batch.stopped = one.status;
+        break;
+      }
+      // The payload is copied while the lock pins its slot; the spans are
+      // pointed at the copies once `payloads` stops growing.
+      offsets.push_back(payloads.size());
+      payloads.insert(payloads.end(), one.envelope.payload.begin(), one.envelope.payload.end());
+      out.push_back(one.envelope);
+      ++batch.claimed;
+    }
+    return batch;
+  });
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i].payload =
+        std::span<const std::byte>(payloads.data() + offsets[i], out[i].payload.size());
+  return r;
 }
 
 Result<ClaimOutcome> EgressTransport::claim(std::vector<std::byte>& payload,

@@ -11,11 +11,14 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <thread>
+#include <vector>
 
 namespace shm {
 namespace {
@@ -154,6 +157,85 @@ TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
   EXPECT_EQ(got->envelope.sequence, 0u);
   EXPECT_EQ(got->envelope.attempt, 2u);
   EXPECT_EQ(e->projection()->parked, 0u);
+}
+
+// The batch calls: one lock and one wake-up per batch, the same outcomes as
+// the single calls in a row.
+TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLock) {
+  auto e = Egress::create("batch", small(6, 4));
+  auto t = EgressTransport::attach("batch");
+  ASSERT_TRUE(e && t);
+  const std::vector<std::span<const std::byte>> spans{bytes("r0"), bytes("r1"), bytes("r2"),
+                                                      bytes("r3"), bytes("r4")};
+  const auto same = [](std::span<const std::byte> a, std::span<const std::byte> b) {
+    return std::ranges::equal(a, b);
+  };
+
+  // A payload too large refuses the whole batch.
+  const std::vector<std::byte> big(17, std::byte{1});
+  std::vector<std::span<const std::byte>> with_big{spans[0], big};
+  auto refused = e->try_enqueue_batch(with_big);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::TooLarge);
+  EXPECT_NE(refused.error().message.find("payload 1 of the batch"), std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(e->projection()->next_sequence, 0u);
+
+  const std::uint32_t word = e->wake_counters().claim_word;
+  auto first = e->try_enqueue_batch(spans);
+  ASSERT_TRUE(first) << first.error().what();
+  EXPECT_EQ(first->enqueued, 5u);
+  EXPECT_EQ(first->first_sequence, 0u);
+  EXPECT_EQ(e->wake_counters().claim_word, word + 1) << "one wake-up per batch";
+  // The pool holds 6: of the next three, one fits.
+  auto second = e->try_enqueue_batch(std::span(spans).first(3));  // r0, r1, r2
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->enqueued, 1u);
+  EXPECT_EQ(second->first_sequence, 5u);
+  auto none = e->try_enqueue_batch(std::span(spans).first(1));
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->enqueued, 0u);
+
+  // Claims stop at the window (4), then at the end of what is pending.
+  std::vector<egress::Envelope> got;
+  std::vector<std::byte> buf;
+  auto c1 = t->try_claim_batch(10, got, buf);
+  ASSERT_TRUE(c1);
+  EXPECT_EQ(c1->claimed, 4u);
+  EXPECT_EQ(c1->stopped, ClaimStatus::WindowFull);
+  ASSERT_EQ(got.size(), 4u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].sequence, i);
+    EXPECT_EQ(got[i].attempt, 1u);
+    EXPECT_EQ(got[i].generation, t->generation());
+    EXPECT_TRUE(same(got[i].payload, spans[i])) << i;
+  }
+  ASSERT_EQ(t->ack(3)->status, egress::AckStatus::Advanced);
+  auto c2 = t->try_claim_batch(1, got, buf);
+  ASSERT_TRUE(c2);
+  EXPECT_EQ(c2->claimed, 1u);
+  EXPECT_EQ(c2->stopped, ClaimStatus::Claimed);  // as many as asked
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sequence, 4u);
+  auto c3 = t->try_claim_batch(10, got, buf);
+  ASSERT_TRUE(c3);
+  EXPECT_EQ(c3->claimed, 1u);
+  EXPECT_EQ(c3->stopped, ClaimStatus::Empty);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].sequence, 5u);
+  EXPECT_TRUE(same(got[0].payload, spans[0]));
+  EXPECT_TRUE(e->verify()->empty());
+
+  // A fenced transport claims nothing and learns the generation in force.
+  auto t2 = EgressTransport::attach("batch");
+  ASSERT_FALSE(t2);  // the slot is held
+  ASSERT_EQ(e->reconnect(t->generation() + 1)->status, egress::ReconnectStatus::Advanced);
+  auto stale = t->try_claim_batch(10, got, buf);
+  ASSERT_TRUE(stale);
+  EXPECT_EQ(stale->claimed, 0u);
+  EXPECT_EQ(stale->stopped, ClaimStatus::StaleGeneration);
+  EXPECT_EQ(stale->current_generation, t->generation() + 1);
+  EXPECT_TRUE(got.empty());
 }
 
 TEST_F(EgressSegmentTest, ProducerBlockedOnAFullPoolIsWokenByAnAck) {

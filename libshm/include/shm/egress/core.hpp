@@ -61,6 +61,14 @@ struct EnqueueOutcome {
   std::uint64_t sequence = 0;  // Enqueued: the sequence assigned
 };
 
+// A batch enqueue (Egress::try_enqueue_batch): the first `enqueued` payloads
+// got the sequences first_sequence, first_sequence + 1, ...; the rest did not
+// fit (the pool was full).
+struct EnqueueBatchOutcome {
+  std::size_t enqueued = 0;
+  std::uint64_t first_sequence = 0;  // when enqueued > 0
+};
+
 enum class ClaimStatus : std::uint8_t { Claimed, WindowFull, Empty, StaleGeneration };
 struct ClaimOutcome {
   ClaimStatus status = ClaimStatus::Empty;
@@ -69,6 +77,15 @@ struct ClaimOutcome {
 };
 
 enum class AckStatus : std::uint8_t { Advanced, Unchanged, Refused, StaleGeneration };
+// A batch claim (EgressTransport::try_claim_batch): `claimed` records, and
+// why it stopped before its maximum (WindowFull, Empty, StaleGeneration), or
+// Claimed when it claimed as many as asked.
+struct ClaimBatchOutcome {
+  std::size_t claimed = 0;
+  ClaimStatus stopped = ClaimStatus::Claimed;
+  std::uint64_t current_generation = 0;
+};
+
 struct AckOutcome {
   AckStatus status = AckStatus::Unchanged;
   std::uint64_t removed = 0;     // Advanced: records removed

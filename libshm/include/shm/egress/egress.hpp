@@ -100,6 +100,12 @@ class Egress {
   // Enqueued with the sequence assigned, or Full (the pool holds capacity
   // unacknowledged records). TooLarge beyond slot_bytes.
   [[nodiscard]] Result<egress::EnqueueOutcome> try_enqueue(std::span<const std::byte> payload);
+  // Enqueues `payloads` in order under one lock, as many as fit (the rest
+  // get nothing: the pool was full), with one wake-up of the transport for
+  // the batch. TooLarge, with nothing enqueued, when any payload exceeds
+  // slot_bytes.
+  [[nodiscard]] Result<egress::EnqueueBatchOutcome> try_enqueue_batch(
+      std::span<const std::span<const std::byte>> payloads);
   // Waits (futex, woken by acknowledgements) up to `timeout` for pool space.
   [[nodiscard]] Result<egress::EnqueueOutcome> enqueue(std::span<const std::byte> payload,
                                                        std::chrono::nanoseconds timeout);
@@ -170,6 +176,11 @@ class EgressTransport {
   // Schedules the parked records whose backoff has elapsed, then claims the
   // oldest pending record (Claimed, WindowFull, Empty or StaleGeneration).
   [[nodiscard]] Result<egress::ClaimOutcome> try_claim(std::vector<std::byte>& payload);
+  // try_claim up to `max` times under one lock: the envelopes go to `out`
+  // (cleared first) in sequence order, their payloads copied into `payloads`,
+  // where the envelopes' spans point (valid until `payloads` changes).
+  [[nodiscard]] Result<egress::ClaimBatchOutcome> try_claim_batch(
+      std::size_t max, std::vector<egress::Envelope>& out, std::vector<std::byte>& payloads);
   // As try_claim, parking on the futex while there is nothing to claim: woken
   // by an enqueue, an acknowledgement that reopens the window, a reconnect,
   // or the earliest backoff expiry (kept in the segment). After `timeout`,
@@ -187,6 +198,7 @@ class EgressTransport {
   Egress egress_;
   std::uint64_t generation_ = 0;
   std::uint64_t replayed_ = 0;
+  std::vector<std::size_t> claim_offsets_;  // try_claim_batch's scratch, kept for its capacity
 };
 
 }  // namespace shm
