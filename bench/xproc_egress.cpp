@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <time.h>
@@ -120,8 +121,9 @@ const TickClock& tick_clock() {
 
 // ---------------------------------------------------------------- 1. per message
 
-Measurement egress_message_run(const Options& o) {
-  const std::string name = fresh_name("window");
+// An egress for the per-message runs (window kWindow, pool 4 * kWindow), its
+// transport attached, the name already unlinked, the pages prefaulted.
+std::pair<shm::Egress, shm::EgressTransport> window_egress(const std::string& name) {
   shm::EgressParams params;
   params.capacity = 4 * kWindow;
   params.slot_bytes = kPayload;
@@ -132,6 +134,11 @@ Measurement egress_message_run(const Options& o) {
   if (!transport) throw BenchError(transport.error().what());
   (void)shm::Segment::unlink(name);
   prefault(producer->segment().data(), true);
+  return {std::move(*producer), std::move(*transport)};
+}
+
+Measurement egress_message_run(const Options& o) {
+  auto [producer, transport] = window_egress(fresh_name("window"));
   std::array<std::byte, kPayload> payload{};
   std::vector<std::byte> claimed;
   claimed.reserve(kPayload);
@@ -140,17 +147,17 @@ Measurement egress_message_run(const Options& o) {
   // the one kWindow - 1 before it, so kWindow stay in flight.
   auto one = [&](std::uint64_t i) {
     stamp(payload, i);
-    auto e = producer->try_enqueue(payload);
+    auto e = producer.try_enqueue(payload);
     if (!e || e->status != shm::egress::EnqueueStatus::Enqueued)
       throw BenchError("enqueue refused with room in the pool");
     if (i == 0) first_seq = e->sequence;
-    auto c = transport->try_claim(claimed);
+    auto c = transport.try_claim(claimed);
     if (!c || c->status != shm::egress::ClaimStatus::Claimed)
       throw BenchError("claim refused with room in the window");
     if (c->envelope.sequence != e->sequence || seq_of(c->envelope.payload) != i)
       throw BenchError("claimed the wrong record");
     if (i + 1 >= kWindow) {
-      auto a = transport->ack(first_seq + i + 1 - kWindow);
+      auto a = transport.ack(first_seq + i + 1 - kWindow);
       if (!a || a->status != shm::egress::AckStatus::Advanced || a->removed != 1)
         throw BenchError("cumulative ack did not remove exactly one record");
     }
@@ -162,7 +169,7 @@ Measurement egress_message_run(const Options& o) {
   for (const std::uint64_t end = i + o.messages; i < end; ++i) one(i);
   const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
   const auto cpu = static_cast<double>(thread_cpu_ns() - c0);
-  const auto p = producer->projection();
+  const auto p = producer.projection();
   if (!p || p->inflight != kWindow - 1 || p->pending != 0)
     throw BenchError("the window did not end with 63 in flight");
   return Measurement()
@@ -174,17 +181,7 @@ Measurement egress_message_run(const Options& o) {
 // payloads, one try_claim_batch of up to 64 (the window), one cumulative ack
 // of the batch: three lock round trips per 64 messages instead of per one.
 Measurement egress_batch_run(const Options& o) {
-  const std::string name = fresh_name("batch");
-  shm::EgressParams params;
-  params.capacity = 4 * kWindow;
-  params.slot_bytes = kPayload;
-  params.inflight_limit = kWindow;
-  auto producer = shm::Egress::create(name, params);
-  if (!producer) throw BenchError(producer.error().what());
-  auto transport = shm::EgressTransport::attach(name);
-  if (!transport) throw BenchError(transport.error().what());
-  (void)shm::Segment::unlink(name);
-  prefault(producer->segment().data(), true);
+  auto [producer, transport] = window_egress(fresh_name("batch"));
   std::vector<std::array<std::byte, kPayload>> payloads(kWindow);
   std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.end());
   std::vector<shm::egress::Envelope> claimed;
@@ -194,15 +191,15 @@ Measurement egress_batch_run(const Options& o) {
   std::uint64_t next_seq = 0;
   auto batch = [&](std::uint64_t i) {
     for (std::uint32_t k = 0; k < kWindow; ++k) stamp(payloads[k], i + k);
-    auto e = producer->try_enqueue_batch(spans);
+    auto e = producer.try_enqueue_batch(spans);
     if (!e || e->enqueued != kWindow || e->first_sequence != next_seq)
       throw BenchError("batch enqueue refused with room in the pool");
-    auto c = transport->try_claim_batch(kWindow, claimed, buffer);
+    auto c = transport.try_claim_batch(kWindow, claimed, buffer);
     if (!c || c->claimed != kWindow) throw BenchError("batch claim short with room in the window");
     for (std::uint32_t k = 0; k < kWindow; ++k)
       if (claimed[k].sequence != next_seq + k || seq_of(claimed[k].payload) != i + k)
         throw BenchError("claimed the wrong record");
-    auto a = transport->ack(next_seq + kWindow - 1);
+    auto a = transport.ack(next_seq + kWindow - 1);
     if (!a || a->status != shm::egress::AckStatus::Advanced || a->removed != kWindow)
       throw BenchError("cumulative ack did not remove the batch");
     next_seq += kWindow;
