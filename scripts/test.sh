@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what is missing, then runs the whole
-# suite in three lanes, each its own build directory, configure + build + ctest:
+# suite in four lanes, each its own build directory, configure + build + ctest.
+# The lanes are a pipeline: while one lane's tests run, the next lane builds
+# beside them under nice 19 (see build_lane below), so the build takes the CPU
+# the tests leave idle and never the CPU a test wants.
 #
 #   normal  RelWithDebInfo (-O2 -DNDEBUG), everything (tests, examples, tools, benchmarks built)
 #   asan    -DLIBSHM_SANITIZE=address,undefined, -O1, benchmarks off, and
@@ -173,52 +176,89 @@ check_skips() {
   ((skipped)) || echo "test.sh: no test was skipped"
 }
 
-run_lane() {
-  local lane=$1 dir="$build_root/ci-$1" sanitize="" bench=OFF prefix=() t0 t_build t_test rc log
-  local cxx_flags="-O2 -g1 -DNDEBUG"
+# A lane is a build phase and a test phase. The build of the next lane runs
+# beside the tests of this one, under nice 19 and the idle I/O class: tests
+# wait on processes, pipes, sleeps and fsync much of the time and leave a
+# core idle, which the build takes, while any test that wants the CPU gets it
+# first (a nice-19 process gets about 1.5% of a core against a nice-0 one).
+# Tests are discovered when ctest starts (gtest_discover_tests PRE_TEST,
+# tests/CMakeLists.txt), so no test binary runs during a build.
+
+declare -A build_pid build_start build_ok lane_prefix
+lane_dir() { if [[ "$1" == fuzz ]]; then echo "$build_root/ci-fuzz"; else echo "$build_root/ci-$1"; fi; }
+
+lane_fail() {  # lane, message
+  result[$1]=FAIL
+  detail[$1]=$2
+  total_failed=$((total_failed + 1))
+}
+
+# Configures lane $1 and builds it, output in <dir>/build.log.
+build_lane() {
+  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG"
+  dir=$(lane_dir "$lane")
+  if [[ "$lane" == fuzz ]]; then
+    bounded "$(remaining)" bash "$here/fuzz.sh" --build-only --build-dir "$dir" --jobs "$jobs"
+    return
+  fi
   case "$lane" in
     normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON ;;
     asan) sanitize="address,undefined" cxx_flags="-O1 -g1" ;;  # asserts on (no NDEBUG)
     tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" ;;
   esac
-  echo
-  echo "==================== lane $lane: $dir ===================="
-  t0=$SECONDS
-  if (($(remaining) <= 0)); then
-    result[$lane]=FAIL
-    detail[$lane]="not run: the ${budget}s time budget was used up"
-    total_failed=$((total_failed + 1))
-    return
-  fi
-  mkdir -p "$dir"
-  if [[ "$lane" == tsan ]]; then
-    if ! tsan_probe "$dir"; then
-      result[$lane]=FAIL
-      detail[$lane]="TSan cannot run on this machine (see above)"
-      total_failed=$((total_failed + 1))
-      return
-    fi
-    prefix=("${tsan_prefix[@]}")
-  fi
-
-  # Configure and build. gtest_discover_tests runs the test binaries at build
-  # time, so the build runs under the same prefix (setarch) as the tests.
-  if ! bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja \
+  bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
-    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON; then
-    result[$lane]=FAIL
-    detail[$lane]="configure failed"
-    total_failed=$((total_failed + 1))
-    return
+    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON ||
+    { echo "test.sh: configure failed"; return 1; }
+  bounded "$(remaining)" cmake --build "$dir" --parallel "$jobs"
+}
+
+# Starts the build of lane $1; "background" runs it beside the tests, niced.
+start_build() {
+  local lane=$1 mode=${2:-} dir background=()
+  dir=$(lane_dir "$lane")
+  mkdir -p "$dir"
+  if [[ "$mode" == background ]]; then
+    background=(nice -n 19)
+    command -v ionice >/dev/null && ionice -c 3 true 2>/dev/null && background+=(ionice -c 3)
   fi
-  if ! bounded "$(remaining)" "${prefix[@]}" cmake --build "$dir" --parallel "$jobs"; then
-    result[$lane]=FAIL
-    detail[$lane]="build failed after $((SECONDS - t0))s"
-    total_failed=$((total_failed + 1))
-    return
+  echo "test.sh: lane $lane: building${mode:+ in the background beside the tests} (log $dir/build.log)"
+  build_start[$lane]=$SECONDS
+  "${background[@]}" bash -c "$(declare -f bounded remaining build_lane lane_dir); $(declare -p \
+    here repo build_root jobs budget start); SECONDS=$SECONDS; build_lane $lane" >"$dir/build.log" 2>&1 &
+  build_pid[$lane]=$!
+}
+
+# Waits for the build of lane $1; prints its end (all of it when it failed).
+finish_build() {
+  local lane=$1 dir rc
+  dir=$(lane_dir "$lane")
+  wait "${build_pid[$lane]}"
+  rc=$?
+  local took=$((SECONDS - build_start[$lane]))
+  if ((rc == 0)); then
+    build_ok[$lane]=$took
+    echo "test.sh: lane $lane: built in ${took}s: $(grep -c '' "$dir/build.log") lines of output, last:"
+    tail -n 3 "$dir/build.log" | sed 's/^/    /'
+    return 0
   fi
-  t_build=$((SECONDS - t0))
+  echo "test.sh: lane $lane: BUILD FAILED after ${took}s (exit $rc); its output, errors first:"
+  grep -nE 'error|FAILED|warning' "$dir/build.log" | head -n 60 | sed 's/^/    /'
+  echo "    ..."
+  tail -n 60 "$dir/build.log" | sed 's/^/    /'
+  if ((rc == 124 || rc == 137)); then
+    lane_fail "$lane" "build stopped by the ${budget}s time budget after ${took}s"
+  else
+    lane_fail "$lane" "build failed after ${took}s (exit $rc; see above)"
+  fi
+  return 1
+}
+
+test_lane() {
+  local lane=$1 dir t0 t_test rc log prefix=()
+  dir=$(lane_dir "$lane")
+  [[ -z "${lane_prefix[$lane]:-}" ]] || read -ra prefix <<<"${lane_prefix[$lane]}"
 
   # Test: every test, no label excluded.
   log="$dir/ctest.log"
@@ -254,7 +294,7 @@ run_lane() {
   local names
   names=$(sed -n 's/^--- FAILED: //p' <<<"${failures[$lane]}" | paste -sd, - | sed 's/,/, /g')
   [[ -z "$names" ]] || summary+="; failed: $names"
-  detail[$lane]="build ${t_build}s, tests ${t_test}s: $summary"
+  detail[$lane]="build ${build_ok[$lane]}s, tests ${t_test}s: $summary"
 }
 
 # The tests ctest lists under "The following tests FAILED:" in the log $1,
@@ -275,33 +315,53 @@ failed_tests_report() {
     sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \(([A-Za-z ]+)\)[[:space:]]*$/\1/p')
 }
 
-# The fuzz lane: scripts/fuzz.sh builds the targets with clang and runs each
-# for $fuzz_seconds; every target is one test.
-run_fuzz_lane() {
-  local dir="$build_root/ci-fuzz" t0=$SECONDS log rc passed failed
-  echo
-  echo "==================== lane fuzz: $dir ===================="
-  mkdir -p "$dir"
+# The fuzz lane's test phase: scripts/fuzz.sh runs the targets built by
+# build_lane for $fuzz_seconds each; every target is one test.
+test_fuzz_lane() {
+  local dir t0=$SECONDS log rc passed failed
+  dir=$(lane_dir fuzz)
   log="$dir/fuzz-lane.log"
-  bounded "$(remaining)" bash "$here/fuzz.sh" --seconds "$fuzz_seconds" --build-dir "$dir" \
-    --jobs "$jobs" 2>&1 | tee "$log"
+  bounded "$(remaining)" bash "$here/fuzz.sh" --run-only --seconds "$fuzz_seconds" \
+    --build-dir "$dir" --jobs "$jobs" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   passed=$(grep -c '^fuzz: .* PASS' "$log")
   failed=$(grep -c '^fuzz: .* FAIL' "$log")
-  ((rc == 0 || failed > 0)) || failed=1  # no target ran: configure, build or time budget
+  ((rc == 0 || failed > 0)) || failed=1  # no target ran: the time budget
   total_passed=$((total_passed + passed))
   total_failed=$((total_failed + failed))
   if ((rc == 0)); then result[fuzz]=PASS; else result[fuzz]=FAIL; fi
-  detail[fuzz]="$((SECONDS - t0))s: $passed targets passed, $failed failed (${fuzz_seconds}s each)"
+  detail[fuzz]="build ${build_ok[fuzz]}s, fuzzing $((SECONDS - t0))s: $passed targets passed, $failed failed (${fuzz_seconds}s each)"
   failures[fuzz]=$(sed -n '/^fuzz: .* FAIL/,/^fuzz: .* PASS/p' "$log" | grep -v ' PASS')
   ((rc == 0)) || [[ -n "${failures[fuzz]}" ]] || failures[fuzz]=$(tail -n 40 "$log")
 }
 
-for lane in "${lanes[@]}"; do
-  if [[ "$lane" == fuzz ]]; then run_fuzz_lane; else run_lane "$lane"; fi
+# TSan needs its probe (and maybe setarch) before its lane builds or runs.
+shown_lanes=("${lanes[@]}")
+if [[ " ${lanes[*]} " == *" tsan "* ]]; then
+  mkdir -p "$(lane_dir tsan)"
+  if tsan_probe "$(lane_dir tsan)"; then
+    lane_prefix[tsan]="${tsan_prefix[*]}"
+  else
+    lane_fail tsan "TSan cannot run on this machine (see above)"
+    mapfile -t lanes < <(printf '%s\n' "${lanes[@]}" | grep -vx tsan)
+  fi
+fi
+
+# The pipeline: build lane 1; then for each lane, start the next lane's build
+# in the background, run this lane's tests, and wait for that build.
+((${#lanes[@]} == 0)) || start_build "${lanes[0]}"
+for ((i = 0; i < ${#lanes[@]}; i++)); do
+  lane=${lanes[i]}
+  echo
+  echo "==================== lane $lane: $(lane_dir "$lane") ===================="
+  finish_build "$lane"
+  built=$?
+  ((i + 1 < ${#lanes[@]})) && start_build "${lanes[i + 1]}" background
+  ((built == 0)) || continue
+  if [[ "$lane" == fuzz ]]; then test_fuzz_lane; else test_lane "$lane"; fi
 done
 
-for lane in "${lanes[@]}"; do
+for lane in "${shown_lanes[@]}"; do
   [[ -n "${failures[$lane]:-}" ]] || continue
   echo
   echo "==================== lane $lane: failed tests (last lines of each) ===================="
@@ -311,7 +371,7 @@ done
 echo
 echo "==================== summary ($((SECONDS - start))s of ${budget}s budget) ===================="
 status=0
-for lane in "${lanes[@]}"; do
+for lane in "${shown_lanes[@]}"; do
   printf 'lane %-6s %s  %s\n' "$lane" "${result[$lane]}" "${detail[$lane]}"
   [[ "${result[$lane]}" == PASS ]] || status=1
 done

@@ -50,4 +50,5 @@ add_test(NAME install_find_package
     -DSHM_CHECK_HEADERS=${SHM_OUTSIDE_CHECK_HEADERS}
     -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
     -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
-set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)
+# COST: started first, as the soak (tests/sidecar.cmake): one of the longest entries.
+set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300 COST 900)
