@@ -102,7 +102,12 @@ struct Ops {
   }
 
   // ---- journal
-  void open_undo(JournalOp op, std::uint64_t seq) const noexcept {
+  // What an undo entry saves: the images repair() restores for its op, no
+  // more (enqueue and claim are the per-message path; a batch runs them once
+  // per record). Enqueue needs only the sequence (the record was free), a
+  // claim the record, fail / retry_now / take_dead_letter the retry reader too.
+  enum class Images { Record, RecordAndRetry };
+  void open_undo(JournalOp op, std::uint64_t seq, Images images) const noexcept {
     Journal& j = c.journal;
     const Record& r = rec(seq);
     st(j.arg, seq);
@@ -110,6 +115,10 @@ struct Ops {
     st(j.record_attempt, ld(r.attempt));
     st(j.record_due_ns, ld(r.due_ns));
     st(j.record_backoff_ns, ld(r.backoff_ns));
+    if (images == Images::Record) {
+      commit(op);
+      return;
+    }
     const RetryImage& from = c.state.retry;
     st(j.retry.valid, ld(from.valid));
     st(j.retry.exhausted, ld(from.exhausted));
@@ -348,7 +357,7 @@ Result<EnqueueOutcome> EgressCore::enqueue(std::span<const std::byte> payload,
     o.stat(o.c.stats.full);
     return EnqueueOutcome{EnqueueStatus::Full, 0};
   }
-  o.open_undo(JournalOp::Enqueue, next);
+  o.open_redo(JournalOp::Enqueue, next);  // its undo needs the sequence only
   Record& r = o.rec(next);
   if (!payload.empty()) std::memcpy(o.payload(next), payload.data(), payload.size());
   st(r.length, payload.size());
@@ -385,7 +394,7 @@ ClaimOutcome EgressCore::claim(std::uint64_t generation) noexcept {
     if (q == next) return {ClaimStatus::Empty, {}, g};
   }
   Record& r = o.rec(q);
-  o.open_undo(JournalOp::Claim, q);
+  o.open_undo(JournalOp::Claim, q, Ops::Images::Record);
   const std::uint32_t attempt = ld(r.attempt) + 1;
   st(r.attempt, attempt);
   detail::egress_crash_point(CrashPoint::ClaimMidRecord);
@@ -447,7 +456,7 @@ FailOutcome EgressCore::fail(std::uint64_t generation, std::uint64_t sequence,
     due = now_ns > kNoDue - 1 - rr.backoff_ns ? kNoDue - 1 : now_ns + rr.backoff_ns;
   }
   const bool retry_changed = !o.retry_valid() || o.retry_value() != rr;
-  o.open_undo(JournalOp::Fail, sequence);
+  o.open_undo(JournalOp::Fail, sequence, Ops::Images::RecordAndRetry);
   st(r.backoff_ns, rr.backoff_ns);
   st(r.due_ns, due);
   detail::egress_crash_point(CrashPoint::FailMidRecord);
@@ -477,7 +486,7 @@ RetryOutcome EgressCore::retry_now(std::uint64_t generation, std::uint64_t seque
   if (sequence < o.low() || sequence >= ld(o.c.state.next_sequence) ||
       ld(o.rec(sequence).state) != kParked)
     return RetryOutcome{RetryStatus::UnknownSequence, 0, g};
-  o.open_undo(JournalOp::RetryNow, sequence);
+  o.open_undo(JournalOp::RetryNow, sequence, Ops::Images::RecordAndRetry);
   o.move(o.rec(sequence), kParked, kPending);
   if (ld(o.c.state.pending_hint) > sequence) st(o.c.state.pending_hint, sequence);
   const bool retry = o.clear_parked_retry(sequence);
@@ -536,7 +545,7 @@ std::optional<RecordView> EgressCore::take_dead_letter(std::vector<std::byte>* p
     const std::uint32_t length = std::min(ld(r.length), s_.params.slot_bytes);
     payload->assign(o.payload(q), o.payload(q) + length);
   }
-  o.open_undo(JournalOp::TakeDeadLetter, q);
+  o.open_undo(JournalOp::TakeDeadLetter, q, Ops::Images::RecordAndRetry);
   o.move(r, kTerminal, kFree);
   bool retry = false;
   RetryImage& ri = o.c.state.retry;
