@@ -1,6 +1,9 @@
 // shm-bridge: moves a local SpscRing's records to NATS JetStream (export) or
-// a JetStream subject's messages into a local SpscRing (import). Everything
-// but the command line lives in the shm_bridge library (routes.hpp).
+// a JetStream subject's messages into a local SpscRing (import): one route
+// from the command line, or every route of a config file (`run --config`),
+// one thread each. Everything but the command line lives in the shm_bridge
+// library (routes.hpp, config_file.hpp).
+#include "bridge/config_file.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/status_page.hpp"
 
@@ -12,6 +15,8 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
       "--egress orders-out\n"
       "  shm-bridge import --server nats://10.0.0.5:4222 --subject orders.a --durable host-b "
       "--dest orders\n"
+      "  shm-bridge run --config /etc/libshm/bridge.json   # several routes, one thread each\n"
       "Exit codes: 0 stopped (SIGTERM/SIGINT), 1 runtime failure, 2 bad usage, 3 server "
       "unreachable,\n"
       "  4 credentials refused, 5 no stream for the subject, 6 local segment missing or of the "
@@ -109,6 +115,13 @@ int main(int argc, char** argv) {
                   "milliseconds before JetStream redelivers an unacknowledged message")
       ->check(CLI::Range(100u, 3600000u))
       ->capture_default_str();
+  CLI::App* run = app.add_subcommand(
+      "run", "every route of a JSON config file, one thread each (a failing route stops them all)");
+  std::string config_path;
+  run->add_option("--config", config_path, "the config file (docs/bridge.md)")->required();
+  run->add_option("--listen", listen,
+                  "serve GET /status and /metrics on this loopback HOST:PORT (overrides the "
+                  "file's \"listen\")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -121,16 +134,35 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
-  const bool is_export = exp->parsed();
-  RouteStatus live;
-  StatusSource source{is_export ? Route::Export : Route::Import,
-                      is_export ? state_name(ex) : state_name(im),
-                      is_export ? ex.common.root : im.common.root,
-                      is_export ? ex.common.subject : im.common.subject, &live};
+  std::vector<RouteConfig> routes;
+  if (run->parsed()) {
+    auto config = load_config(config_path);
+    if (!config) {
+      std::fprintf(stderr, "shm-bridge: %s\n", config.error().message.c_str());
+      return config.error().code;
+    }
+    if (listen.empty()) listen = config->listen;
+    routes = std::move(config->routes);
+  } else if (exp->parsed()) {
+    routes.push_back(RouteConfig{Route::Export, ex, {}});
+  } else {
+    routes.push_back(RouteConfig{Route::Import, {}, im});
+  }
+
+  std::vector<std::unique_ptr<RouteStatus>> live;
+  std::vector<StatusSource> sources;
+  for (const RouteConfig& r : routes) {
+    live.push_back(std::make_unique<RouteStatus>());
+    const bool is_export = r.route == Route::Export;
+    const CommonOptions& c = is_export ? r.exported.common : r.imported.common;
+    sources.push_back(StatusSource{r.route,
+                                   is_export ? state_name(r.exported) : state_name(r.imported),
+                                   c.root, c.subject, live.back().get()});
+  }
   std::unique_ptr<shm::daemons::HttpEndpoint> endpoint;
   if (!listen.empty()) {
     auto started = shm::daemons::HttpEndpoint::start(
-        listen, [&source](const shm::daemons::HttpRequest& r) { return status_page(source, r); });
+        listen, [&sources](const shm::daemons::HttpRequest& r) { return status_page(sources, r); });
     if (!started) {
       std::fprintf(stderr, "shm-bridge: --listen %s: %s\n", listen.c_str(),
                    started.error().what().c_str());
@@ -139,8 +171,32 @@ int main(int argc, char** argv) {
     endpoint = std::move(*started);
     log_line("info", "listening", "address=" + endpoint->address());
   }
-  const int rc =
-      is_export ? run_export(ex, g_stop, log_line, live) : run_import(im, g_stop, log_line, live);
+  auto run_route = [&](std::size_t i) {
+    const RouteConfig& r = routes[i];
+    return r.route == Route::Export ? run_export(r.exported, g_stop, log_line, *live[i])
+                                    : run_import(r.imported, g_stop, log_line, *live[i]);
+  };
+  int rc = kExitOk;
+  if (routes.size() == 1) {
+    rc = run_route(0);
+  } else {
+    // The first route to fail stops the others (one process, one fate: a
+    // supervisor restarts the bridge as a whole) and gives the exit code.
+    std::atomic<int> first_failure{kExitOk};
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < routes.size(); ++i)
+      threads.emplace_back([&, i] {
+        const int route_rc = run_route(i);
+        if (route_rc == kExitOk) return;
+        int expected = kExitOk;
+        if (first_failure.compare_exchange_strong(expected, route_rc))
+          log_line("error", "stopping",
+                   "reason=\"route " + std::to_string(i) + " failed: every route stops\"");
+        g_stop.store(true, std::memory_order_relaxed);
+      });
+    for (auto& t : threads) t.join();
+    rc = first_failure.load();
+  }
   if (endpoint) endpoint->stop();
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace shm::bridge {
 namespace {
@@ -41,7 +42,7 @@ std::string label(const std::string& v) {
   return out;
 }
 
-daemons::HttpResponse status_json(const StatusSource& s) {
+nlohmann::json route_json(const StatusSource& s) {
   const RouteStatus& live = *s.live;
   nlohmann::json j;
   j["route"] = std::string(to_string(s.route));
@@ -62,54 +63,93 @@ daemons::HttpResponse status_json(const StatusSource& s) {
     j["counters"] = nullptr;
     j["counters_error"] = c.error().what();
   }
+  return j;
+}
+
+daemons::HttpResponse status_json(std::span<const StatusSource> sources) {
+  nlohmann::json routes = nlohmann::json::array();
+  for (const StatusSource& s : sources) routes.push_back(route_json(s));
+  const nlohmann::json j{{"routes", std::move(routes)}};
   return {200, "application/json",
           j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 
-daemons::HttpResponse metrics(const StatusSource& s) {
-  const RouteStatus& live = *s.live;
-  const std::string labels =
-      fmt::format("route=\"{}\",state=\"{}\"", to_string(s.route), label(s.state));
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help, std::uint64_t v) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name,
-                       labels, v);
+// One sample per route for each family; HELP and TYPE once per family.
+daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
+  struct Sample {
+    std::string labels;
+    std::uint64_t value;
   };
-  family("shm_bridge_up", "gauge", "1 while the route runs (after READY)",
-         live.ready.load(std::memory_order_relaxed) ? 1 : 0);
-  family("shm_bridge_connected", "gauge", "1 while the NATS connection is up",
-         live.connected.load(std::memory_order_relaxed) ? 1 : 0);
-  family("shm_bridge_bytes_moved_total", "counter", "payload bytes moved by this process",
-         live.bytes_moved.load(std::memory_order_relaxed));
-  if (s.route == Route::Export)
-    family("shm_bridge_egress_backlog", "gauge",
-           "records in the egress not yet stored by JetStream",
-           live.egress_backlog.load(std::memory_order_relaxed));
-  else
-    family("shm_bridge_stream_pending", "gauge",
-           "messages of the stream after the last one applied",
-           live.stream_pending.load(std::memory_order_relaxed));
-  if (auto c = read_counters(s)) {
-    const std::array<std::tuple<const char*, const char*, std::uint64_t>, 6> counters{{
-        {"shm_bridge_moved_total", "records moved (state segment, every run)", c->moved},
-        {"shm_bridge_acknowledged_total", "acknowledgements (state segment)", c->acknowledged},
-        {"shm_bridge_retries_total", "records failed and retried (state segment)", c->retries},
-        {"shm_bridge_reconnects_total", "NATS reconnections (state segment)", c->reconnects},
-        {"shm_bridge_duplicates_total", "messages dropped as already applied (state segment)",
-         c->duplicates},
-        {"shm_bridge_recovered_total", "intents completed after a crash (state segment)",
-         c->recovered},
-    }};
-    for (const auto& [name, help, v] : counters) family(name, "counter", help, v);
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    std::vector<Sample> samples;
+  };
+  std::vector<Family> families{
+      {"shm_bridge_up", "gauge", "1 while the route runs (after READY)", {}},
+      {"shm_bridge_connected", "gauge", "1 while the NATS connection is up", {}},
+      {"shm_bridge_bytes_moved_total", "counter", "payload bytes moved by this process", {}},
+      {"shm_bridge_egress_backlog",
+       "gauge",
+       "records in the egress not yet stored by JetStream",
+       {}},
+      {"shm_bridge_stream_pending",
+       "gauge",
+       "messages of the stream after the last one applied",
+       {}},
+      {"shm_bridge_moved_total", "counter", "records moved (state segment, every run)", {}},
+      {"shm_bridge_acknowledged_total", "counter", "acknowledgements (state segment)", {}},
+      {"shm_bridge_retries_total", "counter", "records failed and retried (state segment)", {}},
+      {"shm_bridge_reconnects_total", "counter", "NATS reconnections (state segment)", {}},
+      {"shm_bridge_duplicates_total",
+       "counter",
+       "messages dropped as already applied (state segment)",
+       {}},
+      {"shm_bridge_recovered_total",
+       "counter",
+       "intents completed after a crash (state segment)",
+       {}},
+  };
+  for (const StatusSource& s : sources) {
+    const RouteStatus& live = *s.live;
+    const std::string labels =
+        fmt::format("route=\"{}\",state=\"{}\"", to_string(s.route), label(s.state));
+    auto add = [&](std::size_t family, std::uint64_t v) {
+      families[family].samples.push_back({labels, v});
+    };
+    add(0, live.ready.load(std::memory_order_relaxed) ? 1 : 0);
+    add(1, live.connected.load(std::memory_order_relaxed) ? 1 : 0);
+    add(2, live.bytes_moved.load(std::memory_order_relaxed));
+    if (s.route == Route::Export)
+      add(3, live.egress_backlog.load(std::memory_order_relaxed));
+    else
+      add(4, live.stream_pending.load(std::memory_order_relaxed));
+    if (auto c = read_counters(s)) {
+      add(5, c->moved);
+      add(6, c->acknowledged);
+      add(7, c->retries);
+      add(8, c->reconnects);
+      add(9, c->duplicates);
+      add(10, c->recovered);
+    }
+  }
+  std::string out;
+  for (const Family& f : families) {
+    if (f.samples.empty()) continue;
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+    for (const Sample& sample : f.samples)
+      out += fmt::format("{}{{{}}} {}\n", f.name, sample.labels, sample.value);
   }
   return {200, "text/plain; version=0.0.4; charset=utf-8", out};
 }
 
 }  // namespace
 
-daemons::HttpResponse status_page(const StatusSource& source, const daemons::HttpRequest& request) {
-  if (request.path == "/status") return status_json(source);
-  if (request.path == "/metrics") return metrics(source);
+daemons::HttpResponse status_page(std::span<const StatusSource> sources,
+                                  const daemons::HttpRequest& request) {
+  if (request.path == "/status") return status_json(sources);
+  if (request.path == "/metrics") return metrics(sources);
   return {404, "text/plain; charset=utf-8", "not found: try /status or /metrics\n"};
 }
 

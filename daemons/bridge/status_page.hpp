@@ -1,5 +1,5 @@
 // The bridge's own HTTP pages (`shm-bridge ... --listen 127.0.0.1:PORT`):
-//   GET /status   JSON: the route, whether it is ready and connected, the
+//   GET /status   JSON: per route, whether it is ready and connected, the
 //                 state segment's counters, bytes moved, backlog
 //   GET /metrics  the same figures in the Prometheus text format
 // Anything else is 404. The counters are read from the state segment through
@@ -12,6 +12,7 @@
 
 #include "common/http_endpoint.hpp"
 
+#include <span>
 #include <string>
 
 namespace shm::bridge {
@@ -24,8 +25,11 @@ struct StatusSource {
   const RouteStatus* live = nullptr;
 };
 
-// The answer to one request (thread-safe: reads only).
-[[nodiscard]] daemons::HttpResponse status_page(const StatusSource& source,
+// The answer to one request about the process's routes (one, or every route
+// of a config file), thread-safe: reads only. /status is {"routes": [...]},
+// one object per route in order; /metrics labels each series with its route
+// and state segment.
+[[nodiscard]] daemons::HttpResponse status_page(std::span<const StatusSource> sources,
                                                 const daemons::HttpRequest& request);
 
 }  // namespace shm::bridge

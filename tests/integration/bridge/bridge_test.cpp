@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -407,6 +408,15 @@ nlohmann::json status_of(std::uint16_t port) {
   return nlohmann::json::parse(reply->body, nullptr, false);
 }
 
+// Route `i` of a bridge's /status ({"routes": [...]}), null when missing.
+nlohmann::json route_status(std::uint16_t port, std::size_t i = 0) {
+  const nlohmann::json doc = status_of(port);
+  if (doc.is_null() || doc.is_discarded() || !doc.contains("routes") || !doc["routes"].is_array() ||
+      doc["routes"].size() <= i)
+    return nullptr;
+  return doc["routes"][i];
+}
+
 // --listen: each route serves /status (JSON: ready, connected, the state
 // segment's counters, bytes moved, the backlog) and /metrics (Prometheus),
 // 404 elsewhere; the figures follow the stream to its end.
@@ -439,8 +449,8 @@ TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
   nlohmann::json ex, im;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   do {
-    ex = status_of(export_port);
-    im = status_of(import_port);
+    ex = route_status(export_port);
+    im = route_status(import_port);
     if (!ex.is_discarded() && !im.is_discarded() && !ex.is_null() && !im.is_null() &&
         ex["counters"].is_object() && ex["counters"]["acknowledged"] == n &&
         ex["egress_backlog"] == 0 && im["counters"].is_object() && im["counters"]["moved"] == n &&
@@ -490,6 +500,154 @@ TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
   }());
   EXPECT_EQ(taken->wait(30s), 2) << taken->output();
   EXPECT_THAT(taken->output(), HasSubstr(fmt::format("--listen 127.0.0.1:{}", export_port)));
+}
+
+// A file under the test's temporary directory holding `text`; removed with the object.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/libshm-bridge-config-XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    ::close(fd);
+    path_ = tmpl;
+    std::ofstream(path_) << text;
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() { std::filesystem::remove(path_); }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `shm-bridge run --config`: host A's export and host B's import, two routes
+// of one process (one thread each), carry the stream once, in order; /status
+// lists both routes, /metrics labels each; SIGTERM stops both (exit 0).
+TEST_F(BridgeTest, ConfigFileRunsAnExportAndAnImportRouteInOneProcess) {
+  const std::uint64_t n = shm::test::scaled(4'000);
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  const nlohmann::json config{
+      {"listen", "127.0.0.1:0"},
+      {"defaults",
+       {{"server", {server_->url()}}, {"subject", kSubject}, {"create-stream", "ORDERS"}}},
+      {"routes",
+       {{{"export",
+          {{"root", a_.path()},
+           {"source", "orders"},
+           {"egress", "orders-out"},
+           {"egress-capacity", 1024}}}},
+        {{"import", {{"root", b_.path()}, {"durable", "host-b"}, {"dest", "orders"}}}}}}};
+  const TempFile file(config.dump(2));
+  auto bridge = run_merged(bridge_bin(), {"run", "--config", file.path()});
+  ASSERT_TRUE(bridge->wait_for_text("READY export\n", 30s)) << bridge->output();
+  ASSERT_TRUE(bridge->wait_for_text("READY import\n", 30s)) << bridge->output();
+  const std::uint16_t port = listening_port(*bridge);
+  ASSERT_NE(port, 0) << bridge->output();
+
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_EQ(producer->wait(120s), 0) << producer->output() << bridge->output();
+  ASSERT_EQ(consumer->wait(120s), 0) << consumer->output() << bridge->output();
+  EXPECT_THAT(consumer->output(), HasSubstr("FIRST 0\n"));
+  EXPECT_THAT(consumer->output(), HasSubstr(fmt::format("OK {} {}\n", n, n - 1)));
+
+  nlohmann::json ex, im;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  do {
+    ex = route_status(port, 0);
+    im = route_status(port, 1);
+    if (!ex.is_null() && !im.is_null() && ex["counters"].is_object() &&
+        ex["counters"]["acknowledged"] == n && im["counters"].is_object() &&
+        im["counters"]["moved"] == n)
+      break;
+    std::this_thread::sleep_for(50ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  ASSERT_FALSE(ex.is_null()) << bridge->output();
+  ASSERT_FALSE(im.is_null()) << bridge->output();
+  EXPECT_EQ(ex["route"], "export") << ex.dump();
+  EXPECT_EQ(ex["state"], "orders-bridge-export") << ex.dump();
+  EXPECT_EQ(ex["counters"]["acknowledged"], n) << ex.dump();
+  EXPECT_EQ(im["route"], "import") << im.dump();
+  EXPECT_EQ(im["state"], "orders-bridge-import") << im.dump();
+  EXPECT_EQ(im["counters"]["moved"], n) << im.dump();
+  EXPECT_EQ(im["counters"]["duplicates"], 0) << im.dump();
+  const auto metrics = shm::test::http_get(port, "/metrics");
+  ASSERT_TRUE(metrics);
+  // One HELP per family, one sample per route.
+  const std::string help = "# HELP shm_bridge_moved_total ";
+  const auto first_help = metrics->body.find(help);
+  ASSERT_NE(first_help, std::string::npos) << metrics->body;
+  EXPECT_EQ(metrics->body.find(help, first_help + 1), std::string::npos) << metrics->body;
+  EXPECT_THAT(
+      metrics->body,
+      HasSubstr(fmt::format(
+          "shm_bridge_moved_total{{route=\"export\",state=\"orders-bridge-export\"}} {}\n", n)));
+  EXPECT_THAT(
+      metrics->body,
+      HasSubstr(fmt::format(
+          "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-import\"}} {}\n", n)));
+
+  bridge->kill(SIGTERM);
+  EXPECT_EQ(bridge->wait(30s), 0) << bridge->output();
+  EXPECT_THAT(bridge->output(), HasSubstr("event=stopped route=export"));
+  EXPECT_THAT(bridge->output(), HasSubstr("event=stopped route=import"));
+}
+
+// Every mistake in a config file is exit 2 before anything connects, naming
+// the file, the route and the key; a password in a server URL never shows.
+TEST_F(BridgeTest, ConfigFileMistakesExitTwoNamingTheRouteAndTheKey) {
+  const std::string export_route =
+      R"({"export": {"server": "nats://127.0.0.1:1", "subject": "s", "source": "r", "egress": "e"}})";
+  struct Case {
+    std::string text;
+    std::vector<std::string> expected;  // substrings of the output
+  };
+  const std::vector<Case> cases{
+      {"{", {"not valid JSON", "parse error"}},
+      {"[]", {"the top level must be an object"}},
+      {R"({"routes": []})", {"\"routes\" must be a non-empty list"}},
+      {R"({"rotues": [)" + export_route + "]}", {"unknown top-level key \"rotues\""}},
+      {R"({"routes": [{"export": {}, "import": {}}]})", {"routes[0]: expected"}},
+      {R"({"routes": [)" + export_route + R"(, {"export": {"sauce": "x"}}]})",
+       {"routes[1] (export): unknown key \"sauce\"", "source"}},
+      {R"({"routes": [{"export": {"server": "nats://127.0.0.1:1", "subject": "s", "source": "r",
+          "egress": "e", "window": 0}}]})",
+       {"routes[0] (export): \"window\": expected an integer in [1, 65536], got 0"}},
+      {R"({"routes": [{"import": {"server": "nats://127.0.0.1:1", "subject": "s", "dest": "r",
+          "durable": "d", "batch": "many"}}]})",
+       {"routes[0] (import): \"batch\": expected an integer in [1, 4096], got \"many\""}},
+      {R"({"routes": [{"import": {"server": "nats://127.0.0.1:1", "subject": "s", "dest": "r",
+          "source": "x"}}]})",
+       {"routes[0] (import): unknown key \"source\""}},
+      {R"({"routes": [{"import": {"server": "nats://127.0.0.1:1", "subject": "s", "dest": "r"}}]})",
+       {"routes[0] (import): \"durable\" is required"}},
+      {R"({"routes": [{"export": {"subject": "s", "source": "r", "egress": "e"}}]})",
+       {"routes[0] (export): \"server\" is required"}},
+      {R"({"defaults": {"window": 4}, "routes": [)" + export_route + "]}",
+       {"defaults: unknown key \"window\""}},
+      {R"({"defaults": {"server": ["nats://alice:s3cret@127.0.0.1:1", 7]}, "routes": [)" +
+           export_route + "]}",
+       {"defaults: \"server\": expected a server URL or a non-empty list of them"}},
+      {R"({"routes": [)" + export_route + ", " + export_route + "]}",
+       {"routes[1] (export) and routes[0] share the state segment r-bridge-export"}},
+  };
+  for (const Case& c : cases) {
+    const TempFile file(c.text);
+    auto bridge = run_merged(bridge_bin(), {"run", "--config", file.path()});
+    EXPECT_EQ(bridge->wait(30s), 2) << c.text << "\n" << bridge->output();
+    EXPECT_THAT(bridge->output(), HasSubstr("config " + file.path() + ": ")) << c.text;
+    for (const auto& e : c.expected) EXPECT_THAT(bridge->output(), HasSubstr(e)) << c.text;
+    EXPECT_THAT(bridge->output(), Not(HasSubstr("s3cret"))) << c.text;
+    EXPECT_THAT(bridge->output(), Not(HasSubstr("event=ready"))) << c.text;
+  }
+  auto missing = run_merged(bridge_bin(), {"run", "--config", "/nonexistent/bridge.json"});
+  EXPECT_EQ(missing->wait(30s), 2) << missing->output();
+  EXPECT_THAT(missing->output(), HasSubstr("config /nonexistent/bridge.json: cannot be read"));
 }
 
 // A throw-away CA and a certificate for 127.0.0.1 signed by it, made with the
