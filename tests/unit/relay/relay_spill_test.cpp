@@ -14,6 +14,8 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -276,9 +278,9 @@ TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) 
   }
 }
 
-// The spill intent's repair, driven in one process over intents written by
-// hand: a thread that returns holding the relay mutex leaves EOWNERDEAD, as a
-// killed holder does. An acknowledgement or expiry whose slot says Acked is
+// The spill intent's repair, driven over intents written by hand: a child
+// process that exits holding the relay mutex leaves EOWNERDEAD, as a killed
+// holder does. An acknowledgement or expiry whose slot says Acked is
 // finished and counted once (not again when its counter moved past the
 // recorded value); one whose slot is still Sealed never happened; an intent
 // state past 3 is damage (verify says so; the repair faults the relay).
@@ -302,7 +304,15 @@ TEST_F(RelaySpillTest, TheRepairCountsAnInterruptedAckOrExpiryOnceAndRefusesAnUn
     a.intent_state.store(static_cast<std::uint32_t>(kind));
   };
   auto die_holding_the_mutex = [&] {
-    std::thread([&] { (void)w->view().control->mutex.lock(); }).join();
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      (void)w->view().control->mutex.lock();
+      ::_exit(0);  // the kernel marks the robust mutex OWNER_DIED
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   };
   auto repaired = [&] {
     auto r = RelayReader::open("intent");  // locks: EOWNERDEAD, repairs
