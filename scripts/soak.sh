@@ -88,7 +88,9 @@
 #     so deduplicating by first_seq applies each op exactly once; each writer's
 #     ops come in its order; nothing corrupt;
 #   - the relay did spill (entries came back from cold pages), every page
-#     sealed was acknowledged, and no page file is left in the spill directory;
+#     sealed was acknowledged, and counted once (pages_acked + pages_expired
+#     = pages_sealed + pages_rebuilt at the clean stop, whatever the kills
+#     hit), and no page file is left in the spill directory;
 #   egress (at least once, deduplicated by sequence):
 #   - nothing lost: every message a sender saw enqueued is delivered; the one
 #     a sender was enqueueing when killed lands once or not at all; every

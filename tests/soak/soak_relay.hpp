@@ -44,6 +44,7 @@
 //            C <reason> <key> <first_seq>   an entry failed its checks
 //            P <pages_sealed> <pages_acked> <entries_spilled> <spill_fallbacks>
 //              <seals_rolled_forward> <seals_rolled_back> <blocked>
+//              <pages_expired> <pages_refused> <pages_rebuilt>
 //                                           the relay's counters at the clean stop
 //            X <entries_this_incarnation>   drained (head and cold pages
 //                                           empty) and stopped (SIGTERM)

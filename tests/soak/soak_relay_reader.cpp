@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const shm::RelaySnapshot s = r.snapshot();
-  soak::append(log, fmt::format("P {} {} {} {} {} {} {}\nX {}\n", s.pages_sealed, s.pages_acked,
-                                s.entries_spilled, s.spill_fallbacks, s.seals_rolled_forward,
-                                s.seals_rolled_back, s.blocked, total));
+  soak::append(log, fmt::format("P {} {} {} {} {} {} {} {} {} {}\nX {}\n", s.pages_sealed,
+                                s.pages_acked, s.entries_spilled, s.spill_fallbacks,
+                                s.seals_rolled_forward, s.seals_rolled_back, s.blocked,
+                                s.pages_expired, s.pages_refused, s.pages_rebuilt, total));
   return 0;
 }

@@ -75,30 +75,34 @@ int main(int argc, char** argv) {
   // of the entries logged since its last commit ("D").
   std::vector<Delivery> deliveries;
   std::vector<std::vector<std::uint64_t>> uncommitted;
-  // P: the relay's counters at the clean stop (reported, not judged: a kill
-  // between a page's acknowledgement and its counter's bump skips the bump).
+  // P: the relay's counters at the clean stop. The spill intent makes the page
+  // counters exact across kills (docs/spill.md): with everything drained and
+  // no page refused, every page sealed (or adopted) was acknowledged or
+  // expired exactly once.
   std::uint64_t pages_sealed = 0, pages_acked = 0, entries_spilled = 0, fallbacks = 0,
-                rolled_forward = 0, rolled_back = 0, blocked = 0;
-  const auto incs =
-      soak::parse_log(dir + "/relay-reader.log", violations,
-                      [&](char tag, std::istringstream& ls, soak::Incarnation&, std::size_t index) {
-                        if (uncommitted.size() <= index) uncommitted.resize(index + 1);
-                        if (tag == 'D') {
-                          uncommitted[index].clear();
-                        } else if (tag == 'I') {
-                          Delivery d{};
-                          int r = 0;
-                          if (!(ls >> d.writer >> d.seq >> d.first_seq >> d.page >> r))
-                            return;  // torn
-                          d.redelivered = r != 0;
-                          d.incarnation = index;
-                          deliveries.push_back(d);
-                          uncommitted[index].push_back(d.first_seq);
-                        } else if (tag == 'P') {
-                          ls >> pages_sealed >> pages_acked >> entries_spilled >> fallbacks >>
-                              rolled_forward >> rolled_back >> blocked;
-                        }
-                      });
+                rolled_forward = 0, rolled_back = 0, blocked = 0, pages_expired = 0,
+                pages_refused = 0, pages_rebuilt = 0;
+  bool counted = false;
+  const auto incs = soak::parse_log(
+      dir + "/relay-reader.log", violations,
+      [&](char tag, std::istringstream& ls, soak::Incarnation&, std::size_t index) {
+        if (uncommitted.size() <= index) uncommitted.resize(index + 1);
+        if (tag == 'D') {
+          uncommitted[index].clear();
+        } else if (tag == 'I') {
+          Delivery d{};
+          int r = 0;
+          if (!(ls >> d.writer >> d.seq >> d.first_seq >> d.page >> r)) return;  // torn
+          d.redelivered = r != 0;
+          d.incarnation = index;
+          deliveries.push_back(d);
+          uncommitted[index].push_back(d.first_seq);
+        } else if (tag == 'P') {
+          counted = static_cast<bool>(ls >> pages_sealed >> pages_acked >> entries_spilled >>
+                                      fallbacks >> rolled_forward >> rolled_back >> blocked >>
+                                      pages_expired >> pages_refused >> pages_rebuilt);
+        }
+      });
   for (const soak::Incarnation& inc : incs) {
     for (const std::string& v : inc.violations) violation("relay-reader: " + v);
     for (const std::string& bad : inc.corrupt)
@@ -216,6 +220,11 @@ int main(int argc, char** argv) {
     violation(
         "no entry came from a cold page: the run never spilled (raise the writers' rate "
         "or the reader's pause)");
+  if (counted && pages_refused == 0 && pages_acked + pages_expired != pages_sealed + pages_rebuilt)
+    violation(fmt::format(
+        "page counters at the clean stop: {} acknowledged + {} expired, but {} sealed + {} "
+        "adopted at create (each page counts once, whatever the kills hit)",
+        pages_acked, pages_expired, pages_sealed, pages_rebuilt));
   std::printf("  messages: %llu delivered, %llu acknowledged op(s) lost, %llu replayed\n",
               static_cast<unsigned long long>(op_of.size()), static_cast<unsigned long long>(lost),
               static_cast<unsigned long long>(replays));

@@ -143,8 +143,16 @@ struct SpillFloors {
 // a fallback.
 [[nodiscard]] Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log,
                                      std::string_view path);
+// Under the mutex: opens the spill intent of a seal, an acknowledgement or a
+// Ttl expiry of page `page` (the protocol in shm/relay/layout.hpp); the
+// change's counter is read here, before its bump. Closed by end_intent after
+// the bump.
+void begin_intent(SpillArea& a, SpillIntent kind, std::uint64_t page,
+                  std::uint64_t last_order = 0) noexcept;
+void end_intent(SpillArea& a) noexcept;
 // Under the mutex, during a repair: finishes or undoes an interrupted seal,
-// finishes acknowledged slots, recomputes the cold projections.
+// acknowledgement or expiry and counts it if its holder did not, finishes
+// acknowledged slots, recomputes the cold projections.
 [[nodiscard]] bool repair_spill(const View& v, std::string& why);
 // Under the mutex: removes the files of acknowledged slots and frees them.
 void finish_acked(const View& v, const spill::SpillDir& dir);

@@ -791,8 +791,11 @@ Result<void> RelayReader::commit() {
       st(a.cursor_record, done);
       return {};
     }
-    // The last record: acknowledge the page, then reclaim its file.
-    st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));
+    // The last record: acknowledge the page, then reclaim its file, inside
+    // the Ack intent (a kill anywhere below: the repair finishes it and
+    // counts it once; see the spill note in shm/relay/layout.hpp).
+    begin_intent(a, relay::SpillIntent::Ack, id);
+    st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));  // the commit point
     ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
     const std::string name = spill::page_file_name(id);
     (void)::unlinkat((*d)->fd(), name.c_str(), 0);
@@ -801,6 +804,8 @@ Result<void> RelayReader::commit() {
     release_slot(view_, *s);
     bump(a.counters.pages_acked);
     log_event(c, EventKind::PageAcked, id, n);
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::AckCounted);
+    end_intent(a);
     if (page_id_ == id) page_id_ = 0;
     wake_writers(c);  // disk freed: a writer that fell back to Block may spill again
     return {};

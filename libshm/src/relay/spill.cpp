@@ -74,7 +74,51 @@ void recompute_cold(const View& v) noexcept {
   st(a.cold_ops, ops);
 }
 
+// The counter a spill intent's change bumps.
+std::atomic<std::uint64_t>& counter_of(SpillArea& a, SpillIntent kind) noexcept {
+  switch (kind) {
+    case SpillIntent::Ack:
+      return a.counters.pages_acked;
+    case SpillIntent::Expire:
+      return a.counters.pages_expired;
+    case SpillIntent::Seal:
+    case SpillIntent::None:
+      break;
+  }
+  return a.counters.pages_sealed;
+}
+
+// Whether the interrupted intent's counter still holds the value recorded
+// when the intent was opened: its holder died before the bump. The holder
+// bumps it once at most, and n and n + 1 differ in their low 32 bits.
+bool uncounted(SpillArea& a, SpillIntent kind) noexcept {
+  return static_cast<std::uint32_t>(ld(counter_of(a, kind))) == ld(a.intent_count);
+}
+
 }  // namespace
+
+void begin_intent(SpillArea& a, SpillIntent kind, std::uint64_t page,
+                  std::uint64_t last_order) noexcept {
+  st(a.intent_page, page);
+  st(a.intent_last_order, last_order);
+  st(a.intent_count, static_cast<std::uint32_t>(ld(counter_of(a, kind))));
+  // A kill stops this process between two instructions: the compiler must
+  // not sink the record's stores below the state store, nor hoist the
+  // change's stores above it.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // [spill.I] release: the record above is complete before the state says
+  // valid; pairs with the next locker's acquisition of the robust mutex (the
+  // repair reads the intent under it, EOWNERDEAD or not).
+  a.intent_state.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+void end_intent(SpillArea& a) noexcept {
+  // The change and its counter's bump stay above the clear (a kill between
+  // them must find the intent still valid).
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(a.intent_state, static_cast<std::uint32_t>(SpillIntent::None));
+}
 
 std::string spill_dir_of(const View& v) {
   const char* d = v.spill->dir;
@@ -306,14 +350,10 @@ Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::strin
   const std::uint64_t id = ld(a.next_page_id);
   st(a.next_page_id, id + 1);
   // The intent: valid before any file exists (see the protocol).
-  st(a.intent_page, id);
-  st(a.intent_last_order, page.last_order());
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  st(a.intent_state, 1u);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  begin_intent(a, SpillIntent::Seal, id, page.last_order());
   auto sealed = spill::write_page(dir, id, ld(c.policy), page, seal_step);
   if (!sealed) {
-    st(a.intent_state, 0u);
+    end_intent(a);  // nothing recorded, nothing counted (write_page removed its file)
     if (sealed.error().code == Errc::NoSpace) {
       bump(a.counters.no_space);
       if (log) log_event(c, EventKind::NoSpace, id, page.content().size());
@@ -354,21 +394,77 @@ Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::strin
     st(c.free_head, i);
   }
   refresh_oldest(v);
-  st(a.intent_state, 0u);
   bump(a.counters.pages_sealed);
   bump(a.counters.entries_spilled, page.records());
   bump(a.counters.ops_spilled, page.ops());
-  recompute_cold(v);
   log_event(c, EventKind::Spilled, id, page.records());
+  ::shm::detail::spill_crash_point(CrashPoint::SealCounted);
+  end_intent(a);
+  recompute_cold(v);
   return true;
 }
+
+namespace {
+
+// Repair of an interrupted seal: forward if the manifest recorded the page,
+// back otherwise.
+void repair_seal(const View& v, const spill::SpillDir* dir) {
+  SpillArea& a = *v.spill;
+  const std::uint64_t id = ld(a.intent_page);
+  const ManifestSlot* s = find_slot(v, id);
+  if (s == nullptr) {
+    // Roll back: not recorded; the entries are still in the hot head.
+    if (dir != nullptr) {
+      const std::string tmp = shm::detail::format("page-{:016x}.tmp", id);
+      (void)::unlinkat(dir->fd(), tmp.c_str(), 0);
+      (void)spill::remove_page(*dir, id);
+    }
+    bump(a.counters.rolled_back);
+    return;
+  }
+  // Roll forward: the page is recorded; its entries are exactly the pending
+  // ones at or below the intent's last order (none left if the holder freed them).
+  const std::uint64_t last = ld(a.intent_last_order);
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    EntryHead& e = v.entry(i);
+    if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) && ld(e.order) <= last)
+      st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+  }
+  if (uncounted(a, SpillIntent::Seal)) {
+    bump(a.counters.pages_sealed);
+    bump(a.counters.entries_spilled, ld(s->records));
+    bump(a.counters.ops_spilled, ld(s->ops));
+    log_event(*v.control, EventKind::Spilled, id, ld(s->records));
+  }
+  bump(a.counters.rolled_forward);
+}
+
+// Repair of an interrupted acknowledgement or expiry: the slot's Acked store
+// decided it. Still Sealed: it never happened. Acked or freed: it did; count
+// it if the holder did not (finish_acked then removes the file and frees the
+// slot).
+void repair_release(const View& v, SpillIntent kind) {
+  SpillArea& a = *v.spill;
+  const std::uint64_t id = ld(a.intent_page);
+  const ManifestSlot* s = find_slot(v, id);
+  if (s != nullptr && ld(s->state) == static_cast<std::uint32_t>(SlotState::Sealed)) return;
+  if (!uncounted(a, kind)) return;
+  bump(counter_of(a, kind));
+  if (kind == SpillIntent::Expire)  // counted before the slot is freed: the slot is here
+    log_event(*v.control, EventKind::PageExpired, id, s != nullptr ? ld(s->ops) : 0);
+  else
+    log_event(*v.control, EventKind::PageAcked, id, 0);
+}
+
+}  // namespace
 
 bool repair_spill(const View& v, std::string& why) {
   SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0) return true;
   const std::uint32_t intent = ld(a.intent_state);
-  if (intent > 1) {
-    why = shm::detail::format("spill intent state {} is neither 0 nor 1", intent);
+  if (intent > kLastSpillIntent) {
+    why = shm::detail::format(
+        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge) or 3 (expire)", intent);
     return false;
   }
   for (const ManifestSlot& s : a.slots)
@@ -377,30 +473,18 @@ bool repair_spill(const View& v, std::string& why) {
       return false;
     }
   auto dir = spill::SpillDir::open(spill_dir_of(v), false);
-  if (intent == 1) {
-    const std::uint64_t id = ld(a.intent_page);
-    if (find_slot(v, id) != nullptr) {
-      // Roll forward: the page is recorded; its entries are exactly the
-      // pending ones at or below the intent's last order.
-      const std::uint64_t last = ld(a.intent_last_order);
-      for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
-        EntryHead& e = v.entry(i);
-        if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) && ld(e.order) <= last)
-          st(e.state, static_cast<std::uint32_t>(EntryState::Free));
-      }
-      bump(a.counters.pages_sealed);
-      bump(a.counters.rolled_forward);
-    } else {
-      // Roll back: not recorded; the entries are still in the hot head.
-      if (dir) {
-        const std::string tmp = shm::detail::format("page-{:016x}.tmp", id);
-        (void)::unlinkat(dir->fd(), tmp.c_str(), 0);
-        (void)spill::remove_page(*dir, id);
-      }
-      bump(a.counters.rolled_back);
-    }
-    st(a.intent_state, 0u);
+  switch (static_cast<SpillIntent>(intent)) {
+    case SpillIntent::None:
+      break;
+    case SpillIntent::Seal:
+      repair_seal(v, dir ? &*dir : nullptr);
+      break;
+    case SpillIntent::Ack:
+    case SpillIntent::Expire:
+      repair_release(v, static_cast<SpillIntent>(intent));
+      break;
   }
+  end_intent(a);
   if (dir) finish_acked(v, *dir);
   if (ld(a.cursor_page) != 0) {
     const ManifestSlot* s = find_slot(v, ld(a.cursor_page));
@@ -428,10 +512,16 @@ void expire_pages(const View& v, const spill::SpillDir& dir) {
   for (ManifestSlot& s : a.slots) {
     if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
     if (ld(s.sealed_ns) + ttl_ns > now) continue;
-    st(s.state, static_cast<std::uint32_t>(SlotState::Acked));
+    const std::uint64_t id = ld(s.page_id);
+    begin_intent(a, SpillIntent::Expire, id);
+    st(s.state, static_cast<std::uint32_t>(SlotState::Acked));  // the commit point
+    ::shm::detail::spill_crash_point(CrashPoint::ExpireMarked);
+    // Counted while the slot still says how many ops were lost (repair too).
     bump(a.counters.pages_expired);
-    log_event(*v.control, EventKind::PageExpired, ld(s.page_id), ld(s.ops));
-    if (spill::remove_page(dir, ld(s.page_id))) release_slot(v, s);
+    log_event(*v.control, EventKind::PageExpired, id, ld(s.ops));
+    ::shm::detail::spill_crash_point(CrashPoint::ExpireCounted);
+    if (spill::remove_page(dir, id)) release_slot(v, s);
+    end_intent(a);
   }
 }
 
@@ -439,9 +529,10 @@ std::vector<std::string> verify_spill(const View& v) {
   std::vector<std::string> out;
   const SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0) return out;
-  if (ld(a.intent_state) > 1)
-    out.push_back(
-        shm::detail::format("spill intent state {} is neither 0 nor 1", ld(a.intent_state)));
+  if (ld(a.intent_state) > kLastSpillIntent)
+    out.push_back(shm::detail::format(
+        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge) or 3 (expire)",
+        ld(a.intent_state)));
   std::uint64_t pages = 0;
   for (const ManifestSlot& s : a.slots) {
     const std::uint32_t state = ld(s.state);

@@ -10,6 +10,10 @@
 //       Drains NAME with credit 4, appending "e FIRST VALUE" to LOG for every
 //       entry before the commit; the hook stops at POINT inside the commit
 //       that acknowledges a page.
+//   test_spill_peer expire NAME POINT
+//       Opens a reader of NAME (a Ttl relay whose pages are past the ttl) and
+//       takes: the take expires the pages; the hook stops at POINT inside
+//       the first expiry.
 #include "shm/relay/relay.hpp"
 #include "shm/testing/spill_crash.hpp"
 
@@ -74,11 +78,23 @@ int run_ack(const std::string& name, int point, const std::string& log) {
   die("the reader returned without reaching the crash point");
 }
 
+int run_expire(const std::string& name, int point) {
+  auto r = RelayReader::open(name);
+  if (!r) die(r.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(stop_at);
+  auto got = r->take(4);
+  die(got ? fmt::format("the take returned {} entries without reaching the crash point",
+                        got->size())
+          : got.error().what());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 3 && a[0] == "seal") return run_seal(a[1], std::stoi(a[2]));
   if (a.size() == 4 && a[0] == "ack") return run_ack(a[1], std::stoi(a[2]), a[3]);
+  if (a.size() == 3 && a[0] == "expire") return run_expire(a[1], std::stoi(a[2]));
   die("usage: see the comment at the top of spill_peer.cpp");
 }

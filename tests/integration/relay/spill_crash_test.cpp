@@ -1,7 +1,9 @@
 // The spill store across real processes: a writer killed -9 at every step of
-// a page seal, a reader killed -9 at every step of a page acknowledgement;
-// then reopen and drain: nothing lost, nothing applied twice, files and
-// manifest agree (verify), no torn temporary file left.
+// a page seal, a reader killed -9 at every step of a page acknowledgement or
+// of a Ttl expiry; then reopen and drain: nothing lost, nothing applied
+// twice, files and manifest agree (verify), no torn temporary file left, and
+// the counters (pages_sealed, entries_spilled, ops_spilled, pages_acked,
+// pages_expired) exact: each change counted once, whatever step the kill hit.
 #include "shm/testing/spill_crash.hpp"
 #include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shm {
@@ -79,13 +82,15 @@ class SpillCrashTest : public ::testing::Test {
 // A writer killed at each step of a seal: before the manifest records the
 // page, repair rolls back (the entries stay hot, the file goes); after, it
 // rolls forward (the entries leave the hot head, the page stays). Either way
-// the reader gets ops 0..5 once, in order.
+// the reader gets ops 0..5 once, in order, and the page is counted once if it
+// was recorded (SealCounted: the holder counted it already), never otherwise.
 TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNothing) {
   const std::vector<std::pair<P, const char*>> points = {{P::ContentWritten, "ContentWritten"},
                                                          {P::HeaderWritten, "HeaderWritten"},
                                                          {P::Renamed, "Renamed"},
                                                          {P::DirSynced, "DirSynced"},
-                                                         {P::ManifestUpdated, "ManifestUpdated"}};
+                                                         {P::ManifestUpdated, "ManifestUpdated"},
+                                                         {P::SealCounted, "SealCounted"}};
   for (const auto& [point, label] : points) {
     SCOPED_TRACE(label);
     const std::string name = std::string("seal-") + label;
@@ -105,11 +110,15 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
     ASSERT_TRUE(r) << r.error().what();
     const RelaySnapshot s = r->snapshot();
     EXPECT_EQ(s.repairs, 1u);
-    const bool forward = point == P::ManifestUpdated;
+    const bool forward = point == P::ManifestUpdated || point == P::SealCounted;
     EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
     EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
     EXPECT_EQ(s.cold_pages, forward ? 1u : 0u);
     EXPECT_EQ(s.depth, forward ? 2u : 6u);
+    // The counters are exact: the page counted once if it was recorded, never otherwise.
+    EXPECT_EQ(s.pages_sealed, forward ? 1u : 0u);
+    EXPECT_EQ(s.entries_spilled, forward ? 4u : 0u);
+    EXPECT_EQ(s.ops_spilled, forward ? 4u : 0u);
     const std::string dir = spill_.sub(name);
     EXPECT_EQ(count_files(dir, ".tmp"), 0u);
     EXPECT_EQ(count_files(dir, ".spill"), forward ? 1u : 0u);
@@ -134,11 +143,12 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
 }
 
 // A reader killed at each step of a page acknowledgement, after it applied
-// the page's records: the page is acknowledged (never delivered again), its
-// file goes at the next lock, and the rest follows in order.
+// the page's records: the page is acknowledged (never delivered again) and
+// counted once (AckCounted: the holder counted it already), its file goes at
+// the next lock, and the rest follows in order.
 TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAgain) {
-  const std::vector<std::pair<P, const char*>> points = {{P::PageAcked, "PageAcked"},
-                                                         {P::FileRemoved, "FileRemoved"}};
+  const std::vector<std::pair<P, const char*>> points = {
+      {P::PageAcked, "PageAcked"}, {P::FileRemoved, "FileRemoved"}, {P::AckCounted, "AckCounted"}};
   for (const auto& [point, label] : points) {
     SCOPED_TRACE(label);
     const std::string name = std::string("ack-") + label;
@@ -163,6 +173,7 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAga
     ASSERT_TRUE(r) << r.error().what();
     const std::string file = spill_.sub(name) + "/" + spill::page_file_name(first_page);
     EXPECT_FALSE(fs::exists(file));  // the repair finished the acknowledgement
+    EXPECT_EQ(r->snapshot().pages_acked, 1u) << "the acknowledgement counted once";
     check_verify(name);
     std::vector<Applied> after;
     for (int guard = 0; guard < 100; ++guard) {
@@ -181,6 +192,67 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAga
     for (std::uint64_t i = 0; i < kOps; ++i) expect.push_back(i);
     EXPECT_EQ(all, expect);
     EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+    const RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.pages_acked, s.pages_sealed) << "every sealed page acknowledged, each counted once";
+    EXPECT_EQ(s.cold_pages, 0u);
+  }
+}
+
+// A reader killed at each step of a Ttl expiry: the page is expired (its
+// file goes, it is never delivered) and counted once in pages_expired
+// (ExpireCounted: the holder counted it already); the other pages expire at
+// the next take, the hot entries follow.
+TEST_F(SpillCrashTest, AReaderKilledAtEveryExpiryStepCountsTheExpiredPageOnce) {
+  const std::vector<std::pair<P, const char*>> points = {{P::ExpireMarked, "ExpireMarked"},
+                                                         {P::ExpireCounted, "ExpireCounted"}};
+  for (const auto& [point, label] : points) {
+    SCOPED_TRACE(label);
+    const std::string name = std::string("expire-") + label;
+    constexpr std::uint64_t kOps = 14;
+    std::uint64_t first_page = 0, sealed = 0;
+    {
+      RelayConfig cfg = crash_cfg();
+      cfg.spill.retention = relay::RetentionKind::Ttl;
+      cfg.spill.ttl = 1ms;
+      auto w = RelayWriter::create(name, cfg);
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < kOps; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      sealed = w->snapshot().pages_sealed;
+      ASSERT_GE(w->snapshot().cold_pages, 2u);
+      first_page = w->snapshot().manifest.at(0).page_id;
+    }
+    std::this_thread::sleep_for(5ms);  // the pages age past the ttl (not a synchronisation)
+    auto helper = spill_peer({"expire", name, std::to_string(static_cast<int>(point))});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+    helper.kill(SIGKILL);
+    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+
+    auto r = RelayReader::open(name);  // locks: repairs the interrupted expiry
+    ASSERT_TRUE(r) << r.error().what();
+    RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.repairs, 1u);
+    EXPECT_EQ(s.pages_expired, 1u) << "the expired page counted once";
+    EXPECT_EQ(s.cold_pages, sealed - 1);
+    const std::string dir = spill_.sub(name);
+    EXPECT_FALSE(fs::exists(dir + "/" + spill::page_file_name(first_page)));
+    check_verify(name);
+    std::vector<std::uint64_t> got;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) {
+        EXPECT_EQ(e.page_id, 0u) << "an expired page was delivered";
+        got.push_back(u64_of(e.value));
+      });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    std::vector<std::uint64_t> hot;  // what no page took: the newest ops
+    for (std::uint64_t i = 4 * sealed; i < kOps; ++i) hot.push_back(i);
+    EXPECT_EQ(got, hot);
+    s = r->snapshot();
+    EXPECT_EQ(s.pages_expired, sealed) << "every page expired, each counted once";
+    EXPECT_EQ(s.pages_acked, 0u);
+    EXPECT_EQ(s.cold_pages, 0u);
+    EXPECT_EQ(count_files(dir, ".spill"), 0u);
   }
 }
 

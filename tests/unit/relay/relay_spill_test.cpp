@@ -14,6 +14,8 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -274,6 +276,105 @@ TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) 
     w.view().entry(head).next.store(1000);
     expect_corrupt(w, "the pending list names entry 1000 after 1 entries (capacity 8)");
   }
+}
+
+// The spill intent's repair, driven over intents written by hand: a child
+// process that exits holding the relay mutex leaves EOWNERDEAD, as a killed
+// holder does. An acknowledgement or expiry whose slot says Acked is
+// finished and counted once (not again when its counter moved past the
+// recorded value); one whose slot is still Sealed never happened; an intent
+// state past 3 is damage (verify says so; the repair faults the relay).
+TEST_F(RelaySpillTest, TheRepairCountsAnInterruptedAckOrExpiryOnceAndRefusesAnUnknownIntent) {
+  auto w = RelayWriter::create("intent", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  const RelaySnapshot before = w->snapshot();
+  ASSERT_GE(before.cold_pages, 3u);
+  relay::SpillArea& a = *w->view().spill;
+  auto slot_of = [&](std::uint64_t page) -> relay::ManifestSlot& {
+    for (relay::ManifestSlot& s : a.slots)
+      if (s.state.load() != 0 && s.page_id.load() == page) return s;
+    ADD_FAILURE() << "page " << page << " is not in the manifest";
+    return a.slots[0];
+  };
+  auto intent = [&](relay::SpillIntent kind, std::uint64_t page, std::uint64_t count) {
+    a.intent_page.store(page);
+    a.intent_last_order.store(0);
+    a.intent_count.store(static_cast<std::uint32_t>(count));
+    a.intent_state.store(static_cast<std::uint32_t>(kind));
+  };
+  auto die_holding_the_mutex = [&] {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      (void)w->view().control->mutex.lock();
+      ::_exit(0);  // the kernel marks the robust mutex OWNER_DIED
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  };
+  auto repaired = [&] {
+    auto r = RelayReader::open("intent");  // locks: EOWNERDEAD, repairs
+    EXPECT_TRUE(r) << r.error().what();
+    const RelaySnapshot s = w->snapshot();
+    EXPECT_EQ(a.intent_state.load(), 0u);
+    return s;
+  };
+  const std::string dir = spill_.sub("intent");
+  const std::uint64_t p0 = before.manifest.at(0).page_id, p1 = before.manifest.at(1).page_id,
+                      p2 = before.manifest.at(2).page_id;
+  const KindDescriptor* kind = find_kind(kRelayKind);
+  auto problems = [&] {
+    auto seg = Segment::open_any("intent", {});
+    EXPECT_TRUE(seg);
+    return kind->verify(*seg);
+  };
+
+  // An acknowledgement killed after its commit point, before its count.
+  intent(relay::SpillIntent::Ack, p0, before.pages_acked);
+  EXPECT_TRUE(problems().empty()) << problems().front();  // a valid intent (state 2)
+  slot_of(p0).state.store(static_cast<std::uint32_t>(relay::SlotState::Acked));
+  die_holding_the_mutex();
+  RelaySnapshot s = repaired();
+  EXPECT_EQ(s.pages_acked, before.pages_acked + 1);
+  EXPECT_EQ(s.cold_pages, before.cold_pages - 1);
+  EXPECT_FALSE(fs::exists(dir + "/" + spill::page_file_name(p0)));
+
+  // An expiry killed after its count: not counted again.
+  intent(relay::SpillIntent::Expire, p1, s.pages_expired);
+  EXPECT_TRUE(problems().empty()) << problems().front();  // state 3
+  slot_of(p1).state.store(static_cast<std::uint32_t>(relay::SlotState::Acked));
+  a.counters.pages_expired.store(s.pages_expired + 1);  // the holder's bump
+  die_holding_the_mutex();
+  s = repaired();
+  EXPECT_EQ(s.pages_expired, 1u);
+  EXPECT_EQ(s.cold_pages, before.cold_pages - 2);
+  EXPECT_FALSE(fs::exists(dir + "/" + spill::page_file_name(p1)));
+
+  // An expiry killed before its commit point: nothing happened.
+  intent(relay::SpillIntent::Expire, p2, s.pages_expired);
+  die_holding_the_mutex();
+  s = repaired();
+  EXPECT_EQ(s.pages_expired, 1u);
+  EXPECT_EQ(s.cold_pages, before.cold_pages - 2);
+  EXPECT_TRUE(fs::exists(dir + "/" + spill::page_file_name(p2)));
+  EXPECT_EQ(s.pages_acked, before.pages_acked + 1);
+  EXPECT_TRUE(problems().empty()) << problems().front();
+
+  // State 4 is no intent at all.
+  a.intent_state.store(4);
+  const auto found = problems();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0],
+            "spill intent state 4 is not 0 (none), 1 (seal), 2 (acknowledge) or 3 "
+            "(expire)");
+  die_holding_the_mutex();
+  auto r = RelayReader::open("intent");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  EXPECT_NE(r.error().message.find("spill intent state 4 is not 0 (none)"), std::string::npos)
+      << r.error().what();
 }
 
 // One relay per spill directory: a second relay (another segment) created on a

@@ -115,7 +115,8 @@ enum class EventKind : std::uint32_t {
   Repaired,       // a locker repaired after a holder died (count = 1 if an intent rolled forward)
   Returned,       // entries a dead reader held were returned (count = entries)
   Spilled,        // a page was sealed (key = page id, count = entries)
-  PageAcked,      // the reader acknowledged a page; its file is removed (key = page id)
+  PageAcked,      // the reader acknowledged a page; its file is removed (key = page id,
+                  // count = records of the last commit, 0 when a repair finished it)
   PageRefused,    // a page file failed validation and was moved aside (key = page id)
   SpillFallback,  // spill impossible (bound, manifest full, an I/O error): blocked instead
   NoSpace,        // the filesystem cannot hold a page (statvfs preflight / ENOSPC)
@@ -212,27 +213,50 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // directory when the segment is created (the hot head is RAM and lost with the
 // machine; sealed pages are not).
 //
-// Seal (a writer, under the mutex): choose the oldest pending entries; store
-// the spill intent {page id, last order}, intent_state = 1; write and seal the
-// page file (content, flush, header, flush, rename, fsync dir); fill a free
-// manifest slot and publish it (state Sealed); free the entries; clear the
-// intent. A holder killed anywhere in it leaves EOWNERDEAD: repair rolls the
-// intent forward when the manifest holds the page (frees the pending entries
-// with order <= last order: exactly the page's, since the pending list is
-// sorted by order and nothing else ran) and back otherwise (removes the page
-// file if it was renamed: the entries stay in the hot head).
+// The spill intent. Each of the three changes of a page (seal, acknowledge,
+// Ttl expiry) runs under the mutex inside one intent: store intent_page,
+// intent_last_order (seal) and intent_count (the low 32 bits of the change's
+// counter, pages_sealed / pages_acked / pages_expired, before it is bumped),
+// then intent_state (SpillIntent, a release store: the record is complete
+// before it says valid); make the change; bump the counter; clear the intent.
+// A holder killed anywhere in it leaves EOWNERDEAD, and repair finishes or
+// undoes the change and bumps the counter only if it still holds the recorded
+// value: the holder bumps it at most once per intent, so the value is either
+// the recorded one (not counted yet) or one more, which differs in the low 32
+// bits: every counter is exact across a kill at any point, never skipped,
+// never doubled.
+//
+// Seal (a writer, under the mutex): choose the oldest pending entries; open
+// the Seal intent {page id, last order}; write and seal the page file
+// (content, flush, header, flush, rename, fsync dir); fill a free manifest
+// slot and publish it (state Sealed: the commit point); free the entries;
+// count (pages_sealed, entries_spilled, ops_spilled, the Spilled event);
+// clear the intent. Repair rolls it forward when the manifest holds the page
+// (frees the pending entries with order <= last order: exactly the page's,
+// since the pending list is sorted by order and nothing else ran; counts the
+// page from its slot if the holder did not) and back otherwise (removes the
+// page file if it was renamed: the entries stay in the hot head; nothing
+// counted).
 //
 // Drain (the reader): the oldest sealed page goes first when its first order
 // is older than the hot head's oldest entry. The reader reads and validates
 // the file outside the mutex, delivers up to `credit` records from the egress
 // cursor (cursor_page, cursor_record), and on commit advances the cursor; the
-// last record's commit acknowledges the page: slot state Acked, unlink, fsync
-// dir, slot Free. An Acked slot found later (a reader killed in between) is
-// finished by whoever sees it. Records taken and not committed are delivered
-// again (taken_record marks how far delivery went: `redelivered`).
+// last record's commit acknowledges the page inside the Ack intent: slot
+// state Acked (the commit point), unlink, fsync dir, slot Free, pages_acked.
+// Ttl expiry does the same inside the Expire intent: slot Acked, pages_expired
+// (and the PageExpired event, which names the ops lost), unlink, slot Free.
+// Repair of either: a slot still Sealed means the change never happened
+// (nothing counted); an Acked or freed slot is counted if the holder did not.
+// An Acked slot found later (a reader killed in between, or an unlink that
+// failed) is finished by whoever sees it. Records taken and not committed are
+// delivered again (taken_record marks how far delivery went: `redelivered`).
 inline constexpr std::uint32_t kManifestSlots = 64;
 inline constexpr std::uint32_t kSpillDirBytes = 256;
 enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
+// SpillArea::intent_state; its counter: pages_sealed, pages_acked, pages_expired.
+enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3 };
+inline constexpr std::uint32_t kLastSpillIntent = 3;
 enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
 enum class RetentionKind : std::uint32_t { UnboundedLog = 0, BoundedDisk = 1, Ttl = 2 };
 enum class Rehydrate : std::uint32_t { Sequential = 0, Parallel = 1 };
@@ -285,11 +309,11 @@ struct SpillArea {
   std::atomic<std::uint64_t> cursor_record;  // records of it acknowledged
   std::atomic<std::uint64_t> taken_page;     // page of the last take
   std::atomic<std::uint64_t> taken_record;   // records delivered by it (redelivery marks)
-  // ---- the seal intent (see the protocol) ----
-  std::atomic<std::uint32_t> intent_state;  // 1: a seal is in progress
-  std::atomic<std::uint32_t> reserved;
-  std::atomic<std::uint64_t> intent_page;
-  std::atomic<std::uint64_t> intent_last_order;
+  // ---- the spill intent (see the protocol) ----
+  std::atomic<std::uint32_t> intent_state;       // SpillIntent: what is in progress, 0 = nothing
+  std::atomic<std::uint32_t> intent_count;       // low 32 bits of its counter before the bump
+  std::atomic<std::uint64_t> intent_page;        // the page sealed, acknowledged or expired
+  std::atomic<std::uint64_t> intent_last_order;  // Seal: the page's last order (else 0)
   SpillCounters counters;
   char dir[kSpillDirBytes];  // absolute path, NUL-terminated; written once at create
   ManifestSlot slots[kManifestSlots];

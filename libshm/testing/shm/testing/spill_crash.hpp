@@ -1,4 +1,5 @@
-// Test-only: stop a relay's spill seal or page acknowledgement at each step.
+// Test-only: stop a relay's spill seal, page acknowledgement or Ttl expiry at
+// each step.
 //
 // The crash points are calls in the real code paths of libshm/src/relay/
 // (detail::spill_crash_point); with no hook installed each costs one
@@ -21,8 +22,13 @@ enum class SpillCrashPoint : std::uint8_t {
   ManifestUpdated,  // seal: in the manifest, entries still in the hot head (repair rolls forward)
   PageAcked,        // commit: the manifest slot says acknowledged, the file is still there
   FileRemoved,      // commit: the file is gone, the slot not yet freed
+  // Appended (the indices above are stable): the counters' windows.
+  SealCounted,    // seal: entries freed, pages_sealed bumped, the intent not yet cleared
+  AckCounted,     // commit: slot freed, pages_acked bumped, the intent not yet cleared
+  ExpireMarked,   // Ttl expiry: the slot says acknowledged, pages_expired not yet bumped
+  ExpireCounted,  // Ttl expiry: pages_expired bumped, the file still there, the intent not cleared
 };
-inline constexpr int kSpillCrashPoints = 7;
+inline constexpr int kSpillCrashPoints = 11;
 
 // Called at every spill crash point of every relay in this process, with the
 // relay's mutex held. A hook that returns lets the operation go on.
