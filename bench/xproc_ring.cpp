@@ -11,9 +11,13 @@
 //                        no checks (written here: the upper bound for a ring)
 //     message_queue      boost::interprocess::message_queue send / receive
 //     pipe               one write(2) / read(2) of the message each
+//     iceoryx            iceoryx 2.0 untyped publisher / subscriber (loan, copy
+//                        in, publish / take, copy out, release; the publisher
+//                        waits for a full subscriber queue, nothing is dropped),
+//                        when built with iceoryx; the harness runs iox-roudi
 //   Ping-pong RTT (64 B; two channels, one each way):
 //     cache line         two processes bouncing a counter in one shared 64-byte line
-//     ring spin, reference ring, ring blocking, message_queue, pipe
+//     ring spin, reference ring, ring blocking, message_queue, pipe, iceoryx
 //   Ping-pong RTT with an idle gap between pings (default 1 ms, so the echo side
 //   has parked in the kernel before each ping): ring blocking, message_queue, pipe.
 //
@@ -27,16 +31,25 @@
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
+#ifndef LIBSHM_BENCH_ICEORYX
+#define LIBSHM_BENCH_ICEORYX 0
+#endif
+#if LIBSHM_BENCH_ICEORYX
+#include "peers/iceoryx_peer.hpp"
+#endif
+
 #include <fmt/format.h>
 #include <boost/interprocess/ipc/message_queue.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +87,8 @@ usage: xproc_ring [--quick | --smoke] [options]
                      the same number of messages / bytes
   --batch B          records per commit in the batch case (default 32)
   --cpus A,B         this process on A, the peer on B (default: first two allowed)
+  --no-iceoryx       leave the iceoryx cases out (they need iox-roudi; only in builds
+                     made with iceoryx installed)
   --only WHAT        throughput | rtt | parked (repeatable as a comma list)
   --csv FILE         also write every per-round value to FILE
   --check-targets    exit 3 when a target ratio is missed
@@ -91,6 +106,7 @@ struct Options {
   CpuPair cpus;
   bool smoke = false;
   bool throughput = true, rtt = true, parked = true;
+  bool iceoryx = LIBSHM_BENCH_ICEORYX != 0;
   std::string csv;
   bool check_targets = false;
   std::size_t max_samples = 1'000'000;
@@ -138,6 +154,7 @@ Options parse_options(int argc, char** argv) {
   o.cpus = choose_cpus(args.value("--cpus", ""));
   o.csv = args.value("--csv", "");
   o.check_targets = args.flag("--check-targets");
+  if (args.flag("--no-iceoryx")) o.iceoryx = false;
   const std::string only = args.value("--only", "");
   if (!only.empty()) {
     o.throughput = only.find("throughput") != std::string::npos;
@@ -486,6 +503,30 @@ class RefRing {
   std::chrono::milliseconds limit_;
 };
 
+#if LIBSHM_BENCH_ICEORYX
+// One iceoryx topic. Its subscriber queue holds as many messages as the ring
+// (capped at iceoryx's 256), like message_queue. Both ends register the
+// process with RouDi, so a case using it runs in_fresh_process().
+class IceoryxChannel {
+ public:
+  IceoryxChannel(const Options& o, std::size_t size)
+      : topic_(unique_name("iox")),
+        queue_(std::clamp<std::uint64_t>(o.ring_bytes / shm::ring::record_size(size), 1, 256)),
+        limit_(o.run_limit()) {}
+  [[nodiscard]] std::unique_ptr<shm::bench::iceoryx::Sender> sender() const {
+    return std::make_unique<shm::bench::iceoryx::Sender>(topic_, limit_);
+  }
+  [[nodiscard]] std::unique_ptr<shm::bench::iceoryx::Receiver> receiver() const {
+    return std::make_unique<shm::bench::iceoryx::Receiver>(topic_, queue_, limit_);
+  }
+
+ private:
+  std::string topic_;
+  std::size_t queue_;
+  std::chrono::milliseconds limit_;
+};
+#endif
+
 // Uniform access to ends held by value or by pointer.
 template <class E>
 auto& end_ref(E& e) {
@@ -515,6 +556,35 @@ int finish_peer(Peer& peer, const Options& o) {
                          ? std::string("peer timed out and was killed")
                          : fmt::format("peer failed with status {} (see its message above)", rc));
   return rc;
+}
+
+// Runs `run` in a child pinned to this process's CPU and returns what it
+// measured: for transports that hold per-process state a fork must not copy
+// (iceoryx's registration with RouDi).
+struct ReturnedMeasurement {
+  static constexpr std::size_t kMax = 128;
+  std::uint32_t count = 0;
+  std::array<std::array<char, 32>, kMax> keys{};
+  std::array<double, kMax> values{};
+};
+
+Measurement in_fresh_process(const Env& env, const std::function<Measurement()>& run) {
+  using Returned = ReturnedMeasurement;
+  SharedBlock<Returned> out;
+  Peer child = Peer::fork_pinned(env.o.cpus.self, [&]() -> int {
+    const Measurement m = run();
+    for (const auto& [key, value] : m.values()) {
+      if (out->count == Returned::kMax || key.size() >= sizeof(out->keys[0]))
+        throw BenchError("measurement too large to return");
+      std::memcpy(out->keys[out->count].data(), key.data(), key.size());
+      out->values[out->count++] = value;
+    }
+    return 0;
+  });
+  finish_peer(child, env.o);
+  Measurement m;
+  for (std::uint32_t i = 0; i < out->count; ++i) m.set(out->keys[i].data(), out->values[i]);
+  return m;
 }
 
 // One way: this process sends for warmup + duration, the peer receives and
@@ -553,6 +623,17 @@ std::optional<std::uint64_t> wakes_of(const S& s, const R& r) {
     return std::nullopt;
 }
 
+// 0.01 ... 0.99 in steps of 0.01, then the tail.
+const std::vector<double>& cdf_quantiles() {
+  static const std::vector<double> q = [] {
+    std::vector<double> v;
+    for (int i = 1; i <= 99; ++i) v.push_back(i / 100.0);
+    for (double t : {0.995, 0.999, 0.9995, 0.9999}) v.push_back(t);
+    return v;
+  }();
+  return q;
+}
+
 // RTT summary of the samples collected in one run.
 Measurement rtt_measurement(const Env& env, std::size_t n, std::optional<std::uint64_t> wakes) {
   if (n == 0) throw BenchError("no RTT sample collected (duration too short?)");
@@ -562,6 +643,13 @@ Measurement rtt_measurement(const Env& env, std::size_t n, std::optional<std::ui
   m.set("p99", env.clock.to_ns(static_cast<std::uint64_t>(percentile(s, 0.99))));
   m.set("p999", env.clock.to_ns(static_cast<std::uint64_t>(percentile(s, 0.999))));
   m.set("samples", static_cast<double>(n));
+  // The distribution for the CDF chart (scripts/bench.sh --plot reads it from
+  // the --csv file): cdf_<q> = the q-quantile in ns.
+  std::sort(s.begin(), s.end());
+  for (const double q : cdf_quantiles()) {
+    const auto i = std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)));
+    m.set(fmt::format("cdf_{:.4f}", q), env.clock.to_ns(s[i]));
+  }
   if (wakes) m.set("wakes_rt", static_cast<double>(*wakes) / static_cast<double>(n));
   return m;
 }
@@ -743,6 +831,18 @@ Comparison throughput_comparison(const Env& env, std::size_t size) {
     PipeChannel ch(env.o, size);
     return throughput_run(env, size, ch);
   });
+#if LIBSHM_BENCH_ICEORYX
+  if (o.iceoryx) {
+    c.add_case("iceoryx", [&env, size] {
+      return in_fresh_process(env, [&env, size] {
+        IceoryxChannel ch(env.o, size);
+        return throughput_run(env, size, ch);
+      });
+    });
+    c.add_ratio(
+        {"ring spin / iceoryx (msg/s)", "ring spin", "msg_s", "iceoryx", "msg_s", std::nullopt});
+  }
+#endif
   std::optional<Target> target;
   if (size == 64) target = Target{Goal::AtLeast, 10.0};
   c.add_ratio({"ring spin / message_queue (msg/s)", "ring spin", "msg_s", "message_queue", "msg_s",
@@ -787,6 +887,19 @@ Comparison rtt_comparison(const Env& env) {
     return rtt_run(env, size, ping, pong, 0);
   });
   const bool is64 = size == 64;
+#if LIBSHM_BENCH_ICEORYX
+  if (o.iceoryx) {
+    c.add_case("iceoryx", [&env, size] {
+      return in_fresh_process(env, [&env, size] {
+        IceoryxChannel ping(env.o, size), pong(env.o, size);
+        return rtt_run(env, size, ping, pong, 0);
+      });
+    });
+    // At least 10x faster than iceoryx.
+    c.add_ratio({"ring spin p50 / iceoryx p50", "ring spin", "p50", "iceoryx", "p50",
+                 is64 ? std::optional<Target>(Target{Goal::AtMost, 0.1}) : std::nullopt});
+  }
+#endif
   c.add_ratio({"ring spin p50 / cache line p50", "ring spin", "p50", "cache line (spin)", "p50",
                is64 ? std::optional<Target>(Target{Goal::AtMost, 1.5}) : std::nullopt});
   c.add_ratio({"ring spin p50 / reference ring p50", "ring spin", "p50", "reference ring", "p50",
@@ -842,6 +955,11 @@ int run(int argc, char** argv) {
   std::vector<std::uint64_t> samples(o.max_samples, 1);  // written once: pre-faulted
   SharedBlock<Control> control;
   const Env env{o, control, clock, samples};
+#if LIBSHM_BENCH_ICEORYX
+  std::optional<shm::bench::iceoryx::Roudi> roudi;
+  if (o.iceoryx && (o.rtt || o.throughput))
+    roudi.emplace(root.path() + "/iox-roudi.log", std::chrono::seconds(20));
+#endif
 
   std::FILE* csv = nullptr;
   if (!o.csv.empty()) {

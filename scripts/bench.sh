@@ -12,12 +12,18 @@
 # and prints their tables (Markdown; progress lines go to stderr).
 #
 # Usage: scripts/bench.sh [--quick] [--micro-only | --xproc-only] [--only NAME]...
-#                         [--filter REGEX] [--out FILE] [--no-build] [-- XPROC_ARGS...]
+#                         [--filter REGEX] [--out FILE] [--no-build]
+#                         [--plot] [--plot-dir DIR] [-- XPROC_ARGS...]
 #   --quick        short runs (micro: 3 x 0.05 s; xproc: --quick, about 20 s each)
 #   --only NAME    run only this xproc harness (file stem, e.g. xproc_ring); repeatable
 #   --filter REGEX run only the micro-benchmarks matching REGEX (e.g. SpscRing|Baseline)
 #   --out FILE     also write everything printed on stdout to FILE
 #   --no-build     use the existing build tree as is
+#   --plot         also draw PNG charts of xproc_ring (a 64 B round-trip latency
+#                  CDF per transport; throughput against message size, 8 B to
+#                  64 KiB) with scripts/plot_bench.py (matplotlib): xproc_ring
+#                  runs with --csv and those sizes, the charts go to --plot-dir
+#   --plot-dir DIR where the charts and the CSV go (default: bench/charts)
 #   XPROC_ARGS     passed to every xproc harness (e.g. -- --reps 11 --cpus 2,3)
 #
 # Environment:
@@ -41,6 +47,9 @@ out=""
 filter=""
 only=()
 xproc_args=()
+plot=0
+plot_dir=$repo/bench/charts
+plot_sizes=8,64,512,4096,32768,65536
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 while (($#)); do
@@ -52,6 +61,8 @@ while (($#)); do
     --filter) filter=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --plot) plot=1; shift ;;
+    --plot-dir) plot_dir=$2; shift 2 ;;
     --) shift; xproc_args=("$@"); break ;;
     -h | --help) usage; exit 0 ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -77,9 +88,16 @@ for src in "$repo"/bench/xproc_*.cpp; do
   fi
   harnesses+=("$stem")
 done
+if ((plot)); then
+  [[ " ${harnesses[*]} " == *" xproc_ring "* ]] && ((run_xproc)) || {
+    echo "bench.sh: --plot draws xproc_ring's results: do not leave xproc_ring out" >&2
+    exit 2
+  }
+  mkdir -p "$plot_dir"
+fi
 
 if ((do_build)); then
-  bash "$here/setup.sh" >&2
+  bash "$here/setup.sh" --bench >&2
   section "build (Release, benchmarks only) in $build"
   generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -132,8 +150,15 @@ if ((run_xproc)); then
     section "$h"
     args=()
     ((quick)) && args+=(--quick)
+    if ((plot)) && [[ "$h" == xproc_ring ]]; then
+      args+=(--csv "$plot_dir/xproc_ring.csv" --sizes "$plot_sizes")
+    fi
     echo
     "$bin/$h" "${args[@]}" "${xproc_args[@]}" || status=1
   done
+fi
+if ((plot)); then
+  section "charts"
+  /usr/bin/python3 "$here/plot_bench.py" "$plot_dir/xproc_ring.csv" "$plot_dir" >&2 || status=1
 fi
 exit $status

@@ -2,6 +2,8 @@
 # Installs what libshm needs to build, test and run its demo on Debian 12.
 #
 #   scripts/setup.sh          check, and install what is missing (as root)
+#   scripts/setup.sh --bench  the same, plus what only the benchmarks use
+#                             (scripts/bench.sh passes it)
 #   source scripts/setup.sh   defines libshm_setup and runs nothing
 #
 # Only missing packages are installed, and `apt-get update` runs only when
@@ -33,25 +35,40 @@ LIBSHM_APT_PACKAGES=(
   llvm-19            # llvm-symbolizer: the fuzz lane's reports name functions and lines
 )
 
-# Prints the packages of LIBSHM_APT_PACKAGES that are not installed.
+# Only for scripts/bench.sh: the tests and the demo never need them.
+LIBSHM_BENCH_APT_PACKAGES=(
+  iceoryx             # iox-roudi, the daemon of the iceoryx peer in xproc_ring
+  libiceoryx-posh-dev # iceoryx 2.0 publish/subscribe: a peer of the ring (bench/peers)
+  python3-matplotlib  # scripts/plot_bench.py: the charts of scripts/bench.sh --plot
+)
+
+# Prints the packages of LIBSHM_APT_PACKAGES (and, with --bench,
+# LIBSHM_BENCH_APT_PACKAGES) that are not installed.
 libshm_missing_packages() {
   local pkg status
-  for pkg in "${LIBSHM_APT_PACKAGES[@]}"; do
+  local wanted=("${LIBSHM_APT_PACKAGES[@]}")
+  [[ "${1:-}" == --bench ]] && wanted+=("${LIBSHM_BENCH_APT_PACKAGES[@]}")
+  for pkg in "${wanted[@]}"; do
     status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
     [[ "$status" == "installed" ]] || printf '%s\n' "$pkg"
   done
 }
 
 libshm_setup() {
+  local mode=${1:-}
+  if [[ -n "$mode" && "$mode" != --bench ]]; then
+    echo "setup: unknown argument '$mode' (only --bench)" >&2
+    return 2
+  fi
   if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "setup: dpkg-query not found: this script knows Debian/Ubuntu only." >&2
     echo "setup: install the equivalents of: ${LIBSHM_APT_PACKAGES[*]}" >&2
     return 1
   fi
   local missing
-  mapfile -t missing < <(libshm_missing_packages)
+  mapfile -t missing < <(libshm_missing_packages "$mode")
   if ((${#missing[@]} == 0)); then
-    echo "setup: all ${#LIBSHM_APT_PACKAGES[@]} required packages are installed"
+    echo "setup: all required packages are installed${mode:+ (with those of $mode)}"
     return 0
   fi
   echo "setup: missing packages: ${missing[*]}"
@@ -69,7 +86,7 @@ libshm_setup() {
     echo "setup: apt-get install failed for: ${missing[*]}" >&2
     return 1
   }
-  mapfile -t missing < <(libshm_missing_packages)
+  mapfile -t missing < <(libshm_missing_packages "$mode")
   if ((${#missing[@]} != 0)); then
     echo "setup: still missing after install: ${missing[*]}" >&2
     return 1
@@ -80,5 +97,5 @@ libshm_setup() {
 # Run directly (not sourced): do the setup.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   set -euo pipefail
-  libshm_setup
+  libshm_setup "$@"
 fi
