@@ -28,13 +28,13 @@
 //    warm-up messages and followed by 2 x --batch unmeasured ones (no
 //    measured message waits in a fetch for a batch that stops filling when
 //    the run ends).
-//  - CPU time per message (over every message of the run) of the processes
-//    outside the server (producer, both bridges and consumer; or publisher
-//    and consumer, the NATS client's threads included) and of nats-server
-//    during the run, from CLOCK_PROCESS_CPUTIME_ID and /proc/PID/stat. Each
-//    run's split per process is printed with the progress lines (stderr).
-//    With every process on the same two CPUs, throughput follows the total
-//    CPU time per message.
+//  - CPU time per message of the throughput burst (from the first send to the
+//    burst's last receive, /proc/PID/stat of every process, all threads) of
+//    the processes outside the server (producer, both bridges and consumer;
+//    or publisher and consumer, the NATS client's threads included) and of
+//    nats-server. Each run's split per process is printed with the progress
+//    lines (stderr). With every process on the same two CPUs, throughput
+//    follows the total CPU time per message.
 //
 // Every message carries its sequence number in its first and last 8 bytes and
 // is checked at the receiver (size, order, no gap, no duplicate); with --smoke
@@ -49,7 +49,8 @@
 // harness process is not pinned either; it only starts, waits and reaps.
 // The harness starts its own `nats-server -js` on a free loopback port with a
 // store in a fresh /tmp directory, and kills it (SIGKILL, and PR_SET_PDEATHSIG
-// if the harness itself dies) and removes the store at exit.
+// if the harness itself dies) and removes the store at exit (or, after the
+// harness was killed, at the start of the next run).
 //
 // The harness process never calls the NATS client itself (its stream
 // creation and deletion run in short-lived forked children), so the peers are
@@ -62,6 +63,7 @@
 #include <nats/nats.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -104,7 +106,9 @@ NATS C client publisher and pull consumer through the same server
 usage: xproc_bridge [--quick | --smoke] [options]
 
   --quick              3 rounds, 50000 messages per throughput run, 2000 latency samples
+                       (about 30 s on 2 CPUs)
   (default)            7 rounds, 200000 messages per throughput run, 5000 latency samples
+                       (about 27 s a round on 2 CPUs: 3 to 4 minutes)
   --smoke              1 round of tiny runs; every byte checked, asserts nothing about speed
   --reps N             rounds (each round runs every case once, interleaved)
   --messages N         messages per throughput run
@@ -266,6 +270,25 @@ std::uint64_t check(std::span<const std::byte> m, std::size_t size, std::uint64_
 
 // ---------------------------------------------------------------- shared control
 
+// User + system CPU time of a running process (/proc/PID/stat, clock ticks).
+std::uint64_t process_cpu_ns(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos) throw BenchError(fmt::format("/proc/{}/stat unreadable", pid));
+  std::stringstream fields(stat.substr(paren + 2));
+  std::string field;
+  std::uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return (utime + stime) * 1'000'000'000ull / static_cast<std::uint64_t>(::sysconf(_SC_CLK_TCK));
+}
+
+// The processes of a path whose CPU time is measured (pid 0: not in the case).
+enum Process : std::uint8_t { kSender, kExport, kServer, kImport, kReceiver, kProcesses };
+
 // In a SharedBlock, one per case run. Written by the peers, read by the
 // harness after it reaped them (waitpid orders it: relaxed is enough).
 struct Control {
@@ -277,9 +300,25 @@ struct Control {
   std::atomic<std::uint64_t> received{0};
   std::atomic<std::uint64_t> p50_ns{0};
   std::atomic<std::uint64_t> p99_ns{0};
-  std::atomic<std::uint64_t> sender_cpu_ns{0};  // CPU time of each peer process, all threads
-  std::atomic<std::uint64_t> receiver_cpu_ns{0};
+  // CPU time (/proc/PID/stat: all threads) of each process of the path at
+  // the first send and when the burst's last message arrived.
+  std::array<pid_t, kProcesses> pids{};
+  std::array<std::atomic<std::uint64_t>, kProcesses> cpu_start{};
+  std::array<std::atomic<std::uint64_t>, kProcesses> cpu_end{};
 };
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+void snapshot_cpu(const Control& ctl, std::array<std::atomic<std::uint64_t>, kProcesses>& into) {
+  for (std::size_t i = 0; i < kProcesses; ++i)
+    if (ctl.pids[i] != 0) into[i].store(process_cpu_ns(ctl.pids[i]), std::memory_order_relaxed);
+}
+
+// CPU µs per message of the burst, of one process.
+double cpu_us_per_message(const Control& ctl, Process p, std::uint64_t messages) {
+  const auto ns = ctl.cpu_end[p].load(std::memory_order_relaxed) -
+                  ctl.cpu_start[p].load(std::memory_order_relaxed);
+  return static_cast<double>(ns) / 1e3 / static_cast<double>(messages);
+}
 
 // The receiver's side of both phases, whatever the transport: the transport's
 // loop calls on_message() with each message received, in order, and on_idle()
@@ -289,6 +328,7 @@ class Receiver {
   Receiver(const Options& o, Control& ctl, std::size_t size)
       : o_(o), ctl_(ctl), size_(size), last_progress_(now_ns()) {
     latencies_.reserve(o.latency_messages);
+    ctl.pids[kReceiver] = ::getpid();  // before the start gate, which publishes it
   }
 
   // Handles one received message.
@@ -303,6 +343,7 @@ class Receiver {
     last_progress_ = now;
     if (expected_ == o_.messages) {
       ctl_.last_receive_ns.store(now, std::memory_order_relaxed);
+      snapshot_cpu(ctl_, ctl_.cpu_end);
       // release: the sender waits for it before pacing.
       ctl_.throughput_done.store(1, std::memory_order_release);
     }
@@ -343,7 +384,9 @@ template <class Send, class Flush>
 void send_phases(const Options& o, Control& ctl, std::size_t size, Send&& send, Flush&& flush) {
   std::vector<std::byte> buf(size);
   stamp(buf, 0, true);
+  ctl.pids[kSender] = ::getpid();
   if (!ctl.gate.arrive_and_wait(2, kStall)) throw BenchError("start gate timed out");
+  snapshot_cpu(ctl, ctl.cpu_start);
   ctl.first_send_ns.store(now_ns(), std::memory_order_relaxed);
   std::uint64_t seq = 0;
   for (; seq < o.messages; ++seq) {
@@ -372,21 +415,11 @@ void send_phases(const Options& o, Control& ctl, std::size_t size, Send&& send, 
   flush();
 }
 
-// CPU time of this process (every thread, the NATS client's too).
-std::uint64_t own_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Runs body() in a peer, then stores the peer's CPU time in `cpu`; flags the
-// run as failed when body() throws (the other peer then stops waiting at
-// once instead of at its stall limit).
-int flagged(Control& ctl, std::atomic<std::uint64_t>& cpu, const std::function<void()>& body) {
+// Runs body() in a peer; flags the run as failed when it throws (the other
+// peer then stops waiting at once instead of at its stall limit).
+int flagged(Control& ctl, const std::function<void()>& body) {
   try {
     body();
-    cpu.store(own_cpu_ns(), std::memory_order_relaxed);
     return 0;
   } catch (...) {
     ctl.failed.store(1, std::memory_order_relaxed);
@@ -412,11 +445,14 @@ int wait_quietly(Peer& peer, std::chrono::milliseconds timeout) {
   return peer.wait(deadline.expired() ? 0ms : 1000ms);  // 0: kills it (timed out)
 }
 
-// A temporary directory, removed with its contents.
+constexpr std::string_view kDirPrefix = "libshm-bench-bridge-";
+
+// A temporary directory, removed with its contents; its name carries the pid
+// of the harness, so that a later run can remove what a killed one left.
 class TempDir {
  public:
   explicit TempDir(const std::string& base) {
-    std::string tmpl = base + "/libshm-bench-bridge-XXXXXX";
+    std::string tmpl = fmt::format("{}/{}{}-XXXXXX", base, kDirPrefix, ::getpid());
     if (::mkdtemp(tmpl.data()) == nullptr)
       throw BenchError(fmt::format("mkdtemp {}: {}", tmpl, std::strerror(errno)));
     path_ = std::move(tmpl);
@@ -578,20 +614,20 @@ class Daemon {
   std::string status_;
 };
 
-// User + system CPU time of a running process (/proc/PID/stat, clock ticks).
-std::uint64_t process_cpu_ns(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto paren = stat.rfind(')');
-  if (paren == std::string::npos) throw BenchError(fmt::format("/proc/{}/stat unreadable", pid));
-  std::stringstream fields(stat.substr(paren + 2));
-  std::string field;
-  std::uint64_t utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
+// Removes the directories of harness runs that are gone (killed by a signal
+// before their destructors ran: the processes died with them through
+// PR_SET_PDEATHSIG, the JetStream store and the roots stayed).
+void remove_stale_dirs() {
+  for (const char* base : {"/tmp", "/dev/shm"}) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(kDirPrefix)) continue;
+      const long pid = std::strtol(name.c_str() + kDirPrefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        std::filesystem::remove_all(entry.path(), ec);
+    }
   }
-  return (utime + stime) * 1'000'000'000ull / static_cast<std::uint64_t>(::sysconf(_SC_CLK_TCK));
 }
 
 int free_loopback_port() {
@@ -740,29 +776,38 @@ struct Bench {
           ss, rs, ctl.received.load(std::memory_order_relaxed), o.total_messages(), context()));
   }
 
-  // `daemons_cpu_ns`: the bridges' CPU time (0 in the plain case);
-  // `server_cpu_ns`: the server's during the run.
-  static Measurement measurement(const Options& o, const Control& ctl, std::uint64_t daemons_cpu_ns,
-                                 std::uint64_t server_cpu_ns) {
+  static Measurement measurement(const Options& o, const Control& ctl) {
     const auto first = ctl.first_send_ns.load(std::memory_order_relaxed);
     const auto last = ctl.last_receive_ns.load(std::memory_order_relaxed);
     const double seconds = static_cast<double>(last - first) / 1e9;
-    const auto messages = static_cast<double>(o.total_messages());
-    const std::uint64_t client_cpu_ns = ctl.sender_cpu_ns.load(std::memory_order_relaxed) +
-                                        ctl.receiver_cpu_ns.load(std::memory_order_relaxed) +
-                                        daemons_cpu_ns;
+    double outside = 0;
+    for (Process p : {kSender, kExport, kImport, kReceiver})
+      if (ctl.pids[p] != 0) outside += cpu_us_per_message(ctl, p, o.messages);
     return Measurement()
-        .set("cpu_us", static_cast<double>(client_cpu_ns) / 1e3 / messages)
-        .set("server_cpu_us", static_cast<double>(server_cpu_ns) / 1e3 / messages)
         .set("msg_s", seconds > 0 ? static_cast<double>(o.messages) / seconds : 0.0)
         .set("p50_us", static_cast<double>(ctl.p50_ns.load(std::memory_order_relaxed)) / 1e3)
-        .set("p99_us", static_cast<double>(ctl.p99_ns.load(std::memory_order_relaxed)) / 1e3);
+        .set("p99_us", static_cast<double>(ctl.p99_ns.load(std::memory_order_relaxed)) / 1e3)
+        .set("cpu_us", outside)
+        .set("server_cpu_us", cpu_us_per_message(ctl, kServer, o.messages));
+  }
+
+  // Where the CPU time of the burst went, per process (with the progress
+  // lines on stderr, for the analysis; the table has the sums).
+  void print_cpu(const Control& ctl, std::string_view what, std::size_t size) const {
+    std::string line = fmt::format("      {} {} B, CPU µs per message of the burst:", what, size);
+    const bool bridge = ctl.pids[kExport] != 0;
+    const char* names[kProcesses] = {bridge ? "producer" : "publisher", "export bridge",
+                                     "nats-server", "import bridge", "consumer"};
+    for (std::size_t p = 0; p < kProcesses; ++p)
+      if (ctl.pids[p] != 0)
+        line += fmt::format("{} {} {:.1f}", line.back() == ':' ? "" : ",", names[p],
+                            cpu_us_per_message(ctl, static_cast<Process>(p), o.messages));
+    fmt::print(stderr, "{}\n", line);
   }
 
   Measurement bridge_run(std::size_t size) {
     const StreamNames names = next_stream("BRIDGE", size);
     in_child(o.cpus.self, "creating the stream", [&] { create_stream(server.url(), names); });
-    const std::uint64_t server_cpu0 = process_cpu_ns(server.pid());
     Measurement m;
     {
       TempDir a("/dev/shm"), b("/dev/shm"), logs("/tmp");
@@ -785,8 +830,11 @@ struct Bench {
       importer.wait_for_line("READY import", 30s);
 
       SharedBlock<Control> ctl;
+      ctl->pids[kExport] = exporter.pid();
+      ctl->pids[kImport] = importer.pid();
+      ctl->pids[kServer] = server.pid();
       Peer receiver = Peer::fork_pinned(o.cpus.peer, [&] {
-        return flagged(*ctl, ctl->receiver_cpu_ns, [&] {
+        return flagged(*ctl, [&] {
           auto c = shm::RingConsumer::open("bench", {}, shm::OpenOptions{.root = b.path()});
           if (!c) throw BenchError(fmt::format("ring B: {}", c.error().what()));
           Receiver rx(o, *ctl, size);
@@ -805,7 +853,7 @@ struct Bench {
         });
       });
       Peer sender = Peer::fork_pinned(o.cpus.self, [&] {
-        return flagged(*ctl, ctl->sender_cpu_ns, [&] {
+        return flagged(*ctl, [&] {
           auto p = shm::RingProducer::open("bench", {}, shm::OpenOptions{.root = a.path()});
           if (!p) throw BenchError(fmt::format("ring A: {}", p.error().what()));
           send_phases(
@@ -833,20 +881,8 @@ struct Bench {
                            tail_of_file(logs.path() + "/export.log"),
                            tail_of_file(logs.path() + "/import.log"));
       });
-      const std::uint64_t export_cpu = process_cpu_ns(exporter.pid());
-      const std::uint64_t import_cpu = process_cpu_ns(importer.pid());
-      const std::uint64_t server_cpu = process_cpu_ns(server.pid()) - server_cpu0;
-      m = measurement(o, *ctl, export_cpu + import_cpu, server_cpu);
-      // Where the CPU went, per process (progress output, for the analysis).
-      const auto per_msg = [&](std::uint64_t ns) {
-        return static_cast<double>(ns) / 1e3 / static_cast<double>(o.total_messages());
-      };
-      fmt::print(stderr,
-                 "      bridge {} B, CPU µs per message: producer {:.1f}, export bridge {:.1f}, "
-                 "nats-server {:.1f}, import bridge {:.1f}, consumer {:.1f}\n",
-                 size, per_msg(ctl->sender_cpu_ns.load(std::memory_order_relaxed)),
-                 per_msg(export_cpu), per_msg(server_cpu), per_msg(import_cpu),
-                 per_msg(ctl->receiver_cpu_ns.load(std::memory_order_relaxed)));
+      m = measurement(o, *ctl);
+      print_cpu(*ctl, "bridge", size);
       exporter.stop_cleanly(10s);
       importer.stop_cleanly(10s);
     }
@@ -857,26 +893,18 @@ struct Bench {
   Measurement plain_run(std::size_t size) {
     const StreamNames names = next_stream("PLAIN", size);
     in_child(o.cpus.self, "creating the stream", [&] { create_stream(server.url(), names); });
-    const std::uint64_t server_cpu0 = process_cpu_ns(server.pid());
     SharedBlock<Control> ctl;
+    ctl->pids[kServer] = server.pid();
     const std::string url = server.url();
     Peer receiver = Peer::fork_pinned(o.cpus.peer, [&] {
-      return flagged(*ctl, ctl->receiver_cpu_ns, [&] { plain_consumer(url, names, size, *ctl); });
+      return flagged(*ctl, [&] { plain_consumer(url, names, size, *ctl); });
     });
     Peer sender = Peer::fork_pinned(o.cpus.self, [&] {
-      return flagged(*ctl, ctl->sender_cpu_ns, [&] { plain_publisher(url, names, size, *ctl); });
+      return flagged(*ctl, [&] { plain_publisher(url, names, size, *ctl); });
     });
     wait_peers(sender, receiver, *ctl, [] { return std::string(); });
-    const std::uint64_t server_cpu = process_cpu_ns(server.pid()) - server_cpu0;
-    Measurement m = measurement(o, *ctl, 0, server_cpu);
-    const auto per_msg = [&](std::uint64_t ns) {
-      return static_cast<double>(ns) / 1e3 / static_cast<double>(o.total_messages());
-    };
-    fmt::print(stderr,
-               "      plain {} B, CPU µs per message: publisher {:.1f}, nats-server {:.1f}, "
-               "consumer {:.1f}\n",
-               size, per_msg(ctl->sender_cpu_ns.load(std::memory_order_relaxed)),
-               per_msg(server_cpu), per_msg(ctl->receiver_cpu_ns.load(std::memory_order_relaxed)));
+    Measurement m = measurement(o, *ctl);
+    print_cpu(*ctl, "plain", size);
     in_child(o.cpus.self, "deleting the stream", [&] { delete_stream(server.url(), names); });
     return m;
   }
@@ -995,8 +1023,8 @@ Comparison size_comparison(Bench& bench, std::size_t size) {
                   size, o.messages, o.latency_messages, o.rate),
       {MetricSpec{"msg_s", "kmsg/s", 1e-3, 1}, MetricSpec{"p50_us", "latency p50 µs", 1.0, 0},
        MetricSpec{"p99_us", "latency p99 µs", 1.0, 0},
-       MetricSpec{"cpu_us", "CPU µs/msg outside the server", 1.0, 1},
-       MetricSpec{"server_cpu_us", "nats-server CPU µs/msg", 1.0, 1}});
+       MetricSpec{"cpu_us", "CPU µs/msg outside the server (burst)", 1.0, 1},
+       MetricSpec{"server_cpu_us", "nats-server CPU µs/msg (burst)", 1.0, 1}});
   c.add_case("bridge", [&bench, size] { return bench.bridge_run(size); });
   c.add_case("plain C client", [&bench, size] { return bench.plain_run(size); });
   c.add_ratio({fmt::format("bridge / plain throughput, {} B", size), "bridge", "msg_s",
@@ -1013,6 +1041,7 @@ Comparison size_comparison(Bench& bench, std::size_t size) {
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
+  remove_stale_dirs();
   NatsServer server(o.nats_server);
   Bench bench{o, server};
   std::vector<std::function<Comparison()>> comparisons;
