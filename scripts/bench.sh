@@ -8,6 +8,8 @@
 #   2. xproc_*         every cross-process harness (bench/xproc_*.cpp), each
 #                      pinning itself and its peer to two CPUs, baselines
 #                      interleaved with the contender run by run
+#                      (xproc_bridge also runs the shm-bridge daemon, built
+#                      with it, and its own nats-server)
 #
 # and prints their tables (Markdown; progress lines go to stderr).
 #
@@ -101,9 +103,11 @@ if ((do_build)); then
   section "build (Release, benchmarks only) in $build"
   generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  # Tools on: xproc_bridge needs the shm-bridge target (only the targets
+  # below are built).
   cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DLIBSHM_BUILD_TESTS=OFF -DLIBSHM_BUILD_BENCH=ON -DLIBSHM_BUILD_EXAMPLES=OFF \
-    -DLIBSHM_BUILD_TOOLS=OFF -DLIBSHM_SANITIZE= >&2
+    -DLIBSHM_BUILD_TOOLS=ON -DLIBSHM_SANITIZE= >&2
   targets=()
   ((run_micro)) && targets+=(shm_bench)
   ((run_xproc)) && targets+=("${harnesses[@]}")
