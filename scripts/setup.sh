@@ -27,6 +27,7 @@ LIBSHM_APT_PACKAGES=(
   nats-server        # NATS server 2.9 with JetStream: the shm-bridge tests start their own
   openssl            # the shm-bridge TLS test makes its own CA and server certificate
   pkgconf            # finds cpp-httplib (its package ships a .pc file, no CMake config)
+  iproute2           # ip: the shm-bridge test's two network namespaces (when root)
   procps             # ps, sysctl (tests, and the TSan ASLR check in scripts/test.sh)
   util-linux         # taskset (bench pinning), setarch (TSan fallback)
   coreutils          # timeout (every test run is bounded)

@@ -37,11 +37,12 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
-NatsServer::NatsServer(std::vector<std::string> extra) : extra_(std::move(extra)) {
+NatsServer::NatsServer(std::vector<std::string> extra, NatsPlacement placement)
+    : extra_(std::move(extra)), placement_(std::move(placement)) {
   char tmpl[] = "/tmp/libshm-nats-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp for the NATS store failed");
   dir_ = tmpl;
-  port_ = free_loopback_port();
+  port_ = placement_.port != 0 ? placement_.port : free_loopback_port();
   start();
 }
 
@@ -55,16 +56,10 @@ void NatsServer::start() {
   std::error_code ec;
   log_offset_ = static_cast<std::size_t>(std::filesystem::file_size(dir_ + "/nats.log", ec));
   if (ec) log_offset_ = 0;
-  std::vector<std::string> argv{nats_server_program(),
-                                "-js",
-                                "-a",
-                                "127.0.0.1",
-                                "-p",
-                                std::to_string(port_),
-                                "-sd",
-                                dir_ + "/store",
-                                "-l",
-                                dir_ + "/nats.log"};
+  std::vector<std::string> argv = placement_.launcher;
+  argv.insert(argv.end(),
+              {nats_server_program(), "-js", "-a", placement_.host, "-p", std::to_string(port_),
+               "-sd", dir_ + "/store", "-l", dir_ + "/nats.log"});
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   process_ = std::make_unique<Subprocess>(std::move(argv), false);
 }

@@ -19,11 +19,19 @@ namespace shm::test {
 // A TCP port on 127.0.0.1 nobody listens on right now.
 [[nodiscard]] int free_loopback_port();
 
+// Where a server runs and listens: by default a free port on 127.0.0.1 of
+// this network namespace.
+struct NatsPlacement {
+  std::vector<std::string> launcher;  // runs the server through it (e.g. `ip netns exec NS`)
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: a free loopback port
+};
+
 class NatsServer {
  public:
-  // Starts `nats-server -js -a 127.0.0.1 -p <free port> -sd <store>` plus
-  // `extra` arguments (e.g. --user/--pass). Check ready() after.
-  explicit NatsServer(std::vector<std::string> extra = {});
+  // Starts `nats-server -js -a <host> -p <port> -sd <store>` plus `extra`
+  // arguments (e.g. --user/--pass). Check ready() after.
+  explicit NatsServer(std::vector<std::string> extra = {}, NatsPlacement placement = {});
   NatsServer(const NatsServer&) = delete;
   NatsServer& operator=(const NatsServer&) = delete;
   ~NatsServer();
@@ -41,7 +49,9 @@ class NatsServer {
   [[nodiscard]] bool start_again(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   [[nodiscard]] int port() const { return port_; }
-  [[nodiscard]] std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+  [[nodiscard]] std::string url() const {
+    return "nats://" + placement_.host + ":" + std::to_string(port_);
+  }
   [[nodiscard]] const std::string& dir() const { return dir_; }
   // The server's log so far (for failure messages).
   [[nodiscard]] std::string log() const;
@@ -51,6 +61,7 @@ class NatsServer {
   int port_ = 0;
   std::string dir_;
   std::vector<std::string> extra_;
+  NatsPlacement placement_;
   std::unique_ptr<Subprocess> process_;
   std::size_t log_offset_ = 0;  // where the current run's log starts
 };

@@ -10,6 +10,7 @@
 #include "common/loopback_http.hpp"
 #include "common/nats_cluster.hpp"
 #include "common/nats_server.hpp"
+#include "common/network_namespaces.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "shm/egress/egress.hpp"
@@ -281,6 +282,50 @@ TEST_F(BridgeTest, EndToEndDeliversEveryRecordOnceInOrder) {
         run_merged(shm::test::bin_path("shmctl"), {"verify", state, "--root", root->path()});
     EXPECT_EQ(verify->wait(30s), 0) << verify->output();
   }
+}
+
+// Two hosts that share nothing but a network link: host A's export bridge
+// runs in one network namespace, the server and host B's import bridge in
+// another, joined by a veth pair; the server listens only on B's end of it.
+// Every record must then cross that link (its byte counter says so), and the
+// stream still arrives exactly once, in order. Needs root (skips otherwise).
+TEST_F(BridgeTest, TwoNetworkNamespacesCarryTheStreamOverTheirVethLink) {
+  std::string why;
+  const auto net = shm::test::NamespacePair::create(why);
+  if (!net) GTEST_SKIP() << "no network namespaces here: " << why;
+  const std::uint64_t n = shm::test::scaled(10'000);
+  server_ = std::make_unique<NatsServer>(
+      std::vector<std::string>{},
+      shm::test::NatsPlacement{net->exec_in_b(), net->address_b(), 4222});
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  const auto in = [](std::vector<std::string> prefix, const std::vector<std::string>& args) {
+    prefix.push_back(bridge_bin());
+    prefix.insert(prefix.end(), args.begin(), args.end());
+    const std::string program = prefix.front();
+    return run_merged(program, std::vector<std::string>(prefix.begin() + 1, prefix.end()));
+  };
+  exporter_ = in(net->exec_in_a(), export_args(server_->url(), a_));
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = in(net->exec_in_b(), import_args(server_->url(), b_));
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  const std::uint64_t sent_before = net->tx_bytes_a();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_NO_FATAL_FAILURE(expect_exactly_once(*producer, *consumer, n));
+  // At least the payloads (16 bytes or more each) went out over A's link.
+  EXPECT_GE(net->tx_bytes_a() - sent_before, n * 16);
+  // Host A cannot reach the server any other way: not on its own loopback
+  // (its bridge stopped first: the route's state segment is one bridge's).
+  exporter_.reset();
+  auto probe =
+      in(net->exec_in_a(), {"export", "--server", "nats://127.0.0.1:4222", "--root", a_.path(),
+                            "--subject", kSubject, "--source", "orders", "--egress", "probe-out"});
+  EXPECT_EQ(probe->wait(60s), 3) << probe->output();
+  // The processes in the namespaces go before the namespaces do.
+  importer_.reset();
+  server_.reset();
 }
 
 TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
