@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -48,39 +49,39 @@ void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
         const std::lock_guard lock(results->mutex);
         results->outcomes.emplace_back(seq, pa != nullptr && pae == nullptr);
       }
-      results->changed.notify_all();
+      results->changed.notify_one();
     }
   }
   natsMsg_Destroy(msg);
 }
 
-// Waits until every sequence of [first, first + count) has an outcome, or
-// the deadline. True when all were stored. A late positive outcome of an
-// earlier attempt counts: the message id was stored.
-bool await_window(PublishResults& results, std::uint64_t first, std::size_t count,
-                  std::chrono::milliseconds timeout) {
-  std::vector<std::int8_t> state(count, 0);  // 0 unknown, 1 stored, -1 failed
-  std::size_t known = 0;
-  bool all_stored = true;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+// The published, not yet acknowledged messages of the window, oldest first:
+// their sequences are contiguous, from the egress's next unacknowledged one.
+struct InFlight {
+  std::uint64_t sequence;
+  std::chrono::steady_clock::time_point deadline;  // no outcome by then: failed
+  std::int8_t state = 0;                           // 0 unknown, 1 stored, -1 failed
+};
+
+// Moves the outcomes reported so far onto the messages in flight (waiting up
+// to `wait` for one when none is there yet). Outcomes of sequences not in
+// flight (a late answer to a failed attempt that was published again) are
+// dropped: the new attempt gets its own. A late positive outcome of an
+// earlier attempt of an in-flight sequence counts: its message id was stored.
+void collect_outcomes(PublishResults& results, std::deque<InFlight>& in_flight,
+                      std::chrono::microseconds wait) {
   std::unique_lock lock(results.mutex);
-  for (;;) {
+  if (results.outcomes.empty() && wait.count() > 0)
+    (void)results.changed.wait_for(lock, wait, [&] { return !results.outcomes.empty(); });
+  if (!in_flight.empty()) {
+    const std::uint64_t first = in_flight.front().sequence;
     for (const auto& [seq, stored] : results.outcomes) {
-      if (seq < first || seq - first >= count) continue;
-      std::int8_t& st = state[seq - first];
-      if (st == 1) continue;
-      if (st == 0) ++known;
-      st = stored ? 1 : -1;
-    }
-    results.outcomes.clear();
-    if (known == count) break;
-    if (results.changed.wait_until(lock, deadline) == std::cv_status::timeout) {
-      all_stored = false;
-      break;
+      if (seq < first || seq - first >= in_flight.size()) continue;
+      InFlight& m = in_flight[seq - first];
+      if (m.state != 1) m.state = stored ? 1 : -1;
     }
   }
-  for (std::int8_t st : state) all_stored = all_stored && st == 1;
-  return all_stored;
+  results.outcomes.clear();
 }
 
 Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
@@ -183,8 +184,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   std::fflush(stdout);
 
   std::vector<std::byte> payload;
-  std::vector<std::uint64_t> batch;
-  batch.reserve(o.window);
+  std::deque<InFlight> in_flight;
+  const auto publish_deadline = std::chrono::milliseconds(o.publish_timeout_ms) + 1s;
   bool recovering = false;  // records parked after a failed batch: claim nothing until they return
   std::uint64_t seen_reconnects = (*link)->reconnects();
   std::uint64_t failed_batches = 0;
@@ -207,6 +208,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, proj.error().what()));
       acked_next = proj->acked_through ? *proj->acked_through + 1 : 0;
       recovering = false;
+      in_flight.clear();  // the new generation replays everything unacknowledged
       sd.reconnects.fetch_add(1, std::memory_order_relaxed);
       log("warn", "reconnected",
           fmt::format("route=export generation={} replayed={}", transport->generation(),
@@ -255,10 +257,15 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       idle = false;
     }
 
-    // 2. Egress -> JetStream: claim a window, publish it asynchronously, wait
-    // for the acknowledgements, then ack the egress cumulatively, or fail the
-    // whole batch (its records retry with backoff; JetStream's duplicate
-    // window drops the copies that had been stored).
+    // 2. Egress -> JetStream, a sliding window: claim and publish
+    // asynchronously while fewer than --window messages await their
+    // acknowledgement; ack the egress cumulatively through the longest stored
+    // prefix as JetStream's acknowledgements come in (nothing is inferred
+    // from the absence of an error); a failed or timed-out publish fails it
+    // and every message after it (JetStream refuses those anyway: each one
+    // expects its predecessor as the stream's last message), and they retry
+    // with backoff. JetStream's duplicate window drops the copies of failed
+    // messages that had been stored.
     if (recovering) {
       auto due = transport->egress().retry_due(transport->generation(), monotonic_ns());
       if (due && due->status == egress::RetryStatus::StaleGeneration)
@@ -266,9 +273,9 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       auto p = transport->egress().projection();
       if (p && p->parked == 0) recovering = false;
     }
-    batch.clear();
     bool publish_failed = false;
-    while (!recovering && batch.size() < o.window) {
+    bool out_of_order = false;
+    while (!recovering && in_flight.size() < o.window) {
       auto c = transport->try_claim(payload);
       if (!c)
         return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, c.error().what()));
@@ -276,6 +283,12 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         return std::unexpected(fenced(o.egress, c->current_generation));
       if (c->status != egress::ClaimStatus::Claimed) break;
       const egress::Envelope& env = c->envelope;
+      idle = false;
+      in_flight.push_back({env.sequence, std::chrono::steady_clock::now() + publish_deadline});
+      if (env.sequence != acked_next + in_flight.size() - 1) {
+        out_of_order = true;  // not the egress's next: fail what is in flight, retry in order
+        break;
+      }
       const std::string id = fmt::format("{}-{}", incarnation, env.sequence);
       // The stream must hold this message right after the previous one: a
       // message sent after a hole (one lost with a connection while the next
@@ -290,53 +303,61 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       po.MsgId = id.c_str();
       if (!previous.empty()) po.ExpectLastMsgId = previous.c_str();
       po.MaxWait = o.publish_timeout_ms;
-      batch.push_back(env.sequence);
       if (js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
                           static_cast<int>(env.payload.size()), &po) != NATS_OK) {
         publish_failed = true;
         break;
       }
     }
-    if (!batch.empty()) {
-      idle = false;
-      const bool contiguous =
-          batch.front() == acked_next && batch.back() - batch.front() + 1 == batch.size();
-      const bool stored = !publish_failed && contiguous &&
-                          await_window(results, batch.front(), batch.size(),
-                                       std::chrono::milliseconds(o.publish_timeout_ms) + 1s);
-      const bool failed = !stored;
-      if (!failed && contiguous) {
+    if (!in_flight.empty()) {
+      // Nothing else to do this pass: wait a little for an acknowledgement
+      // (a record arriving in the ring meanwhile waits at most that long).
+      collect_outcomes(results, in_flight, idle ? 500us : 0us);
+      std::size_t stored = 0;
+      while (stored < in_flight.size() && in_flight[stored].state == 1) ++stored;
+      if (stored != 0) {
+        idle = false;
+        const std::uint64_t through = in_flight[stored - 1].sequence;
         crash_point("export_after_publish");
-        auto a = transport->ack(batch.back());
+        auto a = transport->ack(through);
         if (!a)
           return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, a.error().what()));
         if (a->status == egress::AckStatus::StaleGeneration)
           return std::unexpected(fenced(o.egress, a->current_generation));
-        acked_next = batch.back() + 1;
-        sd.acknowledged.fetch_add(batch.size(), std::memory_order_relaxed);
+        acked_next = through + 1;
+        in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(stored));
+        sd.acknowledged.fetch_add(stored, std::memory_order_relaxed);
         if (failed_batches != 0) {
           log("info", "publishing",
               fmt::format("route=export after_failed_batches={}", failed_batches));
           failed_batches = 0;
         }
-      } else {
-        for (std::uint64_t seq : batch) {
-          auto f = transport->fail(seq);
+      }
+      const bool head_failed =
+          !in_flight.empty() && (in_flight.front().state == -1 ||
+                                 (in_flight.front().state == 0 &&
+                                  std::chrono::steady_clock::now() >= in_flight.front().deadline));
+      if (publish_failed || out_of_order || head_failed) {
+        idle = false;
+        for (const InFlight& m : in_flight) {
+          auto f = transport->fail(m.sequence);
           if (!f)
             return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, f.error().what()));
           if (f->status == egress::FailStatus::StaleGeneration)
             return std::unexpected(fenced(o.egress, f->current_generation));
         }
-        sd.retries.fetch_add(batch.size(), std::memory_order_relaxed);
+        sd.retries.fetch_add(in_flight.size(), std::memory_order_relaxed);
         if (failed_batches++ == 0)
           log("warn", "publish_failed",
               fmt::format("route=export first={} last={} publish_failed={} contiguous={}",
-                          batch.front(), batch.back(), publish_failed, contiguous));
+                          in_flight.front().sequence, in_flight.back().sequence, publish_failed,
+                          !out_of_order));
+        in_flight.clear();
         recovering = true;
       }
     }
 
-    if (idle) {
+    if (idle && in_flight.empty()) {
       if (recovering || !ring_empty) {
         std::this_thread::sleep_for(2ms);  // backoff pending, or the egress is full
       } else if (auto rec = ring->peek(20ms); rec && *rec) {
