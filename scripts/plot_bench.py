@@ -50,6 +50,14 @@ def size_label(n):
     return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
 
 
+def save(fig, ax, legend_at, path):
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc=legend_at, fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_rtt_cdf(values, colour, out):
     curves = defaultdict(list)  # case -> [(ns, q)]
     for (comparison, case, metric), rounds in values.items():
@@ -67,11 +75,7 @@ def plot_rtt_cdf(values, colour, out):
     ax.set_xlabel("round trip (ns, log scale)")
     ax.set_ylabel("fraction of round trips at or below")
     ax.set_title("Ping-pong round trip, 64 B, two processes on two CPUs")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "ring_rtt_cdf_64B.png", dpi=120)
-    plt.close(fig)
+    save(fig, ax, "lower right", out / "ring_rtt_cdf_64B.png")
 
 
 def plot_throughput(values, colour, out):
@@ -94,11 +98,7 @@ def plot_throughput(values, colour, out):
     ax.set_xlabel("message size")
     ax.set_ylabel("million messages per second (log scale)")
     ax.set_title("One-way throughput, producer and consumer on two CPUs")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "ring_throughput_by_size.png", dpi=120)
-    plt.close(fig)
+    save(fig, ax, "lower left", out / "ring_throughput_by_size.png")
 
 
 def main(argv):
