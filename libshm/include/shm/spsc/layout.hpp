@@ -55,7 +55,10 @@
 // load sees the flag. The Dekker cost is paid only around a park. A process
 // whose membarrier registration failed uses a seq_cst fence as its light half
 // (and, as a waiter, caps each sleep at 1 ms), so mixing such processes with
-// others never loses a wake.
+// others never loses a wake. The first round of each park skips the heavy
+// half (it costs tens of microseconds on a VM, more than a waking peer takes
+// to answer) and bounds its sleep to 200 us instead: a wake missed in that
+// round costs at most that sleep; later rounds pair in full.
 //
 // Crash cases.
 //   producer killed before or during commit, before the first header's store:
