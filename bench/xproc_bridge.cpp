@@ -86,7 +86,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -500,12 +499,7 @@ class Daemon {
     if (pid == 0) {
       (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
-      if (cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(*cpu, &set);
-        (void)::sched_setaffinity(0, sizeof set, &set);
-      }
+      if (cpu) (void)pin_to_cpu(*cpu);
       ::dup2(pipe_stdout ? fds[1] : log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
       ::execv(args[0], args.data());

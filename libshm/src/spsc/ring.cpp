@@ -213,11 +213,6 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
   const bool over = detail::park(
       signal, deadline,
       [&] {
-        // [spsc.D'] seq_cst store of the flag, then the heavy barrier, then
-        // the re-check: pairs with [spsc.D] in RingProducer::commit() /
-        // RingConsumer::release(). Either the re-check sees the peer's
-        // publishing store, or the peer's flag load (after its light barrier)
-        // sees our flag and wakes us.
         // A round after a wake looks first: the record (or space) the
         // waker published is usually there, and announcing again would put
         // the heavy barrier on the path of every woken wait.
@@ -228,6 +223,11 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
             return detail::ParkRound::Done;
           }
         }
+        // [spsc.D'] seq_cst store of the flag, then the heavy barrier (from
+        // the second round on), then the re-check: pairs with [spsc.D] in
+        // RingProducer::commit() / RingConsumer::release(). Either the
+        // re-check sees the peer's publishing store, or the peer's flag load
+        // (after its light barrier) sees our flag and wakes us.
         parked.store(1, std::memory_order_seq_cst);
         if (!first_round) fenceless = !heavy_barrier();
         r = attempt();
