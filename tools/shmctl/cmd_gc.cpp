@@ -18,7 +18,8 @@
 // special file, every page-*.spill / page-*.tmp starts with the spill page
 // magic, relay.id is there and is a regular file (relay.owner, when there,
 // too), refused/ is empty, and nothing was written in the last 60 s (a relay
-// of another root may still use it).
+// of another root may still use it). gc holds the directory's binding lock
+// while it decides and removes: a relay create binding it is not disturbed.
 // Anything else keeps the whole directory, with the reason.
 #include "output.hpp"
 #include "segment_access.hpp"
@@ -262,11 +263,23 @@ Decision collect_spill_dir(const Context& ctx, const fs::path& dir, const GcOpti
     d.reason = fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
     return d;
   }
-  struct stat seg {};
-  if (::lstat((fs::path(ctx.root) / relay).c_str(), &seg) == 0) {
+  const auto relay_exists = [&] {
+    struct stat seg {};
+    if (::lstat((fs::path(ctx.root) / relay).c_str(), &seg) != 0) return false;
     d.reason = fmt::format("relay segment {} exists in {}", relay, ctx.root);
+    return true;
+  };
+  if (relay_exists()) return d;
+  // The binding lock (spill::lock_binding), held to the end: a relay create
+  // binding this directory right now has not published its segment yet.
+  auto binding = spill::lock_binding(dir.string(), std::chrono::milliseconds(0));
+  if (!binding) {
+    d.action = binding.error().code == Errc::RoleTaken ? "kept" : "failed";
+    d.reason = binding.error().code == Errc::RoleTaken ? "a relay create is binding it right now"
+                                                       : binding.error().message;
     return d;
   }
+  if (relay_exists()) return d;  // a create may have published it since the first look
   auto files = check_spill_contents(dir, options.temp_file_age);
   if (!files) {
     d.action = files.error().recent ? "kept" : "skipped";

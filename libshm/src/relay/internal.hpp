@@ -123,10 +123,11 @@ void wake_writers(Control& c) noexcept;
 [[nodiscard]] std::vector<std::string> verify_unlocked(const View& v);
 
 // ---- the spill store (spill.cpp) ----
-// At create (inside the segment's init, before READY): opens or creates the
-// directory, removes torn temporary files, adopts every valid page into the
-// manifest (refusing and moving aside the others) and returns the sequence
-// and order floors the hot head must start above.
+// At create (inside the segment's init, before READY, with `dir`'s binding
+// lock held until the segment is published): binds the directory, removes
+// torn temporary files, adopts every valid page into the manifest (refusing
+// and moving aside the others) and returns the sequence and order floors the
+// hot head must start above.
 struct SpillFloors {
   std::uint64_t next_seq = 1;
   std::uint64_t next_order = 1;
@@ -134,6 +135,7 @@ struct SpillFloors {
 // `segment_path` (absolute) binds the directory to this relay: a directory
 // bound to another relay that still exists and spills there is RoleTaken.
 [[nodiscard]] Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
+                                             const spill::SpillDir& dir,
                                              std::string_view relay_name,
                                              const std::string& segment_path);
 // Under the mutex, inside a write section: seals the oldest pending entries

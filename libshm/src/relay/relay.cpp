@@ -108,6 +108,12 @@ std::uint64_t RelaySnapshot::level() const noexcept {
 
 namespace {
 
+// How long a relay create waits for another create (or gc) to release the
+// spill directory's binding lock: a create holds it while it rebuilds the
+// manifest from the directory, which reads every page (bounded: at most
+// kManifestSlots pages of at most 64 MiB).
+constexpr std::chrono::milliseconds kBindingWait{30'000};
+
 Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
   if (cfg.value_size < 1 || cfg.value_size > kMaxValueSize)
     return fail(Errc::InvalidArgument, shm::detail::format("value_size {} outside [1, {}]",
@@ -168,6 +174,8 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
   const MergeFlags flags = (*p)->flags;
   // Where the segment will live (absolute): the spill directory's binding.
   std::string segment_path;
+  spill::SpillDir dir;
+  FileHandle binding;  // held until Segment::create has published the name (or failed)
   if (cfg.spill.enabled) {
     std::error_code ec;
     const std::filesystem::path root = options.root.empty() ? default_root() : options.root;
@@ -175,6 +183,17 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     if (ec)
       return fail(Errc::SystemError,
                   shm::detail::format("relay {}: root {}: {}", name, root.string(), ec.message()));
+    const std::string path = cfg.spill.dir.empty() ? spill::default_spill_dir(name) : cfg.spill.dir;
+    auto opened = spill::SpillDir::open(path, true);
+    if (!opened)
+      return fail(opened.error().code,
+                  shm::detail::format("relay {}: spill store: {}", name, opened.error().message));
+    dir = std::move(*opened);
+    auto locked = spill::lock_binding(dir.path(), kBindingWait);
+    if (!locked)
+      return fail(locked.error().code,
+                  shm::detail::format("relay {}: {}", name, locked.error().message));
+    binding = std::move(*locked);
   }
   auto init = [&](std::span<std::byte> data) -> Result<void> {
     // Zero-filled and invisible to others until READY: no lock needed.
@@ -195,7 +214,7 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     st(c.next_order, 1u);
     if (cfg.spill.enabled) {
       // Rebuild the manifest from the directory: the segment is new.
-      auto floors = init_spill(v, cfg.spill, name, segment_path);
+      auto floors = init_spill(v, cfg.spill, dir, name, segment_path);
       if (!floors) return std::unexpected(floors.error());
       st(c.next_seq, floors->next_seq);
       st(c.next_order, floors->next_order);

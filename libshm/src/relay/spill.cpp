@@ -215,28 +215,24 @@ Result<void> claim_dir(const spill::SpillDir& dir, const std::string& self,
 
 }  // namespace
 
-Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
+Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy, const spill::SpillDir& dir,
                                std::string_view relay_name, const std::string& segment_path) {
   SpillArea& a = *v.spill;
-  const std::string path = policy.dir.empty() ? spill::default_spill_dir(relay_name) : policy.dir;
-  auto dir = spill::SpillDir::open(path, true);
-  if (!dir)
-    return fail(dir.error().code,
-                shm::detail::format("relay {}: spill store: {}", relay_name, dir.error().message));
-  if (auto ok = claim_dir(*dir, segment_path, relay_name); !ok) return std::unexpected(ok.error());
-  auto listing = spill::list_dir(*dir);
+  const std::string& path = dir.path();
+  if (auto ok = claim_dir(dir, segment_path, relay_name); !ok) return std::unexpected(ok.error());
+  auto listing = spill::list_dir(dir);
   if (!listing) return std::unexpected(listing.error());
   // Torn seals: never renamed, so never recorded anywhere: remove them.
-  for (const std::string& t : listing->temps) (void)::unlinkat(dir->fd(), t.c_str(), 0);
+  for (const std::string& t : listing->temps) (void)::unlinkat(dir.fd(), t.c_str(), 0);
   SpillFloors floors;
   std::uint64_t max_id = 0;
   std::uint32_t used = 0;
   for (std::uint64_t id : listing->pages) {
     max_id = std::max(max_id, id);
-    auto page = spill::read_page(*dir, id);
+    auto page = spill::read_page(dir, id);
     if (!page) {
       const std::string why(to_string(page.error().code));
-      (void)spill::refuse_file(*dir, spill::page_file_name(id), why);
+      (void)spill::refuse_file(dir, spill::page_file_name(id), why);
       bump(a.counters.pages_refused);
       log_event(*v.control, EventKind::PageRefused, id, 0);
       continue;
@@ -254,12 +250,12 @@ Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
     floors.next_order = std::max(floors.next_order, page->header.last_order + 1);
     bump(a.counters.pages_rebuilt);
   }
-  (void)spill::sync_dir(*dir);
+  (void)spill::sync_dir(dir);
   st(a.enabled, 1u);
   st(a.mode, static_cast<std::uint32_t>(policy.mode));
   st(a.retention, static_cast<std::uint32_t>(policy.retention));
   st(a.rehydrate, static_cast<std::uint32_t>(policy.rehydrate));
-  st(a.relay_id, dir->relay_id());
+  st(a.relay_id, dir.relay_id());
   st(a.page_bytes, policy.page_size);
   st(a.retention_bytes, policy.retention_bytes);
   st(a.retention_ttl_ms, static_cast<std::uint64_t>(policy.ttl.count()));
@@ -267,6 +263,7 @@ Result<SpillFloors> init_spill(const View& v, const SpillPolicy& policy,
   std::memcpy(a.dir, path.data(), path.size());
   a.dir[path.size()] = '\0';
   recompute_cold(v);
+  ::shm::detail::spill_crash_point(CrashPoint::DirBound);
   return floors;
 }
 

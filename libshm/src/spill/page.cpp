@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace shm {
 namespace {
@@ -494,6 +496,28 @@ Result<void> write_owner(const SpillDir& dir, std::string_view segment_path) {
     return fail_errno(err, what);
   }
   return fsync_fd(dir.fd(), dir.path());
+}
+
+Result<FileHandle> lock_binding(const std::string& dir_path, std::chrono::milliseconds wait) {
+  // Its own open file description: the lock is not shared with (nor released
+  // by closing) a SpillDir's descriptor.
+  FileHandle fd(::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return fail_errno(errno, shm::detail::format("spill directory {}", dir_path));
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  auto pause = std::chrono::microseconds(100);
+  for (;;) {
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK)
+      return fail_errno(errno, shm::detail::format("flock spill directory {}", dir_path));
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fail(Errc::RoleTaken,
+                  shm::detail::format("the spill directory {} is being bound by another relay "
+                                      "create (or collected by shmctl gc), still after {} ms",
+                                      dir_path, wait.count()));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
 }
 
 Result<DirListing> list_dir(const SpillDir& dir) {

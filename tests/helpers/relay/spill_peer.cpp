@@ -14,6 +14,12 @@
 //       Opens a reader of NAME (a Ttl relay whose pages are past the ttl) and
 //       takes: the take expires the pages; the hook stops at POINT inside
 //       the first expiry.
+//   test_spill_peer bind NAME DIR
+//       Creates NAME, a small raw_fifo Spill relay spilling into DIR; the
+//       hook prints "inside" at DirBound (the directory bound, the segment
+//       not yet published) and stops itself (SIGSTOP); once continued it
+//       finishes the create and prints "created" (or "error: ...", exit 1).
+#include "common/spill_config.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/testing/spill_crash.hpp"
 
@@ -23,6 +29,7 @@
 #include <unistd.h>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -89,6 +96,22 @@ int run_expire(const std::string& name, int point) {
           : got.error().what());
 }
 
+void pause_when_bound(test_hooks::SpillCrashPoint point) {
+  if (point != test_hooks::SpillCrashPoint::DirBound) return;
+  std::printf("inside\n");
+  std::fflush(stdout);
+  ::raise(SIGSTOP);
+}
+
+int run_bind(const std::string& name, const std::string& dir) {
+  test_hooks::set_spill_crash_hook(pause_when_bound);
+  auto w = RelayWriter::create(name, test::small_spill_fifo(dir));
+  if (!w) die(w.error().what());
+  std::printf("created\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,5 +119,6 @@ int main(int argc, char** argv) {
   if (a.size() == 3 && a[0] == "seal") return run_seal(a[1], std::stoi(a[2]));
   if (a.size() == 4 && a[0] == "ack") return run_ack(a[1], std::stoi(a[2]), a[3]);
   if (a.size() == 3 && a[0] == "expire") return run_expire(a[1], std::stoi(a[2]));
+  if (a.size() == 3 && a[0] == "bind") return run_bind(a[1], a[2]);
   die("usage: see the comment at the top of spill_peer.cpp");
 }

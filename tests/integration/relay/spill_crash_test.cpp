@@ -14,10 +14,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -284,6 +286,56 @@ TEST_F(SpillCrashTest, RecordsTakenAndNeverCommittedComeBackMarkedRedelivered) {
   EXPECT_TRUE((*got)[1].redelivered);
   EXPECT_FALSE((*got)[2].redelivered);
   ASSERT_TRUE(r->commit());
+}
+
+// Two relay creates racing for one spill directory. A relay's segment is
+// created under a temporary name and published under its own only at the
+// end, so while the first create rebuilds its manifest, its binding names a
+// path that does not exist yet: without the directory's binding lock the
+// second create calls that binding stale and takes the directory over (two
+// relays adopting and deleting each other's pages). With it the second
+// create waits; it is then refused (the first relay exists), or, when the
+// first create was killed before publishing, takes the directory over.
+TEST_F(SpillCrashTest, ARelayCreateHoldsItsSpillDirectoryUntilItsSegmentIsPublished) {
+  for (const bool first_killed : {false, true}) {
+    SCOPED_TRACE(first_killed ? "the first create is killed" : "the first create finishes");
+    const std::string tag = first_killed ? "killed" : "finishes";
+    const std::string dir = spill_.sub("race-" + tag);
+    const std::string first = "first-" + tag, second = "second-" + tag;
+    auto helper = spill_peer({"bind", first, dir});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+
+    std::optional<Result<RelayWriter>> raced;
+    std::atomic<bool> returned{false};
+    std::thread racer([&] {
+      raced.emplace(RelayWriter::create(second, test::small_spill_fifo(dir)));
+      returned.store(true);
+    });
+    std::this_thread::sleep_for(500ms);
+    EXPECT_FALSE(returned.load())
+        << "the second create did not wait for the first create's binding lock";
+    if (first_killed) {
+      helper.kill(SIGKILL);
+      EXPECT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+    } else {
+      helper.kill(SIGCONT);
+      EXPECT_TRUE(helper.wait_for_line("created", 20s)) << helper.output();
+      EXPECT_EQ(helper.wait(20s), 0) << helper.output();
+    }
+    racer.join();
+    ASSERT_TRUE(raced.has_value());
+    if (first_killed) {
+      ASSERT_TRUE(*raced) << "a binding to a create that died is stale: " << raced->error().what();
+      EXPECT_FALSE(Segment::open_any(first, {})) << "the killed create never published";
+    } else {
+      ASSERT_FALSE(*raced) << "two relays bound to " << dir;
+      EXPECT_EQ(raced->error().code, Errc::RoleTaken) << raced->error().what();
+      EXPECT_NE(raced->error().message.find(root_.file(first)), std::string::npos)
+          << raced->error().what();
+      EXPECT_FALSE(Segment::open_any(second, {})) << "a refused create leaves no segment";
+      EXPECT_TRUE(Segment::open_any(first, {}));
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "shm/platform/crc32c.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/spill/page.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/testing/channel.hpp"
@@ -1308,7 +1309,8 @@ TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
 // gc and spill directories: <base>/<relay> goes only when relay <relay> is
 // gone from the root and everything in the directory is this user's, is a
 // file a relay writes (pages with the spill page magic, relay.id, an empty
-// refused/) and is older than 60 s. Anything else keeps the whole directory.
+// refused/) and is older than 60 s, and no relay create holds its binding
+// lock. Anything else keeps the whole directory.
 TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheirPages) {
   const test::TempSpillDir spill;
   auto relay_with_pages = [&](const std::string& name) {
@@ -1368,6 +1370,10 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   fake_dir("fifo", false);
   ASSERT_EQ(::mkfifo((spill.sub("fifo") + "/page-0000000000000004.tmp").c_str(), 0600), 0);
   age_all("fifo");
+  // Exactly a relay's files, but a relay create holds its binding lock now.
+  fake_dir("binding", true);
+  auto binding = spill::lock_binding(spill.sub("binding"), 0ms);
+  ASSERT_TRUE(binding) << binding.error().what();
   const bool root_user = ::geteuid() == 0;
   if (root_user) {
     fake_dir("foreign", true);
@@ -1403,6 +1409,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   expect("link", "skipped", "symbolic link");
   expect("fifo", "skipped", "a FIFO, not a spill page file");
   expect("elsewhere", "skipped", "no relay.id");  // an empty directory: not a relay's
+  expect("binding", "kept", "a relay create is binding it right now");
   if (root_user) {
     expect("foreign", "skipped", "owned by uid 12345");
   }
@@ -1414,6 +1421,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   EXPECT_TRUE(fs::exists(spill.sub("young") + "/relay.id"));
   EXPECT_TRUE(fs::exists(spill.sub("refusals") + "/refused/page-0000000000000003.spill.bad-crc"));
   EXPECT_TRUE(fs::is_symlink(spill.sub("link")));
+  EXPECT_TRUE(fs::exists(spill.sub("binding") + "/page-0000000000000001.spill"));
   if (root_user) {
     EXPECT_TRUE(fs::exists(spill.sub("foreign") + "/relay.id"));
   }

@@ -14,7 +14,7 @@
 //                            path of its segment file (text), rewritten
 //                            (tmp, fsync, rename, fsync dir) by every relay
 //                            create. One relay per directory: see
-//                            read_owner() and docs/spill.md.
+//                            read_owner(), lock_binding() and docs/spill.md.
 //
 // A page file is a 4 KiB header followed by `content_bytes` of records:
 //   PageHeader (validated like a segment's handshake header: magic, version,
@@ -45,6 +45,7 @@
 #include "shm/platform/file.hpp"
 #include "shm/segment/kind_ids.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -206,6 +207,17 @@ struct Page {
 [[nodiscard]] Result<std::optional<std::string>> read_owner(const SpillDir& dir);
 // Binds the directory to the relay segment at `segment_path` (absolute).
 [[nodiscard]] Result<void> write_owner(const SpillDir& dir, std::string_view segment_path);
+
+// The directory's binding lock: an flock on the directory itself, through its
+// own open file description (the kernel drops it when the holder dies). A
+// relay create holds it from before it reads relay.owner until its segment is
+// published under its name: a segment is created under a temporary name, so
+// without the lock a racing create would find the binding naming a path that
+// does not exist yet, call it stale and take the directory over. `shmctl gc`
+// holds it while it removes a directory. Waits up to `wait` (zero: one try),
+// then RoleTaken naming the directory.
+[[nodiscard]] Result<FileHandle> lock_binding(const std::string& dir_path,
+                                              std::chrono::milliseconds wait);
 
 struct DirListing {
   std::vector<std::uint64_t> pages;  // sorted page ids of page-*.spill

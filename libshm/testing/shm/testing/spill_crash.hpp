@@ -27,11 +27,16 @@ enum class SpillCrashPoint : std::uint8_t {
   AckCounted,     // commit: slot freed, pages_acked bumped, the intent not yet cleared
   ExpireMarked,   // Ttl expiry: the slot says acknowledged, pages_expired not yet bumped
   ExpireCounted,  // Ttl expiry: pages_expired bumped, the file still there, the intent not cleared
+  // Relay create (no mutex yet: the segment is not published): the spill
+  // directory is bound to it and its manifest rebuilt, the segment not yet
+  // under its name; the directory's binding lock is held.
+  DirBound,
 };
-inline constexpr int kSpillCrashPoints = 11;
+inline constexpr int kSpillCrashPoints = 12;
 
 // Called at every spill crash point of every relay in this process, with the
-// relay's mutex held. A hook that returns lets the operation go on.
+// relay's mutex held (DirBound: the binding lock). A hook that returns lets
+// the operation go on.
 using SpillCrashHook = void (*)(SpillCrashPoint point);
 void set_spill_crash_hook(SpillCrashHook hook) noexcept;
 
