@@ -138,6 +138,12 @@ struct SpillFloors {
                                              const spill::SpillDir& dir,
                                              std::string_view relay_name,
                                              const std::string& segment_path);
+// Under the mutex: the reader found cold page `s` invalid (`why`): moves its
+// file aside into refused/, counts it (pages_refused, the PageRefused event)
+// and frees its slot, inside the Refuse intent. `moved_to` says where the
+// file went (or why it could not be moved).
+void refuse_page(const View& v, const spill::SpillDir& dir, ManifestSlot& s, Errc why,
+                 std::string& moved_to);
 // Under the mutex, inside a write section: seals the oldest pending entries
 // into a page and frees them. True: sealed; false: spill impossible now (the
 // reason counted and logged when `log` is set): the caller falls back to Block.

@@ -750,16 +750,12 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
     if (bad) {
       // Refused, counted, moved aside, never half-applied. The error tells
       // the caller order is broken here; the next take goes on after it.
-      const std::string why(to_string(bad->code));
-      auto moved = spill::refuse_file(dir, spill::page_file_name(id), why);
-      bump(a.counters.pages_refused);
-      log_event(c, EventKind::PageRefused, id, ld(s->ops));
-      release_slot(view_, *s);
-      return fail(
-          bad->code,
-          shm::detail::format("{}: cold page {} refused ({} ops lost), moved to {}: {}",
-                              segment_.path(), id, ld(s->ops),
-                              moved ? *moved : std::string("(could not move it)"), bad->message));
+      const std::uint64_t lost = ld(s->ops);
+      std::string moved;
+      refuse_page(view_, dir, *s, bad->code, moved);
+      return fail(bad->code,
+                  shm::detail::format("{}: cold page {} refused ({} ops lost), moved to {}: {}",
+                                      segment_.path(), id, lost, moved, bad->message));
     }
     page_ = std::move(*page);
     page_id_ = id;

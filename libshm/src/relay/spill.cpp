@@ -81,6 +81,8 @@ std::atomic<std::uint64_t>& counter_of(SpillArea& a, SpillIntent kind) noexcept 
       return a.counters.pages_acked;
     case SpillIntent::Expire:
       return a.counters.pages_expired;
+    case SpillIntent::Refuse:
+      return a.counters.pages_refused;
     case SpillIntent::Seal:
     case SpillIntent::None:
       break;
@@ -453,7 +455,43 @@ void repair_release(const View& v, SpillIntent kind) {
     log_event(*v.control, EventKind::PageAcked, id, 0);
 }
 
+// Repair of an interrupted refusal: always forward (the page was judged
+// invalid before the intent opened): moved aside if still in place, counted
+// if the holder did not, its slot freed.
+void repair_refuse(const View& v, const spill::SpillDir* dir) {
+  SpillArea& a = *v.spill;
+  const std::uint64_t id = ld(a.intent_page);
+  const std::uint64_t code = ld(a.intent_last_order);  // refuse_page: the Errc
+  const std::string why(code >= 1 && code <= static_cast<std::uint64_t>(Errc::UnknownPolicy)
+                            ? to_string(static_cast<Errc>(code))
+                            : std::string_view("Refused"));
+  if (dir != nullptr) (void)spill::refuse_file(*dir, spill::page_file_name(id), why);
+  ManifestSlot* s = find_slot(v, id);
+  if (uncounted(a, SpillIntent::Refuse)) {
+    bump(a.counters.pages_refused);
+    log_event(*v.control, EventKind::PageRefused, id, s != nullptr ? ld(s->ops) : 0);
+  }
+  if (s != nullptr) release_slot(v, *s);
+}
+
 }  // namespace
+
+void refuse_page(const View& v, const spill::SpillDir& dir, ManifestSlot& s, Errc why,
+                 std::string& moved_to) {
+  SpillArea& a = *v.spill;
+  const std::uint64_t id = ld(s.page_id);
+  // intent_last_order carries the reason (the repair names the moved file by it).
+  begin_intent(a, SpillIntent::Refuse, id, static_cast<std::uint64_t>(why));
+  auto moved = spill::refuse_file(dir, spill::page_file_name(id), to_string(why));
+  moved_to = moved ? *moved : std::string("(could not move it: ") + moved.error().message + ")";
+  ::shm::detail::spill_crash_point(CrashPoint::RefuseMoved);
+  st(s.state, static_cast<std::uint32_t>(SlotState::Acked));
+  bump(a.counters.pages_refused);
+  log_event(*v.control, EventKind::PageRefused, id, ld(s.ops));
+  ::shm::detail::spill_crash_point(CrashPoint::RefuseCounted);
+  release_slot(v, s);
+  end_intent(a);
+}
 
 bool repair_spill(const View& v, std::string& why) {
   SpillArea& a = *v.spill;
@@ -461,7 +499,9 @@ bool repair_spill(const View& v, std::string& why) {
   const std::uint32_t intent = ld(a.intent_state);
   if (intent > kLastSpillIntent) {
     why = shm::detail::format(
-        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge) or 3 (expire)", intent);
+        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge), 3 (expire) or 4 "
+        "(refuse)",
+        intent);
     return false;
   }
   for (const ManifestSlot& s : a.slots)
@@ -479,6 +519,9 @@ bool repair_spill(const View& v, std::string& why) {
     case SpillIntent::Ack:
     case SpillIntent::Expire:
       repair_release(v, static_cast<SpillIntent>(intent));
+      break;
+    case SpillIntent::Refuse:
+      repair_refuse(v, dir ? &*dir : nullptr);
       break;
   }
   end_intent(a);
@@ -527,9 +570,10 @@ std::vector<std::string> verify_spill(const View& v) {
   const SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0) return out;
   if (ld(a.intent_state) > kLastSpillIntent)
-    out.push_back(shm::detail::format(
-        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge) or 3 (expire)",
-        ld(a.intent_state)));
+    out.push_back(
+        shm::detail::format("spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge), 3 "
+                            "(expire) or 4 (refuse)",
+                            ld(a.intent_state)));
   std::uint64_t pages = 0;
   for (const ManifestSlot& s : a.slots) {
     const std::uint32_t state = ld(s.state);

@@ -14,6 +14,9 @@
 //       Opens a reader of NAME (a Ttl relay whose pages are past the ttl) and
 //       takes: the take expires the pages; the hook stops at POINT inside
 //       the first expiry.
+//   test_spill_peer refuse NAME POINT
+//       The same take, over a relay whose oldest page file is damaged: the
+//       hook stops at POINT inside the refusal.
 //   test_spill_peer bind NAME DIR
 //       Creates NAME, a small raw_fifo Spill relay spilling into DIR; the
 //       hook prints "inside" at DirBound (the directory bound, the segment
@@ -85,7 +88,7 @@ int run_ack(const std::string& name, int point, const std::string& log) {
   die("the reader returned without reaching the crash point");
 }
 
-int run_expire(const std::string& name, int point) {
+int run_take(const std::string& name, int point) {
   auto r = RelayReader::open(name);
   if (!r) die(r.error().what());
   g_stop_at = point;
@@ -118,7 +121,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 3 && a[0] == "seal") return run_seal(a[1], std::stoi(a[2]));
   if (a.size() == 4 && a[0] == "ack") return run_ack(a[1], std::stoi(a[2]), a[3]);
-  if (a.size() == 3 && a[0] == "expire") return run_expire(a[1], std::stoi(a[2]));
+  if (a.size() == 3 && (a[0] == "expire" || a[0] == "refuse"))
+    return run_take(a[1], std::stoi(a[2]));
   if (a.size() == 3 && a[0] == "bind") return run_bind(a[1], a[2]);
   die("usage: see the comment at the top of spill_peer.cpp");
 }

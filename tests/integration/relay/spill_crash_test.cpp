@@ -258,6 +258,67 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryExpiryStepCountsTheExpiredPageOnce) {
   }
 }
 
+// A reader killed at each step of refusing a damaged cold page: the page is
+// refused once (moved aside into refused/, never delivered) and counted once
+// in pages_refused (RefuseCounted: the holder counted it already); the
+// repair frees its slot and the reader goes on with the valid pages, in order.
+TEST_F(SpillCrashTest, AReaderKilledAtEveryRefusalStepCountsTheDamagedPageOnce) {
+  const std::vector<std::pair<P, const char*>> points = {{P::RefuseMoved, "RefuseMoved"},
+                                                         {P::RefuseCounted, "RefuseCounted"}};
+  for (const auto& [point, label] : points) {
+    SCOPED_TRACE(label);
+    const std::string name = std::string("refuse-") + label;
+    constexpr std::uint64_t kOps = 14;
+    std::uint64_t first_page = 0, sealed = 0;
+    {
+      auto w = RelayWriter::create(name, crash_cfg());
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < kOps; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      sealed = w->snapshot().pages_sealed;
+      ASSERT_GE(sealed, 2u);
+      first_page = w->snapshot().manifest.at(0).page_id;
+    }
+    const std::string dir = spill_.sub(name);
+    {
+      std::fstream f(dir + "/" + spill::page_file_name(first_page),
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
+      f.put('\x7f');  // a flipped content byte: the content CRC fails
+    }
+    auto helper = spill_peer({"refuse", name, std::to_string(static_cast<int>(point))});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+    helper.kill(SIGKILL);
+    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+
+    auto r = RelayReader::open(name);  // locks: repairs the interrupted refusal
+    ASSERT_TRUE(r) << r.error().what();
+    RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.repairs, 1u);
+    EXPECT_EQ(s.pages_refused, 1u) << "the damaged page counted once";
+    EXPECT_EQ(s.cold_pages, sealed - 1);
+    EXPECT_FALSE(fs::exists(dir + "/" + spill::page_file_name(first_page)));
+    std::vector<std::string> refused;
+    for (const auto& e : fs::directory_iterator(dir + "/refused"))
+      refused.push_back(e.path().filename().string());
+    ASSERT_EQ(refused.size(), 1u) << "moved aside once";
+    EXPECT_NE(refused[0].find(".Corrupt-"), std::string::npos) << refused[0] << ": named by why";
+    check_verify(name);
+    std::vector<std::uint64_t> got;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) { got.push_back(u64_of(e.value)); });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    std::vector<std::uint64_t> rest;  // everything but the refused page's 4 ops
+    for (std::uint64_t i = 4; i < kOps; ++i) rest.push_back(i);
+    EXPECT_EQ(got, rest);
+    s = r->snapshot();
+    EXPECT_EQ(s.pages_refused, 1u);
+    EXPECT_EQ(s.pages_acked, sealed - 1);
+    EXPECT_EQ(s.cold_pages, 0u);
+  }
+}
+
 // A reader gone between take and commit (its handle dropped without a
 // commit: what a kill there leaves) does not move the cursor: the next reader
 // gets the records again, marked redelivered, and drops them by first_seq.

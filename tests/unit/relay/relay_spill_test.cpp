@@ -362,18 +362,18 @@ TEST_F(RelaySpillTest, TheRepairCountsAnInterruptedAckOrExpiryOnceAndRefusesAnUn
   EXPECT_EQ(s.pages_acked, before.pages_acked + 1);
   EXPECT_TRUE(problems().empty()) << problems().front();
 
-  // State 4 is no intent at all.
-  a.intent_state.store(4);
+  // State 5 is no intent at all.
+  a.intent_state.store(5);
   const auto found = problems();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0],
-            "spill intent state 4 is not 0 (none), 1 (seal), 2 (acknowledge) or 3 "
-            "(expire)");
+            "spill intent state 5 is not 0 (none), 1 (seal), 2 (acknowledge), 3 (expire) or 4 "
+            "(refuse)");
   die_holding_the_mutex();
   auto r = RelayReader::open("intent");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::Corrupt);
-  EXPECT_NE(r.error().message.find("spill intent state 4 is not 0 (none)"), std::string::npos)
+  EXPECT_NE(r.error().message.find("spill intent state 5 is not 0 (none)"), std::string::npos)
       << r.error().what();
 }
 

@@ -213,10 +213,11 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // directory when the segment is created (the hot head is RAM and lost with the
 // machine; sealed pages are not).
 //
-// The spill intent. Each of the three changes of a page (seal, acknowledge,
-// Ttl expiry) runs under the mutex inside one intent: store intent_page,
-// intent_last_order (seal) and intent_count (the low 32 bits of the change's
-// counter, pages_sealed / pages_acked / pages_expired, before it is bumped),
+// The spill intent. Each of the four changes of a page (seal, acknowledge,
+// Ttl expiry, refusal) runs under the mutex inside one intent: store
+// intent_page, intent_last_order (seal) and intent_count (the low 32 bits of
+// the change's counter, pages_sealed / pages_acked / pages_expired /
+// pages_refused, before it is bumped),
 // then intent_state (SpillIntent, a release store: the record is complete
 // before it says valid); make the change; bump the counter; clear the intent.
 // A holder killed anywhere in it leaves EOWNERDEAD, and repair finishes or
@@ -251,12 +252,19 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // An Acked slot found later (a reader killed in between, or an unlink that
 // failed) is finished by whoever sees it. Records taken and not committed are
 // delivered again (taken_record marks how far delivery went: `redelivered`).
+//
+// Refusal (the reader found a sealed page's file invalid) runs inside the
+// Refuse intent: move the file aside into refused/, slot Acked, pages_refused
+// (and the PageRefused event), slot Free. The judgement is made before the
+// intent opens, so repair always rolls it forward: moves the file aside if it
+// is still there, counts it if the holder did not, frees the slot.
 inline constexpr std::uint32_t kManifestSlots = 64;
 inline constexpr std::uint32_t kSpillDirBytes = 256;
 enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
-// SpillArea::intent_state; its counter: pages_sealed, pages_acked, pages_expired.
-enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3 };
-inline constexpr std::uint32_t kLastSpillIntent = 3;
+// SpillArea::intent_state; its counter: pages_sealed, pages_acked, pages_expired,
+// pages_refused.
+enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3, Refuse = 4 };
+inline constexpr std::uint32_t kLastSpillIntent = 4;
 enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
 enum class RetentionKind : std::uint32_t { UnboundedLog = 0, BoundedDisk = 1, Ttl = 2 };
 enum class Rehydrate : std::uint32_t { Sequential = 0, Parallel = 1 };

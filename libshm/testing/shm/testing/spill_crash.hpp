@@ -1,5 +1,5 @@
-// Test-only: stop a relay's spill seal, page acknowledgement or Ttl expiry at
-// each step.
+// Test-only: stop a relay's spill seal, page acknowledgement, Ttl expiry,
+// page refusal or spill directory binding at each step.
 //
 // The crash points are calls in the real code paths of libshm/src/relay/
 // (detail::spill_crash_point); with no hook installed each costs one
@@ -31,8 +31,11 @@ enum class SpillCrashPoint : std::uint8_t {
   // directory is bound to it and its manifest rebuilt, the segment not yet
   // under its name; the directory's binding lock is held.
   DirBound,
+  // The reader refusing an invalid cold page (inside the Refuse intent):
+  RefuseMoved,    // the file moved aside into refused/, the slot still sealed, nothing counted
+  RefuseCounted,  // pages_refused bumped, the slot not yet freed, the intent not cleared
 };
-inline constexpr int kSpillCrashPoints = 12;
+inline constexpr int kSpillCrashPoints = 14;
 
 // Called at every spill crash point of every relay in this process, with the
 // relay's mutex held (DirBound: the binding lock). A hook that returns lets
