@@ -162,6 +162,7 @@ Result<void> lock(const State& s, std::string_view path) {
       return fail(Errc::Faulted,
                   shm::detail::format("{}: the egress mutex is not recoverable", path));
     case detail::LockResult::Failed:
+    case detail::LockResult::Busy:  // try_lock only
       return fail(Errc::Corrupt, shm::detail::format("{}: the egress mutex word is damaged", path));
   }
   if (ld(c.lock.faulted) != 0) {

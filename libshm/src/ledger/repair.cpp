@@ -95,6 +95,7 @@ Result<void> lock_slow(const View& v, std::string_view path, detail::LockResult 
                                       "unlocked it without marking it consistent)",
                                       path));
     case detail::LockResult::Failed:
+    case detail::LockResult::Busy:  // try_lock only
       return fail(Errc::Corrupt, shm::detail::format("{}: the ledger mutex word is damaged "
                                                      "(pthread_mutex_lock failed)",
                                                      path));

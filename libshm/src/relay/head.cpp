@@ -112,7 +112,7 @@ std::uint32_t home(const View& v, std::uint64_t key) noexcept {
 
 bool indexed(const Control& c, const EntryHead& e) noexcept {
   return keyed_policy(c) && ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
-         (ld(e.flags) & kSealed) == 0;
+         !closed_to_merges(ld(e.flags));
 }
 
 }  // namespace
@@ -264,9 +264,6 @@ void wake_writers(Control& c) noexcept {
 
 // ---------------------------------------------------------------- repair
 
-namespace {
-
-// Rebuilds every derived field from the entry table. False on damage.
 bool rebuild_derived(const View& v, std::string& why) {
   Control& c = *v.control;
   const std::uint32_t cap = v.params.capacity;
@@ -278,7 +275,7 @@ bool rebuild_derived(const View& v, std::string& why) {
     EntryHead& e = v.entry(i);
     const std::uint32_t s = ld(e.state);
     if (s > static_cast<std::uint32_t>(EntryState::InHand) || ld(e.len) > v.params.value_size ||
-        ld(e.flags) > kSealed) {
+        (ld(e.flags) & ~kEntryFlags) != 0) {
       why = shm::detail::format("entry {}: state {}, len {}, flags {} (value size {})", i, s,
                                 ld(e.len), ld(e.flags), v.params.value_size);
       return false;
@@ -313,7 +310,7 @@ bool rebuild_derived(const View& v, std::string& why) {
       const std::uint32_t older = index_find(v, ld(e.key));
       if (older != kNone) {
         index_erase_entry(v, ld(e.key), older);
-        st(v.entry(older).flags, kSealed);
+        st(v.entry(older).flags, ld(v.entry(older).flags) | kClosed);
         --keys;
       }
       index_insert(v, ld(e.key), i);
@@ -330,7 +327,30 @@ bool rebuild_derived(const View& v, std::string& why) {
   return true;
 }
 
-}  // namespace
+void note_repair(Control& c) noexcept {
+  bump(c.counters.repairs);
+  log_event(c, EventKind::Repaired, 0, 0);
+}
+
+Result<void> reap_sealer(const View& v, std::string_view path) {
+  bool reaped = false;
+  std::string why;
+  if (!reap_dead_sealer(v, reaped, why)) {
+    st(v.control->faulted, 1u);
+    return corrupt(path, "repair of a dead sealer found damage: " + why);
+  }
+  if (reaped) {
+    note_repair(*v.control);
+    update_full(v, monotonic_ns());
+    wake_writers(*v.control);
+  }
+  return {};
+}
+
+bool head_is_spilling(const View& v) noexcept {
+  const std::uint32_t h = ld(v.control->head);
+  return h != kNone && h < v.params.capacity && (ld(v.entry(h).flags) & kSpilling) != 0;
+}
 
 bool repair_held(const View& v, std::string& why) {
   Control& c = *v.control;

@@ -144,15 +144,45 @@ struct SpillFloors {
 // file went (or why it could not be moved).
 void refuse_page(const View& v, const spill::SpillDir& dir, ManifestSlot& s, Errc why,
                  std::string& moved_to);
-// Under the mutex, inside a write section: seals the oldest pending entries
-// into a page and frees them. True: sealed; false: spill impossible now (the
-// reason counted and logged when `log` is set): the caller falls back to Block.
-// A damaged manifest or pending list is Corrupt (naming what is wrong), never
-// a fallback.
-[[nodiscard]] Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log,
-                                     std::string_view path);
-// Under the mutex: opens the spill intent of a seal, an acknowledgement or a
-// Ttl expiry of page `page` (the protocol in shm/relay/layout.hpp); the
+// A seal runs in three steps (the seal protocol in shm/relay/layout.hpp):
+// begin_seal under the relay mutex, write_seal with no relay mutex (the file
+// I/O: other writers and the reader go on meanwhile), finish_seal under the
+// relay mutex again. The sealer holds SpillArea::seal_mutex from begin to
+// finish; a sealer that dies is found by reap_dead_sealer.
+struct SealJob {
+  std::uint64_t page_id = 0;
+  std::uint32_t policy = 0;
+  std::vector<std::uint32_t> chosen;  // the entries in the page (flagged kSpilling)
+  spill::PageBuilder page;
+};
+enum class SealStart : std::uint8_t {
+  Started,     // `job` holds the page; the caller must write_seal then finish_seal
+  InFlight,    // another (live) writer is sealing: nothing to do here
+  Impossible,  // spill impossible now (counted; logged when `log`): fall back to Block
+};
+// Under the mutex, inside a write section: chooses the oldest pending
+// entries, copies them into `job`, closes them to merges (kSpilling) and
+// opens the seal record. A damaged manifest or pending list is Corrupt
+// (naming what is wrong), never a fallback.
+[[nodiscard]] Result<SealStart> begin_seal(const View& v, bool log, std::string_view path,
+                                           SealJob& job);
+// No relay mutex: writes and seals the page file (spill::write_page).
+[[nodiscard]] Result<spill::SealInfo> write_seal(const spill::SpillDir& dir, const SealJob& job);
+// Under the mutex, inside a write section: records the page and frees its
+// entries (true), or, when the write failed, reopens them and counts why
+// (false: the caller falls back to Block). Releases the seal mutex.
+bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
+                 const Result<spill::SealInfo>& sealed, bool log);
+// Releases the seal mutex of a seal whose finish cannot run (the relay
+// mutex could not be taken): the next reap_dead_sealer rolls it back.
+void abandon_seal(const View& v) noexcept;
+// Under the mutex, inside a write section: when a seal is in flight and its
+// sealer died, finishes it (the manifest recorded the page) or rolls it
+// back (it did not), counts it once, and rebuilds the derived structures.
+// True when it repaired one; false (and `why`) on damage.
+[[nodiscard]] bool reap_dead_sealer(const View& v, bool& repaired, std::string& why);
+// Under the mutex: opens the spill intent of an acknowledgement, a Ttl
+// expiry or a refusal of page `page` (the protocol in shm/relay/layout.hpp); the
 // change's counter is read here, before its bump. Closed by end_intent after
 // the bump.
 void begin_intent(SpillArea& a, SpillIntent kind, std::uint64_t page,
@@ -162,6 +192,18 @@ void end_intent(SpillArea& a) noexcept;
 // acknowledgement or expiry and counts it if its holder did not, finishes
 // acknowledged slots, recomputes the cold projections.
 [[nodiscard]] bool repair_spill(const View& v, std::string& why);
+// Counts and logs a repair made outside the OwnerDied path of lock() (a dead
+// sealer found by reap_dead_sealer), like repair_held does.
+void note_repair(Control& c) noexcept;
+// Under the mutex: reaps a dead sealer (reap_dead_sealer) and counts it; a
+// damaged seal record faults the relay (Corrupt).
+[[nodiscard]] Result<void> reap_sealer(const View& v, std::string_view path);
+// Whether the oldest pending entry is in a seal in flight: the reader waits
+// for the page (it drains before every newer entry).
+[[nodiscard]] bool head_is_spilling(const View& v) noexcept;
+// Rebuilds the pending and free lists, the key index and the projections
+// from the entries' states and flags. False (and `why`) on damage.
+[[nodiscard]] bool rebuild_derived(const View& v, std::string& why);
 // Under the mutex: removes the files of acknowledged slots and frees them.
 void finish_acked(const View& v, const spill::SpillDir& dir);
 // Under the mutex: expires pages past the Ttl retention.

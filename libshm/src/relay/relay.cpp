@@ -200,6 +200,7 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
     const View v = view_over(block, data.data());
     Control& c = *v.control;
     if (auto ok = c.mutex.init(); !ok) return ok;
+    if (auto ok = v.spill->seal_mutex.init(); !ok) return ok;
     st(c.policy, cfg.policy);
     st(c.policy_flags, to_bits(flags));
     st(c.overflow, static_cast<std::uint32_t>(cfg.backpressure.overflow));
@@ -401,6 +402,9 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
   bool parked_once = false;
   bool counted = false;
   bool fell_back = false;
+  bool seal_failed = false;  // the last seal of this write failed: park before another
+  bool sealed = false;       // this write sealed a page: it appends now if it can
+  SealJob job;
   spill::SpillDir* dir = nullptr;
   if (static_cast<Overflow>(ld(c.overflow)) == Overflow::Spill && ld(view_.spill->enabled) != 0) {
     auto d = spill_dir();  // opened once per handle, outside the mutex
@@ -411,6 +415,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
     if (auto ok = lock(view_, path); !ok) return std::unexpected(ok.error());
     std::uint32_t park_word = 0;
     bool park = false;
+    bool seal_now = false;
     {
       Held held(c);
       auto pol = policy_now();
@@ -505,7 +510,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
               return WriteResult{WriteOutcome::Full, 0};
             }
             EntryHead& vh = view_.entry(victim);
-            const bool was_indexed = p.keyed && (ld(vh.flags) & kSealed) == 0;
+            const bool was_indexed = p.keyed && !closed_to_merges(ld(vh.flags));
             st(vh.state, static_cast<std::uint32_t>(EntryState::Free));
             ::shm::detail::relay_crash_point(CrashPoint::DropOldestFreed);
             list_unlink(view_, victim);
@@ -523,18 +528,30 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             break;
           }
           case Overflow::Spill:
-            // The oldest entries go to a sealed page; when that is impossible
-            // (bound, manifest full, no space, all in the reader's hands) the
-            // write blocks instead (counted; logged once per write). A damaged
-            // manifest or pending list is Corrupt, not a fallback.
+            // The oldest entries go to a sealed page: this write starts the
+            // seal, writes the page with the relay unlocked, finishes it,
+            // then writes its op. While a seal is in flight other writes go
+            // on into the free entries (the room between high water and
+            // capacity) and park only when none is left. When a seal is
+            // impossible (bound, manifest full, no space, all in the
+            // reader's hands) the write blocks instead (counted; logged once
+            // per write). A damaged manifest or pending list is Corrupt.
             if (dir != nullptr && ld(view_.spill->enabled) != 0) {
-              auto sealed = seal_page(view_, *dir, !fell_back, path);
-              if (!sealed) return std::unexpected(sealed.error());
-              if (*sealed) {
-                update_full(view_, now);
-                if (ld(c.free_head) != kNone) break;
+              if (auto ok = reap_sealer(view_, path); !ok) return std::unexpected(ok.error());
+              if (sealed && !hard) break;  // one seal per write, as the level allows
+              SealStart begun = SealStart::Impossible;
+              if (!seal_failed) {
+                auto b = begin_seal(view_, !fell_back, path, job);
+                if (!b) return std::unexpected(b.error());
+                begun = *b;
               }
-              fell_back = true;
+              seal_failed = false;
+              if (begun == SealStart::Started) {
+                seal_now = true;
+                break;
+              }
+              if (begun == SealStart::InFlight && !hard) break;
+              if (begun == SealStart::Impossible) fell_back = true;
               block = true;
               break;
             }
@@ -547,7 +564,9 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             }
             break;
         }
-        if (block) {
+        if (seal_now) {
+          // unlock (Held), seal, then try the write again
+        } else if (block) {
           if (start == 0) start = now;
           const std::uint64_t waited = monotonic_ns() - start;
           if (waited >= budget) {
@@ -561,7 +580,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           park = true;  // unlock (Held), then park below
         }
       }
-      if (!park) {
+      if (!park && !seal_now) {
         const std::uint32_t i = ld(c.free_head);
         if (i == kNone || i >= view_.params.capacity)
           return corrupt(path, shm::detail::format("free list head {} (capacity {})", i,
@@ -603,6 +622,27 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         return WriteResult{outcome, seq};
       }
     }  // unlocked
+    if (seal_now) {
+      // The file I/O with the relay unlocked (the seal mutex held).
+      const Result<spill::SealInfo> written = write_seal(*dir, job);
+      if (auto ok = lock(view_, path); !ok) {
+        abandon_seal(view_);  // the next locker rolls it back
+        return std::unexpected(ok.error());
+      }
+      {
+        Held held(c);
+        if (finish_seal(view_, *dir, job, written, !fell_back)) {
+          sealed = true;
+        } else {
+          fell_back = true;
+          seal_failed = true;
+        }
+        update_full(view_, monotonic_ns());
+        notify_reader(c);  // the page, or the entries reopened: a waiting reader goes on
+        wake_writers(c);   // room, or a failed seal: writers parked meanwhile look again
+      }
+      continue;
+    }
     // Block: park until a drain, a commit or a retune bumps the word.
     const std::uint64_t waited = monotonic_ns() - start;
     const std::uint64_t left = budget > waited ? budget - waited : 0;
@@ -645,6 +685,7 @@ Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& 
   {
     Held held(*r.view_.control);
     (void)return_in_hand(r.view_);
+    if (auto ok = reap_sealer(r.view_, r.segment_.path()); !ok) return std::unexpected(ok.error());
   }
   return r;
 }
@@ -684,16 +725,24 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
                                                           view_.params.capacity));
     EntryHead& h = view_.entry(i);
     if (older != nullptr && ld(older->first_order) < ld(h.order)) break;
+    if ((ld(h.flags) & kSpilling) != 0) {
+      // In a seal in flight: its page drains first, when it is recorded. A
+      // dead sealer is reaped here (its entries come back, or its page).
+      if (taken_.empty())
+        if (auto ok = reap_sealer(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+      break;
+    }
     const std::uint32_t len = ld(h.len);
     if (len > view_.params.value_size ||
         ld(h.state) != static_cast<std::uint32_t>(EntryState::Pending))
       return corrupt(segment_.path(), shm::detail::format("pending entry {}: state {}, len {}", i,
                                                           ld(h.state), len));
     const bool sealed = (ld(h.flags) & kSealed) != 0;
+    const bool open_entry = !closed_to_merges(ld(h.flags));
     st(h.state, static_cast<std::uint32_t>(EntryState::InHand));
     if (taken_.empty()) ::shm::detail::relay_crash_point(CrashPoint::TakeMidEntries);
     list_unlink(view_, i);
-    if (keyed && !sealed) {
+    if (keyed && open_entry) {
       index_erase(view_, ld(h.key));
       st(c.pending_keys, ld(c.pending_keys) - 1);
     }
@@ -882,7 +931,11 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
     std::uint32_t word = 0;
     {
       Held held(c);
-      if (ld(c.depth) > 0 || ld(view_.spill->cold_pages) > 0) {
+      // A head in a seal in flight is not ready: its page will be (the
+      // sealer notifies); a dead sealer is reaped here.
+      if (head_is_spilling(view_))
+        if (auto ok = reap_sealer(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+      if ((ld(c.depth) > 0 && !head_is_spilling(view_)) || ld(view_.spill->cold_pages) > 0) {
         st(c.reader_waiting, 0u);
         return true;
       }

@@ -28,6 +28,10 @@ namespace {
 
 using CrashPoint = test_hooks::SpillCrashPoint;
 
+// fmt::runtime: a format string kept in a constant.
+constexpr const char* kIntentProblem =
+    "spill intent state {} is not 0 (none), 2 (acknowledge), 3 (expire) or 4 (refuse)";
+
 void seal_step(spill::SealStep step) {
   switch (step) {
     case spill::SealStep::ContentWritten:
@@ -288,20 +292,61 @@ static std::string manifest_problem(const View& v) {
   return {};
 }
 
-Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::string_view path) {
+namespace {
+
+// Frees the entries of a recorded page (state Free; the lists, index and
+// projections are rebuilt by the caller) and counts the seal unless its
+// sealer did. Used by the repair of a dead sealer.
+void seal_forward(const View& v, const ManifestSlot& s) {
+  SpillArea& a = *v.spill;
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    EntryHead& e = v.entry(i);
+    if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
+        (ld(e.flags) & kSpilling) != 0)
+      st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+  }
+  if (static_cast<std::uint32_t>(ld(a.counters.pages_sealed)) == ld(a.seal_count)) {
+    bump(a.counters.pages_sealed);
+    bump(a.counters.entries_spilled, ld(s.records));
+    bump(a.counters.ops_spilled, ld(s.ops));
+    log_event(*v.control, EventKind::Spilled, ld(s.page_id), ld(s.records));
+  }
+  bump(a.counters.rolled_forward);
+}
+
+// Reopens the entries of a seal that did not complete: they stay pending,
+// in order, closed to merges (a newer open entry may hold their key now).
+void seal_back(const View& v) noexcept {
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    EntryHead& e = v.entry(i);
+    const std::uint32_t f = ld(e.flags);
+    if ((f & kSpilling) != 0) st(e.flags, (f & ~kSpilling) | kClosed);
+  }
+}
+
+void clear_seal(SpillArea& a) noexcept {
+  // The entries' flags and the manifest are settled before the record says
+  // no seal is in flight (a kill between them: the record still names it).
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(a.seal_state, 0u);
+}
+
+}  // namespace
+
+Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, SealJob& job) {
   Control& c = *v.control;
   SpillArea& a = *v.spill;
   auto fall_back = [&](EventKind kind, std::uint64_t count) {
     bump(a.counters.fallbacks);
     if (log) log_event(c, kind, 0, count);
-    return false;
+    return SealStart::Impossible;
   };
+  if (ld(a.seal_state) != 0) return SealStart::InFlight;
   // The manifest and the pending list come from shared memory: damage is
   // Corrupt, never a fallback to Block (which would hide it, park the
   // writers, and could seal over a page id the manifest still names).
   if (std::string why = manifest_problem(v); !why.empty()) return corrupt(path, why);
-  ManifestSlot* slot = free_slot(v);
-  if (slot == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
+  if (free_slot(v) == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
   const std::uint64_t stride = spill::record_stride(v.params.value_size);
   const std::uint64_t page_bytes = ld(a.page_bytes);
   const std::uint64_t room =
@@ -325,13 +370,14 @@ Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::strin
       if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Sealed) &&
           ld(s.first_order) > ld(v.entry(head).order))
         gap_end = std::min(gap_end, ld(s.first_order));
-  std::vector<std::uint32_t> chosen;
-  spill::PageBuilder page;
-  for (std::uint32_t i = head; i != kNone && chosen.size() < max_records; i = ld(v.entry(i).next)) {
+  job.chosen.clear();
+  job.page.clear();
+  for (std::uint32_t i = head; i != kNone && job.chosen.size() < max_records;
+       i = ld(v.entry(i).next)) {
     if (i >= v.params.capacity)
       return corrupt(path, shm::detail::format("spill seal: the pending list names entry {} after "
                                                "{} entries (capacity {})",
-                                               i, chosen.size(), v.params.capacity));
+                                               i, job.chosen.size(), v.params.capacity));
     const EntryHead& e = v.entry(i);
     if (ld(e.order) >= gap_end) break;
     const std::uint32_t len = std::min(ld(e.len), v.params.value_size);
@@ -342,33 +388,83 @@ Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::strin
                         ld(e.order),
                         len,
                         (ld(e.flags) & kSealed) != 0 ? spill::kRecordRedelivered : 0u};
-    page.add(r, std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), len));
-    chosen.push_back(i);
+    job.page.add(r,
+                 std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), len));
+    job.chosen.push_back(i);
   }
-  if (chosen.empty()) return fall_back(EventKind::SpillFallback, 0);  // all in the reader's hands
-  const std::uint64_t id = ld(a.next_page_id);
-  st(a.next_page_id, id + 1);
-  // The intent: valid before any file exists (see the protocol).
-  begin_intent(a, SpillIntent::Seal, id, page.last_order());
-  auto sealed = spill::write_page(dir, id, ld(c.policy), page, seal_step);
-  if (!sealed) {
-    end_intent(a);  // nothing recorded, nothing counted (write_page removed its file)
-    if (sealed.error().code == Errc::NoSpace) {
+  if (job.chosen.empty())
+    return fall_back(EventKind::SpillFallback, 0);  // all in the reader's hands
+  // The seal mutex: free, since no seal is in flight; a sealer that died
+  // after clearing its record but before releasing it left OwnerDied, with
+  // nothing to repair.
+  const ::shm::detail::LockResult got = a.seal_mutex.try_lock();
+  if (got == ::shm::detail::LockResult::OwnerDied) a.seal_mutex.mark_consistent();
+  if (got != ::shm::detail::LockResult::Acquired && got != ::shm::detail::LockResult::OwnerDied)
+    return corrupt(path,
+                   "spill seal: the seal mutex is held or unusable while no seal is "
+                   "in flight");
+  job.page_id = ld(a.next_page_id);
+  job.policy = ld(c.policy);
+  st(a.next_page_id, job.page_id + 1);
+  st(a.seal_page, job.page_id);
+  st(a.seal_last_order, job.page.last_order());
+  st(a.seal_count, static_cast<std::uint32_t>(ld(a.counters.pages_sealed)));
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // [spill.S] release: the record is complete before it says a seal is in
+  // flight; pairs with the relay mutex's acquisition by whoever reads it.
+  a.seal_state.store(1u, std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // Closed to merges: the page holds the values copied above; a write to one
+  // of these keys opens a new entry, which drains after the page.
+  const bool keyed = ld(c.policy) != policy::kRawFifo;
+  for (std::uint32_t i : job.chosen) {
+    EntryHead& e = v.entry(i);
+    const std::uint32_t f = ld(e.flags);
+    if (keyed && !closed_to_merges(f)) {
+      index_erase(v, ld(e.key));
+      st(c.pending_keys, ld(c.pending_keys) - 1);
+    }
+    st(e.flags, f | kSpilling);
+  }
+  return SealStart::Started;
+}
+
+Result<spill::SealInfo> write_seal(const spill::SpillDir& dir, const SealJob& job) {
+  return spill::write_page(dir, job.page_id, job.policy, job.page, seal_step);
+}
+
+bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
+                 const Result<spill::SealInfo>& sealed, bool log) {
+  Control& c = *v.control;
+  SpillArea& a = *v.spill;
+  ManifestSlot* slot = sealed ? free_slot(v) : nullptr;
+  if (!sealed || slot == nullptr) {
+    seal_back(v);  // nothing recorded, nothing counted (write_page removed its file)
+    if (sealed) {
+      // No free slot (begin_seal saw one, and slots only free up meanwhile:
+      // defensive): the page is not recorded, so it must not stay.
+      (void)spill::remove_page(dir, job.page_id);
+      bump(a.counters.seal_errors);
+    } else if (sealed.error().code == Errc::NoSpace) {
       bump(a.counters.no_space);
-      if (log) log_event(c, EventKind::NoSpace, id, page.content().size());
+      if (log) log_event(c, EventKind::NoSpace, job.page_id, job.page.content().size());
     } else {
       bump(a.counters.seal_errors);
     }
-    return fall_back(EventKind::SpillFallback, 0);
+    clear_seal(a);
+    a.seal_mutex.unlock();
+    bump(a.counters.fallbacks);
+    if (log) log_event(c, EventKind::SpillFallback, 0, 0);
+    return false;
   }
   spill::PageHeader h{};
-  h.page_id = id;
-  h.first_seq = page.first_seq();
-  h.last_seq = page.last_seq();
-  h.first_order = page.first_order();
-  h.last_order = page.last_order();
-  h.records = page.records();
-  h.ops = page.ops();
+  h.page_id = job.page_id;
+  h.first_seq = job.page.first_seq();
+  h.last_seq = job.page.last_seq();
+  h.first_order = job.page.first_order();
+  h.last_order = job.page.last_order();
+  h.records = job.page.records();
+  h.ops = job.page.ops();
   h.sealed_ns = sealed->sealed_ns;
   h.content_crc = sealed->content_crc;
   fill_slot(*slot, h, sealed->file_bytes);
@@ -376,67 +472,72 @@ Result<bool> seal_page(const View& v, spill::SpillDir& dir, bool log, std::strin
   st(slot->state, static_cast<std::uint32_t>(SlotState::Sealed));  // the commit point
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ::shm::detail::spill_crash_point(CrashPoint::ManifestUpdated);
-  const bool keyed = ld(c.policy) != policy::kRawFifo;
-  for (std::uint32_t i : chosen) {
+  for (std::uint32_t i : job.chosen) {
     EntryHead& e = v.entry(i);
-    const bool was_indexed = keyed && (ld(e.flags) & kSealed) == 0;
     list_unlink(v, i);
-    if (was_indexed) {
-      index_erase(v, ld(e.key));
-      st(c.pending_keys, ld(c.pending_keys) - 1);
-    }
     st(c.depth, ld(c.depth) - 1);
     st(c.bytes, ld(c.bytes) - ld(e.len));
     st(c.pending_ops, ld(c.pending_ops) - ld(e.op_count));
+    st(e.flags, 0u);
     st(e.state, static_cast<std::uint32_t>(EntryState::Free));
     st(e.next, ld(c.free_head));
     st(c.free_head, i);
   }
   refresh_oldest(v);
   bump(a.counters.pages_sealed);
-  bump(a.counters.entries_spilled, page.records());
-  bump(a.counters.ops_spilled, page.ops());
-  log_event(c, EventKind::Spilled, id, page.records());
+  bump(a.counters.entries_spilled, job.page.records());
+  bump(a.counters.ops_spilled, job.page.ops());
+  log_event(c, EventKind::Spilled, job.page_id, job.page.records());
   ::shm::detail::spill_crash_point(CrashPoint::SealCounted);
-  end_intent(a);
+  clear_seal(a);
+  a.seal_mutex.unlock();
+  recompute_cold(v);
+  return true;
+}
+
+void abandon_seal(const View& v) noexcept {
+  v.spill->seal_mutex.unlock();
+}
+
+bool reap_dead_sealer(const View& v, bool& repaired, std::string& why) {
+  SpillArea& a = *v.spill;
+  repaired = false;
+  if (ld(a.enabled) == 0 || ld(a.seal_state) == 0) return true;
+  if (ld(a.seal_state) != 1) {
+    why = shm::detail::format("spill seal state {} is neither 0 (none) nor 1 (in flight)",
+                              ld(a.seal_state));
+    return false;
+  }
+  const ::shm::detail::LockResult got = a.seal_mutex.try_lock();
+  if (got == ::shm::detail::LockResult::Busy) return true;  // the sealer lives: it finishes
+  if (got != ::shm::detail::LockResult::Acquired && got != ::shm::detail::LockResult::OwnerDied) {
+    why = "the spill seal mutex is unusable";
+    return false;
+  }
+  // The sealer died (or gave up without finishing: abandon_seal). The
+  // manifest decides: recorded, forward; not, back (and its file goes).
+  const std::uint64_t id = ld(a.seal_page);
+  if (const ManifestSlot* s = find_slot(v, id); s != nullptr) {
+    seal_forward(v, *s);
+  } else {
+    if (auto dir = spill::SpillDir::open(spill_dir_of(v), false)) {
+      const std::string tmp = shm::detail::format("page-{:016x}.tmp", id);
+      (void)::unlinkat(dir->fd(), tmp.c_str(), 0);
+      (void)spill::remove_page(*dir, id);
+    }
+    seal_back(v);
+    bump(a.counters.rolled_back);
+  }
+  clear_seal(a);
+  if (got == ::shm::detail::LockResult::OwnerDied) a.seal_mutex.mark_consistent();
+  a.seal_mutex.unlock();
+  repaired = true;
+  if (!rebuild_derived(v, why)) return false;
   recompute_cold(v);
   return true;
 }
 
 namespace {
-
-// Repair of an interrupted seal: forward if the manifest recorded the page,
-// back otherwise.
-void repair_seal(const View& v, const spill::SpillDir* dir) {
-  SpillArea& a = *v.spill;
-  const std::uint64_t id = ld(a.intent_page);
-  const ManifestSlot* s = find_slot(v, id);
-  if (s == nullptr) {
-    // Roll back: not recorded; the entries are still in the hot head.
-    if (dir != nullptr) {
-      const std::string tmp = shm::detail::format("page-{:016x}.tmp", id);
-      (void)::unlinkat(dir->fd(), tmp.c_str(), 0);
-      (void)spill::remove_page(*dir, id);
-    }
-    bump(a.counters.rolled_back);
-    return;
-  }
-  // Roll forward: the page is recorded; its entries are exactly the pending
-  // ones at or below the intent's last order (none left if the holder freed them).
-  const std::uint64_t last = ld(a.intent_last_order);
-  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
-    EntryHead& e = v.entry(i);
-    if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) && ld(e.order) <= last)
-      st(e.state, static_cast<std::uint32_t>(EntryState::Free));
-  }
-  if (uncounted(a, SpillIntent::Seal)) {
-    bump(a.counters.pages_sealed);
-    bump(a.counters.entries_spilled, ld(s->records));
-    bump(a.counters.ops_spilled, ld(s->ops));
-    log_event(*v.control, EventKind::Spilled, id, ld(s->records));
-  }
-  bump(a.counters.rolled_forward);
-}
 
 // Repair of an interrupted acknowledgement or expiry: the slot's Acked store
 // decided it. Still Sealed: it never happened. Acked or freed: it did; count
@@ -497,11 +598,8 @@ bool repair_spill(const View& v, std::string& why) {
   SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0) return true;
   const std::uint32_t intent = ld(a.intent_state);
-  if (intent > kLastSpillIntent) {
-    why = shm::detail::format(
-        "spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge), 3 (expire) or 4 "
-        "(refuse)",
-        intent);
+  if (intent > kLastSpillIntent || intent == static_cast<std::uint32_t>(SpillIntent::Seal)) {
+    why = shm::detail::format(kIntentProblem, intent);
     return false;
   }
   for (const ManifestSlot& s : a.slots)
@@ -509,12 +607,15 @@ bool repair_spill(const View& v, std::string& why) {
       why = shm::detail::format("manifest slot state {} is not free, sealed or acked", ld(s.state));
       return false;
     }
+  // A seal in flight: its sealer may be the holder that died (the seal's
+  // first and last steps run under the relay mutex), or alive, writing its
+  // page outside it (then it is left alone).
+  bool reaped = false;
+  if (!reap_dead_sealer(v, reaped, why)) return false;
   auto dir = spill::SpillDir::open(spill_dir_of(v), false);
   switch (static_cast<SpillIntent>(intent)) {
     case SpillIntent::None:
-      break;
-    case SpillIntent::Seal:
-      repair_seal(v, dir ? &*dir : nullptr);
+    case SpillIntent::Seal:  // refused above: a seal keeps its own record
       break;
     case SpillIntent::Ack:
     case SpillIntent::Expire:
@@ -569,11 +670,12 @@ std::vector<std::string> verify_spill(const View& v) {
   std::vector<std::string> out;
   const SpillArea& a = *v.spill;
   if (ld(a.enabled) == 0) return out;
-  if (ld(a.intent_state) > kLastSpillIntent)
-    out.push_back(
-        shm::detail::format("spill intent state {} is not 0 (none), 1 (seal), 2 (acknowledge), 3 "
-                            "(expire) or 4 (refuse)",
-                            ld(a.intent_state)));
+  if (ld(a.intent_state) > kLastSpillIntent ||
+      ld(a.intent_state) == static_cast<std::uint32_t>(SpillIntent::Seal))
+    out.push_back(shm::detail::format(kIntentProblem, ld(a.intent_state)));
+  if (ld(a.seal_state) > 1)
+    out.push_back(shm::detail::format("spill seal state {} is neither 0 (none) nor 1 (in flight)",
+                                      ld(a.seal_state)));
   std::uint64_t pages = 0;
   for (const ManifestSlot& s : a.slots) {
     const std::uint32_t state = ld(s.state);

@@ -17,6 +17,10 @@
 //   test_spill_peer refuse NAME POINT
 //       The same take, over a relay whose oldest page file is damaged: the
 //       hook stops at POINT inside the refusal.
+//   test_spill_peer seal-pause NAME POINT
+//       As seal, but at POINT the hook prints "inside" and stops itself
+//       (SIGSTOP); once continued the seal and the write finish and it
+//       prints "written" (exit 0).
 //   test_spill_peer bind NAME DIR
 //       Creates NAME, a small raw_fifo Spill relay spilling into DIR; the
 //       hook prints "inside" at DirBound (the directory bound, the segment
@@ -106,6 +110,26 @@ void pause_when_bound(test_hooks::SpillCrashPoint point) {
   ::raise(SIGSTOP);
 }
 
+void pause_at(test_hooks::SpillCrashPoint point) {
+  if (static_cast<int>(point) != g_stop_at.load()) return;
+  std::printf("inside\n");
+  std::fflush(stdout);
+  ::raise(SIGSTOP);
+}
+
+int run_seal_pause(const std::string& name, int point) {
+  auto w = RelayWriter::open(name);
+  if (!w) die(w.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(pause_at);
+  auto r = w->write(u64_value(1000), 0ns);
+  if (!r) die(r.error().what());
+  if (r->outcome != WriteOutcome::Appended) die(fmt::format("outcome {}", to_string(r->outcome)));
+  std::printf("written\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 int run_bind(const std::string& name, const std::string& dir) {
   test_hooks::set_spill_crash_hook(pause_when_bound);
   auto w = RelayWriter::create(name, test::small_spill_fifo(dir));
@@ -124,5 +148,6 @@ int main(int argc, char** argv) {
   if (a.size() == 3 && (a[0] == "expire" || a[0] == "refuse"))
     return run_take(a[1], std::stoi(a[2]));
   if (a.size() == 3 && a[0] == "bind") return run_bind(a[1], a[2]);
+  if (a.size() == 3 && a[0] == "seal-pause") return run_seal_pause(a[1], std::stoi(a[2]));
   die("usage: see the comment at the top of spill_peer.cpp");
 }

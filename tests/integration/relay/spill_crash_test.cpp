@@ -349,6 +349,84 @@ TEST_F(SpillCrashTest, RecordsTakenAndNeverCommittedComeBackMarkedRedelivered) {
   ASSERT_TRUE(r->commit());
 }
 
+// A seal writes its page with the relay unlocked: while a writer (another
+// process) is inside the file I/O, other writers go on into the free
+// entries and only a write that finds none waits; the reader waits for the
+// page (it drains before every newer entry). Continued, the sealer records
+// the page and the reader gets everything in order. Killed there, the next
+// locker reaps it: the seal rolls back (its file goes, its entries drain
+// hot, closed to merges) and is counted as a repair, never as a page.
+TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
+  for (const bool killed : {false, true}) {
+    SCOPED_TRACE(killed ? "the sealer is killed" : "the sealer finishes");
+    const std::string name = killed ? "inflight-killed" : "inflight";
+    {
+      auto w = RelayWriter::create(name, crash_cfg());  // capacity 8, spill at 6, pages of 4
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      ASSERT_TRUE(w->snapshot().is_full);
+    }
+    auto helper =
+        spill_peer({"seal-pause", name, std::to_string(static_cast<int>(P::ContentWritten))});
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+
+    auto w = RelayWriter::open(name);
+    ASSERT_TRUE(w) << w.error().what();
+    for (std::uint64_t v : {100u, 101u}) {
+      auto r = w->write(u64_value(v), 0ns);  // a try: it would time out if it waited
+      ASSERT_TRUE(r) << r.error().what();
+      EXPECT_EQ(r->outcome, WriteOutcome::Appended) << v << " waited for the seal's disk I/O";
+    }
+    auto full = w->write(u64_value(102), 0ns);  // no free entry left: this one waits (times out)
+    ASSERT_TRUE(full) << full.error().what();
+    EXPECT_EQ(full->outcome, WriteOutcome::TimedOut);
+    {
+      auto r = RelayReader::open(name);
+      ASSERT_TRUE(r) << r.error().what();
+      auto none = r->take(10);
+      ASSERT_TRUE(none) << none.error().what();
+      EXPECT_TRUE(none->empty()) << "an entry newer than the page in flight was delivered first";
+      ASSERT_TRUE(r->commit());
+      auto ready = r->wait(50ms);
+      ASSERT_TRUE(ready);
+      EXPECT_FALSE(*ready) << "the reader was told to drain while only the seal's entries wait";
+    }
+    std::vector<std::uint64_t> expect;
+    if (killed) {
+      helper.kill(SIGKILL);
+      ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+      expect = {0, 1, 2, 3, 4, 5, 100, 101};
+    } else {
+      helper.kill(SIGCONT);
+      ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
+      ASSERT_EQ(helper.wait(20s), 0) << helper.output();
+      expect = {0, 1, 2, 3, 4, 5, 100, 101, 1000};
+    }
+    auto r = RelayReader::open(name);  // reaps a dead sealer
+    ASSERT_TRUE(r) << r.error().what();
+    std::vector<std::uint64_t> got;
+    std::vector<bool> from_page;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) {
+        got.push_back(u64_of(e.value));
+        from_page.push_back(e.page_id != 0);
+      });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    EXPECT_EQ(got, expect);
+    const RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.pages_sealed, killed ? 0u : 1u);
+    EXPECT_EQ(s.seals_rolled_back, killed ? 1u : 0u);
+    EXPECT_EQ(s.repairs, killed ? 1u : 0u);
+    ASSERT_EQ(from_page.size(), got.size());
+    EXPECT_EQ(from_page.front(), !killed) << "ops 0-3 come from the page iff it was recorded";
+    EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+    EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
+    check_verify(name);
+  }
+}
+
 // Two relay creates racing for one spill directory. A relay's segment is
 // created under a temporary name and published under its own only at the
 // end, so while the first create rebuilds its manifest, its binding names a

@@ -362,13 +362,16 @@ TEST_F(RelaySpillTest, TheRepairCountsAnInterruptedAckOrExpiryOnceAndRefusesAnUn
   EXPECT_EQ(s.pages_acked, before.pages_acked + 1);
   EXPECT_TRUE(problems().empty()) << problems().front();
 
-  // State 5 is no intent at all.
+  // State 1 (a seal: seals keep their own record) and 5 are no intent at all.
+  a.intent_state.store(1);
+  ASSERT_EQ(problems().size(), 1u);
+  EXPECT_EQ(problems()[0],
+            "spill intent state 1 is not 0 (none), 2 (acknowledge), 3 (expire) or 4 (refuse)");
   a.intent_state.store(5);
   const auto found = problems();
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0],
-            "spill intent state 5 is not 0 (none), 1 (seal), 2 (acknowledge), 3 (expire) or 4 "
-            "(refuse)");
+            "spill intent state 5 is not 0 (none), 2 (acknowledge), 3 (expire) or 4 (refuse)");
   die_holding_the_mutex();
   auto r = RelayReader::open("intent");
   ASSERT_FALSE(r);

@@ -25,6 +25,7 @@ enum class LockResult : std::uint8_t {
   OwnerDied,      // acquired; the previous holder died inside: repair, then mark_consistent()
   Unrecoverable,  // not acquired: a repairer unlocked without marking it consistent
   Failed,         // not acquired: any other error (EINVAL on a damaged mutex word, ...)
+  Busy,           // try_lock only: not acquired, a live holder has it
 };
 
 class RobustMutex {
@@ -37,6 +38,16 @@ class RobustMutex {
     const int rc = ::pthread_mutex_lock(&m_);
     if (rc == 0) [[likely]]
       return LockResult::Acquired;
+    if (rc == EOWNERDEAD) return LockResult::OwnerDied;
+    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+    return LockResult::Failed;
+  }
+  // Never waits: Busy while a live thread holds it (the holder itself too).
+  // A holder that died is OwnerDied here as in lock(): the caller owns it.
+  [[nodiscard]] LockResult try_lock() noexcept {
+    const int rc = ::pthread_mutex_trylock(&m_);
+    if (rc == 0) return LockResult::Acquired;
+    if (rc == EBUSY || rc == EDEADLK) return LockResult::Busy;
     if (rc == EOWNERDEAD) return LockResult::OwnerDied;
     if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
     return LockResult::Failed;

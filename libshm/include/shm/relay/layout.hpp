@@ -72,7 +72,15 @@ inline constexpr RoleSpec kReaderRole{0, true, "reader"};
 inline constexpr RoleSpec kWriterRole{1, false, "writer"};
 
 enum class EntryState : std::uint32_t { Free = 0, Pending = 1, InHand = 2 };
-inline constexpr std::uint32_t kSealed = 1;  // EntryHead::flags: returned by a dead reader
+// EntryHead::flags. An entry with any of them is closed to merges (not in
+// the key index): a write to its key opens a new entry.
+inline constexpr std::uint32_t kSealed = 1;    // returned by a dead reader (delivered again)
+inline constexpr std::uint32_t kSpilling = 2;  // in the page a seal is writing (SpillArea::seal)
+inline constexpr std::uint32_t kClosed = 4;    // was in a seal that was rolled back
+inline constexpr std::uint32_t kEntryFlags = kSealed | kSpilling | kClosed;
+[[nodiscard]] constexpr bool closed_to_merges(std::uint32_t flags) noexcept {
+  return (flags & kEntryFlags) != 0;
+}
 
 // Immutable parameters (the header's parameter block).
 struct ParamBlock {
@@ -208,16 +216,16 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // ---- the spill store (docs/spill.md; the page format is shm/spill/page.hpp) ----
 //
 // The manifest lives here, in the relay segment, under the relay mutex: the
-// seal of a page and the freeing of its entries from the hot head are one
-// critical section, so they commit together. It is rebuilt from the spill
+// recording of a sealed page and the freeing of its entries from the hot head
+// are one critical section, so they commit together. It is rebuilt from the spill
 // directory when the segment is created (the hot head is RAM and lost with the
 // machine; sealed pages are not).
 //
-// The spill intent. Each of the four changes of a page (seal, acknowledge,
-// Ttl expiry, refusal) runs under the mutex inside one intent: store
-// intent_page, intent_last_order (seal) and intent_count (the low 32 bits of
-// the change's counter, pages_sealed / pages_acked / pages_expired /
-// pages_refused, before it is bumped),
+// The spill intent. Three changes of a page (acknowledge, Ttl expiry,
+// refusal) run under the mutex inside one intent: store intent_page,
+// intent_last_order (a refusal's reason) and intent_count (the low 32 bits of
+// the change's counter, pages_acked / pages_expired / pages_refused, before
+// it is bumped),
 // then intent_state (SpillIntent, a release store: the record is complete
 // before it says valid); make the change; bump the counter; clear the intent.
 // A holder killed anywhere in it leaves EOWNERDEAD, and repair finishes or
@@ -227,17 +235,32 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // bits: every counter is exact across a kill at any point, never skipped,
 // never doubled.
 //
-// Seal (a writer, under the mutex): choose the oldest pending entries; open
-// the Seal intent {page id, last order}; write and seal the page file
-// (content, flush, header, flush, rename, fsync dir); fill a free manifest
-// slot and publish it (state Sealed: the commit point); free the entries;
-// count (pages_sealed, entries_spilled, ops_spilled, the Spilled event);
-// clear the intent. Repair rolls it forward when the manifest holds the page
-// (frees the pending entries with order <= last order: exactly the page's,
-// since the pending list is sorted by order and nothing else ran; counts the
-// page from its slot if the holder did not) and back otherwise (removes the
-// page file if it was renamed: the entries stay in the hot head; nothing
-// counted).
+// Seal (a writer; the file I/O outside the relay mutex). 1. Under the relay
+// mutex: choose the oldest pending entries and copy them into the page
+// buffer; take seal_mutex (try-lock: free, since no seal is in flight);
+// record {seal_page, seal_last_order, seal_count} then seal_state = 1
+// (release); flag the entries kSpilling (closed to merges: out of the key
+// index, a write to their key opens a new entry); unlock the relay mutex.
+// 2. Holding seal_mutex alone: write and seal the page file (content, flush,
+// header, flush, rename, fsync dir). Meanwhile the other writers go on into
+// the free entries and park only when none is left; the reader delivers
+// nothing newer than the spilling entries (it waits for the page). 3. Under
+// the relay mutex again: fill a free manifest slot and publish it (state
+// Sealed: the commit point); free the entries; count (pages_sealed,
+// entries_spilled, ops_spilled, the Spilled event); seal_state = 0; unlock
+// seal_mutex; wake the reader and parked writers. A failed write (NoSpace,
+// I/O) reopens the entries (kClosed: still closed to merges) and falls back
+// to Block. Lock order: a holder of the relay mutex only ever try-locks
+// seal_mutex, so the sealer may block on the relay mutex in step 3.
+// A dead sealer: whoever holds the relay mutex and needs the seal to end (a
+// writer at overflow, the reader at a spilling head, a reader's open, the
+// OwnerDied repair) try-locks seal_mutex: Busy means the sealer lives;
+// OwnerDied means it died (in step 2, or holding both in step 1 or 3). The
+// reaper rolls the seal forward when the manifest holds the page (frees the
+// kSpilling entries; counts the page unless seal_count shows the sealer did)
+// and back otherwise (removes page-N.tmp / page-N.spill; the entries stay
+// pending, kClosed); then it rebuilds the derived structures and counts a
+// repair.
 //
 // Drain (the reader): the oldest sealed page goes first when its first order
 // is older than the hot head's oldest entry. The reader reads and validates
@@ -261,8 +284,9 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 inline constexpr std::uint32_t kManifestSlots = 64;
 inline constexpr std::uint32_t kSpillDirBytes = 256;
 enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
-// SpillArea::intent_state; its counter: pages_sealed, pages_acked, pages_expired,
-// pages_refused.
+// SpillArea::intent_state; its counter: pages_acked, pages_expired, pages_refused.
+// Seal (1) is not an intent state any more (a seal keeps its own record,
+// seal_state): a repair refuses it as damage.
 enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3, Refuse = 4 };
 inline constexpr std::uint32_t kLastSpillIntent = 4;
 enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
@@ -321,10 +345,18 @@ struct SpillArea {
   std::atomic<std::uint32_t> intent_state;       // SpillIntent: what is in progress, 0 = nothing
   std::atomic<std::uint32_t> intent_count;       // low 32 bits of its counter before the bump
   std::atomic<std::uint64_t> intent_page;        // the page sealed, acknowledged or expired
-  std::atomic<std::uint64_t> intent_last_order;  // Seal: the page's last order (else 0)
+  std::atomic<std::uint64_t> intent_last_order;  // Refuse: the reason (an Errc); else 0
   SpillCounters counters;
   char dir[kSpillDirBytes];  // absolute path, NUL-terminated; written once at create
   ManifestSlot slots[kManifestSlots];
+  // ---- the seal in flight (see the seal protocol): its own record, since
+  // its file I/O runs outside the relay mutex while the intent above serves
+  // acknowledgements, expiries and refusals under it ----
+  std::atomic<std::uint32_t> seal_state;       // 0 none, 1 a seal is in flight
+  std::atomic<std::uint32_t> seal_count;       // low 32 bits of pages_sealed before its bump
+  std::atomic<std::uint64_t> seal_page;        // its page id
+  std::atomic<std::uint64_t> seal_last_order;  // its last order
+  ::shm::detail::RobustMutex seal_mutex;       // held by the sealer from start to finish
 };
 static_assert(std::is_standard_layout_v<SpillArea>);
 
