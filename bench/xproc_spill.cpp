@@ -32,27 +32,32 @@
 //     target is against the plain read, as the issue asks).
 //     MB/s = file bytes (4 KiB header + content, per page) / time, both sides.
 //     Targets: relay / plain >= 0.7 for the write and for the read.
-//     Page cache: both sides read files they have just written (and flushed):
-//     the reads are served from the page cache, not the disk, on both sides.
+//     Page cache: before each side reads, the cached pages of its files are
+//     dropped (posix_fadvise DONTNEED, after the writes' flushes), so both
+//     read from the disk, as a reader coming back to pages spilled long ago
+//     does. --hot-cache skips that: both read from the page cache, and the
+//     plain side becomes a memcpy (information: it measures the reader's CPU
+//     and per-page unlink cost, not a disk).
 //
-//  2. Writer latency while pages seal: this thread writes 64-byte values at a
-//     steady --rate (0: flat out) into a Spill relay with the default page
-//     size (64 KiB) and a high water of one page of records (a seal every
-//     page's worth of writes), --lat-pages pages sealing along the way, no
-//     reader; every write is timed alone (rdtsc around write()). Baseline:
-//     the same relay (same capacity, room for every write of the run) with
-//     the high water above the run's writes: it never seals. Reported: p50 /
-//     p99 / p99.9 / max per run, the writes during which the segment's
-//     pages_sealed counter moved (read without the mutex before and after
-//     each write: the writes that overlapped a seal) and their median. With
-//     the seal under the relay mutex the writer that fills the head seals the
-//     page itself, so those writes carry the whole seal (three flushes); one
-//     seal per page of writes puts them above p99.9 with 64 KiB pages, not at
-//     p99 (--lat-page-size moves that). Ratios spill / no-spill (no
-//     target: the issue asks that writers not wait for the disk). The
-//     latencies are of write() only: a write delayed behind a seal is not
-//     charged for the wait before it started (no coordinated-omission
-//     correction). Afterwards each relay is drained and every op checked.
+//  2. Writer latency while pages seal: two writers (this thread and a second
+//     thread pinned to the other CPU) write 64-byte values at --rate/2 each
+//     (0: flat out) into a Spill relay with 64 KiB pages (the library's
+//     default) and a high water of one page of records (a seal every page's
+//     worth of writes), --lat-pages pages sealing along the way, no reader;
+//     every write is timed alone (rdtsc around write()). Baseline: the same
+//     relay (same capacity, room for every write of the run) with the high
+//     water above the run's writes: it never seals. Reported: p50 / p99 /
+//     p99.9 / max over both writers, and the writes that started while a seal
+//     was in flight (the segment's seal record read without the mutex just
+//     before the write: the sealer is then the other writer) with their p50
+//     and p99: a seal writes its page with the relay mutex released, so those
+//     writes must not wait for the disk. The writer that seals waits for its
+//     own page: with one seal per page of writes that puts its write above
+//     p99.9 with 64 KiB pages, not at p99 (--lat-page-size moves that).
+//     Ratios spill / no-spill (no target: the issue asks that writers not
+//     wait for the disk). The latencies are of write() only (no coordinated-
+//     omission correction). Afterwards each relay is drained and every op
+//     checked (each writer's ops in its order, sequences increasing).
 //
 // Usage: xproc_spill --quick   (3 rounds, 24 pages of 1 MiB per throughput run,
 //                               16 pages of 64 KiB per latency run; ~10 s)
@@ -75,6 +80,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -106,6 +112,8 @@ usage: xproc_spill [--quick | --smoke] [options]
   --lat-page-size B  page file bytes for the latency runs (default 65536, the library's)
   --rate N           writes/s in the latency runs (default 50000; 0: flat out)
   --cpu C            the CPU to pin to (default: the first allowed)
+  --hot-cache        read the pages back from the page cache (default: dropped first,
+                     posix_fadvise DONTNEED on every file, so both sides read the disk)
   --csv FILE         also write every per-round value to FILE
   --check-targets    exit 3 when a target ratio is missed
 )";
@@ -123,6 +131,7 @@ struct Options {
   std::uint64_t lat_page_size = 64 * 1024;
   std::uint64_t rate = 50'000;
   int cpu = 0;
+  bool hot_cache = false;  // read the pages from the page cache (default: from the disk)
 };
 
 // Records of `value` bytes a page of `page_size` file bytes holds.
@@ -159,6 +168,7 @@ Options parse_options(int argc, char** argv) {
       args.double_value("--lat-page-size", static_cast<double>(o.lat_page_size)));
   o.rate = static_cast<std::uint64_t>(args.double_value("--rate", static_cast<double>(o.rate)));
   o.cpu = args.int_value("--cpu", allowed_cpus().front());
+  o.hot_cache = args.flag("--hot-cache");
   args.finish(kUsage);
   if (o.pages < 1 || o.pages > 60) throw BenchError("--pages must be in [1, 60]");
   if (o.lat_pages < 1 || o.lat_pages > 60) throw BenchError("--lat-pages must be in [1, 60]");
@@ -305,6 +315,19 @@ double mb_per_s(std::uint64_t bytes, std::uint64_t ns) {
 // The raw_fifo Spill relay of both comparisons. A seal takes the pending
 // entries, up to a page's worth: with the high water at a page's records,
 // every seal writes one full page (a smaller head would write smaller pages).
+// Drops the page cache of every regular file in `dir` (posix_fadvise
+// DONTNEED after the writes' flushes): the reads that follow come from the
+// disk, as a reader coming back to pages spilled long ago would read them.
+// Unless --hot-cache.
+void drop_cache_of(const std::string& dir, bool hot_cache) {
+  if (hot_cache) return;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const Fd f(open_or_throw(e.path().string(), O_RDONLY));
+    (void)::posix_fadvise(f.get(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+}
+
 shm::RelayConfig spill_config(std::uint32_t value, std::uint64_t page_size, const std::string& dir,
                               std::uint64_t high, std::uint32_t capacity) {
   shm::RelayConfig cfg;
@@ -355,6 +378,7 @@ Measurement relay_spill_run(const Options& o, const BaseDir& base, std::size_t v
                     s.spill_fallbacks, o.pages, page_bytes));
 
   // Rehydrate: a reader drains the cold pages (then the one hot op).
+  drop_cache_of(dir, o.hot_cache);
   auto r = shm::RelayReader::open(name);
   if (!r) throw BenchError(r.error().what());
   std::uint64_t next = 0;
@@ -442,6 +466,7 @@ Measurement plain_file_run(const Options& o, const BaseDir& base, std::size_t va
   }
 
   // Read: every file in order, its CRC and its records checked.
+  drop_cache_of(dir, o.hot_cache);
   std::vector<std::byte> file;
   std::uint64_t next = 0;
   const std::uint64_t t1 = now_ns();
@@ -492,9 +517,10 @@ Measurement plain_file_run(const Options& o, const BaseDir& base, std::size_t va
 
 Comparison throughput_comparison(const Options& o, const BaseDir& base) {
   Comparison c(
-      fmt::format("Spill write and rehydrate, {} pages of {} KiB per run (CPU {}; reads hit "
-                  "the page cache)",
-                  o.pages, o.page_size / 1024, o.cpu),
+      fmt::format("Spill write and rehydrate, {} pages of {} KiB per run (CPU {}; reads from "
+                  "{})",
+                  o.pages, o.page_size / 1024, o.cpu,
+                  o.hot_cache ? "the page cache" : "the disk: page cache dropped"),
       {MetricSpec{"write_mbs", "write MB/s", 1.0, 1}, MetricSpec{"read_mbs", "read MB/s", 1.0, 1},
        MetricSpec{"read_rm_mbs", "read + unlink + fsync dir MB/s", 1.0, 1},
        MetricSpec{"mib", "MiB per run", 1.0, 1}});
@@ -515,95 +541,136 @@ Comparison throughput_comparison(const Options& o, const BaseDir& base) {
 
 // ---------------------------------------------------------------- 2. writer latency
 
+// One writer thread of a latency run: its share of the writes, paced, each
+// timed alone, with whether a seal (by the other writer) was in flight when
+// it started.
+struct WriterLog {
+  std::vector<std::uint64_t> ticks;
+  std::vector<bool> started_in_seal;
+  std::string error;
+};
+
+void latency_writer(shm::RelayWriter& w, int writer, std::uint64_t writes, std::uint64_t rate,
+                    std::uint64_t start, int cpu, WriterLog& log) {
+  if (cpu >= 0) (void)pin_to_cpu(cpu);
+  // The segment's seal record, read without the mutex: was a seal in flight
+  // when this write started? This thread is not writing then, so the sealer
+  // is the other writer.
+  const std::atomic<std::uint32_t>& seal_state = w.view().spill->seal_state;
+  log.ticks.resize(writes);
+  log.started_in_seal.resize(writes);
+  std::array<std::byte, kLatencyValue> v{};
+  while (now_ns() < start) spin_pause();
+  for (std::uint64_t i = 0; i < writes; ++i) {
+    if (rate != 0) {
+      const std::uint64_t due = start + i * 1'000'000'000ull / rate;
+      while (now_ns() < due) spin_pause();
+    }
+    make_value(v, 2 * i + static_cast<std::uint64_t>(writer));
+    log.started_in_seal[i] = seal_state.load(std::memory_order_relaxed) != 0;
+    const std::uint64_t t0 = TickClock::ticks();
+    auto r = w.write(v, 0ns);
+    const std::uint64_t t1 = TickClock::ticks();
+    if (!r || r->outcome != shm::WriteOutcome::Appended) {
+      log.error = r ? fmt::format("write {}: {}, not appended", i, shm::to_string(r->outcome))
+                    : r.error().what();
+      return;
+    }
+    log.ticks[i] = t1 - t0;
+  }
+}
+
 Measurement latency_run(const Options& o, const BaseDir& base, bool spill) {
   const std::string name = fresh_name(spill ? "lat" : "nolat");
   const std::string dir = base.path() + "/" + name;
   const std::uint64_t records = records_per_page(o.lat_page_size, kLatencyValue);
   const std::uint64_t page_bytes =
       shm::spill::kPageHeaderSize + records * shm::spill::record_stride(kLatencyValue);
-  const std::uint64_t writes = o.lat_pages * records + 1;
+  const std::uint64_t per_writer = (o.lat_pages * records) / 2 + 1;
+  const std::uint64_t writes = 2 * per_writer;
   // Both relays hold every write in their head; only the high water differs.
-  const auto cfg = spill_config(kLatencyValue, page_bytes, dir, spill ? records : writes,
-                                static_cast<std::uint32_t>(writes));
-  auto w = shm::RelayWriter::create(name, cfg);
-  if (!w) throw BenchError(w.error().what());
-  prefault(w->segment().data(), true);
-  // The segment's own counter, read without the mutex: did this write see a seal?
-  const std::atomic<std::uint64_t>& sealed = w->view().spill->counters.pages_sealed;
-  std::vector<std::uint64_t> ticks(writes);
-  std::vector<bool> during_seal(writes);
-  std::array<std::byte, kLatencyValue> v{};
-  const std::uint64_t start = now_ns() + 1'000'000;
-  while (now_ns() < start) spin_pause();
-  for (std::uint64_t i = 0; i < writes; ++i) {
-    if (o.rate != 0) {
-      const std::uint64_t due = start + i * 1'000'000'000ull / o.rate;
-      while (now_ns() < due) spin_pause();
-    }
-    make_value(v, i);
-    const std::uint64_t before = sealed.load(std::memory_order_acquire);
-    const std::uint64_t t0 = TickClock::ticks();
-    auto r = w->write(v, 0ns);
-    const std::uint64_t t1 = TickClock::ticks();
-    during_seal[i] = sealed.load(std::memory_order_acquire) != before;
-    if (!r) throw BenchError(r.error().what());
-    if (r->outcome != shm::WriteOutcome::Appended)
-      throw BenchError(fmt::format("write {}: {}, not appended", i, shm::to_string(r->outcome)));
-    ticks[i] = t1 - t0;
-  }
-  const shm::RelaySnapshot s = w->snapshot();
-  const std::uint64_t expect_pages = spill ? o.lat_pages : 0;
-  if (s.pages_sealed != expect_pages || s.blocked != 0)
-    throw BenchError(fmt::format("latency run: {} pages sealed (expected {}), {} blocked",
-                                 s.pages_sealed, expect_pages, s.blocked));
-  // Every op back, in order (cold pages first), untimed.
+  const auto cfg = spill_config(kLatencyValue, page_bytes, dir, spill ? records : writes + 1,
+                                static_cast<std::uint32_t>(writes + 1));
+  auto w0 = shm::RelayWriter::create(name, cfg);
+  if (!w0) throw BenchError(w0.error().what());
+  prefault(w0->segment().data(), true);
+  auto w1 = shm::RelayWriter::open(name);
+  if (!w1) throw BenchError(w1.error().what());
+  const std::vector<int> cpus = allowed_cpus();
+  const int other = cpus.size() > 1 ? (cpus[0] == o.cpu ? cpus[1] : cpus[0]) : -1;
+  std::array<WriterLog, 2> logs;
+  const std::uint64_t start = now_ns() + 2'000'000;
+  const std::uint64_t rate = o.rate / 2;
+  std::thread second([&] { latency_writer(*w1, 1, per_writer, rate, start, other, logs[1]); });
+  latency_writer(*w0, 0, per_writer, rate, start, -1, logs[0]);
+  second.join();
+  for (const WriterLog& l : logs)
+    if (!l.error.empty()) throw BenchError("latency run: " + l.error);
+  const shm::RelaySnapshot s = w0->snapshot();
+  if (spill ? s.pages_sealed < o.lat_pages - 1 : s.pages_sealed != 0)
+    throw BenchError(fmt::format("latency run: {} pages sealed (expected {})", s.pages_sealed,
+                                 spill ? o.lat_pages : 0));
+  if (s.blocked != 0) throw BenchError(fmt::format("latency run: {} writes blocked", s.blocked));
+  // Every op back (cold pages first), each writer's in its order, untimed.
   auto r = shm::RelayReader::open(name);
   if (!r) throw BenchError(r.error().what());
-  std::uint64_t next = 0;
+  std::array<std::uint64_t, 2> next{0, 0};
+  std::uint64_t last_seq = 0, got = 0;
   for (;;) {
     auto n = r->drain(1u << 20, [&](const shm::RelayEntry& e) {
-      if (e.first_seq != next + 1 || !value_is(e.value, next, kLatencyValue))
-        throw BenchError(fmt::format("latency run: op {} came back wrong", next));
-      ++next;
+      std::uint64_t k = 0;
+      if (e.value.size() == kLatencyValue) std::memcpy(&k, e.value.data(), 8);
+      const std::uint64_t writer = k % 2;
+      if (e.first_seq <= last_seq || !value_is(e.value, k, kLatencyValue) || k / 2 != next[writer])
+        throw BenchError(
+            fmt::format("latency run: entry {} (seq {}) came back wrong", got, e.first_seq));
+      last_seq = e.first_seq;
+      ++next[writer];
+      ++got;
     });
     if (!n) throw BenchError(n.error().what());
     if (*n == 0) break;
   }
-  if (next != writes) throw BenchError("latency run: ops missing after the drain");
+  if (got != writes) throw BenchError("latency run: ops missing after the drain");
   (void)shm::Segment::unlink(name);
   std::error_code ec;
   fs::remove_all(dir, ec);
 
-  std::vector<double> all, sealing;
+  std::vector<double> all, overlapped;
   all.reserve(writes);
-  for (std::uint64_t i = 0; i < writes; ++i) {
-    const double us = tick_clock().to_ns(ticks[i]) / 1e3;
-    all.push_back(us);
-    if (during_seal[i]) sealing.push_back(us);
-  }
+  for (const WriterLog& l : logs)
+    for (std::uint64_t i = 0; i < per_writer; ++i) {
+      const double us = tick_clock().to_ns(l.ticks[i]) / 1e3;
+      all.push_back(us);
+      if (l.started_in_seal[i]) overlapped.push_back(us);
+    }
   const Summary a = summarize(std::move(all));
   Measurement m;
   m.set("p50_us", a.p50)
       .set("p99_us", a.p99)
       .set("p999_us", a.p999)
       .set("max_us", a.max)
-      .set("seal_writes", static_cast<double>(sealing.size()));
-  if (!sealing.empty()) m.set("seal_p50_us", summarize(std::move(sealing)).p50);
+      .set("seal_writes", static_cast<double>(overlapped.size()));
+  if (!overlapped.empty()) {
+    const Summary b = summarize(std::move(overlapped));
+    m.set("seal_p50_us", b.p50).set("seal_p99_us", b.p99);
+  }
   return m;
 }
 
 Comparison latency_comparison(const Options& o, const BaseDir& base) {
   const std::uint64_t records = records_per_page(o.lat_page_size, kLatencyValue);
   Comparison c(
-      fmt::format("Writer latency, {} writes of {} B at {}, {} pages of {} KiB sealing (one "
-                  "every {} writes), CPU {}",
-                  o.lat_pages * records + 1, kLatencyValue,
+      fmt::format("Writer latency, two writers (threads on two CPUs), {} writes of {} B in "
+                  "all at {}, {} pages of {} KiB sealing (one every {} writes), CPU {}",
+                  o.lat_pages * records + 2, kLatencyValue,
                   o.rate == 0 ? std::string("full speed") : fmt::format("{} writes/s", o.rate),
                   o.lat_pages, o.lat_page_size / 1024, records, o.cpu),
       {MetricSpec{"p50_us", "p50 µs", 1.0, 2}, MetricSpec{"p99_us", "p99 µs", 1.0, 2},
        MetricSpec{"p999_us", "p99.9 µs", 1.0, 1}, MetricSpec{"max_us", "max µs", 1.0, 0},
-       MetricSpec{"seal_writes", "writes during a seal", 1.0, 0},
-       MetricSpec{"seal_p50_us", "their p50 µs", 1.0, 0}});
+       MetricSpec{"seal_writes", "writes started during the other's seal", 1.0, 0},
+       MetricSpec{"seal_p50_us", "their p50 µs", 1.0, 2},
+       MetricSpec{"seal_p99_us", "their p99 µs", 1.0, 2}});
   c.add_case("relay Spill, pages sealing", [&o, &base] { return latency_run(o, base, true); });
   c.add_case("relay never spilling", [&o, &base] { return latency_run(o, base, false); });
   const std::string a = "relay Spill, pages sealing", b = "relay never spilling";
