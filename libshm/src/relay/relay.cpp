@@ -405,6 +405,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
   bool seal_failed = false;  // the last seal of this write failed: park before another
   bool sealed = false;       // this write sealed a page: it appends now if it can
   SealJob job;
+  // The thread's page buffer lent to the job, and taken back on every
+  // return: a fresh buffer per seal would cost its page faults.
+  thread_local spill::PageBuilder t_seal_page;
+  job.page = std::move(t_seal_page);
+  struct GiveBack {
+    SealJob& job;
+    ~GiveBack() { t_seal_page = std::move(job.page); }
+  } give_back{job};
   spill::SpillDir* dir = nullptr;
   if (static_cast<Overflow>(ld(c.overflow)) == Overflow::Spill && ld(view_.spill->enabled) != 0) {
     auto d = spill_dir();  // opened once per handle, outside the mutex
@@ -782,19 +790,19 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
     page_id_ = 0;
     // Read and validated under the mutex: the page cannot be acknowledged,
     // expired or refused by anyone else meanwhile.
-    auto page = spill::read_page(dir, id);
+    auto read = spill::read_page_into(dir, id, page_);  // page_'s buffers reused
     std::optional<Error> bad;
-    if (!page) {
-      bad = page.error();
-    } else if (page->header.records != ld(s->records) ||
-               page->header.content_crc != ld(s->content_crc) ||
-               page->header.first_seq != ld(s->first_seq) ||
-               page->header.last_seq != ld(s->last_seq)) {
+    if (!read) {
+      bad = read.error();
+    } else if (page_.header.records != ld(s->records) ||
+               page_.header.content_crc != ld(s->content_crc) ||
+               page_.header.first_seq != ld(s->first_seq) ||
+               page_.header.last_seq != ld(s->last_seq)) {
       bad = Error{Errc::Corrupt, shm::detail::format(
                                      "{}/{}: {} records, crc {:#010x}; the manifest recorded {} "
                                      "records, crc {:#010x}",
-                                     dir.path(), spill::page_file_name(id), page->header.records,
-                                     page->header.content_crc, ld(s->records), ld(s->content_crc))};
+                                     dir.path(), spill::page_file_name(id), page_.header.records,
+                                     page_.header.content_crc, ld(s->records), ld(s->content_crc))};
     }
     if (bad) {
       // Refused, counted, moved aside, never half-applied. The error tells
@@ -806,7 +814,6 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
                   shm::detail::format("{}: cold page {} refused ({} ops lost), moved to {}: {}",
                                       segment_.path(), id, lost, moved, bad->message));
     }
-    page_ = std::move(*page);
     page_id_ = id;
   }
   const std::uint64_t from = ld(a.cursor_page) == id ? ld(a.cursor_record) : 0;

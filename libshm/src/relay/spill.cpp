@@ -372,6 +372,7 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
         gap_end = std::min(gap_end, ld(s.first_order));
   job.chosen.clear();
   job.page.clear();
+  job.page.reserve(max_records * stride);
   for (std::uint32_t i = head; i != kNone && job.chosen.size() < max_records;
        i = ld(v.entry(i).next)) {
     if (i >= v.params.capacity)

@@ -164,11 +164,13 @@ Result<std::uint64_t> read_or_make_id(int dir_fd, const std::string& path, bool 
 
 void PageBuilder::add(const PageRecord& head, std::span<const std::byte> value) {
   const std::size_t at = bytes_.size();
-  bytes_.resize(at + record_stride(static_cast<std::uint32_t>(value.size())));
   PageRecord h = head;
   h.len = static_cast<std::uint32_t>(value.size());
-  std::memcpy(bytes_.data() + at, &h, sizeof h);
-  if (!value.empty()) std::memcpy(bytes_.data() + at + sizeof h, value.data(), value.size());
+  // Appended, not resized then copied over: each byte is written once.
+  const auto* raw = reinterpret_cast<const std::byte*>(&h);
+  bytes_.insert(bytes_.end(), raw, raw + sizeof h);
+  bytes_.insert(bytes_.end(), value.begin(), value.end());
+  bytes_.resize(at + record_stride(h.len));  // the zero padding
   if (records_ == 0) {
     first_seq_ = h.first_seq;
     first_order_ = h.order;
@@ -178,6 +180,10 @@ void PageBuilder::add(const PageRecord& head, std::span<const std::byte> value) 
   last_order_ = std::max(last_order_, h.order);
   ops_ += h.op_count;
   ++records_;
+}
+
+void PageBuilder::reserve(std::uint64_t content_bytes) {
+  bytes_.reserve(content_bytes);
 }
 
 void PageBuilder::clear() {
@@ -323,8 +329,20 @@ Result<Page> read_page(const SpillDir& dir, std::uint64_t page_id) {
   return read_page_file(dir, page_file_name(page_id), page_id);
 }
 
+Result<void> read_page_into(const SpillDir& dir, std::uint64_t page_id, Page& page) {
+  return read_page_file_into(dir, page_file_name(page_id), page_id, page);
+}
+
 Result<Page> read_page_file(const SpillDir& dir, const std::string& name,
                             std::uint64_t expect_page_id) {
+  Page page;
+  if (auto ok = read_page_file_into(dir, name, expect_page_id, page); !ok)
+    return std::unexpected(ok.error());
+  return page;
+}
+
+Result<void> read_page_file_into(const SpillDir& dir, const std::string& name,
+                                 std::uint64_t expect_page_id, Page& page) {
   const std::string what = dir.path() + "/" + name;
   // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a
   // symbolic link is refused (ELOOP), never followed.
@@ -350,7 +368,7 @@ Result<Page> read_page_file(const SpillDir& dir, const std::string& name,
     return fail(Errc::Truncated,
                 shm::detail::format("{}: {} bytes, shorter than a page header ({})", what, size,
                                     sizeof(PageHeader)));
-  Page page;
+  page.records.clear();
   PageHeader& h = page.header;
   if (auto ok = read_all(fd, &h, sizeof h, 0, what); !ok) return std::unexpected(ok.error());
   if (h.magic != kPageMagic)
@@ -378,6 +396,8 @@ Result<Page> read_page_file(const SpillDir& dir, const std::string& name,
     return fail(size < kPageHeaderSize + h.content_bytes ? Errc::Truncated : Errc::SizeMismatch,
                 shm::detail::format("{}: {} bytes, its header says {} + {}", what, size,
                                     kPageHeaderSize, h.content_bytes));
+  // Resized in place: a reader reusing its Page touches no fresh memory
+  // (a fresh 1 MiB buffer per page costs its page faults and a zero fill).
   page.content.resize(h.content_bytes);
   if (auto ok = read_all(fd, page.content.data(), page.content.size(), kPageHeaderSize, what); !ok)
     return std::unexpected(ok.error());
@@ -417,7 +437,7 @@ Result<Page> read_page_file(const SpillDir& dir, const std::string& name,
     return fail(Errc::Corrupt,
                 shm::detail::format("{}: {} records / {} ops, the header says {} / {}", what,
                                     page.records.size(), ops, h.records, h.ops));
-  return page;
+  return {};
 }
 
 Result<std::string> refuse_file(const SpillDir& dir, const std::string& name,

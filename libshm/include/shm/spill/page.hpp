@@ -117,7 +117,8 @@ class PageBuilder {
   [[nodiscard]] std::uint64_t last_seq() const noexcept { return last_seq_; }
   [[nodiscard]] std::uint64_t first_order() const noexcept { return first_order_; }
   [[nodiscard]] std::uint64_t last_order() const noexcept { return last_order_; }
-  void clear();
+  void clear();  // keeps the buffer
+  void reserve(std::uint64_t content_bytes);
 
  private:
   std::vector<std::byte> bytes_;
@@ -189,6 +190,11 @@ struct Page {
 // Same, for any file name in the directory (gc, verify, rebuild).
 [[nodiscard]] Result<Page> read_page_file(const SpillDir& dir, const std::string& file_name,
                                           std::uint64_t expect_page_id);
+// The same reads into `page`, reusing its buffers (a reader going through
+// many pages): on an error `page` holds nothing valid.
+[[nodiscard]] Result<void> read_page_into(const SpillDir& dir, std::uint64_t page_id, Page& page);
+[[nodiscard]] Result<void> read_page_file_into(const SpillDir& dir, const std::string& file_name,
+                                               std::uint64_t expect_page_id, Page& page);
 
 // Moves a file aside into `refused/` (created 0700) under a name that says
 // why; never follows a link. Returns the new path.
