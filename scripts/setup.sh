@@ -25,7 +25,7 @@ LIBSHM_APT_PACKAGES=(
   libcpp-httplib-dev # cpp-httplib 0.11: the HTTP endpoint of the daemons (daemons/common)
   libnats-dev        # the NATS C client with JetStream (3.4): shm-bridge (daemons/bridge)
   nats-server        # NATS server 2.9 with JetStream: the shm-bridge tests start their own
-  openssl            # the shm-bridge TLS test makes its own CA and server certificate
+  openssl            # the shm-bridge TLS and --creds tests make their certificates, keys, JWTs
   pkgconf            # finds cpp-httplib (its package ships a .pc file, no CMake config)
   iproute2           # ip: the shm-bridge test's two network namespaces (when root)
   procps             # ps, sysctl (tests, and the TSan ASLR check in scripts/test.sh)

@@ -9,6 +9,7 @@
 #include "bridge/state.hpp"
 #include "common/loopback_http.hpp"
 #include "common/nats_cluster.hpp"
+#include "common/nats_credentials.hpp"
 #include "common/nats_server.hpp"
 #include "common/network_namespaces.hpp"
 #include "common/scale.hpp"
@@ -776,6 +777,56 @@ TEST_F(BridgeTest, TlsWithTheServersCaCarriesTheStreamAndAnyOtherCaIsRefused) {
   auto consumer = consume_stream(n);
   auto producer = produce_stream(n);
   expect_exactly_once(*producer, *consumer, n);
+}
+
+// --creds: a server in operator mode (decentralised JWT authentication),
+// with an operator, accounts, users, keys and JWTs the test mints itself.
+// Both bridges given the user's credentials file carry the stream (the
+// export creates the stream in the user's account, which has JetStream); a
+// bridge given a user of an account the server does not know, or no
+// credentials, exits 4 and starts nothing; no output shows a seed.
+TEST_F(BridgeTest, CredsFileAuthenticatesAndAnUnknownAccountsUserExitsFour) {
+  const std::uint64_t n = shm::test::scaled(2'000);
+  Root keys;  // any scratch directory
+  shm::test::NatsCredentials creds;
+  std::string log;
+  ASSERT_TRUE(shm::test::mint_nats_credentials(keys.path(), creds, log)) << log;
+  {
+    std::ifstream in(creds.user_creds);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_THAT(text, HasSubstr(creds.user_seed));  // the secret the outputs are searched for
+    ASSERT_EQ(creds.user_seed.rfind("SU", 0), 0u) << creds.user_seed;
+  }
+  server_ = std::make_unique<NatsServer>(std::vector<std::string>{"-c", creds.server_config});
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+
+  auto rogue = run_merged(bridge_bin(),
+                          with(export_args(server_->url(), a_), {"--creds", creds.rogue_creds}));
+  EXPECT_EQ(rogue->wait(60s), 4) << rogue->output();
+  EXPECT_THAT(rogue->output(), HasSubstr("refused the credentials (credentials file)"));
+  auto anonymous = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  EXPECT_EQ(anonymous->wait(60s), 4) << anonymous->output();
+  EXPECT_EQ(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), 0u);
+
+  const std::vector<std::string> user{"--creds", creds.user_creds};
+  exporter_ = start(with(export_args(server_->url(), a_), user), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = start(with(import_args(server_->url(), b_), user), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  expect_exactly_once(*producer, *consumer, n);
+  for (Subprocess* p : {rogue.get(), anonymous.get(), exporter_.get(), importer_.get()}) {
+    EXPECT_THAT(drained(*p), Not(HasSubstr(creds.user_seed)));
+    EXPECT_THAT(p->output(), Not(HasSubstr("NKEY SEED")));
+    EXPECT_THAT(p->output(), Not(HasSubstr("-----BEGIN")));
+  }
 }
 
 TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
