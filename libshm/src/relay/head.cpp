@@ -498,6 +498,12 @@ RelaySnapshot read_snapshot(const View& v) {
     s.is_spilling = s.cold_pages > 0;
     s.cursor_page = ld(a.cursor_page);
     s.cursor_record = ld(a.cursor_record);
+    s.seal_in_flight = ld(a.seal_state) != 0;
+    s.seal_page = s.seal_in_flight ? ld(a.seal_page) : 0;
+    s.spilling_entries = 0;
+    if (s.seal_in_flight)  // a scan of the entries only while a seal is writing its page
+      for (std::uint32_t i = 0; i < v.params.capacity; ++i)
+        if ((ld(v.entry(i).flags) & kSpilling) != 0) ++s.spilling_entries;
     const SpillCounters& sk = a.counters;
     s.pages_sealed = ld(sk.pages_sealed);
     s.entries_spilled = ld(sk.entries_spilled);

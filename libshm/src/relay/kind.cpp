@@ -74,6 +74,10 @@ void describe(const Segment& seg, Node& out) {
     sp.gauge("cold_pages", s.cold_pages);
     sp.gauge("cold_bytes", s.cold_bytes);
     sp.gauge("cold_ops", s.cold_ops);
+    Node& seal = sp.object("seal_in_flight");
+    seal.set("active", s.seal_in_flight);
+    seal.set("page", s.seal_page);
+    seal.gauge("entries", s.spilling_entries);
     Node& cursor = sp.object("cursor");
     cursor.set("page", s.cursor_page);
     cursor.set("record", s.cursor_record);
@@ -123,11 +127,6 @@ std::vector<std::string> verify(const Segment& seg) {
 }
 
 Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
-  if (dead.role != kReaderRole.id)
-    return std::vector<std::string>{shm::detail::format(
-        "slot {} (pid {}): a writer holds nothing outside the relay mutex (a death inside it is "
-        "repaired by the next locker)",
-        dead.index, dead.pid)};
   if (!seg.writable())
     return fail(
         Errc::InvalidArgument,
@@ -136,10 +135,22 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   if (!view) return std::unexpected(view.error());
   if (auto ok = lock(*view, seg.path()); !ok) return std::unexpected(ok.error());
   std::uint64_t n = 0;
+  const std::uint64_t repairs = ld(view->control->counters.repairs);
   {
     Held held(*view->control);
-    n = return_in_hand(*view);
+    // A writer killed inside a seal's file I/O held the seal mutex alone: the
+    // seal is finished or rolled back here (a death under the relay mutex
+    // was repaired by lock() above).
+    if (auto ok = reap_sealer(*view, seg.path()); !ok) return std::unexpected(ok.error());
+    if (dead.role == kReaderRole.id) n = return_in_hand(*view);
   }
+  const bool reaped = ld(view->control->counters.repairs) != repairs;
+  if (dead.role != kReaderRole.id)
+    return std::vector<std::string>{shm::detail::format(
+        "slot {} (pid {}): {}", dead.index, dead.pid,
+        reaped ? "the dead writer was sealing a page: the seal was finished or rolled back"
+               : "a writer holds nothing else outside the relay mutex (a death inside it is "
+                 "repaired by the next locker)")};
   return std::vector<std::string>{shm::detail::format(
       "slot {} (pid {}): the dead reader held {} entries; returned for redelivery", dead.index,
       dead.pid, n)};

@@ -372,6 +372,10 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
 
     auto w = RelayWriter::open(name);
     ASSERT_TRUE(w) << w.error().what();
+    const RelaySnapshot during = w->snapshot();
+    EXPECT_TRUE(during.seal_in_flight);
+    EXPECT_EQ(during.seal_page, 1u);
+    EXPECT_EQ(during.spilling_entries, 4u);
     for (std::uint64_t v : {100u, 101u}) {
       auto r = w->write(u64_value(v), 0ns);  // a try: it would time out if it waited
       ASSERT_TRUE(r) << r.error().what();
@@ -393,9 +397,22 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     }
     std::vector<std::uint64_t> expect;
     if (killed) {
+      const pid_t sealer = helper.pid();
       helper.kill(SIGKILL);
       ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
       expect = {0, 1, 2, 3, 4, 5, 100, 101};
+      // The sidecar's (or shmctl's) reclaim of the dead writer reaps its seal.
+      auto seg = Segment::open_any(name, {});
+      ASSERT_TRUE(seg) << seg.error().what();
+      std::optional<SlotInfo> dead;
+      for (const SlotInfo& slot : seg->slots())
+        if (slot.pid == sealer && slot.liveness == Liveness::Dead) dead = slot;
+      ASSERT_TRUE(dead.has_value()) << "the killed sealer's attachment slot";
+      auto lines = find_kind(kRelayKind)->reclaim(*seg, *dead);
+      ASSERT_TRUE(lines) << lines.error().what();
+      ASSERT_EQ(lines->size(), 1u);
+      EXPECT_NE(lines->front().find("was sealing a page"), std::string::npos) << lines->front();
+      EXPECT_FALSE(w->snapshot().seal_in_flight);
     } else {
       helper.kill(SIGCONT);
       ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
@@ -421,6 +438,8 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     EXPECT_EQ(s.repairs, killed ? 1u : 0u);
     ASSERT_EQ(from_page.size(), got.size());
     EXPECT_EQ(from_page.front(), !killed) << "ops 0-3 come from the page iff it was recorded";
+    EXPECT_FALSE(s.seal_in_flight);
+    EXPECT_EQ(s.spilling_entries, 0u);
     EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
     EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
     check_verify(name);

@@ -117,6 +117,9 @@ struct RelaySnapshot {
   std::uint64_t retention_bytes = 0, retention_ttl_ms = 0;
   std::uint64_t cold_pages = 0, cold_bytes = 0, cold_ops = 0;
   std::uint64_t cursor_page = 0, cursor_record = 0;
+  // A seal writing its page now (its entries wait, closed, in the hot head).
+  bool seal_in_flight = false;
+  std::uint64_t seal_page = 0, spilling_entries = 0;
   std::uint64_t pages_sealed = 0, entries_spilled = 0, ops_spilled = 0, pages_acked = 0,
                 pages_refused = 0, pages_expired = 0, pages_rebuilt = 0, spill_fallbacks = 0,
                 no_space = 0, seal_errors = 0, seals_rolled_forward = 0, seals_rolled_back = 0;
