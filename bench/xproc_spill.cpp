@@ -256,28 +256,26 @@ int open_or_throw(const std::string& path, int flags) {
   return fd;
 }
 
-void pwrite_all(int fd, const void* data, std::size_t size, off_t at, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
+// pread or pwrite of the whole range, resumed after short transfers.
+template <class Byte, class Io>
+void transfer_all(Io io, const char* what, int fd, Byte* p, std::size_t size, off_t at,
+                  const std::string& path) {
   while (size > 0) {
-    const ssize_t n = ::pwrite(fd, p, size, at);
+    const ssize_t n = io(fd, p, size, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail_errno("pwrite", path);
+    if (n <= 0) fail_errno(what, path);
     p += n;
     size -= static_cast<std::size_t>(n);
     at += n;
   }
 }
 
+void pwrite_all(int fd, const void* data, std::size_t size, off_t at, const std::string& path) {
+  transfer_all(::pwrite, "pwrite", fd, static_cast<const char*>(data), size, at, path);
+}
+
 void pread_all(int fd, void* data, std::size_t size, off_t at, const std::string& path) {
-  auto* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, p, size, at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail_errno("pread", path);
-    p += n;
-    size -= static_cast<std::size_t>(n);
-    at += n;
-  }
+  transfer_all(::pread, "pread", fd, static_cast<char*>(data), size, at, path);
 }
 
 // ---------------------------------------------------------------- values

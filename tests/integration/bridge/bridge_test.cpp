@@ -107,6 +107,13 @@ std::vector<std::string> import_args(const std::string& url, const Root& root) {
           "--durable", "host-b",   "--dest", "orders", "--create-stream", "ORDERS"};
 }
 
+// `args` followed by `more`.
+std::vector<std::string> with_args(std::vector<std::string> args,
+                                   const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
 // The `moved` counter of a bridge's state segment (0 until it exists).
 std::uint64_t moved(const Root& root, const std::string& state, shm::bridge::Route route) {
   auto s = shm::bridge::StateSegment::observe(state, route, root.path());
@@ -208,6 +215,18 @@ class BridgeTest : public ::testing::Test {
   static void expect_crashed(Subprocess& bridge) {
     ASSERT_EQ(bridge.wait(60s), 128 + SIGKILL) << "the crash point was not reached\n"
                                                << bridge.output();
+  }
+
+  // Both bridges on server_ with `extra` options (TLS, credentials) on top of
+  // the usual ones, then `n` records from host A to host B, exactly once.
+  void stream_with(const std::vector<std::string>& extra, std::uint64_t n) {
+    exporter_ = start(with_args(export_args(server_->url(), a_), extra), "");
+    ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+    importer_ = start(with_args(import_args(server_->url(), b_), extra), "");
+    ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+    auto consumer = consume_stream(n);
+    auto producer = produce_stream(n);
+    expect_exactly_once(*producer, *consumer, n);
   }
 
   static std::unique_ptr<Subprocess> start(const std::vector<std::string>& args,
@@ -756,27 +775,15 @@ TEST_F(BridgeTest, TlsWithTheServersCaCarriesTheStreamAndAnyOtherCaIsRefused) {
   ASSERT_TRUE(server_->ready()) << server_->log();
   make_ring(a_, "orders");
   make_ring(b_, "orders");
-  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
-    args.insert(args.end(), more.begin(), more.end());
-    return args;
-  };
-
-  auto wrong_ca = run_merged(bridge_bin(), with(export_args(server_->url(), a_),
-                                                {"--tls-ca", certs.path() + "/other-ca.pem"}));
+  auto wrong_ca = run_merged(bridge_bin(), with_args(export_args(server_->url(), a_),
+                                                     {"--tls-ca", certs.path() + "/other-ca.pem"}));
   EXPECT_EQ(wrong_ca->wait(60s), 3) << wrong_ca->output();
   EXPECT_THAT(wrong_ca->output(), HasSubstr(server_->url())) << wrong_ca->output();
   auto plain = run_merged(bridge_bin(), export_args(server_->url(), a_));
   EXPECT_EQ(plain->wait(60s), 3) << plain->output();
   EXPECT_EQ(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), 0u);
 
-  const std::vector<std::string> tls{"--tls-ca", certs.path() + "/ca.pem"};
-  exporter_ = start(with(export_args(server_->url(), a_), tls), "");
-  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
-  importer_ = start(with(import_args(server_->url(), b_), tls), "");
-  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
-  auto consumer = consume_stream(n);
-  auto producer = produce_stream(n);
-  expect_exactly_once(*producer, *consumer, n);
+  stream_with({"--tls-ca", certs.path() + "/ca.pem"}, n);
 }
 
 // --creds: a server in operator mode (decentralised JWT authentication),
@@ -801,27 +808,15 @@ TEST_F(BridgeTest, CredsFileAuthenticatesAndAnUnknownAccountsUserExitsFour) {
   ASSERT_TRUE(server_->ready()) << server_->log();
   make_ring(a_, "orders");
   make_ring(b_, "orders");
-  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
-    args.insert(args.end(), more.begin(), more.end());
-    return args;
-  };
-
-  auto rogue = run_merged(bridge_bin(),
-                          with(export_args(server_->url(), a_), {"--creds", creds.rogue_creds}));
+  auto rogue = run_merged(
+      bridge_bin(), with_args(export_args(server_->url(), a_), {"--creds", creds.rogue_creds}));
   EXPECT_EQ(rogue->wait(60s), 4) << rogue->output();
   EXPECT_THAT(rogue->output(), HasSubstr("refused the credentials (credentials file)"));
   auto anonymous = run_merged(bridge_bin(), export_args(server_->url(), a_));
   EXPECT_EQ(anonymous->wait(60s), 4) << anonymous->output();
   EXPECT_EQ(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), 0u);
 
-  const std::vector<std::string> user{"--creds", creds.user_creds};
-  exporter_ = start(with(export_args(server_->url(), a_), user), "");
-  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
-  importer_ = start(with(import_args(server_->url(), b_), user), "");
-  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
-  auto consumer = consume_stream(n);
-  auto producer = produce_stream(n);
-  expect_exactly_once(*producer, *consumer, n);
+  ASSERT_NO_FATAL_FAILURE(stream_with({"--creds", creds.user_creds}, n));
   for (Subprocess* p : {rogue.get(), anonymous.get(), exporter_.get(), importer_.get()}) {
     EXPECT_THAT(drained(*p), Not(HasSubstr(creds.user_seed)));
     EXPECT_THAT(p->output(), Not(HasSubstr("NKEY SEED")));
