@@ -254,6 +254,15 @@ bool update_full(const View& v, std::uint64_t now_ns) noexcept {
   return false;
 }
 
+void notify_reader(Control& c) noexcept {
+  bump(c.counters.notifies);
+  st(c.data_word, ld(c.data_word) + 1);
+  if (ld(c.reader_waiting) != 0) {
+    st(c.reader_waiting, 0u);
+    futex_wake(c.data_word, 1);
+  }
+}
+
 void wake_writers(Control& c) noexcept {
   st(c.space_word, ld(c.space_word) + 1);
   if (ld(c.writers_waiting) != 0) {
@@ -343,6 +352,7 @@ Result<void> reap_sealer(const View& v, std::string_view path) {
     note_repair(*v.control);
     update_full(v, monotonic_ns());
     wake_writers(*v.control);
+    notify_reader(*v.control);  // the entries reopened, or the page recorded
   }
   return {};
 }
@@ -503,7 +513,9 @@ RelaySnapshot read_snapshot(const View& v) {
     s.spilling_entries = 0;
     if (s.seal_in_flight)  // a scan of the entries only while a seal is writing its page
       for (std::uint32_t i = 0; i < v.params.capacity; ++i)
-        if ((ld(v.entry(i).flags) & kSpilling) != 0) ++s.spilling_entries;
+        if (ld(v.entry(i).state) == static_cast<std::uint32_t>(EntryState::Pending) &&
+            (ld(v.entry(i).flags) & kSpilling) != 0)
+          ++s.spilling_entries;
     const SpillCounters& sk = a.counters;
     s.pages_sealed = ld(sk.pages_sealed);
     s.entries_spilled = ld(sk.entries_spilled);

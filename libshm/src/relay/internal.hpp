@@ -178,8 +178,8 @@ bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
 void abandon_seal(const View& v) noexcept;
 // Under the mutex, inside a write section: when a seal is in flight and its
 // sealer died, finishes it (the manifest recorded the page) or rolls it
-// back (it did not), counts it once, and rebuilds the derived structures.
-// True when it repaired one; false (and `why`) on damage.
+// back (it did not), counts it once, and rebuilds the derived structures;
+// `repaired` says whether it did. False (and `why`) on damage.
 [[nodiscard]] bool reap_dead_sealer(const View& v, bool& repaired, std::string& why);
 // Under the mutex: opens the spill intent of an acknowledgement, a Ttl
 // expiry or a refusal of page `page` (the protocol in shm/relay/layout.hpp); the
@@ -192,6 +192,8 @@ void end_intent(SpillArea& a) noexcept;
 // acknowledgement or expiry and counts it if its holder did not, finishes
 // acknowledged slots, recomputes the cold projections.
 [[nodiscard]] bool repair_spill(const View& v, std::string& why);
+// Under the mutex: wakes a reader parked in RelayReader::wait.
+void notify_reader(Control& c) noexcept;
 // Counts and logs a repair made outside the OwnerDied path of lock() (a dead
 // sealer found by reap_dead_sealer), like repair_held does.
 void note_repair(Control& c) noexcept;

@@ -245,15 +245,6 @@ Result<Segment> open_segment(std::string_view name, const OpenOptions& options, 
   return seg;
 }
 
-void notify_reader(Control& c) noexcept {
-  bump(c.counters.notifies);
-  st(c.data_word, ld(c.data_word) + 1);
-  if (ld(c.reader_waiting) != 0) {
-    st(c.reader_waiting, 0u);
-    futex_wake(c.data_word, 1);
-  }
-}
-
 }  // namespace
 
 namespace relay::detail {
@@ -513,7 +504,9 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             return WriteResult{WriteOutcome::Dropped, 0};
           case Overflow::DropOldest: {
             const std::uint32_t victim = ld(c.head);
-            if (victim == kNone) {  // every entry is in the reader's hands
+            // Every entry in the reader's hands, or the oldest in a seal in
+            // flight (overflow retuned from spill meanwhile): nothing to drop.
+            if (victim == kNone || head_is_spilling(view_)) {
               bump(c.counters.refused_full);
               return WriteResult{WriteOutcome::Full, 0};
             }
@@ -641,13 +634,16 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         Held held(c);
         if (finish_seal(view_, *dir, job, written, !fell_back)) {
           sealed = true;
+          wake_writers(c);  // room: writers parked behind the seal look again
         } else {
+          // No wake: a failed seal freed nothing, and parked writers woken to
+          // fail the same way would take turns at it. They look again at the
+          // next drain, acknowledgement or retune (or their park's time slice).
           fell_back = true;
           seal_failed = true;
         }
         update_full(view_, monotonic_ns());
         notify_reader(c);  // the page, or the entries reopened: a waiting reader goes on
-        wake_writers(c);   // room, or a failed seal: writers parked meanwhile look again
       }
       continue;
     }
@@ -940,9 +936,20 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
       Held held(c);
       // A head in a seal in flight is not ready: its page will be (the
       // sealer notifies); a dead sealer is reaped here.
-      if (head_is_spilling(view_))
+      bool spilling = head_is_spilling(view_);
+      if (spilling) {
         if (auto ok = reap_sealer(view_, segment_.path()); !ok) return std::unexpected(ok.error());
-      if ((ld(c.depth) > 0 && !head_is_spilling(view_)) || ld(view_.spill->cold_pages) > 0) {
+        spilling = head_is_spilling(view_);
+      }
+      // A cold page is ready unless the seal in flight holds older entries
+      // (its page, once recorded, goes first).
+      bool cold_ready = ld(view_.spill->cold_pages) > 0;
+      if (cold_ready && spilling) {
+        const ManifestSlot* oldest = oldest_slot(view_);
+        cold_ready =
+            oldest != nullptr && ld(oldest->first_order) < ld(view_.entry(ld(c.head)).order);
+      }
+      if ((ld(c.depth) > 0 && !spilling) || cold_ready) {
         st(c.reader_waiting, 0u);
         return true;
       }

@@ -294,33 +294,59 @@ static std::string manifest_problem(const View& v) {
 
 namespace {
 
+bool is_spilling(const EntryHead& e) noexcept {
+  return ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
+         (ld(e.flags) & kSpilling) != 0;
+}
+
+// The low 32 bits of the seal's three counters before its bumps, as the
+// seal record keeps them (seal_count, seal_counts).
+std::uint64_t packed_counts(const SpillArea& a) noexcept {
+  return static_cast<std::uint32_t>(ld(a.counters.entries_spilled)) |
+         std::uint64_t{static_cast<std::uint32_t>(ld(a.counters.ops_spilled))} << 32;
+}
+
+// Bumps each of the seal's counters that still holds the value recorded when
+// the seal began: its sealer died before that bump (each is bumped once per
+// seal, by a non-zero amount below 2^32, so "bumped" shows in the low bits).
+void count_seal(const View& v, std::uint64_t page, std::uint64_t records, std::uint64_t ops) {
+  SpillArea& a = *v.spill;
+  const std::uint64_t before = ld(a.seal_counts);
+  if (static_cast<std::uint32_t>(ld(a.counters.entries_spilled)) ==
+      static_cast<std::uint32_t>(before))
+    bump(a.counters.entries_spilled, records);
+  if (static_cast<std::uint32_t>(ld(a.counters.ops_spilled)) ==
+      static_cast<std::uint32_t>(before >> 32))
+    bump(a.counters.ops_spilled, ops);
+  if (static_cast<std::uint32_t>(ld(a.counters.pages_sealed)) == ld(a.seal_count)) {
+    bump(a.counters.pages_sealed);
+    log_event(*v.control, EventKind::Spilled, page, records);
+  }
+}
+
 // Frees the entries of a recorded page (state Free; the lists, index and
-// projections are rebuilt by the caller) and counts the seal unless its
-// sealer did. Used by the repair of a dead sealer.
+// projections are rebuilt by the caller) and counts the seal where its
+// sealer did not. Used by the repair of a dead sealer.
 void seal_forward(const View& v, const ManifestSlot& s) {
   SpillArea& a = *v.spill;
   for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
     EntryHead& e = v.entry(i);
-    if (ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
-        (ld(e.flags) & kSpilling) != 0)
-      st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+    if (!is_spilling(e)) continue;
+    st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    st(e.flags, 0u);
   }
-  if (static_cast<std::uint32_t>(ld(a.counters.pages_sealed)) == ld(a.seal_count)) {
-    bump(a.counters.pages_sealed);
-    bump(a.counters.entries_spilled, ld(s.records));
-    bump(a.counters.ops_spilled, ld(s.ops));
-    log_event(*v.control, EventKind::Spilled, ld(s.page_id), ld(s.records));
-  }
+  count_seal(v, ld(s.page_id), ld(s.records), ld(s.ops));
   bump(a.counters.rolled_forward);
 }
 
 // Reopens the entries of a seal that did not complete: they stay pending,
-// in order, closed to merges (a newer open entry may hold their key now).
+// closed to merges (a newer open entry may hold their key now), and drain in
+// order (or go into a later page).
 void seal_back(const View& v) noexcept {
   for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
     EntryHead& e = v.entry(i);
-    const std::uint32_t f = ld(e.flags);
-    if ((f & kSpilling) != 0) st(e.flags, (f & ~kSpilling) | kClosed);
+    if (is_spilling(e)) st(e.flags, (ld(e.flags) & ~kSpilling) | kClosed);
   }
 }
 
@@ -408,8 +434,8 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   job.policy = ld(c.policy);
   st(a.next_page_id, job.page_id + 1);
   st(a.seal_page, job.page_id);
-  st(a.seal_last_order, job.page.last_order());
   st(a.seal_count, static_cast<std::uint32_t>(ld(a.counters.pages_sealed)));
+  st(a.seal_counts, packed_counts(a));
   std::atomic_signal_fence(std::memory_order_seq_cst);
   // [spill.S] release: the record is complete before it says a seal is in
   // flight; pairs with the relay mutex's acquisition by whoever reads it.
@@ -475,19 +501,27 @@ bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
   ::shm::detail::spill_crash_point(CrashPoint::ManifestUpdated);
   for (std::uint32_t i : job.chosen) {
     EntryHead& e = v.entry(i);
+    // Only what is still this seal's: nothing else frees a spilling entry
+    // (a drop_oldest skips them, the reader stops at them), but the check
+    // costs nothing and keeps a foreign entry from being freed.
+    if (!is_spilling(e)) continue;
     list_unlink(v, i);
     st(c.depth, ld(c.depth) - 1);
     st(c.bytes, ld(c.bytes) - ld(e.len));
     st(c.pending_ops, ld(c.pending_ops) - ld(e.op_count));
-    st(e.flags, 0u);
+    // Free before the flag goes: a kill between the two leaves an entry
+    // the repair either frees (still flagged) or finds free, never a pending
+    // entry that looks open and would be delivered twice.
     st(e.state, static_cast<std::uint32_t>(EntryState::Free));
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    st(e.flags, 0u);
     st(e.next, ld(c.free_head));
     st(c.free_head, i);
   }
   refresh_oldest(v);
-  bump(a.counters.pages_sealed);
   bump(a.counters.entries_spilled, job.page.records());
   bump(a.counters.ops_spilled, job.page.ops());
+  bump(a.counters.pages_sealed);
   log_event(c, EventKind::Spilled, job.page_id, job.page.records());
   ::shm::detail::spill_crash_point(CrashPoint::SealCounted);
   clear_seal(a);

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -378,6 +379,67 @@ TEST_F(RelaySpillTest, TheRepairCountsAnInterruptedAckOrExpiryOnceAndRefusesAnUn
   EXPECT_EQ(r.error().code, Errc::Corrupt);
   EXPECT_NE(r.error().message.find("spill intent state 5 is not 0 (none)"), std::string::npos)
       << r.error().what();
+}
+
+// A seal writes its page with the relay unlocked; an overflow retuned to
+// drop_oldest meanwhile must not drop the seal's entries (the oldest ones):
+// such a write drops nothing and says Full, and the seal then records the
+// page and frees exactly its entries. Before the fix the write dropped the
+// spilling head and reused it, and the seal's finish freed the new entry.
+std::atomic<int> g_seal_stage{0};
+void hold_seal_open(test_hooks::SpillCrashPoint point) {
+  if (point != test_hooks::SpillCrashPoint::ContentWritten) return;
+  g_seal_stage.store(1);
+  while (g_seal_stage.load() != 2) std::this_thread::sleep_for(1ms);
+}
+
+TEST_F(RelaySpillTest, ADropOldestRetunedDuringASealDropsNothingOfTheSeal) {
+  RelayConfig c = spill_cfg(policy::kKeepLatest, 8, 6, 2, 4);
+  auto w = RelayWriter::create("retuned", c);
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t k = 0; k < 6; ++k) ASSERT_TRUE(w->write(k, u64_value(100 + k), 0ns));
+  g_seal_stage.store(0);
+  test_hooks::set_spill_crash_hook(hold_seal_open);
+  struct Unhook {
+    ~Unhook() {
+      g_seal_stage.store(2);
+      test_hooks::set_spill_crash_hook(nullptr);
+    }
+  } unhook;
+  std::optional<Result<WriteResult>> sealing;
+  std::thread sealer([&] {
+    auto w2 = RelayWriter::open("retuned");
+    if (w2) sealing.emplace(w2->write(6, u64_value(106), 0ns));
+  });
+  for (int i = 0; i < 20000 && g_seal_stage.load() != 1; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(g_seal_stage.load(), 1) << "the seal never reached its file I/O";
+  EXPECT_TRUE(w->snapshot().seal_in_flight);
+
+  ASSERT_TRUE(w->retune(Backpressure{Dimension::Count, 6, 2, Overflow::DropOldest}));
+  auto dropped = w->write(7, u64_value(107), 0ns);
+  ASSERT_TRUE(dropped) << dropped.error().what();
+  EXPECT_EQ(dropped->outcome, WriteOutcome::Full) << to_string(dropped->outcome);
+  ASSERT_TRUE(w->retune(Backpressure{Dimension::Count, 6, 2, Overflow::Spill}));
+
+  g_seal_stage.store(2);
+  sealer.join();
+  ASSERT_TRUE(sealing.has_value());
+  ASSERT_TRUE(*sealing) << (*sealing).error().what();
+  EXPECT_EQ((*sealing)->outcome, WriteOutcome::Appended);
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_sealed, 1u);
+  EXPECT_EQ(s.dropped, 0u);
+  auto r = RelayReader::open("retuned");
+  ASSERT_TRUE(r) << r.error().what();
+  std::map<std::uint64_t, std::uint64_t> latest;
+  for (const SpilledEntry& e : drain_spilled(*r)) latest[e.key] = e.value;
+  const std::map<std::uint64_t, std::uint64_t> expect = {{0, 100}, {1, 101}, {2, 102}, {3, 103},
+                                                         {4, 104}, {5, 105}, {6, 106}};
+  EXPECT_EQ(latest, expect) << "an op of the seal or of the sealing write was lost";
+  auto seg = Segment::open_any("retuned", {});
+  ASSERT_TRUE(seg);
+  const auto problems = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(problems.empty()) << problems.front();
 }
 
 // One relay per spill directory: a second relay (another segment) created on a

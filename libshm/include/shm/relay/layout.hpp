@@ -238,7 +238,9 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // Seal (a writer; the file I/O outside the relay mutex). 1. Under the relay
 // mutex: choose the oldest pending entries and copy them into the page
 // buffer; take seal_mutex (try-lock: free, since no seal is in flight);
-// record {seal_page, seal_last_order, seal_count} then seal_state = 1
+// record {seal_page, seal_count, seal_counts} (the low 32 bits of
+// pages_sealed, entries_spilled and ops_spilled before the seal) then
+// seal_state = 1
 // (release); flag the entries kSpilling (closed to merges: out of the key
 // index, a write to their key opens a new entry); unlock the relay mutex.
 // 2. Holding seal_mutex alone: write and seal the page file (content, flush,
@@ -253,11 +255,13 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // to Block. Lock order: a holder of the relay mutex only ever try-locks
 // seal_mutex, so the sealer may block on the relay mutex in step 3.
 // A dead sealer: whoever holds the relay mutex and needs the seal to end (a
-// writer at overflow, the reader at a spilling head, a reader's open, the
-// OwnerDied repair) try-locks seal_mutex: Busy means the sealer lives;
+// writer at overflow, the reader at a spilling head or in wait, a reader's
+// open, the OwnerDied repair, the reclaim of a dead writer) try-locks
+// seal_mutex: Busy means the sealer lives;
 // OwnerDied means it died (in step 2, or holding both in step 1 or 3). The
 // reaper rolls the seal forward when the manifest holds the page (frees the
-// kSpilling entries; counts the page unless seal_count shows the sealer did)
+// kSpilling entries; counts each of the three counters unless its recorded
+// low 32 bits show the sealer did)
 // and back otherwise (removes page-N.tmp / page-N.spill; the entries stay
 // pending, kClosed); then it rebuilds the derived structures and counts a
 // repair.
@@ -352,11 +356,12 @@ struct SpillArea {
   // ---- the seal in flight (see the seal protocol): its own record, since
   // its file I/O runs outside the relay mutex while the intent above serves
   // acknowledgements, expiries and refusals under it ----
-  std::atomic<std::uint32_t> seal_state;       // 0 none, 1 a seal is in flight
-  std::atomic<std::uint32_t> seal_count;       // low 32 bits of pages_sealed before its bump
-  std::atomic<std::uint64_t> seal_page;        // its page id
-  std::atomic<std::uint64_t> seal_last_order;  // its last order
-  ::shm::detail::RobustMutex seal_mutex;       // held by the sealer from start to finish
+  std::atomic<std::uint32_t> seal_state;  // 0 none, 1 a seal is in flight
+  std::atomic<std::uint32_t> seal_count;  // low 32 bits of pages_sealed before its bump
+  std::atomic<std::uint64_t> seal_page;   // its page id
+  std::atomic<std::uint64_t>
+      seal_counts;  // low 32 bits of entries_spilled | ops_spilled << 32, before
+  ::shm::detail::RobustMutex seal_mutex;  // held by the sealer from start to finish
 };
 static_assert(std::is_standard_layout_v<SpillArea>);
 
