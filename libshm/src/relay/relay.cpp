@@ -538,7 +538,11 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             // reader's hands) the write blocks instead (counted; logged once
             // per write). A damaged manifest or pending list is Corrupt.
             if (dir != nullptr && ld(view_.spill->enabled) != 0) {
-              if (auto ok = reap_sealer(view_, path); !ok) return std::unexpected(ok.error());
+              // Only a write that would park needs a seal in flight to end:
+              // the others go on into the free entries without touching the
+              // seal mutex's line.
+              if (hard)
+                if (auto ok = reap_sealer(view_, path); !ok) return std::unexpected(ok.error());
               if (sealed && !hard) break;  // one seal per write, as the level allows
               SealStart begun = SealStart::Impossible;
               if (!seal_failed) {

@@ -28,7 +28,8 @@ namespace {
 
 using CrashPoint = test_hooks::SpillCrashPoint;
 
-// fmt::runtime: a format string kept in a constant.
+// The message for an intent state the repair and verify refuse (1 was the
+// seal's before seals got their own record).
 constexpr const char* kIntentProblem =
     "spill intent state {} is not 0 (none), 2 (acknowledge), 3 (expire) or 4 (refuse)";
 

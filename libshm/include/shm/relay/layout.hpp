@@ -255,7 +255,7 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 // to Block. Lock order: a holder of the relay mutex only ever try-locks
 // seal_mutex, so the sealer may block on the relay mutex in step 3.
 // A dead sealer: whoever holds the relay mutex and needs the seal to end (a
-// writer at overflow, the reader at a spilling head or in wait, a reader's
+// writer with no free entry left, the reader at a spilling head or in wait, a reader's
 // open, the OwnerDied repair, the reclaim of a dead writer) try-locks
 // seal_mutex: Busy means the sealer lives;
 // OwnerDied means it died (in step 2, or holding both in step 1 or 3). The
