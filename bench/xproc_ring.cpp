@@ -188,9 +188,18 @@ std::string unique_name(std::string_view what) {
   return fmt::format("xr-{}-{}-{}", what, ::getpid(), counter++);
 }
 
+// Out of line: the error path, so the checked calls in the hot loops stay small.
+[[noreturn, gnu::noinline, gnu::cold]] void throw_error(std::string_view what,
+                                                       const shm::Error& e) {
+  throw BenchError(fmt::format("{}: {}", what, e.what()));
+}
+
+// Takes the result by reference: a copy of the Result (value or Error) per
+// message would be the harness's cost, not the ring's.
 template <class T>
-T value_or_throw(shm::Result<T> r, std::string_view what) {
-  if (!r) throw BenchError(fmt::format("{}: {}", what, r.error().what()));
+T value_or_throw(shm::Result<T>&& r, std::string_view what) {
+  if (!r) [[unlikely]]
+    throw_error(what, r.error());
   return std::move(*r);
 }
 

@@ -306,6 +306,31 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
   return p;
 }
 
+Result<std::optional<std::span<std::byte>>> RingProducer::reserve_slow(std::size_t n) {
+  if (n > max_payload_) [[unlikely]]
+    return fail(Errc::TooLarge, detail::too_large_message(n, max_payload_));
+  const std::uint64_t need = ring::record_size(n);
+  const std::uint64_t offset = reserved_ & mask_;
+  const std::uint64_t contiguous = capacity_ - offset;
+  const std::uint64_t padding = need <= contiguous ? 0 : contiguous;
+  if (reserved_ + padding + need - cached_head_ > capacity_) [[unlikely]] {
+    auto room = refresh_head(reserved_ + padding + need);
+    if (!room) return std::unexpected(std::move(room.error()));
+    if (!*room) return std::optional<std::span<std::byte>>{};
+  }
+  if (padding != 0) {
+    put_header(reserved_, ring::header_word(static_cast<std::uint32_t>(padding),
+                                            ring::kRecordPadding, lap(reserved_)));
+    reserved_ += padding;
+  }
+  std::byte* p = at(reserved_);
+  put_header(reserved_,
+             ring::header_word(static_cast<std::uint32_t>(n), ring::kRecordData, lap(reserved_)));
+  reserved_ += need;
+  ++pending_records_;
+  return std::optional<std::span<std::byte>>{std::span<std::byte>(p + ring::kRecordHeader, n)};
+}
+
 Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
   // [spsc.C'] acquire: pairs with the consumer's [spsc.C]; the bytes before head are free.
   const std::uint64_t head = control_->consumer.head.load(std::memory_order_acquire);
@@ -395,6 +420,48 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   return c;
 }
 
+Result<std::optional<std::span<const std::byte>>> RingConsumer::peek_slow() {
+  for (;;) {
+    std::byte* slot = at(peek_pos_);
+    // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
+    // header makes its payload (and the batch after it) visible.
+    const std::uint64_t word = detail::header_at(slot).load(std::memory_order_acquire);
+    switch (ring::classify_slot(word, lap(peek_pos_))) {
+      case ring::SlotState::Current:
+        [[likely]] break;
+      case ring::SlotState::Empty:
+      case ring::SlotState::Stale:
+        return std::optional<std::span<const std::byte>>{};
+      case ring::SlotState::Foreign:
+        return foreign_header(word);
+    }
+    // The producer may be buggy or hostile: check the header against the
+    // bytes it may have written (up to head + capacity) and the buffer end.
+    const ring::RecordHeader rec = ring::unpack(word);
+    const std::uint64_t offset = peek_pos_ & mask_;
+    const std::uint64_t available = head_ + capacity_ - peek_pos_;
+    switch (ring::check_record(rec, offset, available, capacity_, max_payload_)) {
+      case ring::RecordCheck::Data:
+        [[likely]] break;
+      case ring::RecordCheck::Padding:
+        peek_pos_ += rec.length;
+        continue;
+      case ring::RecordCheck::BadPadding:
+        return corrupt("padding record length", rec.length, capacity_ - offset);
+      case ring::RecordCheck::BadType:
+        return corrupt("record type", rec.type(), ring::kRecordData);
+      case ring::RecordCheck::BadLength:
+        return corrupt("record length", rec.length,
+                       std::min<std::uint64_t>(max_payload_, available));
+    }
+    const std::uint64_t size = ring::record_size(rec.length);
+    peek_pos_ += size;
+    ++peeked_records_;
+    return std::optional<std::span<const std::byte>>{
+        std::span<const std::byte>(slot + ring::kRecordHeader, rec.length)};
+  }
+}
+
 std::unexpected<Error> RingConsumer::corrupt(const char* what, std::uint64_t value,
                                              std::uint64_t bound) const {
   return fail(Errc::Corrupt,
@@ -438,10 +505,8 @@ std::unexpected<Error> RingConsumer::peeks_outstanding(const char* op) const {
                                   segment_.path(), op, peeked_records_));
 }
 
-Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
-  if (peeked_records_ != 0) [[unlikely]]
-    return peeks_outstanding("try_pop");
+Result<std::optional<std::size_t>> RingConsumer::pop_slow(std::span<std::byte> out) {
+  if (peeked_records_ != 0) return peeks_outstanding("try_pop");
   auto r = peek_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};

@@ -68,6 +68,15 @@ class RingConsumer : public detail::RingEndpoint {
   // try_peek() and release() for a caller that already holds the endpoint
   // guard (drain and try_pop take it once).
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_unguarded();
+  // The steady state of a peek, inline: the payload of the record at the peek
+  // position when it is a current-lap data record within every bound, else
+  // nullptr (peek_slow() then reads the slot again and says what it is: empty,
+  // padding, or Corrupt). Changes nothing.
+  [[nodiscard]] const std::byte* peek_fast(std::uint32_t& length) const noexcept;
+  [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_slow();
+  // try_pop() past its fast path (guard held): peeks outstanding, padding,
+  // empty, a record larger than `out`, or Corrupt.
+  [[nodiscard]] Result<std::optional<std::size_t>> pop_slow(std::span<std::byte> out);
   void release_unguarded() noexcept;
   [[nodiscard]] std::unexpected<Error> peeks_outstanding(const char* op) const;
   [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
@@ -88,46 +97,48 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
   return peek_unguarded();
 }
 
+inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length) const noexcept {
+  std::byte* slot = at(peek_pos_);
+  // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
+  // header makes its payload (and the batch after it) visible.
+  const std::uint64_t word = detail::header_at(slot).load(std::memory_order_acquire);
+  // One compare for "a data record of the current lap"; the bounds below are
+  // check_record()'s Data case, so any header this path accepts peek_slow()
+  // would accept too, and everything else goes there.
+  if (static_cast<std::uint32_t>(word >> 32) != (ring::kRecordData | lap(peek_pos_) << 8))
+    return nullptr;
+  length = static_cast<std::uint32_t>(word);
+  const std::uint64_t end = (peek_pos_ & mask_) + ring::record_size(length);
+  if (length > max_payload_ || end > capacity_ ||
+      peek_pos_ + ring::record_size(length) - head_ > capacity_) [[unlikely]]
+    return nullptr;
+  return slot + ring::kRecordHeader;
+}
+
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::peek_unguarded() {
-  for (;;) {
-    std::byte* slot = at(peek_pos_);
-    // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
-    // header makes its payload (and the batch after it) visible.
-    const std::uint64_t word = detail::header_at(slot).load(std::memory_order_acquire);
-    switch (ring::classify_slot(word, lap(peek_pos_))) {
-      case ring::SlotState::Current:
-        [[likely]] break;
-      case ring::SlotState::Empty:
-      case ring::SlotState::Stale:
-        return std::optional<std::span<const std::byte>>{};
-      case ring::SlotState::Foreign:
-        return foreign_header(word);
-    }
-    // The producer may be buggy or hostile: check the header against the
-    // bytes it may have written (up to head + capacity) and the buffer end.
-    const ring::RecordHeader rec = ring::unpack(word);
-    const std::uint64_t offset = peek_pos_ & mask_;
-    const std::uint64_t available = head_ + capacity_ - peek_pos_;
-    switch (ring::check_record(rec, offset, available, capacity_, max_payload_)) {
-      case ring::RecordCheck::Data:
-        [[likely]] break;
-      case ring::RecordCheck::Padding:
-        peek_pos_ += rec.length;
-        continue;
-      case ring::RecordCheck::BadPadding:
-        return corrupt("padding record length", rec.length, capacity_ - offset);
-      case ring::RecordCheck::BadType:
-        return corrupt("record type", rec.type(), ring::kRecordData);
-      case ring::RecordCheck::BadLength:
-        return corrupt("record length", rec.length,
-                       std::min<std::uint64_t>(max_payload_, available));
-    }
-    const std::uint64_t size = ring::record_size(rec.length);
-    peek_pos_ += size;
+  std::uint32_t length = 0;
+  if (const std::byte* payload = peek_fast(length); payload != nullptr) [[likely]] {
+    peek_pos_ += ring::record_size(length);
     ++peeked_records_;
-    return std::optional<std::span<const std::byte>>{
-        std::span<const std::byte>(slot + ring::kRecordHeader, rec.length)};
+    return std::optional<std::span<const std::byte>>{std::span<const std::byte>(payload, length)};
   }
+  return peek_slow();
+}
+
+inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
+  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  std::uint32_t length = 0;
+  if (peeked_records_ == 0) [[likely]] {
+    if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
+        [[likely]] {
+      detail::copy_payload(out.data(), payload, length);
+      peek_pos_ += ring::record_size(length);
+      ++peeked_records_;
+      release_unguarded();
+      return std::optional<std::size_t>{length};
+    }
+  }
+  return pop_slow(out);
 }
 
 inline void RingConsumer::release() noexcept {

@@ -57,6 +57,11 @@ class RingProducer : public detail::RingEndpoint {
   // try_reserve() and commit() for a caller that already holds the endpoint
   // guard (the batch paths take it once, not once per record).
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded(std::size_t n);
+  // The steady state of a reservation, inline: the payload of a new n-byte
+  // record when it fits before the buffer end and within the cached head,
+  // else nullptr (reserve_slow() then pads, refreshes head, or says TooLarge).
+  [[nodiscard]] std::byte* reserve_fast(std::size_t n) noexcept;
+  [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_slow(std::size_t n);
   void commit_unguarded() noexcept;
   [[nodiscard]] Result<bool> refresh_head(std::uint64_t need_end);
   void wake_consumer() noexcept;
@@ -85,29 +90,23 @@ inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std
   return reserve_unguarded(n);
 }
 
-inline Result<std::optional<std::span<std::byte>>> RingProducer::reserve_unguarded(std::size_t n) {
-  if (n > max_payload_) [[unlikely]]
-    return fail(Errc::TooLarge, detail::too_large_message(n, max_payload_));
+inline std::byte* RingProducer::reserve_fast(std::size_t n) noexcept {
   const std::uint64_t need = ring::record_size(n);
-  const std::uint64_t offset = reserved_ & mask_;
-  const std::uint64_t contiguous = capacity_ - offset;
-  const std::uint64_t padding = need <= contiguous ? 0 : contiguous;
-  if (reserved_ + padding + need - cached_head_ > capacity_) [[unlikely]] {
-    auto room = refresh_head(reserved_ + padding + need);
-    if (!room) return std::unexpected(std::move(room.error()));
-    if (!*room) return std::optional<std::span<std::byte>>{};
-  }
-  if (padding != 0) {
-    put_header(reserved_, ring::header_word(static_cast<std::uint32_t>(padding),
-                                            ring::kRecordPadding, lap(reserved_)));
-    reserved_ += padding;
-  }
-  std::byte* p = at(reserved_);
+  if (n > max_payload_ || (reserved_ & mask_) + need > capacity_ ||
+      reserved_ + need - cached_head_ > capacity_) [[unlikely]]
+    return nullptr;
   put_header(reserved_,
              ring::header_word(static_cast<std::uint32_t>(n), ring::kRecordData, lap(reserved_)));
+  std::byte* payload = at(reserved_) + ring::kRecordHeader;
   reserved_ += need;
   ++pending_records_;
-  return std::optional<std::span<std::byte>>{std::span<std::byte>(p + ring::kRecordHeader, n)};
+  return payload;
+}
+
+inline Result<std::optional<std::span<std::byte>>> RingProducer::reserve_unguarded(std::size_t n) {
+  if (std::byte* payload = reserve_fast(n); payload != nullptr) [[likely]]
+    return std::optional<std::span<std::byte>>{std::span<std::byte>(payload, n)};
+  return reserve_slow(n);
 }
 
 inline void RingProducer::commit() noexcept {
@@ -145,10 +144,14 @@ inline void RingProducer::commit_unguarded() noexcept {
 
 inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
-  auto r = reserve_unguarded(record.size());
-  if (!r) return std::unexpected(std::move(r.error()));
-  if (!*r) return false;
-  if (!record.empty()) std::memcpy((*r)->data(), record.data(), record.size());
+  std::byte* payload = reserve_fast(record.size());
+  if (payload == nullptr) [[unlikely]] {
+    auto r = reserve_slow(record.size());
+    if (!r) return std::unexpected(std::move(r.error()));
+    if (!*r) return false;
+    payload = (*r)->data();
+  }
+  detail::copy_payload(payload, record.data(), record.size());
   commit_unguarded();
   return true;
 }
