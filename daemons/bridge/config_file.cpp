@@ -76,6 +76,10 @@ const std::map<std::string, CommonSetter>& common_keys() {
        [](CommonOptions& c, const json& v) {
          return take_uint(v, 64, std::uint64_t{1} << 40, c.create_ring);
        }},
+      {"create-channel",
+       [](CommonOptions& c, const json& v) {
+         return take_uint(v, 1, std::uint64_t{1} << 20, c.create_channel);
+       }},
       {"create-stream",
        [](CommonOptions& c, const json& v) { return take_string(v, c.create_stream); }},
       {"stream-replicas",
