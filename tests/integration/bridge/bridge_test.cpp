@@ -1113,6 +1113,43 @@ TEST_F(BridgeChannelTest, KilledImportBridgeWritingAChannelLosesAndDuplicatesNot
   EXPECT_THAT(consumer->output(), HasSubstr("REOPENED "));
 }
 
+// The channel of a killed import bridge is replaced only once its readers
+// have received all of it: with no reader yet, the next bridge waits (not
+// READY, pulling nothing) and the records stay readable; a reader then gets
+// them, reopens the name and goes on in the new channel.
+TEST_F(BridgeChannelTest, RestartedImportBridgeWaitsForReadersToDrainTheDeadBridgesChannel) {
+  constexpr std::uint64_t kFirst = 200;  // fits the channel (--create-channel 256: 4 pages)
+  constexpr std::uint64_t kMore = 100;
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  exporter_ = start(export_args(server_->url(), a_), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = start(channel_import_args(), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto first = produce_stream(kFirst);
+  ASSERT_EQ(first->wait(60s), 0) << first->output();
+  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, kFirst))
+      << drained(*importer_);
+  importer_->kill(SIGKILL);
+  ASSERT_EQ(importer_->wait(60s), 128 + SIGKILL) << importer_->output();
+  importer_ = start(import_args(server_->url(), b_), "");
+  ASSERT_TRUE(importer_->wait_for_text("event=waiting_for_readers", 30s)) << importer_->output();
+  EXPECT_THAT(importer_->output(), HasSubstr(fmt::format("undelivered={}", kFirst)));
+  EXPECT_FALSE(importer_->wait_for_line("READY import", 1s)) << importer_->output();
+  auto consumer = consume_channel(kFirst + kMore);
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  EXPECT_THAT(importer_->output(), HasSubstr("event=replaced_channel route=import dest=orders"));
+  auto more = ring_peer(a_, {"produce", "orders", std::to_string(kMore), "--start",
+                             std::to_string(kFirst), "--min", kMin, "--max", kMax});
+  ASSERT_EQ(more->wait(60s), 0) << more->output();
+  ASSERT_EQ(consumer->wait(60s), 0) << consumer->output() << drained(*importer_);
+  EXPECT_THAT(consumer->output(), HasSubstr("FIRST 0\n"));
+  EXPECT_THAT(consumer->output(), HasSubstr("REOPENED "));
+  EXPECT_THAT(consumer->output(),
+              HasSubstr(fmt::format("OK {} {}\n", kFirst + kMore, kFirst + kMore - 1)));
+}
+
 // A segment that is neither a ring nor a channel, as the export's source or
 // the import's destination: exit 6 before any connection, naming the
 // segment and its kind. --create-ring and --create-channel together: exit 2.
