@@ -229,6 +229,16 @@ Outcome<BridgeConfig> parse_config(const std::string& text, const std::string& p
     };
     if (common.connection.servers.empty()) return missing("server");
     if (common.subject.empty()) return missing("subject");
+    // A route's own create-ring / create-channel overrides the other one
+    // from defaults; both in the route (or both in defaults) is a mistake.
+    const json& own = *entry.begin();
+    const bool own_ring = own.contains("create-ring");
+    const bool own_channel = own.contains("create-channel");
+    if (own_channel && !own_ring) common.create_ring = 0;
+    if (own_ring && !own_channel) common.create_channel = 0;
+    if (common.create_ring != 0 && common.create_channel != 0)
+      return bad(
+          fmt::format("{}: \"create-ring\" and \"create-channel\" exclude each other", where));
     std::string state;
     if (rc.route == Route::Export) {
       if (rc.exported.source.empty()) return missing("source");

@@ -725,6 +725,9 @@ TEST_F(BridgeTest, ConfigFileMistakesExitTwoNamingTheRouteAndTheKey) {
        {"defaults: \"server\": expected a server URL or a non-empty list of them"}},
       {R"({"routes": [)" + export_route + ", " + export_route + "]}",
        {"routes[1] (export) and routes[0] share the state segment r-bridge-export"}},
+      {R"({"routes": [{"import": {"server": "nats://127.0.0.1:1", "subject": "s", "dest": "r",
+          "durable": "d", "create-ring": 4096, "create-channel": 256}}]})",
+       {"routes[0] (import): \"create-ring\" and \"create-channel\" exclude each other"}},
   };
   for (const Case& c : cases) {
     const TempFile file(c.text);
@@ -1185,7 +1188,9 @@ TEST_F(BridgeTest, SourceOrDestinationOfAnotherKindExitsSixNamingItsKind) {
   EXPECT_THAT(both.output, HasSubstr("excludes"));
 }
 
-// --create-channel makes a missing channel (the bridge's end attached to it).
+// --create-channel makes a missing channel (the bridge's end attached to it);
+// in a config file a route's create-channel overrides the defaults'
+// create-ring.
 TEST_F(BridgeTest, CreateChannelMakesAMissingChannelForEitherRoute) {
   const std::string url = fmt::format("nats://127.0.0.1:{}", shm::test::free_loopback_port());
   const BridgeRun ex = run_bridge(with_args(export_args(url, a_), {"--create-channel", "512"}));
@@ -1201,6 +1206,16 @@ TEST_F(BridgeTest, CreateChannelMakesAMissingChannelForEitherRoute) {
     ASSERT_TRUE(view.has_value()) << view.error().what();
     EXPECT_GE(view->params.max_payload, 512u);
   }
+  const TempFile config(fmt::format(
+      R"({{"defaults": {{"server": "{}", "root": "{}", "create-ring": 4096}},
+          "routes": [{{"import": {{"subject": "s", "durable": "d", "dest": "made",
+                                  "create-channel": 512}}}}]}})",
+      url, b_.path()));
+  const BridgeRun run = run_bridge({"run", "--config", config.path()});
+  EXPECT_EQ(run.code, 3) << run.output;
+  shm::OpenOptions oo;
+  oo.root = b_.path();
+  EXPECT_TRUE(shm::open_channel("made", {}, oo).has_value()) << run.output;
 }
 
 }  // namespace
