@@ -61,10 +61,35 @@ Outcome<ChannelParams> channel_params(std::string_view what, const std::string& 
   return *p;
 }
 
-Outcome<void> check_create_options(const CommonOptions& c) {
+// What the local segment `name` is, and whether it must be created first.
+struct Resolved {
+  LocalKind kind = LocalKind::Ring;
+  bool create = false;
+};
+
+Outcome<Resolved> resolve(std::string_view what, const std::string& name, const CommonOptions& c) {
   if (c.create_ring != 0 && c.create_channel != 0)
     return failure(kExitUsage, "--create-ring and --create-channel exclude each other");
-  return {};
+  auto found = local_kind(what, name, c.root);
+  if (!found) return std::unexpected(found.error());
+  if (*found) return Resolved{**found, false};
+  auto k = kind_to_create(what, name, c);
+  if (!k) return std::unexpected(k.error());
+  return Resolved{*k, true};
+}
+
+// Opens the channel `name` as E (ChannelConsumer / ChannelProducer),
+// creating it first when `create` (or opening what a racing creator made).
+template <class E>
+Outcome<Result<E>> open_channel_endpoint(std::string_view what, const std::string& name,
+                                         const CommonOptions& c, bool create) {
+  if (!create) return E::open(name, {}, OpenOptions{.root = c.root});
+  auto params = channel_params(what, name, c.create_channel);
+  if (!params) return std::unexpected(params.error());
+  auto made = E::create(name, *params, CreateOptions{.root = c.root});
+  if (!made && made.error().code == Errc::AlreadyExists)
+    return E::open(name, {}, OpenOptions{.root = c.root});
+  return made;
 }
 
 }  // namespace
@@ -74,18 +99,9 @@ Outcome<void> check_create_options(const CommonOptions& c) {
 Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
   constexpr std::string_view kWhat = "source";
   const CommonOptions& c = o.common;
-  if (auto ok = check_create_options(c); !ok) return std::unexpected(ok.error());
-  auto found = local_kind(kWhat, o.source, c.root);
-  if (!found) return std::unexpected(found.error());
-  const bool create = !*found;
-  LocalKind kind{};
-  if (*found) {
-    kind = **found;
-  } else {
-    auto k = kind_to_create(kWhat, o.source, c);
-    if (!k) return std::unexpected(k.error());
-    kind = *k;
-  }
+  auto resolved = resolve(kWhat, o.source, c);
+  if (!resolved) return std::unexpected(resolved.error());
+  const auto [kind, create] = *resolved;
   ExportSource s;
   s.kind_ = kind;
   s.name_ = o.source;
@@ -101,18 +117,10 @@ Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
     s.ring_.emplace(std::move(*ring));
     return s;
   }
-  Result<ChannelConsumer> ch = std::unexpected(Error{Errc::NotFound, ""});
-  if (create) {
-    auto params = channel_params(what, o.source, c.create_channel);
-    if (!params) return std::unexpected(params.error());
-    ch = ChannelConsumer::create(o.source, *params, CreateOptions{.root = c.root});
-    if (!ch && ch.error().code == Errc::AlreadyExists)
-      ch = ChannelConsumer::open(o.source, {}, OpenOptions{.root = c.root});
-  } else {
-    ch = ChannelConsumer::open(o.source, {}, OpenOptions{.root = c.root});
-  }
-  if (!ch) return std::unexpected(segment_failure(what, o.source, ch.error()));
-  s.channel_ = std::make_unique<ChannelConsumer>(std::move(*ch));
+  auto ch = open_channel_endpoint<ChannelConsumer>(what, o.source, c, create);
+  if (!ch) return std::unexpected(ch.error());
+  if (!*ch) return std::unexpected(segment_failure(what, o.source, ch->error()));
+  s.channel_ = std::make_unique<ChannelConsumer>(std::move(**ch));
   return s;
 }
 
@@ -184,18 +192,9 @@ Outcome<void> ExportSource::wait(std::chrono::milliseconds timeout) {
 Outcome<ImportDest> ImportDest::open(const ImportOptions& o) {
   constexpr std::string_view kWhat = "destination";
   const CommonOptions& c = o.common;
-  if (auto ok = check_create_options(c); !ok) return std::unexpected(ok.error());
-  auto found = local_kind(kWhat, o.dest, c.root);
-  if (!found) return std::unexpected(found.error());
-  const bool create = !*found;
-  LocalKind kind{};
-  if (*found) {
-    kind = **found;
-  } else {
-    auto k = kind_to_create(kWhat, o.dest, c);
-    if (!k) return std::unexpected(k.error());
-    kind = *k;
-  }
+  auto resolved = resolve(kWhat, o.dest, c);
+  if (!resolved) return std::unexpected(resolved.error());
+  const auto [kind, create] = *resolved;
   ImportDest d;
   d.kind_ = kind;
   d.name_ = o.dest;
@@ -211,16 +210,9 @@ Outcome<ImportDest> ImportDest::open(const ImportOptions& o) {
     d.ring_.emplace(std::move(*ring));
     return d;
   }
-  Result<ChannelProducer> ch = std::unexpected(Error{Errc::NotFound, ""});
-  if (create) {
-    auto params = channel_params(what, o.dest, c.create_channel);
-    if (!params) return std::unexpected(params.error());
-    ch = ChannelProducer::create(o.dest, *params, CreateOptions{.root = c.root});
-    if (!ch && ch.error().code == Errc::AlreadyExists)
-      ch = ChannelProducer::open(o.dest, {}, OpenOptions{.root = c.root});
-  } else {
-    ch = ChannelProducer::open(o.dest, {}, OpenOptions{.root = c.root});
-  }
+  auto opened = open_channel_endpoint<ChannelProducer>(what, o.dest, c, create);
+  if (!opened) return std::unexpected(opened.error());
+  Result<ChannelProducer>& ch = *opened;
   if (ch) {
     d.channel_ = std::make_unique<ChannelProducer>(std::move(*ch));
     return d;
