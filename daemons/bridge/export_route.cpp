@@ -169,7 +169,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       source->release();
       sd.recovered.fetch_add(1, std::memory_order_relaxed);
       log("info", "recovered",
-          fmt::format("route=export ring_position={} sequence={}", head, intent_seq));
+          fmt::format("route=export source_position={} sequence={}", head, intent_seq));
     }
     sd.export_intent_seq.store(kNone, std::memory_order_release);
   }
@@ -318,7 +318,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     }
     if (!in_flight.empty()) {
       // Nothing else to do this pass: wait a little for an acknowledgement
-      // (a record arriving in the ring meanwhile waits at most that long).
+      // (a record arriving in the source meanwhile waits at most that long).
       collect_outcomes(results, in_flight, idle ? 500us : 0us);
       std::size_t stored = 0;
       while (stored < in_flight.size() && in_flight[stored].state == 1) ++stored;
