@@ -76,6 +76,10 @@ const std::map<std::string, CommonSetter>& common_keys() {
        [](CommonOptions& c, const json& v) {
          return take_uint(v, 64, std::uint64_t{1} << 40, c.create_ring);
        }},
+      {"create-channel",
+       [](CommonOptions& c, const json& v) {
+         return take_uint(v, 1, std::uint64_t{1} << 20, c.create_channel);
+       }},
       {"create-stream",
        [](CommonOptions& c, const json& v) { return take_string(v, c.create_stream); }},
       {"stream-replicas",
@@ -225,6 +229,16 @@ Outcome<BridgeConfig> parse_config(const std::string& text, const std::string& p
     };
     if (common.connection.servers.empty()) return missing("server");
     if (common.subject.empty()) return missing("subject");
+    // A route's own create-ring / create-channel overrides the other one
+    // from defaults; both in the route (or both in defaults) is a mistake.
+    const json& own = *entry.begin();
+    const bool own_ring = own.contains("create-ring");
+    const bool own_channel = own.contains("create-channel");
+    if (own_channel && !own_ring) common.create_ring = 0;
+    if (own_ring && !own_channel) common.create_channel = 0;
+    if (common.create_ring != 0 && common.create_channel != 0)
+      return bad(
+          fmt::format("{}: \"create-ring\" and \"create-channel\" exclude each other", where));
     std::string state;
     if (rc.route == Route::Export) {
       if (rc.exported.source.empty()) return missing("source");

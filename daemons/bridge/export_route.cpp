@@ -1,13 +1,13 @@
-// The export route: ring -> egress -> JetStream. See routes.hpp and
+// The export route: ring or channel -> egress -> JetStream. See routes.hpp and
 // docs/bridge.md (model, crash cases).
 #include "bridge/crash_point.hpp"
+#include "bridge/local_endpoint.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/segment_errors.hpp"
 #include "bridge/state.hpp"
 
 #include "shm/egress/egress.hpp"
 #include "shm/platform/clock.hpp"
-#include "shm/spsc/consumer.hpp"
 
 #include <fmt/format.h>
 
@@ -104,11 +104,9 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
   StateData& sd = state->data();
 
-  auto ring = RingConsumer::open(o.source, {}, OpenOptions{.root = root});
-  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
-    ring = RingConsumer::create(o.source, RingParams{o.common.create_ring},
-                                CreateOptions{.root = root});
-  if (!ring) return std::unexpected(segment_failure("source ring", o.source, ring.error()));
+  auto source = ExportSource::open(o);
+  if (!source) return std::unexpected(source.error());
+  const std::string source_kind(to_string(source->kind()));
 
   EgressParams ep;
   ep.capacity = o.egress_capacity;
@@ -147,9 +145,11 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     *stream = o.common.create_stream;
   }
 
-  // Recovery of the ring -> egress hand-over (state.hpp): the record at the
-  // intent's head was enqueued when the egress sequence moved past the
-  // intent's sequence; it is released without a second enqueue.
+  // Recovery of the source -> egress hand-over (state.hpp): the record at the
+  // intent's head (a ring position, a channel sequence) was enqueued when the
+  // egress sequence moved past the intent's sequence; it is released without
+  // a second enqueue. A channel consumer that died holding a lease resumes
+  // at that payload, so the record is the same one.
   auto proj = transport->egress().projection();
   if (!proj)
     return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, proj.error().what()));
@@ -159,23 +159,24 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   const std::uint64_t intent_seq = sd.export_intent_seq.load(std::memory_order_acquire);
   if (intent_seq != kNone) {
     const std::uint64_t head = sd.export_intent_head.load(std::memory_order_relaxed);
-    if (next_seq > intent_seq && ring->released_position() == head) {
-      auto rec = ring->try_peek();
-      if (!rec || !*rec)
-        return failure(kExitRuntime, fmt::format("source ring {}: the record at position {} that "
+    if (next_seq > intent_seq && source->position() == head) {
+      auto rec = source->try_next();
+      if (!rec) return std::unexpected(rec.error());
+      if (!*rec || source->position() != head)
+        return failure(kExitRuntime, fmt::format("source {} {}: the record at position {} that "
                                                  "the egress holds as sequence {} is gone",
-                                                 o.source, head, intent_seq));
-      ring->release();
+                                                 source_kind, o.source, head, intent_seq));
+      source->release();
       sd.recovered.fetch_add(1, std::memory_order_relaxed);
       log("info", "recovered",
-          fmt::format("route=export ring_position={} sequence={}", head, intent_seq));
+          fmt::format("route=export source_position={} sequence={}", head, intent_seq));
     }
     sd.export_intent_seq.store(kNone, std::memory_order_release);
   }
   log("info", "ready",
-      fmt::format("route=export source={} egress={} subject={} stream={} servers={} "
-                  "generation={} replayed={} next_sequence={}",
-                  o.source, o.egress, o.common.subject, **stream,
+      fmt::format("route=export source={} source_kind={} egress={} subject={} stream={} "
+                  "servers={} generation={} replayed={} next_sequence={}",
+                  o.source, source_kind, o.egress, o.common.subject, **stream,
                   describe_servers(o.common.connection.servers), transport->generation(),
                   transport->replayed(), next_seq));
   live.connected.store((*link)->connected(), std::memory_order_relaxed);
@@ -189,6 +190,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   bool recovering = false;  // records parked after a failed batch: claim nothing until they return
   std::uint64_t seen_reconnects = (*link)->reconnects();
   std::uint64_t failed_batches = 0;
+  bool source_end_logged = false;
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
     transport->egress().heartbeat();
@@ -215,33 +217,38 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                       transport->replayed()));
     }
 
-    // 1. Ring -> egress, while the egress has room (its Full stops the drain,
-    // which pushes back on the application through the ring).
-    bool ring_empty = false;
+    // 1. Source -> egress, while the egress has room (its Full stops the
+    // drain, which pushes back on the application through the ring or
+    // channel).
+    bool source_empty = false;
     for (int i = 0; i < 256; ++i) {
-      auto rec = ring->try_peek();
-      if (!rec)
-        return failure(kExitRuntime,
-                       fmt::format("source ring {}: {}", o.source, rec.error().what()));
+      auto rec = source->try_next();
+      if (!rec) return std::unexpected(rec.error());
       if (!*rec) {
-        ring_empty = true;
+        source_empty = true;
+        if (source->ended() && !source_end_logged) {
+          source_end_logged = true;
+          log("info", "source_ended",
+              fmt::format("route=export source={} next_sequence={} reason=\"{}\"", o.source,
+                          next_seq, source->end_reason()));
+        }
         break;
       }
       // [bridge.I] the intent: validity cleared first, stored last (release).
       sd.export_intent_seq.store(kNone, std::memory_order_release);
-      sd.export_intent_head.store(ring->released_position(), std::memory_order_relaxed);
+      sd.export_intent_head.store(source->position(), std::memory_order_relaxed);
       sd.export_intent_seq.store(next_seq, std::memory_order_release);
       auto e = transport->egress().try_enqueue(**rec);
       if (!e) {
         if (e.error().code == Errc::TooLarge)
           return failure(kExitRuntime,
-                         fmt::format("source ring {}: a record of {} bytes exceeds the egress slot "
+                         fmt::format("source {} {}: a record of {} bytes exceeds the egress slot "
                                      "({}; --max-message sets it when the egress is created)",
-                                     o.source, (*rec)->size(), e.error().message));
+                                     source_kind, o.source, (*rec)->size(), e.error().message));
         return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, e.error().what()));
       }
       if (e->status == egress::EnqueueStatus::Full) {
-        ring->unpeek();
+        source->put_back();
         sd.export_intent_seq.store(kNone, std::memory_order_release);
         break;
       }
@@ -251,7 +258,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                               o.egress, e->sequence, next_seq));
       crash_point("export_after_enqueue");
       live.bytes_moved.fetch_add((*rec)->size(), std::memory_order_relaxed);
-      ring->release();
+      source->release();
       ++next_seq;
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       idle = false;
@@ -311,7 +318,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     }
     if (!in_flight.empty()) {
       // Nothing else to do this pass: wait a little for an acknowledgement
-      // (a record arriving in the ring meanwhile waits at most that long).
+      // (a record arriving in the source meanwhile waits at most that long).
       collect_outcomes(results, in_flight, idle ? 500us : 0us);
       std::size_t stored = 0;
       while (stored < in_flight.size() && in_flight[stored].state == 1) ++stored;
@@ -358,10 +365,10 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     }
 
     if (idle && in_flight.empty()) {
-      if (recovering || !ring_empty) {
+      if (recovering || !source_empty) {
         std::this_thread::sleep_for(2ms);  // backoff pending, or the egress is full
-      } else if (auto rec = ring->peek(20ms); rec && *rec) {
-        ring->unpeek();  // woken by a record: the next pass takes it
+      } else if (auto ok = source->wait(20ms); !ok) {
+        return std::unexpected(ok.error());  // woken by a record: the next pass takes it
       }
     }
   }

@@ -1,11 +1,10 @@
-// The import route: a durable JetStream pull consumer -> ring. See
+// The import route: a durable JetStream pull consumer -> ring or channel. See
 // routes.hpp and docs/bridge.md (model, crash cases).
 #include "bridge/crash_point.hpp"
+#include "bridge/local_endpoint.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/segment_errors.hpp"
 #include "bridge/state.hpp"
-
-#include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
 
@@ -109,18 +108,18 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
   StateData& sd = state->data();
 
-  auto ring = RingProducer::open(o.dest, {}, OpenOptions{.root = root});
-  if (!ring && ring.error().code == Errc::NotFound && o.common.create_ring != 0)
-    ring =
-        RingProducer::create(o.dest, RingParams{o.common.create_ring}, CreateOptions{.root = root});
-  if (!ring) return std::unexpected(segment_failure("destination ring", o.dest, ring.error()));
+  auto dest = ImportDest::open(o);
+  if (!dest) return std::unexpected(dest.error());
+  const std::string dest_kind(to_string(dest->kind()));
 
-  // Recovery of the JetStream -> ring hand-over (state.hpp): a commit that
-  // happened (the ring's tail moved past the intent's) is applied.
+  // Recovery of the JetStream -> ring/channel hand-over (state.hpp): a
+  // commit that happened (the tail moved past the intent's) is applied. A
+  // channel that the previous bridge's death ended is read here, before it
+  // is replaced below.
   // [bridge.I] acquire: pairs with the release store of intent_stream_seq.
   const std::uint64_t intent = sd.intent_stream_seq.load(std::memory_order_acquire);
   if (intent != kNone && intent > sd.applied_stream_seq.load(std::memory_order_acquire)) {
-    if (ring->published_position() > sd.intent_ring_tail.load(std::memory_order_relaxed)) {
+    if (dest->published_position() > sd.intent_ring_tail.load(std::memory_order_relaxed)) {
       sd.applied_src_incarnation.store(sd.intent_src_incarnation.load(std::memory_order_relaxed),
                                        std::memory_order_relaxed);
       sd.applied_src_seq.store(sd.intent_src_seq.load(std::memory_order_relaxed),
@@ -131,6 +130,13 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
   }
   sd.intent_stream_seq.store(kNone, std::memory_order_release);
+  // A channel carries one producer lifetime: the previous bridge's channel
+  // is replaced (same name, same geometry) once its readers have it all.
+  if (dest->needs_replacement()) {
+    auto replaced = dest->replace_ended_channel(stop, log);
+    if (!replaced) return std::unexpected(replaced.error());
+    if (!*replaced) return {};  // stopped while waiting
+  }
 
   // The import route makes its own reconnections: when the connection drops,
   // the client closes it (no automatic reconnection, so nothing sent while
@@ -177,9 +183,9 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok)
     return std::unexpected(ok.error());
   log("info", "ready",
-      fmt::format("route=import dest={} durable={} subject={} stream={} servers={} "
+      fmt::format("route=import dest={} dest_kind={} durable={} subject={} stream={} servers={} "
                   "applied_stream_sequence={}",
-                  o.dest, o.durable, o.common.subject, **stream,
+                  o.dest, dest_kind, o.durable, o.common.subject, **stream,
                   describe_servers(o.common.connection.servers), applied));
   live.connected.store(link->connected(), std::memory_order_relaxed);
   live.ready.store(true, std::memory_order_relaxed);
@@ -257,7 +263,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       fetch_errors = 0;
       next = 0;
     }
-    // Apply in order; a full ring keeps the rest in hand and stops pulling.
+    // Apply in order; a full ring or channel keeps the rest in hand and stops
+    // pulling.
     while (next < list.Count && !stop.load(std::memory_order_relaxed)) {
       natsMsg* m = list.Msgs[next];
       jsMsgMetaData* meta = nullptr;
@@ -284,20 +291,18 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         continue;
       }
       const int len = natsMsg_GetDataLength(m);
-      auto slot = ring->reserve(static_cast<std::size_t>(len), 20ms);
+      auto slot = dest->reserve(static_cast<std::size_t>(len), 20ms);
       if (!slot)
-        return failure(kExitRuntime,
-                       fmt::format("destination ring {}: a message of {} bytes (stream sequence "
-                                   "{}): {}",
-                                   o.dest, len, sseq, slot.error().what()));
+        return failure(kExitRuntime, fmt::format("{} (a message of {} bytes, stream sequence {})",
+                                                 slot.error().message, len, sseq));
       if (!*slot) break;  // full: back-pressure
       if (len > 0) std::memcpy((*slot)->data(), natsMsg_GetData(m), static_cast<std::size_t>(len));
       // [bridge.I] the intent, its validity word last (release); see state.hpp.
-      sd.intent_ring_tail.store(ring->published_position(), std::memory_order_relaxed);
+      sd.intent_ring_tail.store(dest->published_position(), std::memory_order_relaxed);
       sd.intent_src_incarnation.store(id ? id->incarnation : 0, std::memory_order_relaxed);
       sd.intent_src_seq.store(id ? id->sequence : 0, std::memory_order_relaxed);
       sd.intent_stream_seq.store(sseq, std::memory_order_release);
-      ring->commit();
+      if (auto ok = dest->commit(); !ok) return std::unexpected(ok.error());
       crash_point("import_after_commit");
       if (id) {
         applied_inc = id->incarnation;
@@ -321,6 +326,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
   }
   if (list.Count != 0) natsMsgList_Destroy(&list);
+  dest->finish();  // a channel's readers see End
   if (link) link->close();
   sub.reset();
   log("info", "stopped", fmt::format("route=import applied_stream_sequence={}", applied));

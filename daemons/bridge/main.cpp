@@ -1,7 +1,7 @@
-// shm-bridge: moves a local SpscRing's records to NATS JetStream (export) or
-// a JetStream subject's messages into a local SpscRing (import): one route
-// from the command line, or every route of a config file (`run --config`),
-// one thread each. Everything but the command line lives in the shm_bridge
+// shm-bridge: moves a local SpscRing's or Channel's records to NATS JetStream
+// (export) or a JetStream subject's messages into a local SpscRing or Channel
+// (import): one route from the command line, or every route of a config file
+// (`run --config`), one thread each. Everything but the command line lives in the shm_bridge
 // library (routes.hpp, config_file.hpp).
 #include "bridge/config_file.hpp"
 #include "bridge/routes.hpp"
@@ -51,9 +51,16 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& liste
   app.add_option("--subject", c.subject, "the JetStream subject")->required();
   app.add_option("--state", c.state,
                  "the bridge's state segment (default: <ring>-bridge-export / -import)");
-  app.add_option("--create-ring", c.create_ring,
-                 "create the local ring with this many bytes (a power of two) when it is missing")
-      ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
+  auto* ring =
+      app.add_option(
+             "--create-ring", c.create_ring,
+             "create the local ring with this many bytes (a power of two) when it is missing")
+          ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
+  app.add_option("--create-channel", c.create_channel,
+                 "create the local channel for payloads of up to this many bytes when it is "
+                 "missing (4 pages holding 256 of them)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+      ->excludes(ring);
   app.add_option("--create-stream", c.create_stream,
                  "create this stream (file storage) when no stream captures the subject");
   app.add_option("--stream-replicas", c.stream_replicas,
@@ -72,8 +79,8 @@ int main(int argc, char** argv) {
   ImportOptions im;
   std::string listen;
   CLI::App app{
-      "shm-bridge: streams between hosts over NATS JetStream (export: ring -> egress -> "
-      "JetStream; import: JetStream durable consumer -> ring)."};
+      "shm-bridge: streams between hosts over NATS JetStream (export: ring or channel -> "
+      "egress -> JetStream; import: JetStream durable consumer -> ring or channel)."};
   app.require_subcommand(1);
   app.footer(
       "Examples:\n"
@@ -87,9 +94,11 @@ int main(int argc, char** argv) {
       "  4 credentials refused, 5 no stream for the subject, 6 local segment missing or of the "
       "wrong kind,\n"
       "  7 another bridge holds the route. Details: docs/bridge.md.");
-  CLI::App* exp = app.add_subcommand("export", "local ring -> egress -> JetStream");
+  CLI::App* exp = app.add_subcommand("export", "local ring or channel -> egress -> JetStream");
   add_common(*exp, ex.common, listen);
-  exp->add_option("--source", ex.source, "the SpscRing the application writes")->required();
+  exp->add_option("--source", ex.source,
+                  "the SpscRing or Channel the application writes (found by its kind)")
+      ->required();
   exp->add_option("--egress", ex.egress, "the egress segment (created when missing)")->required();
   exp->add_option("--egress-capacity", ex.egress_capacity, "records the egress retains at most")
       ->check(CLI::Range(1u, 1u << 20))
@@ -104,9 +113,12 @@ int main(int argc, char** argv) {
                   "milliseconds to wait for a publish acknowledgement")
       ->check(CLI::Range(10u, 600000u))
       ->capture_default_str();
-  CLI::App* imp = app.add_subcommand("import", "JetStream durable pull consumer -> local ring");
+  CLI::App* imp =
+      app.add_subcommand("import", "JetStream durable pull consumer -> local ring or channel");
   add_common(*imp, im.common, listen);
-  imp->add_option("--dest", im.dest, "the SpscRing local readers consume")->required();
+  imp->add_option("--dest", im.dest,
+                  "the SpscRing or Channel local readers consume (found by its kind)")
+      ->required();
   imp->add_option("--durable", im.durable, "the durable consumer's name")->required();
   imp->add_option("--batch", im.batch, "messages per fetch")
       ->check(CLI::Range(1u, 4096u))

@@ -1,12 +1,15 @@
 // The two routes of shm-bridge. Each runs in the calling thread until `stop`
 // is set (SIGTERM / SIGINT) or a failure ends it.
 //
-//  - export: a local SpscRing (read as its consumer) -> an egress segment
+//  - export: a local SpscRing or Channel (read as its consumer) -> an egress segment
 //    (sequence, window, cumulative ack, retries, generation fence: the egress
 //    library) -> JetStream publish on a subject, message id
 //    "<egress incarnation>-<sequence>".
-//  - import: a durable JetStream pull consumer -> a local SpscRing (written as
-//    its producer), acknowledged to JetStream after the local commit.
+//  - import: a durable JetStream pull consumer -> a local SpscRing or Channel
+//    (written as its producer), acknowledged to JetStream after the local
+//    commit.
+//
+// The local segment's kind is read from its header (local_endpoint.hpp).
 //
 // Both keep their crash-recovery state in a bridge_state segment (state.hpp).
 #pragma once
@@ -35,11 +38,14 @@ struct CommonOptions {
   std::string create_stream;          // create this stream for the subject when none captures it
   std::uint32_t stream_replicas = 1;  // of the stream created (a JetStream cluster: up to 5)
   std::uint64_t create_ring = 0;  // bytes: create the local ring when missing (0: it must exist)
+  // The largest payload: create the local channel when missing (0: it must
+  // exist). Excludes create_ring.
+  std::uint64_t create_channel = 0;
 };
 
 struct ExportOptions {
   CommonOptions common;
-  std::string source;  // the SpscRing the application writes
+  std::string source;  // the SpscRing or Channel the application writes
   std::string egress;  // the egress segment (created when missing)
   std::uint32_t egress_capacity = 4096;
   std::uint32_t max_message = 4096;  // the egress slot size: the largest record
@@ -49,7 +55,7 @@ struct ExportOptions {
 
 struct ImportOptions {
   CommonOptions common;
-  std::string dest;     // the SpscRing local readers consume
+  std::string dest;     // the SpscRing or Channel local readers consume
   std::string durable;  // the durable consumer's name
   std::uint32_t batch = 256;
   std::uint32_t ack_wait_ms = 30000;

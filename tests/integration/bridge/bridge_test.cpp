@@ -14,7 +14,9 @@
 #include "common/network_namespaces.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
+#include "shm/channel/layout.hpp"
 #include "shm/egress/egress.hpp"
+#include "shm/ledger/ledger.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -723,6 +725,9 @@ TEST_F(BridgeTest, ConfigFileMistakesExitTwoNamingTheRouteAndTheKey) {
        {"defaults: \"server\": expected a server URL or a non-empty list of them"}},
       {R"({"routes": [)" + export_route + ", " + export_route + "]}",
        {"routes[1] (export) and routes[0] share the state segment r-bridge-export"}},
+      {R"({"routes": [{"import": {"server": "nats://127.0.0.1:1", "subject": "s", "dest": "r",
+          "durable": "d", "create-ring": 4096, "create-channel": 256}}]})",
+       {"routes[0] (import): \"create-ring\" and \"create-channel\" exclude each other"}},
   };
   for (const Case& c : cases) {
     const TempFile file(c.text);
@@ -923,11 +928,10 @@ TEST_F(BridgeTest, MissingOrWrongKindSegmentExitsSix) {
   const std::string url = fmt::format("nats://127.0.0.1:{}", shm::test::free_loopback_port());
   const BridgeRun missing_src = run_bridge(export_args(url, a_));
   EXPECT_EQ(missing_src.code, 6) << missing_src.output;
-  EXPECT_THAT(missing_src.output, HasSubstr("source ring segment orders"));
-  EXPECT_THAT(missing_src.output, HasSubstr("NotFound"));
+  EXPECT_THAT(missing_src.output, HasSubstr("source segment orders: NotFound"));
   const BridgeRun missing_dest = run_bridge(import_args(url, b_));
   EXPECT_EQ(missing_dest.code, 6) << missing_dest.output;
-  EXPECT_THAT(missing_dest.output, HasSubstr("destination ring segment orders"));
+  EXPECT_THAT(missing_dest.output, HasSubstr("destination segment orders: NotFound"));
   // --create-ring makes the missing ring instead (then the server is unreachable: 3).
   auto create = import_args(url, b_);
   *(std::find(create.begin(), create.end(), "--dest") + 1) = "made";
@@ -943,14 +947,275 @@ TEST_F(BridgeTest, MissingOrWrongKindSegmentExitsSix) {
   ASSERT_TRUE(shm::Egress::create("orders", shm::EgressParams{}, co).has_value());
   const BridgeRun wrong = run_bridge(import_args(url, b_));
   EXPECT_EQ(wrong.code, 6) << wrong.output;
-  EXPECT_THAT(wrong.output, HasSubstr("destination ring segment orders"));
-  EXPECT_THAT(wrong.output, HasSubstr("KindMismatch"));
+  EXPECT_THAT(wrong.output,
+              HasSubstr("destination segment orders: KindMismatch: its kind is egress (7)"));
   // The export's egress name holding a ring.
   make_ring(a_, "orders");
   make_ring(a_, "orders-out");
   const BridgeRun wrong_egress = run_bridge(export_args(url, a_));
   EXPECT_EQ(wrong_egress.code, 6) << wrong_egress.output;
   EXPECT_THAT(wrong_egress.output, HasSubstr("egress segment orders-out"));
+}
+
+// ---- Channel sources and destinations
+
+// A channel for records of up to kMax bytes, created without an endpoint
+// (the application's producer or the bridge attaches to it).
+void make_channel(const Root& root, const std::string& name) {
+  shm::CreateOptions co;
+  co.root = root.path();
+  auto params = shm::ChannelParams::for_payload(std::stoul(kMax), 64);
+  ASSERT_TRUE(params.has_value()) << params.error().what();
+  auto made = shm::create_channel(name, *params, co);
+  ASSERT_TRUE(made.has_value()) << made.error().what();
+}
+
+// channel_peer on one host (its LIBSHM_ROOT is inherited at fork).
+std::unique_ptr<Subprocess> channel_peer(const Root& root, const std::vector<std::string>& args) {
+  ::setenv("LIBSHM_ROOT", root.path().c_str(), 1);
+  std::vector<std::string> argv{shm::test::helper_path("channel_peer")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto p = std::make_unique<Subprocess>(std::move(argv));
+  ::unsetenv("LIBSHM_ROOT");
+  return p;
+}
+
+// Host A: the application writes the channel "orders", the export bridge
+// reads it; host B: the import bridge writes the channel "orders" (made by
+// its --create-channel), a reader reads it. Records are ring_record's
+// (sequence + CRC32C), checked by channel_peer.
+class BridgeChannelTest : public BridgeTest {
+ protected:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove(tail_file(), ec);
+  }
+
+  [[nodiscard]] std::string tail_file() const { return a_.path() + "-tail"; }
+
+  std::vector<std::string> channel_import_args() const {
+    return with_args(import_args(server_->url(), b_), {"--create-channel", kMax});
+  }
+
+  void start_channel_route(const std::string& export_crash = "") {
+    server_ = std::make_unique<NatsServer>();
+    ASSERT_TRUE(server_->ready()) << server_->log();
+    ASSERT_NO_FATAL_FAILURE(make_channel(a_, "orders"));
+    exporter_ = start(export_args(server_->url(), a_), export_crash);
+    ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+    importer_ = start(channel_import_args(), "");
+    ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  }
+
+  std::unique_ptr<Subprocess> consume_channel(std::uint64_t n) {
+    return channel_peer(
+        b_, {"consume", "orders", std::to_string(n), "--start", "0", "--min", kMin, "--max", kMax});
+  }
+  // Records 0..n-1, then record n once tail_file() exists (a channel
+  // carries one producer lifetime: the tail record comes from this process).
+  std::unique_ptr<Subprocess> produce_channel(std::uint64_t n) {
+    return channel_peer(a_, {"produce", "orders", std::to_string(n), "--min", kMin, "--max", kMax,
+                             "--tail-when", tail_file()});
+  }
+
+  // The reader verified n records from 0; then record n must be the next
+  // one to arrive (a late duplicate of an earlier record would come first).
+  void expect_exactly_once_channels(Subprocess& producer, Subprocess& consumer, std::uint64_t n) {
+    const int crc = consumer.wait(120s);
+    const std::string context =
+        fmt::format("consumer: {}\nproducer: {}\nexport bridge: {}\nimport bridge: {}",
+                    consumer.output(), drained(producer), drained(*exporter_), drained(*importer_));
+    ASSERT_EQ(crc, 0) << context;
+    EXPECT_THAT(consumer.output(), HasSubstr("FIRST 0\n")) << context;
+    EXPECT_THAT(consumer.output(), HasSubstr(fmt::format("OK {} {}\n", n, n - 1))) << context;
+    std::ofstream(tail_file()) << "go\n";
+    EXPECT_EQ(producer.wait(60s), 0) << producer.output();
+    EXPECT_THAT(producer.output(), HasSubstr(fmt::format("TAIL {}\n", n)));
+    auto tail_consumer = channel_peer(b_, {"consume", "orders", "1", "--min", kMin, "--max", kMax});
+    EXPECT_EQ(tail_consumer->wait(60s), 0) << tail_consumer->output();
+    EXPECT_THAT(tail_consumer->output(), HasSubstr(fmt::format("FIRST {}\n", n)))
+        << "a record arrived after the stream's last one: a duplicate";
+  }
+};
+
+TEST_F(BridgeChannelTest, ChannelToChannelDeliversEveryRecordOnceInOrder) {
+  const std::uint64_t n = shm::test::scaled(30'000);
+  ASSERT_NO_FATAL_FAILURE(start_channel_route());
+  EXPECT_THAT(exporter_->output(), HasSubstr("source_kind=channel"));
+  EXPECT_THAT(importer_->output(), HasSubstr("dest_kind=channel"));
+  auto consumer = consume_channel(n);
+  auto producer = produce_channel(n);
+  ASSERT_NO_FATAL_FAILURE(expect_exactly_once_channels(*producer, *consumer, n));
+  // The application finished its channel: the export bridge says so once
+  // everything is in the egress, and keeps running.
+  EXPECT_TRUE(exporter_->wait_for_text("event=source_ended", 30s)) << exporter_->output();
+  // Every record reached the egress once: n + 1 moved, the last at n.
+  EXPECT_TRUE(wait_moved(a_, "orders-bridge-export", shm::bridge::Route::Export, n + 1));
+  EXPECT_EQ(moved(a_, "orders-bridge-export", shm::bridge::Route::Export), n + 1);
+  // SIGTERM: the import bridge finishes host B's channel (its readers see End).
+  exporter_->kill(SIGTERM);
+  importer_->kill(SIGTERM);
+  EXPECT_EQ(exporter_->wait(30s), 0) << exporter_->output();
+  EXPECT_EQ(importer_->wait(30s), 0) << importer_->output();
+  shm::OpenOptions oo;
+  oo.root = b_.path();
+  oo.read_only = true;
+  auto seg = shm::open_channel("orders", {}, oo);
+  ASSERT_TRUE(seg.has_value()) << seg.error().what();
+  auto view = shm::channel::view(*seg);
+  ASSERT_TRUE(view.has_value()) << view.error().what();
+  EXPECT_EQ(shm::channel::state_of(view->control->terminal.word.load()), shm::ChannelState::Clean);
+  EXPECT_EQ(view->control->producer.tail.load(), n + 1);
+}
+
+TEST_F(BridgeChannelTest, KilledExportBridgeReadingAChannelLosesAndDuplicatesNothing) {
+  const std::uint64_t n = shm::test::scaled(30'000);
+  ASSERT_NO_FATAL_FAILURE(start_channel_route(fmt::format("export_after_enqueue:{}", n / 4)));
+  auto consumer = consume_channel(n);
+  auto producer = produce_channel(n);
+  // Killed holding a lease whose payload is already in the egress (the
+  // export intent: the next bridge, the channel's new consumer, resumes at
+  // that payload and releases it without a second enqueue), then between
+  // JetStream's acknowledgement and the egress's, then from outside.
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
+  EXPECT_THAT(drained(*exporter_), HasSubstr("event=recovered route=export"));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
+  ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
+                            moved_before + n / 8, n))
+      << drained(*exporter_);
+  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  expect_exactly_once_channels(*producer, *consumer, n);
+}
+
+TEST_F(BridgeChannelTest, KilledImportBridgeWritingAChannelLosesAndDuplicatesNothing) {
+  const std::uint64_t n = shm::test::scaled(30'000);
+  ASSERT_NO_FATAL_FAILURE(start_channel_route());
+  auto consumer = consume_channel(n);
+  auto producer = produce_channel(n);
+  // Killed between the channel commit and the applied sequence (the import
+  // intent, completed from the dead channel's tail), then between `applied`
+  // and the acknowledgement to JetStream, then from outside. Each time the
+  // reader drains the dead bridge's channel, the next bridge replaces it
+  // under the same name and the reader reopens it.
+  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_after_commit:{}", n / 4)));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
+  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_before_ack:{}", n / 4)));
+  EXPECT_THAT(drained(*importer_), HasSubstr("event=recovered route=import"));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
+  ASSERT_NO_FATAL_FAILURE(restart_importer());
+  const std::uint64_t moved_before = moved(b_, "orders-bridge-import", shm::bridge::Route::Import);
+  ASSERT_TRUE(wait_progress(b_, "orders-bridge-import", shm::bridge::Route::Import,
+                            moved_before + n / 8, n))
+      << drained(*importer_);
+  ASSERT_NO_FATAL_FAILURE(restart_importer());
+  EXPECT_THAT(drained(*importer_), HasSubstr("event=replaced_channel route=import dest=orders"));
+  expect_exactly_once_channels(*producer, *consumer, n);
+  EXPECT_THAT(consumer->output(), HasSubstr("REOPENED "));
+}
+
+// The channel of a killed import bridge is replaced only once its readers
+// have received all of it: with no reader yet, the next bridge waits (not
+// READY, pulling nothing) and the records stay readable; a reader then gets
+// them, reopens the name and goes on in the new channel.
+TEST_F(BridgeChannelTest, RestartedImportBridgeWaitsForReadersToDrainTheDeadBridgesChannel) {
+  constexpr std::uint64_t kFirst = 200;  // fits the channel (--create-channel 256: 4 pages)
+  constexpr std::uint64_t kMore = 100;
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  exporter_ = start(export_args(server_->url(), a_), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = start(channel_import_args(), "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto first = produce_stream(kFirst);
+  ASSERT_EQ(first->wait(60s), 0) << first->output();
+  ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, kFirst))
+      << drained(*importer_);
+  importer_->kill(SIGKILL);
+  ASSERT_EQ(importer_->wait(60s), 128 + SIGKILL) << importer_->output();
+  importer_ = start(import_args(server_->url(), b_), "");
+  ASSERT_TRUE(importer_->wait_for_text("event=waiting_for_readers", 30s)) << importer_->output();
+  EXPECT_THAT(importer_->output(), HasSubstr(fmt::format("undelivered={}", kFirst)));
+  EXPECT_FALSE(importer_->wait_for_line("READY import", 1s)) << importer_->output();
+  auto consumer = consume_channel(kFirst + kMore);
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  EXPECT_THAT(importer_->output(), HasSubstr("event=replaced_channel route=import dest=orders"));
+  auto more = ring_peer(a_, {"produce", "orders", std::to_string(kMore), "--start",
+                             std::to_string(kFirst), "--min", kMin, "--max", kMax});
+  ASSERT_EQ(more->wait(60s), 0) << more->output();
+  ASSERT_EQ(consumer->wait(60s), 0) << consumer->output() << drained(*importer_);
+  EXPECT_THAT(consumer->output(), HasSubstr("FIRST 0\n"));
+  EXPECT_THAT(consumer->output(), HasSubstr("REOPENED "));
+  EXPECT_THAT(consumer->output(),
+              HasSubstr(fmt::format("OK {} {}\n", kFirst + kMore, kFirst + kMore - 1)));
+}
+
+// A segment that is neither a ring nor a channel, as the export's source or
+// the import's destination: exit 6 before any connection, naming the
+// segment and its kind. --create-ring and --create-channel together: exit 2.
+TEST_F(BridgeTest, SourceOrDestinationOfAnotherKindExitsSixNamingItsKind) {
+  const std::string url = fmt::format("nats://127.0.0.1:{}", shm::test::free_loopback_port());
+  shm::LedgerConfig ledger;
+  ledger.params.global_limit = 1000;
+  ledger.params.max_tickets = 8;
+  ledger.params.max_categories = 1;
+  ledger.params.max_pools = 1;
+  ledger.params.max_buckets = 1;
+  ledger.categories = {{"msg", 1000, shm::Partition::Ordinary}};
+  for (const Root* root : {&a_, &b_}) {
+    shm::CreateOptions co;
+    co.root = root->path();
+    auto made = shm::Ledger::create("orders", ledger, co);
+    ASSERT_TRUE(made.has_value()) << made.error().what();
+  }
+  const BridgeRun src = run_bridge(export_args(url, a_));
+  EXPECT_EQ(src.code, 6) << src.output;
+  EXPECT_THAT(src.output, HasSubstr("source segment orders: KindMismatch: its kind is ledger (5); "
+                                    "the bridge takes a ring (spsc_ring) or a channel"));
+  const BridgeRun dest = run_bridge(import_args(url, b_));
+  EXPECT_EQ(dest.code, 6) << dest.output;
+  EXPECT_THAT(dest.output, HasSubstr("destination segment orders: KindMismatch: its kind is "
+                                     "ledger (5)"));
+  // Creation options do not override a segment that exists.
+  const BridgeRun still = run_bridge(with_args(import_args(url, b_), {"--create-channel", "256"}));
+  EXPECT_EQ(still.code, 6) << still.output;
+  const BridgeRun both = run_bridge(
+      with_args(import_args(url, b_), {"--create-ring", "4096", "--create-channel", "256"}));
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("excludes"));
+}
+
+// --create-channel makes a missing channel (the bridge's end attached to it);
+// in a config file a route's create-channel overrides the defaults'
+// create-ring.
+TEST_F(BridgeTest, CreateChannelMakesAMissingChannelForEitherRoute) {
+  const std::string url = fmt::format("nats://127.0.0.1:{}", shm::test::free_loopback_port());
+  const BridgeRun ex = run_bridge(with_args(export_args(url, a_), {"--create-channel", "512"}));
+  EXPECT_EQ(ex.code, 3) << ex.output;  // made, then the server is unreachable
+  const BridgeRun im = run_bridge(with_args(import_args(url, b_), {"--create-channel", "512"}));
+  EXPECT_EQ(im.code, 3) << im.output;
+  for (const Root* root : {&a_, &b_}) {
+    shm::OpenOptions oo;
+    oo.root = root->path();
+    auto seg = shm::open_channel("orders", {}, oo);
+    ASSERT_TRUE(seg.has_value()) << seg.error().what();
+    auto view = shm::channel::view(*seg);
+    ASSERT_TRUE(view.has_value()) << view.error().what();
+    EXPECT_GE(view->params.max_payload, 512u);
+  }
+  const TempFile config(fmt::format(
+      R"({{"defaults": {{"server": "{}", "root": "{}", "create-ring": 4096}},
+          "routes": [{{"import": {{"subject": "s", "durable": "d", "dest": "made",
+                                  "create-channel": 512}}}}]}})",
+      url, b_.path()));
+  const BridgeRun run = run_bridge({"run", "--config", config.path()});
+  EXPECT_EQ(run.code, 3) << run.output;
+  shm::OpenOptions oo;
+  oo.root = b_.path();
+  EXPECT_TRUE(shm::open_channel("made", {}, oo).has_value()) << run.output;
 }
 
 }  // namespace

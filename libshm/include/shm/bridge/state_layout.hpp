@@ -20,6 +20,10 @@
 //    promotes the intent. Messages at or below `applied` (redeliveries) and
 //    republished message ids at or below the applied one are dropped.
 //
+// A route whose local end is a Channel keeps the same words: the export's
+// "ring position" is the payload's channel sequence, the import's "ring
+// tail" the channel's published descriptor count.
+//
 // Single writer: the bridge holds the segment's exclusive "bridge" role (a
 // second bridge on the same state is RoleTaken). Every field is a lock-free
 // std::atomic; the writer's stores are release, the readers (the next bridge,

@@ -1,0 +1,115 @@
+// The local end of a route: an SpscRing or a Channel, found by the kind id in
+// the named segment's header (or created by --create-ring / --create-channel
+// when the name is missing). Anything else is exit 6 naming the segment and
+// its kind.
+//
+//  - ExportSource: the bridge is the consumer. A record is handed out, then
+//    either released (it is in the egress) or kept for the next pass (the
+//    egress was full): a ring record is unpeeked, a channel lease is kept.
+//  - ImportDest: the bridge is the producer. Room is reserved, filled, then
+//    committed. A channel carries one producer lifetime (shm/channel): a
+//    channel whose previous bridge died (or stopped and finished it) is
+//    replaced under the same name, with the same geometry, once its readers
+//    have received everything in it (docs/bridge.md).
+#pragma once
+
+#include "bridge/failure.hpp"
+#include "bridge/routes.hpp"
+
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace shm::bridge {
+
+enum class LocalKind : std::uint8_t { Ring, Channel };
+[[nodiscard]] std::string_view to_string(LocalKind k) noexcept;
+
+class ExportSource {
+ public:
+  // Opens (or creates, per --create-ring / --create-channel) the source.
+  [[nodiscard]] static Outcome<ExportSource> open(const ExportOptions& o);
+
+  [[nodiscard]] LocalKind kind() const noexcept { return kind_; }
+  // The next record, held until release() or put_back(); nullopt when none
+  // is there now (or the channel ended: see ended()). A held channel lease
+  // is handed out again.
+  [[nodiscard]] Outcome<std::optional<std::span<const std::byte>>> try_next();
+  // The position of the next record try_next() hands out (or the held one):
+  // a ring's released position, a channel's next sequence.
+  [[nodiscard]] std::uint64_t position() const noexcept;
+  // The held record stays in the source for the next pass.
+  void put_back() noexcept;
+  // The held record is done with: the source may reuse its space.
+  void release() noexcept;
+  // Waits up to `timeout` for a record (one may be held afterwards).
+  [[nodiscard]] Outcome<void> wait(std::chrono::milliseconds timeout);
+  // A channel whose producer finished (End) or died (ProducerDied), with
+  // everything it published received: nothing more will come.
+  [[nodiscard]] bool ended() const noexcept { return ended_; }
+  // Why it ended ("finished" or the ProducerDied message).
+  [[nodiscard]] const std::string& end_reason() const noexcept { return end_reason_; }
+
+ private:
+  [[nodiscard]] Outcome<void> receive(std::optional<std::chrono::milliseconds> timeout);
+
+  LocalKind kind_ = LocalKind::Ring;
+  std::string name_;
+  std::optional<RingConsumer> ring_;
+  // The lease points back at its consumer: the consumer never moves.
+  std::unique_ptr<ChannelConsumer> channel_;
+  ChannelLease lease_;
+  bool ended_ = false;
+  std::string end_reason_;
+};
+
+class ImportDest {
+ public:
+  // Opens (or creates) the destination. A channel whose producer lifetime
+  // ended is kept, read-only, for recovery: published_position() is its
+  // final tail until replace_ended_channel() swaps it for a fresh one.
+  [[nodiscard]] static Outcome<ImportDest> open(const ImportOptions& o);
+
+  [[nodiscard]] LocalKind kind() const noexcept { return kind_; }
+  // Records committed so far (a ring's published tail, a channel's
+  // published descriptors, or an ended channel's final tail).
+  [[nodiscard]] std::uint64_t published_position() const noexcept;
+  // True when the channel found at open must be replaced before anything is
+  // committed (its previous producer died, or finished it).
+  [[nodiscard]] bool needs_replacement() const noexcept { return replace_; }
+  // Waits until the old channel's readers have received all of it, then
+  // replaces it under its name (same geometry) and attaches as its producer.
+  // False when `stop` was set first.
+  [[nodiscard]] Outcome<bool> replace_ended_channel(const std::atomic<bool>& stop,
+                                                    const LogFn& log);
+  // Room for `n` bytes (waiting up to `timeout`), nullopt when the
+  // destination is full. Filled, then commit().
+  [[nodiscard]] Outcome<std::optional<std::span<std::byte>>> reserve(
+      std::size_t n, std::chrono::milliseconds timeout);
+  [[nodiscard]] Outcome<void> commit();
+  // A clean stop: a channel is finished (its readers see End).
+  void finish() noexcept;
+
+ private:
+  LocalKind kind_ = LocalKind::Ring;
+  std::string name_;
+  std::string root_;
+  std::optional<RingProducer> ring_;
+  std::unique_ptr<ChannelProducer> channel_;  // a reservation points back at it
+  Reservation reservation_;
+  // An ended channel, observed read-only until replaced.
+  std::optional<Segment> ended_;
+  std::uint64_t ended_tail_ = 0;
+  bool replace_ = false;
+};
+
+}  // namespace shm::bridge
