@@ -146,10 +146,12 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   }
 
   // Recovery of the source -> egress hand-over (state.hpp): the record at the
-  // intent's head (a ring position, a channel sequence) was enqueued when the
-  // egress sequence moved past the intent's sequence; it is released without
-  // a second enqueue. A channel consumer that died holding a lease resumes
-  // at that payload, so the record is the same one.
+  // intent's head (a ring position, a channel sequence, a relay entry's first
+  // op sequence) was enqueued when the egress sequence moved past the
+  // intent's sequence; it is released without a second enqueue. A channel
+  // consumer that died holding a lease resumes at that payload, and a relay
+  // delivers the entry a dead reader held again, first: the record handed
+  // out first is that one, or a later one (the dead bridge had released it).
   auto proj = transport->egress().projection();
   if (!proj)
     return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, proj.error().what()));
@@ -159,17 +161,21 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   const std::uint64_t intent_seq = sd.export_intent_seq.load(std::memory_order_acquire);
   if (intent_seq != kNone) {
     const std::uint64_t head = sd.export_intent_head.load(std::memory_order_relaxed);
-    if (next_seq > intent_seq && source->position() == head) {
+    if (next_seq > intent_seq) {
       auto rec = source->try_next();
       if (!rec) return std::unexpected(rec.error());
-      if (!*rec || source->position() != head)
+      if (*rec && source->position() == head) {
+        if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
+        sd.recovered.fetch_add(1, std::memory_order_relaxed);
+        log("info", "recovered",
+            fmt::format("route=export source_position={} sequence={}", head, intent_seq));
+      } else if (*rec) {
+        source->put_back();
+      } else if (source->kind() != LocalKind::Relay && source->position() == head) {
         return failure(kExitRuntime, fmt::format("source {} {}: the record at position {} that "
                                                  "the egress holds as sequence {} is gone",
                                                  source_kind, o.source, head, intent_seq));
-      source->release();
-      sd.recovered.fetch_add(1, std::memory_order_relaxed);
-      log("info", "recovered",
-          fmt::format("route=export source_position={} sequence={}", head, intent_seq));
+      }
     }
     sd.export_intent_seq.store(kNone, std::memory_order_release);
   }
@@ -258,7 +264,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                               o.egress, e->sequence, next_seq));
       crash_point("export_after_enqueue");
       live.bytes_moved.fetch_add((*rec)->size(), std::memory_order_relaxed);
-      source->release();
+      if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
       ++next_seq;
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       idle = false;

@@ -16,15 +16,24 @@ namespace shm::bridge {
 using namespace std::chrono_literals;
 
 std::string_view to_string(LocalKind k) noexcept {
-  return k == LocalKind::Ring ? "ring" : "channel";
+  switch (k) {
+    case LocalKind::Ring:
+      return "ring";
+    case LocalKind::Channel:
+      return "channel";
+    case LocalKind::Relay:
+      return "relay";
+  }
+  return "?";
 }
 
 namespace {
 
-// The kind of the local segment `name`: a ring or a channel, nullopt when
-// it is missing; any other kind is exit 6 naming it.
+// The kind of the local segment `name`: a ring or a channel (or, for a
+// source, a relay), nullopt when it is missing; any other kind is exit 6
+// naming it.
 Outcome<std::optional<LocalKind>> local_kind(std::string_view what, const std::string& name,
-                                             const std::string& root) {
+                                             const std::string& root, bool relay_allowed) {
   auto seg = Segment::open_any(name, OpenOptions{.root = root, .read_only = true});
   if (!seg) {
     if (seg.error().code == Errc::NotFound) return std::nullopt;
@@ -33,11 +42,13 @@ Outcome<std::optional<LocalKind>> local_kind(std::string_view what, const std::s
   const KindId kind = seg->header().kind;
   if (kind == kSpscRingKind) return LocalKind::Ring;
   if (kind == kChannelKind) return LocalKind::Channel;
+  if (kind == kRelayKind && relay_allowed) return LocalKind::Relay;
   const KindDescriptor* d = find_kind(kind);
   return failure(kExitSegment,
                  fmt::format("{} segment {}: KindMismatch: its kind is {} ({}); the bridge "
-                             "takes a ring (spsc_ring) or a channel",
-                             what, name, d != nullptr ? d->name : "unknown", kind));
+                             "takes a ring (spsc_ring) or a channel{}",
+                             what, name, d != nullptr ? d->name : "unknown", kind,
+                             relay_allowed ? ", or a relay" : ""));
 }
 
 // The kind to create a missing segment with, per --create-ring / --create-channel.
@@ -67,10 +78,11 @@ struct Resolved {
   bool create = false;
 };
 
-Outcome<Resolved> resolve(std::string_view what, const std::string& name, const CommonOptions& c) {
+Outcome<Resolved> resolve(std::string_view what, const std::string& name, const CommonOptions& c,
+                          bool relay_allowed = false) {
   if (c.create_ring != 0 && c.create_channel != 0)
     return failure(kExitUsage, "--create-ring and --create-channel exclude each other");
-  auto found = local_kind(what, name, c.root);
+  auto found = local_kind(what, name, c.root, relay_allowed);
   if (!found) return std::unexpected(found.error());
   if (*found) return Resolved{**found, false};
   auto k = kind_to_create(what, name, c);
@@ -99,13 +111,20 @@ Outcome<Result<E>> open_channel_endpoint(std::string_view what, const std::strin
 Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
   constexpr std::string_view kWhat = "source";
   const CommonOptions& c = o.common;
-  auto resolved = resolve(kWhat, o.source, c);
+  auto resolved = resolve(kWhat, o.source, c, /*relay_allowed=*/true);
   if (!resolved) return std::unexpected(resolved.error());
   const auto [kind, create] = *resolved;
   ExportSource s;
   s.kind_ = kind;
   s.name_ = o.source;
   const std::string what = fmt::format("source {}", to_string(kind));
+  if (kind == LocalKind::Relay) {
+    auto reader = RelayReader::open(o.source, OpenOptions{.root = c.root});
+    if (!reader) return std::unexpected(segment_failure(what, o.source, reader.error()));
+    s.relay_keyed_ = reader->snapshot().policy != policy::kRawFifo;
+    s.relay_.emplace(std::move(*reader));
+    return s;
+  }
   if (kind == LocalKind::Ring) {
     auto ring = create ? RingConsumer::create(o.source, RingParams{c.create_ring},
                                               CreateOptions{.root = c.root})
@@ -144,6 +163,24 @@ Outcome<void> ExportSource::receive(std::optional<std::chrono::milliseconds> tim
 }
 
 Outcome<std::optional<std::span<const std::byte>>> ExportSource::try_next() {
+  if (relay_) {
+    if (!relay_held_) {
+      auto taken = relay_->take(1);
+      if (!taken)
+        return failure(kExitRuntime,
+                       fmt::format("source relay {}: {}", name_, taken.error().what()));
+      if (taken->empty()) return std::nullopt;
+      const RelayEntry& e = taken->front();
+      const std::size_t key_bytes = relay_keyed_ ? 8 : 0;
+      relay_record_.resize(key_bytes + e.value.size());
+      for (std::size_t i = 0; i < key_bytes; ++i)  // little-endian, whatever the host
+        relay_record_[i] = std::byte(static_cast<std::uint8_t>(e.key >> (8 * i)));
+      if (!e.value.empty())
+        std::memcpy(relay_record_.data() + key_bytes, e.value.data(), e.value.size());
+      relay_held_ = e.first_seq;
+    }
+    return std::span<const std::byte>(relay_record_);
+  }
   if (ring_) {
     auto rec = ring_->try_peek();
     if (!rec)
@@ -158,23 +195,38 @@ Outcome<std::optional<std::span<const std::byte>>> ExportSource::try_next() {
 }
 
 std::uint64_t ExportSource::position() const noexcept {
+  if (relay_) return relay_held_.value_or(kNoPosition);
   if (ring_) return ring_->released_position();
   return lease_.held() ? lease_.sequence() : channel_->next_sequence();
 }
 
 void ExportSource::put_back() noexcept {
   if (ring_) ring_->unpeek();
-  // A channel lease stays held: the next try_next() hands it out again.
+  // A channel lease and a relay entry stay held: the next try_next() hands
+  // them out again.
 }
 
-void ExportSource::release() noexcept {
+Outcome<void> ExportSource::release() {
+  if (relay_) {
+    relay_held_.reset();
+    if (auto ok = relay_->commit(); !ok)
+      return failure(kExitRuntime, fmt::format("source relay {}: {}", name_, ok.error().what()));
+    return {};
+  }
   if (ring_)
     ring_->release();
   else
     lease_.release();
+  return {};
 }
 
 Outcome<void> ExportSource::wait(std::chrono::milliseconds timeout) {
+  if (relay_) {
+    if (relay_held_) return {};
+    if (auto ready = relay_->wait(timeout); !ready)
+      return failure(kExitRuntime, fmt::format("source relay {}: {}", name_, ready.error().what()));
+    return {};
+  }
   if (ring_) {
     if (auto rec = ring_->peek(timeout); rec && *rec) ring_->unpeek();  // the next pass takes it
     return {};

@@ -1,11 +1,18 @@
 // The local end of a route: an SpscRing or a Channel, found by the kind id in
 // the named segment's header (or created by --create-ring / --create-channel
-// when the name is missing). Anything else is exit 6 naming the segment and
-// its kind.
+// when the name is missing); an export route also reads a relay (made by the
+// application, with its merge policy and overflow: a Spill relay absorbs the
+// backpressure of a full egress on disk). Anything else is exit 6 naming the
+// segment and its kind.
 //
 //  - ExportSource: the bridge is the consumer. A record is handed out, then
 //    either released (it is in the egress) or kept for the next pass (the
-//    egress was full): a ring record is unpeeked, a channel lease is kept.
+//    egress was full): a ring record is unpeeked, a channel lease is kept, a
+//    relay entry stays taken (one at a time: take(1), commit() on release).
+//    A relay entry's record is its value (raw_fifo), or its key (8 bytes,
+//    little-endian) then its merged value (keyed policies); its position is
+//    its first op sequence, which a dead bridge's entry keeps when the relay
+//    delivers it again.
 //  - ImportDest: the bridge is the producer. Room is reserved, filled, then
 //    committed. A channel carries one producer lifetime (shm/channel): a
 //    channel whose previous bridge died (or stopped and finished it) is
@@ -18,6 +25,7 @@
 
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -28,10 +36,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shm::bridge {
 
-enum class LocalKind : std::uint8_t { Ring, Channel };
+enum class LocalKind : std::uint8_t { Ring, Channel, Relay };
 [[nodiscard]] std::string_view to_string(LocalKind k) noexcept;
 
 class ExportSource {
@@ -45,12 +54,14 @@ class ExportSource {
   // is handed out again.
   [[nodiscard]] Outcome<std::optional<std::span<const std::byte>>> try_next();
   // The position of the next record try_next() hands out (or the held one):
-  // a ring's released position, a channel's next sequence.
+  // a ring's released position, a channel's next sequence, the held relay
+  // entry's first op sequence (kNoPosition when none is held).
   [[nodiscard]] std::uint64_t position() const noexcept;
   // The held record stays in the source for the next pass.
   void put_back() noexcept;
-  // The held record is done with: the source may reuse its space.
-  void release() noexcept;
+  // The held record is done with: the source may reuse its space (a relay
+  // commits the taken entry, which can fail).
+  [[nodiscard]] Outcome<void> release();
   // Waits up to `timeout` for a record (one may be held afterwards).
   [[nodiscard]] Outcome<void> wait(std::chrono::milliseconds timeout);
   // A channel whose producer finished (End) or died (ProducerDied), with
@@ -62,9 +73,15 @@ class ExportSource {
  private:
   [[nodiscard]] Outcome<void> receive(std::optional<std::chrono::milliseconds> timeout);
 
+  static constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
+
   LocalKind kind_ = LocalKind::Ring;
   std::string name_;
   std::optional<RingConsumer> ring_;
+  std::optional<RelayReader> relay_;
+  bool relay_keyed_ = false;
+  std::optional<std::uint64_t> relay_held_;  // the taken entry's first op sequence
+  std::vector<std::byte> relay_record_;      // its record (key + value, or value)
   // The lease points back at its consumer: the consumer never moves.
   std::unique_ptr<ChannelConsumer> channel_;
   ChannelLease lease_;

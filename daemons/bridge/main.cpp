@@ -94,10 +94,11 @@ int main(int argc, char** argv) {
       "  4 credentials refused, 5 no stream for the subject, 6 local segment missing or of the "
       "wrong kind,\n"
       "  7 another bridge holds the route. Details: docs/bridge.md.");
-  CLI::App* exp = app.add_subcommand("export", "local ring or channel -> egress -> JetStream");
+  CLI::App* exp =
+      app.add_subcommand("export", "local ring, channel or relay -> egress -> JetStream");
   add_common(*exp, ex.common, listen);
   exp->add_option("--source", ex.source,
-                  "the SpscRing or Channel the application writes (found by its kind)")
+                  "the SpscRing, Channel or relay the application writes (found by its kind)")
       ->required();
   exp->add_option("--egress", ex.egress, "the egress segment (created when missing)")->required();
   exp->add_option("--egress-capacity", ex.egress_capacity, "records the egress retains at most")

@@ -45,7 +45,7 @@ struct CommonOptions {
 
 struct ExportOptions {
   CommonOptions common;
-  std::string source;  // the SpscRing or Channel the application writes
+  std::string source;  // the SpscRing, Channel or relay the application writes
   std::string egress;  // the egress segment (created when missing)
   std::uint32_t egress_capacity = 4096;
   std::uint32_t max_message = 4096;  // the egress slot size: the largest record

@@ -19,6 +19,12 @@
 //       until killed. Prints "started" after attaching.
 //   test_relay_peer open NAME
 //       Opens a writer and prints "opened" or "error: <code>: <message>".
+//   test_relay_peer records NAME COUNT MIN MAX
+//       Writes the self-checking records 0..COUNT-1 of common/ring_record.hpp
+//       (MIN..MAX bytes) as raw_fifo ops, each waiting while the relay blocks;
+//       prints "DONE <count> spilled=<pages sealed>" and exits 0. A write that
+//       is neither appended nor merged is an error (exit 1).
+#include "common/ring_record.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/testing/relay_crash.hpp"
 
@@ -198,6 +204,22 @@ int run_open(const std::string& name) {
   return 0;
 }
 
+int run_records(const std::string& name, std::uint64_t count, std::uint64_t min,
+                std::uint64_t max) {
+  namespace rr = shm::test::ring_record;
+  auto w = must(RelayWriter::open(name), "open");
+  std::vector<std::byte> buf;
+  for (std::uint64_t seq = 0; seq < count; ++seq) {
+    buf.resize(rr::size_for(seq, min, max));
+    rr::fill(seq, buf);
+    const WriteResult r = must(w.write(buf), "write");
+    if (r.outcome != WriteOutcome::Appended)
+      die(fmt::format("write {}: {}", seq, to_string(r.outcome)));
+  }
+  say(fmt::format("DONE {} spilled={}", count, w.snapshot().pages_sealed).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,5 +230,7 @@ int main(int argc, char** argv) {
   if ((a.size() == 4 || a.size() == 5) && a[0] == "reader")
     return run_reader(a[1], a[2], static_cast<unsigned>(std::stoul(a[3])), a.size() == 5);
   if (a.size() == 2 && a[0] == "open") return run_open(a[1]);
+  if (a.size() == 5 && a[0] == "records")
+    return run_records(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]));
   die("usage: see the comment at the top of relay_peer.cpp");
 }

@@ -12,11 +12,14 @@
 #include "common/nats_credentials.hpp"
 #include "common/nats_server.hpp"
 #include "common/network_namespaces.hpp"
+#include "common/ring_record.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
 #include "shm/channel/layout.hpp"
 #include "shm/egress/egress.hpp"
 #include "shm/ledger/ledger.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -1216,6 +1219,102 @@ TEST_F(BridgeTest, CreateChannelMakesAMissingChannelForEitherRoute) {
   shm::OpenOptions oo;
   oo.root = b_.path();
   EXPECT_TRUE(shm::open_channel("made", {}, oo).has_value()) << run.output;
+}
+
+// ---- A relay in front of the export route
+
+// Host A's application writes a raw_fifo relay with Overflow::Spill; the
+// export bridge is its reader. Writers never wait for the bridge: what the
+// bridge (and the egress behind it) cannot take yet goes to spill pages on
+// disk, and comes back in order.
+class BridgeRelayTest : public BridgeTest {
+ protected:
+  void make_relay() {
+    shm::RelayConfig cfg;
+    cfg.policy = shm::policy::kRawFifo;
+    cfg.value_size = 256;
+    cfg.capacity = 256;
+    cfg.backpressure = shm::Backpressure{shm::Dimension::Count, 64, 16, shm::Overflow::Spill};
+    cfg.spill_dedup = true;  // the bridge drops a replay by its first op sequence (the intent)
+    cfg.spill.enabled = true;
+    cfg.spill.dir = spill_.sub("orders");
+    shm::CreateOptions co;
+    co.root = a_.path();
+    auto made = shm::RelayWriter::create("orders", cfg, co);
+    ASSERT_TRUE(made.has_value()) << made.error().what();
+  }
+  // test_relay_peer on host A writing records `from`..`from`+n-1.
+  std::unique_ptr<Subprocess> produce_relay(std::uint64_t n) {
+    ::setenv("LIBSHM_ROOT", a_.path().c_str(), 1);
+    auto p = std::make_unique<Subprocess>(std::vector<std::string>{
+        shm::test::helper_path("relay_peer"), "records", "orders", std::to_string(n), kMin, kMax});
+    ::unsetenv("LIBSHM_ROOT");
+    return p;
+  }
+  [[nodiscard]] shm::RelaySnapshot relay_snapshot() const {
+    shm::OpenOptions oo;
+    oo.root = a_.path();
+    auto snap = shm::read_relay_snapshot("orders", oo);
+    EXPECT_TRUE(snap.has_value()) << snap.error().what();
+    return snap ? *snap : shm::RelaySnapshot{};
+  }
+
+  shm::test::TempSpillDir spill_;
+};
+
+TEST_F(BridgeRelayTest, ASpillingRelaySourceLosesAndDuplicatesNothingAcrossBridgeKills) {
+  const std::uint64_t n = shm::test::scaled(20'000);
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  ASSERT_NO_FATAL_FAILURE(make_relay());
+  make_ring(b_, "orders");
+  // The export bridge kills itself holding a relay entry that is already in
+  // the egress: the next one gets it again (redelivered) and must release it
+  // without a second enqueue.
+  ASSERT_NO_FATAL_FAILURE(start_bridges(fmt::format("export_after_enqueue:{}", n / 4)));
+  EXPECT_THAT(exporter_->output(), HasSubstr("source_kind=relay"));
+  auto consumer = consume_stream(n + 1);
+  auto producer = produce_relay(n);
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  exporter_ = start(export_args(server_->url(), a_), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  EXPECT_THAT(drained(*exporter_), HasSubstr("event=recovered route=export"));
+  ASSERT_EQ(producer->wait(120s), 0) << producer->output();
+  // The relay spilled what the bridge had not taken yet (the writer went on).
+  EXPECT_GT(relay_snapshot().pages_sealed, 0u) << producer->output();
+  // Then killed from outside, after at least n/8 more records (usually
+  // while it still drains the cold pages).
+  const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
+  ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
+                            moved_before + n / 8, n))
+      << drained(*exporter_);
+  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  // Record n, written after the stream: it must be the next to arrive (a
+  // late duplicate of an earlier record would come first).
+  {
+    shm::OpenOptions oo;
+    oo.root = a_.path();
+    auto w = shm::RelayWriter::open("orders", oo);
+    ASSERT_TRUE(w.has_value()) << w.error().what();
+    std::vector<std::byte> rec(shm::test::ring_record::size_for(n, 16, 256));
+    shm::test::ring_record::fill(n, rec);
+    auto wrote = w->write(rec);
+    ASSERT_TRUE(wrote.has_value()) << wrote.error().what();
+  }
+  const int crc = consumer->wait(120s);
+  ASSERT_EQ(crc, 0) << consumer->output() << "\nexport bridge: " << drained(*exporter_)
+                    << "\nimport bridge: " << drained(*importer_);
+  EXPECT_THAT(consumer->output(), HasSubstr("FIRST 0\n"));
+  EXPECT_THAT(consumer->output(), HasSubstr(fmt::format("OK {} {}\n", n + 1, n)));
+  // Every cold page came back and was acknowledged (its file removed).
+  const shm::RelaySnapshot after = relay_snapshot();
+  EXPECT_EQ(after.cold_pages, 0u);
+  EXPECT_EQ(after.pages_acked, after.pages_sealed);
+  // A relay is a source only: as an import destination it is the wrong kind.
+  const BridgeRun as_dest = run_bridge(import_args(server_->url(), a_));
+  EXPECT_EQ(as_dest.code, 6) << as_dest.output;
+  EXPECT_THAT(as_dest.output, HasSubstr("destination segment orders: KindMismatch: its kind is "
+                                        "relay"));
 }
 
 }  // namespace
