@@ -222,6 +222,52 @@ class BridgeTest : public ::testing::Test {
                                                << bridge.output();
   }
 
+  // The running export bridge moves on (n/8 more records, or the rest of the
+  // stream: it may have taken most of what was left before moved_before was
+  // read), then is killed -9 from outside wherever it is and started again.
+  void kill_exporter_after_progress(std::uint64_t n) {
+    const std::uint64_t moved_before =
+        moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
+    ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
+                              moved_before + n / 8, n))
+        << drained(*exporter_);
+    ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  }
+
+  // The export bridge, started armed at export_after_enqueue, kills itself
+  // between the egress enqueue and the source release (the export intent):
+  // the next one releases that record without a second enqueue, then kills
+  // itself between JetStream's acknowledgement and the egress's (the window
+  // is published again: JetStream drops it by message id); a third is killed
+  // from outside wherever it is.
+  void kill_exporter_at_each_step(std::uint64_t n) {
+    ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+    ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
+    EXPECT_THAT(drained(*exporter_), HasSubstr("event=recovered route=export"));
+    ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+    ASSERT_NO_FATAL_FAILURE(restart_exporter());
+    ASSERT_NO_FATAL_FAILURE(kill_exporter_after_progress(n));
+  }
+
+  // The import bridge killed between the local commit and the applied
+  // sequence (the import intent), then between `applied` and the
+  // acknowledgement to JetStream, then from outside after n/8 more records
+  // (or the rest of the stream), and started again.
+  void kill_importer_at_each_step(std::uint64_t n) {
+    ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_after_commit:{}", n / 4)));
+    ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
+    ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_before_ack:{}", n / 4)));
+    EXPECT_THAT(drained(*importer_), HasSubstr("event=recovered route=import"));
+    ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
+    ASSERT_NO_FATAL_FAILURE(restart_importer());
+    const std::uint64_t moved_before =
+        moved(b_, "orders-bridge-import", shm::bridge::Route::Import);
+    ASSERT_TRUE(wait_progress(b_, "orders-bridge-import", shm::bridge::Route::Import,
+                              moved_before + n / 8, n))
+        << drained(*importer_);
+    ASSERT_NO_FATAL_FAILURE(restart_importer());
+  }
+
   // Both bridges on server_ with `extra` options (TLS, credentials) on top of
   // the usual ones, then `n` records from host A to host B, exactly once.
   void stream_with(const std::vector<std::string>& extra, std::uint64_t n) {
@@ -358,22 +404,7 @@ TEST_F(BridgeTest, KilledExportBridgeLosesAndDuplicatesNothing) {
   ASSERT_NO_FATAL_FAILURE(start_route(fmt::format("export_after_enqueue:{}", n / 4)));
   auto consumer = consume_stream(n);
   auto producer = produce_stream(n);
-  // Killed between the egress enqueue and the ring release (the export
-  // intent), then between JetStream's acknowledgement and the egress's (the
-  // window is published again: JetStream drops it by message id), then by a
-  // kill -9 from outside wherever it is.
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
-  ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
-  ASSERT_NO_FATAL_FAILURE(restart_exporter());
-  // The third bridge moves on (n/8 more records, or the rest of the stream:
-  // it may have taken most of what was left before moved_before was read),
-  // then is killed from outside wherever it is.
-  const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
-  ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
-                            moved_before + n / 8, n))
-      << drained(*exporter_);
-  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  ASSERT_NO_FATAL_FAILURE(kill_exporter_at_each_step(n));
   expect_exactly_once(*producer, *consumer, n);
 }
 
@@ -382,20 +413,7 @@ TEST_F(BridgeTest, KilledImportBridgeLosesAndDuplicatesNothing) {
   ASSERT_NO_FATAL_FAILURE(start_route());
   auto consumer = consume_stream(n);
   auto producer = produce_stream(n);
-  // Killed between the ring commit and the applied sequence (the import
-  // intent), then between `applied` and the acknowledgement to JetStream,
-  // then by a kill -9 from outside wherever it is.
-  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_after_commit:{}", n / 4)));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
-  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_before_ack:{}", n / 4)));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
-  ASSERT_NO_FATAL_FAILURE(restart_importer());
-  // As for the export: n/8 more, or the rest of the stream.
-  const std::uint64_t moved_before = moved(b_, "orders-bridge-import", shm::bridge::Route::Import);
-  ASSERT_TRUE(wait_progress(b_, "orders-bridge-import", shm::bridge::Route::Import,
-                            moved_before + n / 8, n))
-      << drained(*importer_);
-  ASSERT_NO_FATAL_FAILURE(restart_importer());
+  ASSERT_NO_FATAL_FAILURE(kill_importer_at_each_step(n));
   expect_exactly_once(*producer, *consumer, n);
 }
 
@@ -1076,20 +1094,10 @@ TEST_F(BridgeChannelTest, KilledExportBridgeReadingAChannelLosesAndDuplicatesNot
   ASSERT_NO_FATAL_FAILURE(start_channel_route(fmt::format("export_after_enqueue:{}", n / 4)));
   auto consumer = consume_channel(n);
   auto producer = produce_channel(n);
-  // Killed holding a lease whose payload is already in the egress (the
-  // export intent: the next bridge, the channel's new consumer, resumes at
-  // that payload and releases it without a second enqueue), then between
-  // JetStream's acknowledgement and the egress's, then from outside.
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
-  ASSERT_NO_FATAL_FAILURE(restart_exporter("export_after_publish:3"));
-  EXPECT_THAT(drained(*exporter_), HasSubstr("event=recovered route=export"));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
-  ASSERT_NO_FATAL_FAILURE(restart_exporter());
-  const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
-  ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
-                            moved_before + n / 8, n))
-      << drained(*exporter_);
-  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  // The first is killed holding a lease whose payload is already in the
+  // egress: the next bridge, the channel's new consumer, resumes at that
+  // payload and releases it without a second enqueue.
+  ASSERT_NO_FATAL_FAILURE(kill_exporter_at_each_step(n));
   expect_exactly_once_channels(*producer, *consumer, n);
 }
 
@@ -1098,22 +1106,10 @@ TEST_F(BridgeChannelTest, KilledImportBridgeWritingAChannelLosesAndDuplicatesNot
   ASSERT_NO_FATAL_FAILURE(start_channel_route());
   auto consumer = consume_channel(n);
   auto producer = produce_channel(n);
-  // Killed between the channel commit and the applied sequence (the import
-  // intent, completed from the dead channel's tail), then between `applied`
-  // and the acknowledgement to JetStream, then from outside. Each time the
-  // reader drains the dead bridge's channel, the next bridge replaces it
-  // under the same name and the reader reopens it.
-  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_after_commit:{}", n / 4)));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
-  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_before_ack:{}", n / 4)));
-  EXPECT_THAT(drained(*importer_), HasSubstr("event=recovered route=import"));
-  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
-  ASSERT_NO_FATAL_FAILURE(restart_importer());
-  const std::uint64_t moved_before = moved(b_, "orders-bridge-import", shm::bridge::Route::Import);
-  ASSERT_TRUE(wait_progress(b_, "orders-bridge-import", shm::bridge::Route::Import,
-                            moved_before + n / 8, n))
-      << drained(*importer_);
-  ASSERT_NO_FATAL_FAILURE(restart_importer());
+  // Each time, the reader drains the dead bridge's channel, the next bridge
+  // replaces it under the same name (the import intent is completed from the
+  // dead channel's tail) and the reader reopens it.
+  ASSERT_NO_FATAL_FAILURE(kill_importer_at_each_step(n));
   EXPECT_THAT(drained(*importer_), HasSubstr("event=replaced_channel route=import dest=orders"));
   expect_exactly_once_channels(*producer, *consumer, n);
   EXPECT_THAT(consumer->output(), HasSubstr("REOPENED "));
@@ -1284,11 +1280,7 @@ TEST_F(BridgeRelayTest, ASpillingRelaySourceLosesAndDuplicatesNothingAcrossBridg
   EXPECT_GT(relay_snapshot().pages_sealed, 0u) << producer->output();
   // Then killed from outside, after at least n/8 more records (usually
   // while it still drains the cold pages).
-  const std::uint64_t moved_before = moved(a_, "orders-bridge-export", shm::bridge::Route::Export);
-  ASSERT_TRUE(wait_progress(a_, "orders-bridge-export", shm::bridge::Route::Export,
-                            moved_before + n / 8, n))
-      << drained(*exporter_);
-  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  ASSERT_NO_FATAL_FAILURE(kill_exporter_after_progress(n));
   // Record n, written after the stream: it must be the next to arrive (a
   // late duplicate of an earlier record would come first).
   {
