@@ -9,6 +9,9 @@
 //     ring blocking      push / pop with a timeout (spin, then park on the futex)
 //     reference ring     a minimal SPSC ring of fixed-size slots, cached indices,
 //                        no checks (written here: the upper bound for a ring)
+//     in-record floor    the ring's own protocol (header word written last, a
+//                        terminator, head stored per message) in fixed slots,
+//                        with no checks: what the protocol costs by itself
 //     message_queue      boost::interprocess::message_queue send / receive
 //     pipe               one write(2) / read(2) of the message each
 //     iceoryx            iceoryx 2.0 untyped publisher / subscriber (loan, copy
@@ -190,7 +193,7 @@ std::string unique_name(std::string_view what) {
 
 // Out of line: the error path, so the checked calls in the hot loops stay small.
 [[noreturn, gnu::noinline, gnu::cold]] void throw_error(std::string_view what,
-                                                       const shm::Error& e) {
+                                                        const shm::Error& e) {
   throw BenchError(fmt::format("{}: {}", what, e.what()));
 }
 
@@ -503,6 +506,96 @@ class RefRing {
   [[nodiscard]] Shared& shared() const { return *reinterpret_cast<Shared*>(base_); }
   [[nodiscard]] std::byte* slot(std::uint64_t i) const {
     return base_ + sizeof(Shared) + (i & (slots_ - 1)) * slot_;
+  }
+
+  std::uint64_t slot_;
+  std::uint64_t slots_;
+  std::size_t bytes_;
+  std::byte* base_;
+  std::chrono::milliseconds limit_;
+};
+
+// The ring's own protocol and nothing else: slots of an 8-byte header word
+// (length | lap << 32, stored last with release) and the payload, a
+// terminator (0) stored in the next slot's header before each publish, the
+// receiver polling the header word, one release store of head per message,
+// the sender reading head only when its cached copy says full. Fixed-size
+// slots, no checks, no endpoint guard, no counters, no parked flags: the
+// floor for publication inside the record on this machine, beside the
+// reference ring's index protocol. The receiver runs the same payload checks.
+class InRecordRing {
+ public:
+  InRecordRing(const Options& o, std::size_t size)
+      : slot_(8 + (size + 7) / 8 * 8),
+        slots_(std::bit_floor(std::max<std::uint64_t>(4, o.ring_bytes / slot_))),
+        bytes_(sizeof(RefRing::Index) + slots_ * slot_),
+        base_(static_cast<std::byte*>(map_shared_anonymous(bytes_))),
+        limit_(o.run_limit()) {
+    new (base_) RefRing::Index{};
+    prefault(std::span(base_, bytes_), true);
+  }
+  InRecordRing(const InRecordRing&) = delete;
+  InRecordRing& operator=(const InRecordRing&) = delete;
+  ~InRecordRing() { unmap(base_, bytes_); }
+
+  class End {
+   public:
+    End(const InRecordRing& r, std::chrono::milliseconds limit) : r_(r), deadline_(limit) {}
+    void send(std::span<const std::byte> m) {
+      // One slot stays free: the terminator goes into the slot after this
+      // one, whose previous occupant must have been consumed.
+      if (tail_ + 1 - cached_head_ >= r_.slots_) {
+        // acquire: pairs with the receiver's release store of head.
+        while (tail_ + 1 - (cached_head_ = r_.head().value.load(std::memory_order_acquire)) >=
+               r_.slots_)
+          wait_a_little();
+      }
+      std::byte* slot = r_.slot(tail_);
+      std::memcpy(slot + 8, m.data(), m.size());
+      // relaxed: ordered before the receiver's reads by the release below.
+      header(r_.slot(tail_ + 1)).store(0, std::memory_order_relaxed);
+      // release: publishes the payload and the terminator.
+      header(slot).store(r_.word(tail_, m.size()), std::memory_order_release);
+      ++tail_;
+    }
+    void flush() noexcept {}
+    void recv(std::span<std::byte> out) {
+      std::byte* slot = r_.slot(head_);
+      const std::uint64_t want = r_.word(head_, out.size());
+      // acquire: pairs with the sender's release store of the header.
+      while (header(slot).load(std::memory_order_acquire) != want) wait_a_little();
+      std::memcpy(out.data(), slot + 8, out.size());
+      // release: frees the slot; pairs with the sender's acquire load.
+      r_.head().value.store(++head_, std::memory_order_release);
+    }
+
+   private:
+    static std::atomic_ref<std::uint64_t> header(std::byte* p) {
+      return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p));
+    }
+    void wait_a_little() {
+      spin_pause();
+      if (deadline_.expired_every()) throw BenchError("in-record ring: peer gone");
+    }
+    const InRecordRing& r_;
+    Deadline deadline_;
+    std::uint64_t head_ = 0, tail_ = 0, cached_head_ = 0;
+  };
+
+  [[nodiscard]] std::unique_ptr<End> sender() const { return std::make_unique<End>(*this, limit_); }
+  [[nodiscard]] std::unique_ptr<End> receiver() const {
+    return std::make_unique<End>(*this, limit_);
+  }
+
+ private:
+  [[nodiscard]] RefRing::Index& head() const { return *reinterpret_cast<RefRing::Index*>(base_); }
+  [[nodiscard]] std::byte* slot(std::uint64_t i) const {
+    return base_ + sizeof(RefRing::Index) + (i & (slots_ - 1)) * slot_;
+  }
+  // The header of message i: its length, and its lap from 1 (a zeroed slot
+  // and the previous lap's header never match).
+  [[nodiscard]] std::uint64_t word(std::uint64_t i, std::size_t length) const {
+    return (i / slots_ + 1) << 32 | length;
   }
 
   std::uint64_t slot_;
@@ -832,6 +925,10 @@ Comparison throughput_comparison(const Env& env, std::size_t size) {
     RefRing ch(env.o, size);
     return throughput_run(env, size, ch);
   });
+  c.add_case("in-record floor", [&env, size] {
+    InRecordRing ch(env.o, size);
+    return throughput_run(env, size, ch);
+  });
   c.add_case("message_queue", [&env, size] {
     QueueChannel ch(env.o, size);
     return throughput_run(env, size, ch);
@@ -861,6 +958,10 @@ Comparison throughput_comparison(const Env& env, std::size_t size) {
   c.add_ratio(
       {"ring spin / reference ring (msg/s)", "ring spin", "msg_s", "reference ring", "msg_s",
        size == 8 || size == 64 ? std::optional<Target>(Target{Goal::AtLeast, 0.8}) : std::nullopt});
+  c.add_ratio({"ring spin / in-record floor (msg/s)", "ring spin", "msg_s", "in-record floor",
+               "msg_s", std::nullopt});
+  c.add_ratio({"in-record floor / reference ring (msg/s)", "in-record floor", "msg_s",
+               "reference ring", "msg_s", std::nullopt});
   c.add_ratio({"ring spin / pipe (msg/s)", "ring spin", "msg_s", "pipe", "msg_s", std::nullopt});
   c.add_ratio(
       {"ring blocking / pipe (msg/s)", "ring blocking", "msg_s", "pipe", "msg_s", std::nullopt});
