@@ -869,6 +869,25 @@ TEST_F(BridgeTest, FullDestinationRingStopsPullingUntilReadersCatchUp) {
   ASSERT_NO_FATAL_FAILURE(expect_exactly_once(*idle, *consumer, n));
 }
 
+// A destination ring whose largest record is smaller than a message of the
+// stream: the import bridge stops with exit 1, naming the ring and the
+// sizes, and acknowledges nothing it could not commit (the message stays in
+// JetStream for a bridge with a larger ring).
+TEST_F(BridgeTest, DestinationRingTooSmallForAMessageExitsOneNamingIt) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders", 64);  // records of at most 24 bytes
+  ASSERT_NO_FATAL_FAILURE(start_bridges());
+  auto producer = ring_peer(a_, {"produce", "orders", "1", "--min", "200", "--max", "200"});
+  ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+  ASSERT_EQ(importer_->wait(60s), 1) << importer_->output();
+  EXPECT_THAT(importer_->output(), HasSubstr("destination ring orders: TooLarge"));
+  EXPECT_THAT(importer_->output(),
+              HasSubstr("record of 200 bytes exceeds the ring's maximum of 24 bytes"));
+  EXPECT_EQ(moved(b_, "orders-bridge-import", shm::bridge::Route::Import), 0u);
+}
+
 // ---- bad input: exit code and message
 
 struct BridgeRun {
