@@ -104,6 +104,17 @@ Outcome<Result<E>> open_channel_endpoint(std::string_view what, const std::strin
   return made;
 }
 
+// Opens the ring `name` as E (RingConsumer / RingProducer), creating it
+// first when `create` (or opening what a racing creator made meanwhile).
+template <class E>
+Result<E> open_ring_endpoint(const std::string& name, const CommonOptions& c, bool create) {
+  if (!create) return E::open(name, {}, OpenOptions{.root = c.root});
+  auto made = E::create(name, RingParams{c.create_ring}, CreateOptions{.root = c.root});
+  if (!made && made.error().code == Errc::AlreadyExists)
+    return E::open(name, {}, OpenOptions{.root = c.root});
+  return made;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- ExportSource
@@ -121,17 +132,11 @@ Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
   if (kind == LocalKind::Relay) {
     auto reader = RelayReader::open(o.source, OpenOptions{.root = c.root});
     if (!reader) return std::unexpected(segment_failure(what, o.source, reader.error()));
-    s.relay_keyed_ = reader->snapshot().policy != policy::kRawFifo;
     s.relay_.emplace(std::move(*reader));
     return s;
   }
   if (kind == LocalKind::Ring) {
-    auto ring = create ? RingConsumer::create(o.source, RingParams{c.create_ring},
-                                              CreateOptions{.root = c.root})
-                       : RingConsumer::open(o.source, {}, OpenOptions{.root = c.root});
-    // Lost a creation race (the application made it meanwhile): open it.
-    if (!ring && create && ring.error().code == Errc::AlreadyExists)
-      ring = RingConsumer::open(o.source, {}, OpenOptions{.root = c.root});
+    auto ring = open_ring_endpoint<RingConsumer>(o.source, c, create);
     if (!ring) return std::unexpected(segment_failure(what, o.source, ring.error()));
     s.ring_.emplace(std::move(*ring));
     return s;
@@ -171,7 +176,12 @@ Outcome<std::optional<std::span<const std::byte>>> ExportSource::try_next() {
                        fmt::format("source relay {}: {}", name_, taken.error().what()));
       if (taken->empty()) return std::nullopt;
       const RelayEntry& e = taken->front();
-      const std::size_t key_bytes = relay_keyed_ ? 8 : 0;
+      // The policy now: reconfigure() may swap it while the head is empty.
+      // relaxed: read after take(), which held the relay mutex that
+      // reconfigure() writes it under.
+      const bool keyed =
+          relay_->view().control->policy.load(std::memory_order_relaxed) != policy::kRawFifo;
+      const std::size_t key_bytes = keyed ? 8 : 0;
       relay_record_.resize(key_bytes + e.value.size());
       for (std::size_t i = 0; i < key_bytes; ++i)  // little-endian, whatever the host
         relay_record_[i] = std::byte(static_cast<std::uint8_t>(e.key >> (8 * i)));
@@ -253,11 +263,7 @@ Outcome<ImportDest> ImportDest::open(const ImportOptions& o) {
   d.root_ = c.root;
   const std::string what = fmt::format("destination {}", to_string(kind));
   if (kind == LocalKind::Ring) {
-    auto ring = create ? RingProducer::create(o.dest, RingParams{c.create_ring},
-                                              CreateOptions{.root = c.root})
-                       : RingProducer::open(o.dest, {}, OpenOptions{.root = c.root});
-    if (!ring && create && ring.error().code == Errc::AlreadyExists)
-      ring = RingProducer::open(o.dest, {}, OpenOptions{.root = c.root});
+    auto ring = open_ring_endpoint<RingProducer>(o.dest, c, create);
     if (!ring) return std::unexpected(segment_failure(what, o.dest, ring.error()));
     d.ring_.emplace(std::move(*ring));
     return d;

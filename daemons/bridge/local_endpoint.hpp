@@ -79,7 +79,6 @@ class ExportSource {
   std::string name_;
   std::optional<RingConsumer> ring_;
   std::optional<RelayReader> relay_;
-  bool relay_keyed_ = false;
   std::optional<std::uint64_t> relay_held_;  // the taken entry's first op sequence
   std::vector<std::byte> relay_record_;      // its record (key + value, or value)
   // The lease points back at its consumer: the consumer never moves.
