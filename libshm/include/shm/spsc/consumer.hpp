@@ -108,9 +108,9 @@ inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length) const noe
   if (static_cast<std::uint32_t>(word >> 32) != (ring::kRecordData | lap(peek_pos_) << 8))
     return nullptr;
   length = static_cast<std::uint32_t>(word);
-  const std::uint64_t end = (peek_pos_ & mask_) + ring::record_size(length);
-  if (length > max_payload_ || end > capacity_ ||
-      peek_pos_ + ring::record_size(length) - head_ > capacity_) [[unlikely]]
+  const std::uint64_t size = ring::record_size(length);
+  if (length > max_payload_ || (peek_pos_ & mask_) + size > capacity_ ||
+      peek_pos_ + size - head_ > capacity_) [[unlikely]]
     return nullptr;
   return slot + ring::kRecordHeader;
 }
