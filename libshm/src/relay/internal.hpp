@@ -206,8 +206,11 @@ void note_repair(Control& c) noexcept;
 // Rebuilds the pending and free lists, the key index and the projections
 // from the entries' states and flags. False (and `why`) on damage.
 [[nodiscard]] bool rebuild_derived(const View& v, std::string& why);
-// Under the mutex: removes the files of acknowledged slots and frees them.
+// Under the mutex: removes the files of acknowledged slots and frees them
+// (slots the reader acknowledged and was killed before removing, or whose
+// removal failed).
 void finish_acked(const View& v, const spill::SpillDir& dir);
+[[nodiscard]] bool any_acked(const View& v) noexcept;
 // Under the mutex: expires pages past the Ttl retention.
 void expire_pages(const View& v, const spill::SpillDir& dir);
 // The oldest Sealed slot, or nullptr.
@@ -215,6 +218,8 @@ void expire_pages(const View& v, const spill::SpillDir& dir);
 [[nodiscard]] ManifestSlot* find_slot(const View& v, std::uint64_t page_id) noexcept;
 // Frees a slot whose page was acknowledged, expired or refused (projections, cursor).
 void release_slot(const View& v, ManifestSlot& s) noexcept;
+// Recounts cold_pages, cold_bytes and cold_ops from the Sealed slots.
+void recompute_cold(const View& v) noexcept;
 [[nodiscard]] std::string spill_dir_of(const View& v);
 [[nodiscard]] std::vector<std::string> verify_spill(const View& v);
 

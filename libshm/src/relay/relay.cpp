@@ -694,6 +694,11 @@ Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& 
     Held held(*r.view_.control);
     (void)return_in_hand(r.view_);
     if (auto ok = reap_sealer(r.view_, r.segment_.path()); !ok) return std::unexpected(ok.error());
+    // A predecessor killed between acknowledging a page and removing its
+    // file left the slot Acked: finish it (a missing directory is the next
+    // take's error to report, not the open's).
+    if (ld(r.view_.spill->enabled) != 0 && any_acked(r.view_))
+      if (auto d = r.spill_dir(); d) finish_acked(r.view_, **d);
   }
   return r;
 }
@@ -772,69 +777,114 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
 
 Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, bool& taken) {
   Control& c = *view_.control;
-  SpillArea& a = *view_.spill;
   auto d = spill_dir();
   if (!d) return std::unexpected(d.error());
   spill::SpillDir& dir = **d;
-  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
-  Held held(c);
-  finish_acked(view_, dir);
-  expire_pages(view_, dir);
-  ManifestSlot* s = oldest_slot(view_);
-  if (s == nullptr) return std::span<const RelayEntry>{};
-  const std::uint32_t h = ld(c.head);
-  if (h != kNone && h < view_.params.capacity && ld(view_.entry(h).order) < ld(s->first_order))
-    return std::span<const RelayEntry>{};  // the hot head's oldest entry goes first
-  const std::uint64_t id = ld(s->page_id);
-  if (page_id_ != id) {
-    page_id_ = 0;
-    // Read and validated under the mutex: the page cannot be acknowledged,
-    // expired or refused by anyone else meanwhile.
-    auto read = spill::read_page_into(dir, id, page_);  // page_'s buffers reused
-    std::optional<Error> bad;
-    if (!read) {
-      bad = read.error();
-    } else if (page_.header.records != ld(s->records) ||
-               page_.header.content_crc != ld(s->content_crc) ||
-               page_.header.first_seq != ld(s->first_seq) ||
-               page_.header.last_seq != ld(s->last_seq)) {
-      bad = Error{Errc::Corrupt, shm::detail::format(
-                                     "{}/{}: {} records, crc {:#010x}; the manifest recorded {} "
-                                     "records, crc {:#010x}",
-                                     dir.path(), spill::page_file_name(id), page_.header.records,
-                                     page_.header.content_crc, ld(s->records), ld(s->content_crc))};
+  // The page file is read with the relay unlocked (a disk read takes
+  // milliseconds, and writers must not wait for the reader's disk): the first
+  // round finds the oldest page and leaves the lock to read it, the second
+  // checks that the page is still the oldest sealed one and matches its slot.
+  // Only this reader expires, acknowledges or refuses a sealed page, and page
+  // ids are never reused, so a slot still Sealed under the same id names the
+  // file that was read.
+  std::uint64_t read_id = 0;
+  std::optional<Error> read_error;
+  for (int round = 0;; ++round) {
+    if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+    std::uint64_t to_read = 0;
+    bool deliver = false;
+    {
+      Held held(c);
+      finish_acked(view_, dir);
+      expire_pages(view_, dir);
+      ManifestSlot* s = oldest_slot(view_);
+      if (s == nullptr) return std::span<const RelayEntry>{};
+      const std::uint32_t h = ld(c.head);
+      if (h != kNone && h < view_.params.capacity && ld(view_.entry(h).order) < ld(s->first_order))
+        return std::span<const RelayEntry>{};  // the hot head's oldest entry goes first
+      const std::uint64_t id = ld(s->page_id);
+      if (page_id_ != id && read_id != id) {
+        to_read = id;  // unlocked, below
+      } else {
+        if (page_id_ != id) {
+          std::optional<Error> bad = std::move(read_error);
+          if (!bad && (page_.header.records != ld(s->records) ||
+                       page_.header.content_crc != ld(s->content_crc) ||
+                       page_.header.first_seq != ld(s->first_seq) ||
+                       page_.header.last_seq != ld(s->last_seq)))
+            bad = Error{
+                Errc::Corrupt,
+                shm::detail::format("{}/{}: {} records, crc {:#010x}; the manifest recorded {} "
+                                    "records, crc {:#010x}",
+                                    dir.path(), spill::page_file_name(id), page_.header.records,
+                                    page_.header.content_crc, ld(s->records), ld(s->content_crc))};
+          if (bad) {
+            // Refused, counted, moved aside, never half-applied. The error
+            // tells the caller order is broken here; the next take goes on
+            // after it.
+            const std::uint64_t lost = ld(s->ops);
+            std::string moved;
+            refuse_page(view_, dir, *s, bad->code, moved);
+            return fail(bad->code, shm::detail::format(
+                                       "{}: cold page {} refused ({} ops lost), moved to {}: {}",
+                                       segment_.path(), id, lost, moved, bad->message));
+          }
+          page_id_ = id;
+        }
+        claim_cold(id, credit);
+        deliver = true;
+      }
     }
-    if (bad) {
-      // Refused, counted, moved aside, never half-applied. The error tells
-      // the caller order is broken here; the next take goes on after it.
-      const std::uint64_t lost = ld(s->ops);
-      std::string moved;
-      refuse_page(view_, dir, *s, bad->code, moved);
-      return fail(bad->code,
-                  shm::detail::format("{}: cold page {} refused ({} ops lost), moved to {}: {}",
-                                      segment_.path(), id, lost, moved, bad->message));
+    if (deliver) {
+      // The records are copied out of the reader's own page with the relay
+      // unlocked (a page holds thousands: their handles' first touch faults).
+      fill_cold();
+      taken = true;
+      return std::span<const RelayEntry>(taken_);
     }
-    page_id_ = id;
+    // A page that went meanwhile (expired by a retune to a shorter ttl, say)
+    // makes the next round read the new oldest. A writer may seal a page
+    // that becomes the oldest (entries a dead reader returned), so the
+    // rounds are bounded.
+    if (round > static_cast<int>(relay::kManifestSlots))
+      return std::span<const RelayEntry>{};  // nothing cold this time; the next take reads again
+    page_id_ = 0;                            // page_ is overwritten below
+    read_id = to_read;
+    read_error.reset();
+    if (auto read = spill::read_page_into(dir, to_read, page_); !read)  // page_'s buffers reused
+      read_error = std::move(read.error());
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::ColdPageRead);
   }
+}
+
+// Under the mutex: takes up to `credit` records of the cached page `id`
+// (page_) from the egress cursor, and records how far delivery goes.
+void RelayReader::claim_cold(std::uint64_t id, std::size_t credit) {
+  Control& c = *view_.control;
+  SpillArea& a = *view_.spill;
   const std::uint64_t from = ld(a.cursor_page) == id ? ld(a.cursor_record) : 0;
   const std::uint64_t delivered = ld(a.taken_page) == id ? ld(a.taken_record) : 0;
   const std::uint64_t end = std::min<std::uint64_t>(page_.records.size(), from + credit);
-  cold_ops_ = 0;
-  for (std::uint64_t r = from; r < end; ++r) {
-    const spill::Record& rec = page_.records[r];
-    taken_.push_back(RelayEntry{
-        rec.head.key, rec.value, rec.head.first_seq, rec.head.last_seq, rec.head.op_count,
-        r < delivered || (rec.head.flags & spill::kRecordRedelivered) != 0, id});
-    cold_ops_ += rec.head.op_count;
-  }
   cold_page_ = id;
   cold_from_ = from;
+  cold_end_ = end;
+  cold_redelivered_ = delivered;
   st(a.taken_page, id);
   st(a.taken_record, std::max(delivered, end));
   st(c.is_draining, 1u);
   st(c.reader_waiting, 0u);
-  taken = true;
-  return std::span<const RelayEntry>(taken_);
+}
+
+// Unlocked: the claimed records as entries (their values point into page_).
+void RelayReader::fill_cold() {
+  cold_ops_ = 0;
+  for (std::uint64_t r = cold_from_; r < cold_end_; ++r) {
+    const spill::Record& rec = page_.records[r];
+    taken_.push_back(RelayEntry{
+        rec.head.key, rec.value, rec.head.first_seq, rec.head.last_seq, rec.head.op_count,
+        r < cold_redelivered_ || (rec.head.flags & spill::kRecordRedelivered) != 0, cold_page_});
+    cold_ops_ += rec.head.op_count;
+  }
 }
 
 Result<void> RelayReader::commit() {
@@ -849,35 +899,45 @@ Result<void> RelayReader::commit() {
     auto d = spill_dir();
     if (!d) return std::unexpected(d.error());
     if (auto ok = lock(view_, segment_.path()); !ok) return ok;
-    Held held(c);
-    st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
-    ManifestSlot* s = find_slot(view_, id);
-    if (s == nullptr || ld(s->state) != static_cast<std::uint32_t>(relay::SlotState::Sealed))
-      return {};  // expired or refused meanwhile
-    bump(c.counters.drained, n);
-    bump(c.counters.drained_ops, cold_ops_);
-    const std::uint64_t done = cold_from_ + n;
-    if (done < ld(s->records)) {
-      st(a.cursor_page, id);
-      st(a.cursor_record, done);
-      return {};
+    {
+      Held held(c);
+      st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
+      ManifestSlot* s = find_slot(view_, id);
+      if (s == nullptr || ld(s->state) != static_cast<std::uint32_t>(relay::SlotState::Sealed))
+        return {};  // expired or refused meanwhile
+      bump(c.counters.drained, n);
+      bump(c.counters.drained_ops, cold_ops_);
+      const std::uint64_t done = cold_from_ + n;
+      if (done < ld(s->records)) {
+        st(a.cursor_page, id);
+        st(a.cursor_record, done);
+        return {};
+      }
+      // The last record: acknowledge the page inside the Ack intent (a kill
+      // anywhere in it: the repair counts it once; see the spill note in
+      // shm/relay/layout.hpp). The slot stays Acked until its file is gone.
+      begin_intent(a, relay::SpillIntent::Ack, id);
+      st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));  // the commit point
+      ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
+      bump(a.counters.pages_acked);
+      log_event(c, EventKind::PageAcked, id, n);
+      ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::AckCounted);
+      end_intent(a);
+      recompute_cold(view_);  // an Acked page is not cold any more
     }
-    // The last record: acknowledge the page, then reclaim its file, inside
-    // the Ack intent (a kill anywhere below: the repair finishes it and
-    // counts it once; see the spill note in shm/relay/layout.hpp).
-    begin_intent(a, relay::SpillIntent::Ack, id);
-    st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));  // the commit point
-    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
-    const std::string name = spill::page_file_name(id);
-    (void)::unlinkat((*d)->fd(), name.c_str(), 0);
-    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::FileRemoved);
-    (void)spill::sync_dir(**d);
-    release_slot(view_, *s);
-    bump(a.counters.pages_acked);
-    log_event(c, EventKind::PageAcked, id, n);
-    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::AckCounted);
-    end_intent(a);
     if (page_id_ == id) page_id_ = 0;
+    // The file goes with the relay unlocked: writers never wait for the
+    // reader's unlink and directory fsync. Killed in between, the slot stays
+    // Acked and whoever next finishes acknowledgements (this reader's next
+    // take, a reader's open, a repair) removes the file and frees it.
+    const Result<void> removed = spill::remove_page(**d, id);
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::FileRemoved);
+    if (!removed) return {};  // kept Acked: finished by a later take
+    if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+    Held held(c);
+    if (ManifestSlot* s = find_slot(view_, id);
+        s != nullptr && ld(s->state) == static_cast<std::uint32_t>(relay::SlotState::Acked))
+      release_slot(view_, *s);
     wake_writers(c);  // disk freed: a writer that fell back to Block may spill again
     return {};
   }

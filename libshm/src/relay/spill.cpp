@@ -65,20 +65,6 @@ ManifestSlot* free_slot(const View& v) noexcept {
   return nullptr;
 }
 
-void recompute_cold(const View& v) noexcept {
-  SpillArea& a = *v.spill;
-  std::uint64_t pages = 0, bytes = 0, ops = 0;
-  for (const ManifestSlot& s : a.slots) {
-    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
-    ++pages;
-    bytes += ld(s.file_bytes);
-    ops += ld(s.ops);
-  }
-  st(a.cold_pages, pages);
-  st(a.cold_bytes, bytes);
-  st(a.cold_ops, ops);
-}
-
 // The counter a spill intent's change bumps.
 std::atomic<std::uint64_t>& counter_of(SpillArea& a, SpillIntent kind) noexcept {
   switch (kind) {
@@ -103,6 +89,20 @@ bool uncounted(SpillArea& a, SpillIntent kind) noexcept {
 }
 
 }  // namespace
+
+void recompute_cold(const View& v) noexcept {
+  SpillArea& a = *v.spill;
+  std::uint64_t pages = 0, bytes = 0, ops = 0;
+  for (const ManifestSlot& s : a.slots) {
+    if (ld(s.state) != static_cast<std::uint32_t>(SlotState::Sealed)) continue;
+    ++pages;
+    bytes += ld(s.file_bytes);
+    ops += ld(s.ops);
+  }
+  st(a.cold_pages, pages);
+  st(a.cold_bytes, bytes);
+  st(a.cold_ops, ops);
+}
 
 void begin_intent(SpillArea& a, SpillIntent kind, std::uint64_t page,
                   std::uint64_t last_order) noexcept {
@@ -672,6 +672,12 @@ bool repair_spill(const View& v, std::string& why) {
   }
   recompute_cold(v);
   return true;
+}
+
+bool any_acked(const View& v) noexcept {
+  for (const ManifestSlot& s : v.spill->slots)
+    if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Acked)) return true;
+  return false;
 }
 
 void finish_acked(const View& v, const spill::SpillDir& dir) {

@@ -21,6 +21,12 @@
 //       As seal, but at POINT the hook prints "inside" and stops itself
 //       (SIGSTOP); once continued the seal and the write finish and it
 //       prints "written" (exit 0).
+//   test_spill_peer drain-pause NAME POINT
+//       Opens a reader of NAME and drains it (credit 4) until a take comes
+//       back empty; at POINT (a point the reader reaches with the relay
+//       unlocked: ColdPageRead, FileRemoved) the hook prints "inside" and
+//       stops itself (SIGSTOP), once. Then it prints "got V..." (every
+//       value, in order) and exits 0.
 //   test_spill_peer bind NAME DIR
 //       Creates NAME, a small raw_fifo Spill relay spilling into DIR; the
 //       hook prints "inside" at DirBound (the directory bound, the segment
@@ -130,6 +136,32 @@ int run_seal_pause(const std::string& name, int point) {
   return 0;
 }
 
+void pause_once_at(test_hooks::SpillCrashPoint point) {
+  if (static_cast<int>(point) != g_stop_at.load()) return;
+  g_stop_at = -1;
+  std::printf("inside\n");
+  std::fflush(stdout);
+  ::raise(SIGSTOP);
+}
+
+int run_drain_pause(const std::string& name, int point) {
+  auto r = RelayReader::open(name);
+  if (!r) die(r.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(pause_once_at);
+  std::string got = "got";
+  for (int i = 0; i < 1000; ++i) {
+    auto n = r->drain(4, [&](const RelayEntry& e) { got += fmt::format(" {}", u64_of(e.value)); });
+    if (!n) die(n.error().what());
+    if (*n == 0) {
+      std::printf("%s\n", got.c_str());
+      std::fflush(stdout);
+      return 0;
+    }
+  }
+  die("the relay never emptied");
+}
+
 int run_bind(const std::string& name, const std::string& dir) {
   test_hooks::set_spill_crash_hook(pause_when_bound);
   auto w = RelayWriter::create(name, test::small_spill_fifo(dir));
@@ -149,5 +181,6 @@ int main(int argc, char** argv) {
     return run_take(a[1], std::stoi(a[2]));
   if (a.size() == 3 && a[0] == "bind") return run_bind(a[1], a[2]);
   if (a.size() == 3 && a[0] == "seal-pause") return run_seal_pause(a[1], std::stoi(a[2]));
+  if (a.size() == 3 && a[0] == "drain-pause") return run_drain_pause(a[1], std::stoi(a[2]));
   die("usage: see the comment at the top of spill_peer.cpp");
 }

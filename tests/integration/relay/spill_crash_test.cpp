@@ -19,6 +19,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -443,6 +444,84 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
     EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
     check_verify(name);
+  }
+}
+
+// The reader reads a cold page's file, and removes an acknowledged page's
+// file, with the relay unlocked: while the reader (another process) is
+// stopped at either point, a writer goes on, a seal included. Continued, the
+// reader gets everything once, in order; killed there, a new reader gets the
+// rest (the acknowledged page never again, its file and slot finished at the
+// open).
+TEST_F(SpillCrashTest, WritersGoOnWhileTheReaderReadsOrRemovesAPageFile) {
+  for (const P point : {P::ColdPageRead, P::FileRemoved}) {
+    for (const bool killed : {false, true}) {
+      const std::string label =
+          std::string(point == P::ColdPageRead ? "read" : "removed") + (killed ? "-killed" : "");
+      SCOPED_TRACE(label);
+      const std::string name = "unlocked-" + label;
+      constexpr std::uint64_t kOps = 14;
+      {
+        auto w = RelayWriter::create(name, crash_cfg());
+        ASSERT_TRUE(w) << w.error().what();
+        for (std::uint64_t i = 0; i < kOps; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+        ASSERT_GE(w->snapshot().cold_pages, 2u);
+      }
+      auto helper = spill_peer({"drain-pause", name, std::to_string(static_cast<int>(point))});
+      ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+
+      // On a thread: a write that waited for the stopped reader's mutex
+      // would never return, so it gets 20 s, then the reader is killed
+      // (which frees the mutex) and the test fails.
+      auto w = RelayWriter::open(name);
+      ASSERT_TRUE(w) << w.error().what();
+      std::vector<std::string> outcomes;
+      auto writes = std::async(std::launch::async, [&] {
+        for (std::uint64_t v : {100u, 101u, 102u, 103u, 104u}) {
+          auto r = w->write(u64_value(v), 0ns);
+          outcomes.push_back(r ? std::string(to_string(r->outcome)) : r.error().what());
+        }
+      });
+      if (writes.wait_for(20s) != std::future_status::ready) {
+        helper.kill(SIGKILL);
+        writes.wait();
+        FAIL() << "a write waited for the reader stopped with the relay unlocked";
+      }
+      EXPECT_EQ(outcomes, std::vector<std::string>(5, "appended"));
+      EXPECT_GT(w->snapshot().pages_sealed, 2u) << "the writes sealed a page meanwhile";
+
+      std::vector<std::uint64_t> expect;
+      for (std::uint64_t i = 0; i < kOps; ++i) expect.push_back(i);
+      for (std::uint64_t v : {100u, 101u, 102u, 103u, 104u}) expect.push_back(v);
+      std::string want = "got";
+      if (!killed) {
+        for (std::uint64_t v : expect) want += " " + std::to_string(v);
+        helper.kill(SIGCONT);
+        EXPECT_TRUE(helper.wait_for_line(want, 20s)) << helper.output();
+        ASSERT_EQ(helper.wait(20s), 0) << helper.output();
+      } else {
+        helper.kill(SIGKILL);
+        ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+        // Killed after its first page was acknowledged: that page is gone.
+        if (point == P::FileRemoved) expect.erase(expect.begin(), expect.begin() + 4);
+        auto r = RelayReader::open(name);
+        ASSERT_TRUE(r) << r.error().what();
+        for (const RelaySnapshot::ColdPage& m : r->snapshot().manifest)
+          EXPECT_FALSE(m.acked) << "page " << m.page_id << " left acknowledged";
+        std::vector<std::uint64_t> got;
+        for (int guard = 0; guard < 100; ++guard) {
+          auto n = r->drain(4, [&](const RelayEntry& e) { got.push_back(u64_of(e.value)); });
+          ASSERT_TRUE(n) << n.error().what();
+          if (*n == 0) break;
+        }
+        EXPECT_EQ(got, expect);
+      }
+      const RelaySnapshot s = w->snapshot();
+      EXPECT_EQ(s.pages_acked, s.pages_sealed) << "every page acknowledged once";
+      EXPECT_EQ(s.cold_pages, 0u);
+      EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+      check_verify(name);
+    }
   }
 }
 

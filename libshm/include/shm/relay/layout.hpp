@@ -268,10 +268,14 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 //
 // Drain (the reader): the oldest sealed page goes first when its first order
 // is older than the hot head's oldest entry. The reader reads and validates
-// the file outside the mutex, delivers up to `credit` records from the egress
-// cursor (cursor_page, cursor_record), and on commit advances the cursor; the
-// last record's commit acknowledges the page inside the Ack intent: slot
-// state Acked (the commit point), unlink, fsync dir, slot Free, pages_acked.
+// the file outside the mutex (then, locked again, checks that the page is
+// still the oldest sealed one and matches its slot: only the reader
+// acknowledges, expires or refuses a sealed page, and page ids are never
+// reused), delivers up to `credit` records from the egress cursor
+// (cursor_page, cursor_record), and on commit advances the cursor; the last
+// record's commit acknowledges the page inside the Ack intent: slot state
+// Acked (the commit point), pages_acked; then, outside the mutex, unlink and
+// fsync dir; then, locked, slot Free.
 // Ttl expiry does the same inside the Expire intent: slot Acked, pages_expired
 // (and the PageExpired event, which names the ops lost), unlink, slot Free.
 // Repair of either: a slot still Sealed means the change never happened

@@ -253,12 +253,15 @@ class RelayReader : public relay::detail::Handle {
 
  private:
   [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
+  void claim_cold(std::uint64_t page_id, std::size_t credit);
+  void fill_cold();
   std::vector<RelayEntry> taken_;
   std::vector<std::uint32_t> taken_index_;
   std::vector<std::byte> buffer_;
-  // A cold take: records [cold_from_, cold_from_ + taken_.size()) of page cold_page_.
-  std::uint64_t cold_page_ = 0, cold_from_ = 0, cold_ops_ = 0;
-  spill::Page page_;  // the cached page (validated once)
+  // A cold take: records [cold_from_, cold_end_) of page cold_page_; those
+  // below cold_redelivered_ were delivered before (by a reader that died).
+  std::uint64_t cold_page_ = 0, cold_from_ = 0, cold_end_ = 0, cold_redelivered_ = 0, cold_ops_ = 0;
+  spill::Page page_;  // the cached page (validated once; read with the relay unlocked)
   std::uint64_t page_id_ = 0;
 };
 

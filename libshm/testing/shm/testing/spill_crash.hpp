@@ -21,10 +21,10 @@ enum class SpillCrashPoint : std::uint8_t {
   DirSynced,        // seal: durable, not in the manifest (repair rolls back: removes it)
   ManifestUpdated,  // seal: in the manifest, entries still in the hot head (repair rolls forward)
   PageAcked,        // commit: the manifest slot says acknowledged, the file is still there
-  FileRemoved,      // commit: the file is gone, the slot not yet freed
+  FileRemoved,      // commit, the relay unlocked: the file is gone, the slot (Acked) not yet freed
   // Appended (the indices above are stable): the counters' windows.
-  SealCounted,    // seal: entries freed, pages_sealed bumped, the intent not yet cleared
-  AckCounted,     // commit: slot freed, pages_acked bumped, the intent not yet cleared
+  SealCounted,  // seal: entries freed, pages_sealed bumped, the intent not yet cleared
+  AckCounted,  // commit: pages_acked bumped, the slot Acked, the file there, the intent not cleared
   ExpireMarked,   // Ttl expiry: the slot says acknowledged, pages_expired not yet bumped
   ExpireCounted,  // Ttl expiry: pages_expired bumped, the file still there, the intent not cleared
   // Relay create (no mutex yet: the segment is not published): the spill
@@ -34,11 +34,15 @@ enum class SpillCrashPoint : std::uint8_t {
   // The reader refusing an invalid cold page (inside the Refuse intent):
   RefuseMoved,    // the file moved aside into refused/, the slot still sealed, nothing counted
   RefuseCounted,  // pages_refused bumped, the slot not yet freed, the intent not cleared
+  // The reader's take, the relay unlocked: the oldest cold page's file read
+  // into the reader's buffer, not yet checked against its slot.
+  ColdPageRead,
 };
-inline constexpr int kSpillCrashPoints = 14;
+inline constexpr int kSpillCrashPoints = 15;
 
 // Called at every spill crash point of every relay in this process, with the
-// relay's mutex held (DirBound: the binding lock). A hook that returns lets
+// relay's mutex held (DirBound: the binding lock; FileRemoved, ColdPageRead:
+// nothing held). A hook that returns lets
 // the operation go on.
 using SpillCrashHook = void (*)(SpillCrashPoint point);
 void set_spill_crash_hook(SpillCrashHook hook) noexcept;
