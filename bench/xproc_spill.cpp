@@ -59,6 +59,18 @@
 //     omission correction). Afterwards each relay is drained and every op
 //     checked (each writer's ops in its order, sequences increasing).
 //
+//  3. Writer latency while the reader drains cold pages: a relay holding
+//     --drain-pages pages of 1 MiB (--page-size) on disk, their page cache
+//     dropped; a reader thread pinned to the other CPU drains them (each
+//     page read from the disk, validated, delivered, acknowledged: unlink
+//     and directory fsync), while this thread writes 64-byte values into
+//     the hot head at --rate (no seal: the high water is above the run).
+//     Every write timed alone; the writes that started while the reader was
+//     draining are reported apart. Baseline: the same relay and writes with
+//     the reader idle (it drains afterwards, untimed). The reader reads a
+//     page and removes an acknowledged one with the relay unlocked, so the
+//     writes must not wait for its disk either.
+//
 // Usage: xproc_spill --quick   (3 rounds, 24 pages of 1 MiB per throughput run,
 //                               16 pages of 64 KiB per latency run; ~10 s)
 //        xproc_spill           (5 rounds, 56 and 56 pages)
@@ -79,6 +91,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +124,9 @@ usage: xproc_spill [--quick | --smoke] [options]
   --lat-pages N      pages sealed per latency run, [1, 60]
   --lat-page-size B  page file bytes for the latency runs (default 65536, the library's)
   --rate N           writes/s in the latency runs (default 50000; 0: flat out)
+  --drain-pages N    pages the reader drains in the drain-latency runs, [1, 60]
+                     (default 16; --quick 8)
+  --only CASE        run one comparison: write (write and rehydrate), latency, drain
   --cpu C            the CPU to pin to (default: the first allowed)
   --hot-cache        read the pages back from the page cache (default: dropped first,
                      posix_fadvise DONTNEED on every file, so both sides read the disk)
@@ -130,6 +146,8 @@ struct Options {
   std::uint64_t lat_pages = 56;
   std::uint64_t lat_page_size = 64 * 1024;
   std::uint64_t rate = 50'000;
+  std::uint64_t drain_pages = 16;
+  std::string only;  // empty: every comparison
   int cpu = 0;
   bool hot_cache = false;  // read the pages from the page cache (default: from the disk)
 };
@@ -149,6 +167,7 @@ Options parse_options(int argc, char** argv) {
   if (o.run.quick) {
     o.pages = 24;
     o.lat_pages = 16;
+    o.drain_pages = 8;
   }
   if (o.run.smoke) {
     o.pages = 4;
@@ -156,6 +175,7 @@ Options parse_options(int argc, char** argv) {
     o.lat_pages = 4;
     o.lat_page_size = 16 * 1024;
     o.rate = 0;
+    o.drain_pages = 2;
   }
   o.dir = args.value("--dir", o.dir);
   o.pages = static_cast<std::uint64_t>(args.int_value("--pages", static_cast<int>(o.pages)));
@@ -167,11 +187,17 @@ Options parse_options(int argc, char** argv) {
   o.lat_page_size = static_cast<std::uint64_t>(
       args.double_value("--lat-page-size", static_cast<double>(o.lat_page_size)));
   o.rate = static_cast<std::uint64_t>(args.double_value("--rate", static_cast<double>(o.rate)));
+  o.drain_pages =
+      static_cast<std::uint64_t>(args.int_value("--drain-pages", static_cast<int>(o.drain_pages)));
+  o.only = args.value("--only", "");
+  if (!o.only.empty() && o.only != "write" && o.only != "latency" && o.only != "drain")
+    throw BenchError("--only: write, latency or drain");
   o.cpu = args.int_value("--cpu", allowed_cpus().front());
   o.hot_cache = args.flag("--hot-cache");
   args.finish(kUsage);
   if (o.pages < 1 || o.pages > 60) throw BenchError("--pages must be in [1, 60]");
   if (o.lat_pages < 1 || o.lat_pages > 60) throw BenchError("--lat-pages must be in [1, 60]");
+  if (o.drain_pages < 1 || o.drain_pages > 60) throw BenchError("--drain-pages must be in [1, 60]");
   if (o.sizes.empty()) throw BenchError("--sizes is empty");
   for (const std::size_t s : o.sizes)
     if (s < 8 || s > 256) throw BenchError("--sizes: each value size must be in [8, 256]");
@@ -678,10 +704,173 @@ Comparison latency_comparison(const Options& o, const BaseDir& base) {
   return c;
 }
 
+// ---------------------------------------------------------------- 3. writes during a drain
+
+Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draining) {
+  const std::string name = fresh_name(draining ? "dlat" : "idlat");
+  const std::string dir = base.path() + "/" + name;
+  const std::uint64_t records = records_per_page(o.page_size, kLatencyValue);
+  const std::uint64_t page_bytes =
+      shm::spill::kPageHeaderSize + records * shm::spill::record_stride(kLatencyValue);
+  // The timed writes: enough to outlast the drain (the writer goes on until
+  // the reader is done), bounded by the head's room.
+  const std::uint64_t min_writes = o.run.smoke ? 1000 : 20'000;
+  const std::uint64_t max_writes = 100'000;
+  const std::uint64_t filled = o.drain_pages * records + 1;
+  auto cfg = spill_config(kLatencyValue, page_bytes, dir, records,
+                          static_cast<std::uint32_t>(records + 2 + max_writes));
+  auto w = shm::RelayWriter::create(name, cfg);
+  if (!w) throw BenchError(w.error().what());
+  std::array<std::byte, kLatencyValue> v{};
+  for (std::uint64_t i = 0; i < filled; ++i) {
+    make_value(v, i);
+    auto r = w->write(v, 0ns);
+    if (!r || r->outcome != shm::WriteOutcome::Appended)
+      throw BenchError(r ? fmt::format("fill write {}: {}", i, shm::to_string(r->outcome))
+                         : r.error().what());
+  }
+  if (w->snapshot().cold_pages != o.drain_pages)
+    throw BenchError(fmt::format("drain-latency run: {} cold pages (expected {})",
+                                 w->snapshot().cold_pages, o.drain_pages));
+  // No seal from here on: the high water above everything the run writes.
+  if (auto ok =
+          w->retune({shm::Dimension::Count, filled + max_writes + 2, 1, shm::Overflow::Spill});
+      !ok)
+    throw BenchError(ok.error().what());
+  prefault(w->segment().data(), true);
+  drop_cache_of(dir, o.hot_cache);
+  auto r = shm::RelayReader::open(name);
+  if (!r) throw BenchError(r.error().what());
+
+  // Every op comes back once, in order (cold pages first), with its value.
+  std::uint64_t next = 0, got = 0, last_seq = 0;
+  auto check = [&](const shm::RelayEntry& e) {
+    std::uint64_t k = 0;
+    if (e.value.size() == kLatencyValue) std::memcpy(&k, e.value.data(), 8);
+    if (e.first_seq <= last_seq || k != next || !value_is(e.value, k, kLatencyValue))
+      throw BenchError(
+          fmt::format("drain-latency run: entry {} (seq {}) came back wrong", got, e.first_seq));
+    last_seq = e.first_seq;
+    ++next;
+    ++got;
+  };
+  // Drains until a take is empty, or (cold_only) until no cold page is left.
+  auto drain = [&](bool cold_only) {
+    for (;;) {
+      if (cold_only && r->snapshot().cold_pages == 0) return;
+      auto n = r->drain(1u << 20, check);
+      if (!n) throw BenchError(n.error().what());
+      if (*n == 0 && !cold_only) return;
+    }
+  };
+  const std::vector<int> cpus = allowed_cpus();
+  const int other = cpus.size() > 1 ? (cpus[0] == o.cpu ? cpus[1] : cpus[0]) : -1;
+  std::atomic<int> reader_state{0};  // 0 waiting, 1 draining, 2 done
+  std::string reader_error;
+  const std::uint64_t start = now_ns() + 2'000'000;
+  std::thread reader([&] {
+    if (other >= 0) (void)pin_to_cpu(other);
+    while (now_ns() < start) spin_pause();
+    if (draining) {
+      reader_state.store(1, std::memory_order_relaxed);
+      try {
+        drain(true);  // the cold pages (the hot head fills behind them meanwhile)
+      } catch (const std::exception& e) {
+        reader_error = e.what();
+      }
+    }
+    reader_state.store(2, std::memory_order_release);
+  });
+  std::vector<std::uint64_t> ticks;
+  std::vector<bool> overlapped;
+  ticks.reserve(max_writes);
+  overlapped.reserve(max_writes);
+  while (now_ns() < start) spin_pause();
+  std::string error;
+  for (std::uint64_t i = 0; i < max_writes; ++i) {
+    if (i >= min_writes && reader_state.load(std::memory_order_acquire) == 2) break;
+    if (o.rate != 0) {
+      const std::uint64_t due = start + i * 1'000'000'000ull / o.rate;
+      while (now_ns() < due) spin_pause();
+    }
+    make_value(v, filled + i);
+    const bool during = reader_state.load(std::memory_order_relaxed) == 1;
+    const std::uint64_t t0 = TickClock::ticks();
+    auto res = w->write(v, 0ns);
+    const std::uint64_t t1 = TickClock::ticks();
+    if (!res || res->outcome != shm::WriteOutcome::Appended) {
+      error =
+          res ? fmt::format("write {}: {}", i, shm::to_string(res->outcome)) : res.error().what();
+      break;
+    }
+    ticks.push_back(t1 - t0);
+    overlapped.push_back(during);
+  }
+  reader.join();
+  if (!reader_error.empty()) throw BenchError(reader_error);
+  if (!error.empty()) throw BenchError("drain-latency run: " + error);
+  drain(false);
+  if (got != filled + ticks.size())
+    throw BenchError(
+        fmt::format("drain-latency run: {} ops drained, {} written", got, filled + ticks.size()));
+  if (r->snapshot().pages_acked != o.drain_pages)
+    throw BenchError("drain-latency run: not every page was acknowledged");
+  (void)shm::Segment::unlink(name);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+
+  std::vector<double> all, during;
+  for (std::size_t i = 0; i < ticks.size(); ++i) {
+    const double us = tick_clock().to_ns(ticks[i]) / 1e3;
+    all.push_back(us);
+    if (overlapped[i]) during.push_back(us);
+  }
+  const Summary a = summarize(std::move(all));
+  Measurement m;
+  m.set("p50_us", a.p50)
+      .set("p99_us", a.p99)
+      .set("p999_us", a.p999)
+      .set("max_us", a.max)
+      .set("drain_writes", static_cast<double>(during.size()));
+  if (!during.empty()) {
+    const Summary b = summarize(std::move(during));
+    m.set("drain_p99_us", b.p99).set("drain_max_us", b.max);
+  }
+  return m;
+}
+
+Comparison drain_latency_comparison(const Options& o, const BaseDir& base) {
+  Comparison c(
+      fmt::format("Writer latency while the reader drains {} cold pages of {} KiB (read from {}, "
+                  "acknowledged), writes of {} B at {}, writer on CPU {}, reader on the other",
+                  o.drain_pages, o.page_size / 1024, o.hot_cache ? "the page cache" : "the disk",
+                  kLatencyValue,
+                  o.rate == 0 ? std::string("full speed") : fmt::format("{} writes/s", o.rate),
+                  o.cpu),
+      {MetricSpec{"p50_us", "p50 µs", 1.0, 2}, MetricSpec{"p99_us", "p99 µs", 1.0, 2},
+       MetricSpec{"p999_us", "p99.9 µs", 1.0, 1}, MetricSpec{"max_us", "max µs", 1.0, 0},
+       MetricSpec{"drain_writes", "writes started while the reader drained", 1.0, 0},
+       MetricSpec{"drain_p99_us", "their p99 µs", 1.0, 2},
+       MetricSpec{"drain_max_us", "their max µs", 1.0, 0}});
+  const std::string a = "writes, reader draining", b = "writes, reader idle";
+  c.add_case(a, [&o, &base] { return drain_latency_run(o, base, true); });
+  c.add_case(b, [&o, &base] { return drain_latency_run(o, base, false); });
+  c.add_ratio({"draining / idle write latency p99.9", a, "p999_us", b, "p999_us", std::nullopt});
+  c.add_ratio({"draining / idle write latency max", a, "max_us", b, "max_us", std::nullopt});
+  return c;
+}
+
 int run(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   ScratchRoot root;
   const BaseDir base(o.dir);
+  std::vector<std::function<Comparison()>> comparisons;
+  if (o.only.empty() || o.only == "write")
+    comparisons.emplace_back([&o, &base] { return throughput_comparison(o, base); });
+  if (o.only.empty() || o.only == "latency")
+    comparisons.emplace_back([&o, &base] { return latency_comparison(o, base); });
+  if (o.only.empty() || o.only == "drain")
+    comparisons.emplace_back([&o, &base] { return drain_latency_comparison(o, base); });
   return run_report(
       {.program = "xproc_spill",
        .options = o.run,
@@ -691,9 +880,7 @@ int run(int argc, char** argv) {
        .targets_table = true,
        .smoke_ok = "every case checked its data",
        .prepare = [] { (void)tick_clock(); }},
-      argc, argv,
-      {[&o, &base] { return throughput_comparison(o, base); },
-       [&o, &base] { return latency_comparison(o, base); }});
+      argc, argv, comparisons);
 }
 
 }  // namespace
