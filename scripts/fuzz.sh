@@ -59,7 +59,8 @@ if [[ $phases == *build* ]]; then
   if ! cmake -S "$repo" -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
     -DLIBSHM_BUILD_TESTS=OFF -DLIBSHM_BUILD_EXAMPLES=OFF -DLIBSHM_BUILD_TOOLS=ON \
-    -DLIBSHM_BUILD_BENCH=OFF -DLIBSHM_BUILD_FUZZ=ON -DLIBSHM_SANITIZE=address,undefined >/dev/null; then
+    -DLIBSHM_BUILD_BENCH=OFF -DLIBSHM_BUILD_FUZZ=ON -DLIBSHM_SANITIZE=address,undefined \
+    -DCMAKE_UNITY_BUILD=ON >/dev/null; then
     echo "fuzz.sh: configure failed" >&2
     exit 1
   fi

@@ -23,8 +23,9 @@
 # unity build (CMAKE_UNITY_BUILD): the test binaries, shmctl, the sidecar and
 # the benchmarks compile a few sources per translation unit, so the headers
 # they share (gtest, nlohmann-json, CLI11, fmt) are parsed and their templates
-# instantiated once per batch instead of once per file. The library itself
-# opts out (libshm/CMakeLists.txt).
+# instantiated once per batch instead of once per file; the library compiles
+# one unit per area (src/relay, src/spsc, ...: libshm/CMakeLists.txt): 67 s
+# of CPU for the whole library at -O2 instead of 113 s.
 #
 # Usage: scripts/test.sh [--lane normal|asan|tsan|fuzz|all]... [-- CTEST_ARGS...]
 #   e.g. scripts/test.sh --lane normal -- -L unit
