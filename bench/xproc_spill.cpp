@@ -604,6 +604,26 @@ void latency_writer(shm::RelayWriter& w, int writer, std::uint64_t writes, std::
   }
 }
 
+// The latency metrics of a run (µs): p50, p99, p99.9 and max of every write;
+// and for the writes in `flagged` (those that overlapped the other side's
+// disk work) their count and p50, p99, max as <part>_writes, <part>_p50_us,
+// <part>_p99_us, <part>_max_us.
+Measurement latency_metrics(std::vector<double> all, std::vector<double> flagged,
+                            const std::string& part) {
+  const Summary a = summarize(std::move(all));
+  Measurement m;
+  m.set("p50_us", a.p50)
+      .set("p99_us", a.p99)
+      .set("p999_us", a.p999)
+      .set("max_us", a.max)
+      .set(part + "_writes", static_cast<double>(flagged.size()));
+  if (!flagged.empty()) {
+    const Summary b = summarize(std::move(flagged));
+    m.set(part + "_p50_us", b.p50).set(part + "_p99_us", b.p99).set(part + "_max_us", b.max);
+  }
+  return m;
+}
+
 Measurement latency_run(const Options& o, const BaseDir& base, bool spill) {
   const std::string name = fresh_name(spill ? "lat" : "nolat");
   const std::string dir = base.path() + "/" + name;
@@ -668,18 +688,7 @@ Measurement latency_run(const Options& o, const BaseDir& base, bool spill) {
       all.push_back(us);
       if (l.started_in_seal[i]) overlapped.push_back(us);
     }
-  const Summary a = summarize(std::move(all));
-  Measurement m;
-  m.set("p50_us", a.p50)
-      .set("p99_us", a.p99)
-      .set("p999_us", a.p999)
-      .set("max_us", a.max)
-      .set("seal_writes", static_cast<double>(overlapped.size()));
-  if (!overlapped.empty()) {
-    const Summary b = summarize(std::move(overlapped));
-    m.set("seal_p50_us", b.p50).set("seal_p99_us", b.p99);
-  }
-  return m;
+  return latency_metrics(std::move(all), std::move(overlapped), "seal");
 }
 
 Comparison latency_comparison(const Options& o, const BaseDir& base) {
@@ -825,18 +834,7 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
     all.push_back(us);
     if (overlapped[i]) during.push_back(us);
   }
-  const Summary a = summarize(std::move(all));
-  Measurement m;
-  m.set("p50_us", a.p50)
-      .set("p99_us", a.p99)
-      .set("p999_us", a.p999)
-      .set("max_us", a.max)
-      .set("drain_writes", static_cast<double>(during.size()));
-  if (!during.empty()) {
-    const Summary b = summarize(std::move(during));
-    m.set("drain_p99_us", b.p99).set("drain_max_us", b.max);
-  }
-  return m;
+  return latency_metrics(std::move(all), std::move(during), "drain");
 }
 
 Comparison drain_latency_comparison(const Options& o, const BaseDir& base) {
