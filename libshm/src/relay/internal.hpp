@@ -216,6 +216,8 @@ void expire_pages(const View& v, const spill::SpillDir& dir);
 // The oldest Sealed slot, or nullptr.
 [[nodiscard]] ManifestSlot* oldest_slot(const View& v) noexcept;
 [[nodiscard]] ManifestSlot* find_slot(const View& v, std::uint64_t page_id) noexcept;
+// The Sealed slot that drains after `after` (the next first order), or nullptr.
+[[nodiscard]] const ManifestSlot* next_slot(const View& v, const ManifestSlot& after) noexcept;
 // Frees a slot whose page was acknowledged, expired or refused (projections, cursor).
 void release_slot(const View& v, ManifestSlot& s) noexcept;
 // Recounts cold_pages, cold_bytes and cold_ops from the Sealed slots.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <system_error>
 
 namespace shm {
 
@@ -786,12 +787,13 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
   // checks that the page is still the oldest sealed one and matches its slot.
   // Only this reader expires, acknowledges or refuses a sealed page, and page
   // ids are never reused, so a slot still Sealed under the same id names the
-  // file that was read.
+  // file that was read. A page read ahead (read_ahead(), started when the
+  // page before it began to be delivered) stands in for the read.
   std::uint64_t read_id = 0;
   std::optional<Error> read_error;
   for (int round = 0;; ++round) {
     if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
-    std::uint64_t to_read = 0;
+    std::uint64_t to_read = 0, from_ahead = 0, next = 0;
     bool deliver = false;
     {
       Held held(c);
@@ -804,7 +806,10 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
         return std::span<const RelayEntry>{};  // the hot head's oldest entry goes first
       const std::uint64_t id = ld(s->page_id);
       if (page_id_ != id && read_id != id) {
-        to_read = id;  // unlocked, below
+        if (ahead_ != nullptr && ahead_->page_id == id)
+          from_ahead = id;  // read ahead while the last page was delivered
+        else
+          to_read = id;  // unlocked, below
       } else {
         if (page_id_ != id) {
           std::optional<Error> bad = std::move(read_error);
@@ -833,9 +838,11 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
         }
         claim_cold(id, credit);
         deliver = true;
+        if (const ManifestSlot* n = next_slot(view_, *s); n != nullptr) next = ld(n->page_id);
       }
     }
     if (deliver) {
+      if (next != 0) read_ahead(next);
       // The records are copied out of the reader's own page with the relay
       // unlocked (a page holds thousands: their handles' first touch faults).
       fill_cold();
@@ -849,11 +856,44 @@ Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, b
     if (round > static_cast<int>(relay::kManifestSlots))
       return std::span<const RelayEntry>{};  // nothing cold this time; the next take reads again
     page_id_ = 0;                            // page_ is overwritten below
-    read_id = to_read;
     read_error.reset();
-    if (auto read = spill::read_page_into(dir, to_read, page_); !read)  // page_'s buffers reused
-      read_error = std::move(read.error());
+    if (from_ahead != 0) {
+      ahead_->wait();
+      std::swap(page_, ahead_->page);  // both buffers reused, in turn
+      read_error = std::move(ahead_->error);
+      ahead_->error.reset();
+      ahead_->page_id = 0;
+      read_id = from_ahead;
+    } else {
+      read_id = to_read;
+      if (auto read = spill::read_page_into(dir, to_read, page_); !read)  // page_'s buffers reused
+        read_error = std::move(read.error());
+    }
     ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::ColdPageRead);
+  }
+}
+
+void RelayReader::read_ahead(std::uint64_t id) {
+  if (ahead_ == nullptr) {
+    auto d = spill::SpillDir::open(spill_dir_of(view_), false);
+    if (!d || d->relay_id() != ld(view_.spill->relay_id)) return;
+    ahead_ = std::make_unique<ReadAhead>();
+    ahead_->dir = std::move(*d);
+  }
+  if (ahead_->page_id == id) return;
+  ahead_->wait();
+  ahead_->page_id = id;
+  ahead_->error.reset();
+  ReadAhead* a = ahead_.get();
+  try {
+    // The thread touches nothing but `a` and the page file; the take that
+    // uses the page joins it first (the join orders its writes before).
+    a->thread = std::thread([a] {
+      if (auto read = spill::read_page_into(a->dir, a->page_id, a->page); !read)
+        a->error = std::move(read.error());
+    });
+  } catch (const std::system_error&) {
+    a->page_id = 0;  // no thread to be had: the take reads the page itself
   }
 }
 

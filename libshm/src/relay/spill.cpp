@@ -151,6 +151,16 @@ ManifestSlot* oldest_slot(const View& v) noexcept {
   return best;
 }
 
+const ManifestSlot* next_slot(const View& v, const ManifestSlot& after) noexcept {
+  const ManifestSlot* best = nullptr;
+  for (const ManifestSlot& s : v.spill->slots)
+    if (ld(s.state) == static_cast<std::uint32_t>(SlotState::Sealed) &&
+        ld(s.first_order) > ld(after.first_order) &&
+        (best == nullptr || ld(s.first_order) < ld(best->first_order)))
+      best = &s;
+  return best;
+}
+
 void release_slot(const View& v, ManifestSlot& s) noexcept {
   SpillArea& a = *v.spill;
   if (ld(a.cursor_page) == ld(s.page_id)) {

@@ -236,6 +236,39 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   EXPECT_EQ(rest.front().value, 4u);
 }
 
+// The second page is read ahead, on the reader's thread, while the first is
+// delivered: its damage is found the same way when the reader reaches it.
+TEST_F(RelaySpillTest, ACorruptPageReadAheadIsRefusedWhenReachedAndTheReaderGoesOn) {
+  auto w = RelayWriter::create("bad-ahead", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 18; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  const auto manifest = w->snapshot().manifest;
+  ASSERT_GE(manifest.size(), 3u);
+  const std::string dir = spill_.sub("bad-ahead");
+  {
+    std::fstream f(dir + "/" + spill::page_file_name(manifest[1].page_id),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
+    f.put('\x7f');
+  }
+  auto r = RelayReader::open("bad-ahead");
+  ASSERT_TRUE(r);
+  auto first = r->take(10);
+  ASSERT_TRUE(first) << first.error().what();
+  ASSERT_EQ(first->size(), 4u);
+  EXPECT_EQ(u64_of((*first)[0].value), 0u);
+  ASSERT_TRUE(r->commit());
+  auto got = r->take(10);
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Errc::Corrupt) << got.error().what();
+  EXPECT_NE(got.error().message.find("4 ops lost"), std::string::npos) << got.error().what();
+  EXPECT_EQ(r->snapshot().pages_refused, 1u);
+  const auto rest = drain_spilled(*r);
+  ASSERT_EQ(rest.size(), 10u);
+  EXPECT_EQ(rest.front().value, 8u);
+  EXPECT_EQ(rest.back().value, 17u);
+}
+
 // A seal reads the manifest and the pending list from the segment: damage there
 // is Corrupt naming what is wrong, never a silent fallback to Block.
 TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) {

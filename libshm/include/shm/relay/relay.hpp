@@ -13,9 +13,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -263,6 +266,29 @@ class RelayReader : public relay::detail::Handle {
   std::uint64_t cold_page_ = 0, cold_from_ = 0, cold_end_ = 0, cold_redelivered_ = 0, cold_ops_ = 0;
   spill::Page page_;  // the cached page (validated once; read with the relay unlocked)
   std::uint64_t page_id_ = 0;
+  // The next cold page, read by a thread while the current one is delivered
+  // and acknowledged; a take checks it like a page it read itself. Held on
+  // the heap with its own directory descriptor: the thread writes into it
+  // while this handle may be moved.
+  struct ReadAhead {
+    spill::SpillDir dir;
+    std::thread thread;
+    std::uint64_t page_id = 0;  // the page read or being read; 0: none
+    spill::Page page;
+    std::optional<Error> error;  // the read's error (checked by the take that uses it)
+    ReadAhead() = default;
+    ReadAhead(const ReadAhead&) = delete;
+    ReadAhead& operator=(const ReadAhead&) = delete;
+    ~ReadAhead() { wait(); }
+    void wait() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+  // Starts reading page `page_id` ahead (nothing when it is already read or
+  // being read, or when no thread or descriptor can be had: the take then
+  // reads it itself).
+  void read_ahead(std::uint64_t page_id);
+  std::unique_ptr<ReadAhead> ahead_;
 };
 
 // Reads a relay's snapshot without attaching (read-only mapping).
