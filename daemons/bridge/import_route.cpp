@@ -8,11 +8,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
 namespace shm::bridge {
@@ -57,47 +60,161 @@ class Subscription {
   natsSubscription* sub_ = nullptr;
 };
 
+// JetStream API waits for the consumer's requests. A replicated consumer's
+// create is answered once the consumer's own group has elected a leader;
+// when the group was placed on a node that has just died (the metadata
+// leader has not noticed it yet), that election outlasts the client's
+// default 5 s. Its info is answered by its leader too, or by the metadata
+// leader once it is gone: asked often, with a short wait.
+constexpr std::int64_t kCreateWaitMs = 15'000;
+constexpr std::int64_t kDeleteWaitMs = 5'000;
+constexpr std::int64_t kInfoWaitMs = 1'000;
+
+jsOptions api_options(std::int64_t wait_ms) {
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = wait_ms;
+  return jo;
+}
+
+// The durable consumer as the route finds it.
+enum class ConsumerState : std::uint8_t {
+  Missing,  // JetStream says there is none
+  AsAsked,  // filtered on the route's subject, explicit acks, delivering from
+            // `start`, nothing delivered yet: what `subscribe` would create
+  Other,    // another position or configuration, or it delivered already
+  Unknown,  // no answer (the request timed out or failed)
+};
+
+std::string_view to_string(ConsumerState s) noexcept {
+  switch (s) {
+    case ConsumerState::Missing:
+      return "none";
+    case ConsumerState::AsAsked:
+      return "as_asked";
+    case ConsumerState::Other:
+      return "other";
+    case ConsumerState::Unknown:
+      break;
+  }
+  return "no_answer";
+}
+
+ConsumerState consumer_state(NatsLink& link, const ImportOptions& o, const std::string& stream,
+                             std::uint64_t start) {
+  jsOptions jo = api_options(kInfoWaitMs);
+  jsConsumerInfo* ci = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s =
+      js_GetConsumerInfo(&ci, link.js(), stream.c_str(), o.durable.c_str(), &jo, &code);
+  ConsumerState state = ConsumerState::Unknown;
+  if (s == NATS_NOT_FOUND || code == JSConsumerNotFoundErr) {
+    state = ConsumerState::Missing;
+  } else if (s == NATS_OK && ci != nullptr && ci->Config != nullptr) {
+    const jsConsumerConfig& c = *ci->Config;
+    const bool from_start =
+        start <= 1 ? c.DeliverPolicy == js_DeliverAll
+                   : c.DeliverPolicy == js_DeliverByStartSequence && c.OptStartSeq == start;
+    // Nothing delivered: the consumer's delivered stream sequence is still
+    // the one before its start (0 for DeliverAll).
+    const bool as_asked = from_start && c.AckPolicy == js_AckExplicit &&
+                          c.FilterSubject != nullptr && o.common.subject == c.FilterSubject &&
+                          ci->Delivered.Stream < std::max<std::uint64_t>(start, 1);
+    state = as_asked ? ConsumerState::AsAsked : ConsumerState::Other;
+  }
+  if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+  return state;
+}
+
 // (Re)creates the durable consumer so that it delivers from `start` (stream
 // sequence) in order, and binds a pull subscription to it. The bridge's state
 // segment, not the consumer's ack floor, decides where delivery resumes: a
 // consumer recreated at applied + 1 never delivers a newer message before an
 // older unapplied one.
-Outcome<void> subscribe(NatsLink& link, const ImportOptions& o, const std::string& stream,
-                        std::uint64_t start, Subscription& sub) {
+//
+// When a JetStream node has just died, the consumer's delete and create can
+// each take longer than any wait: both are answered once the consumer's own
+// replicated group has a leader, and a group placed on the dead node (the
+// metadata leader has not noticed it yet) first has to elect one. Each step
+// therefore looks at what the last one left instead of starting over: a
+// consumer already as asked (a create whose answer came late) is bound, a
+// delete that timed out is checked and repeated while the consumer is still
+// there, and a create that timed out is checked. Deleting and creating
+// again on every timeout started the same slow elections over and over
+// (seen: 30 s and more without a message, the bridge cluster test under
+// load; 0.3 to 14.3 s with these steps).
+//
+// Returns what it found and did ("found=... deletes=... created=...
+// took_ms=..."), for the log.
+Outcome<std::string> subscribe(NatsLink& link, const ImportOptions& o, const std::string& stream,
+                               std::uint64_t start, Subscription& sub) {
+  const auto began = std::chrono::steady_clock::now();
   sub.reset();
-  jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus deleted =
-      js_DeleteConsumer(link.js(), stream.c_str(), o.durable.c_str(), nullptr, &code);
-  const int delete_code = static_cast<int>(code);
-  jsConsumerConfig cc;
-  jsConsumerConfig_Init(&cc);
-  cc.Durable = o.durable.c_str();
-  cc.DeliverPolicy = start <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
-  cc.OptStartSeq = start <= 1 ? 0 : start;
-  cc.AckPolicy = js_AckExplicit;
-  cc.AckWait = static_cast<std::int64_t>(o.ack_wait_ms) * 1'000'000;
-  cc.FilterSubject = o.common.subject.c_str();
-  cc.MaxAckPending = static_cast<std::int64_t>(o.batch) * 4;
-  jsConsumerInfo* ci = nullptr;
-  code = static_cast<jsErrCode>(0);
-  natsStatus s = js_AddConsumer(&ci, link.js(), stream.c_str(), &cc, nullptr, &code);
-  if (ci != nullptr) jsConsumerInfo_Destroy(ci);
-  if (s != NATS_OK)
+  auto failed = [&](const std::string& step, natsStatus s, jsErrCode code) {
     return failure(kExitRuntime,
-                   fmt::format("creating durable consumer {} on stream {}: {} "
-                               "(JetStream error {}; deleting it first: {}, JetStream error {})",
-                               o.durable, stream, nats_error(s), static_cast<int>(code),
-                               natsStatus_GetText(deleted), delete_code));
+                   fmt::format("{} durable consumer {} on stream {}: {} (JetStream error {})", step,
+                               o.durable, stream, nats_error(s), static_cast<int>(code)));
+  };
+  ConsumerState state = consumer_state(link, o, stream, start);
+  std::string did = fmt::format("found={}", to_string(state));
+  // A delete that timed out may have happened or not (its request can be
+  // lost with the node that died): the consumer is looked at, and deleted
+  // again while it is still there, rather than created into
+  // ("deliver policy can not be updated").
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  int deletes = 0;
+  while (state == ConsumerState::Other || state == ConsumerState::Unknown) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return failed("deleting", NATS_TIMEOUT, static_cast<jsErrCode>(0));
+    jsOptions jo = api_options(kDeleteWaitMs);
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus deleted =
+        js_DeleteConsumer(link.js(), stream.c_str(), o.durable.c_str(), &jo, &code);
+    ++deletes;
+    if (deleted == NATS_OK || deleted == NATS_NOT_FOUND || code == JSConsumerNotFoundErr) {
+      state = ConsumerState::Missing;
+    } else if (deleted == NATS_TIMEOUT) {
+      state = consumer_state(link, o, stream, start);
+    } else {
+      return failed("deleting", deleted, code);
+    }
+  }
+  if (deletes != 0) did += fmt::format(" deletes={}", deletes);
+  if (state == ConsumerState::Missing) {
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = o.durable.c_str();
+    cc.DeliverPolicy = start <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
+    cc.OptStartSeq = start <= 1 ? 0 : start;
+    cc.AckPolicy = js_AckExplicit;
+    cc.AckWait = static_cast<std::int64_t>(o.ack_wait_ms) * 1'000'000;
+    cc.FilterSubject = o.common.subject.c_str();
+    cc.MaxAckPending = static_cast<std::int64_t>(o.batch) * 4;
+    jsOptions jo = api_options(kCreateWaitMs);
+    jsConsumerInfo* ci = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_AddConsumer(&ci, link.js(), stream.c_str(), &cc, &jo, &code);
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+    if (s != NATS_OK &&
+        !(s == NATS_TIMEOUT && consumer_state(link, o, stream, start) == ConsumerState::AsAsked))
+      return failed("creating", s, code);
+    did += s == NATS_OK ? " created=yes" : " created=late";
+  }
+  jsOptions jo = api_options(kCreateWaitMs);
+  jsErrCode code = static_cast<jsErrCode>(0);
   jsSubOptions so;
   jsSubOptions_Init(&so);
   so.Stream = stream.c_str();
   so.Consumer = o.durable.c_str();
-  s = js_PullSubscribe(sub.out(), link.js(), o.common.subject.c_str(), o.durable.c_str(), nullptr,
-                       &so, &code);
+  const natsStatus s = js_PullSubscribe(sub.out(), link.js(), o.common.subject.c_str(),
+                                        o.durable.c_str(), &jo, &so, &code);
   if (s != NATS_OK)
     return failure(kExitRuntime, fmt::format("pull subscription to {} on stream {}: {}", o.durable,
                                              stream, nats_error(s)));
-  return {};
+  return fmt::format("{} took_ms={}", did,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - began)
+                         .count());
 }
 
 Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
@@ -227,7 +344,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
     if (list.Count == 0) {
       if (need_reset) {
-        if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok) {
+        auto ok = subscribe(*link, o, **stream, applied + 1, sub);
+        if (!ok) {
           // Every failure of the first few, then every tenth: a resubscription
           // that keeps failing must show in the log.
           ++resubscribe_failures;
@@ -238,10 +356,9 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
           std::this_thread::sleep_for(200ms);
           continue;
         }
-        if (resubscribe_failures != 0)
-          log("info", "resubscribed",
-              fmt::format("route=import attempts={} applied_stream_sequence={}",
-                          resubscribe_failures + 1, applied));
+        log("info", "resubscribed",
+            fmt::format("route=import attempts={} applied_stream_sequence={} {}",
+                        resubscribe_failures + 1, applied, *ok));
         resubscribe_failures = 0;
         need_reset = false;
       }

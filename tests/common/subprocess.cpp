@@ -120,6 +120,14 @@ int Subprocess::wait(std::chrono::milliseconds timeout) {
   return -2;
 }
 
+const std::string& Subprocess::output() {
+  for (std::size_t before = out_.size() + 1; out_fd_ >= 0 && out_.size() != before;) {
+    before = out_.size();
+    drain(std::chrono::milliseconds(0));
+  }
+  return out_;
+}
+
 void Subprocess::kill(int sig) {
   if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
 }

@@ -29,8 +29,10 @@ class Subprocess {
   // (the child is then killed).
   int wait(std::chrono::milliseconds timeout);
   void kill(int sig = SIGKILL);
-  // Everything read from stdout so far (after wait(): all of it).
-  [[nodiscard]] const std::string& output() const { return out_; }
+  // Everything the child has written to stdout so far (after wait(): all of
+  // it): what is waiting in the pipe is read first, so a failure message
+  // shows the child's latest lines, not only those an earlier wait read.
+  [[nodiscard]] const std::string& output();
 
  private:
   void drain(std::chrono::milliseconds timeout);

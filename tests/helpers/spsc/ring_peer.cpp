@@ -2,9 +2,10 @@
 //
 //   ring_peer produce NAME COUNT [--start S] [--min B] [--max B]
 //       pushes records S..S+COUNT-1 (blocking), prints "DONE <count>"
-//   ring_peer consume NAME COUNT [--min B] [--max B] [--report-every K]
+//   ring_peer consume NAME COUNT [--min B] [--max B] [--report-every K] [--patience S]
 //       pops COUNT records, verifying each; prints "FIRST <seq>", every K
-//       records "REL <seq>" (after releasing it), and "OK <count> <last>"
+//       records "REL <seq>" (after releasing it), and "OK <count> <last>";
+//       gives up (exit 4) after S seconds without a record (default 30)
 //   ring_peer produce-then-hang NAME COUNT PARTIAL_BYTES
 //       pushes COUNT records, reserves one more, writes PARTIAL_BYTES of it,
 //       prints "RESERVED" and sleeps (the test kill -9's it before commit)
@@ -47,7 +48,7 @@ namespace {
 struct Args {
   std::string mode, name;
   std::vector<std::string> pos;
-  std::uint64_t start = 0, min = 1, max = 4096, report_every = 0;
+  std::uint64_t start = 0, min = 1, max = 4096, report_every = 0, patience_s = 30;
   bool has_start = false;
 };
 
@@ -109,8 +110,8 @@ void consume(const Args& a) {
   std::uint64_t expected = 0;
   bool first = true;
   for (std::uint64_t i = 0; i < count; ++i) {
-    auto r = must(c.peek(30s), "peek");
-    if (!r) die(4, fmt::format("no record for 30 s after {} records", i));
+    auto r = must(c.peek(std::chrono::seconds(a.patience_s)), "peek");
+    if (!r) die(4, fmt::format("no record for {} s after {} records", a.patience_s, i));
     // Records shorter than 12 bytes carry no sequence number: they are
     // checked against the one expected (known once the first record is seen,
     // or from --start).
@@ -250,6 +251,8 @@ int main(int argc, char** argv) {
       a.max = next();
     else if (s == "--report-every")
       a.report_every = next();
+    else if (s == "--patience")
+      a.patience_s = next();
     else
       a.pos.push_back(s);
   }
