@@ -1,6 +1,7 @@
 // The relay handles: create, open, write (merge, append, overflow), the
 // reader's take/commit/abandon/wait, reconfigure and retune, the role facades.
 #include "internal.hpp"
+#include "relay/catch_up.hpp"
 #include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
@@ -14,6 +15,8 @@
 #include <cassert>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <system_error>
 
@@ -715,6 +718,13 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   taken_index_.reserve(n_max);
   buffer_.resize(n_max * view_.params.value_size);
   if (n_max == 0) return std::span<const RelayEntry>{};
+  if (summary_ == nullptr && catch_up_ == CatchUp::Conflated && ld(view_.spill->enabled) != 0 &&
+      ld(view_.spill->cold_pages) >= 2) {
+    auto d = spill_dir();
+    if (!d) return std::unexpected(d.error());
+    if (auto built = build_summary(**d); !built) return std::unexpected(built.error());
+  }
+  if (summary_ != nullptr) return take_summary(n_max);
   // Cold pages first (the spill directory is only needed when there are
   // some: a missing directory never stops the hot head). A page sealed after
   // this unlocked look is older than every hot entry: the hot take below
@@ -774,6 +784,196 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   refresh_oldest(view_);
   if (update_full(view_, monotonic_ns())) wake_writers(c);
   return std::span<const RelayEntry>(taken_);
+}
+
+RelayReader::RelayReader() noexcept = default;
+RelayReader::RelayReader(RelayReader&&) noexcept = default;
+RelayReader& RelayReader::operator=(RelayReader&&) noexcept = default;
+RelayReader::~RelayReader() = default;
+
+Result<void> RelayReader::set_catch_up(CatchUp mode) {
+  assert(view_.control != nullptr && "use of an empty RelayReader");
+  if (mode == CatchUp::Conflated) {
+    auto p = policy_now();
+    if (!p) return std::unexpected(p.error());
+    if (!conflatable_catch_up(**p))
+      return fail(Errc::PolicyRefused,
+                  shm::detail::format("{}: a conflated catch-up needs a keyed, associative, "
+                                      "conflatable merge; policy '{}' is {}{}",
+                                      segment_.path(), (*p)->name, (*p)->keyed ? "" : "not keyed, ",
+                                      describe((*p)->flags)));
+  }
+  catch_up_ = mode;
+  return {};
+}
+
+namespace {
+// The page files one conflated summary may read (their records are held in
+// memory while they are folded).
+constexpr std::uint64_t kCatchUpBytes = 64ull << 20;
+
+// What a take saw of a slot under the mutex: the page must still match it
+// when the summary is published.
+struct SlotSeen {
+  std::uint64_t id = 0, records = 0, first_seq = 0, last_seq = 0;
+  std::uint32_t crc = 0;
+  [[nodiscard]] bool matches(const spill::PageHeader& h) const noexcept {
+    return h.records == records && h.content_crc == crc && h.first_seq == first_seq &&
+           h.last_seq == last_seq;
+  }
+  [[nodiscard]] bool still(const ManifestSlot& s) const noexcept {
+    return ld(s.state) == static_cast<std::uint32_t>(relay::SlotState::Sealed) &&
+           ld(s.page_id) == id && ld(s.records) == records && ld(s.content_crc) == crc &&
+           ld(s.first_seq) == first_seq && ld(s.last_seq) == last_seq;
+  }
+};
+}  // namespace
+
+// Like take_cold, the pages are chosen under the mutex, read and folded with
+// the relay unlocked, and checked under the mutex again: only this reader
+// acknowledges, expires or refuses a sealed page and page ids are never
+// reused, so slots still Sealed as seen name the files that were read. A page
+// that cannot be read or does not match ends the summary before it (page by
+// page then reaches it and refuses it with its error); fewer than two pages
+// make no summary.
+Result<bool> RelayReader::build_summary(spill::SpillDir& dir) {
+  Control& c = *view_.control;
+  SpillArea& a = *view_.spill;
+  auto p = policy_now();
+  if (!p) return std::unexpected(p.error());
+  if (!conflatable_catch_up(**p)) return false;
+  std::vector<SlotSeen> run;
+  std::uint64_t delivered_before = 0;  // of the first page
+  bool again = false;                  // the pages of a summary a dead reader was delivering
+  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+  {
+    Held held(c);
+    finish_acked(view_, dir);
+    expire_pages(view_, dir);
+    const ManifestSlot* s = oldest_slot(view_);
+    if (s == nullptr) return false;
+    // A page partly committed goes on page by page.
+    if (ld(a.cursor_page) == ld(s->page_id) && ld(a.cursor_record) != 0) return false;
+    if (ld(a.taken_page) == ld(s->page_id)) delivered_before = ld(a.taken_record);
+    auto seen = [](const ManifestSlot& x) {
+      return SlotSeen{ld(x.page_id), ld(x.records), ld(x.first_seq), ld(x.last_seq),
+                      ld(x.content_crc)};
+    };
+    // A summary a reader was delivering when it died: the same pages again
+    // (those not acknowledged yet), every entry marked redelivered.
+    if (const std::uint64_t last = ld(a.catch_up_page); last != 0) {
+      const ManifestSlot* end = find_slot(view_, last);
+      if (end != nullptr &&
+          ld(end->state) == static_cast<std::uint32_t>(relay::SlotState::Sealed)) {
+        for (; s != nullptr; s = next_slot(view_, *s)) {
+          run.push_back(seen(*s));
+          if (s == end) break;
+        }
+        again = true;
+        s = nullptr;
+      } else {
+        st(a.catch_up_page, 0u);
+      }
+    }
+    // Pages older than the hot head's oldest entry only: that entry drains
+    // before every later page.
+    const std::uint32_t h = ld(c.head);
+    const std::uint64_t hot_order = h != kNone && h < view_.params.capacity
+                                        ? ld(view_.entry(h).order)
+                                        : std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t bytes = 0;
+    for (; s != nullptr && run.size() < relay::kManifestSlots; s = next_slot(view_, *s)) {
+      if (ld(s->first_order) > hot_order) break;
+      if (!run.empty() && bytes + ld(s->file_bytes) > kCatchUpBytes) break;
+      bytes += ld(s->file_bytes);
+      run.push_back(seen(*s));
+    }
+  }
+  if (run.size() < 2) return false;
+  auto summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_size);
+  spill::Page page;
+  std::size_t folded = 0;
+  for (const SlotSeen& seen : run) {
+    if (!spill::read_page_into(dir, seen.id, page) || !seen.matches(page.header)) break;
+    if (!summary->fold(page, seen.id, folded == 0 ? delivered_before : 0)) break;
+    ++folded;
+  }
+  if (folded < 2) return false;
+  if (folded < run.size()) {
+    // The fold stopped inside the page that failed: start again without it.
+    run.resize(folded);
+    summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_size);
+    for (std::size_t i = 0; i < run.size(); ++i)
+      if (!spill::read_page_into(dir, run[i].id, page) || !run[i].matches(page.header) ||
+          !summary->fold(page, run[i].id, i == 0 ? delivered_before : 0))
+        return false;
+  }
+  if (again) summary->mark_redelivered();
+  summary->finish();
+  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+  Held held(c);
+  for (const SlotSeen& seen : run) {
+    const ManifestSlot* s = find_slot(view_, seen.id);
+    if (s == nullptr || !seen.still(*s)) return false;  // went meanwhile: page by page
+  }
+  st(view_.spill->catch_up_page, run.back().id);
+  st(c.is_draining, 1u);
+  st(c.reader_waiting, 0u);
+  summary_ = std::move(summary);
+  return true;
+}
+
+std::span<const RelayEntry> RelayReader::take_summary(std::size_t credit) {
+  CatchUpSummary& sum = *summary_;
+  const std::span<const RelayEntry> all = sum.entries();
+  const std::size_t end = std::min(all.size(), sum.committed + credit);
+  for (std::size_t i = sum.committed; i < end; ++i) {
+    taken_.push_back(all[i]);
+    if (i < sum.delivered) taken_.back().redelivered = true;
+  }
+  sum.delivered = std::max(sum.delivered, end);
+  from_summary_ = true;
+  return std::span<const RelayEntry>(taken_);
+}
+
+// The summary's last entry committed: its pages are acknowledged (each in
+// its own Ack intent, oldest first), then their files removed unlocked. A
+// reader killed between two acknowledgements leaves the later pages Sealed:
+// the next reader delivers them again (their ops are inside the summary's
+// sequence ranges, which is how a non-idempotent consumer tells).
+Result<void> RelayReader::commit_summary() {
+  Control& c = *view_.control;
+  CatchUpSummary& sum = *summary_;
+  const std::size_t n = taken_.size();
+  std::uint64_t ops = 0;
+  for (const RelayEntry& e : taken_) ops += e.op_count;
+  from_summary_ = false;
+  taken_.clear();
+  sum.committed += n;
+  const bool last = sum.committed == sum.entries().size();
+  auto d = spill_dir();
+  if (!d) return std::unexpected(d.error());
+  std::vector<std::uint64_t> acked;
+  if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+  {
+    Held held(c);
+    bump(c.counters.drained, n);
+    bump(c.counters.drained_ops, ops);
+    if (!last) return {};
+    st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
+    for (const std::uint64_t id : sum.pages()) {
+      ManifestSlot* s = find_slot(view_, id);
+      if (s == nullptr || ld(s->state) != static_cast<std::uint32_t>(relay::SlotState::Sealed))
+        continue;  // expired meanwhile
+      acknowledge(*s, ld(s->records));
+      acked.push_back(id);
+    }
+    st(view_.spill->catch_up_page, 0u);  // every page of it acknowledged
+  }
+  for (const std::uint64_t id : acked)
+    if (page_id_ == id) page_id_ = 0;
+  summary_.reset();
+  return remove_acknowledged(**d, acked);
 }
 
 Result<std::span<const RelayEntry>> RelayReader::take_cold(std::size_t credit, bool& taken) {
@@ -927,8 +1127,51 @@ void RelayReader::fill_cold() {
   }
 }
 
+// The last record of a page committed: the page is acknowledged inside the
+// Ack intent (a kill anywhere in it: the repair counts it once; see the spill
+// note in shm/relay/layout.hpp). The slot stays Acked until its file is gone.
+void RelayReader::acknowledge(ManifestSlot& s, std::uint64_t records) {
+  Control& c = *view_.control;
+  SpillArea& a = *view_.spill;
+  const std::uint64_t id = ld(s.page_id);
+  begin_intent(a, relay::SpillIntent::Ack, id);
+  st(s.state, static_cast<std::uint32_t>(relay::SlotState::Acked));  // the commit point
+  ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
+  bump(a.counters.pages_acked);
+  log_event(c, EventKind::PageAcked, id, records);
+  ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::AckCounted);
+  end_intent(a);
+  recompute_cold(view_);  // an Acked page is not cold any more
+}
+
+// The files go with the relay unlocked: writers never wait for the reader's
+// unlink and directory fsync. Killed in between, the slots stay Acked and
+// whoever next finishes acknowledgements (this reader's next take, a
+// reader's open, a repair) removes the files and frees them.
+Result<void> RelayReader::remove_acknowledged(spill::SpillDir& dir,
+                                              std::span<const std::uint64_t> ids) {
+  std::vector<std::uint64_t> removed;
+  removed.reserve(ids.size());
+  for (const std::uint64_t id : ids) {
+    const Result<void> gone = spill::remove_page(dir, id);
+    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::FileRemoved);
+    if (gone) removed.push_back(id);  // else kept Acked: finished by a later take
+  }
+  if (removed.empty()) return {};
+  Control& c = *view_.control;
+  if (auto ok = lock(view_, segment_.path()); !ok) return ok;
+  Held held(c);
+  for (const std::uint64_t id : removed)
+    if (ManifestSlot* s = find_slot(view_, id);
+        s != nullptr && ld(s->state) == static_cast<std::uint32_t>(relay::SlotState::Acked))
+      release_slot(view_, *s);
+  wake_writers(c);  // disk freed: a writer that fell back to Block may spill again
+  return {};
+}
+
 Result<void> RelayReader::commit() {
   assert(view_.control != nullptr && "use of an empty RelayReader");
+  if (from_summary_) return commit_summary();
   if (cold_page_ != 0) {
     Control& c = *view_.control;
     SpillArea& a = *view_.spill;
@@ -953,33 +1196,11 @@ Result<void> RelayReader::commit() {
         st(a.cursor_record, done);
         return {};
       }
-      // The last record: acknowledge the page inside the Ack intent (a kill
-      // anywhere in it: the repair counts it once; see the spill note in
-      // shm/relay/layout.hpp). The slot stays Acked until its file is gone.
-      begin_intent(a, relay::SpillIntent::Ack, id);
-      st(s->state, static_cast<std::uint32_t>(relay::SlotState::Acked));  // the commit point
-      ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::PageAcked);
-      bump(a.counters.pages_acked);
-      log_event(c, EventKind::PageAcked, id, n);
-      ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::AckCounted);
-      end_intent(a);
-      recompute_cold(view_);  // an Acked page is not cold any more
+      acknowledge(*s, n);
     }
     if (page_id_ == id) page_id_ = 0;
-    // The file goes with the relay unlocked: writers never wait for the
-    // reader's unlink and directory fsync. Killed in between, the slot stays
-    // Acked and whoever next finishes acknowledgements (this reader's next
-    // take, a reader's open, a repair) removes the file and frees it.
-    const Result<void> removed = spill::remove_page(**d, id);
-    ::shm::detail::spill_crash_point(test_hooks::SpillCrashPoint::FileRemoved);
-    if (!removed) return {};  // kept Acked: finished by a later take
-    if (auto ok = lock(view_, segment_.path()); !ok) return ok;
-    Held held(c);
-    if (ManifestSlot* s = find_slot(view_, id);
-        s != nullptr && ld(s->state) == static_cast<std::uint32_t>(relay::SlotState::Acked))
-      release_slot(view_, *s);
-    wake_writers(c);  // disk freed: a writer that fell back to Block may spill again
-    return {};
+    const std::uint64_t ids[] = {id};
+    return remove_acknowledged(**d, ids);
   }
   if (taken_index_.empty()) {
     taken_.clear();
@@ -1010,6 +1231,11 @@ Result<void> RelayReader::commit() {
 }
 
 Result<void> RelayReader::abandon() {
+  if (from_summary_) {  // summary_->committed did not move: delivered again (redelivered)
+    from_summary_ = false;
+    taken_.clear();
+    return {};
+  }
   if (cold_page_ != 0) {  // the cursor did not move: delivered again (redelivered)
     cold_page_ = 0;
     taken_.clear();

@@ -167,6 +167,7 @@ void release_slot(const View& v, ManifestSlot& s) noexcept {
     st(a.cursor_page, 0u);
     st(a.cursor_record, 0u);
   }
+  if (ld(a.catch_up_page) == ld(s.page_id)) st(a.catch_up_page, 0u);
   if (ld(a.taken_page) == ld(s.page_id)) {
     st(a.taken_page, 0u);
     st(a.taken_record, 0u);

@@ -349,6 +349,10 @@ struct SpillArea {
   std::atomic<std::uint64_t> cursor_record;  // records of it acknowledged
   std::atomic<std::uint64_t> taken_page;     // page of the last take
   std::atomic<std::uint64_t> taken_record;   // records delivered by it (redelivery marks)
+  // The last page of the conflated summary being delivered (0: none): until
+  // all its pages are acknowledged, a reader folds exactly the pages up to it
+  // again, so a summary delivered twice never covers more ops the second time.
+  std::atomic<std::uint64_t> catch_up_page;
   // ---- the spill intent (see the protocol) ----
   std::atomic<std::uint32_t> intent_state;       // SpillIntent: what is in progress, 0 = nothing
   std::atomic<std::uint32_t> intent_count;       // low 32 bits of its counter before the bump

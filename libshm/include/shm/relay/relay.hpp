@@ -136,6 +136,10 @@ struct RelaySnapshot {
   [[nodiscard]] std::uint64_t level() const noexcept;
 };
 
+namespace relay::internal {
+class CatchUpSummary;  // relay/catch_up.hpp (private)
+}  // namespace relay::internal
+
 namespace relay::detail {
 struct View {
   ParamBlock params{};
@@ -221,8 +225,19 @@ class RelayWriter : public relay::detail::Handle {
   }
 };
 
+// How a reader catches up on cold pages (docs/spill.md, "Conflated catch-up").
+enum class CatchUp : std::uint8_t {
+  PageByPage = 0,  // every record of every page, in order (the default)
+  Conflated,       // when two or more pages wait: several folded into one summary per key
+};
+
 class RelayReader : public relay::detail::Handle {
  public:
+  RelayReader() noexcept;
+  RelayReader(RelayReader&&) noexcept;
+  RelayReader& operator=(RelayReader&&) noexcept;
+  ~RelayReader();
+
   [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {});
   // RoleTaken while another reader lives. Entries a dead reader held are
@@ -254,8 +269,30 @@ class RelayReader : public relay::detail::Handle {
   // Waits until an entry is pending or a cold page waits (true), or the timeout passes (false).
   [[nodiscard]] Result<bool> wait(std::chrono::nanoseconds timeout);
 
+  // Conflated: while two or more cold pages wait, a take folds the oldest of
+  // them (up to 64 MiB of page files, each older than every hot entry) into
+  // one entry per key and delivers from that summary, credit by credit; the
+  // pages are acknowledged when its last entry is committed. An entry of a
+  // summary carries the merged value, the smallest first and largest last op
+  // sequence and the summed op count of its key's records, and the first
+  // page folded as page_id. PolicyRefused unless the relay's policy is keyed,
+  // associative and conflatable (a policy swapped since is delivered page by
+  // page). A summary is this reader's own: a reader that dies before its
+  // last commit leaves the pages, delivered again by the next reader.
+  [[nodiscard]] Result<void> set_catch_up(CatchUp mode);
+  [[nodiscard]] CatchUp catch_up() const noexcept { return catch_up_; }
+
  private:
   [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
+  // Folds the oldest cold pages into summary_ (false: not this time).
+  [[nodiscard]] Result<bool> build_summary(spill::SpillDir& dir);
+  [[nodiscard]] std::span<const RelayEntry> take_summary(std::size_t credit);
+  [[nodiscard]] Result<void> commit_summary();
+  // Under the mutex: acknowledges the page of slot `s` (inside the Ack intent).
+  void acknowledge(relay::ManifestSlot& s, std::uint64_t records);
+  // Unlocked: removes the acknowledged pages' files, then frees their slots.
+  [[nodiscard]] Result<void> remove_acknowledged(spill::SpillDir& dir,
+                                                 std::span<const std::uint64_t> ids);
   void claim_cold(std::uint64_t page_id, std::size_t credit);
   void fill_cold();
   std::vector<RelayEntry> taken_;
@@ -289,6 +326,9 @@ class RelayReader : public relay::detail::Handle {
   // reads it itself).
   void read_ahead(std::uint64_t page_id);
   std::unique_ptr<ReadAhead> ahead_;
+  CatchUp catch_up_ = CatchUp::PageByPage;
+  std::unique_ptr<relay::internal::CatchUpSummary> summary_;
+  bool from_summary_ = false;  // taken_ holds summary entries
 };
 
 // Reads a relay's snapshot without attaching (read-only mapping).
