@@ -11,6 +11,9 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <unordered_map>
+#include <vector>
 
 namespace shm {
 
@@ -371,6 +374,86 @@ void clear_seal(SpillArea& a) noexcept {
 
 }  // namespace
 
+namespace {
+
+spill::PageRecord record_of(const View& v, std::uint32_t i) noexcept {
+  const EntryHead& e = v.entry(i);
+  return spill::PageRecord{ld(e.key),
+                           ld(e.first_seq),
+                           ld(e.last_seq),
+                           ld(e.op_count),
+                           ld(e.order),
+                           std::min(ld(e.len), v.params.value_size),
+                           (ld(e.flags) & kSealed) != 0 ? spill::kRecordRedelivered : 0u};
+}
+
+std::span<const std::byte> value_of(const View& v, std::uint32_t i, std::uint32_t len) noexcept {
+  return {reinterpret_cast<const std::byte*>(v.value(i)), len};
+}
+
+// The policy CompactOnWrite merges with, or null when the page is written
+// as the entries are (AppendCompact, raw_fifo, a merge that is not
+// associative or not registered here).
+const MergePolicy* compacting_policy(const View& v) {
+  if (static_cast<SpillMode>(ld(v.spill->mode)) != SpillMode::CompactOnWrite) return nullptr;
+  auto p = find_merge(ld(v.control->policy));
+  if (!p || !(*p)->keyed || !(*p)->flags.associative) return nullptr;
+  return *p;
+}
+
+// The chosen entries into the page, in drain order. CompactOnWrite
+// (docs/spill.md): the entries of one key become one record, their values
+// merged in drain order (first and last sequence widen, op counts add up, the
+// record takes the first one's place and order). An entry delivered before
+// (kSealed: a reader took it and gave it back) is never merged: it stays a
+// record of its own and the later entries of its key start a new one, so a
+// record never hands the application ops it may have applied together with
+// ops it has not (a consumer dropping replays by first_seq would drop the
+// new ones with them, a sum would count the old ones twice).
+void add_records(const View& v, SealJob& job) {
+  const MergePolicy* merge = compacting_policy(v);
+  if (merge == nullptr) {
+    for (const std::uint32_t i : job.chosen) {
+      const spill::PageRecord r = record_of(v, i);
+      job.page.add(r, value_of(v, i, r.len));
+    }
+    return;
+  }
+  const std::size_t value_size = v.params.value_size;
+  std::vector<spill::PageRecord> records;
+  std::vector<std::byte> values(job.chosen.size() * value_size), merged(value_size);
+  std::unordered_map<std::uint64_t, std::size_t> open;  // key -> the record merges go into
+  records.reserve(job.chosen.size());
+  for (const std::uint32_t i : job.chosen) {
+    const spill::PageRecord r = record_of(v, i);
+    const std::span<const std::byte> value = value_of(v, i, r.len);
+    const bool alone = (r.flags & spill::kRecordRedelivered) != 0;
+    if (alone) open.erase(r.key);
+    if (auto it = alone ? open.end() : open.find(r.key); it != open.end()) {
+      spill::PageRecord& into = records[it->second];
+      std::byte* current = values.data() + it->second * value_size;
+      auto n = combine(*merge, std::span<const std::byte>(current, into.len), value, merged);
+      if (n && *n <= value_size) {
+        std::memcpy(current, merged.data(), *n);
+        into.len = static_cast<std::uint32_t>(*n);
+        into.first_seq = std::min(into.first_seq, r.first_seq);
+        into.last_seq = std::max(into.last_seq, r.last_seq);
+        into.op_count += r.op_count;
+        continue;
+      }
+      // A merge that fails here failed nowhere else: the entry keeps its own record.
+    }
+    if (!alone) open[r.key] = records.size();
+    std::memcpy(values.data() + records.size() * value_size, value.data(), r.len);
+    records.push_back(r);
+  }
+  for (std::size_t k = 0; k < records.size(); ++k)
+    job.page.add(records[k],
+                 std::span<const std::byte>(values.data() + k * value_size, records[k].len));
+}
+
+}  // namespace
+
 Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, SealJob& job) {
   Control& c = *v.control;
   SpillArea& a = *v.spill;
@@ -417,22 +500,12 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
       return corrupt(path, shm::detail::format("spill seal: the pending list names entry {} after "
                                                "{} entries (capacity {})",
                                                i, job.chosen.size(), v.params.capacity));
-    const EntryHead& e = v.entry(i);
-    if (ld(e.order) >= gap_end) break;
-    const std::uint32_t len = std::min(ld(e.len), v.params.value_size);
-    spill::PageRecord r{ld(e.key),
-                        ld(e.first_seq),
-                        ld(e.last_seq),
-                        ld(e.op_count),
-                        ld(e.order),
-                        len,
-                        (ld(e.flags) & kSealed) != 0 ? spill::kRecordRedelivered : 0u};
-    job.page.add(r,
-                 std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), len));
+    if (ld(v.entry(i).order) >= gap_end) break;
     job.chosen.push_back(i);
   }
   if (job.chosen.empty())
     return fall_back(EventKind::SpillFallback, 0);  // all in the reader's hands
+  add_records(v, job);
   // The seal mutex: free, since no seal is in flight; a sealer that died
   // after clearing its record but before releasing it left OwnerDied, with
   // nothing to repair.

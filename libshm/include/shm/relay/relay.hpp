@@ -31,6 +31,8 @@ struct SpillPolicy {
   bool enabled = false;
   std::string dir;  // empty: $LIBSHM_SPILL_DIR/<relay>, else /var/lib/libshm/spill/<relay>
   std::uint64_t page_size = 64 * 1024;  // bytes per page, header included (>= header + 1 record)
+  // CompactOnWrite: a seal writes the entries of one key as one record where
+  // sound (never merging an entry a reader gave back); docs/spill.md.
   relay::SpillMode mode = relay::SpillMode::AppendCompact;
   relay::RetentionKind retention = relay::RetentionKind::UnboundedLog;
   std::uint64_t retention_bytes = 0;  // BoundedDisk: cold bytes at most this (then Block)
