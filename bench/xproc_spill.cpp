@@ -79,7 +79,7 @@
 // or scripts/bench.sh --only xproc_spill. Timings only mean something on a
 // quiet machine and a real disk (not a tmpfs): the flushes dominate.
 #include "harness/harness.hpp"
-#include "shm/platform/crc32c.hpp"
+#include "shm/channel/page_crc.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spill/page.hpp"
 
@@ -486,7 +486,8 @@ Measurement plain_file_run(const Options& o, const BaseDir& base, std::size_t va
     if (::rename(tmp.c_str(), final_path.c_str()) != 0) fail_errno("rename", tmp);
     if (::fsync(dir_fd.get()) != 0) fail_errno("fsync", dir);
     write_ns += now_ns() - t0;
-    crcs.push_back(shm::crc32c(content.data(), content.size()));  // untimed: for the read's check
+    crcs.push_back(
+        shm::page::checksum(content.data(), content.size()));  // untimed: for the read's check
   }
 
   // Read: every file in order, its CRC and its records checked.
@@ -508,7 +509,7 @@ Measurement plain_file_run(const Options& o, const BaseDir& base, std::size_t va
     const std::span<const std::byte> body(file.data() + shm::spill::kPageHeaderSize,
                                           h.content_bytes);
     if (h.magic != shm::spill::kPageMagic || h.content_bytes != content_bytes ||
-        shm::crc32c(body) != crcs[page - 1])
+        shm::page::checksum(body.data(), body.size()) != crcs[page - 1])
       throw BenchError(fmt::format("{}: header or content CRC wrong", path));
     for (std::uint64_t k = 0; k < h.records; ++k, ++next) {
       shm::spill::PageRecord rec{};
