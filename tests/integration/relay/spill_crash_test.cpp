@@ -5,6 +5,7 @@
 // the counters (pages_sealed, entries_spilled, ops_spilled, pages_acked,
 // pages_expired) exact: each change counted once, whatever step the kill hit.
 #include "shm/testing/spill_crash.hpp"
+#include "common/flip_byte.hpp"
 #include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
@@ -280,12 +281,8 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryRefusalStepCountsTheDamagedPageOnce) 
       first_page = w->snapshot().manifest.at(0).page_id;
     }
     const std::string dir = spill_.sub(name);
-    {
-      std::fstream f(dir + "/" + spill::page_file_name(first_page),
-                     std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
-      f.put('\x7f');  // a flipped content byte: the content CRC fails
-    }
+    test::flip_byte(dir + "/" + spill::page_file_name(first_page),
+                    spill::kPageHeaderSize + 50);  // a content byte: the content CRC fails
     auto helper = spill_peer({"refuse", name, std::to_string(static_cast<int>(point))});
     ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
     helper.kill(SIGKILL);

@@ -3,6 +3,7 @@
 // in order then the hot head, a page file goes only after its ack, the
 // manifest is rebuilt from the directory, bad pages are refused and counted,
 // retention bounds fall back to Block, and reconstruction equals the flat fold.
+#include "common/flip_byte.hpp"
 #include "common/scale.hpp"
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
@@ -22,7 +23,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -216,12 +216,8 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   const auto manifest = w->snapshot().manifest;
   ASSERT_GE(manifest.size(), 2u);
   const std::string dir = spill_.sub("bad");
-  {
-    std::fstream f(dir + "/" + spill::page_file_name(manifest[0].page_id),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
-    f.put('\x7f');
-  }
+  test::flip_byte(dir + "/" + spill::page_file_name(manifest[0].page_id),
+                  spill::kPageHeaderSize + 50);  // a content byte: the content CRC fails
   auto r = RelayReader::open("bad");
   ASSERT_TRUE(r);
   auto got = r->take(10);
@@ -245,12 +241,8 @@ TEST_F(RelaySpillTest, ACorruptPageReadAheadIsRefusedWhenReachedAndTheReaderGoes
   const auto manifest = w->snapshot().manifest;
   ASSERT_GE(manifest.size(), 3u);
   const std::string dir = spill_.sub("bad-ahead");
-  {
-    std::fstream f(dir + "/" + spill::page_file_name(manifest[1].page_id),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(spill::kPageHeaderSize + 50));
-    f.put('\x7f');
-  }
+  test::flip_byte(dir + "/" + spill::page_file_name(manifest[1].page_id),
+                  spill::kPageHeaderSize + 50);  // a content byte: the content CRC fails
   auto r = RelayReader::open("bad-ahead");
   ASSERT_TRUE(r);
   auto first = r->take(10);

@@ -1,4 +1,5 @@
 // Spill page files: the seal order, round trip, and every way a bad file is refused.
+#include "common/flip_byte.hpp"
 #include "common/temp_dir.hpp"
 #include "shm/spill/page.hpp"
 
@@ -9,7 +10,6 @@
 #include <unistd.h>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -38,15 +38,7 @@ class SpillPageTest : public ::testing::Test {
     dir_ = std::move(*d);
   }
   std::string file(std::uint64_t id) const { return dir_.path() + "/" + page_file_name(id); }
-  void flip(std::uint64_t id, std::uint64_t offset) {
-    std::fstream f(file(id), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(offset));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x40);
-    f.seekp(static_cast<std::streamoff>(offset));
-    f.write(&c, 1);
-  }
+  void flip(std::uint64_t id, std::uint64_t offset) { test::flip_byte(file(id), offset); }
   test::TempSpillDir tmp_;
   SpillDir dir_;
 };
