@@ -508,6 +508,7 @@ RelaySnapshot read_snapshot(const View& v) {
     s.is_spilling = s.cold_pages > 0;
     s.cursor_page = ld(a.cursor_page);
     s.cursor_record = ld(a.cursor_record);
+    s.catch_up_page = ld(a.catch_up_page);
     s.seal_in_flight = ld(a.seal_state) != 0;
     s.seal_page = s.seal_in_flight ? ld(a.seal_page) : 0;
     s.spilling_entries = 0;

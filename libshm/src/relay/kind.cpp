@@ -81,6 +81,7 @@ void describe(const Segment& seg, Node& out) {
     Node& cursor = sp.object("cursor");
     cursor.set("page", s.cursor_page);
     cursor.set("record", s.cursor_record);
+    cursor.set("catch_up_page", s.catch_up_page);
     Node& sk = sp.object("counters");
     sk.counter("pages_sealed", s.pages_sealed);
     sk.counter("entries_spilled", s.entries_spilled);

@@ -135,6 +135,9 @@ TEST_F(RelayCatchUpTest, SeveralPagesArriveAsOneEntryPerKeyAndGoAfterTheLastComm
   ASSERT_TRUE(r->commit());
   EXPECT_EQ(spill_page_files(dir), before.cold_pages);
   EXPECT_EQ(r->snapshot().pages_acked, 0u);
+  // The summary in delivery is recorded: its last page (shmctl inspect shows it).
+  const std::uint64_t summary_end = r->snapshot().catch_up_page;
+  EXPECT_GT(summary_end, before.manifest.front().page_id);
   // An abandoned take of the summary comes back, marked redelivered.
   t = r->take(1);
   ASSERT_TRUE(t);
@@ -170,6 +173,7 @@ TEST_F(RelayCatchUpTest, SeveralPagesArriveAsOneEntryPerKeyAndGoAfterTheLastComm
     if (*n == 0) break;
   }
   EXPECT_GE(first_acked, 2u) << "the first summary covered several pages";
+  EXPECT_EQ(r->snapshot().catch_up_page, 0u);
   std::uint64_t records = 0;
   for (const auto& page : before.manifest) records += page.records;
   EXPECT_LT(cold_entries, records) << "conflated: fewer entries than the pages' records";
@@ -249,6 +253,7 @@ TEST_F(RelayCatchUpTest, AReaderDeadInsideASummaryLeavesThePagesAndNoEntryCovers
       for (const RelayEntry& e : *t) app.apply(e);
     }
     EXPECT_EQ(w->snapshot().pages_acked, 0u);
+    EXPECT_NE(w->snapshot().catch_up_page, 0u) << "the dead reader's summary stays recorded";
     EXPECT_EQ(spill_page_files(spill_.sub(name)), pages_before);
     write_some(60);  // more pages: a fresh summary would cover more ops
     auto r = RelayReader::open(name);

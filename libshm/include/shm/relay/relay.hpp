@@ -122,6 +122,7 @@ struct RelaySnapshot {
   std::uint64_t retention_bytes = 0, retention_ttl_ms = 0;
   std::uint64_t cold_pages = 0, cold_bytes = 0, cold_ops = 0;
   std::uint64_t cursor_page = 0, cursor_record = 0;
+  std::uint64_t catch_up_page = 0;  // last page of the conflated summary being delivered, 0: none
   // A seal writing its page now (its entries wait, closed, in the hot head).
   bool seal_in_flight = false;
   std::uint64_t seal_page = 0, spilling_entries = 0;
