@@ -1081,18 +1081,26 @@ void RelayReader::read_ahead(std::uint64_t id) {
     ahead_->dir = std::move(*d);
   }
   if (ahead_->page_id == id) return;
+  // A read still running is of a page no take wanted (acknowledged in a
+  // conflated summary, expired, refused): joining it would make this take
+  // wait for a disk read it does not use. The take that reaches `id` reads
+  // it itself instead.
+  if (ahead_->reading.load(std::memory_order_acquire)) return;
   ahead_->wait();
   ahead_->page_id = id;
   ahead_->error.reset();
   ReadAhead* a = ahead_.get();
+  a->reading.store(true, std::memory_order_relaxed);
   try {
     // The thread touches nothing but `a` and the page file; the take that
     // uses the page joins it first (the join orders its writes before).
     a->thread = std::thread([a] {
       if (auto read = spill::read_page_into(a->dir, a->page_id, a->page); !read)
         a->error = std::move(read.error());
+      a->reading.store(false, std::memory_order_release);
     });
   } catch (const std::system_error&) {
+    a->reading.store(false, std::memory_order_relaxed);
     a->page_id = 0;  // no thread to be had: the take reads the page itself
   }
 }

@@ -10,6 +10,7 @@
 #include "shm/segment/segment.hpp"
 #include "shm/spill/page.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -316,6 +317,9 @@ class RelayReader : public relay::detail::Handle {
     std::uint64_t page_id = 0;  // the page read or being read; 0: none
     spill::Page page;
     std::optional<Error> error;  // the read's error (checked by the take that uses it)
+    // True from the thread's start until it has written its last byte
+    // (release; the joiner needs no order from it, the join gives that).
+    std::atomic<bool> reading{false};
     ReadAhead() = default;
     ReadAhead(const ReadAhead&) = delete;
     ReadAhead& operator=(const ReadAhead&) = delete;
