@@ -834,8 +834,8 @@ struct SlotSeen {
 // acknowledges, expires or refuses a sealed page and page ids are never
 // reused, so slots still Sealed as seen name the files that were read. A page
 // that cannot be read or does not match ends the summary before it (page by
-// page then reaches it and refuses it with its error); fewer than two pages
-// make no summary.
+// page then reaches it and refuses it with its error); a merge that fails,
+// or fewer than two pages, make no summary (page by page goes on).
 Result<bool> RelayReader::build_summary(spill::SpillDir& dir) {
   Control& c = *view_.control;
   SpillArea& a = *view_.spill;
@@ -895,19 +895,12 @@ Result<bool> RelayReader::build_summary(spill::SpillDir& dir) {
   std::size_t folded = 0;
   for (const SlotSeen& seen : run) {
     if (!spill::read_page_into(dir, seen.id, page) || !seen.matches(page.header)) break;
-    if (!summary->fold(page, seen.id, folded == 0 ? delivered_before : 0)) break;
+    // A merge that fails leaves that page half folded: no summary this time.
+    if (!summary->fold(page, seen.id, folded == 0 ? delivered_before : 0)) return false;
     ++folded;
   }
   if (folded < 2) return false;
-  if (folded < run.size()) {
-    // The fold stopped inside the page that failed: start again without it.
-    run.resize(folded);
-    summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_size);
-    for (std::size_t i = 0; i < run.size(); ++i)
-      if (!spill::read_page_into(dir, run[i].id, page) || !run[i].matches(page.header) ||
-          !summary->fold(page, run[i].id, i == 0 ? delivered_before : 0))
-        return false;
-  }
+  run.resize(folded);
   if (again) summary->mark_redelivered();
   summary->finish();
   if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
