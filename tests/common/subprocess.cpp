@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -17,9 +18,18 @@ Subprocess::Subprocess(std::vector<std::string> argv, bool capture) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // A test binary killed from outside (a ctest timeout, a hand's pkill)
+    // never runs the destructor that kills this child: without this a
+    // nats-server or shm-bridge outlives it and holds its ports and
+    // segments for the tests after it. The signal follows the forking
+    // thread, so a Subprocess must be made by a thread that outlives it
+    // (every test makes its own on the test's thread). The getppid check
+    // covers a parent that died before the prctl.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(126);
     if (capture) {
       ::dup2(fds[1], STDOUT_FILENO);
     }

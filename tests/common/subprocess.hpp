@@ -18,7 +18,10 @@ class Subprocess {
   Subprocess(Subprocess&& other) noexcept;
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
-  ~Subprocess();  // kills (SIGKILL) and reaps a child still running
+  // Kills (SIGKILL) and reaps a child still running. A child also dies with
+  // the thread that made it (PR_SET_PDEATHSIG), so one made by a test binary
+  // killed from outside does not outlive it.
+  ~Subprocess();
 
   [[nodiscard]] pid_t pid() const { return pid_; }
   // Reads stdout until a line equal to `line` appears or the timeout passes.
