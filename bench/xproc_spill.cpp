@@ -79,7 +79,7 @@
 // or scripts/bench.sh --only xproc_spill. Timings only mean something on a
 // quiet machine and a real disk (not a tmpfs): the flushes dominate.
 #include "harness/harness.hpp"
-#include "shm/channel/page_crc.hpp"
+#include "shm/platform/page_crc.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spill/page.hpp"
 

@@ -4,7 +4,7 @@
 #include "shm/segment/kind.hpp"
 #include "channel/internal.hpp"
 #include "shm/channel/layout.hpp"
-#include "shm/channel/page_crc.hpp"
+#include "shm/platform/page_crc.hpp"
 #include "shm/platform/futex.hpp"
 
 #include "format/format.hpp"

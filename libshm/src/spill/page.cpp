@@ -2,7 +2,7 @@
 // The format and the reasons for each step are in shm/spill/page.hpp.
 #include "shm/spill/page.hpp"
 
-#include "shm/channel/page_crc.hpp"
+#include "shm/platform/page_crc.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/process.hpp"

@@ -1,4 +1,4 @@
-#include "shm/channel/page_crc.hpp"
+#include "shm/platform/page_crc.hpp"
 #include "shm/platform/crc32c.hpp"
 
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 #pragma once
 
 #include "shm/channel/endpoint.hpp"
-#include "shm/channel/page_crc.hpp"
+#include "shm/platform/page_crc.hpp"
 
 #include <cassert>
 #include <chrono>

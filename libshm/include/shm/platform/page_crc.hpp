@@ -10,7 +10,7 @@
 // joined with two constant shifts (four table lookups each). Lengths below
 // one block, and the tail after the last block, use a single chain. From 512
 // bytes on, CPUs with AVX-512 VPCLMULQDQ fold 64-256 bytes per step with
-// carry-less multiplies instead (see libshm/src/channel/page_crc.cpp). Every path
+// carry-less multiplies instead (see libshm/src/platform/page_crc.cpp). Every path
 // returns exactly crc32c(); the unit tests compare them for every length.
 #pragma once
 
