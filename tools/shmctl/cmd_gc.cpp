@@ -17,8 +17,9 @@
 // the directory and every file belong to this user, nothing is a link or a
 // special file, every page-*.spill / page-*.tmp starts with the spill page
 // magic, relay.id is there and is a regular file (relay.owner, when there,
-// too), refused/ is empty, and nothing was written in the last 60 s (a relay
-// of another root may still use it). gc holds the directory's binding lock
+// too), refused/ is empty, removed/ holds only page files (pages a reader
+// acknowledged and had not unlinked yet), and nothing was written in the
+// last 60 s (a relay of another root may still use it). gc holds the directory's binding lock
 // while it decides and removes: a relay create binding it is not disturbed.
 // Anything else keeps the whole directory, with the reason.
 #include "output.hpp"
@@ -182,6 +183,56 @@ struct Refusal {
 Refusal refused(const Error& e) {
   return {false, e.message};
 }
+// The age check shared by every file gc would remove.
+std::expected<void, Refusal> old_enough(const std::string& path, std::chrono::seconds min_age) {
+  std::error_code ec;
+  const auto modified = fs::last_write_time(path, ec);
+  if (ec) return std::unexpected(Refusal{false, fmt::format("stat {}: {}", path, ec.message())});
+  const auto age =
+      std::chrono::duration_cast<std::chrono::seconds>(fs::file_time_type::clock::now() - modified);
+  if (age < min_age)
+    return std::unexpected(Refusal{true, fmt::format("{} was written {} s ago, less than {} s: "
+                                                     "a relay may still use it",
+                                                     path, age.count(), min_age.count())});
+  return {};
+}
+
+// A subdirectory of the spill directory (refused/, removed/): a directory
+// of this user, not a link.
+std::expected<void, Refusal> own_subdir(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0)
+    return std::unexpected(Refusal{false, fmt::format("stat {}: {}", path, std::strerror(errno))});
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
+    return std::unexpected(Refusal{false, fmt::format("{} is not a directory of this user", path)});
+  return {};
+}
+
+// removed/ holds pages a reader retired (acknowledged) and had not unlinked
+// yet: each must be a page file of this user, and goes with the directory.
+std::expected<void, Refusal> check_removed(const fs::path& dir, std::chrono::seconds min_age,
+                                           std::vector<SpillFile>& files) {
+  std::error_code ec;
+  fs::directory_iterator it(dir / "removed", ec);
+  if (ec)
+    return std::unexpected(
+        Refusal{false, fmt::format("read {}: {}", (dir / "removed").string(), ec.message())});
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
+    if (!(name.starts_with("page-") && name.ends_with(".spill")))
+      return std::unexpected(Refusal{false, fmt::format("{} is not a retired page", path)});
+    const Result<FileIdentity> id = check_own_file(path, false, spill::kPageMagic, "spill page");
+    if (!id) return std::unexpected(refused(id.error()));
+    if (auto ok = old_enough(path, min_age); !ok) return std::unexpected(ok.error());
+    files.push_back({"removed/" + name, *id});
+  }
+  if (ec)
+    return std::unexpected(
+        Refusal{false, fmt::format("read {}: {}", (dir / "removed").string(), ec.message())});
+  return {};
+}
+
 std::expected<std::vector<SpillFile>, Refusal> check_spill_contents(const fs::path& dir,
                                                                     std::chrono::seconds min_age) {
   std::vector<SpillFile> files;
@@ -189,21 +240,19 @@ std::expected<std::vector<SpillFile>, Refusal> check_spill_contents(const fs::pa
   fs::directory_iterator it(dir, ec);
   if (ec)
     return std::unexpected(Refusal{false, fmt::format("read {}: {}", dir.string(), ec.message())});
-  const auto now = fs::file_time_type::clock::now();
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const std::string path = it->path().string();
     if (name == "refused") {
-      struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0)
-        return std::unexpected(
-            Refusal{false, fmt::format("stat {}: {}", path, std::strerror(errno))});
-      if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
-        return std::unexpected(
-            Refusal{false, fmt::format("{} is not a directory of this user", path)});
+      if (auto ok = own_subdir(path); !ok) return std::unexpected(ok.error());
       if (!fs::is_empty(path, ec) || ec)
         return std::unexpected(Refusal{
             false, fmt::format("{} holds refused pages: inspect them (docs/spill.md)", path)});
+      continue;
+    }
+    if (name == "removed") {
+      if (auto ok = own_subdir(path); !ok) return std::unexpected(ok.error());
+      if (auto ok = check_removed(dir, min_age, files); !ok) return std::unexpected(ok.error());
       continue;
     }
     Result<FileIdentity> id = FileIdentity{};
@@ -226,13 +275,7 @@ std::expected<std::vector<SpillFile>, Refusal> check_spill_contents(const fs::pa
       return std::unexpected(Refusal{false, fmt::format("{} is not a file a relay writes", path)});
     }
     if (!id) return std::unexpected(refused(id.error()));
-    const auto modified = fs::last_write_time(path, ec);
-    if (ec) return std::unexpected(Refusal{false, fmt::format("stat {}: {}", path, ec.message())});
-    const auto age = std::chrono::duration_cast<std::chrono::seconds>(now - modified);
-    if (age < min_age)
-      return std::unexpected(Refusal{true, fmt::format("{} was written {} s ago, less than {} s: "
-                                                       "a relay may still use it",
-                                                       path, age.count(), min_age.count())});
+    if (auto ok = old_enough(path, min_age); !ok) return std::unexpected(ok.error());
     files.push_back({name, *id});
   }
   if (ec)
@@ -287,7 +330,8 @@ Decision collect_spill_dir(const Context& ctx, const fs::path& dir, const GcOpti
     return d;
   }
   std::uint64_t pages = 0;
-  for (const SpillFile& f : *files) pages += f.name.starts_with("page-") ? 1 : 0;
+  for (const SpillFile& f : *files)
+    pages += f.name.starts_with("page-") ? 1 : 0;  // not retired ones
   const std::string why = fmt::format("relay segment {} is gone; {} page file(s)", relay, pages);
   if (options.dry_run) {
     d.action = "would_remove";
@@ -303,6 +347,7 @@ Decision collect_spill_dir(const Context& ctx, const fs::path& dir, const GcOpti
   }
   std::error_code ec;
   (void)fs::remove(dir / "refused", ec);  // empty, checked above
+  (void)fs::remove(dir / "removed", ec);  // its retired pages unlinked above
   if (!fs::remove(dir, ec) || ec) {
     d.action = "failed";
     d.reason = fmt::format("rmdir: {}", ec ? ec.message() : "not removed");

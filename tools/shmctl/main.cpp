@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
       "yours and empty or start with the segment magic. A spill directory <base>/<relay>\n"
       "is removed when relay <relay> is gone from the root and everything in it is yours,\n"
       "is a relay's own file (pages with the spill page magic, relay.id, an empty\n"
-      "refused/) and is older than 60 s; anything else keeps it, with the reason.\n\n"
+      "refused/, retired pages in removed/) and is older than 60 s; anything else keeps\n"
+      "it, with the reason.\n\n"
       "Examples:\n  shmctl gc --dry-run\n  shmctl gc --json\n"
       "  shmctl gc --spill-dir /var/lib/libshm/spill --dry-run");
   runners.emplace_back(gc, [&](const Context& c) { return run_gc(c, gc_options); });

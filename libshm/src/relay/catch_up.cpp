@@ -17,8 +17,8 @@ CatchUpSummary::CatchUpSummary(const MergePolicy& policy, std::size_t value_size
 Result<void> CatchUpSummary::fold(const spill::Page& page, std::uint64_t page_id,
                                   std::uint64_t delivered_before) {
   pages_.push_back(page_id);
-  for (std::size_t r = 0; r < page.records.size(); ++r) {
-    const spill::Record& rec = page.records[r];
+  for (std::size_t r = 0; r < page.records(); ++r) {
+    const spill::Record rec = page.record(r);
     const bool redelivered =
         r < delivered_before || (rec.head.flags & spill::kRecordRedelivered) != 0;
     if (rec.value.size() > value_size_)

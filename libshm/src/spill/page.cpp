@@ -2,9 +2,9 @@
 // The format and the reasons for each step are in shm/spill/page.hpp.
 #include "shm/spill/page.hpp"
 
-#include "shm/platform/page_crc.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
+#include "shm/platform/page_crc.hpp"
 #include "shm/platform/process.hpp"
 #include "shm/testing/spill_crash.hpp"  // set_spill_sync (libshm/testing, not installed)
 
@@ -51,6 +51,7 @@ constexpr const char* kOwnerFile = "relay.owner";
 constexpr std::string_view kOwnerMagic = "libshm spill owner 1\n";
 constexpr std::size_t kOwnerMaxBytes = 4096;
 constexpr const char* kRefusedDir = "refused";
+constexpr const char* kRemovedDir = "removed";
 constexpr std::uint64_t kIdMagic = 0x44'4950'534D'4853ull;  // "SHMSPID"
 
 std::uint32_t header_crc(const PageHeader& h) {
@@ -167,11 +168,13 @@ void PageBuilder::add(const PageRecord& head, std::span<const std::byte> value) 
   const std::size_t at = bytes_.size();
   PageRecord h = head;
   h.len = static_cast<std::uint32_t>(value.size());
-  // Appended, not resized then copied over: each byte is written once.
-  const auto* raw = reinterpret_cast<const std::byte*>(&h);
-  bytes_.insert(bytes_.end(), raw, raw + sizeof h);
-  bytes_.insert(bytes_.end(), value.begin(), value.end());
-  bytes_.resize(at + record_stride(h.len));  // the zero padding
+  const std::uint64_t stride = record_stride(h.len);
+  // One resize (within the reserved capacity: no reallocation on a seal;
+  // it zeroes the padding), then the head and the value over it.
+  bytes_.resize(at + stride);
+  std::byte* out = bytes_.data() + at;
+  store_record(out, h);
+  if (!value.empty()) std::memcpy(out + sizeof h, value.data(), value.size());
   if (records_ == 0) {
     first_seq_ = h.first_seq;
     first_order_ = h.order;
@@ -371,7 +374,7 @@ Result<void> read_page_file_into(const SpillDir& dir, const std::string& name,
     return fail(Errc::Truncated,
                 shm::detail::format("{}: {} bytes, shorter than a page header ({})", what, size,
                                     sizeof(PageHeader)));
-  page.records.clear();
+  page.offsets.clear();
   PageHeader& h = page.header;
   if (auto ok = read_all(fd, &h, sizeof h, 0, what); !ok) return std::unexpected(ok.error());
   if (h.magic != kPageMagic)
@@ -411,35 +414,35 @@ Result<void> read_page_file_into(const SpillDir& dir, const std::string& name,
                                                    what, crc, h.content_crc));
   // Records: bounds, counts and ranges against the header (a CRC is no
   // defence against a buggy writer).
-  std::uint64_t at = 0, ops = 0, last_order = 0;
-  page.records.reserve(h.records);
-  while (at < page.content.size()) {
-    if (page.content.size() - at < sizeof(PageRecord))
+  std::uint64_t at = 0, ops = 0, last_order = 0, first_order = 0;
+  page.offsets.reserve(h.records);
+  const std::byte* const content = page.content.data();
+  const std::uint64_t content_size = page.content.size();
+  while (at < content_size) {
+    if (content_size - at < sizeof(PageRecord))
       return fail(Errc::Corrupt, shm::detail::format("{}: record at {} cut short", what, at));
-    Record r;
-    std::memcpy(&r.head, page.content.data() + at, sizeof r.head);
-    if (record_stride(r.head.len) > page.content.size() - at)
-      return fail(Errc::Corrupt, shm::detail::format("{}: record at {} claims {} value bytes", what,
-                                                     at, r.head.len));
-    if (r.head.order <= last_order || r.head.first_seq > r.head.last_seq || r.head.op_count == 0 ||
-        r.head.first_seq < h.first_seq || r.head.last_seq > h.last_seq)
+    const PageRecord r = load_record(content + at);
+    if (record_stride(r.len) > content_size - at)
+      return fail(Errc::Corrupt,
+                  shm::detail::format("{}: record at {} claims {} value bytes", what, at, r.len));
+    if (r.order <= last_order || r.first_seq > r.last_seq || r.op_count == 0 ||
+        r.first_seq < h.first_seq || r.last_seq > h.last_seq)
       return fail(Errc::Corrupt,
                   shm::detail::format("{}: record {} (order {}, seq {}..{}, ops {}) out of the "
                                       "page's ranges",
-                                      what, page.records.size(), r.head.order, r.head.first_seq,
-                                      r.head.last_seq, r.head.op_count));
-    last_order = r.head.order;
-    r.value = std::span<const std::byte>(page.content.data() + at + sizeof(PageRecord), r.head.len);
-    ops += r.head.op_count;
-    page.records.push_back(r);
-    at += record_stride(r.head.len);
+                                      what, page.offsets.size(), r.order, r.first_seq, r.last_seq,
+                                      r.op_count));
+    if (page.offsets.empty()) first_order = r.order;
+    last_order = r.order;
+    ops += r.op_count;
+    page.offsets.push_back(static_cast<std::uint32_t>(at));  // below kMaxPageContent
+    at += record_stride(r.len);
   }
-  if (page.records.size() != h.records || ops != h.ops ||
-      (h.records > 0 && (page.records.front().head.order != h.first_order ||
-                         page.records.back().head.order != h.last_order)))
+  if (page.offsets.size() != h.records || ops != h.ops ||
+      (h.records > 0 && (first_order != h.first_order || last_order != h.last_order)))
     return fail(Errc::Corrupt,
                 shm::detail::format("{}: {} records / {} ops, the header says {} / {}", what,
-                                    page.records.size(), ops, h.records, h.ops));
+                                    page.offsets.size(), ops, h.records, h.ops));
   return {};
 }
 
@@ -461,6 +464,70 @@ Result<void> remove_page(const SpillDir& dir, std::uint64_t page_id) {
   if (::unlinkat(dir.fd(), name.c_str(), 0) != 0 && errno != ENOENT)
     return fail_errno(errno, dir.path() + "/" + name);
   return sync_dir(dir);
+}
+
+Result<void> retire_page(const SpillDir& dir, std::uint64_t page_id) {
+  const std::string name = page_file_name(page_id);
+  const std::string to = std::string(kRemovedDir) + "/" + name;
+  if (::renameat(dir.fd(), name.c_str(), dir.fd(), to.c_str()) != 0) {
+    const int err = errno;
+    if (err != ENOENT) return fail_errno(err, dir.path() + "/" + name);
+    if (::faccessat(dir.fd(), name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) != 0)
+      return sync_dir(dir);  // the page is already gone
+    // removed/ is missing (the first retirement here, or a hand removed it).
+    if (::mkdirat(dir.fd(), kRemovedDir, 0700) != 0 && errno != EEXIST)
+      return fail_errno(errno, dir.path() + "/" + kRemovedDir);
+    if (::renameat(dir.fd(), name.c_str(), dir.fd(), to.c_str()) != 0 && errno != ENOENT)
+      return fail_errno(errno, dir.path() + "/" + name);
+  }
+  // One fsync makes the rename durable (ext4 journals both directories'
+  // changes in one transaction): after a power loss the page is not back
+  // in the directory to be adopted and delivered again.
+  return sync_dir(dir);
+}
+
+Result<std::size_t> purge_removed(const SpillDir& dir) {
+  const int fd = ::openat(dir.fd(), kRemovedDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::size_t{0};
+    return fail_errno(errno, dir.path() + "/" + kRemovedDir);
+  }
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return fail_errno(err, dir.path() + "/" + kRemovedDir);
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n != "." && n != "..") names.emplace_back(n);
+  }
+  std::size_t gone = 0;
+  for (const std::string& n : names)  // unlinkat without AT_REMOVEDIR: never a directory
+    if (::unlinkat(::dirfd(d), n.c_str(), 0) == 0) ++gone;
+  ::closedir(d);
+  return gone;
+}
+
+bool has_removed(const SpillDir& dir) noexcept {
+  const int fd = ::openat(dir.fd(), kRemovedDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return false;
+  }
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n != "." && n != "..") {
+      any = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return any;
 }
 
 Result<void> sync_dir(const SpillDir& dir) {
@@ -555,7 +622,9 @@ Result<DirListing> list_dir(const SpillDir& dir) {
   DirListing out;
   while (const dirent* e = ::readdir(d)) {
     const std::string_view n = e->d_name;
-    if (n == "." || n == ".." || n == kIdFile || n == kOwnerFile || n == kRefusedDir) continue;
+    if (n == "." || n == ".." || n == kIdFile || n == kOwnerFile || n == kRefusedDir ||
+        n == kRemovedDir)
+      continue;
     if (const std::uint64_t id = page_id_of(n); id != 0)
       out.pages.push_back(id);
     else if (n.starts_with("page-") && n.ends_with(".tmp"))

@@ -35,6 +35,13 @@ using namespace std::chrono_literals;
 using test::Subprocess;
 using P = test_hooks::SpillCrashPoint;
 
+// removed/ is gone or empty: every retired page file was unlinked.
+bool nothing_retired_left(const std::string& dir) {
+  std::error_code ec;
+  fs::directory_iterator removed(dir + "/removed", ec);
+  return ec || removed == fs::directory_iterator{};
+}
+
 Subprocess spill_peer(std::vector<std::string> args) {
   args.insert(args.begin(), test::helper_path("spill_peer"));
   return Subprocess(std::move(args));
@@ -199,6 +206,10 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAga
     const RelaySnapshot s = r->snapshot();
     EXPECT_EQ(s.pages_acked, s.pages_sealed) << "every sealed page acknowledged, each counted once";
     EXPECT_EQ(s.cold_pages, 0u);
+    // Killed at FileRemoved, the helper left its retired page in removed/:
+    // the next reader unlinks it.
+    *r = RelayReader{};  // closed: its purger is done
+    EXPECT_TRUE(nothing_retired_left(spill_.sub(name))) << "a retired page outlived the readers";
   }
 }
 
@@ -441,6 +452,8 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
     EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
     check_verify(name);
+    *r = RelayReader{};  // closed: its purger is done
+    EXPECT_TRUE(nothing_retired_left(spill_.sub(name))) << "a retired page outlived the readers";
   }
 }
 

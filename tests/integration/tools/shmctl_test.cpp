@@ -1309,8 +1309,8 @@ TEST_F(ShmctlTest, GcNeverRemovesATempFileOfAnotherUser) {
 // gc and spill directories: <base>/<relay> goes only when relay <relay> is
 // gone from the root and everything in the directory is this user's, is a
 // file a relay writes (pages with the spill page magic, relay.id, an empty
-// refused/) and is older than 60 s, and no relay create holds its binding
-// lock. Anything else keeps the whole directory.
+// refused/, retired pages in removed/) and is older than 60 s, and no relay create holds its
+// binding lock. Anything else keeps the whole directory.
 TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheirPages) {
   const test::TempSpillDir spill;
   auto relay_with_pages = [&](const std::string& name) {
@@ -1335,8 +1335,16 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   auto age_all = [&](const std::string& dir) {
     for (const auto& e : fs::directory_iterator(spill.sub(dir))) make_old(e.path().string(), 600s);
   };
-  // A relay removed with pages on disk, and one that still exists.
+  // A relay removed with pages on disk (a reader drained its first page: an
+  // empty removed/ stays), and one that still exists.
   relay_with_pages("gone").reset();
+  {
+    auto reader = RelayReader::open("gone", {.root = root_.path()});
+    ASSERT_TRUE(reader) << reader.error().what();
+    auto n = reader->drain(4, [](const RelayEntry&) {});
+    ASSERT_TRUE(n && *n == 4u);
+  }
+  ASSERT_TRUE(fs::is_directory(spill.sub("gone") + "/removed"));
   ASSERT_GT(pages_in("gone"), 0u);
   ASSERT_TRUE(fs::remove(root_.file("gone")));
   age_all("gone");
@@ -1365,6 +1373,17 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   fs::create_directories(spill.sub("refusals") + "/refused");
   std::ofstream(spill.sub("refusals") + "/refused/page-0000000000000003.spill.bad-crc") << "x";
   age_all("refusals");
+  // Pages a reader retired and had not unlinked: they go with the directory.
+  fake_dir("retired", false);
+  fs::create_directories(spill.sub("retired") + "/removed");
+  fs::copy_file(spill.sub("retired") + "/page-0000000000000001.spill",
+                spill.sub("retired") + "/removed/page-0000000000000000.spill");
+  make_old(spill.sub("retired") + "/removed/page-0000000000000000.spill", 600s);
+  age_all("retired");
+  fake_dir("retired-junk", false);
+  fs::create_directories(spill.sub("retired-junk") + "/removed");
+  std::ofstream(spill.sub("retired-junk") + "/removed/notes.txt") << "precious";
+  age_all("retired-junk");
   fs::create_directories(spill.sub("elsewhere"));
   fs::create_directory_symlink(spill.sub("elsewhere"), spill.sub("link"));
   fake_dir("fifo", false);
@@ -1382,7 +1401,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
 
   const CliResult dry = run({"gc", "--dry-run", "--json", "--spill-dir", spill.path()});
   ASSERT_EQ(dry.code, 0) << dry;
-  EXPECT_EQ(dry.parsed()["would_remove"], 2) << dry;
+  EXPECT_EQ(dry.parsed()["would_remove"], 3) << dry;
   EXPECT_GT(pages_in("gone"), 0u);
 
   const CliResult r = run({"gc", "--json", "--spill-dir", spill.path()});
@@ -1406,6 +1425,8 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   expect("text-page", "skipped", "does not start with the spill page magic");
   expect("young", "kept", "a relay may still use it");
   expect("refusals", "skipped", "holds refused pages");
+  expect("retired", "removed", "1 page file(s)");
+  expect("retired-junk", "skipped", "notes.txt is not a retired page");
   expect("link", "skipped", "symbolic link");
   expect("fifo", "skipped", "a FIFO, not a spill page file");
   expect("elsewhere", "skipped", "no relay.id");  // an empty directory: not a relay's
@@ -1415,6 +1436,8 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
   }
   EXPECT_FALSE(fs::exists(spill.sub("gone")));
   EXPECT_FALSE(fs::exists(spill.sub("orphan")));
+  EXPECT_FALSE(fs::exists(spill.sub("retired")));
+  EXPECT_TRUE(fs::exists(spill.sub("retired-junk") + "/removed/notes.txt"));
   EXPECT_GT(pages_in("live"), 0u);
   EXPECT_TRUE(fs::exists(spill.sub("notes") + "/notes.txt"));
   EXPECT_TRUE(fs::exists(spill.sub("text-page") + "/page-0000000000000001.spill"));

@@ -62,6 +62,13 @@ std::size_t files_in(const std::string& dir, std::string_view suffix) {
   return n;
 }
 
+// Entries of `dir`/removed/ (0 when it does not exist).
+std::size_t removed_left(const std::string& dir) {
+  std::error_code ec;
+  fs::directory_iterator it(dir + "/removed", ec);
+  return ec ? 0 : static_cast<std::size_t>(std::distance(it, fs::directory_iterator{}));
+}
+
 // Drains everything; returns (key, value, first_seq) in delivery order.
 struct SpilledEntry {
   std::uint64_t key, value, first, last, count;
@@ -159,6 +166,74 @@ TEST_F(RelaySpillTest, APageFileIsRemovedOnlyAfterTheReaderAcknowledgesIt) {
   const auto rest = drain_spilled(*r);
   ASSERT_EQ(rest.size(), 8u);
   EXPECT_EQ(rest.front().value, 4u);
+}
+
+// An acknowledged page leaves the directory at its commit (renamed into
+// removed/, durably); its unlink runs on the reader's purger thread, and a
+// closed reader leaves nothing behind.
+TEST_F(RelaySpillTest, AnAcknowledgedPageLeavesTheDirectoryAtItsCommitAndNothingIsLeftOnClose) {
+  auto w = RelayWriter::create("retire", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  const std::string dir = spill_.sub("retire");
+  const std::uint64_t pages = w->snapshot().cold_pages;
+  ASSERT_GE(pages, 3u);
+  auto r = RelayReader::open("retire");
+  ASSERT_TRUE(r);
+  std::uint64_t acked = 0, next = 0;
+  for (int guard = 0; guard < 1000; ++guard) {
+    auto n = r->drain(4, [&](const RelayEntry& e) { EXPECT_EQ(u64_of(e.value), next++); });
+    ASSERT_TRUE(n) << n.error().what();
+    if (*n == 0) break;
+    const RelaySnapshot s = r->snapshot();
+    if (s.pages_acked > acked) {
+      acked = s.pages_acked;
+      EXPECT_EQ(files_in(dir, ".spill"), s.cold_pages) << "an acknowledged page is out at once";
+      EXPECT_EQ(s.manifest.size(), s.cold_pages) << "its slot freed at the commit";
+    }
+  }
+  EXPECT_EQ(next, 20u);
+  EXPECT_EQ(acked, pages);
+  *r = RelayReader{};  // closed: its purger finishes, then stops
+  EXPECT_EQ(removed_left(dir), 0u) << "a closed reader left retired pages behind";
+  EXPECT_EQ(files_in(dir, ".spill"), 0u);
+}
+
+// A page in removed/ (retired by a reader killed before its unlink) is never
+// adopted by a rebuild, and the next reader unlinks it.
+TEST_F(RelaySpillTest, ARetiredPageIsNeverAdoptedAndTheNextReaderUnlinksIt) {
+  std::uint64_t pages = 0, first_page = 0;
+  const std::string dir = spill_.sub("retired");
+  {
+    auto w = RelayWriter::create("retired", spill_cfg(policy::kRawFifo));
+    ASSERT_TRUE(w);
+    for (std::uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+    pages = w->snapshot().cold_pages;
+    first_page = w->snapshot().manifest.at(0).page_id;
+    ASSERT_GE(pages, 2u);
+    ASSERT_TRUE(w->segment().unlink());  // the machine "rebooted"
+  }
+  // As a reader leaves it after retiring the first page, before its unlink.
+  fs::create_directories(dir + "/removed");
+  fs::rename(dir + "/" + spill::page_file_name(first_page),
+             dir + "/removed/" + spill::page_file_name(first_page));
+  auto w = RelayWriter::create("retired", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w) << w.error().what();
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.pages_rebuilt, pages - 1) << "the retired page was adopted";
+  for (const RelaySnapshot::ColdPage& m : s.manifest) EXPECT_NE(m.page_id, first_page);
+  EXPECT_EQ(s.pages_refused, 0u) << "removed/ is not a foreign file";
+  EXPECT_EQ(removed_left(dir), 1u);
+  {
+    auto r = RelayReader::open("retired");  // opened and closed: it retires nothing itself
+    ASSERT_TRUE(r);
+  }
+  EXPECT_EQ(removed_left(dir), 0u) << "the next reader did not unlink the leftover";
+  auto r = RelayReader::open("retired");
+  ASSERT_TRUE(r);
+  const auto got = drain_spilled(*r);
+  ASSERT_EQ(got.size(), (pages - 1) * 4);
+  EXPECT_EQ(got.front().value, 4u) << "the first page's ops came back";
 }
 
 TEST_F(RelaySpillTest, KeyedSumSpillsAndTheFoldOfWhatTheReaderGetsIsTheFlatFold) {

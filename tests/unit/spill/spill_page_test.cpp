@@ -74,12 +74,12 @@ TEST_F(SpillPageTest, ASealedPageReadsBackWithEveryRecordAndHeaderField) {
   EXPECT_EQ(h.records, 3u);
   EXPECT_EQ(h.ops, 6u);
   EXPECT_EQ(h.content_crc, sealed->content_crc);
-  ASSERT_EQ(page->records.size(), 3u);
-  EXPECT_EQ(page->records[1].head.key, 2u);
-  EXPECT_EQ(page->records[1].value.size(), 5u);
-  EXPECT_EQ(static_cast<unsigned char>(page->records[1].value[4]), 0x22);
-  EXPECT_EQ(page->records[2].head.flags, kRecordRedelivered);
-  EXPECT_TRUE(page->records[2].value.empty());
+  ASSERT_EQ(page->records(), 3u);
+  EXPECT_EQ(page->record(1).head.key, 2u);
+  EXPECT_EQ(page->record(1).value.size(), 5u);
+  EXPECT_EQ(static_cast<unsigned char>(page->record(1).value[4]), 0x22);
+  EXPECT_EQ(page->record(2).head.flags, kRecordRedelivered);
+  EXPECT_TRUE(page->record(2).value.empty());
   // Only the final name is left: no temporary file.
   auto listing = list_dir(dir_);
   ASSERT_TRUE(listing);

@@ -23,6 +23,10 @@
 #include <utility>
 #include <vector>
 
+namespace shm::spill {
+class Purger;  // shm/spill/purger.hpp
+}
+
 namespace shm {
 
 // The spill store behind the Spill overflow (docs/spill.md). Stored in the
@@ -294,7 +298,8 @@ class RelayReader : public relay::detail::Handle {
   [[nodiscard]] Result<void> commit_summary();
   // Under the mutex: acknowledges the page of slot `s` (inside the Ack intent).
   void acknowledge(relay::ManifestSlot& s, std::uint64_t records);
-  // Unlocked: removes the acknowledged pages' files, then frees their slots.
+  // Unlocked: retires the acknowledged pages' files (out of the directory,
+  // durably; their unlink left to purger_), then frees their slots.
   [[nodiscard]] Result<void> remove_acknowledged(spill::SpillDir& dir,
                                                  std::span<const std::uint64_t> ids);
   void claim_cold(std::uint64_t page_id, std::size_t credit);
@@ -333,6 +338,10 @@ class RelayReader : public relay::detail::Handle {
   // reads it itself).
   void read_ahead(std::uint64_t page_id);
   std::unique_ptr<ReadAhead> ahead_;
+  // Unlinks the pages remove_acknowledged() retired into removed/, on a
+  // thread (started on first use; joined, its last purge done, on close).
+  void purge_later(spill::SpillDir& dir);
+  std::unique_ptr<spill::Purger> purger_;
   CatchUp catch_up_ = CatchUp::PageByPage;
   std::unique_ptr<relay::internal::CatchUpSummary> summary_;
   bool from_summary_ = false;  // taken_ holds summary entries

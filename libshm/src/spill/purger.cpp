@@ -1,0 +1,89 @@
+#include "shm/spill/purger.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+namespace shm::spill {
+
+struct Purger::State {
+  explicit State(SpillDir d) : dir(std::move(d)) {}
+  void run();
+  SpillDir dir;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::uint64_t asked = 0, done = 0;  // purges asked for / finished (under mutex)
+  std::size_t purged = 0;
+  bool stop = false;
+  std::thread thread;
+};
+
+Purger::Purger(SpillDir dir) : state_(std::make_unique<State>(std::move(dir))) {
+  State* s = state_.get();
+  try {
+    s->thread = std::thread([s] { s->run(); });
+  } catch (const std::system_error&) {
+    // No thread to be had: kick() purges on the caller's thread.
+  }
+}
+
+Purger::~Purger() {
+  State& s = *state_;
+  {
+    std::lock_guard held(s.mutex);
+    s.stop = true;
+  }
+  s.cv.notify_all();
+  if (s.thread.joinable()) s.thread.join();
+}
+
+void Purger::kick() {
+  State& s = *state_;
+  if (!s.thread.joinable()) {
+    const Result<std::size_t> n = purge_removed(s.dir);
+    std::lock_guard held(s.mutex);
+    s.purged += n ? *n : 0;
+    ++s.asked;
+    ++s.done;
+    return;
+  }
+  {
+    std::lock_guard held(s.mutex);
+    ++s.asked;
+  }
+  s.cv.notify_all();
+}
+
+void Purger::settle() {
+  State& s = *state_;
+  std::unique_lock held(s.mutex);
+  const std::uint64_t target = s.asked;
+  s.cv.wait(held, [&] { return s.done >= target; });
+}
+
+std::size_t Purger::purged() const {
+  State& s = *state_;
+  std::lock_guard held(s.mutex);
+  return s.purged;
+}
+
+void Purger::State::run() {
+  std::unique_lock held(mutex);
+  for (;;) {
+    cv.wait(held, [&] { return asked != done || stop; });
+    if (asked == done) return;  // stopped with nothing asked
+    // One pass answers every kick so far: a file retired before its kick
+    // is in removed/ when the pass lists it.
+    const std::uint64_t answering = asked;
+    held.unlock();
+    const Result<std::size_t> n = purge_removed(dir);  // a failure: retried by the next kick
+    held.lock();
+    purged += n ? *n : 0;
+    done = answering;
+    cv.notify_all();
+  }
+}
+
+}  // namespace shm::spill
