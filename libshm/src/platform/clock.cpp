@@ -15,6 +15,9 @@ std::uint64_t read_clock(clockid_t id) noexcept {
 std::uint64_t monotonic_ns() noexcept {
   return read_clock(CLOCK_MONOTONIC);
 }
+std::uint64_t coarse_monotonic_ns() noexcept {
+  return read_clock(CLOCK_MONOTONIC_COARSE);
+}
 std::uint64_t realtime_ns() noexcept {
   return read_clock(CLOCK_REALTIME);
 }
