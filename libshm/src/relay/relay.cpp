@@ -2,6 +2,7 @@
 // reader's take/commit/abandon/wait, reconfigure and retune, the role facades.
 #include "internal.hpp"
 #include "relay/catch_up.hpp"
+#include "relay/sealer.hpp"
 #include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
@@ -354,6 +355,49 @@ Result<void> Handle::retune(const Backpressure& bp) {
 
 // ---------------------------------------------------------------- writer
 
+RelayWriter::RelayWriter() noexcept = default;
+RelayWriter::RelayWriter(RelayWriter&&) noexcept = default;
+RelayWriter::~RelayWriter() = default;  // sealer_ first: it uses the mapping
+
+RelayWriter& RelayWriter::operator=(RelayWriter&& other) noexcept {
+  if (this != &other) {
+    sealer_.reset();  // its thread uses this handle's mapping, replaced below
+    Handle::operator=(std::move(other));
+    sealer_ = std::move(other.sealer_);
+  }
+  return *this;
+}
+
+Result<void> RelayWriter::set_seal_mode(SealMode mode) {
+  assert(view_.control != nullptr && "use of an empty RelayWriter");
+  if (mode == SealMode::Inline) {
+    sealer_.reset();  // a seal under way finishes first
+    return {};
+  }
+  if (sealer_ != nullptr) return {};
+  if (ld(view_.spill->enabled) == 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("{}: background sealing needs a spill store (spill.enabled)",
+                                    segment_.path()));
+  auto own = spill::SpillDir::open(spill_dir_of(view_), false);
+  if (!own) return std::unexpected(own.error());
+  if (own->relay_id() != ld(view_.spill->relay_id))
+    return fail(Errc::ForeignHandle,
+                shm::detail::format("{}: the spill directory {} belongs to another relay",
+                                    segment_.path(), own->path()));
+  try {
+    sealer_ = std::make_unique<relay::internal::Sealer>(view_, segment_.path(), std::move(*own));
+  } catch (const std::system_error& e) {
+    return fail(Errc::SystemError,
+                shm::detail::format("{}: no sealer thread: {}", segment_.path(), e.what()));
+  }
+  return {};
+}
+
+SealMode RelayWriter::seal_mode() const noexcept {
+  return sealer_ != nullptr ? SealMode::Background : SealMode::Inline;
+}
+
 Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
                                         const CreateOptions& options) {
   auto seg = create_segment(name, config, options);
@@ -420,6 +464,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
     std::uint32_t park_word = 0;
     bool park = false;
     bool seal_now = false;
+    bool wait_sealer = false;
     {
       Held held(c);
       auto pol = policy_now();
@@ -556,6 +601,18 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
               if (hard)
                 if (auto ok = reap_sealer(view_, path); !ok) return std::unexpected(ok.error());
               if (sealed && !hard) break;  // one seal per write, as the level allows
+              if (sealer_ != nullptr) {
+                // Background: the sealer seals while this write appends into
+                // the room; with none left, the write waits for its seal.
+                if (!hard) {
+                  if (ld(view_.spill->seal_state) == 0) sealer_->kick();
+                  break;
+                }
+                if (sealer_->busy()) {
+                  wait_sealer = true;
+                  break;
+                }
+              }
               SealStart begun = SealStart::Impossible;
               if (!seal_failed) {
                 auto b = begin_seal(view_, !fell_back, path, job);
@@ -581,8 +638,8 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             }
             break;
         }
-        if (seal_now) {
-          // unlock (Held), seal, then try the write again
+        if (seal_now || wait_sealer) {
+          // unlock (Held), seal or wait for the sealer, then try the write again
         } else if (block) {
           if (start == 0) start = monotonic_ns();  // `now` may be the coarse clock
           const std::uint64_t waited = monotonic_ns() - start;
@@ -597,7 +654,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           park = true;  // unlock (Held), then park below
         }
       }
-      if (!park && !seal_now) {
+      if (!park && !seal_now && !wait_sealer) {
         const std::uint32_t i = ld(c.free_head);
         if (i == kNone || i >= view_.params.capacity)
           return corrupt(path, shm::detail::format("free list head {} (capacity {})", i,
@@ -639,6 +696,10 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         return WriteResult{outcome, seq};
       }
     }  // unlocked
+    if (wait_sealer) {
+      sealer_->wait_idle();
+      continue;
+    }
     if (seal_now) {
       // The file I/O with the relay unlocked (the seal mutex held).
       const Result<spill::SealInfo> written = write_seal(*dir, job);

@@ -6,6 +6,11 @@
 //       full raw_fifo Spill relay: the write seals a page); the hook prints
 //       "inside" at crash point POINT (an index of test_hooks::SpillCrashPoint)
 //       and sleeps until the process is killed -9.
+//   test_spill_peer seal-bg NAME POINT
+//       As seal, with the writer's pages sealed on its sealer thread
+//       (SealMode::Background): the write returns (appended into the room)
+//       and prints "written"; the sealer thread then prints "inside" at
+//       POINT and sleeps until the process is killed -9.
 //   test_spill_peer ack NAME POINT LOG
 //       Drains NAME with credit 4, appending "e FIRST VALUE" to LOG for every
 //       entry before the commit; the hook stops at POINT inside the commit
@@ -78,6 +83,20 @@ int run_seal(const std::string& name, int point) {
   die(r ? fmt::format("the write returned ({}) without reaching the crash point",
                       to_string(r->outcome))
         : r.error().what());
+}
+
+int run_seal_background(const std::string& name, int point) {
+  auto w = RelayWriter::open(name);
+  if (!w) die(w.error().what());
+  if (auto ok = w->set_seal_mode(SealMode::Background); !ok) die(ok.error().what());
+  g_stop_at = point;
+  test_hooks::set_spill_crash_hook(stop_at);
+  auto r = w->write(u64_value(1000), 0ns);
+  if (!r) die(r.error().what());
+  if (r->outcome != WriteOutcome::Appended) die(fmt::format("outcome {}", to_string(r->outcome)));
+  std::printf("written\n");
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(1s);  // the sealer thread stops at POINT
 }
 
 int run_ack(const std::string& name, int point, const std::string& log) {
@@ -176,6 +195,7 @@ int run_bind(const std::string& name, const std::string& dir) {
 int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 3 && a[0] == "seal") return run_seal(a[1], std::stoi(a[2]));
+  if (a.size() == 3 && a[0] == "seal-bg") return run_seal_background(a[1], std::stoi(a[2]));
   if (a.size() == 4 && a[0] == "ack") return run_ack(a[1], std::stoi(a[2]), a[3]);
   if (a.size() == 3 && (a[0] == "expire" || a[0] == "refuse"))
     return run_take(a[1], std::stoi(a[2]));

@@ -153,6 +153,55 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
   }
 }
 
+// The same with the page sealed by the writer's sealer thread
+// (SealMode::Background): the write that found the relay full returned
+// (its op appended into the room) before the thread reached the step where
+// the process is killed. The next locker reaps the seal as before; the
+// reader gets ops 0..5 and the written op, once, in order.
+TEST_F(SpillCrashTest, AWriterKilledInsideABackgroundSealLosesNothingAndDuplicatesNothing) {
+  const std::vector<std::pair<P, const char*>> points = {{P::ContentWritten, "ContentWritten"},
+                                                         {P::Renamed, "Renamed"},
+                                                         {P::ManifestUpdated, "ManifestUpdated"},
+                                                         {P::SealCounted, "SealCounted"}};
+  for (const auto& [point, label] : points) {
+    SCOPED_TRACE(label);
+    const std::string name = std::string("bgseal-") + label;
+    {
+      auto w = RelayWriter::create(name, crash_cfg());
+      ASSERT_TRUE(w) << w.error().what();
+      for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      ASSERT_TRUE(w->snapshot().is_full);
+    }
+    auto helper = spill_peer({"seal-bg", name, std::to_string(static_cast<int>(point))});
+    ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
+    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+    helper.kill(SIGKILL);
+    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+
+    auto r = RelayReader::open(name);  // locks: repairs the interrupted seal
+    ASSERT_TRUE(r) << r.error().what();
+    const RelaySnapshot s = r->snapshot();
+    EXPECT_EQ(s.repairs, 1u);
+    const bool forward = point == P::ManifestUpdated || point == P::SealCounted;
+    EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
+    EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
+    EXPECT_EQ(s.pages_sealed, forward ? 1u : 0u);
+    EXPECT_EQ(s.depth, forward ? 3u : 7u);
+    EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
+    check_verify(name);
+    std::vector<std::uint64_t> got;
+    for (int guard = 0; guard < 100; ++guard) {
+      auto n = r->drain(3, [&](const RelayEntry& e) {
+        EXPECT_FALSE(e.redelivered);
+        got.push_back(u64_of(e.value));
+      });
+      ASSERT_TRUE(n) << n.error().what();
+      if (*n == 0) break;
+    }
+    EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 1000}));
+  }
+}
+
 // A reader killed at each step of a page acknowledgement, after it applied
 // the page's records: the page is acknowledged (never delivered again) and
 // counted once (AckCounted: the holder counted it already), its file goes at

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <optional>
 #include <random>
@@ -868,17 +869,19 @@ struct PolicyCase {
 };
 
 void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
-                   const std::string& name, std::uint64_t& pages);
+                   const std::string& name, std::uint64_t& pages,
+                   SealMode seal_mode = SealMode::Inline);
 
 // Replays a random schedule of writes, spills and drains (with abandons);
 // the reader drops redelivered entries by first_seq (per-op sequences) and
 // folds; the fold must equal the flat fold of every accepted op.
 void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
-                   const std::string& name, std::uint64_t& pages) {
+                   const std::string& name, std::uint64_t& pages, SealMode seal_mode) {
   RelayConfig c = spill_cfg(policy, 6, 4, 1, 1 + seed % 3);
   c.spill.mode = mode;
   auto w = RelayWriter::create(name, c);
   ASSERT_TRUE(w) << w.error().what();
+  ASSERT_TRUE(w->set_seal_mode(seal_mode));
   auto r = RelayReader::open(name);
   ASSERT_TRUE(r);
   std::mt19937_64 rng(seed);
@@ -946,6 +949,7 @@ void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
   if (holding) {
     ASSERT_TRUE(close());
   }
+  ASSERT_TRUE(w->set_seal_mode(SealMode::Inline));  // a background seal under way ends
   for (int guard = 0; guard < 1000; ++guard) {
     auto n = r->drain(1 + rng() % 4, apply);
     ASSERT_TRUE(n) << n.error().what();
@@ -963,9 +967,9 @@ void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
 }
 
 std::uint64_t run_seed(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
-                       const std::string& name) {
+                       const std::string& name, SealMode seal_mode = SealMode::Inline) {
   std::uint64_t pages = 0;
-  run_seed_into(policy, mode, seed, name, pages);
+  run_seed_into(policy, mode, seed, name, pages, seal_mode);
   return pages;
 }
 
@@ -999,6 +1003,133 @@ TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOve
   EXPECT_EQ(sealed, cases.size() * 2 * seeds);
   EXPECT_GT(pages, sealed);  // the schedules really spill (several pages per seed)
   ::testing::Test::RecordProperty("pages_sealed", static_cast<int>(pages));
+}
+
+// The same schedules with the pages sealed by the writer's sealer thread:
+// the seals now race the writes and the takes (each write that finds the
+// relay full kicks the thread and appends into the room; one that finds no
+// room waits for the seal), and the fold still equals the flat fold.
+TEST_F(RelaySpillTest, BackgroundSealingLosesNothingOverManySeeds) {
+  const std::vector<PolicyCase> cases = {{policy::kRawFifo, "raw_fifo"},
+                                         {policy::kSum, "sum"},
+                                         {policy::kMax, "max"},
+                                         {policy::kKeepLatest, "keep_latest"}};
+  test_hooks::set_spill_sync(false);
+  struct Restore {
+    ~Restore() { test_hooks::set_spill_sync(true); }
+  } restore;
+  const std::uint64_t seeds = test::scaled(60);
+  std::uint64_t runs = 0, pages = 0;
+  for (const PolicyCase& pc : cases) {
+    for (relay::SpillMode mode :
+         {relay::SpillMode::AppendCompact, relay::SpillMode::CompactOnWrite}) {
+      for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+        SCOPED_TRACE(std::string(pc.name) + " seed " + std::to_string(seed));
+        const std::string name = std::string("bg-") + pc.name + "-" + std::to_string(seed);
+        pages += run_seed(pc.policy, mode, seed, name, SealMode::Background);
+        if (HasFatalFailure()) return;
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, cases.size() * 2 * seeds);
+  EXPECT_GT(pages, runs);  // the sealer thread really sealed
+}
+
+// Holds the background sealer at ContentWritten (the page file written and
+// flushed, the relay unlocked, the seal mutex held) until released.
+std::atomic<bool> g_sealer_held{false};
+std::atomic<bool> g_sealer_release{false};
+void hold_sealer(test_hooks::SpillCrashPoint point) {
+  if (point != test_hooks::SpillCrashPoint::ContentWritten) return;
+  g_sealer_held.store(true);
+  while (!g_sealer_release.load()) std::this_thread::sleep_for(1ms);
+}
+
+// While the sealer thread is stopped inside a seal, the writes go on into
+// the room between high water and capacity: none of them waits for the
+// disk. The write that finds no room waits for the seal and then appends.
+TEST_F(RelaySpillTest, BackgroundSealingWritesGoOnWhileThePageIsWritten) {
+  RelayConfig c = spill_cfg(policy::kRawFifo, 80, 64, 8, 64);  // 64 records a page
+  auto w = RelayWriter::create("bg-held", c);
+  ASSERT_TRUE(w) << w.error().what();
+  ASSERT_TRUE(w->set_seal_mode(SealMode::Background));
+  g_sealer_held = false;
+  g_sealer_release = false;
+  test_hooks::set_spill_crash_hook(hold_sealer);
+  struct Unhook {
+    ~Unhook() {
+      g_sealer_release = true;
+      test_hooks::set_spill_crash_hook(nullptr);
+    }
+  } unhook;
+  std::uint64_t next = 0;
+  for (; next < 65; ++next) {  // the 65th finds the relay full: it kicks the sealer
+    auto r = w->write(u64_value(next), 0ns);
+    ASSERT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << next;
+  }
+  for (int i = 0; i < 10000 && !g_sealer_held; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(g_sealer_held) << "the sealer thread never started the seal";
+  for (; next < 80; ++next) {  // the room: 15 entries
+    auto r = w->write(u64_value(next), 0ns);
+    ASSERT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << next;
+  }
+  EXPECT_TRUE(w->snapshot().seal_in_flight) << "the writes waited for the seal";
+  EXPECT_EQ(w->snapshot().pages_sealed, 0u);
+  // No room left: this write waits for the seal (a thread of its own, so
+  // the test can let the sealer go).
+  auto last = std::async(std::launch::async, [&] { return w->write(u64_value(80), 0ns); });
+  g_sealer_release = true;
+  ASSERT_EQ(last.wait_for(20s), std::future_status::ready);
+  auto r = last.get();
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r->outcome, WriteOutcome::Appended);
+  ASSERT_TRUE(w->set_seal_mode(SealMode::Inline));
+  EXPECT_GE(w->snapshot().pages_sealed, 1u);
+  auto reader = RelayReader::open("bg-held");
+  ASSERT_TRUE(reader);
+  const auto got = drain_spilled(*reader, 50);
+  ASSERT_EQ(got.size(), 81u);
+  for (std::uint64_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].value, i);
+}
+
+// A writer in Background mode: everything arrives in order, the handle
+// moves with its sealer, and the mode is refused without a spill store.
+TEST_F(RelaySpillTest, BackgroundSealingSealsOnTheWritersThreadAndKeepsOrder) {
+  auto plain = RelayWriter::create("no-store", RelayConfig{});
+  ASSERT_TRUE(plain) << plain.error().what();
+  auto refused = plain->set_seal_mode(SealMode::Background);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::InvalidArgument);
+  EXPECT_EQ(plain->seal_mode(), SealMode::Inline);
+
+  // 64 records a page, a head of 80: a seal frees 64 entries.
+  RelayConfig c = spill_cfg(policy::kRawFifo, 80, 64, 8, 64);
+  auto w = RelayWriter::create("bg", c);
+  ASSERT_TRUE(w) << w.error().what();
+  ASSERT_TRUE(w->set_seal_mode(SealMode::Background));
+  EXPECT_EQ(w->seal_mode(), SealMode::Background);
+  constexpr std::uint64_t kOps = 2000;
+  for (std::uint64_t i = 0; i < kOps; ++i) {
+    auto r = w->write(u64_value(i), 0ns);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->outcome, WriteOutcome::Appended) << "op " << i;
+  }
+  // Moved while its sealer may be sealing: the sealer goes with the handle.
+  RelayWriter moved = std::move(*w);
+  *w = RelayWriter{};
+  ASSERT_TRUE(moved.set_seal_mode(SealMode::Inline));  // waits for a seal under way
+  const RelaySnapshot s = moved.snapshot();
+  EXPECT_GE(s.pages_sealed, (kOps - 80) / 64);
+  EXPECT_EQ(s.spill_fallbacks, 0u);
+  EXPECT_FALSE(s.seal_in_flight);
+  EXPECT_EQ(files_in(spill_.sub("bg"), ".spill"), s.cold_pages);
+  EXPECT_EQ(files_in(spill_.sub("bg"), ".tmp"), 0u);
+  auto r = RelayReader::open("bg");
+  ASSERT_TRUE(r);
+  const auto got = drain_spilled(*r, 50);
+  ASSERT_EQ(got.size(), kOps);
+  for (std::uint64_t i = 0; i < kOps; ++i) ASSERT_EQ(got[i].value, i) << "op " << i;
 }
 
 }  // namespace

@@ -26,6 +26,9 @@
 namespace shm::spill {
 class Purger;  // shm/spill/purger.hpp
 }
+namespace shm::relay::internal {
+class Sealer;  // libshm/src/relay/sealer.hpp
+}
 
 namespace shm {
 
@@ -213,9 +216,22 @@ class Handle {
 };
 }  // namespace relay::detail
 
+// Who writes a spill page's file (docs/spill.md, "Sealing on a thread").
+enum class SealMode : std::uint8_t {
+  Inline = 0,  // the write that finds the relay full seals the page itself (the default)
+  Background,  // a thread of this writer's handle seals it; the write appends meanwhile
+};
+
 class RelayWriter : public relay::detail::Handle {
  public:
   static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
+
+  RelayWriter() noexcept;
+  RelayWriter(RelayWriter&&) noexcept;
+  // Stops this handle's sealer (a seal under way finishes) before the old
+  // mapping goes.
+  RelayWriter& operator=(RelayWriter&&) noexcept;
+  ~RelayWriter();
 
   // Creates the relay (validating the config against the table) and attaches as a writer.
   [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
@@ -231,6 +247,19 @@ class RelayWriter : public relay::detail::Handle {
                                           std::chrono::nanoseconds timeout = kForever) {
     return write(0, value, timeout);
   }
+
+  // Background: when a write finds the relay full (overflow Spill), this
+  // handle's sealer thread seals the oldest pending entries while the write
+  // appends into the entries left between high water and capacity; a write
+  // that finds none left waits for that seal (whatever its timeout, as an
+  // inline seal would make it wait). The page, its order and the crash
+  // rules are those of an inline seal. InvalidArgument without a spill
+  // store; an error when no thread or spill directory can be had.
+  [[nodiscard]] Result<void> set_seal_mode(SealMode mode);
+  [[nodiscard]] SealMode seal_mode() const noexcept;
+
+ private:
+  std::unique_ptr<relay::internal::Sealer> sealer_;
 };
 
 // How a reader catches up on cold pages (docs/spill.md, "Conflated catch-up").
