@@ -78,6 +78,29 @@ std::vector<Applied> read_log(const std::string& path) {
   return out;
 }
 
+// A fresh crash_cfg() relay holding ops 0..5: full (high water 6), no page yet.
+void fill_to_high_water(const std::string& name) {
+  auto w = RelayWriter::create(name, crash_cfg());
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  ASSERT_EQ(w->snapshot().pages_sealed, 0u);
+  ASSERT_TRUE(w->snapshot().is_full);
+}
+
+// Drains everything (credit 3), every entry delivered for the first time.
+std::vector<std::uint64_t> drain_first_time(RelayReader& r) {
+  std::vector<std::uint64_t> got;
+  for (int guard = 0; guard < 100; ++guard) {
+    auto n = r.drain(3, [&](const RelayEntry& e) {
+      EXPECT_FALSE(e.redelivered);
+      got.push_back(u64_of(e.value));
+    });
+    EXPECT_TRUE(n) << n.error().what();
+    if (!n || *n == 0) break;
+  }
+  return got;
+}
+
 class SpillCrashTest : public ::testing::Test {
  protected:
   void check_verify(const std::string& name) {
@@ -95,6 +118,12 @@ class SpillCrashTest : public ::testing::Test {
 // rolls forward (the entries leave the hot head, the page stays). Either way
 // the reader gets ops 0..5 once, in order, and the page is counted once if it
 // was recorded (SealCounted: the holder counted it already), never otherwise.
+//
+// The same with the page sealed by the writer's sealer thread
+// (SealMode::Background, helper "seal-bg"): the write that found the relay
+// full returned (its op, 1000, appended into the room) before the thread
+// reached the step where the process is killed. The next locker reaps the
+// seal as before, and op 1000 follows ops 0..5.
 TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNothing) {
   const std::vector<std::pair<P, const char*>> points = {{P::ContentWritten, "ContentWritten"},
                                                          {P::HeaderWritten, "HeaderWritten"},
@@ -102,103 +131,46 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
                                                          {P::DirSynced, "DirSynced"},
                                                          {P::ManifestUpdated, "ManifestUpdated"},
                                                          {P::SealCounted, "SealCounted"}};
-  for (const auto& [point, label] : points) {
-    SCOPED_TRACE(label);
-    const std::string name = std::string("seal-") + label;
-    {
-      auto w = RelayWriter::create(name, crash_cfg());
-      ASSERT_TRUE(w) << w.error().what();
-      for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
-      ASSERT_EQ(w->snapshot().pages_sealed, 0u);
-      ASSERT_TRUE(w->snapshot().is_full);
-    }
-    auto helper = spill_peer({"seal", name, std::to_string(static_cast<int>(point))});
-    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
-    helper.kill(SIGKILL);
-    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
+  for (const bool background : {false, true}) {
+    for (const auto& [point, label] : points) {
+      SCOPED_TRACE(std::string(background ? "background " : "inline ") + label);
+      const std::string name = std::string(background ? "bgseal-" : "seal-") + label;
+      ASSERT_NO_FATAL_FAILURE(fill_to_high_water(name));
+      auto helper = spill_peer(
+          {background ? "seal-bg" : "seal", name, std::to_string(static_cast<int>(point))});
+      if (background) ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
+      ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
+      helper.kill(SIGKILL);
+      ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
 
-    auto r = RelayReader::open(name);  // locks: repairs the interrupted seal
-    ASSERT_TRUE(r) << r.error().what();
-    const RelaySnapshot s = r->snapshot();
-    EXPECT_EQ(s.repairs, 1u);
-    const bool forward = point == P::ManifestUpdated || point == P::SealCounted;
-    EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
-    EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
-    EXPECT_EQ(s.cold_pages, forward ? 1u : 0u);
-    EXPECT_EQ(s.depth, forward ? 2u : 6u);
-    // The counters are exact: the page counted once if it was recorded, never otherwise.
-    EXPECT_EQ(s.pages_sealed, forward ? 1u : 0u);
-    EXPECT_EQ(s.entries_spilled, forward ? 4u : 0u);
-    EXPECT_EQ(s.ops_spilled, forward ? 4u : 0u);
-    const std::string dir = spill_.sub(name);
-    EXPECT_EQ(count_files(dir, ".tmp"), 0u);
-    EXPECT_EQ(count_files(dir, ".spill"), forward ? 1u : 0u);
-    check_verify(name);
-    std::vector<std::uint64_t> got;
-    for (int guard = 0; guard < 100; ++guard) {
-      auto n = r->drain(3, [&](const RelayEntry& e) {
-        EXPECT_FALSE(e.redelivered);
-        got.push_back(u64_of(e.value));
-      });
-      ASSERT_TRUE(n) << n.error().what();
-      if (*n == 0) break;
+      auto r = RelayReader::open(name);  // locks: repairs the interrupted seal
+      ASSERT_TRUE(r) << r.error().what();
+      const RelaySnapshot s = r->snapshot();
+      EXPECT_EQ(s.repairs, 1u);
+      const bool forward = point == P::ManifestUpdated || point == P::SealCounted;
+      const std::uint64_t written = background ? 1 : 0;  // op 1000, in the hot head
+      EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
+      EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
+      EXPECT_EQ(s.cold_pages, forward ? 1u : 0u);
+      EXPECT_EQ(s.depth, (forward ? 2u : 6u) + written);
+      // The counters are exact: the page counted once if it was recorded, never otherwise.
+      EXPECT_EQ(s.pages_sealed, forward ? 1u : 0u);
+      EXPECT_EQ(s.entries_spilled, forward ? 4u : 0u);
+      EXPECT_EQ(s.ops_spilled, forward ? 4u : 0u);
+      const std::string dir = spill_.sub(name);
+      EXPECT_EQ(count_files(dir, ".tmp"), 0u);
+      EXPECT_EQ(count_files(dir, ".spill"), forward ? 1u : 0u);
+      check_verify(name);
+      std::vector<std::uint64_t> expect = {0, 1, 2, 3, 4, 5};
+      if (background) expect.push_back(1000);
+      EXPECT_EQ(drain_first_time(*r), expect);
+      EXPECT_EQ(count_files(dir, ".spill"), 0u);
+      // The relay goes on spilling.
+      auto w = RelayWriter::open(name);
+      ASSERT_TRUE(w);
+      for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+      EXPECT_GT(w->snapshot().pages_sealed, forward ? 1u : 0u);
     }
-    EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5}));
-    EXPECT_EQ(count_files(dir, ".spill"), 0u);
-    // The relay goes on spilling.
-    auto w = RelayWriter::open(name);
-    ASSERT_TRUE(w);
-    for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
-    EXPECT_GT(w->snapshot().pages_sealed, forward ? 1u : 0u);
-  }
-}
-
-// The same with the page sealed by the writer's sealer thread
-// (SealMode::Background): the write that found the relay full returned
-// (its op appended into the room) before the thread reached the step where
-// the process is killed. The next locker reaps the seal as before; the
-// reader gets ops 0..5 and the written op, once, in order.
-TEST_F(SpillCrashTest, AWriterKilledInsideABackgroundSealLosesNothingAndDuplicatesNothing) {
-  const std::vector<std::pair<P, const char*>> points = {{P::ContentWritten, "ContentWritten"},
-                                                         {P::Renamed, "Renamed"},
-                                                         {P::ManifestUpdated, "ManifestUpdated"},
-                                                         {P::SealCounted, "SealCounted"}};
-  for (const auto& [point, label] : points) {
-    SCOPED_TRACE(label);
-    const std::string name = std::string("bgseal-") + label;
-    {
-      auto w = RelayWriter::create(name, crash_cfg());
-      ASSERT_TRUE(w) << w.error().what();
-      for (std::uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
-      ASSERT_TRUE(w->snapshot().is_full);
-    }
-    auto helper = spill_peer({"seal-bg", name, std::to_string(static_cast<int>(point))});
-    ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
-    ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
-    helper.kill(SIGKILL);
-    ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
-
-    auto r = RelayReader::open(name);  // locks: repairs the interrupted seal
-    ASSERT_TRUE(r) << r.error().what();
-    const RelaySnapshot s = r->snapshot();
-    EXPECT_EQ(s.repairs, 1u);
-    const bool forward = point == P::ManifestUpdated || point == P::SealCounted;
-    EXPECT_EQ(s.seals_rolled_forward, forward ? 1u : 0u);
-    EXPECT_EQ(s.seals_rolled_back, forward ? 0u : 1u);
-    EXPECT_EQ(s.pages_sealed, forward ? 1u : 0u);
-    EXPECT_EQ(s.depth, forward ? 3u : 7u);
-    EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
-    check_verify(name);
-    std::vector<std::uint64_t> got;
-    for (int guard = 0; guard < 100; ++guard) {
-      auto n = r->drain(3, [&](const RelayEntry& e) {
-        EXPECT_FALSE(e.redelivered);
-        got.push_back(u64_of(e.value));
-      });
-      ASSERT_TRUE(n) << n.error().what();
-      if (*n == 0) break;
-    }
-    EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5, 1000}));
   }
 }
 

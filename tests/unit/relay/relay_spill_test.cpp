@@ -973,36 +973,47 @@ std::uint64_t run_seed(PolicyId policy, relay::SpillMode mode, std::uint64_t see
   return pages;
 }
 
-TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOverManySeeds) {
+// Runs `seeds` schedules per keyed policy and spill mode; counts the runs
+// and the pages they sealed. Logic, not durability: no fsync (crash tests
+// keep it), so thousands of seeds stay cheap.
+struct SeedTotals {
+  std::uint64_t runs = 0, pages = 0;
+};
+void run_seeds(std::uint64_t seeds, SealMode seal_mode, const std::string& prefix,
+               SeedTotals& totals) {
   const std::vector<PolicyCase> cases = {{policy::kRawFifo, "raw_fifo"},
                                          {policy::kSum, "sum"},
                                          {policy::kMax, "max"},
                                          {policy::kKeepLatest, "keep_latest"}};
-  // Logic, not durability: no fsync (crash tests keep it); thousands of cheap seeds.
   test_hooks::set_spill_sync(false);
   struct Restore {
     ~Restore() { test_hooks::set_spill_sync(true); }
   } restore;
-  // 400 per policy and mode: 3,200 seeds in the normal lane (about 3 s: a
-  // seed creates a relay and its directory and seals and removes pages);
-  // the sanitizer lanes run fewer (scale.hpp).
-  const std::uint64_t seeds = test::scaled(400);
-  std::uint64_t sealed = 0, pages = 0;
   for (const PolicyCase& pc : cases) {
     for (relay::SpillMode mode :
          {relay::SpillMode::AppendCompact, relay::SpillMode::CompactOnWrite}) {
       for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
         SCOPED_TRACE(std::string(pc.name) + " seed " + std::to_string(seed));
-        const std::string name = std::string(pc.name) + "-" + std::to_string(seed);
-        pages += run_seed(pc.policy, mode, seed, name);
-        if (HasFatalFailure()) return;
-        ++sealed;
+        const std::string name = prefix + pc.name + "-" + std::to_string(seed);
+        totals.pages += run_seed(pc.policy, mode, seed, name, seal_mode);
+        if (::testing::Test::HasFatalFailure()) return;
+        ++totals.runs;
       }
     }
   }
-  EXPECT_EQ(sealed, cases.size() * 2 * seeds);
-  EXPECT_GT(pages, sealed);  // the schedules really spill (several pages per seed)
-  ::testing::Test::RecordProperty("pages_sealed", static_cast<int>(pages));
+}
+
+TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOverManySeeds) {
+  // 400 per policy and mode: 3,200 seeds in the normal lane (about 3 s: a
+  // seed creates a relay and its directory and seals and removes pages);
+  // the sanitizer lanes run fewer (scale.hpp).
+  const std::uint64_t seeds = test::scaled(400);
+  SeedTotals t;
+  run_seeds(seeds, SealMode::Inline, "", t);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(t.runs, 4 * 2 * seeds);
+  EXPECT_GT(t.pages, t.runs);  // the schedules really spill (several pages per seed)
+  ::testing::Test::RecordProperty("pages_sealed", static_cast<int>(t.pages));
 }
 
 // The same schedules with the pages sealed by the writer's sealer thread:
@@ -1010,30 +1021,12 @@ TEST_F(RelaySpillTest, ReconstructionFromColdPagesAndHotHeadEqualsTheFlatFoldOve
 // relay full kicks the thread and appends into the room; one that finds no
 // room waits for the seal), and the fold still equals the flat fold.
 TEST_F(RelaySpillTest, BackgroundSealingLosesNothingOverManySeeds) {
-  const std::vector<PolicyCase> cases = {{policy::kRawFifo, "raw_fifo"},
-                                         {policy::kSum, "sum"},
-                                         {policy::kMax, "max"},
-                                         {policy::kKeepLatest, "keep_latest"}};
-  test_hooks::set_spill_sync(false);
-  struct Restore {
-    ~Restore() { test_hooks::set_spill_sync(true); }
-  } restore;
   const std::uint64_t seeds = test::scaled(60);
-  std::uint64_t runs = 0, pages = 0;
-  for (const PolicyCase& pc : cases) {
-    for (relay::SpillMode mode :
-         {relay::SpillMode::AppendCompact, relay::SpillMode::CompactOnWrite}) {
-      for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
-        SCOPED_TRACE(std::string(pc.name) + " seed " + std::to_string(seed));
-        const std::string name = std::string("bg-") + pc.name + "-" + std::to_string(seed);
-        pages += run_seed(pc.policy, mode, seed, name, SealMode::Background);
-        if (HasFatalFailure()) return;
-        ++runs;
-      }
-    }
-  }
-  EXPECT_EQ(runs, cases.size() * 2 * seeds);
-  EXPECT_GT(pages, runs);  // the sealer thread really sealed
+  SeedTotals t;
+  run_seeds(seeds, SealMode::Background, "bg-", t);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(t.runs, 4 * 2 * seeds);
+  EXPECT_GT(t.pages, t.runs);  // the sealer thread really sealed
 }
 
 // Holds the background sealer at ContentWritten (the page file written and
