@@ -136,6 +136,9 @@ usage: xproc_spill [--quick | --smoke] [options]
   --cpu C            the CPU to pin to (default: the first allowed)
   --hot-cache        read the pages back from the page cache (default: dropped first,
                      posix_fadvise DONTNEED on every file, so both sides read the disk)
+  --room F           write runs: the hot head's room above high water, in pages
+                     (default 0.25: capacity 1.25 pages; a background seal
+                     overlaps the writes only while that room lasts)
   --csv FILE         also write every per-round value to FILE
   --check-targets    exit 3 when a target ratio is missed
 )";
@@ -156,6 +159,7 @@ struct Options {
   std::string only;  // empty: every comparison
   int cpu = 0;
   bool hot_cache = false;  // read the pages from the page cache (default: from the disk)
+  double room = 0.25;      // hot head room above high water, in pages (case 1)
 };
 
 // Records of `value` bytes a page of `page_size` file bytes holds.
@@ -200,7 +204,9 @@ Options parse_options(int argc, char** argv) {
     throw BenchError("--only: write, latency or drain");
   o.cpu = args.int_value("--cpu", allowed_cpus().front());
   o.hot_cache = args.flag("--hot-cache");
+  o.room = args.double_value("--room", o.room);
   args.finish(kUsage);
+  if (o.room < 0.01 || o.room > 4) throw BenchError("--room must be in [0.01, 4] pages");
   if (o.pages < 1 || o.pages > 60) throw BenchError("--pages must be in [1, 60]");
   if (o.lat_pages < 1 || o.lat_pages > 60) throw BenchError("--lat-pages must be in [1, 60]");
   if (o.drain_pages < 1 || o.drain_pages > 60) throw BenchError("--drain-pages must be in [1, 60]");
@@ -389,8 +395,10 @@ Measurement relay_spill_run(const Options& o, const BaseDir& base, std::size_t v
       shm::spill::kPageHeaderSize +
       records * shm::spill::record_stride(static_cast<std::uint32_t>(value));
   const std::uint64_t ops = o.pages * records + 1;  // op k x records seals page k
-  const auto cfg = spill_config(static_cast<std::uint32_t>(value), page_bytes, dir, records,
-                                static_cast<std::uint32_t>(records + records / 4));
+  const auto room = static_cast<std::uint64_t>(static_cast<double>(records) * o.room);
+  const auto cfg =
+      spill_config(static_cast<std::uint32_t>(value), page_bytes, dir, records,
+                   static_cast<std::uint32_t>(records + std::max<std::uint64_t>(1, room)));
   auto w = shm::RelayWriter::create(name, cfg);
   if (!w) throw BenchError(w.error().what());
   prefault(w->segment().data(), true);
