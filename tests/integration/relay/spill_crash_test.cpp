@@ -138,7 +138,9 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
       ASSERT_NO_FATAL_FAILURE(fill_to_high_water(name));
       auto helper = spill_peer(
           {background ? "seal-bg" : "seal", name, std::to_string(static_cast<int>(point))});
-      if (background) ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
+      if (background) {
+        ASSERT_TRUE(helper.wait_for_line("written", 20s)) << helper.output();
+      }
       ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
       helper.kill(SIGKILL);
       ASSERT_EQ(helper.wait(20s), 128 + SIGKILL) << helper.output();
