@@ -297,6 +297,11 @@ struct ReaderStats {
   std::uint64_t peak_keys = 0;
 };
 
+// The most one take may ask for: a quarter of the keys.
+std::uint64_t max_credit(const Options& o) {
+  return std::max<std::uint64_t>(1, o.keys / 4);
+}
+
 // The reader's pace: drains up to rate/100 x elapsed entries, in ticks of 1 ms.
 template <class Drain, class Sample>
 ReaderStats reader_loop(const Options& o, Control& ctl, Drain&& drain, Sample&& sample) {
@@ -312,7 +317,10 @@ ReaderStats reader_loop(const Options& o, Control& ctl, Drain&& drain, Sample&& 
     const auto due = static_cast<std::uint64_t>(static_cast<double>(now - t0) * per_ns);
     if (due > st.drained) {
       std::uint64_t newest = 0;
-      st.drained += drain(due - st.drained, newest);
+      // At most a quarter of the keys per take (a reader delayed by a busy
+      // machine catches up over several ticks): the relay's capacity leaves
+      // that much room above the key count (relay_overload_run).
+      st.drained += drain(std::min(due - st.drained, max_credit(o)), newest);
       const std::uint64_t after = now_ns();
       if (newest != 0 && after > newest)
         st.stale_ms.push_back(static_cast<double>(after - newest) / 1e6);
@@ -346,7 +354,11 @@ Measurement relay_overload_run(const Options& o, SharedBlock<Control>& control) 
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kLww;
   cfg.value_size = kPrice;
-  cfg.capacity = o.keys;
+  // Every key pending, and a take's worth of them in the reader's hands: a
+  // write to a key whose entry is taken opens a second entry for it. With
+  // capacity = keys a write during a take could find no free entry (seen
+  // once under a CI build's load: refused as Full).
+  cfg.capacity = static_cast<std::uint32_t>(o.keys + max_credit(o));
   cfg.backpressure = {shm::Dimension::Keys, o.keys, o.keys / 2, shm::Overflow::Conflate};
   auto r = shm::RelayReader::create(name, cfg);
   if (!r) throw BenchError(r.error().what());
