@@ -21,8 +21,11 @@ struct Sealer::State {
   SealJob job;  // its page buffer reused seal after seal
   std::mutex mutex;
   std::condition_variable cv;
-  // Set by kick(), cleared (release) when the seal it asked for is done;
-  // read without the mutex on the writer's fast path.
+  // Set by kick(), cleared when the seal it asked for is done; read without
+  // the mutex on the writer's fast path. Its release clear (run) pairs with
+  // the acquire loads of kick() and busy(): a writer that sees it clear sees
+  // the seal's end. Only an optimisation: the writer then takes the relay
+  // mutex, which orders everything the seal wrote in the segment.
   std::atomic<bool> asked{false};
   bool stop = false;  // under mutex
   // The last seal was impossible (bound, manifest full, no space): the next

@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace shm {
@@ -486,10 +487,12 @@ Result<void> retire_page(const SpillDir& dir, std::uint64_t page_id) {
   return sync_dir(dir);
 }
 
-Result<std::size_t> purge_removed(const SpillDir& dir) {
+// Up to `limit` names in removed/ (none when it does not exist).
+Result<std::vector<std::string>> removed_names(const SpillDir& dir, std::size_t limit) {
+  std::vector<std::string> names;
   const int fd = ::openat(dir.fd(), kRemovedDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return std::size_t{0};
+    if (errno == ENOENT) return names;
     return fail_errno(errno, dir.path() + "/" + kRemovedDir);
   }
   DIR* d = ::fdopendir(fd);
@@ -498,36 +501,30 @@ Result<std::size_t> purge_removed(const SpillDir& dir) {
     ::close(fd);
     return fail_errno(err, dir.path() + "/" + kRemovedDir);
   }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) {
+  while (names.size() < limit) {
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) break;
     const std::string_view n = e->d_name;
     if (n != "." && n != "..") names.emplace_back(n);
   }
-  std::size_t gone = 0;
-  for (const std::string& n : names)  // unlinkat without AT_REMOVEDIR: never a directory
-    if (::unlinkat(::dirfd(d), n.c_str(), 0) == 0) ++gone;
   ::closedir(d);
+  return names;
+}
+
+Result<std::size_t> purge_removed(const SpillDir& dir) {
+  auto names = removed_names(dir, std::numeric_limits<std::size_t>::max());
+  if (!names) return std::unexpected(names.error());
+  std::size_t gone = 0;
+  for (const std::string& n : *names) {  // unlinkat without AT_REMOVEDIR: never a directory
+    const std::string path = std::string(kRemovedDir) + "/" + n;
+    if (::unlinkat(dir.fd(), path.c_str(), 0) == 0) ++gone;
+  }
   return gone;
 }
 
 bool has_removed(const SpillDir& dir) noexcept {
-  const int fd = ::openat(dir.fd(), kRemovedDir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return false;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return false;
-  }
-  bool any = false;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view n = e->d_name;
-    if (n != "." && n != "..") {
-      any = true;
-      break;
-    }
-  }
-  ::closedir(d);
-  return any;
+  const auto names = removed_names(dir, 1);
+  return names && !names->empty();
 }
 
 Result<void> sync_dir(const SpillDir& dir) {

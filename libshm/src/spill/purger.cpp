@@ -15,7 +15,6 @@ struct Purger::State {
   std::mutex mutex;
   std::condition_variable cv;
   std::uint64_t asked = 0, done = 0;  // purges asked for / finished (under mutex)
-  std::size_t purged = 0;
   bool stop = false;
   std::thread thread;
 };
@@ -42,11 +41,7 @@ Purger::~Purger() {
 void Purger::kick() {
   State& s = *state_;
   if (!s.thread.joinable()) {
-    const Result<std::size_t> n = purge_removed(s.dir);
-    std::lock_guard held(s.mutex);
-    s.purged += n ? *n : 0;
-    ++s.asked;
-    ++s.done;
+    (void)purge_removed(s.dir);  // a failure: retried by the next kick
     return;
   }
   {
@@ -54,19 +49,6 @@ void Purger::kick() {
     ++s.asked;
   }
   s.cv.notify_all();
-}
-
-void Purger::settle() {
-  State& s = *state_;
-  std::unique_lock held(s.mutex);
-  const std::uint64_t target = s.asked;
-  s.cv.wait(held, [&] { return s.done >= target; });
-}
-
-std::size_t Purger::purged() const {
-  State& s = *state_;
-  std::lock_guard held(s.mutex);
-  return s.purged;
 }
 
 void Purger::State::run() {
@@ -78,11 +60,9 @@ void Purger::State::run() {
     // is in removed/ when the pass lists it.
     const std::uint64_t answering = asked;
     held.unlock();
-    const Result<std::size_t> n = purge_removed(dir);  // a failure: retried by the next kick
+    (void)purge_removed(dir);  // a failure: retried by the next kick
     held.lock();
-    purged += n ? *n : 0;
     done = answering;
-    cv.notify_all();
   }
 }
 

@@ -25,11 +25,6 @@ class Purger {
   // Asks for a purge (returns at once). Without a thread (none could be
   // started) the purge runs here, on the caller's thread.
   void kick();
-  // Waits until every purge asked for before this call is done (tests, and
-  // the benchmark's timed drain).
-  void settle();
-  // Files unlinked so far.
-  [[nodiscard]] std::size_t purged() const;
 
  private:
   // The thread and what it shares with the caller, behind a pointer: this
