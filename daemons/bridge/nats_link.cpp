@@ -169,15 +169,27 @@ Outcome<std::unique_ptr<NatsLink>> NatsLink::connect(const ConnectionOptions& o,
     if (auto ok = check(natsOptions_SetSecure(opts, true), "--tls-ca"); !ok)
       return std::unexpected(ok.error());
   }
-  if (natsStatus s = natsConnection_Connect(&link->nc_, opts); s != NATS_OK)
-    return std::unexpected(connect_failure(s, o));
+  // libnats before 3.8 drops the nonce's signature from CONNECT when the
+  // signature's first byte is zero (its base64 encoder takes the input for a
+  // C string), so the server refuses about 1 connection in 256 made with a
+  // credentials file ("Signature missing" in its debug log). A new
+  // connection signs a new nonce: such a refusal is tried again, up to
+  // kSignatureAttempts connections in all (a wrong credential is refused
+  // every time, so it still exits 4, a few milliseconds later).
+  constexpr int kSignatureAttempts = 4;
+  natsStatus s = natsConnection_Connect(&link->nc_, opts);
+  for (int attempt = 1;
+       s == NATS_CONNECTION_AUTH_FAILED && !o.creds_file.empty() && attempt < kSignatureAttempts;
+       ++attempt)
+    s = natsConnection_Connect(&link->nc_, opts);
+  if (s != NATS_OK) return std::unexpected(connect_failure(s, o));
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = 5000;
   jo.PublishAsync.MaxPending = max_pending;
   jo.PublishAsync.AckHandler = on_publish_ack;
   jo.PublishAsync.AckHandlerClosure = closure;
-  if (natsStatus s = natsConnection_JetStream(&link->js_, link->nc_, &jo); s != NATS_OK)
+  if (s = natsConnection_JetStream(&link->js_, link->nc_, &jo); s != NATS_OK)
     return failure(kExitRuntime, fmt::format("JetStream context: {}", nats_error(s)));
   return link;
 }
@@ -243,8 +255,23 @@ Outcome<void> NatsLink::create_stream(const std::string& name, const std::string
     s = js_AddStream(&info, js_, &cfg, nullptr, &code);
     if (info != nullptr) jsStreamInfo_Destroy(info);
     if (s == NATS_OK || code == JSStreamNameExistErr) return {};
-    const bool transient = s == NATS_TIMEOUT || code == JSClusterNotAvailErr ||
-                           code == JSClusterNoPeersErr || code == JSInsufficientResourcesErr;
+    // Two routes of one bridge (or two bridges) creating the same stream at
+    // once: the server may refuse the later create as overlapping the stream
+    // the earlier one is registering. The stream that now captures the
+    // subject decides: ours is success, another one is a real conflict.
+    if (code == JSStreamSubjectOverlapErr) {
+      auto existing = stream_for(subject);
+      if (!existing) return std::unexpected(existing.error());
+      if (*existing == name) return {};
+      if (existing->has_value())
+        return failure(
+            kExitNoStream,
+            fmt::format("creating stream {}: subject {} is already captured by stream {}", name,
+                        subject, **existing));
+    }
+    const bool transient = code == JSStreamSubjectOverlapErr || s == NATS_TIMEOUT ||
+                           code == JSClusterNotAvailErr || code == JSClusterNoPeersErr ||
+                           code == JSInsufficientResourcesErr;
     if (!transient || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }

@@ -273,9 +273,13 @@ class BridgeTest : public ::testing::Test {
   // the usual ones, then `n` records from host A to host B, exactly once.
   void stream_with(const std::vector<std::string>& extra, std::uint64_t n) {
     exporter_ = start(with_args(export_args(server_->url(), a_), extra), "");
-    ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+    ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s))
+        << exporter_->output() << "\nserver log:\n"
+        << server_->log();
     importer_ = start(with_args(import_args(server_->url(), b_), extra), "");
-    ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+    ASSERT_TRUE(importer_->wait_for_line("READY import", 30s))
+        << importer_->output() << "\nserver log:\n"
+        << server_->log();
     auto consumer = consume_stream(n);
     auto producer = produce_stream(n);
     expect_exactly_once(*producer, *consumer, n);
@@ -839,7 +843,8 @@ TEST_F(BridgeTest, CredsFileAuthenticatesAndAnUnknownAccountsUserExitsFour) {
     ASSERT_THAT(text, HasSubstr(creds.user_seed));  // the secret the outputs are searched for
     ASSERT_EQ(creds.user_seed.rfind("SU", 0), 0u) << creds.user_seed;
   }
-  server_ = std::make_unique<NatsServer>(std::vector<std::string>{"-c", creds.server_config});
+  // -D: the server's log says why it refuses a connection (kept for a failure).
+  server_ = std::make_unique<NatsServer>(std::vector<std::string>{"-c", creds.server_config, "-D"});
   ASSERT_TRUE(server_->ready()) << server_->log();
   make_ring(a_, "orders");
   make_ring(b_, "orders");
