@@ -2,6 +2,7 @@
 // application-defined merges, the (overflow, policy) validation table and the
 // law checker.
 #include "shm/relay/policy.hpp"
+#include "shm/platform/short_bytes.hpp"
 
 #include "format/format.hpp"
 
@@ -260,7 +261,7 @@ Result<std::size_t> combine(const MergePolicy& p, std::span<const std::byte> cur
   switch (p.id) {
     case policy::kRawFifo:
     case policy::kKeepLatest:
-      std::memcpy(out.data(), op.data(), op.size());
+      shm::detail::copy_short(out.data(), op.data(), op.size());
       return op.size();
     case policy::kLww: {
       // (timestamp, writer) decides; a tie compares the payload bytes, so the
@@ -271,7 +272,7 @@ Result<std::size_t> combine(const MergePolicy& p, std::span<const std::byte> cur
       if (ot == ct && ow == cw)
         take_op = std::lexicographical_compare(cur.begin(), cur.end(), op.begin(), op.end());
       const auto& src = take_op ? op : cur;
-      std::memcpy(out.data(), src.data(), src.size());
+      shm::detail::copy_short(out.data(), src.data(), src.size());
       return src.size();
     }
     case policy::kSum: {

@@ -6,6 +6,7 @@
 #include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/platform/short_bytes.hpp"
 #include "shm/spill/purger.hpp"
 
 #include "format/format.hpp"
@@ -495,7 +496,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
               std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);
           auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_size));
           if (!n) return std::unexpected(n.error());
-          if (*n == len && std::memcmp(out.data(), cur.data(), len) == 0) {
+          if (*n == len && shm::detail::equal_short(out.data(), cur.data(), len)) {
             bump(c.counters.unchanged);
             return WriteResult{WriteOutcome::Unchanged, 0};
           }
@@ -506,7 +507,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           st(c.intent_entry, e);
           st(c.intent_len, *n);
           ::shm::detail::relay_crash_point(CrashPoint::MergeIntentFilling);
-          std::memcpy(c.intent_value, out.data(), *n);
+          shm::detail::copy_short(c.intent_value, out.data(), *n);
           st(c.intent_last_seq, seq);
           st(c.intent_op_count, ops);
           // A SIGKILL lands between instructions: keep the compiler from
@@ -516,9 +517,9 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           std::atomic_signal_fence(std::memory_order_seq_cst);
           ::shm::detail::relay_crash_point(CrashPoint::MergeIntentValid);
           const std::size_t half = *n / 2;
-          std::memcpy(view_.value(e), out.data(), half);
+          shm::detail::copy_short(view_.value(e), out.data(), half);
           ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
-          std::memcpy(view_.value(e) + half, out.data() + half, *n - half);
+          shm::detail::copy_short(view_.value(e) + half, out.data() + half, *n - half);
           st(h.len, *n);
           st(h.last_seq, seq);
           st(h.op_count, ops);
@@ -670,7 +671,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         st(c.next_order, order + 1);
         st(h.key, key);
         st(h.len, op.size());
-        if (!op.empty()) std::memcpy(view_.value(i), op.data(), op.size());
+        shm::detail::copy_short(view_.value(i), op.data(), op.size());
         st(h.first_seq, seq);
         st(h.last_seq, seq);
         st(h.op_count, 1u);

@@ -42,6 +42,7 @@
 #include "shm/mpmc/layout.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/endpoint_guard.hpp"
+#include "shm/platform/short_bytes.hpp"
 
 #include <atomic>
 #include <cassert>
@@ -51,29 +52,6 @@
 #include <span>
 
 namespace shm {
-namespace mpmc {
-
-// memcpy for payloads: sizes up to 64 bytes (the common job size) are copied
-// with fixed-size moves the compiler inlines, instead of a libc call.
-inline void copy_payload(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
-  if (n >= 16 && n <= 64) {
-    unsigned char a[16], b[16], c[16], d[16];
-    std::memcpy(a, src, 16);
-    std::memcpy(d, src + n - 16, 16);
-    if (n > 32) {
-      std::memcpy(b, src + 16, 16);
-      std::memcpy(c, src + n - 32, 16);
-      std::memcpy(dst + 16, b, 16);
-      std::memcpy(dst + n - 32, c, 16);
-    }
-    std::memcpy(dst, a, 16);
-    std::memcpy(dst + n - 16, d, 16);
-    return;
-  }
-  if (n != 0) std::memcpy(dst, src, n);
-}
-
-}  // namespace mpmc
 
 namespace detail {
 inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
@@ -352,7 +330,7 @@ inline Result<bool> MpmcRing::push_unguarded(std::span<const std::byte> payload)
   auto r = reserve_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return false;
-  mpmc::copy_payload((*r)->data(), payload.data(), payload.size());
+  detail::copy_short((*r)->data(), payload.data(), payload.size());
   commit_unguarded(payload.size());
   return true;
 }
@@ -444,7 +422,7 @@ inline Result<std::optional<std::size_t>> MpmcRing::pop_unguarded(std::span<std:
   if (!r) return std::unexpected(std::move(r.error()));
   if (!*r) return std::optional<std::size_t>{};
   const std::uint32_t len = **r;
-  mpmc::copy_payload(out.data(), v_.payload(peeked_pos_), len);
+  detail::copy_short(out.data(), v_.payload(peeked_pos_), len);
   release_unguarded();
   return std::optional<std::size_t>{len};
 }

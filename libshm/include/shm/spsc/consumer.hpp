@@ -131,7 +131,7 @@ inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::b
   if (peeked_records_ == 0) [[likely]] {
     if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
         [[likely]] {
-      detail::copy_payload(out.data(), payload, length);
+      detail::copy_short(out.data(), payload, length);
       peek_pos_ += ring::record_size(length);
       ++peeked_records_;
       release_unguarded();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "shm/platform/endpoint_guard.hpp"
+#include "shm/platform/short_bytes.hpp"
 #include "shm/segment/segment.hpp"
 #include "shm/spsc/layout.hpp"
 
@@ -15,28 +16,6 @@
 namespace shm::detail {
 
 [[nodiscard]] std::string too_large_message(std::size_t n, std::uint64_t max_payload);
-
-// memcpy for a record's payload: up to 16 bytes inline (two overlapping
-// loads and stores, no call), longer ones through memcpy.
-inline void copy_payload(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
-  if (n > 16) [[unlikely]] {
-    std::memcpy(dst, src, n);
-  } else if (n >= 8) {
-    std::uint64_t a, b;
-    std::memcpy(&a, src, 8);
-    std::memcpy(&b, src + n - 8, 8);
-    std::memcpy(dst, &a, 8);
-    std::memcpy(dst + n - 8, &b, 8);
-  } else if (n >= 4) {
-    std::uint32_t a, b;
-    std::memcpy(&a, src, 4);
-    std::memcpy(&b, src + n - 4, 4);
-    std::memcpy(dst, &a, 4);
-    std::memcpy(dst + n - 4, &b, 4);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
-  }
-}
 
 // The header word of the record at `p` (8-byte aligned inside the mapping).
 [[nodiscard]] inline std::atomic_ref<std::uint64_t> header_at(std::byte* p) noexcept {

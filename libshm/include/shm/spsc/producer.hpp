@@ -151,7 +151,7 @@ inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
     if (!*r) return false;
     payload = (*r)->data();
   }
-  detail::copy_payload(payload, record.data(), record.size());
+  detail::copy_short(payload, record.data(), record.size());
   commit_unguarded();
   return true;
 }
