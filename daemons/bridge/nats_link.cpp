@@ -105,6 +105,15 @@ bool NatsLink::connected() const noexcept {
   return nc_ != nullptr && natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED;
 }
 
+std::optional<Failure> NatsLink::gave_up(const ConnectionOptions& o) const {
+  if (nc_ == nullptr || !natsConnection_IsClosed(nc_)) return std::nullopt;
+  const char* text = nullptr;
+  const natsStatus s = natsConnection_GetLastError(nc_, &text);
+  Failure f = connect_failure(s == NATS_OK ? NATS_CONNECTION_CLOSED : s, o);
+  f.message = "lost the connection and could not reconnect: " + f.message;
+  return f;
+}
+
 void NatsLink::close() noexcept {
   if (nc_ != nullptr) natsConnection_Close(nc_);
 }

@@ -57,6 +57,11 @@ class NatsLink {
     return reconnects_.load(std::memory_order_acquire);  // [bridge.N]: see on_reconnected()
   }
   [[nodiscard]] bool connected() const noexcept;
+  // The client gave the connection up while reconnecting (a server that
+  // refused the credentials twice in a row): what failed, as connect()
+  // reports it (exit 4 for a refusal); nullopt while the connection is up or
+  // being re-established.
+  [[nodiscard]] std::optional<Failure> gave_up(const ConnectionOptions& o) const;
   // Closes the connection (idempotent): the client's threads stop using it and
   // its subscriptions, which may then be destroyed, before the link is.
   void close() noexcept;

@@ -943,6 +943,31 @@ TEST_F(BridgeTest, WrongCredentialsExitFourWithoutPrintingThem) {
   EXPECT_THAT(bridge->output(), Not(HasSubstr("right-secret")));
 }
 
+// The client library reconnects by itself, but gives the connection up when
+// the server refuses the credentials twice in a row: the export route then
+// stops (exit 4, saying why) instead of publishing into a closed connection
+// for ever.
+TEST_F(BridgeTest, ExportExitsFourWhenTheRestartedServerRefusesItsCredentials) {
+  auto server = std::make_unique<NatsServer>(
+      std::vector<std::string>{"--user", "alice", "--pass", "first-secret-abc"});
+  ASSERT_TRUE(server->ready()) << server->log();
+  make_ring(a_, "orders");
+  auto args = export_args(server->url(), a_);
+  args.insert(args.end(), {"--user", "alice", "--password", "first-secret-abc"});
+  auto bridge = run_merged(bridge_bin(), args);
+  ASSERT_TRUE(bridge->wait_for_line("READY export", 30s)) << bridge->output();
+  const int port = server->port();
+  server.reset();  // killed: the bridge reconnects to whatever listens there next
+  NatsServer changed({"--user", "alice", "--pass", "second-secret"},
+                     shm::test::NatsPlacement{{}, "127.0.0.1", port});
+  ASSERT_TRUE(changed.ready()) << changed.log();
+  EXPECT_EQ(bridge->wait(60s), 4) << bridge->output();
+  EXPECT_THAT(bridge->output(),
+              HasSubstr("lost the connection and could not reconnect: the NATS server at"));
+  EXPECT_THAT(bridge->output(), HasSubstr("refused the credentials (user/password)"));
+  EXPECT_THAT(bridge->output(), Not(HasSubstr("first-secret-abc")));
+}
+
 TEST_F(BridgeTest, WrongTokenExitsFourWithoutPrintingIt) {
   NatsServer server({"--auth", "right-token-123"});
   ASSERT_TRUE(server.ready()) << server.log();
