@@ -200,11 +200,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
     transport->egress().heartbeat();
-    live.connected.store((*link)->connected(), std::memory_order_relaxed);
+    const bool connected = (*link)->connected();
+    live.connected.store(connected, std::memory_order_relaxed);
     // The client reconnects by itself, but gives up on a server that refuses
     // the credentials twice in a row: publishing into a closed connection
     // would fail forever, so the route stops and says why.
-    if (auto f = (*link)->gave_up(o.common.connection)) return std::unexpected(std::move(*f));
+    if (!connected)
+      if (auto f = (*link)->gave_up(o.common.connection)) return std::unexpected(std::move(*f));
     live.egress_backlog.store(next_seq - acked_next, std::memory_order_relaxed);
 
     // A lost and re-established connection: a new generation, which fences

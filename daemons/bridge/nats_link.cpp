@@ -107,7 +107,7 @@ bool NatsLink::connected() const noexcept {
 
 std::optional<Failure> NatsLink::gave_up(const ConnectionOptions& o) const {
   if (nc_ == nullptr || !natsConnection_IsClosed(nc_)) return std::nullopt;
-  const char* text = nullptr;
+  const char* text = nullptr;  // not shown: it may quote a URL with credentials
   const natsStatus s = natsConnection_GetLastError(nc_, &text);
   Failure f = connect_failure(s == NATS_OK ? NATS_CONNECTION_CLOSED : s, o);
   f.message = "lost the connection and could not reconnect: " + f.message;

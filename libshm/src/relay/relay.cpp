@@ -491,6 +491,10 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         if (e != kNone) {
           EntryHead& h = view_.entry(e);
           const std::uint32_t len = ld(h.len);
+          if (len > view_.params.value_size)  // read and merged below: never past the slot
+            return corrupt(
+                path, shm::detail::format("entry {} holds a {}-byte value (value size {})", e, len,
+                                          view_.params.value_size));
           std::array<std::byte, kMaxValueSize> out;
           auto cur =
               std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);

@@ -149,6 +149,22 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
   EXPECT_EQ(put(*b, 0, 0b1000), WriteOutcome::Merged);
 }
 
+// An open entry whose length in the mapping exceeds the value size is
+// Corrupt at the next merge into it: the merge never reads past the slot.
+TEST_F(RelayTest, AMergeIntoAnEntryLongerThanTheValueSizeIsCorrupt) {
+  auto w = RelayWriter::create("longer", cfg(policy::kSum, Overflow::Block, 100, 1, 16));
+  ASSERT_TRUE(w) << w.error().what();
+  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Appended);
+  const std::uint32_t e = w->view().control->head.load();
+  ASSERT_LT(e, 16u);
+  w->view().entry(e).len.store(4096);
+  auto r = w->write(1, u64_value(7), 0ns);
+  ASSERT_FALSE(r) << "a 4096-byte value in an 8-byte slot gave " << to_string(r->outcome);
+  EXPECT_EQ(r.error().code, Errc::Corrupt) << r.error().what();
+  EXPECT_TRUE(contains(r.error().message, "holds a 4096-byte value (value size 8)"))
+      << r.error().what();
+}
+
 TEST_F(RelayTest, LwwConvergesWhateverTheArrivalOrder) {
   RelayConfig c = cfg(policy::kLww, Overflow::Block, 100, 1, 16, 32);
   auto w = RelayWriter::create("lww", c);
