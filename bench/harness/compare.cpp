@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include <sys/utsname.h>
@@ -44,13 +45,33 @@ bool ComparisonResult::all_targets_met() const noexcept {
                      [](const RatioResult& r) { return r.met.value_or(true); });
 }
 
+namespace {
+
+// LIBSHM_BENCH_CASES="ring spin,reference ring" runs only the cases named
+// (for a profile of one transport); ratios needing a case left out are dropped.
+bool case_selected(const std::string& name) {
+  const char* list = std::getenv("LIBSHM_BENCH_CASES");
+  if (list == nullptr || *list == '\0') return true;
+  std::string_view rest(list);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == name) return true;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+}  // namespace
+
 Comparison& Comparison::add_case(std::string name, std::function<Measurement()> run) {
-  cases_.emplace_back(std::move(name), std::move(run));
+  if (case_selected(name)) cases_.emplace_back(std::move(name), std::move(run));
   return *this;
 }
 
 Comparison& Comparison::add_ratio(RatioSpec spec) {
-  ratios_.push_back(std::move(spec));
+  if (case_selected(spec.num_case) && case_selected(spec.den_case))
+    ratios_.push_back(std::move(spec));
   return *this;
 }
 

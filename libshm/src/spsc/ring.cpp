@@ -302,7 +302,6 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
   p.cached_head_ = head;
   p.tail_ = p.reserved_ = end.end;
   p.control_->producer.tail.store(p.tail_, std::memory_order_release);
-  p.records_ = p.control_->producer.records.load(std::memory_order_relaxed);  // statistics only
   return p;
 }
 
@@ -329,6 +328,15 @@ Result<std::optional<std::span<std::byte>>> RingProducer::reserve_slow(std::size
   reserved_ += need;
   ++pending_records_;
   return std::optional<std::span<std::byte>>{std::span<std::byte>(p + ring::kRecordHeader, n)};
+}
+
+Result<bool> RingProducer::push_slow(std::span<const std::byte> record) {
+  auto r = reserve_unguarded(record.size());
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (!*r) return false;
+  if (!record.empty()) std::memcpy((*r)->data(), record.data(), record.size());
+  commit_unguarded();
+  return true;
 }
 
 Result<bool> RingProducer::refresh_head(std::uint64_t need_end) {
@@ -416,7 +424,6 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   if (auto ok = check_positions(c.segment_, c.head_, hint, c.capacity_); !ok)
     return std::unexpected(ok.error());
   c.peek_pos_ = c.head_;
-  c.records_ = c.control_->consumer.records.load(std::memory_order_relaxed);  // statistics only
   return c;
 }
 

@@ -473,6 +473,106 @@ TEST_F(SpscRingSemanticsTest, ProducerTakeoverContinuesFromPublishedTail) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>((*second)->data()), 3), "two");
 }
 
+// What describe() says of a ring (the numbers shmctl and the sidecar show).
+std::uint64_t described(const Segment& seg, std::string_view key) {
+  Node n;
+  kSpscRingDescriptor.describe(seg, n);
+  const Node* f = n.find(key);
+  if (f == nullptr) {
+    ADD_FAILURE() << "describe() has no " << key;
+    return 0;
+  }
+  return std::get<std::uint64_t>(f->value());
+}
+
+// The producer stores its `tail` hint only when the tail crosses a multiple
+// of capacity / 8 (128 bytes here), never per message; what the tools show
+// comes from the chain and the counters, which stay exact.
+TEST_F(SpscRingSemanticsTest, TailHintIsStoredLazilyAndTheCountersStayExact) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(p);
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(c);
+  const Segment& seg = p->segment();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(*p->try_push(bytes("12345678")));  // 3 x 16 bytes
+  EXPECT_EQ(control(seg).producer.tail.load(), 0u) << "a hint stored per message";
+  EXPECT_EQ(described(seg, "tail_hint"), 0u);
+  EXPECT_EQ(described(seg, "tail"), 48u);
+  EXPECT_EQ(described(seg, "depth_records"), 3u);
+  EXPECT_EQ(described(seg, "records_pushed"), 3u);
+  std::array<std::byte, 16> out{};
+  ASSERT_TRUE(*c->try_pop(out));
+  ASSERT_TRUE(*c->try_pop(out));
+  EXPECT_EQ(described(seg, "records_popped"), 2u);
+  EXPECT_EQ(described(seg, "head"), 32u);
+  // The push ending at 128 crosses the stride: the hint is that commit's
+  // tail; the next push (to 144) stores nothing.
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(*p->try_push(bytes("12345678")));  // ends at 144
+  EXPECT_EQ(control(seg).producer.tail.load(), 128u);
+  EXPECT_EQ(described(seg, "records_pushed"), 9u);
+  // A batch counts every record it publishes.
+  ASSERT_TRUE(*p->try_reserve(8));
+  ASSERT_TRUE(*p->try_reserve(8));
+  p->commit();
+  EXPECT_EQ(described(seg, "records_pushed"), 11u);
+  EXPECT_EQ(described(seg, "tail"), 176u);
+  EXPECT_EQ(control(seg).producer.tail.load(), 128u);
+  EXPECT_TRUE(kSpscRingDescriptor.verify(seg).empty());
+}
+
+// A producer that goes away between two hint stores leaves records past the
+// hint: the next producer walks to their end and continues there.
+TEST_F(SpscRingSemanticsTest, ANewProducerContinuesPastALaggingHint) {
+  auto c = RingConsumer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(c);
+  {
+    auto p = RingProducer::open("r");
+    ASSERT_TRUE(p);
+    for (const char* s : {"a", "bb", "ccc", "dddd", "eeeee"}) ASSERT_TRUE(*p->try_push(bytes(s)));
+    ASSERT_EQ(control(p->segment()).producer.tail.load(), 0u);
+  }
+  auto p2 = RingProducer::open("r");
+  ASSERT_TRUE(p2);
+  EXPECT_EQ(p2->published_position(), 80u);
+  ASSERT_TRUE(*p2->try_push(bytes("after")));
+  std::vector<std::string> got;
+  std::array<std::byte, 16> out{};
+  for (;;) {
+    auto r = c->try_pop(out);
+    ASSERT_TRUE(r) << r.error().what();
+    if (!*r) break;
+    got.emplace_back(reinterpret_cast<const char*>(out.data()), **r);
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "bb", "ccc", "dddd", "eeeee", "after"}));
+}
+
+// try_push with reservations open takes the general path: its record joins
+// the batch, and the batch and it become visible together, in order.
+TEST_F(SpscRingSemanticsTest, TryPushWithAReservationOpenPublishesBothInOrder) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(p);
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(c);
+  auto first = p->try_reserve(3);
+  ASSERT_TRUE(first && *first);
+  std::memcpy((*first)->data(), "abc", 3);
+  {
+    auto none = c->try_peek();
+    ASSERT_TRUE(none);
+    EXPECT_FALSE(*none);
+  }
+  ASSERT_TRUE(*p->try_push(bytes("def")));
+  auto a = c->try_peek();
+  ASSERT_TRUE(a && *a);
+  EXPECT_EQ(str(**a), "abc");
+  auto b = c->try_peek();
+  ASSERT_TRUE(b && *b);
+  EXPECT_EQ(str(**b), "def");
+  c->release();
+  EXPECT_EQ(described(p->segment(), "records_pushed"), 2u);
+  EXPECT_EQ(described(p->segment(), "records_popped"), 2u);
+}
+
 // A ring filled to exactly its capacity has no room for the terminator: the
 // word after the last record is the header of the first one, a lap older. It
 // must read empty, and the ring goes on once space is released.

@@ -52,7 +52,9 @@ class RingConsumer : public detail::RingEndpoint {
   // one record cannot tell whether the earlier peeks were handled, so it
   // neither releases them unseen nor delivers them twice. (drain() is a batch
   // continuation: it goes on after the peeks and releases them with its own.)
-  [[nodiscard]] Result<std::optional<std::size_t>> try_pop(std::span<std::byte> out);
+  // Inline in the caller like RingProducer::try_push.
+  [[nodiscard, gnu::always_inline]] Result<std::optional<std::size_t>> try_pop(
+      std::span<std::byte> out);
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
   // Calls f(record) for up to `max` published records, then releases them all
@@ -78,6 +80,9 @@ class RingConsumer : public detail::RingEndpoint {
   // empty, a record larger than `out`, or Corrupt.
   [[nodiscard]] Result<std::optional<std::size_t>> pop_slow(std::span<std::byte> out);
   void release_unguarded() noexcept;
+  // Stores head_ (the release of `count` records), then the records counter
+  // and the producer's parked flag.
+  [[gnu::always_inline]] void publish_head(std::uint64_t count) noexcept;
   [[nodiscard]] std::unexpected<Error> peeks_outstanding(const char* op) const;
   [[nodiscard]] std::unexpected<Error> corrupt(const char* what, std::uint64_t value,
                                                std::uint64_t bound) const;
@@ -86,7 +91,6 @@ class RingConsumer : public detail::RingEndpoint {
 
   std::uint64_t head_ = 0;      // released position (mirror of control_->consumer.head)
   std::uint64_t peek_pos_ = 0;  // end of peeked records, >= head_
-  std::uint64_t records_ = 0;
   std::uint64_t peeked_records_ = 0;
 };
 
@@ -132,9 +136,9 @@ inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::b
     if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
         [[likely]] {
       detail::copy_short(out.data(), payload, length);
-      peek_pos_ += ring::record_size(length);
-      ++peeked_records_;
-      release_unguarded();
+      // peek and release in one step: no peek count kept in the handle.
+      head_ = peek_pos_ = peek_pos_ + ring::record_size(length);
+      publish_head(1);
       return std::optional<std::size_t>{length};
     }
   }
@@ -149,14 +153,21 @@ inline void RingConsumer::release() noexcept {
 inline void RingConsumer::release_unguarded() noexcept {
   if (peek_pos_ == head_) return;
   head_ = peek_pos_;
-  records_ += peeked_records_;
+  const std::uint64_t count = peeked_records_;
   peeked_records_ = 0;
+  publish_head(count);
+}
+
+inline void RingConsumer::publish_head(std::uint64_t count) noexcept {
   crash_point(2);  // RingCrashPoint::ReleaseBeforeHead
   // [spsc.C] release: frees the records' bytes; pairs with [spsc.C'] in the
   // producer (which reads head only when the ring looks full).
   control_->consumer.head.store(head_, std::memory_order_release);
   crash_point(3);  // RingCrashPoint::ReleaseAfterHead
-  control_->consumer.records.store(records_, std::memory_order_relaxed);  // statistics only
+  // Our own line, written only by us: a load and a store, no copy in the handle.
+  auto& records = control_->consumer.records;
+  records.store(records.load(std::memory_order_relaxed) + count,
+                std::memory_order_relaxed);  // statistics only
   // [spsc.D] light barrier, then the producer's flag from our own line: pairs
   // with [spsc.D'] (the producer's flag store and membarrier in reserve()).
   light_barrier();

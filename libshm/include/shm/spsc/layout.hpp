@@ -12,8 +12,9 @@
 // What one message touches (steady state, no park):
 //   producer: the record's own lines (payload, then the 8-byte terminator
 //     word after the batch, then the header word, written LAST with release
-//     [spsc.P]), then its own control line (`tail` hint, `records`, and a
-//     load of `consumer_parked` on that same line).
+//     [spsc.P]), then its own control line (`records`, and a load of
+//     `consumer_parked` on that same line). The `tail` hint is stored only
+//     when the tail crosses a multiple of capacity / 8.
 //   consumer: the record's lines (header word loaded with acquire [spsc.P'],
 //     payload), then its own control line (`head` with release [spsc.C],
 //     `records`, and a load of `producer_parked` on that same line).
@@ -21,6 +22,14 @@
 //   reloads `head` with acquire [spsc.C'] only when its cached head says the
 //   ring is full; the consumer never reads `tail` (a hint for takeover and
 //   tools). No locked instruction runs per message.
+//   Why the stores per message are counted: while the consumer polls the
+//   line the producer writes, each store to it waits for the line to come
+//   back, and every later store of the producer (its own counters, its
+//   stack) waits behind it in the store buffer. Small messages are bound by
+//   how many stores a message makes, so the steady state of try_push makes
+//   the payload, terminator, header, one position and one counter store and
+//   the endpoint guard's two, and the counters live only on the control
+//   line (no copy in the handle).
 //
 // Slot states. The consumer polls the header word at its peek position P:
 //   0            -> empty: the producer's terminator (or the zero-filled file)
@@ -65,9 +74,11 @@
 //     nothing of the batch is reachable; later headers it stored lie beyond
 //     the chain and are overwritten (the next commit's terminator covers the
 //     one position the consumer will poll).
-//   producer killed after the first header's store, before the `tail` hint:
-//     the batch is published; a new producer walks the chain from
-//     max(head, tail hint) to the first empty slot and continues there.
+//   producer killed after the first header's store (or any time between two
+//     stores of the lazy `tail` hint): the records are published; a new
+//     producer walks the chain from max(head, tail hint) to the first empty
+//     slot and continues there. The hint lags the tail by less than
+//     capacity / 8, so that walk is short.
 //   consumer killed between peek and release: `head` did not move; the next
 //     consumer reads the records again (at-least-once).
 //   consumer killed while returning consumed space: the return is the single
@@ -159,8 +170,9 @@ inline constexpr RoleSpec kObserverRole{2, false, "observer"};
 struct RingControl {
   struct alignas(kFalseSharingRange) Producer {
     // producer-owned hint: the end of the records published by the last
-    // commit, stored after their headers. The consumer never reads it; a new
-    // producer and the tools start their chain walk from it.
+    // commit that crossed a multiple of capacity / 8, stored after their
+    // headers. The consumer never reads it; a new producer and the tools
+    // start their chain walk from it.
     std::atomic<std::uint64_t> tail;
     std::atomic<std::uint64_t> records;  // producer-owned: records published (counter)
     // written by a consumer about to sleep; read (relaxed, after [spsc.D]) and

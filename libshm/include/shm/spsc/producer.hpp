@@ -42,7 +42,10 @@ class RingProducer : public detail::RingEndpoint {
   }
 
   // Copying conveniences: false when the ring is full (or the timeout passed).
-  [[nodiscard]] Result<bool> try_push(std::span<const std::byte> record);
+  // Its steady state is inline in the caller (always_inline: a call would
+  // save registers, stores that wait in the store buffer behind the record
+  // line's transfer); everything else is one call to push_slow().
+  [[nodiscard, gnu::always_inline]] Result<bool> try_push(std::span<const std::byte> record);
   [[nodiscard]] Result<bool> push(std::span<const std::byte> record,
                                   std::chrono::nanoseconds timeout);
   // Pushes records in order until one does not fit; one commit for all.
@@ -63,6 +66,14 @@ class RingProducer : public detail::RingEndpoint {
   [[nodiscard]] std::byte* reserve_fast(std::size_t n) noexcept;
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_slow(std::size_t n);
   void commit_unguarded() noexcept;
+  // try_push() past its inline path (guard held): a batch open, padding, a
+  // refresh of head, a full ring or TooLarge.
+  [[nodiscard]] Result<bool> push_slow(std::span<const std::byte> record);
+  // After a publish of `count` records ending at tail_ (the header's release
+  // store done): the records counter, the lazy `tail` hint, then the
+  // consumer's parked flag.
+  [[gnu::always_inline]] void after_publish(std::uint64_t old_tail, std::uint64_t count) noexcept;
+  void publish_hint() noexcept;
   [[nodiscard]] Result<bool> refresh_head(std::uint64_t need_end);
   void wake_consumer() noexcept;
   // Stores the header of the record at `pos`, or holds it back for commit()
@@ -78,7 +89,6 @@ class RingProducer : public detail::RingEndpoint {
   std::uint64_t tail_ = 0;         // published position (control_->producer.tail is its hint)
   std::uint64_t reserved_ = 0;     // end of reservations, >= tail_
   std::uint64_t cached_head_ = 0;  // consumer's head as last read; refreshed when full
-  std::uint64_t records_ = 0;      // records published so far (mirror of the counter)
   std::uint64_t pending_records_ = 0;
   std::uint64_t first_header_ = 0;  // the batch's first header, stored by commit()
 };
@@ -127,14 +137,26 @@ inline void RingProducer::commit_unguarded() noexcept {
   // terminator); pairs with [spsc.P'] in RingConsumer::try_peek().
   detail::header_at(at(tail_)).store(first_header_, std::memory_order_release);
   crash_point(1);  // RingCrashPoint::CommitAfterPublish
+  const std::uint64_t old_tail = tail_;
+  const std::uint64_t count = pending_records_;
   tail_ = reserved_;
-  records_ += pending_records_;
   pending_records_ = 0;
   first_header_ = 0;
-  control_->producer.records.store(records_, std::memory_order_relaxed);  // statistics only
-  // release: a hint for a new producer and the tools, after the headers it
-  // covers; pairs with their acquire loads.
-  control_->producer.tail.store(tail_, std::memory_order_release);
+  after_publish(old_tail, count);
+}
+
+inline void RingProducer::after_publish(std::uint64_t old_tail, std::uint64_t count) noexcept {
+  // The counter lives on our own line and only we write it: a load and a
+  // store, no copy in the handle (each store a message makes waits in the
+  // store buffer behind the record line's transfer; see the protocol note).
+  auto& records = control_->producer.records;
+  records.store(records.load(std::memory_order_relaxed) + count,
+                std::memory_order_relaxed);  // statistics only
+  // The hint is stored lazily: when the tail crosses a multiple of
+  // capacity / 8 (a new producer walks the chain from it, so a lagging hint
+  // costs that walk at most a ring, never a record).
+  if (((old_tail ^ tail_) >> (capacity_log2_ - 3)) != 0) [[unlikely]]
+    publish_hint();
   // [spsc.D] light barrier, then the consumer's flag from our own line: pairs
   // with [spsc.D'] (the consumer's flag store and membarrier in peek()).
   light_barrier();
@@ -142,18 +164,38 @@ inline void RingProducer::commit_unguarded() noexcept {
     wake_consumer();
 }
 
+inline void RingProducer::publish_hint() noexcept {
+  // release: a hint for a new producer and the tools, after the headers it
+  // covers; pairs with their acquire loads.
+  control_->producer.tail.store(tail_, std::memory_order_release);
+}
+
 inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
   const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
-  std::byte* payload = reserve_fast(record.size());
-  if (payload == nullptr) [[unlikely]] {
-    auto r = reserve_slow(record.size());
-    if (!r) return std::unexpected(std::move(r.error()));
-    if (!*r) return false;
-    payload = (*r)->data();
+  const std::size_t n = record.size();
+  const std::uint64_t need = ring::record_size(n);
+  const std::uint64_t pos = tail_;
+  // The steady state, one record and nothing else in flight: no batch open,
+  // the record fits before the buffer end and, with the terminator after it,
+  // within the cached head. Everything else (padding, a refresh of head, a
+  // reservation pending) takes the general path below.
+  if (reserved_ == pos && n <= max_payload_ && (pos & mask_) + need <= capacity_ &&
+      pos + need + ring::kRecordHeader - cached_head_ <= capacity_) [[likely]] {
+    std::byte* slot = at(pos);
+    detail::copy_short(slot + ring::kRecordHeader, record.data(), n);
+    // relaxed: the terminator, ordered before the consumer's reads by [spsc.P].
+    detail::header_at(at(pos + need)).store(0, std::memory_order_relaxed);
+    crash_point(0);  // RingCrashPoint::CommitBeforePublish
+    // [spsc.P] release: publishes the record and the terminator.
+    detail::header_at(slot).store(
+        ring::header_word(static_cast<std::uint32_t>(n), ring::kRecordData, lap(pos)),
+        std::memory_order_release);
+    crash_point(1);  // RingCrashPoint::CommitAfterPublish
+    tail_ = reserved_ = pos + need;
+    after_publish(pos, 1);
+    return true;
   }
-  detail::copy_short(payload, record.data(), record.size());
-  commit_unguarded();
-  return true;
+  return push_slow(record);
 }
 
 }  // namespace shm
