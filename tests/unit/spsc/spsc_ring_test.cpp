@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -194,6 +195,67 @@ TEST(EndpointGuardTest, ASecondScopeOnABusyEndpointAbortsInEveryBuild) {
         const detail::EndpointGuard::Scope second(guard, "an SPSC endpoint");
       },
       "an SPSC endpoint is used by two threads at once");
+}
+
+// A short call (try_push, try_pop, commit, release...) as the ring makes it.
+struct ShortCall {
+  explicit ShortCall(detail::EndpointGuard& g) : guard(g), me(g.enter_short("an SPSC endpoint")) {}
+  ~ShortCall() { guard.leave_short(me, "an SPSC endpoint"); }
+  ShortCall(const ShortCall&) = delete;
+  ShortCall& operator=(const ShortCall&) = delete;
+  detail::EndpointGuard& guard;
+  std::uintptr_t me;
+};
+
+// The short calls make no store while one thread keeps using the endpoint.
+// Two threads in short calls at once are caught when the first one leaves:
+// it finds that the second took the endpoint over meanwhile.
+TEST(EndpointGuardTest, AShortCallFindingAtItsEndThatAnotherThreadEnteredAborts) {
+  detail::EndpointGuard guard;
+  EXPECT_DEATH(
+      {
+        const ShortCall first(guard);
+        std::thread([&guard] { const ShortCall second(guard); }).join();
+      },
+      "an SPSC endpoint is used by two threads at once");
+}
+
+// A short call entering while a Scope (a wait, a drain) is inside aborts at
+// once, on the same thread (a callback) or another one.
+TEST(EndpointGuardTest, AShortCallInsideAWaitOrADrainAbortsAtOnce) {
+  detail::EndpointGuard guard;
+  EXPECT_DEATH(
+      {
+        const detail::EndpointGuard::Scope draining(guard, "an SPSC endpoint");
+        const ShortCall callback(guard);
+      },
+      "an SPSC endpoint is used by two threads at once");
+  EXPECT_DEATH(
+      {
+        const detail::EndpointGuard::Scope waiting(guard, "an SPSC endpoint");
+        std::thread([&guard] { const ShortCall other(guard); }).join();
+      },
+      "an SPSC endpoint is used by two threads at once");
+}
+
+// Handing an endpoint from thread to thread, one call at a time, is allowed
+// with both kinds of call, in any order.
+TEST(EndpointGuardTest, ThreadsTakingTurnsOnAnEndpointPass) {
+  detail::EndpointGuard guard;
+  EXPECT_EXIT(
+      {
+        for (int round = 0; round < 3; ++round) {
+          { const ShortCall here(guard); }
+          std::thread([&guard] {
+            { const ShortCall there(guard); }
+            { const detail::EndpointGuard::Scope there_long(guard, "an SPSC endpoint"); }
+            { const ShortCall there_again(guard); }
+          }).join();
+          { const detail::EndpointGuard::Scope here_long(guard, "an SPSC endpoint"); }
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // drain() and try_push_batch() take the guard once for the whole batch (not

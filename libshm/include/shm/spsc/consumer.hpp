@@ -97,8 +97,10 @@ class RingConsumer : public detail::RingEndpoint {
 // ---------------------------------------------------------------- inline hot path
 
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek() {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
-  return peek_unguarded();
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
+  auto r = peek_unguarded();
+  guard_.leave_short(me, kGuardName);
+  return r;
 }
 
 inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length) const noexcept {
@@ -130,7 +132,7 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::peek_ungu
 }
 
 inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
   std::uint32_t length = 0;
   if (peeked_records_ == 0) [[likely]] {
     if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
@@ -139,15 +141,19 @@ inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::b
       // peek and release in one step: no peek count kept in the handle.
       head_ = peek_pos_ = peek_pos_ + ring::record_size(length);
       publish_head(1);
+      guard_.leave_short(me, kGuardName);
       return std::optional<std::size_t>{length};
     }
   }
-  return pop_slow(out);
+  auto r = pop_slow(out);
+  guard_.leave_short(me, kGuardName);
+  return r;
 }
 
 inline void RingConsumer::release() noexcept {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
   release_unguarded();
+  guard_.leave_short(me, kGuardName);
 }
 
 inline void RingConsumer::release_unguarded() noexcept {

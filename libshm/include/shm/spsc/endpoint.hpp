@@ -30,6 +30,8 @@ struct RingTestAccess;
 
 class RingEndpoint {
  public:
+  // How the endpoint guard names a ring's endpoints when it aborts.
+  static constexpr const char* kGuardName = "an SPSC endpoint";
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
   [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }

@@ -27,9 +27,9 @@
 //   back, and every later store of the producer (its own counters, its
 //   stack) waits behind it in the store buffer. Small messages are bound by
 //   how many stores a message makes, so the steady state of try_push makes
-//   the payload, terminator, header, one position and one counter store and
-//   the endpoint guard's two, and the counters live only on the control
-//   line (no copy in the handle).
+//   five: payload, terminator, header, one position and one counter (the
+//   endpoint guard only reads in a short call; the counters live only on
+//   the control line, with no copy in the handle).
 //
 // Slot states. The consumer polls the header word at its peek position P:
 //   0            -> empty: the producer's terminator (or the zero-filled file)

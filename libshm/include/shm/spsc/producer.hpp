@@ -96,8 +96,10 @@ class RingProducer : public detail::RingEndpoint {
 // ---------------------------------------------------------------- inline hot path
 
 inline Result<std::optional<std::span<std::byte>>> RingProducer::try_reserve(std::size_t n) {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
-  return reserve_unguarded(n);
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
+  auto r = reserve_unguarded(n);
+  guard_.leave_short(me, kGuardName);
+  return r;
 }
 
 inline std::byte* RingProducer::reserve_fast(std::size_t n) noexcept {
@@ -120,8 +122,9 @@ inline Result<std::optional<std::span<std::byte>>> RingProducer::reserve_unguard
 }
 
 inline void RingProducer::commit() noexcept {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
   commit_unguarded();
+  guard_.leave_short(me, kGuardName);
 }
 
 inline void RingProducer::commit_unguarded() noexcept {
@@ -171,7 +174,7 @@ inline void RingProducer::publish_hint() noexcept {
 }
 
 inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
-  const detail::EndpointGuard::Scope scope(guard_, "an SPSC endpoint");
+  const std::uintptr_t me = guard_.enter_short(kGuardName);
   const std::size_t n = record.size();
   const std::uint64_t need = ring::record_size(n);
   const std::uint64_t pos = tail_;
@@ -193,9 +196,12 @@ inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
     crash_point(1);  // RingCrashPoint::CommitAfterPublish
     tail_ = reserved_ = pos + need;
     after_publish(pos, 1);
+    guard_.leave_short(me, kGuardName);
     return true;
   }
-  return push_slow(record);
+  auto r = push_slow(record);
+  guard_.leave_short(me, kGuardName);
+  return r;
 }
 
 }  // namespace shm
