@@ -445,14 +445,18 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
   bool fell_back = false;
   bool seal_failed = false;  // the last seal of this write failed: park before another
   bool sealed = false;       // this write sealed a page: it appends now if it can
-  SealJob job;
-  // The thread's page buffer lent to the job, and taken back on every
-  // return: a fresh buffer per seal would cost its page faults.
+  // Made only by a write that seals, on the heap (a merge or an append
+  // never seals: a job on the stack of every write cost each of them a zero
+  // fill of the job and two moves of the thread's page buffer). The
+  // thread's page buffer is lent to it and taken back on every return: a
+  // fresh buffer per seal would cost its page faults.
+  std::unique_ptr<SealJob> job;
   thread_local spill::PageBuilder t_seal_page;
-  job.page = std::move(t_seal_page);
   struct GiveBack {
-    SealJob& job;
-    ~GiveBack() { t_seal_page = std::move(job.page); }
+    std::unique_ptr<SealJob>& job;
+    ~GiveBack() {
+      if (job) t_seal_page = std::move(job->page);
+    }
   } give_back{job};
   spill::SpillDir* dir = nullptr;
   if (static_cast<Overflow>(ld(c.overflow)) == Overflow::Spill && ld(view_.spill->enabled) != 0) {
@@ -620,7 +624,11 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
               }
               SealStart begun = SealStart::Impossible;
               if (!seal_failed) {
-                auto b = begin_seal(view_, !fell_back, path, job);
+                if (!job) {
+                  job = std::make_unique<SealJob>();
+                  job->page = std::move(t_seal_page);
+                }
+                auto b = begin_seal(view_, !fell_back, path, *job);
                 if (!b) return std::unexpected(b.error());
                 begun = *b;
               }
@@ -707,14 +715,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
     }
     if (seal_now) {
       // The file I/O with the relay unlocked (the seal mutex held).
-      const Result<spill::SealInfo> written = write_seal(*dir, job);
+      const Result<spill::SealInfo> written = write_seal(*dir, *job);
       if (auto ok = lock(view_, path); !ok) {
         abandon_seal(view_);  // the next locker rolls it back
         return std::unexpected(ok.error());
       }
       {
         Held held(c);
-        if (finish_seal(view_, *dir, job, written, !fell_back)) {
+        if (finish_seal(view_, *dir, *job, written, !fell_back)) {
           sealed = true;
           wake_writers(c);  // room: writers parked behind the seal look again
         } else {
