@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -48,10 +49,20 @@ bool ComparisonResult::all_targets_met() const noexcept {
 namespace {
 
 // LIBSHM_BENCH_CASES="ring spin,reference ring" runs only the cases named
-// (for a profile of one transport); ratios needing a case left out are dropped.
+// (for a profile of one transport); ratios needing a case left out are dropped,
+// targets included, so the filter says so once on stderr: a run under it is
+// never a verdict on every target.
 bool case_selected(const std::string& name) {
   const char* list = std::getenv("LIBSHM_BENCH_CASES");
   if (list == nullptr || *list == '\0') return true;
+  static const bool told = [list] {
+    std::fprintf(stderr,
+                 "LIBSHM_BENCH_CASES=\"%s\": only these cases run; ratios and targets that "
+                 "need another case are left out\n",
+                 list);
+    return true;
+  }();
+  (void)told;
   std::string_view rest(list);
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
