@@ -155,7 +155,7 @@ Ledger::~Ledger() {
 }
 
 void Ledger::shutdown() noexcept {
-  if (view_.control != nullptr && attachment_.attached()) {
+  if (view_.control != nullptr && attachment_.attached() && !attachment_.copied_by_fork()) {
     // Best effort: a failure here (a faulted ledger) leaves the tickets to reclaim.
     try {
       (void)release_owned(view_, segment_, owner_, Match::Exact, Departure::Leave, false);

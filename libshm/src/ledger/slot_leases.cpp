@@ -54,7 +54,9 @@ SlotLeases& SlotLeases::operator=(SlotLeases&& o) noexcept {
 
 SlotLeases::~SlotLeases() {
   // Best effort: a faulted ledger leaves the parent to the owner's reclaim.
-  if (ledger_ != nullptr) (void)ledger_->release(parent_);
+  // A forked child's copy leaves the parent ticket to the parent.
+  if (ledger_ != nullptr && !ledger_->attachment().copied_by_fork())
+    (void)ledger_->release(parent_);
 }
 
 std::optional<SlotLease> SlotLeases::acquire() noexcept {

@@ -876,6 +876,15 @@ RelayReader::RelayReader(RelayReader&&) noexcept = default;
 RelayReader& RelayReader::operator=(RelayReader&&) noexcept = default;
 RelayReader::~RelayReader() = default;
 
+RelayReader::ReadAhead::~ReadAhead() {
+  if (fork_generation != shm::fork_generation()) {
+    // A forked child's copy: the thread is the parent's (see fork_generation.hpp).
+    if (thread.joinable()) keep_forever(std::make_unique<std::thread>(std::move(thread)));
+    return;
+  }
+  wait();
+}
+
 Result<void> RelayReader::set_catch_up(CatchUp mode) {
   assert(view_.control != nullptr && "use of an empty RelayReader");
   if (mode == CatchUp::Conflated) {

@@ -1,6 +1,7 @@
 #include "sealer.hpp"
 
 #include "shm/platform/clock.hpp"
+#include "shm/platform/fork_generation.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -32,6 +33,7 @@ struct Sealer::State {
   // attempts still count a fallback each, as a write's would, but log no
   // event until a seal starts again.
   bool quiet = false;
+  std::uint64_t fork_generation = shm::fork_generation();  // of the process that started `thread`
   std::thread thread;
 };
 
@@ -43,6 +45,11 @@ Sealer::Sealer(const View& view, std::string path, spill::SpillDir dir)
 
 Sealer::~Sealer() {
   State& s = *state_;
+  if (s.fork_generation != shm::fork_generation()) {
+    // A forked child's copy: the thread is the parent's (see fork_generation.hpp).
+    keep_forever(std::move(state_));
+    return;
+  }
   {
     std::lock_guard held(s.mutex);
     s.stop = true;

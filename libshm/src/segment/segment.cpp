@@ -3,6 +3,7 @@
 #include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/crc32c.hpp"
+#include "shm/platform/fork_generation.hpp"
 #include "shm/platform/process.hpp"
 
 #include "format/format.hpp"
@@ -242,6 +243,7 @@ Attachment::Attachment(Attachment&& o) noexcept
       header_(std::exchange(o.header_, nullptr)),
       slot_(o.slot_),
       generation_(o.generation_),
+      fork_generation_(o.fork_generation_),
       took_over_(o.took_over_) {}
 
 Attachment& Attachment::operator=(Attachment&& o) noexcept {
@@ -251,6 +253,7 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
     header_ = std::exchange(o.header_, nullptr);
     slot_ = o.slot_;
     generation_ = o.generation_;
+    fork_generation_ = o.fork_generation_;
     took_over_ = o.took_over_;
   }
   return *this;
@@ -265,8 +268,19 @@ void Attachment::heartbeat() noexcept {
     header_->slots[slot_].heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
 }
 
+bool Attachment::copied_by_fork() const noexcept {
+  return header_ != nullptr && fork_generation() != fork_generation_;
+}
+
 void Attachment::detach() noexcept {
   if (header_ == nullptr) return;
+  if (copied_by_fork()) {
+    // The parent still holds the slot and its lock: the kernel keeps an OFD
+    // lock while any descriptor of it is open, and the parent's is.
+    header_ = nullptr;
+    lock_fd_ = FileHandle();
+    return;
+  }
   AttachmentSlot& s = header_->slots[slot_];
   s.state.store(static_cast<std::uint32_t>(SlotState::Free), std::memory_order_release);
   header_->counters.detaches.fetch_add(1, std::memory_order_relaxed);
@@ -600,6 +614,7 @@ Result<Attachment> Segment::attach(const RoleSpec& role) {
   a.header_ = h;
   a.slot_ = *won;
   a.generation_ = generation;
+  a.fork_generation_ = fork_generation();
   a.took_over_ = takeover;
   return a;
 }

@@ -1,5 +1,7 @@
 #include "shm/spill/purger.hpp"
 
+#include "shm/platform/fork_generation.hpp"
+
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -16,6 +18,7 @@ struct Purger::State {
   std::condition_variable cv;
   std::uint64_t asked = 0, done = 0;  // purges asked for / finished (under mutex)
   bool stop = false;
+  std::uint64_t fork_generation = shm::fork_generation();  // of the process that started `thread`
   std::thread thread;
 };
 
@@ -30,6 +33,11 @@ Purger::Purger(SpillDir dir) : state_(std::make_unique<State>(std::move(dir))) {
 
 Purger::~Purger() {
   State& s = *state_;
+  if (s.fork_generation != shm::fork_generation()) {
+    // A forked child's copy: the thread is the parent's (see fork_generation.hpp).
+    keep_forever(std::move(state_));
+    return;
+  }
   {
     std::lock_guard held(s.mutex);
     s.stop = true;

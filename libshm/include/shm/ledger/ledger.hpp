@@ -268,7 +268,9 @@ class Ledger {
   Ledger& operator=(Ledger&&) noexcept;
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
-  ~Ledger();  // releases the tickets this handle still owns, then detaches
+  // Releases the tickets this handle still owns, then detaches; a forked
+  // child's copy releases nothing (the tickets are the parent's).
+  ~Ledger();
 
   // Creates the segment, defines the configured categories and buckets, attaches.
   [[nodiscard]] static Result<Ledger> create(std::string_view name, const LedgerConfig& config,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "shm/error.hpp"
+#include "shm/platform/fork_generation.hpp"
 #include "shm/relay/layout.hpp"
 #include "shm/relay/policy.hpp"
 #include "shm/segment/segment.hpp"
@@ -354,10 +355,12 @@ class RelayReader : public relay::detail::Handle {
     // True from the thread's start until it has written its last byte
     // (release; the joiner needs no order from it, the join gives that).
     std::atomic<bool> reading{false};
+    std::uint64_t fork_generation = shm::fork_generation();  // of the process that made it
     ReadAhead() = default;
     ReadAhead(const ReadAhead&) = delete;
     ReadAhead& operator=(const ReadAhead&) = delete;
-    ~ReadAhead() { wait(); }
+    // Joins the thread; a forked child's copy leaves it (it is the parent's).
+    ~ReadAhead();
     void wait() {
       if (thread.joinable()) thread.join();
     }

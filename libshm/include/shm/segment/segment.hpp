@@ -106,8 +106,13 @@ class Attachment {
   [[nodiscard]] std::uint32_t generation() const noexcept { return generation_; }
   [[nodiscard]] bool took_over() const noexcept { return took_over_; }
   [[nodiscard]] bool attached() const noexcept { return header_ != nullptr; }
+  // True in a forked child for the copy of its parent's attachment: the slot
+  // is the parent's, and detach() leaves it to the parent.
+  [[nodiscard]] bool copied_by_fork() const noexcept;
   // Stores "now" in the slot's heartbeat (a relaxed store, no syscall).
   void heartbeat() noexcept;
+  // Frees the slot (in the process that attached; a forked child's copy only
+  // forgets it).
   void detach() noexcept;
 
  private:
@@ -116,6 +121,7 @@ class Attachment {
   SegmentHeader* header_ = nullptr;
   std::size_t slot_ = 0;
   std::uint32_t generation_ = 0;
+  std::uint64_t fork_generation_ = 0;  // shm::fork_generation() when attached
   bool took_over_ = false;
 };
 
