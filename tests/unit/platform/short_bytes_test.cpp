@@ -1,4 +1,4 @@
-// copy_short and equal_short against memcpy and memcmp: every length from 0
+// copy_short, copy_payload and equal_short against memcpy and memcmp: every length from 0
 // to 100 (each branch and both sides of the 64-byte libc cut-over), at every
 // alignment of a word.
 #include "shm/platform/short_bytes.hpp"
@@ -14,7 +14,9 @@ namespace {
 constexpr std::size_t kMaxLength = 100;
 constexpr std::size_t kSlack = 16;  // guard bytes after the copy, checked untouched
 
-TEST(ShortBytesTest, CopyShortCopiesExactlyTheBytesMemcpyWould) {
+using Copy = void (*)(void*, const void*, std::size_t) noexcept;
+
+void expect_copies_like_memcpy(Copy copy) {
   std::mt19937 rng(7);
   for (std::size_t offset = 0; offset < 8; ++offset) {
     for (std::size_t n = 0; n <= kMaxLength; ++n) {
@@ -22,10 +24,22 @@ TEST(ShortBytesTest, CopyShortCopiesExactlyTheBytesMemcpyWould) {
       for (auto& b : src) b = static_cast<unsigned char>(rng());
       for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = want[i] = static_cast<unsigned char>(i);
       std::memcpy(want.data() + offset, src.data() + offset, n);
-      shm::detail::copy_short(dst.data() + offset, src.data() + offset, n);
+      copy(dst.data() + offset, src.data() + offset, n);
       ASSERT_EQ(dst, want) << "length " << n << ", offset " << offset;
     }
   }
+}
+
+TEST(ShortBytesTest, CopyShortCopiesExactlyTheBytesMemcpyWould) {
+  expect_copies_like_memcpy([](void* to, const void* from, std::size_t n) noexcept {
+    shm::detail::copy_short(to, from, n);
+  });
+}
+
+TEST(ShortBytesTest, CopyPayloadCopiesExactlyTheBytesMemcpyWould) {
+  expect_copies_like_memcpy([](void* to, const void* from, std::size_t n) noexcept {
+    shm::detail::copy_payload(to, from, n);
+  });
 }
 
 TEST(ShortBytesTest, EqualShortFindsADifferenceAtEveryPosition) {

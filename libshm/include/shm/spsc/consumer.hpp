@@ -137,7 +137,7 @@ inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::b
   if (peeked_records_ == 0) [[likely]] {
     if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
         [[likely]] {
-      detail::copy_short(out.data(), payload, length);
+      detail::copy_payload(out.data(), payload, length);
       // peek and release in one step: no peek count kept in the handle.
       head_ = peek_pos_ = peek_pos_ + ring::record_size(length);
       publish_head(1);

@@ -185,7 +185,7 @@ inline Result<bool> RingProducer::try_push(std::span<const std::byte> record) {
   if (reserved_ == pos && n <= max_payload_ && (pos & mask_) + need <= capacity_ &&
       pos + need + ring::kRecordHeader - cached_head_ <= capacity_) [[likely]] {
     std::byte* slot = at(pos);
-    detail::copy_short(slot + ring::kRecordHeader, record.data(), n);
+    detail::copy_payload(slot + ring::kRecordHeader, record.data(), n);
     // relaxed: the terminator, ordered before the consumer's reads by [spsc.P].
     detail::header_at(at(pos + need)).store(0, std::memory_order_relaxed);
     crash_point(0);  // RingCrashPoint::CommitBeforePublish
