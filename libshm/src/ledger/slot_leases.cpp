@@ -42,7 +42,8 @@ SlotLeases::SlotLeases(SlotLeases&& o) noexcept
 
 SlotLeases& SlotLeases::operator=(SlotLeases&& o) noexcept {
   if (this != &o) {
-    if (ledger_ != nullptr) (void)ledger_->release(parent_);
+    if (ledger_ != nullptr && !ledger_->attachment().copied_by_fork())
+      (void)ledger_->release(parent_);
     ledger_ = std::exchange(o.ledger_, nullptr);
     parent_ = o.parent_;
     slot_bytes_ = o.slot_bytes_;

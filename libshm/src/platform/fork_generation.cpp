@@ -14,6 +14,14 @@ void bump_in_child() noexcept {
   g_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Registered when the library is loaded, not by a first call under a
+// function-local static's guard: a fork while another thread held that
+// guard would leave it held in the child, and every later call there would
+// wait for it. The handles that read the generation use this translation
+// unit, so the linker keeps it. pthread_atfork fails only without memory;
+// the handles then behave as before (a child's copy acts as the parent's).
+[[maybe_unused]] const bool g_registered = ::pthread_atfork(nullptr, nullptr, &bump_in_child) == 0;
+
 // A list only ever pushed to, with no lock: a mutex could have been copied
 // locked by the fork that made this process. Reachable from a global, so a
 // leak checker sees the objects as held, not lost.
@@ -26,12 +34,6 @@ std::atomic<Kept*> g_kept{nullptr};
 }  // namespace
 
 std::uint64_t fork_generation() noexcept {
-  // Registered before the first handle records a generation, so any fork
-  // after that handle was made is counted. pthread_atfork fails only without
-  // memory; the handles then behave as before (and a child's copy is treated
-  // as the parent's).
-  static const bool registered = ::pthread_atfork(nullptr, nullptr, &bump_in_child) == 0;
-  (void)registered;
   return g_generation.load(std::memory_order_relaxed);
 }
 

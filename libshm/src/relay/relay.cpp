@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <system_error>
 
@@ -879,7 +880,11 @@ RelayReader::~RelayReader() = default;
 RelayReader::ReadAhead::~ReadAhead() {
   if (fork_generation != shm::fork_generation()) {
     // A forked child's copy: the thread is the parent's (see fork_generation.hpp).
-    if (thread.joinable()) keep_forever(std::make_unique<std::thread>(std::move(thread)));
+    if (!thread.joinable()) return;
+    if (auto* kept = new (std::nothrow) std::thread(std::move(thread)); kept != nullptr)
+      keep_forever_erased(kept);
+    else
+      thread.detach();  // out of memory in a destructor: the lesser harm than terminate
     return;
   }
   wait();

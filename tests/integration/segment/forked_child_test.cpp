@@ -7,6 +7,7 @@
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 #include "shm/ledger/ledger.hpp"
+#include "shm/ledger/slot_leases.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -15,6 +16,7 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -137,13 +139,31 @@ TEST_F(ForkedChildTest, DroppingACopiedLedgerReleasesNoneOfTheParentsTickets) {
   ASSERT_TRUE(category) << category.error().what();
   auto ticket = ledger->reserve(*pool, *category, 300);
   ASSERT_TRUE(ticket && *ticket);
+  // Two slot-lease sets, each holding a parent ticket of its own.
+  std::optional<SlotLeases> first, second;
+  for (auto* set : {&first, &second}) {
+    auto made = SlotLeases::make(*ledger, *pool, *category, 4, 10);
+    ASSERT_TRUE(made && *made);
+    set->emplace(std::move(**made));
+  }
 
-  ASSERT_EQ(run_in_child([&] { ledger.reset(); }), 0);
+  // The child assigns one set over the other (the old one's parent ticket
+  // would be released), then drops everything.
+  ASSERT_EQ(run_in_child([&] {
+              *first = std::move(*second);
+              first.reset();
+              second.reset();
+              ledger.reset();
+            }),
+            0);
 
   auto tickets = ledger->tickets();
   ASSERT_TRUE(tickets) << tickets.error().what();
-  ASSERT_EQ(tickets->size(), 1u) << "the child released the parent's ticket";
-  EXPECT_EQ((*tickets)[0].ticket, **ticket);
+  ASSERT_EQ(tickets->size(), 3u) << "the child released some of the parent's tickets";
+  EXPECT_TRUE(
+      std::ranges::any_of(*tickets, [&](const TicketInfo& t) { return t.ticket == **ticket; }));
+  ASSERT_TRUE(first->close());
+  ASSERT_TRUE(second->close());
   auto problems = ledger->verify();
   ASSERT_TRUE(problems) << problems.error().what();
   EXPECT_TRUE(problems->empty());

@@ -1,5 +1,6 @@
-// copy_short, copy_payload and equal_short against memcpy and memcmp: every length from 0
-// to 100 (each branch and both sides of the 64-byte libc cut-over), at every
+// copy_short, copy_payload and equal_short against memcpy and memcmp: every
+// length from 0 to 100 (each branch, and both sides of each libc cut-over:
+// 64 bytes for copy_short and equal_short, 16 for copy_payload), at every
 // alignment of a word.
 #include "shm/platform/short_bytes.hpp"
 

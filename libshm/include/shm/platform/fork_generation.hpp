@@ -3,8 +3,10 @@
 // child's copy of a handle points at the parent's attachment slot, tickets and
 // background threads. Destroying such a copy must leave them alone: freeing
 // the slot would make the parent's role look free, releasing tickets would
-// take the parent's reservations away, and joining a thread that does not
-// exist in the child waits forever.
+// take the parent's reservations away, and tearing down a thread that does
+// not exist in the child (its condition variable, which counts it as a
+// waiter; its join) may never return or free what the child's C library has
+// already reclaimed.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +15,10 @@
 namespace shm {
 
 // How many fork()s lie between this process and the one that started the
-// program: 0 there, bumped in every child by a pthread_atfork handler that
-// the first call registers. A handle records it when it is made; a different
-// value later means the handle is a forked child's copy. One relaxed load.
+// program: 0 there, bumped in every child by a pthread_atfork handler
+// registered when the library is loaded. A handle records it when it is
+// made; a different value later means the handle is a forked child's copy.
+// One relaxed load.
 [[nodiscard]] std::uint64_t fork_generation() noexcept;
 
 // Keeps `object` alive and reachable until the process ends, never destroying
