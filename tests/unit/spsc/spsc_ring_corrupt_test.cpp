@@ -73,16 +73,36 @@ TEST_F(SpscRingCorruptTest, HeaderOfAnotherLapIsCorrupt) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::Corrupt);
   EXPECT_THAT(r.error().message, HasSubstr("neither empty nor of lap 0 or 16777215"));
+  std::byte out[16];
+  auto popped = consumer_.try_pop(out);  // the inline "empty" answer must not take it
+  ASSERT_FALSE(popped);
+  EXPECT_EQ(popped.error().code, Errc::Corrupt);
+  EXPECT_THAT(popped.error().message, HasSubstr("neither empty nor of lap 0 or 16777215"));
   EXPECT_THAT(verify(), ::testing::Contains(HasSubstr("neither empty nor of lap 0")));
 }
 
 TEST_F(SpscRingCorruptTest, HeaderOfThePreviousLapReadsEmpty) {
   // The header of the record one lap back (not yet overwritten) is no record.
-  detail::header_at(buffer()).store(ring::header_word(3, ring::kRecordData, ring::kLapMask));
+  std::byte out[16];
+  for (const std::uint32_t type : {ring::kRecordData, ring::kRecordPadding}) {
+    SCOPED_TRACE(type);
+    detail::header_at(buffer()).store(ring::header_word(3, type, ring::kLapMask));
+    auto r = consumer_.try_peek();
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(*r);
+    auto popped = consumer_.try_pop(out);
+    ASSERT_TRUE(popped);
+    EXPECT_FALSE(*popped);
+    EXPECT_TRUE(verify().empty());
+  }
+  // And a foreign type of the previous lap is still Corrupt, for both calls.
+  detail::header_at(buffer()).store(ring::header_word(3, 0x51, ring::kLapMask));
   auto r = consumer_.try_peek();
-  ASSERT_TRUE(r);
-  EXPECT_FALSE(*r);
-  EXPECT_TRUE(verify().empty());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::Corrupt);
+  auto popped = consumer_.try_pop(out);
+  ASSERT_FALSE(popped);
+  EXPECT_EQ(popped.error().code, Errc::Corrupt);
 }
 
 TEST_F(SpscRingCorruptTest, GarbageRecordLengthIsCorruptNotAnOverread) {

@@ -73,8 +73,10 @@ class RingConsumer : public detail::RingEndpoint {
   // The steady state of a peek, inline: the payload of the record at the peek
   // position when it is a current-lap data record within every bound, else
   // nullptr (peek_slow() then reads the slot again and says what it is: empty,
-  // padding, or Corrupt). Changes nothing.
-  [[nodiscard]] const std::byte* peek_fast(std::uint32_t& length) const noexcept;
+  // padding, or Corrupt). `word` receives the header word it read, so that the
+  // caller can tell an empty ring inline. Changes nothing.
+  [[nodiscard]] const std::byte* peek_fast(std::uint32_t& length,
+                                           std::uint64_t& word) const noexcept;
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_slow();
   // try_pop() past its fast path (guard held): peeks outstanding, padding,
   // empty, a record larger than `out`, or Corrupt.
@@ -103,11 +105,12 @@ inline Result<std::optional<std::span<const std::byte>>> RingConsumer::try_peek(
   return r;
 }
 
-inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length) const noexcept {
+inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length,
+                                                std::uint64_t& word) const noexcept {
   std::byte* slot = at(peek_pos_);
   // [spsc.P'] acquire: pairs with the producer's [spsc.P]; a current-lap
   // header makes its payload (and the batch after it) visible.
-  const std::uint64_t word = detail::header_at(slot).load(std::memory_order_acquire);
+  word = detail::header_at(slot).load(std::memory_order_acquire);
   // One compare for "a data record of the current lap"; the bounds below are
   // check_record()'s Data case, so any header this path accepts peek_slow()
   // would accept too, and everything else goes there.
@@ -123,26 +126,36 @@ inline const std::byte* RingConsumer::peek_fast(std::uint32_t& length) const noe
 
 inline Result<std::optional<std::span<const std::byte>>> RingConsumer::peek_unguarded() {
   std::uint32_t length = 0;
-  if (const std::byte* payload = peek_fast(length); payload != nullptr) [[likely]] {
+  std::uint64_t word = 0;
+  if (const std::byte* payload = peek_fast(length, word); payload != nullptr) [[likely]] {
     peek_pos_ += ring::record_size(length);
     ++peeked_records_;
     return std::optional<std::span<const std::byte>>{std::span<const std::byte>(payload, length)};
   }
+  // Empty, answered inline: a spinning caller then tests a result built in
+  // registers instead of reloading one that an out-of-line call stored.
+  if (ring::is_vacant(word, lap(peek_pos_))) return std::optional<std::span<const std::byte>>{};
   return peek_slow();
 }
 
 inline Result<std::optional<std::size_t>> RingConsumer::try_pop(std::span<std::byte> out) {
   const std::uintptr_t me = guard_.enter_short(kGuardName);
   std::uint32_t length = 0;
+  std::uint64_t word = 0;
   if (peeked_records_ == 0) [[likely]] {
-    if (const std::byte* payload = peek_fast(length); payload != nullptr && length <= out.size())
-        [[likely]] {
+    if (const std::byte* payload = peek_fast(length, word);
+        payload != nullptr && length <= out.size()) [[likely]] {
       detail::copy_payload(out.data(), payload, length);
       // peek and release in one step: no peek count kept in the handle.
       head_ = peek_pos_ = peek_pos_ + ring::record_size(length);
       publish_head(1);
       guard_.leave_short(me, kGuardName);
       return std::optional<std::size_t>{length};
+    }
+    // Empty, answered inline (see peek_unguarded).
+    if (ring::is_vacant(word, lap(peek_pos_))) {
+      guard_.leave_short(me, kGuardName);
+      return std::optional<std::size_t>{};
     }
   }
   auto r = pop_slow(out);

@@ -159,6 +159,12 @@ enum class SlotState : std::uint8_t {
   return SlotState::Foreign;
 }
 
+// Empty or Stale: nothing to read at P yet (the consumer's answer is "empty").
+[[nodiscard]] constexpr bool is_vacant(std::uint64_t word, std::uint32_t lap) noexcept {
+  const SlotState state = classify_slot(word, lap);
+  return state == SlotState::Empty || state == SlotState::Stale;
+}
+
 // Role ids in the attachment table (exclusive: slot == id).
 inline constexpr RoleSpec kProducerRole{0, true, "producer"};
 inline constexpr RoleSpec kConsumerRole{1, true, "consumer"};
