@@ -72,9 +72,11 @@ class RingConsumer : public detail::RingEndpoint {
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_unguarded();
   // The steady state of a peek, inline: the payload of the record at the peek
   // position when it is a current-lap data record within every bound, else
-  // nullptr (peek_slow() then reads the slot again and says what it is: empty,
-  // padding, or Corrupt). `word` receives the header word it read, so that the
-  // caller can tell an empty ring inline. Changes nothing.
+  // nullptr. `word` receives the header word it read: the caller answers an
+  // empty slot from it (ring::is_vacant) and leaves the rest to the slow
+  // path, which reads the slot again and says what it is (padding or
+  // Corrupt; pop_slow() also a record too large for the caller's buffer).
+  // Changes nothing.
   [[nodiscard]] const std::byte* peek_fast(std::uint32_t& length,
                                            std::uint64_t& word) const noexcept;
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_slow();
