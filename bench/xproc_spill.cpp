@@ -700,15 +700,15 @@ Measurement latency_run(const Options& o, const BaseDir& base, bool spill,
   for (shm::RelayWriter* w : {&*w0, &*w1})  // a background seal under way ends
     if (auto ok = w->set_seal_mode(shm::SealMode::Inline); !ok) throw BenchError(ok.error().what());
   const shm::RelaySnapshot s = w0->snapshot();
-  // Inline, every page's worth of writes seals one. On a thread, writes
-  // faster than the seals (--rate 0, --smoke) leave entries in the head,
-  // which holds every write here: fewer pages, at least one.
-  const std::uint64_t least = !spill                                   ? 0
-                              : seal_mode == shm::SealMode::Background ? 1
-                                                                       : o.lat_pages - 1;
-  if (spill ? s.pages_sealed < least : s.pages_sealed != 0)
+  // How many pages seal depends on the race, in both modes: a write that
+  // finds the level full while a seal is in flight (the other writer's, or
+  // the sealer thread's) goes on into the head's free entries, which hold
+  // every write here. A seal slower than the other writer's remaining writes
+  // (a loaded machine, a slow disk) leaves those in the head: as few as one
+  // page seals. The count is reported with the latencies.
+  if (spill ? s.pages_sealed == 0 : s.pages_sealed != 0)
     throw BenchError(fmt::format("latency run: {} pages sealed (expected {})", s.pages_sealed,
-                                 spill ? o.lat_pages : 0));
+                                 spill ? "at least 1" : "0"));
   if (s.blocked != 0) throw BenchError(fmt::format("latency run: {} writes blocked", s.blocked));
   // Every op back (cold pages first), each writer's in its order, untimed.
   auto r = shm::RelayReader::open(name);
@@ -743,7 +743,8 @@ Measurement latency_run(const Options& o, const BaseDir& base, bool spill,
       all.push_back(us);
       if (l.started_in_seal[i]) overlapped.push_back(us);
     }
-  return latency_metrics(std::move(all), std::move(overlapped), "seal");
+  return latency_metrics(std::move(all), std::move(overlapped), "seal")
+      .set("pages_sealed", static_cast<double>(s.pages_sealed));
 }
 
 Comparison latency_comparison(const Options& o, const BaseDir& base) {
@@ -758,7 +759,8 @@ Comparison latency_comparison(const Options& o, const BaseDir& base) {
        MetricSpec{"p999_us", "p99.9 µs", 1.0, 1}, MetricSpec{"max_us", "max µs", 1.0, 0},
        MetricSpec{"seal_writes", "writes started during the other's seal", 1.0, 0},
        MetricSpec{"seal_p50_us", "their p50 µs", 1.0, 2},
-       MetricSpec{"seal_p99_us", "their p99 µs", 1.0, 2}});
+       MetricSpec{"seal_p99_us", "their p99 µs", 1.0, 2},
+       MetricSpec{"pages_sealed", "pages sealed", 1.0, 0}});
   c.add_case("relay Spill, pages sealing", [&o, &base] { return latency_run(o, base, true); });
   c.add_case("relay Spill, sealing on a thread",
              [&o, &base] { return latency_run(o, base, true, shm::SealMode::Background); });
