@@ -672,6 +672,7 @@ int finish_peer(Peer& peer, const Options& o) {
   return rc;
 }
 
+#if LIBSHM_BENCH_ICEORYX
 // Runs `run` in a child pinned to this process's CPU and returns what it
 // measured: for transports that hold per-process state a fork must not copy
 // (iceoryx's registration with RouDi).
@@ -700,6 +701,7 @@ Measurement in_fresh_process(const Env& env, const std::function<Measurement()>&
   for (std::uint32_t i = 0; i < out->count; ++i) m.set(out->keys[i].data(), out->values[i]);
   return m;
 }
+#endif
 
 // One way: this process sends for warmup + duration, the peer receives and
 // times the measured window from its side (messages delivered per second).
