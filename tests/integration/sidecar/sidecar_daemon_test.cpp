@@ -175,7 +175,7 @@ TEST_F(SidecarDaemon, MetricsEndpointReportsRingDepthToARealTcpClient) {
   EXPECT_EQ(depth.value, 7.0) << "the depth never followed the ring:\n" << depth.body;
 
   d.kill(SIGTERM);
-  EXPECT_EQ(d.wait(5s), 0) << d.output();
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
 
 // A relay on the age dimension, scraped by the real daemon: the age gauge
@@ -229,7 +229,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
   EXPECT_EQ(after.samples.at("libshm_relay_head_depth{segment=\"ages\"}"), 0.0) << cleared.body;
 
   d.kill(SIGTERM);
-  EXPECT_EQ(d.wait(5s), 0) << d.output();
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
 
 // An egress scraped by the real daemon: the projections (pending, in flight,
@@ -291,7 +291,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
   EXPECT_EQ(gen.value, generation + 1) << gen.body;
 
   d.kill(SIGTERM);
-  EXPECT_EQ(d.wait(5s), 0) << d.output();
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
 
 TEST_F(SidecarDaemon, StatusEndpointServesJsonPerSegment) {
@@ -533,7 +533,7 @@ TEST_F(SidecarDaemon, RestartsAfterKill9BecauseTheKernelDropsTheLock) {
   Subprocess first = sidecar(root.path(), {});
   ASSERT_TRUE(first.wait_for_line("ready", 10s)) << first.output();
   first.kill(SIGKILL);
-  ASSERT_EQ(first.wait(5s), 128 + SIGKILL);
+  ASSERT_EQ(first.wait(30s), 128 + SIGKILL);
   Subprocess second = sidecar(root.path(), {"--once"});
   EXPECT_EQ(second.wait(10s), 0) << second.output();
 }
@@ -579,18 +579,18 @@ TEST_F(SidecarDaemon, OnceJsonIsMachineReadable) {
 
 TEST_F(SidecarDaemon, ReportsADeathEndToEnd) {
   Subprocess c({test::helper_path("sidecar_attacher"), "victim", "consumer", "--create", "4096"});
-  ASSERT_TRUE(c.wait_for_line("attached 1", 5s)) << c.output();
+  ASSERT_TRUE(c.wait_for_line("attached 1", 30s)) << c.output();
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
   const std::uint16_t port = start(d);
   c.kill(SIGKILL);
-  c.wait(5s);
+  c.wait(30s);
   const Polled reclaims =
       poll_metric(port, "libshm_sidecar_reclaims_total", [](double v) { return v >= 1.0; });
   EXPECT_EQ(reclaims.value, 1.0) << reclaims.body;
   const Exposition e = parse_exposition(reclaims.body);
   EXPECT_EQ(e.samples.at("libshm_sidecar_attacher_deaths_total"), 1.0) << reclaims.body;
   d.kill(SIGTERM);
-  ASSERT_EQ(d.wait(5s), 0);
+  ASSERT_EQ(d.wait(30s), 0);
   EXPECT_NE(d.output().find(fmt::format(
                 "event=attacher_dead segment=victim slot=1 role=consumer pid={}", c.pid())),
             std::string::npos)

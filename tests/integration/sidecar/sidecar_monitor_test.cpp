@@ -81,7 +81,7 @@ class SidecarMonitor : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     Subprocess p(argv);
     const std::string line = fmt::format("attached {}", role == "producer" ? 0 : 1);
-    EXPECT_TRUE(p.wait_for_line(line, 5s)) << "helper output: " << p.output();
+    EXPECT_TRUE(p.wait_for_line(line, 30s)) << "helper output: " << p.output();
     return p;
   }
 
@@ -136,7 +136,7 @@ TEST_F(SidecarMonitor, DetectsKilledAttacherWithinOneCycleAndReclaimsItsSlot) {
   EXPECT_EQ(v->dead, 0u);
 
   consumer.kill(SIGKILL);
-  ASSERT_EQ(consumer.wait(5s), 128 + SIGKILL);
+  ASSERT_EQ(consumer.wait(30s), 128 + SIGKILL);
   m.do_work();
 
   EXPECT_EQ(m.stats().deaths, 1u) << log_text();
@@ -185,7 +185,7 @@ TEST_F(SidecarMonitor, ReleasesTheLedgerTicketsOfAKilledHolderWithinOneCycle) {
   EXPECT_EQ(m.stats().deaths, 0u);
 
   a.process.kill(SIGKILL);
-  ASSERT_EQ(a.process.wait(5s), 128 + SIGKILL);
+  ASSERT_EQ(a.process.wait(30s), 128 + SIGKILL);
   m.do_work();
 
   EXPECT_EQ(m.stats().deaths, 1u) << log_text();
@@ -243,7 +243,7 @@ TEST_F(SidecarMonitor, MarksAChannelFaultedWhenItsProducerIsKilledMidStreamAndTh
   EXPECT_EQ(m.find("feed")->alive, 2u);
 
   producer.kill(SIGKILL);
-  ASSERT_EQ(producer.wait(5s), 128 + SIGKILL);
+  ASSERT_EQ(producer.wait(30s), 128 + SIGKILL);
   // Nobody has looked yet: the terminal word is still OPEN.
   ASSERT_EQ(c->state(), ChannelState::Open);
   m.do_work();
@@ -610,14 +610,14 @@ TEST_F(SidecarMonitor, CollectsEphemeralSegmentOnceEveryAttacherIsDead) {
   ASSERT_NE(m.find("temp"), nullptr);
 
   consumer.kill(SIGKILL);
-  consumer.wait(5s);
+  consumer.wait(30s);
   m.do_work();  // one attacher still alive: reclaimed, never collected
   EXPECT_EQ(m.stats().reclaims, 1u) << log_text();
   EXPECT_TRUE(std::filesystem::exists(root.file("temp")));
   EXPECT_EQ(m.stats().collected, 0u);
 
   producer.kill(SIGKILL);
-  producer.wait(5s);
+  producer.wait(30s);
   m.do_work();
   EXPECT_FALSE(std::filesystem::exists(root.file("temp"))) << log_text();
   EXPECT_EQ(m.stats().collected, 1u);
