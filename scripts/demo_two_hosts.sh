@@ -104,8 +104,10 @@ section "host B: ring_consumer creates 'orders' and waits for $count messages"
 consumer_pid=$!
 pids+=("$consumer_pid")
 section "host A: ring_producer creates 'orders' and writes $count messages (it blocks while the ring is full)"
+# Its ring fills until the export bridge is READY (and again while that bridge
+# is restarted), which may take up to 30 s each: its wait is the consumer's.
 "$bin/ring_producer" --root "$work/host-a" --name orders --create --capacity 1MiB \
-  --count "$count" "${sizes[@]}" >"$work/producer.log" 2>&1 &
+  --count "$count" "${sizes[@]}" --timeout 120 >"$work/producer.log" 2>&1 &
 producer_pid=$!
 pids+=("$producer_pid")
 wait_for "[[ -e $work/host-a/orders && -e $work/host-b/orders ]]" 30 ||
