@@ -141,7 +141,11 @@ TEST(HttpEndpoint, MalformedOrOversizedRequestsGet400Or431AndServingGoesOn) {
 }
 
 TEST(HttpEndpoint, GaugeCountsOpenConnectionsAndStopCutsTheIdleOnes) {
-  auto ep = HttpEndpoint::start("127.0.0.1:0", hello);
+  // The idle client must outlive the checks: an idle timeout no loaded
+  // runner reaches (the default is 5 s).
+  HttpEndpointOptions o;
+  o.timeout = 120s;
+  auto ep = HttpEndpoint::start("127.0.0.1:0", hello, o);
   ASSERT_TRUE(ep) << ep.error().what();
   const int idle = connect_to((*ep)->port());  // never sends a request
   ASSERT_EQ(wait_connections(**ep, 1), 1u);
@@ -149,7 +153,7 @@ TEST(HttpEndpoint, GaugeCountsOpenConnectionsAndStopCutsTheIdleOnes) {
   const std::string gauge = round_trip(**ep, "GET /gauge HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(gauge.ends_with("\r\n\r\n2\n")) << gauge;
   EXPECT_EQ(wait_connections(**ep, 1), 1u);
-  // stop() does not wait out the idle client's 5 s: it cuts it, says so, and
+  // stop() does not wait out the idle client's timeout: it cuts it, says so, and
   // the client sees the connection closed without an answer.
   EXPECT_EQ((*ep)->stop(), 1u);
   EXPECT_EQ((*ep)->connections(), 0u);
@@ -175,6 +179,7 @@ TEST(HttpEndpoint, DropsAnIdleConnectionAfterTheTimeout) {
 TEST(HttpEndpoint, TurnsAwayConnectionsOverTheLimitWith503) {
   HttpEndpointOptions o;
   o.max_connections = 2;
+  o.timeout = 120s;  // the idle clients a and b stay until the test closes them
   auto ep = HttpEndpoint::start("127.0.0.1:0", hello, o);
   ASSERT_TRUE(ep) << ep.error().what();
   const int a = connect_to((*ep)->port());
