@@ -156,12 +156,15 @@ struct Ops {
       Record& r = rec(q);
       const std::uint32_t state = ld(r.state);
       if (state != kPending && state != kInflight && state != kParked) continue;
+      // [retry-first] The retry reader is cleared before the record leaves
+      // Parked: a holder killed between the two stores leaves a parked record
+      // that the redo moves, never a reader naming a record that is not parked.
+      if (state == kParked) e.retry |= clear_parked_retry(q);
       move(r, state, kFree);
       ++e.removed;
       e.pending |= state == kPending;
       e.inflight |= state == kInflight;
       e.parked |= state == kParked;
-      if (state == kParked) e.retry |= clear_parked_retry(q);
       if (e.removed == 1) detail::egress_crash_point(CrashPoint::AckMidPrune);
     }
     advance_head();
@@ -178,9 +181,9 @@ struct Ops {
     for (std::uint64_t q = low(); q < next; ++q) {
       Record& r = rec(q);
       if (ld(r.state) != kParked || ld(r.due_ns) > now) continue;
+      e.retry |= clear_parked_retry(q);  // before the move: [retry-first] in apply_ack
       move(r, kParked, kPending);
       if (ld(c.state.pending_hint) > q) st(c.state.pending_hint, q);
-      e.retry |= clear_parked_retry(q);
       if (++e.scheduled == 1) detail::egress_crash_point(CrashPoint::RetryDueMidSchedule);
     }
     recompute_next_due();
@@ -198,9 +201,9 @@ struct Ops {
       Record& r = rec(q);
       const std::uint32_t state = ld(r.state);
       if (state == kInflight || state == kParked) {
+        if (state == kParked) e.retry |= clear_parked_retry(q);  // [retry-first] in apply_ack
         move(r, state, kPending);
         ++e.moved;
-        if (state == kParked) e.retry |= clear_parked_retry(q);
         if (e.moved == 1) detail::egress_crash_point(CrashPoint::ReconnectMidReplay);
       }
       if (ld(r.state) == kPending) st(r.generation, generation);
@@ -449,10 +452,12 @@ FailOutcome EgressCore::fail(std::uint64_t generation, std::uint64_t sequence,
   Record& r = o.rec(sequence);
   const std::uint32_t attempt = std::max(ld(r.attempt), 1u);
   const bool retry = attempt - 1 < s_.params.retry_budget;
-  RetryRecord rr{sequence, attempt, 0, !retry};
+  // An exhausted record reports the backoff its failure derived too (the
+  // specification's retry record), though nothing is scheduled after it.
+  RetryRecord rr{sequence, attempt,
+                 backoff(s_.params.retry_base_ns, s_.params.retry_ceiling_ns, attempt), !retry};
   std::uint64_t due = kNoDue;
   if (retry) {
-    rr.backoff_ns = backoff(s_.params.retry_base_ns, s_.params.retry_ceiling_ns, attempt);
     due = now_ns > kNoDue - 1 - rr.backoff_ns ? kNoDue - 1 : now_ns + rr.backoff_ns;
   }
   const bool retry_changed = !o.retry_valid() || o.retry_value() != rr;

@@ -184,8 +184,21 @@ auto locked(const State& s, std::string_view path, F&& f)
   Control& c = *s.control;
   begin_write(c);
   EgressCore core(s);
+  const bool claimable_before = core.claimable();
+  const bool space_before = core.has_space();
+  const std::uint64_t due_before = core.next_due();
+  const std::uint64_t generation_before = core.generation();
   Wake w;
   auto out = f(core, w);
+  // Every change that can unblock a parked party wakes it, whatever the
+  // operation (the table in docs/egress.md, "Wake-ups"): a claimer waits for
+  // something claimable, an earlier due time or a new generation (fenced); a
+  // producer for pool space. Judged from the state, not per operation, so an
+  // operation cannot forget one (a failure that exhausts a record reopens the
+  // window just as an acknowledgement does).
+  w.claim |= (!claimable_before && core.claimable()) || core.next_due() < due_before ||
+             core.generation() != generation_before;
+  w.space |= !space_before && core.has_space();
   // [egress.W] under the mutex: a waiter announced itself and read the word
   // under the same mutex, so either it sees the new value before sleeping
   // (futex_wait returns at once) or it announced itself before this bump and

@@ -1,6 +1,7 @@
 // Private helpers shared by the egress sources (core.cpp, egress.cpp, kind.cpp).
 #pragma once
 
+#include "platform/store_crash.hpp"
 #include "shm/egress/core.hpp"
 #include "shm/testing/egress_crash.hpp"  // EgressCrashPoint (libshm/testing, not installed)
 
@@ -38,6 +39,7 @@ template <class T>
 }
 template <class T, class U>
 inline void st(std::atomic<T>& a, U v) noexcept {
+  ::shm::detail::store_crash_tick();  // test-only kill at the Nth store (platform/store_crash.hpp)
   a.store(static_cast<T>(v), std::memory_order_relaxed);  // under the mutex (see above)
 }
 

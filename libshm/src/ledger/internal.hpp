@@ -2,6 +2,7 @@
 // repair.cpp, view.cpp, kind.cpp).
 #pragma once
 
+#include "platform/store_crash.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/testing/ledger_crash.hpp"  // LedgerCrashPoint (libshm/testing, not installed)
 
@@ -45,6 +46,7 @@ template <class T>
 }
 template <class T, class U>
 inline void st(std::atomic<T>& a, U v) noexcept {
+  ::shm::detail::store_crash_tick();  // test-only kill at the Nth store (platform/store_crash.hpp)
   a.store(static_cast<T>(v), std::memory_order_relaxed);  // under the mutex (see above)
 }
 inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t by = 1) noexcept {

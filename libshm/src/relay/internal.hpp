@@ -2,6 +2,7 @@
 // repair.cpp, kind.cpp).
 #pragma once
 
+#include "platform/store_crash.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/testing/relay_crash.hpp"  // RelayCrashPoint (libshm/testing, not installed)
 #include "shm/testing/spill_crash.hpp"  // SpillCrashPoint (libshm/testing, not installed)
@@ -53,6 +54,7 @@ template <class T>
 }
 template <class T, class U>
 [[gnu::always_inline]] inline void st(std::atomic<T>& a, U v) noexcept {
+  ::shm::detail::store_crash_tick();  // test-only kill at the Nth store (platform/store_crash.hpp)
   a.store(static_cast<T>(v), std::memory_order_relaxed);  // under the mutex
 }
 [[gnu::always_inline]] inline void bump(std::atomic<std::uint64_t>& a,

@@ -105,17 +105,18 @@ class EgressModel {
       if (it == records_.end() || it->second.state != egress::RecordState::Inflight)
         return egress::FailStatus::UnknownSequence;
       ModelRecord& rec = it->second;
+      // The specification's backoff(attempt), reported by exhausted records too.
+      std::uint64_t b = p_.retry_base_ns;
+      for (std::uint32_t i = 1; i < rec.attempt && b < p_.retry_ceiling_ns; ++i) b *= 2;
+      b = std::min(b, p_.retry_ceiling_ns);
       if (rec.attempt - 1 < p_.retry_budget) {
-        std::uint64_t b = p_.retry_base_ns;
-        for (std::uint32_t i = 1; i < rec.attempt && b < p_.retry_ceiling_ns; ++i) b *= 2;
-        b = std::min(b, p_.retry_ceiling_ns);
         rec.state = egress::RecordState::Parked;
         rec.due = now + b;
         retry_ = egress::RetryRecord{seq, rec.attempt, b, false};
         return egress::FailStatus::Retrying;
       }
       rec.state = egress::RecordState::Terminal;
-      retry_ = egress::RetryRecord{seq, rec.attempt, 0, true};
+      retry_ = egress::RetryRecord{seq, rec.attempt, b, true};
       return egress::FailStatus::Exhausted;
     });
   }

@@ -50,7 +50,7 @@ struct Envelope {
 struct RetryRecord {
   std::uint64_t sequence = 0;
   std::uint32_t attempt = 0;
-  std::uint64_t backoff_ns = 0;  // 0 when exhausted
+  std::uint64_t backoff_ns = 0;  // backoff(attempt), exhausted or not
   bool exhausted = false;
   friend bool operator==(const RetryRecord&, const RetryRecord&) = default;
 };
