@@ -67,6 +67,8 @@ std::string_view to_string(Errc code) noexcept {
       return "PolicyRefused";
     case Errc::UnknownPolicy:
       return "UnknownPolicy";
+    case Errc::OutOfOrder:
+      return "OutOfOrder";
   }
   return "Unknown";
 }

@@ -46,6 +46,8 @@ enum class Errc : std::uint8_t {
   // relays
   PolicyRefused,  // an (overflow, policy) or (egress, policy) pair the validation table refuses
   UnknownPolicy,  // a merge policy id not registered in this process
+  // calls
+  OutOfOrder,  // a call its protocol does not allow now (take() again before commit())
 };
 
 [[nodiscard]] std::string_view to_string(Errc code) noexcept;

@@ -249,6 +249,10 @@ bool update_full(const View& v, std::uint64_t now_ns) noexcept {
   if (l <= ld(c.low_water)) {
     st(c.is_full, 0u);
     log_event(c, EventKind::FullCleared, 0, l);
+    // Whatever brought the level down (a drain, a merge that shrank a value,
+    // a retune, a repair), the writers parked by Block are woken here, so no
+    // path that clears `is_full` can forget them.
+    wake_writers(c);
     return true;
   }
   return false;
@@ -362,32 +366,106 @@ bool head_is_spilling(const View& v) noexcept {
   return h != kNone && h < v.params.capacity && (ld(v.entry(h).flags) & kSpilling) != 0;
 }
 
-bool repair_held(const View& v, std::string& why) {
+namespace {
+
+// HeadIntent::Merge: the intent holds the whole new state of the entry.
+bool roll_merge_forward(const View& v, std::string& why) {
   Control& c = *v.control;
-  bool rolled = false;
-  const std::uint32_t intent = ld(c.intent_state);
-  if (intent > 1) {
-    why = shm::detail::format("intent state {} is neither 0 nor 1", intent);
+  const std::uint32_t i = ld(c.intent_entry);
+  const std::uint32_t len = ld(c.intent_len);
+  if (i >= v.params.capacity || len > v.params.value_size ||
+      ld(v.entry(i).state) != static_cast<std::uint32_t>(EntryState::Pending)) {
+    why = shm::detail::format("merge intent names entry {} (len {}), not a pending entry of {}", i,
+                              len, v.params.capacity);
     return false;
   }
-  if (intent == 1) {
-    const std::uint32_t i = ld(c.intent_entry);
-    const std::uint32_t len = ld(c.intent_len);
-    if (i >= v.params.capacity || len > v.params.value_size ||
-        ld(v.entry(i).state) != static_cast<std::uint32_t>(EntryState::Pending)) {
-      why = shm::detail::format("merge intent names entry {} (len {}), not a pending entry of {}",
-                                i, len, v.params.capacity);
+  EntryHead& e = v.entry(i);
+  std::memcpy(v.value(i), c.intent_value, len);
+  st(e.len, len);
+  st(e.last_seq, ld(c.intent_last_seq));
+  st(e.op_count, ld(c.intent_op_count));
+  return true;
+}
+
+// HeadIntent::Commit: the dead reader had committed everything it held.
+void roll_commit_forward(const View& v) {
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i)
+    if (ld(v.entry(i).state) == static_cast<std::uint32_t>(EntryState::InHand))
+      st(v.entry(i).state, static_cast<std::uint32_t>(EntryState::Free));
+}
+
+// HeadIntent::DropAppend: drops the oldest if it is still there, appends the
+// op if it is not yet published (its sequence names it). The lists, index and
+// counts are rebuilt afterwards from the entry table.
+bool roll_drop_append_forward(const View& v, std::string& why) {
+  Control& c = *v.control;
+  const std::uint32_t victim = ld(c.intent_entry);
+  const std::uint32_t len = ld(c.intent_len);
+  const std::uint64_t seq = ld(c.intent_last_seq);
+  if (victim >= v.params.capacity || len > v.params.value_size || seq == 0) {
+    why = shm::detail::format("drop-oldest intent names entry {} (len {}, sequence {}) in a "
+                              "relay of {} entries",
+                              victim, len, seq, v.params.capacity);
+    return false;
+  }
+  constexpr auto kPending = static_cast<std::uint32_t>(EntryState::Pending);
+  constexpr auto kFree = static_cast<std::uint32_t>(EntryState::Free);
+  std::uint32_t published = kNone;
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i)
+    if (ld(v.entry(i).state) == kPending && ld(v.entry(i).first_seq) == seq) published = i;
+  EntryHead& old = v.entry(victim);
+  if (victim != published && ld(old.state) == kPending) st(old.state, kFree);
+  if (published == kNone) {
+    std::uint32_t i = 0;
+    while (i < v.params.capacity && ld(v.entry(i).state) != kFree) ++i;
+    if (i == v.params.capacity) {
+      why = "drop-oldest intent: no free entry for its op after the drop";
       return false;
     }
-    // Roll forward: the intent holds the whole new state of the entry.
     EntryHead& e = v.entry(i);
-    std::memcpy(v.value(i), c.intent_value, len);
+    const std::uint64_t order = ld(c.next_order);
+    st(c.next_order, order + 1);
+    st(e.key, ld(c.intent_op_count));
     st(e.len, len);
-    st(e.last_seq, ld(c.intent_last_seq));
-    st(e.op_count, ld(c.intent_op_count));
-    st(c.intent_state, 0u);
-    rolled = true;
+    std::memcpy(v.value(i), c.intent_value, len);
+    st(e.first_seq, seq);
+    st(e.last_seq, seq);
+    st(e.op_count, 1u);
+    st(e.order, order);
+    st(e.created_ns, coarse_monotonic_ns());
+    st(e.flags, 0u);
+    st(e.state, kPending);
   }
+  if (ld(c.next_seq) <= seq) st(c.next_seq, seq + 1);
+  return true;
+}
+
+}  // namespace
+
+bool repair_held(const View& v, std::string& why) {
+  Control& c = *v.control;
+  const std::uint32_t intent = ld(c.intent_state);
+  bool ok = true;
+  switch (static_cast<HeadIntent>(intent)) {
+    case HeadIntent::None:
+      break;
+    case HeadIntent::Merge:
+      ok = roll_merge_forward(v, why);
+      break;
+    case HeadIntent::Commit:
+      roll_commit_forward(v);
+      break;
+    case HeadIntent::DropAppend:
+      ok = roll_drop_append_forward(v, why);
+      break;
+    default:
+      why = shm::detail::format("intent state {} is not a head intent (0 to {})", intent,
+                                kLastHeadIntent);
+      return false;
+  }
+  if (!ok) return false;
+  const bool rolled = intent != 0;
+  st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
   if (!repair_spill(v, why)) return false;
   if (!rebuild_derived(v, why)) return false;
   bump(c.counters.repairs);
@@ -626,8 +704,9 @@ std::vector<std::string> verify_tables(const View& v) {
     ++walked;
   }
   check("pending list length", walked, pending);
-  if (ld(c.intent_state) > 1)
-    out.push_back(shm::detail::format("intent state {} is neither 0 nor 1", ld(c.intent_state)));
+  if (ld(c.intent_state) > kLastHeadIntent)
+    out.push_back(shm::detail::format("intent state {} is not a head intent (0 to {})",
+                                      ld(c.intent_state), kLastHeadIntent));
   if (ld(c.low_water) >= ld(c.high_water))
     out.push_back(shm::detail::format("low_water {} is not below high_water {}", ld(c.low_water),
                                       ld(c.high_water)));
@@ -680,7 +759,7 @@ Result<void> retune_view(const View& v, std::string_view path, const Backpressur
   Backpressure bp{static_cast<Dimension>(ld(c.dimension)), ld(c.high_water), ld(c.low_water),
                   static_cast<Overflow>(ld(c.overflow))};
   edit(bp);
-  if (auto ok = validate(bp); !ok) return ok;
+  if (auto ok = validate(bp, v.params.capacity, v.params.value_size); !ok) return ok;
   // The segment's declared flags decide, so a process without the policy
   // registered (shmctl) validates the same way.
   MergePolicy declared;

@@ -118,7 +118,7 @@ void refresh_oldest(const View& v) noexcept;
 // The level of the configured dimension.
 [[nodiscard]] std::uint64_t level(const Control& c, std::uint64_t now_ns) noexcept;
 // Hysteresis: sets is_full at high water, clears it at low water (logging
-// the change); returns true when it cleared.
+// the change); returns true when it cleared, after waking the parked writers.
 bool update_full(const View& v, std::uint64_t now_ns) noexcept;
 void log_event(Control& c, EventKind kind, std::uint64_t key, std::uint64_t count) noexcept;
 // Wakes parked writers if any (after making room).

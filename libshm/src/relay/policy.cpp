@@ -218,6 +218,31 @@ Result<void> validate(const Backpressure& bp) {
   return {};
 }
 
+Result<void> validate(const Backpressure& bp, std::uint32_t capacity, std::uint32_t value_size) {
+  if (auto ok = validate(bp); !ok) return ok;
+  std::uint64_t reach = 0;
+  std::string_view unit;
+  switch (bp.dimension) {
+    case Dimension::Count:
+    case Dimension::Keys:
+      reach = capacity;
+      unit = "entries (the capacity)";
+      break;
+    case Dimension::Bytes:
+      reach = std::uint64_t{capacity} * value_size;
+      unit = "bytes (capacity x value_size)";
+      break;
+    case Dimension::Age:
+      return {};
+  }
+  if (bp.high_water > reach)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("high_water {} exceeds the {} {} that dimension {} can reach "
+                                    "on this relay: it would never be full",
+                                    bp.high_water, reach, unit, to_string(bp.dimension)));
+  return {};
+}
+
 Result<void> validate_pair(const MergePolicy& p, const OverflowCheck& c) {
   auto refuse = [&](std::string_view why) {
     return fail(Errc::PolicyRefused,

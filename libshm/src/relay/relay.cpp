@@ -135,7 +135,7 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
     return fail(Errc::InvalidArgument,
                 shm::detail::format("policy {} needs values of {} bytes, value_size is {}", p.name,
                                     need, cfg.value_size));
-  if (auto ok = validate(cfg.backpressure); !ok) return ok;
+  if (auto ok = validate(cfg.backpressure, cfg.capacity, cfg.value_size); !ok) return ok;
   if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
@@ -516,18 +516,21 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           st(c.intent_entry, e);
           st(c.intent_len, *n);
           ::shm::detail::relay_crash_point(CrashPoint::MergeIntentFilling);
+          ::shm::detail::store_crash_tick();  // a value copy counts as one store
           shm::detail::copy_short(c.intent_value, out.data(), *n);
           st(c.intent_last_seq, seq);
           st(c.intent_op_count, ops);
           // A SIGKILL lands between instructions: keep the compiler from
           // moving the stores across the commit points.
           std::atomic_signal_fence(std::memory_order_seq_cst);
-          st(c.intent_state, 1u);
+          st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::Merge));
           std::atomic_signal_fence(std::memory_order_seq_cst);
           ::shm::detail::relay_crash_point(CrashPoint::MergeIntentValid);
           const std::size_t half = *n / 2;
+          ::shm::detail::store_crash_tick();  // a value copy counts as one store
           shm::detail::copy_short(view_.value(e), out.data(), half);
           ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
+          ::shm::detail::store_crash_tick();  // a value copy counts as one store
           shm::detail::copy_short(view_.value(e) + half, out.data() + half, *n - half);
           st(h.len, *n);
           st(h.last_seq, seq);
@@ -536,7 +539,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           bump(c.pending_ops);
           ::shm::detail::relay_crash_point(CrashPoint::MergeApplied);
           std::atomic_signal_fence(std::memory_order_seq_cst);
-          st(c.intent_state, 0u);
+          st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
           bump(c.counters.merged);
           bump(c.counters.conflated);
           update_full(view_, static_cast<Dimension>(ld(c.dimension)) == Dimension::Age
@@ -579,6 +582,18 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             }
             EntryHead& vh = view_.entry(victim);
             const bool was_indexed = p.keyed && !closed_to_merges(ld(vh.flags));
+            // The intent holds the op before the oldest goes: a writer killed
+            // from here until the op is published leaves repair to finish
+            // both (the protocol note in layout.hpp), never the drop alone.
+            st(c.intent_entry, victim);
+            st(c.intent_len, op.size());
+            ::shm::detail::store_crash_tick();  // a value copy counts as one store
+            shm::detail::copy_short(c.intent_value, op.data(), op.size());
+            st(c.intent_last_seq, ld(c.next_seq));  // the append below takes this sequence
+            st(c.intent_op_count, key);
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::DropAppend));
+            std::atomic_signal_fence(std::memory_order_seq_cst);
             st(vh.state, static_cast<std::uint32_t>(EntryState::Free));
             ::shm::detail::relay_crash_point(CrashPoint::DropOldestFreed);
             list_unlink(view_, victim);
@@ -684,6 +699,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         st(c.next_order, order + 1);
         st(h.key, key);
         st(h.len, op.size());
+        ::shm::detail::store_crash_tick();  // a value copy counts as one store
         shm::detail::copy_short(view_.value(i), op.data(), op.size());
         st(h.first_seq, seq);
         st(h.last_seq, seq);
@@ -704,6 +720,10 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         bump(c.bytes, op.size());
         bump(c.pending_ops);
         if (ld(c.head) == i) st(c.oldest_ns, now);
+        if (outcome == WriteOutcome::Displaced) {
+          std::atomic_signal_fence(std::memory_order_seq_cst);
+          st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
+        }
         bump(c.counters.appended);
         update_full(view_, now);
         notify_reader(c);
@@ -795,7 +815,11 @@ Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& 
 
 Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   assert(view_.control != nullptr && "use of an empty RelayReader");
-  assert(taken_.empty() && "take() twice without commit() or abandon()");
+  if (!taken_.empty())
+    return fail(Errc::OutOfOrder,
+                shm::detail::format("{}: take() again while the {} entries of the last take() "
+                                    "are in hand: commit() or abandon() them first",
+                                    segment_.path(), taken_.size()));
   Control& c = *view_.control;
   const std::size_t n_max = std::min<std::size_t>(credit, view_.params.capacity);
   taken_.clear();
@@ -868,7 +892,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   }
   if (!taken_.empty()) st(c.is_draining, 1u);
   refresh_oldest(view_);
-  if (update_full(view_, monotonic_ns())) wake_writers(c);
+  update_full(view_, monotonic_ns());  // wakes writers when the level fell to low water
   return std::span<const RelayEntry>(taken_);
 }
 
@@ -1327,6 +1351,10 @@ Result<void> RelayReader::commit() {
   Control& c = *view_.control;
   if (auto ok = lock(view_, segment_.path()); !ok) return ok;
   Held held(c);
+  // All or nothing: a reader killed inside leaves repair to free every InHand
+  // entry (they are all this reader's: one reader at a time).
+  st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::Commit));
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   std::uint64_t ops = 0, freed = 0;
   for (std::uint32_t i : taken_index_) {
     EntryHead& h = view_.entry(i);
@@ -1340,6 +1368,8 @@ Result<void> RelayReader::commit() {
   }
   st(c.in_hand, ld(c.in_hand) - std::min<std::uint64_t>(freed, ld(c.in_hand)));
   st(c.is_draining, ld(c.in_hand) > 0 ? 1u : 0u);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
   bump(c.counters.drained, freed);
   bump(c.counters.drained_ops, ops);
   taken_.clear();

@@ -63,9 +63,14 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
       {P::MergeApplied, "MergeApplied", {{1, 0xBB}, {3, 0xCC}}, false},
       {P::AppendFilled, "AppendFilled", {{1, 0xAA}, {3, 0xCC}}, false},
       {P::AppendPublished, "AppendPublished", {{1, 0xAA}, {3, 0xCC}, {2, 0x22}}, false},
-      {P::DropOldestFreed, "DropOldestFreed", {{3, 0xCC}, {4, 0x44}, {5, 0x55}, {6, 0x66}}, false},
+      // The drop-oldest intent holds the op: repair finishes the drop and the append.
+      {P::DropOldestFreed,
+       "DropOldestFreed",
+       {{3, 0xCC}, {4, 0x44}, {5, 0x55}, {6, 0x66}, {8, 0x88}},
+       false},
       {P::TakeMidEntries, "TakeMidEntries", {{1, 0xAA}, {3, 0xCC}}, true},
-      {P::CommitMidEntries, "CommitMidEntries", {{3, 0xCC}}, true},
+      // A commit is all or nothing: repair frees every entry the dead reader held.
+      {P::CommitMidEntries, "CommitMidEntries", {}, false},
   };
   ASSERT_EQ(static_cast<int>(cases.size()), test_hooks::kRelayCrashPoints);
   for (const RelayCrashCase& c : cases) {

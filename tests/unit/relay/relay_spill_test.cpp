@@ -710,7 +710,7 @@ TEST_F(RelaySpillTest, ShmctlSetRetunesTheSpillStoreLive) {
 // own mapping, as separate shmctl processes): every set is one step under the
 // relay mutex, so none undoes another's field with a value read before it.
 TEST_F(RelaySpillTest, ConcurrentSetsOfDifferentFieldsNeverLoseAnUpdate) {
-  RelayConfig c = spill_cfg(policy::kRawFifo);
+  RelayConfig c = spill_cfg(policy::kRawFifo, 16384);  // room for every high water set below
   c.backpressure = Backpressure{Dimension::Count, 10000, 1, Overflow::Spill};
   c.spill.retention = relay::RetentionKind::BoundedDisk;
   c.spill.retention_bytes = page_for(4);

@@ -109,7 +109,7 @@ TEST_F(RelayTest, LowWaterMustBeBelowHighWater) {
 }
 
 TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
-  auto w = RelayWriter::create("sum", cfg(policy::kSum, Overflow::Block, 100, 1, 16));
+  auto w = RelayWriter::create("sum", cfg(policy::kSum, Overflow::Block, 16, 1, 16));
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("sum");
   ASSERT_TRUE(r) << r.error().what();
@@ -127,7 +127,7 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0], (std::pair<std::uint64_t, std::uint64_t>{1, 12}));
 
-  auto m = RelayWriter::create("max", cfg(policy::kMax, Overflow::Block, 100, 1));
+  auto m = RelayWriter::create("max", cfg(policy::kMax, Overflow::Block, 16, 1));
   ASSERT_TRUE(m);
   EXPECT_EQ(put(*m, 3, 10), WriteOutcome::Appended);
   const std::uint64_t notifies = m->snapshot().notifies;
@@ -136,13 +136,13 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
   EXPECT_EQ(m->snapshot().notifies, notifies);
   EXPECT_EQ(put(*m, 3, 11), WriteOutcome::Merged);
 
-  auto k = RelayWriter::create("latest", cfg(policy::kKeepLatest, Overflow::Block, 100, 1));
+  auto k = RelayWriter::create("latest", cfg(policy::kKeepLatest, Overflow::Block, 16, 1));
   ASSERT_TRUE(k);
   EXPECT_EQ(put(*k, 0, 9), WriteOutcome::Appended);
   EXPECT_EQ(put(*k, 0, 9), WriteOutcome::Unchanged);
   EXPECT_EQ(put(*k, 0, 8), WriteOutcome::Merged);
 
-  auto b = RelayWriter::create("bits", cfg(policy::kBitOr, Overflow::Block, 100, 1));
+  auto b = RelayWriter::create("bits", cfg(policy::kBitOr, Overflow::Block, 16, 1));
   ASSERT_TRUE(b);
   EXPECT_EQ(put(*b, 0, 0b0101), WriteOutcome::Appended);
   EXPECT_EQ(put(*b, 0, 0b0001), WriteOutcome::Unchanged);
@@ -152,7 +152,7 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
 // An open entry whose length in the mapping exceeds the value size is
 // Corrupt at the next merge into it: the merge never reads past the slot.
 TEST_F(RelayTest, AMergeIntoAnEntryLongerThanTheValueSizeIsCorrupt) {
-  auto w = RelayWriter::create("longer", cfg(policy::kSum, Overflow::Block, 100, 1, 16));
+  auto w = RelayWriter::create("longer", cfg(policy::kSum, Overflow::Block, 16, 1, 16));
   ASSERT_TRUE(w) << w.error().what();
   EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Appended);
   const std::uint32_t e = w->view().control->head.load();
@@ -166,7 +166,7 @@ TEST_F(RelayTest, AMergeIntoAnEntryLongerThanTheValueSizeIsCorrupt) {
 }
 
 TEST_F(RelayTest, LwwConvergesWhateverTheArrivalOrder) {
-  RelayConfig c = cfg(policy::kLww, Overflow::Block, 100, 1, 16, 32);
+  RelayConfig c = cfg(policy::kLww, Overflow::Block, 16, 1, 16, 32);
   auto w = RelayWriter::create("lww", c);
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("lww");
@@ -367,7 +367,7 @@ TEST_F(RelayTest, CustomMergesAreRegisteredAndTheirLawsChecked) {
     EXPECT_TRUE(check_merge_laws(**p, g8).ok()) << (*p)->name;
   }
 
-  RelayConfig c = cfg(longest.id, Overflow::Conflate, 100, 1, 16, 16);
+  RelayConfig c = cfg(longest.id, Overflow::Conflate, 16, 1, 16, 16);
   auto w = RelayWriter::create("custom", c);
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("custom");
@@ -384,7 +384,7 @@ TEST_F(RelayTest, CustomMergesAreRegisteredAndTheirLawsChecked) {
 }
 
 TEST_F(RelayTest, EntriesADeadReaderHeldAreRedeliveredWithTheirSequences) {
-  auto w = RelayWriter::create("again", cfg(policy::kSum, Overflow::Block, 100, 1));
+  auto w = RelayWriter::create("again", cfg(policy::kSum, Overflow::Block, 16, 1));
   ASSERT_TRUE(w);
   std::uint64_t first = 0;
   {

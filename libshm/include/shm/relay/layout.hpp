@@ -26,11 +26,17 @@
 //
 // Crash safety. A merge is a multi-word in-place update of a value: the
 // writer fills the intent record (entry, new value, len, last_seq, op_count),
-// stores intent_state = 1, applies, stores intent_state = 0. A writer killed
-// anywhere leaves the next locker EOWNERDEAD: repair rolls a valid intent
-// forward (the entry ends with the new value) or ignores an unfinished one
-// (the entry keeps the old value): never a torn value. A new entry is filled
-// while Free and published by its state store; a free is one state store.
+// stores intent_state = Merge, applies, stores intent_state = None. A writer
+// killed anywhere leaves the next locker EOWNERDEAD: repair rolls a valid
+// intent forward (the entry ends with the new value) or ignores an unfinished
+// one (the entry keeps the old value): never a torn value. A new entry is
+// filled while Free and published by its state store; a free is one state
+// store. The two other multi-entry changes use the same record: a commit
+// (intent Commit: repair frees every InHand entry, so a commit is all or
+// nothing) and a DropOldest write (intent DropAppend, holding the op: repair
+// drops the oldest if it is still there and appends the op if it is not
+// yet), so a kill leaves the state before or after, never the oldest dropped
+// without the op that displaced it.
 // Repair then rebuilds the derived state from the entry table. Damage that
 // cannot come from a crash (a state, length or index out of range) marks the
 // relay faulted: every later operation fails with Corrupt.
@@ -162,6 +168,18 @@ struct Counters {
   std::atomic<std::uint64_t> events;        // next event number
 };
 
+// What the head intent holds (Control::intent_state). Each is stored after
+// its fields and cleared when the change is complete; a holder killed in
+// between leaves the next locker (EOWNERDEAD) to roll it forward.
+enum class HeadIntent : std::uint32_t {
+  None = 0,
+  Merge = 1,       // entry intent_entry gets intent_value / len / last_seq / op_count
+  Commit = 2,      // the reader's commit: every InHand entry is freed
+  DropAppend = 3,  // DropOldest: entry intent_entry is dropped and the op (key intent_op_count,
+                   // intent_value / len, sequence intent_last_seq) appended
+};
+inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::DropAppend);
+
 struct Control {
   ::shm::detail::RobustMutex mutex;
   std::atomic<std::uint32_t> version;  // seqlock: odd while a holder mutates
@@ -197,13 +215,13 @@ struct Control {
   std::atomic<std::uint32_t> writers_waiting;
   alignas(kFalseSharingRange) std::atomic<std::uint32_t> data_word;
   std::atomic<std::uint32_t> reader_waiting;
-  // ---- the merge intent (see the protocol) ----
-  alignas(kFalseSharingRange) std::atomic<std::uint32_t> intent_state;  // 1: valid, roll forward
-  std::atomic<std::uint32_t> intent_entry;
+  // ---- the head intent (see the protocol; HeadIntent says which) ----
+  alignas(kFalseSharingRange) std::atomic<std::uint32_t> intent_state;  // HeadIntent
+  std::atomic<std::uint32_t> intent_entry;  // Merge: the entry; DropAppend: the oldest, dropped
   std::atomic<std::uint32_t> intent_len;
   std::atomic<std::uint32_t> intent_reserved;
-  std::atomic<std::uint64_t> intent_last_seq;
-  std::atomic<std::uint64_t> intent_op_count;
+  std::atomic<std::uint64_t> intent_last_seq;  // Merge: the entry's; DropAppend: the op's sequence
+  std::atomic<std::uint64_t> intent_op_count;  // Merge: the entry's; DropAppend: the op's key
   unsigned char intent_value[kMaxValueSize];  // under the mutex only
   alignas(kFalseSharingRange) Event events[kEventRing];
 };
@@ -389,7 +407,7 @@ struct Geometry {
   return g;
 }
 
-inline constexpr std::uint64_t kFingerprint = layout_fingerprint({1,
+inline constexpr std::uint64_t kFingerprint = layout_fingerprint({2,  // 2: HeadIntent
                                                                   sizeof(Control),
                                                                   sizeof(EntryHead),
                                                                   sizeof(Event),

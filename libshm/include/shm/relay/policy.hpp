@@ -97,6 +97,12 @@ struct Backpressure {
 };
 // low_water < high_water, high_water > 0.
 [[nodiscard]] Result<void> validate(const Backpressure& bp);
+// The same, and the high water must be reachable on a relay of `capacity`
+// entries of `value_size` bytes (count and keys: at most capacity; bytes: at
+// most capacity * value_size; age has no bound): a relay that can never be
+// full would never push back.
+[[nodiscard]] Result<void> validate(const Backpressure& bp, std::uint32_t capacity,
+                                    std::uint32_t value_size);
 
 // The validation table (relaycell-egress-tables.md §3). Refused, each with
 // Errc::PolicyRefused naming the pair:

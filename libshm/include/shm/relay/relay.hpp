@@ -284,7 +284,8 @@ class RelayReader : public relay::detail::Handle {
                                                 const OpenOptions& options = {});
 
   // Takes up to `credit` oldest entries (they stay in the segment, InHand,
-  // until commit()). Calling take() again before commit() is a contract error.
+  // until commit()). Calling take() again before commit() or abandon() is
+  // OutOfOrder (every build), and the batch in hand stays as it was.
   [[nodiscard]] Result<std::span<const RelayEntry>> take(std::size_t credit);
   // Frees the taken entries; wakes parked writers when the relay fell to low water.
   [[nodiscard]] Result<void> commit();

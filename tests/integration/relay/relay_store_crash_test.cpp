@@ -1,0 +1,189 @@
+// Every multi-step relay operation killed at every store it makes to the
+// mapping (N = 1 ... all, a counting hook: common/store_crash.hpp; a value
+// copy counts as one store), on the first, a middle and the last entry of the
+// head's list. After each kill a fresh reader (the next locker: it repairs
+// and returns what a dead reader held) must find the state before or after
+// the operation: the same entries, values, sequences and op counts, never a
+// torn value, never faulted, the invariant check clean.
+#include "common/store_crash.hpp"
+#include "common/temp_root.hpp"
+#include "shm/relay/relay.hpp"
+#include "shm/segment/kind.hpp"
+#include "shm/segment/segment.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace shm::relay_store_crash_test {
+namespace {
+
+constexpr const char* kName = "relay-store-crash";
+
+struct Drained {
+  std::uint64_t key, first_seq, last_seq, op_count;
+  std::vector<std::byte> value;
+  friend bool operator==(const Drained&, const Drained&) = default;
+};
+std::string show(const std::vector<Drained>& v) {
+  std::string out;
+  for (const Drained& d : v)
+    out += " k" + std::to_string(d.key) + "[" + std::to_string(d.first_seq) + "-" +
+           std::to_string(d.last_seq) + " ops " + std::to_string(d.op_count) + " len " +
+           std::to_string(d.value.size()) + "]";
+  return out;
+}
+
+std::vector<std::byte> val(std::size_t n, unsigned char b) {
+  return std::vector<std::byte>(n, static_cast<std::byte>(b));
+}
+
+// The five keys of the head, oldest first; targets: the first, a middle, the last.
+constexpr std::array<std::uint64_t, 5> kKeys{11, 12, 13, 14, 15};
+constexpr std::array<std::size_t, 3> kTarget{0, 2, 4};
+
+struct Case {
+  const char* name;
+  PolicyId policy;
+  Overflow overflow;
+  std::uint64_t high_water;
+  // What the writer writes before the operation (after the head's five keys).
+  std::function<std::vector<std::byte>(std::uint64_t key)> initial;
+  // The operation in the child: true when its outcome is the expected one.
+  std::function<bool(std::size_t k)> op;
+};
+
+bool write_is(std::uint64_t key, const std::vector<std::byte>& v, WriteOutcome want) {
+  auto w = RelayWriter::open(kName);
+  if (!w) return false;
+  auto r = w->write(key, v, std::chrono::nanoseconds(0));
+  return r && r->outcome == want;
+}
+
+const Case kCases[] = {
+    {"merge_sum", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
+     [](std::size_t k) { return write_is(kKeys[kTarget[k]], u64_value(7), WriteOutcome::Merged); }},
+    // keep_latest: a shorter value over a longer one (the entry's length shrinks)
+    {"merge_shrink", policy::kKeepLatest, Overflow::Block, 8,
+     [](std::uint64_t k) { return val(16, static_cast<unsigned char>(k)); },
+     [](std::size_t k) { return write_is(kKeys[kTarget[k]], val(5, 0xEE), WriteOutcome::Merged); }},
+    // A new key into the first, a middle or the last free entry (fresh()
+    // writes k more keys first: 0, 1 or 2 of the three free).
+    {"append", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
+     [](std::size_t) { return write_is(200, u64_value(5), WriteOutcome::Appended); }},
+    // DropOldest at high water (5): the oldest entry is dropped, the op appended.
+    {"drop_oldest", policy::kKeepLatest, Overflow::DropOldest, 5,
+     [](std::uint64_t k) { return val(16, static_cast<unsigned char>(k)); },
+     [](std::size_t k) { return write_is(90 + k, val(9, 0x99), WriteOutcome::Displaced); }},
+    // A reader takes the first 1, 3 or 5 entries and commits them.
+    {"take_commit", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
+     [](std::size_t k) {
+       auto r = RelayReader::open(kName);
+       if (!r) return false;
+       auto got = r->take(kTarget[k] + 1);
+       if (!got || got->size() != kTarget[k] + 1) return false;
+       return r->commit().has_value();
+     }},
+};
+
+RelayConfig config(const Case& c) {
+  RelayConfig cfg;
+  cfg.policy = c.policy;
+  cfg.value_size = 16;
+  cfg.capacity = 8;
+  cfg.backpressure = Backpressure{Dimension::Count, c.high_water, 1, c.overflow};
+  return cfg;
+}
+
+class RelayStoreCrashTest : public ::testing::TestWithParam<std::tuple<int, std::size_t>> {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
+  const Case& c = kCases[std::get<0>(GetParam())];
+  const std::size_t k = std::get<1>(GetParam());
+  const bool append = std::string(c.name) == "append";
+  auto fresh = [&] {
+    (void)Segment::unlink(kName);
+    auto w = RelayWriter::create(kName, config(c));
+    ASSERT_TRUE(w) << w.error().what();
+    for (std::uint64_t key : kKeys) {
+      ASSERT_TRUE(w->write(key, c.initial(key)));
+    }
+    if (append) {  // k more keys: the new one takes the first, a middle or the last free entry
+      for (std::size_t i = 0; i < k; ++i) {
+        ASSERT_TRUE(w->write(100 + i, u64_value(1)));
+      }
+    }
+  };
+  auto op = [&] { return c.op(k); };
+  // What the next reader drains (it repairs first), and the relay's health.
+  auto drained = [&](std::string& problem) {
+    std::vector<Drained> out;
+    auto r = RelayReader::open(kName);
+    if (!r) {
+      problem = r.error().what();
+      return out;
+    }
+    const RelaySnapshot s = r->snapshot();
+    if (s.faulted || !s.consistent) problem = "faulted or inconsistent";
+    if (auto seg = Segment::open_any(kName, {})) {
+      const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
+      if (!damage.empty()) problem = damage.front();
+    }
+    auto n = r->drain(100, [&](const RelayEntry& e) {
+      out.push_back(Drained{e.key, e.first_seq, e.last_seq, e.op_count,
+                            std::vector<std::byte>(e.value.begin(), e.value.end())});
+    });
+    if (!n) problem = n.error().what();
+    return out;
+  };
+
+  std::string problem;
+  fresh();
+  const std::vector<Drained> before = drained(problem);
+  ASSERT_EQ(problem, "");
+  fresh();
+  ASSERT_TRUE(op()) << c.name << ": the operation's outcome without a kill";
+  const std::vector<Drained> after = drained(problem);
+  ASSERT_EQ(problem, "");
+  ASSERT_NE(before, after) << c.name;
+
+  std::uint64_t back = 0, forward = 0;
+  const test::StoreCrashRun run = test::kill_at_every_store(fresh, op, [&](std::uint64_t n) {
+    std::string why;
+    const std::vector<Drained> now = drained(why);
+    EXPECT_EQ(why, "") << c.name << " killed at store " << n;
+    back += now == before;
+    forward += now == after;
+    EXPECT_TRUE(now == before || now == after)
+        << c.name << " killed at store " << n << "\n  repaired:" << show(now)
+        << "\n  before:  " << show(before) << "\n  after:   " << show(after);
+  });
+  ASSERT_TRUE(run.error.empty()) << c.name << ": " << run.error;
+  EXPECT_GE(run.kills, 3u) << c.name << ": the hook killed almost nothing";
+  EXPECT_EQ(run.kills, run.stores);
+  EXPECT_GT(back, 0u);
+  std::printf("%s k=%zu: %llu stores, %llu rolled back, %llu rolled forward\n", c.name, k,
+              static_cast<unsigned long long>(run.stores), static_cast<unsigned long long>(back),
+              static_cast<unsigned long long>(forward));
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<int, std::size_t>>& info) {
+  constexpr std::array<const char*, 3> kWhere{"First", "Middle", "Last"};
+  return std::string(kCases[std::get<0>(info.param)].name) + "_" + kWhere[std::get<1>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryOperation, RelayStoreCrashTest,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kCases))),
+                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{2})),
+    case_name);
+
+}  // namespace
+}  // namespace shm::relay_store_crash_test
