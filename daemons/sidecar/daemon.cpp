@@ -61,6 +61,10 @@ int run_daemon(const DaemonOptions& options, const Logger& log, std::FILE* out) 
   const std::uint64_t start_ns = realtime_ns();
   MonitorOptions mo = options.monitor;
   if (mo.root.empty()) mo.root = default_root();
+  if (auto ok = check_root(mo.root); !ok) {
+    log.error("startup_failed").kv("root", mo.root).kv("error", ok.error().what());
+    return kExitFailure;
+  }
 
   std::signal(SIGPIPE, SIG_IGN);
   sigset_t stop_set;

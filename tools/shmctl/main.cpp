@@ -194,6 +194,12 @@ int main(int argc, char** argv) {
   }
 
   const Context ctx{root.empty() ? shm::default_root() : root, json, std::cout, std::cerr};
+  // The root is checked before any command trusts a file in it (a relative
+  // path, a symbolic link, another user's or a world-writable directory).
+  if (auto ok = shm::check_root(ctx.root); !ok) {
+    std::cerr << "shmctl: " << ok.error().what() << "\n";
+    return static_cast<int>(Exit::Invalid);
+  }
   // A segment file truncated while a command reads its mapping would kill us
   // with SIGBUS: the reads see zeros instead, and the command is failed here.
   // Without the handler (install failed) there is no hit to see: SIGBUS kills.

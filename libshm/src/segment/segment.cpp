@@ -131,9 +131,19 @@ Result<void> check_root_is_safe(const std::string& root) {
   return {};
 }
 
+Result<void> check_absolute(const std::string& root) {
+  if (root.empty() || root.front() != '/')
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("root directory '{}' is not an absolute path (a relative "
+                                    "path would follow each process's working directory)",
+                                    root));
+  return {};
+}
+
 // Every std::filesystem call here takes an error_code: no exception may leave
 // the library (a root whose parent cannot be searched is EACCES, not a throw).
 Result<void> ensure_root(const std::string& root) {
+  if (auto ok = check_absolute(root); !ok) return ok;
   std::error_code ec;
   if (std::filesystem::is_directory(root, ec)) return check_root_is_safe(root);
   if (ec && ec != std::errc::no_such_file_or_directory)
@@ -193,6 +203,15 @@ Result<void> validate_name(std::string_view name) {
                 shm::detail::format("segment name '{}' uses the reserved prefix '{}'", name,
                                     kReservedPrefix));
   return {};
+}
+
+Result<void> check_root(const std::string& root) {
+  if (auto ok = check_absolute(root); !ok) return ok;
+  struct stat st {};
+  std::string entry = root;
+  while (entry.size() > 1 && entry.back() == '/') entry.pop_back();
+  if (::lstat(entry.c_str(), &st) != 0 && errno == ENOENT) return {};
+  return check_root_is_safe(root);
 }
 
 std::string default_root() {
@@ -401,6 +420,7 @@ Result<Segment> Segment::create(std::string_view name, const KindSpec& spec,
 Result<Segment> Segment::open_file(std::string_view name, const OpenOptions& options) {
   if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
   const std::string root = resolve_root(options.root);
+  if (auto ok = check_root(root); !ok) return std::unexpected(ok.error());
   const std::string path = join(root, name);
   // O_NONBLOCK: a FIFO planted under a segment's name must not block the open
   // (fstat below refuses it); for a regular file the flag changes nothing.
@@ -636,6 +656,7 @@ Result<void> Segment::unlink() const {
 Result<void> Segment::unlink(std::string_view name, const std::string& root) {
   if (auto ok = validate_name(name); !ok) return std::unexpected(ok.error());
   const std::string r = resolve_root(root);
+  if (auto ok = check_root(r); !ok) return std::unexpected(ok.error());
   const std::string path = join(r, name);
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT)

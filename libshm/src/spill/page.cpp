@@ -199,7 +199,9 @@ void PageBuilder::clear() {
 Result<SpillDir> SpillDir::open(const std::string& path, bool create) {
   if (path.empty() || path.front() != '/')
     return fail(Errc::InvalidArgument,
-                shm::detail::format("spill directory '{}' is not an absolute path", path));
+                shm::detail::format("spill directory '{}' is not an absolute path (a relative "
+                                    "path would follow each process's working directory)",
+                                    path));
   if (path.size() > 255)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("spill directory '{}' is longer than 255 bytes", path));

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
@@ -402,6 +403,21 @@ TEST_F(SidecarDaemon, ATakenPortIsRefusedWithTheReason) {
       std::string::npos)
       << second.output();
   EXPECT_TRUE(get(port, "/healthz")) << "the first sidecar stopped serving";
+}
+
+// The root is checked at the sidecar's start as at every other entry point.
+TEST_F(SidecarDaemon, AnUnsafeOrRelativeRootIsRefusedAtStart) {
+  const std::string open_root = root.path() + "/open";
+  ASSERT_EQ(::mkdir(open_root.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
+  Subprocess unsafe = sidecar(open_root, {"--listen", "127.0.0.1:0"});
+  EXPECT_EQ(unsafe.wait(30s), 1) << unsafe.output();
+  EXPECT_NE(unsafe.output().find("event=startup_failed"), std::string::npos) << unsafe.output();
+  EXPECT_NE(unsafe.output().find("UnsafeRoot"), std::string::npos) << unsafe.output();
+  Subprocess relative = sidecar("relative/root", {"--listen", "127.0.0.1:0"});
+  EXPECT_EQ(relative.wait(30s), 1) << relative.output();
+  EXPECT_NE(relative.output().find("is not an absolute path"), std::string::npos)
+      << relative.output();
 }
 
 TEST_F(SidecarDaemon, SigtermStopsPromptlyEvenWithAnIdleClientConnected) {

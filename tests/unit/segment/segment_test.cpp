@@ -2,6 +2,7 @@
 #include "common/temp_root.hpp"
 #include "shm/platform/crc32c.hpp"
 #include "shm/segment/layout.hpp"
+#include "shm/spill/page.hpp"
 #include "shm/spsc/layout.hpp"
 
 #include <gmock/gmock.h>
@@ -459,6 +460,54 @@ TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
   ASSERT_EQ(::chmod(open_root.c_str(), 01777), 0);
   auto sticky = create_ring("r", {.capacity = 4096}, {.root = open_root});
   EXPECT_TRUE(sticky) << sticky.error().what();
+}
+
+// The audit found the root checked only at create: a segment planted in a
+// root that became world-writable was opened. Every entry point checks it.
+TEST_F(SegmentTest, OpenAndUnlinkRefuseARootThatBecameUnsafe) {
+  const std::string open_root = root_.file("open");
+  ASSERT_EQ(::mkdir(open_root.c_str(), 0700), 0);
+  ASSERT_TRUE(create_ring("r", {.capacity = 4096}, {.root = open_root}));
+  ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
+  auto opened = Segment::open_any("r", {.root = open_root});
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, Errc::UnsafeRoot) << opened.error().what();
+  EXPECT_THAT(opened.error().message, HasSubstr("is world-writable (mode 777)"));
+  auto removed = Segment::unlink("r", open_root);
+  ASSERT_FALSE(removed);
+  EXPECT_EQ(removed.error().code, Errc::UnsafeRoot) << removed.error().what();
+  EXPECT_TRUE(std::filesystem::exists(open_root + "/r"));
+  auto checked = check_root(open_root);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().code, Errc::UnsafeRoot);
+  ASSERT_EQ(::chmod(open_root.c_str(), 01777), 0);  // sticky: safe again
+  EXPECT_TRUE(Segment::open_any("r", {.root = open_root})) << "a sticky root is safe";
+}
+
+// A relative root would follow each process's working directory: refused at
+// create and open with the same words as a relative spill directory.
+TEST_F(SegmentTest, RelativeRootIsRefusedAtEveryEntryPoint) {
+  auto made = create_ring("r", {.capacity = 4096}, {.root = "relative/root"});
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.error().code, Errc::InvalidArgument);
+  EXPECT_THAT(made.error().message,
+              HasSubstr("root directory 'relative/root' is not an absolute path (a relative path "
+                        "would follow each process's working directory)"));
+  auto opened = Segment::open_any("r", {.root = "relative/root"});
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, Errc::InvalidArgument);
+  EXPECT_THAT(opened.error().message, HasSubstr("is not an absolute path"));
+  ::setenv("LIBSHM_ROOT", "relative", 1);  // TempRoot sets it back... by unsetting it at exit
+  auto from_env = Segment::open_any("r", {});
+  ::setenv("LIBSHM_ROOT", root_.path().c_str(), 1);
+  ASSERT_FALSE(from_env);
+  EXPECT_THAT(from_env.error().message, HasSubstr("root directory 'relative' is not an absolute"));
+  auto spill = spill::SpillDir::open("relative/spill", true);
+  ASSERT_FALSE(spill);
+  EXPECT_EQ(spill.error().code, Errc::InvalidArgument);
+  EXPECT_THAT(spill.error().message,
+              HasSubstr("spill directory 'relative/spill' is not an absolute path (a relative "
+                        "path would follow each process's working directory)"));
 }
 
 TEST_F(SegmentTest, RootOwnedByAnotherUserIsRefusedAsUnsafe) {

@@ -27,6 +27,14 @@ namespace shm {
 [[nodiscard]] Result<void> validate_name(std::string_view name);
 // $LIBSHM_ROOT, or /dev/shm/libshm.
 [[nodiscard]] std::string default_root();
+// Checks a root directory before anything in it is trusted, at every entry
+// point (create, open, unlink, shmctl, the sidecar): an absolute path
+// (InvalidArgument: a relative root would follow the working directory), and,
+// when it exists, a real directory (not a symbolic link) of this user, or
+// root's with the sticky bit, or a group root LIBSHM_ROOT_GROUP names, that no
+// other user can write into without the sticky bit (UnsafeRoot). A root that
+// does not exist passes: there is nothing in it to trust yet.
+[[nodiscard]] Result<void> check_root(const std::string& root);
 // Names of the files that are used internally in a root (temp files, locks).
 inline constexpr std::string_view kReservedPrefix = ".libshm-";
 
