@@ -1,8 +1,12 @@
 // shmctl gc [--dry-run]: removes segments nobody can still be using, and
 // leftover temp files of interrupted creates.
 //
-// A segment is collected only when its creator process is dead (pid + start
-// time) and no attachment slot is alive (kernel OFD locks). Before unlinking,
+// A segment is collected only when it is provably garbage: it was created
+// ephemeral (CreateOptions::ephemeral, a flag in its header), its creator
+// process is dead (pid + start time) and no attachment slot is alive (kernel
+// OFD locks). A persistent segment (the default) is never collected, whatever
+// its liveness: "create in a setup step, open later" leaves a dead creator
+// and no attacher, and that is a user's data, not garbage. Before unlinking,
 // gc takes the lock of every slot itself: while it holds them no process can
 // attach, so "no live attacher" cannot change between the check and the
 // unlink. Segments that fail validation or belong to another user are never
@@ -84,6 +88,12 @@ std::optional<Decision> collect_segment(const Context& ctx, const std::string& n
     return d;
   }
   const SegmentHeader& h = opened->segment.header();
+  if ((h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) == 0) {
+    d.reason = fmt::format("persistent (not created ephemeral): it may be opened later; remove "
+                           "it with `shmctl rm {}`",
+                           name);
+    return d;
+  }
   if (creator_alive(h)) {
     d.reason = fmt::format("creator pid {} is alive", h.creator_pid);
     return d;

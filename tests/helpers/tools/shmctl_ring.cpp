@@ -7,6 +7,8 @@
 //     abandon  like hold, but print "ready" and _exit() without detaching:
 //              both slots stay Attached with their holder dead
 //     create   create the ring without attaching, push nothing, exit normally
+//   A MODE ending in "-ephemeral" (abandon-ephemeral, create-ephemeral)
+//   creates the ring ephemeral (CreateOptions::ephemeral: gc may collect it).
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -18,7 +20,7 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: test_shmctl_ring ROOT NAME hold|abandon|create [RECORDS]\n");
+  std::fprintf(stderr, "usage: test_shmctl_ring ROOT NAME hold|abandon|create[-ephemeral] [RECORDS]\n");
   return 2;
 }
 
@@ -28,11 +30,13 @@ int main(int argc, char** argv) {
   if (argc < 4) return usage();
   const std::string root = argv[1];
   const std::string name = argv[2];
-  const std::string mode = argv[3];
+  std::string mode = argv[3];
+  const bool ephemeral = mode.ends_with("-ephemeral");
+  if (ephemeral) mode.resize(mode.size() - std::string("-ephemeral").size());
   const long records = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 0;
 
   if (mode == "create") {
-    auto seg = shm::create_ring(name, {.capacity = 4096}, {.root = root});
+    auto seg = shm::create_ring(name, {.capacity = 4096}, {.root = root, .ephemeral = ephemeral});
     if (!seg) {
       std::fprintf(stderr, "create: %s\n", seg.error().what().c_str());
       return 1;
@@ -42,7 +46,8 @@ int main(int argc, char** argv) {
   }
   if (mode != "hold" && mode != "abandon") return usage();
 
-  auto producer = shm::RingProducer::create(name, {.capacity = 4096}, {.root = root});
+  auto producer = shm::RingProducer::create(name, {.capacity = 4096},
+                                               {.root = root, .ephemeral = ephemeral});
   if (!producer) {
     std::fprintf(stderr, "producer: %s\n", producer.error().what().c_str());
     return 1;

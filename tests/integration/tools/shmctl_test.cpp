@@ -1182,19 +1182,52 @@ TEST_F(ShmctlTest, RmForceRefusesADamagedSegmentOfAnotherUser) {
   EXPECT_TRUE(fs::exists(ring_path("foreign")));
 }
 
+// The root is checked before any command trusts a file in it: a segment
+// planted in a root that became world-writable is not shown, and a relative
+// root is refused, each with exit 3 and the reason.
+TEST_F(ShmctlTest, AnUnsafeOrRelativeRootIsRefusedByEveryCommand) {
+  RingProducer p = make_ring("planted");
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0777), 0);
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"ls"}, {"inspect", "planted"}, {"gc", "--dry-run"}}) {
+    const CliResult r = run(args);
+    EXPECT_EQ(r.code, 3) << r;
+    EXPECT_TRUE(r.says("UnsafeRoot")) << r;
+    EXPECT_TRUE(r.says("is world-writable (mode 777) without the sticky bit")) << r;
+    EXPECT_FALSE(r.says("planted")) << r;
+  }
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0700), 0);
+  const CliResult relative = run({"ls", "--root", "relative/root"}, false);
+  EXPECT_EQ(relative.code, 3) << relative;
+  EXPECT_TRUE(relative.says("root directory 'relative/root' is not an absolute path")) << relative;
+}
+
 // ---------------------------------------------------------------- gc
 
+// gc removes a segment only when it is provably garbage: created ephemeral,
+// its creator dead and no attacher alive. A persistent segment (the default)
+// is kept whatever its liveness: the README's "create in a setup step, open
+// later" leaves exactly a dead creator and no attacher.
 TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   const test::TempSpillDir no_spill;  // gc also reads the spill base: an empty one
-  make_abandoned_ring("abandoned");   // creator and both holders dead
-  {
-    test::Subprocess helper({test::helper_path("shmctl_ring"), root_.path(), "orphan", "create"});
-    ASSERT_EQ(helper.wait(kShmctlDeadline), 0);  // creator dead, never attached
-  }
-  make_abandoned_ring("taken-over");
+  auto ring_helper = [&](const std::string& name, const std::string& mode) {
+    test::Subprocess helper({test::helper_path("shmctl_ring"), root_.path(), name, mode});
+    ASSERT_EQ(helper.wait(kShmctlDeadline), 0) << helper.output();
+  };
+  ring_helper("abandoned", "abandon-ephemeral");  // creator and both holders dead
+  ring_helper("orphan", "create-ephemeral");      // creator dead, never attached
+  ring_helper("setup-step", "create");            // persistent: created to be opened later
+  make_abandoned_ring("abandoned-persistent");    // persistent, every holder dead
+  ring_helper("taken-over", "abandon-ephemeral");
   RingConsumer live_consumer = open_consumer("taken-over");  // a live attacher, creator dead
-  RingProducer mine = make_ring("mine");                     // creator alive
-  { RingProducer p = make_ring("mine-idle"); }               // creator alive, nothing attached
+  auto ephemeral_ring = [&](const std::string& name) {
+    auto p = RingProducer::create(name, {.capacity = 4096},
+                                  {.root = root_.path(), .ephemeral = true});
+    EXPECT_TRUE(p) << p.error().what();
+    return std::move(*p);
+  };
+  RingProducer mine = ephemeral_ring("mine");              // creator alive
+  { RingProducer p = ephemeral_ring("mine-idle"); }        // creator alive, nothing attached
   make_file("junk", "not a segment");
   make_file(".libshm-tmp-old-0000000000000001", "");  // interrupted before it was filled
   make_file(".libshm-tmp-new-0000000000000002", "create in progress");
@@ -1221,6 +1254,14 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   EXPECT_EQ(actions["mine"].first, "kept");
   EXPECT_NE(actions["mine"].second.find("is alive"), std::string::npos);
   EXPECT_EQ(actions["mine-idle"].first, "kept");
+  for (const char* persistent : {"setup-step", "abandoned-persistent"}) {
+    EXPECT_EQ(actions[persistent].first, "kept") << persistent;
+    EXPECT_NE(actions[persistent].second.find("persistent"), std::string::npos)
+        << actions[persistent].second;
+    EXPECT_NE(actions[persistent].second.find(std::string("shmctl rm ") + persistent),
+              std::string::npos)
+        << actions[persistent].second;
+  }
   EXPECT_EQ(actions["junk"].first, "skipped");
   EXPECT_NE(actions["junk"].second.find("not a valid segment"), std::string::npos);
   EXPECT_EQ(actions[".libshm-tmp-old-0000000000000001"].first, "would_remove");
@@ -1234,7 +1275,8 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   EXPECT_TRUE(real.says("creator pid")) << real;
   for (const char* gone : {"abandoned", "orphan", ".libshm-tmp-old-0000000000000001"})
     EXPECT_FALSE(fs::exists(root_.file(gone))) << gone;
-  for (const char* kept : {"taken-over", "mine", "mine-idle", "junk",
+  for (const char* kept : {"taken-over", "mine", "mine-idle", "setup-step",
+                           "abandoned-persistent", "junk",
                            ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
     EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
   EXPECT_FALSE(live_consumer.segment().stale());
