@@ -805,9 +805,10 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
   if (w->snapshot().cold_pages != o.drain_pages)
     throw BenchError(fmt::format("drain-latency run: {} cold pages (expected {})",
                                  w->snapshot().cold_pages, o.drain_pages));
-  // No seal from here on: the high water above everything the run writes.
+  // No seal from here on: the high water at the capacity, above what the head
+  // holds in this run (the entries left after the seals and the timed writes).
   if (auto ok =
-          w->retune({shm::Dimension::Count, filled + max_writes + 2, 1, shm::Overflow::Spill});
+          w->retune({shm::Dimension::Count, cfg.capacity, 1, shm::Overflow::Spill});
       !ok)
     throw BenchError(ok.error().what());
   prefault(w->segment().data(), true);

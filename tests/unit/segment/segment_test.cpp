@@ -381,8 +381,11 @@ TEST_F(SegmentTest, FilesystemFilledAfterTheFreeSpaceCheckIsNoSpaceAndLeavesNoth
 
 TEST_F(SegmentTest, OpenOfASegmentTheProcessMayNotAccessIsPermissionDeniedNamingThePath) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop to uid 65534 in a child";
-  make_ring("private");                               // root's, mode 0600
-  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);  // the root may be searched, not the file read
+  make_ring("private");  // root's, mode 0600
+  // nobody's own root (another owner's root is refused as unsafe, at open too),
+  // holding a file nobody may not read.
+  ASSERT_EQ(::chown(root_.path().c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(root_.path().c_str(), 0755), 0);
   for (const bool read_only : {false, true}) {
     auto r = run_as_nobody(
         [&] { return error_report(open_ring("private", {}, {.read_only = read_only})); });
