@@ -286,10 +286,10 @@ std::string render_metrics(const Monitor& monitor, std::uint64_t start_time_ns,
              std::uint64_t{1});
     w.sample("libshm_segment_size_bytes", T::Gauge, "Size of the segment file.", seg, v.size);
     const std::string_view att_help =
-        "Attachers by state: alive (lock held, heartbeat fresh), stuck (lock held, heartbeat "
-        "older than --stuck-after), dead (lock gone, not reclaimed yet).";
+        "Attachers by state: alive (lock held, not stuck), stuck (lock held, work waiting for "
+        "its role and no progress for --stuck-after), dead (lock gone, not reclaimed yet).";
     w.sample("libshm_segment_attachers", T::Gauge, att_help,
-             {{"segment", v.name}, {"state", "alive"}}, v.alive - v.stuck);
+             {{"segment", v.name}, {"state", "alive"}}, v.alive);
     w.sample("libshm_segment_attachers", T::Gauge, att_help,
              {{"segment", v.name}, {"state", "stuck"}}, v.stuck);
     w.sample("libshm_segment_attachers", T::Gauge, att_help,

@@ -5,7 +5,8 @@
 //   2. for every known segment: check it is still the file we mapped (not
 //      removed, replaced, truncated or scribbled over), read every attacher's
 //      liveness from the kernel locks (Segment::slots()), mark a live attacher
-//      whose heartbeat is older than `stuck_after` as stuck, and reclaim a dead
+//      stuck when its role has work waiting and its progress (the kind's
+//      positions and counters) has not moved for `stuck_after`, and reclaim a dead
 //      one through shm::reclaim_dead_attacher() (the kind's reclaim() under the
 //      slot's lock, then the slot freed and a Reclaimed event recorded in the
 //      segment; `shmctl reclaim` takes the same path);
@@ -41,8 +42,9 @@ namespace shm::sidecar {
 
 struct MonitorOptions {
   std::string root;  // empty: shm::default_root()
-  // A live attacher whose heartbeat is older than this is reported stuck
-  // (never dead: only the kernel lock says dead). 0 disables.
+  // A live attacher whose role has work waiting and whose progress has not
+  // moved for longer than this is reported stuck (never dead: only the
+  // kernel lock says dead). 0 disables.
   std::chrono::milliseconds stuck_after{5000};
   // Directory rescan fallback when inotify says nothing (or is unavailable).
   std::chrono::milliseconds rescan_every{2000};
@@ -61,6 +63,7 @@ struct AttacherView {
   std::uint32_t generation = 0;
   Liveness liveness = Liveness::Free;
   bool stuck = false;
+  std::uint64_t stalled_ms = 0;  // work waiting and no progress for this long (0: none waiting)
   std::uint64_t heartbeat_age_ms = 0;
 };
 
@@ -74,8 +77,9 @@ struct SegmentView {
   std::uint64_t size = 0;
   bool ephemeral = false;
   std::string incarnation;
-  std::uint64_t alive = 0;  // attachers holding their lock (stuck ones included)
-  std::uint64_t stuck = 0;  // alive, heartbeat older than stuck_after
+  // alive + stuck + dead partition the attachers (as /metrics and /status show them).
+  std::uint64_t alive = 0;  // holding their lock and not stuck
+  std::uint64_t stuck = 0;  // holding their lock, work waiting, no progress for stuck_after
   std::uint64_t dead = 0;   // attached, lock gone, not reclaimed (yet)
   std::uint64_t attaches = 0, detaches = 0, takeovers = 0, faults = 0, events = 0;
   std::vector<AttacherView> attachers;
@@ -140,6 +144,8 @@ class Monitor {
   struct SlotMemo {
     std::uint32_t generation = 0;
     bool stuck = false;
+    std::uint64_t progress = 0;          // the role's progress at the last look
+    std::uint64_t stalled_since_ns = 0;  // waiting, progress unchanged since; 0: not waiting
     bool death_seen = false;
     bool reclaim_failed = false;
   };
@@ -177,6 +183,8 @@ class Monitor {
   // name is dropped in the first and its successor discovered in the second).
   void observe_all(std::uint64_t cycle);
   void observe(const std::string& name, Tracked& t);
+  [[nodiscard]] bool judge_stuck(const Tracked& t, const SlotInfo& s, SlotMemo& memo,
+                                 std::uint64_t now, std::uint64_t stuck_ns) const;
   void handle_dead(const std::string& name, Tracked& t, const SlotInfo& slot, SlotMemo& memo);
   // True when the segment was unlinked.
   bool maybe_collect(const std::string& name, Tracked& t);

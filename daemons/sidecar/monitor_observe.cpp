@@ -65,6 +65,29 @@ void Monitor::observe_all(std::uint64_t cycle) {
   }
 }
 
+// Stuck: alive, with work waiting for its role, and the role's progress
+// unchanged for longer than stuck_after, as the structure's own counters say
+// (KindDescriptor::progress). A working process is never stuck, however
+// rarely it calls into the library; a role with nothing waiting for it (a
+// producer, an idle consumer) never is either.
+bool Monitor::judge_stuck(const Tracked& t, const SlotInfo& s, SlotMemo& memo, std::uint64_t now,
+                          std::uint64_t stuck_ns) const {
+  const KindDescriptor* kind = t.kind();
+  const std::optional<RoleProgress> p =
+      kind != nullptr && kind->progress != nullptr ? kind->progress(t.segment, s.role)
+                                                   : std::nullopt;
+  if (!p || !p->waiting) {
+    memo.stalled_since_ns = 0;
+    return false;
+  }
+  if (memo.stalled_since_ns == 0 || p->progress != memo.progress) {
+    memo.progress = p->progress;
+    memo.stalled_since_ns = now;  // waiting from here, or moved since the last look
+    return false;
+  }
+  return stuck_ns != 0 && now - memo.stalled_since_ns > stuck_ns;
+}
+
 void Monitor::observe(const std::string& name, Tracked& t) {
   const std::uint64_t now = monotonic_ns();
   const auto stuck_ns = static_cast<std::uint64_t>(
@@ -77,7 +100,8 @@ void Monitor::observe(const std::string& name, Tracked& t) {
     if (memo.generation != s.generation) memo = SlotMemo{s.generation};
     if (s.liveness == Liveness::Alive) {
       const std::uint64_t age = age_ms(s.heartbeat_ns, now);
-      const bool stuck = stuck_ns != 0 && s.heartbeat_ns <= now && now - s.heartbeat_ns > stuck_ns;
+      const bool stuck = judge_stuck(t, s, memo, now, stuck_ns);
+      const std::uint64_t stalled = memo.stalled_since_ns == 0 ? 0 : age_ms(memo.stalled_since_ns, now);
       if (stuck && !memo.stuck) {
         ++stats_.stuck_detections;
         log_.warn("attacher_stuck")
@@ -85,6 +109,7 @@ void Monitor::observe(const std::string& name, Tracked& t) {
             .kv("slot", s.index)
             .kv("role", std::string(role_name(t.descriptor, s.role)))
             .kv("pid", s.pid)
+            .kv("stalled_ms", stalled)
             .kv("heartbeat_age_ms", age)
             .kv("stuck_after_ms", static_cast<std::int64_t>(options_.stuck_after.count()));
       } else if (!stuck && memo.stuck) {

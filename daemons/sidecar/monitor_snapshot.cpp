@@ -76,10 +76,12 @@ void Monitor::build_view(const std::string& name, Tracked& t) {
     a.liveness = s.liveness;
     a.heartbeat_age_ms = age_ms(s.heartbeat_ns, now);
     if (s.liveness == Liveness::Alive) {
-      ++v.alive;
       const auto it = t.slots.find(s.index);
-      a.stuck = it != t.slots.end() && it->second.generation == s.generation && it->second.stuck;
-      if (a.stuck) ++v.stuck;
+      const bool known = it != t.slots.end() && it->second.generation == s.generation;
+      a.stuck = known && it->second.stuck;
+      if (known && it->second.stalled_since_ns != 0)
+        a.stalled_ms = age_ms(it->second.stalled_since_ns, now);
+      ++(a.stuck ? v.stuck : v.alive);
     } else {
       ++v.dead;
     }

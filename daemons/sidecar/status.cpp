@@ -64,6 +64,7 @@ nlohmann::ordered_json status_json(const Monitor& monitor, std::uint64_t start_t
       j["generation"] = at.generation;
       j["state"] = at.liveness == Liveness::Alive ? (at.stuck ? "stuck" : "alive")
                                                   : std::string(to_string(at.liveness));
+      j["stalled_ms"] = at.stalled_ms;
       j["heartbeat_age_ms"] = at.heartbeat_age_ms;
       slots.push_back(std::move(j));
     }
@@ -108,7 +109,7 @@ std::string status_text(const Monitor& monitor) {
       continue;
     }
     out += fmt::format("{:<{}}  {:<14} {:>12} {:>5} {:>5} {:>5}  {}\n", tools::displayable(v.name),
-                       width, v.kind, v.size, v.alive - v.stuck, v.stuck, v.dead,
+                       width, v.kind, v.size, v.alive, v.stuck, v.dead,
                        v.error.empty() ? "ok" : tools::displayable(v.error));
   }
   return out;

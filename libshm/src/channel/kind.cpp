@@ -452,14 +452,32 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   return out;
 }
 
+// The consumer has work while descriptors are published and not consumed;
+// its progress is the consumed count. relaxed: a monitoring sample.
+std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
+  if (role != channel::kConsumerRole.id) return std::nullopt;
+  auto v = channel::view(seg);
+  if (!v) return std::nullopt;
+  const std::uint64_t head = v->control->consumer.head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = v->control->producer.tail.load(std::memory_order_relaxed);
+  return RoleProgress{tail != head, head};
+}
+
 constexpr std::array<RoleSpec, 3> kRoles = {channel::kProducerRole, channel::kConsumerRole,
                                             channel::kObserverRole};
 
 }  // namespace
 
 const KindDescriptor kChannelDescriptor{
-    kChannelKind, "channel", channel::kFingerprint, kRoles, describe, verify, reclaim,
-    nullptr,      dump,
+    .kind = kChannelKind,
+    .name = "channel",
+    .fingerprint = channel::kFingerprint,
+    .roles = kRoles,
+    .describe = describe,
+    .verify = verify,
+    .reclaim = reclaim,
+    .dump = dump,
+    .progress = progress,
 };
 
 }  // namespace shm

@@ -153,12 +153,38 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
       dead.index, dead.pid, g, inflight, g + 1)};
 }
 
+// The transport has work while a record is claimable (pending, the window
+// open); its progress is what it did: claims, acknowledgements, failures.
+// relaxed: a monitoring sample.
+std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
+  if (role != kTransportRole.id) return std::nullopt;
+  auto state = make_state(seg);
+  if (!state) return std::nullopt;
+  const Control& c = *state->control;
+  const auto count = [&](RecordState r) {
+    return c.state.counts[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
+  };
+  const bool waiting =
+      count(RecordState::Pending) != 0 && count(RecordState::Inflight) < state->params.inflight_limit;
+  const std::uint64_t done = c.stats.claims.load(std::memory_order_relaxed) +
+                             c.stats.acked.load(std::memory_order_relaxed) +
+                             c.stats.failures.load(std::memory_order_relaxed);
+  return RoleProgress{waiting, done};
+}
+
 constexpr std::array<RoleSpec, 2> kRoles = {kTransportRole, kProducerRole};
 
 }  // namespace
 
 const KindDescriptor kEgressDescriptor{
-    kEgressKind, "egress", kFingerprint, kRoles, describe, verify, reclaim, nullptr, nullptr,
+    .kind = kEgressKind,
+    .name = "egress",
+    .fingerprint = kFingerprint,
+    .roles = kRoles,
+    .describe = describe,
+    .verify = verify,
+    .reclaim = reclaim,
+    .progress = progress,
 };
 
 }  // namespace shm

@@ -235,14 +235,34 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   return out;
 }
 
+// Consumers have work while claimed positions trail published ones; their
+// progress is the consumers' claim position (shared by all consumers: one
+// that stops is seen only when the others cannot cover for it). relaxed: a
+// monitoring sample.
+std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
+  if (role != mpmc::kConsumerRole.id && role != mpmc::kPeerRole.id) return std::nullopt;
+  const auto v = mpmc::view(seg);
+  if (!v) return std::nullopt;
+  const std::uint64_t head = v->control->consumer.head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = v->control->producer.tail.load(std::memory_order_relaxed);
+  return RoleProgress{tail > head, head};
+}
+
 constexpr std::array<RoleSpec, 3> kRoles = {mpmc::kProducerRole, mpmc::kConsumerRole,
                                             mpmc::kPeerRole};
 
 }  // namespace
 
 const KindDescriptor kMpmcRingDescriptor{
-    kMpmcRingKind, "mpmc_ring", mpmc::kFingerprint, kRoles, describe, verify, reclaim,
-    nullptr,       dump,
+    .kind = kMpmcRingKind,
+    .name = "mpmc_ring",
+    .fingerprint = mpmc::kFingerprint,
+    .roles = kRoles,
+    .describe = describe,
+    .verify = verify,
+    .reclaim = reclaim,
+    .dump = dump,
+    .progress = progress,
 };
 
 }  // namespace shm

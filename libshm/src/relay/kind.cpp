@@ -212,12 +212,33 @@ Result<void> set(Segment& seg, std::string_view key, std::string_view value) {
   return retune_view(*view, seg.path(), edit);
 }
 
+// The reader has work while entries are pending, in its hands or on disk;
+// its progress is the entries it committed. relaxed: a monitoring sample.
+std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
+  if (role != kReaderRole.id) return std::nullopt;
+  auto view = make_view(seg);
+  if (!view) return std::nullopt;
+  const Control& c = *view->control;
+  const bool waiting = c.depth.load(std::memory_order_relaxed) != 0 ||
+                       c.in_hand.load(std::memory_order_relaxed) != 0 ||
+                       view->spill->cold_pages.load(std::memory_order_relaxed) != 0;
+  return RoleProgress{waiting, c.counters.drained.load(std::memory_order_relaxed)};
+}
+
 constexpr std::array<RoleSpec, 2> kRoles = {kReaderRole, kWriterRole};
 
 }  // namespace
 
 const KindDescriptor kRelayDescriptor{
-    kRelayKind, "relay", kFingerprint, kRoles, describe, verify, reclaim, set, nullptr,
+    .kind = kRelayKind,
+    .name = "relay",
+    .fingerprint = kFingerprint,
+    .roles = kRoles,
+    .describe = describe,
+    .verify = verify,
+    .reclaim = reclaim,
+    .set = set,
+    .progress = progress,
 };
 
 }  // namespace shm

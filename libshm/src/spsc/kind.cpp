@@ -189,6 +189,18 @@ void describe_v1(const Segment& seg, Node& out) {
   out.set("producer_parked", c->waiters.producer_parked.load(std::memory_order_relaxed) != 0);
 }
 
+// The consumer has work while published records outnumber released ones;
+// its progress is the released count. relaxed: a monitoring sample of two
+// counters that only grow; a stale read delays a verdict by one cycle.
+std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
+  if (role != ring::kConsumerRole.id) return std::nullopt;
+  const RingView v = view(seg);
+  if (!v.ok) return std::nullopt;
+  const std::uint64_t released = v.control->consumer.records.load(std::memory_order_relaxed);
+  const std::uint64_t published = v.control->producer.records.load(std::memory_order_relaxed);
+  return RoleProgress{published != released, released};
+}
+
 constexpr std::array<RoleSpec, 3> kRoles = {ring::kProducerRole, ring::kConsumerRole,
                                             ring::kObserverRole};
 constexpr std::array<OlderLayout, 1> kOlderLayouts = {
@@ -198,7 +210,7 @@ constexpr std::array<OlderLayout, 1> kOlderLayouts = {
 
 const KindDescriptor kSpscRingDescriptor{
     kSpscRingKind, "spsc_ring", ring::kFingerprint,   kRoles,        describe, verify, reclaim,
-    nullptr,       dump,        ring::kLayoutVersion, kOlderLayouts,
+    nullptr,       dump,        ring::kLayoutVersion, kOlderLayouts, progress,
 };
 
 }  // namespace shm

@@ -3,8 +3,10 @@
 // by the sidecar tests as the process to kill -9 or SIGSTOP.
 //
 //   test_sidecar_attacher NAME producer|consumer [--create CAPACITY] [--ephemeral]
-//                         [--heartbeat-ms N] [--push N]
-// Prints "attached <slot>" once attached.
+//                         [--heartbeat-ms N] [--push N] [--work-ms N]
+// Prints "attached <slot>" once attached. --work-ms N: instead of
+// heartbeating, works every N ms and never waits in the library (a producer
+// pushes one record, ignoring a full ring; a consumer pops every record).
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -32,6 +34,18 @@ int hold(Endpoint& e, int heartbeat_ms) {
   }
   return 0;
 }
+
+// Works every `work_ms` with try_ calls only: the heartbeat is never refreshed.
+template <class Endpoint, class Work>
+int work(Endpoint& e, int work_ms, Work&& one_round) {
+  std::printf("attached %zu\n", e.attachment().slot());
+  std::fflush(stdout);
+  while (g_stop == 0) {
+    one_round();
+    std::this_thread::sleep_for(std::chrono::milliseconds(work_ms));
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,7 +55,7 @@ int main(int argc, char** argv) {
   }
   const std::string name = argv[1], role = argv[2];
   std::uint64_t create = 0, push = 0;
-  int heartbeat_ms = 10;
+  int heartbeat_ms = 10, work_ms = 0;
   bool ephemeral = false;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -51,6 +65,8 @@ int main(int argc, char** argv) {
       heartbeat_ms = std::atoi(argv[++i]);
     else if (a == "--push" && i + 1 < argc)
       push = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--work-ms" && i + 1 < argc)
+      work_ms = std::atoi(argv[++i]);
     else if (a == "--ephemeral")
       ephemeral = true;
     else {
@@ -73,6 +89,7 @@ int main(int argc, char** argv) {
     const std::vector<std::byte> rec(16, std::byte{0x5a});
     for (std::uint64_t i = 0; i < push; ++i)
       if (auto ok = p->try_push(rec); !ok || !*ok) return 1;
+    if (work_ms > 0) return work(*p, work_ms, [&] { (void)p->try_push(rec); });
     return hold(*p, heartbeat_ms);
   }
   auto c = create ? shm::RingConsumer::create(name, shm::RingParams{create}, co)
@@ -81,5 +98,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", c.error().what().c_str());
     return 1;
   }
+  if (work_ms > 0)
+    return work(*c, work_ms, [&] {
+      (void)c->drain([](std::span<const std::byte>) {}, 1u << 20);
+    });
   return hold(*c, heartbeat_ms);
 }

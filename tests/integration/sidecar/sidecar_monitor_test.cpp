@@ -18,17 +18,22 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/relay/relay.hpp"
+#include "shm/egress/egress.hpp"
+#include "shm/spsc/consumer.hpp"
 #include "shm/spsc/layout.hpp"
 #include "shm/spsc/producer.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -49,10 +54,10 @@ class SidecarMonitor : public ::testing::Test {
   Logger log{[this](std::string_view l) { lines.emplace_back(l); }, Logger::Format::Logfmt,
              Level::Debug};
 
-  MonitorOptions options() const {
+  MonitorOptions options(std::chrono::milliseconds stuck_after = 150ms) const {
     MonitorOptions o;
     o.root = root.path();
-    o.stuck_after = 150ms;
+    o.stuck_after = stuck_after;
     o.rescan_every = 1h;  // discovery must come from inotify unless a test says otherwise
     return o;
   }
@@ -348,70 +353,192 @@ TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
       << text;
 }
 
-TEST_F(SidecarMonitor, StoppedProcessIsReportedStuckButNeverDead) {
-  Subprocess producer = attacher("paused", "producer", {"--create", "4096"});
-  Monitor m(options(), log);
-  // Runs cycles until `done` holds or a generous deadline passes. Stuck is a
-  // heartbeat age, so real time must pass; the assertions below are on what
-  // the cycles saw (ages, counters, events), never on how long it took.
-  const auto cycle_until = [&m](auto done) {
+// Stuck is alive, with work waiting, and no progress for stuck_after: a
+// consumer that works without ever waiting in the library (so it never
+// refreshes its heartbeat) is not stuck; SIGSTOPped with records waiting it
+// is, within stuck_after; resumed, it is not any more. Never dead.
+TEST_F(SidecarMonitor, StoppedProcessWithWorkWaitingIsReportedStuckButNeverDead) {
+  Subprocess consumer = attacher("paused", "consumer", {"--create", "4096", "--work-ms", "5"});
+  auto producer = RingProducer::open("paused");
+  ASSERT_TRUE(producer) << producer.error().what();
+  const std::vector<std::byte> rec(16, std::byte{0x11});
+  // 500 ms: a loaded runner's scheduling gap must not pass for a stall.
+  Monitor m(options(500ms), log);
+  // Runs cycles, pushing a record each, until `done` holds or a generous
+  // deadline passes. The assertions below are on what the cycles saw, never
+  // on how long it took.
+  const auto cycle_until = [&](auto done) {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     for (;;) {
+      (void)producer->try_push(rec);
       m.do_work();
       if (done() || std::chrono::steady_clock::now() >= deadline) return done();
       std::this_thread::sleep_for(5ms);  // a polling pace, not a synchronisation
     }
   };
-  const auto attacher_view = [&m]() -> const AttacherView* {
+  const auto consumer_view = [&m]() -> const AttacherView* {
     const SegmentView* v = m.find("paused");
-    return v == nullptr || v->attachers.size() != 1 ? nullptr : &v->attachers.front();
+    if (v == nullptr) return nullptr;
+    for (const AttacherView& a : v->attachers)
+      if (a.role == "consumer") return &a;
+    return nullptr;
   };
-  // Heartbeating (every 10 ms): alive and not stuck. A heavily loaded machine
-  // may starve it past stuck_after for a moment; that is not what this test
-  // is about, so wait for a fresh heartbeat and count stuck events from here.
+  // Working for 10 x stuck_after: never stuck, though its heartbeat ages.
+  const auto working_until = std::chrono::steady_clock::now() + 5s;
   ASSERT_TRUE(cycle_until([&] {
-    const SegmentView* v = m.find("paused");
-    return v != nullptr && v->alive == 1 && v->stuck == 0;
-  })) << log_text();
-  const std::uint64_t stuck_before = m.stats().stuck_detections;
-  const std::size_t stuck_events_before = count("attacher_stuck");
+    return std::chrono::steady_clock::now() >= working_until || m.stats().stuck_detections > 0;
+  }));
+  EXPECT_EQ(m.stats().stuck_detections, 0u) << "a working consumer was reported stuck\n"
+                                            << log_text();
+  ASSERT_NE(consumer_view(), nullptr);
+  EXPECT_GE(consumer_view()->heartbeat_age_ms, 1000u) << "the helper never heartbeats";
+  EXPECT_EQ(m.find("paused")->alive, 2u);
+  EXPECT_EQ(m.find("paused")->stuck, 0u);
 
-  producer.kill(SIGSTOP);
-  ASSERT_TRUE(cycle_until([&] { return m.stats().stuck_detections > stuck_before; }))
-      << "a stopped process was never reported stuck\n"
+  consumer.kill(SIGSTOP);
+  ASSERT_TRUE(cycle_until([&] { return m.stats().stuck_detections > 0; }))
+      << "a stopped consumer with records waiting was never reported stuck\n"
       << log_text();
-  // One more cycle: still stuck, reported once, never dead.
-  m.do_work();
+  m.do_work();  // one more cycle: still stuck, reported once, never dead
   const SegmentView* v = m.find("paused");
   ASSERT_NE(v, nullptr);
-  EXPECT_EQ(v->alive, 1u);
+  EXPECT_EQ(v->alive, 1u) << "alive, stuck and dead partition the attachers";
   EXPECT_EQ(v->stuck, 1u);
   EXPECT_EQ(v->dead, 0u);
-  ASSERT_NE(attacher_view(), nullptr);
-  EXPECT_TRUE(attacher_view()->stuck);
-  EXPECT_EQ(attacher_view()->liveness, Liveness::Alive);
-  // Stuck means older than stuck_after (150 ms) in nanoseconds; the age is
-  // shown in whole milliseconds, rounded down, so a fresh detection reads 150.
-  EXPECT_GE(attacher_view()->heartbeat_age_ms, 150u) << "stuck means older than stuck_after";
-  EXPECT_EQ(m.stats().stuck_detections, stuck_before + 1) << log_text();
+  ASSERT_NE(consumer_view(), nullptr);
+  EXPECT_TRUE(consumer_view()->stuck);
+  EXPECT_EQ(consumer_view()->liveness, Liveness::Alive);
+  // Stuck means stalled longer than stuck_after (500 ms) in nanoseconds; the
+  // stall is shown in whole milliseconds, rounded down.
+  EXPECT_GE(consumer_view()->stalled_ms, 500u);
+  EXPECT_EQ(m.stats().stuck_detections, 1u) << log_text();
   EXPECT_EQ(m.stats().deaths, 0u) << log_text();
-  EXPECT_EQ(m.stats().reclaims, 0u);
-  EXPECT_EQ(count("attacher_stuck"), stuck_events_before + 1) << log_text();
-  EXPECT_EQ(count("attacher_stuck", {"segment=paused", fmt::format("pid={}", producer.pid())}),
-            stuck_events_before + 1)
+  EXPECT_EQ(count("attacher_stuck", {"segment=paused", "role=consumer",
+                                     fmt::format("pid={}", consumer.pid())}),
+            1u)
       << log_text();
-  EXPECT_EQ(count("attacher_dead"), 0u) << log_text();
+  // /status and /metrics count the same partition.
+  const std::string text = render_metrics(m, 0);
+  EXPECT_NE(text.find("libshm_segment_attachers{segment=\"paused\",state=\"alive\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("libshm_segment_attachers{segment=\"paused\",state=\"stuck\"} 1\n"),
+            std::string::npos)
+      << text;
+  const nlohmann::ordered_json status = status_json(m, realtime_ns());
+  for (const auto& seg : status["segments"])
+    if (seg["name"] == "paused") {
+      EXPECT_EQ(seg["attachers"]["alive"], 1) << seg.dump();
+      EXPECT_EQ(seg["attachers"]["stuck"], 1) << seg.dump();
+    }
 
-  const std::size_t unstuck_before = count("attacher_unstuck", {"segment=paused"});
-  producer.kill(SIGCONT);
+  consumer.kill(SIGCONT);
   ASSERT_TRUE(cycle_until([&] { return m.find("paused")->stuck == 0; }))
-      << "a resumed process stayed stuck\n"
+      << "a resumed consumer stayed stuck\n"
       << log_text();
-  ASSERT_NE(attacher_view(), nullptr);
-  EXPECT_FALSE(attacher_view()->stuck);
-  EXPECT_EQ(attacher_view()->liveness, Liveness::Alive);
-  EXPECT_EQ(count("attacher_unstuck", {"segment=paused"}), unstuck_before + 1) << log_text();
+  EXPECT_FALSE(consumer_view()->stuck);
+  EXPECT_EQ(count("attacher_unstuck", {"segment=paused"}), 1u) << log_text();
   EXPECT_EQ(m.stats().deaths, 0u) << log_text();
+}
+
+// The audit's cases, with handles that never wait in the library: a ring
+// producer and consumer, a relay writer and reader, an egress producer and
+// transport, each working on its own thread. None is stuck while it works;
+// when the reading side stops with work waiting, it is (within
+// stuck_after), and when it resumes, it is not. A producer is never stuck.
+TEST_F(SidecarMonitor, WorkingHandlesAreNeverStuckAndStoppedReadersAre) {
+  auto ring_producer = RingProducer::create("ring", RingParams{4096});
+  ASSERT_TRUE(ring_producer) << ring_producer.error().what();
+  auto ring_consumer = RingConsumer::open("ring");
+  ASSERT_TRUE(ring_consumer) << ring_consumer.error().what();
+  RelayConfig rc;
+  rc.policy = policy::kSum;
+  rc.capacity = 64;
+  rc.backpressure = Backpressure{Dimension::Count, 64, 8, Overflow::Conflate};
+  auto relay_writer = RelayWriter::create("relay", rc);
+  ASSERT_TRUE(relay_writer) << relay_writer.error().what();
+  auto relay_reader = RelayReader::open("relay");
+  ASSERT_TRUE(relay_reader) << relay_reader.error().what();
+  EgressParams ep;
+  ep.capacity = 64;
+  ep.inflight_limit = 8;
+  auto egress = Egress::create("egress", ep);
+  ASSERT_TRUE(egress) << egress.error().what();
+  auto transport = EgressTransport::attach("egress");
+  ASSERT_TRUE(transport) << transport.error().what();
+
+  std::atomic<bool> stop{false}, readers_paused{false};
+  std::vector<std::thread> workers;
+  auto every = [&](std::chrono::milliseconds period, auto&& round, bool reader) {
+    workers.emplace_back([&, period, round, reader]() mutable {
+      while (!stop.load()) {
+        if (!reader || !readers_paused.load()) round();
+        std::this_thread::sleep_for(period);
+      }
+    });
+  };
+  const std::vector<std::byte> rec(16, std::byte{0x22});
+  std::uint64_t key = 0;
+  every(8ms, [&] { (void)ring_producer->try_push(rec); }, false);
+  every(20ms, [&] { (void)ring_consumer->drain([](std::span<const std::byte>) {}, 1u << 20); },
+        true);
+  every(5ms, [&] { (void)relay_writer->write(++key % 16, u64_value(1), 0ns); }, false);
+  every(20ms, [&] { (void)relay_reader->drain(1024, [](const RelayEntry&) {}); }, true);
+  every(3ms, [&] { (void)egress->try_enqueue(rec); }, false);
+  every(3ms,
+        [&] {
+          std::vector<std::byte> buf;
+          auto c = transport->try_claim(buf);
+          if (c && c->status == egress::ClaimStatus::Claimed)
+            (void)transport->ack(c->envelope.sequence);
+        },
+        true);
+
+  // 500 ms: a loaded runner's scheduling gap must not pass for a stall.
+  Monitor m(options(500ms), log);
+  const auto cycle_for = [&](std::chrono::milliseconds span) {
+    const auto until = std::chrono::steady_clock::now() + span;
+    while (std::chrono::steady_clock::now() < until) {
+      m.do_work();
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  const auto cycle_until = [&](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (;;) {
+      m.do_work();
+      if (done() || std::chrono::steady_clock::now() >= deadline) return done();
+      std::this_thread::sleep_for(10ms);
+    }
+  };
+  cycle_for(5s);  // 10 x stuck_after
+  EXPECT_EQ(m.stats().stuck_detections, 0u) << "a working handle was reported stuck\n"
+                                            << log_text();
+  for (const char* name : {"ring", "relay", "egress"}) {
+    ASSERT_NE(m.find(name), nullptr) << name;
+    EXPECT_EQ(m.find(name)->alive, 2u) << name;
+    EXPECT_EQ(m.find(name)->stuck, 0u) << name;
+  }
+
+  readers_paused = true;  // the writers go on: work waits for the readers
+  const bool all_stuck = cycle_until([&] {
+    return m.find("ring")->stuck == 1 && m.find("relay")->stuck == 1 &&
+           m.find("egress")->stuck == 1;
+  });
+  EXPECT_TRUE(all_stuck) << log_text();
+  EXPECT_EQ(count("attacher_stuck", {"segment=ring", "role=consumer"}), 1u) << log_text();
+  EXPECT_EQ(count("attacher_stuck", {"segment=relay", "role=reader"}), 1u) << log_text();
+  EXPECT_EQ(count("attacher_stuck", {"segment=egress", "role=transport"}), 1u) << log_text();
+  EXPECT_EQ(count("attacher_stuck", {"role=producer"}), 0u) << log_text();
+  EXPECT_EQ(count("attacher_stuck", {"role=writer"}), 0u) << log_text();
+
+  readers_paused = false;
+  EXPECT_TRUE(cycle_until([&] {
+    return m.find("ring")->stuck == 0 && m.find("relay")->stuck == 0 &&
+           m.find("egress")->stuck == 0;
+  })) << log_text();
+  stop = true;
+  for (std::thread& t : workers) t.join();
 }
 
 TEST_F(SidecarMonitor, DiscoversSegmentCreatedAfterStartWithinOneCycle) {

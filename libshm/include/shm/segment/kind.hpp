@@ -7,6 +7,7 @@
 #include "shm/segment/describe.hpp"
 #include "shm/segment/segment.hpp"
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +21,15 @@ struct OlderLayout {
   std::uint64_t fingerprint;
   std::uint32_t version;
   void (*describe)(const Segment& segment, Node& out);
+};
+
+// What a role of a structure has waiting for it, and how far it has come:
+// the sidecar's "stuck" is alive, `waiting`, and `progress` unchanged for
+// --stuck-after (docs/architecture.md). Read lock-free from the structure's
+// own positions and counters, so a working process costs nothing to watch.
+struct RoleProgress {
+  bool waiting = false;        // work is there for this role (records to read, a record to send)
+  std::uint64_t progress = 0;  // grows whenever the role does some of it
 };
 
 struct KindDescriptor {
@@ -50,6 +60,9 @@ struct KindDescriptor {
   // layouts this build still recognises.
   std::uint32_t layout_version = 0;
   std::span<const OlderLayout> older_layouts = {};
+  // Optional: RoleProgress of `role` (nullopt: this role never has work
+  // waiting for it, e.g. a producer, and is never stuck).
+  std::optional<RoleProgress> (*progress)(const Segment& segment, std::uint32_t role) = nullptr;
 };
 
 [[nodiscard]] std::span<const KindDescriptor* const> all_kinds() noexcept;
