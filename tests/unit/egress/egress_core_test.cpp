@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <cstring>
 
 namespace shm {
@@ -21,6 +23,38 @@ TEST(EgressCoreTest, BackoffDoublesFromTheBaseAndStopsAtTheCeiling) {
   EXPECT_EQ(backoff(100, 1000, 5), 1000u);
   EXPECT_EQ(backoff(100, 1000, 200), 1000u);  // no overflow
   EXPECT_EQ(backoff(~std::uint64_t{0} / 2, ~std::uint64_t{0}, 3), ~std::uint64_t{0});
+}
+
+// The formula against 128-bit arithmetic for random bases, ceilings and
+// attempts, and at every exact boundary base == ceiling >> shift (where the
+// saturation test must not fire: base << shift still fits under the ceiling;
+// a '>=' there was a mutant the suite missed).
+__extension__ typedef unsigned __int128 Wide;  // GCC's 128-bit integer (-Wpedantic)
+
+TEST(EgressCoreTest, BackoffMatchesTheFormulaForRandomBasesAndCeilings) {
+  const auto reference = [](std::uint64_t base, std::uint64_t ceiling, std::uint32_t attempt) {
+    if (base == 0) return std::uint64_t{0};
+    const std::uint32_t shift = attempt == 0 ? 0 : attempt - 1;
+    if (shift >= 64) return ceiling;
+    const Wide v = static_cast<Wide>(base) << shift;
+    return v > ceiling ? ceiling : static_cast<std::uint64_t>(v);
+  };
+  std::mt19937_64 rng(20261207);
+  for (int i = 0; i < 100'000; ++i) {
+    const std::uint64_t ceiling = rng() >> (rng() % 64);
+    const std::uint64_t draw = ceiling == ~std::uint64_t{0} ? rng() : rng() % (ceiling + 1);
+    const std::uint64_t base = draw >> (rng() % 64);
+    const auto attempt = static_cast<std::uint32_t>(rng() % 70);
+    ASSERT_EQ(backoff(base, ceiling, attempt), reference(base, ceiling, attempt))
+        << "base " << base << " ceiling " << ceiling << " attempt " << attempt;
+  }
+  for (std::uint32_t shift = 0; shift < 64; ++shift)
+    for (const std::uint64_t ceiling : {~std::uint64_t{0}, std::uint64_t{1000}, std::uint64_t{1023},
+                                        std::uint64_t{1} << 40 | 12345}) {
+      const std::uint64_t base = ceiling >> shift;  // base << shift <= ceiling, exactly at the edge
+      ASSERT_EQ(backoff(base, ceiling, shift + 1), reference(base, ceiling, shift + 1))
+          << "base " << base << " ceiling " << ceiling << " shift " << shift;
+    }
 }
 
 TEST(EgressCoreTest, RejectsParametersThatCannotMakeAnEgress) {

@@ -151,6 +151,46 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
 
 // An open entry whose length in the mapping exceeds the value size is
 // Corrupt at the next merge into it: the merge never reads past the slot.
+// keep_latest: a shorter value that is a prefix of the current one changes
+// the value (its length), so it is Merged and the reader gets the short one;
+// every other merge test used fixed sizes (a mutant comparing only the common
+// prefix survived).
+TEST_F(RelayTest, AShorterValueThatIsAPrefixOfTheCurrentOneIsAChange) {
+  auto w = RelayWriter::create("prefix", cfg(policy::kKeepLatest, Overflow::Block, 16, 1, 16, 16));
+  ASSERT_TRUE(w) << w.error().what();
+  auto r = RelayReader::open("prefix");
+  ASSERT_TRUE(r) << r.error().what();
+  const auto text = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  ASSERT_EQ(w->write(1, text("abcdef"), 0ns)->outcome, WriteOutcome::Appended);
+  EXPECT_EQ(w->write(1, text("abc"), 0ns)->outcome, WriteOutcome::Merged);
+  EXPECT_EQ(w->write(1, text("abc"), 0ns)->outcome, WriteOutcome::Unchanged);
+  EXPECT_EQ(w->write(1, text("abcdef"), 0ns)->outcome, WriteOutcome::Merged);
+  EXPECT_EQ(w->write(1, text("ab"), 0ns)->outcome, WriteOutcome::Merged);
+  std::vector<std::string> got;
+  auto n = r->drain(8, [&](const RelayEntry& e) {
+    got.emplace_back(reinterpret_cast<const char*>(e.value.data()), e.value.size());
+  });
+  ASSERT_TRUE(n) << n.error().what();
+  EXPECT_EQ(got, std::vector<std::string>{"ab"});
+  EXPECT_EQ(r->snapshot().bytes, 0u);
+}
+
+// DropOldest counts every op of the dropped entry, not one per entry: on a
+// keyed policy an entry holds several merged ops (raw_fifo, one op an entry,
+// could not tell the two apart). sum is lossless, so no drop: max.
+TEST_F(RelayTest, DropOldestCountsEveryOpOfTheDroppedEntry) {
+  auto w = RelayWriter::create("drop", cfg(policy::kMax, Overflow::DropOldest, 3, 1, 8));
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t i = 0; i < 5; ++i)
+    ASSERT_EQ(put(*w, 1, i + 1), i == 0 ? WriteOutcome::Appended : WriteOutcome::Merged);
+  ASSERT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+  ASSERT_EQ(put(*w, 3, 1), WriteOutcome::Appended);  // high water 3: full
+  EXPECT_EQ(put(*w, 4, 1), WriteOutcome::Displaced);  // drops key 1, its 5 ops
+  const RelaySnapshot s = w->snapshot();
+  EXPECT_EQ(s.dropped, 5u);
+  EXPECT_EQ(s.lag, 3u) << "the ops of keys 2, 3 and 4";
+}
+
 TEST_F(RelayTest, AMergeIntoAnEntryLongerThanTheValueSizeIsCorrupt) {
   auto w = RelayWriter::create("longer", cfg(policy::kSum, Overflow::Block, 16, 1, 16));
   ASSERT_TRUE(w) << w.error().what();

@@ -70,6 +70,41 @@ TEST_F(SpscRingTest, PushThenPopReturnsTheSameRecordsInOrder) {
   EXPECT_FALSE(*r);
 }
 
+// The ring exactly full, one record popped, the rest peeked across the lap
+// boundary: the next peek must find the ring empty, not hand back the
+// previous lap's record at the peek position (a lap read from the released
+// position instead of the peek position did; a mutant the suite missed).
+TEST_F(SpscRingTest, PeeksAcrossALapOfAnExactlyFullRingEndEmpty) {
+  auto p = RingProducer::create("r", {.capacity = 1024});
+  ASSERT_TRUE(p) << p.error().what();
+  auto c = RingConsumer::open("r");
+  ASSERT_TRUE(c) << c.error().what();
+  std::array<std::byte, 56> rec{};  // 8-byte header + 56: 64 bytes a record, 16 fill 1 KiB
+  for (int lap = 0; lap < 3; ++lap) {
+    int pushed = 0;
+    for (;; ++pushed) {
+      rec.fill(static_cast<std::byte>(lap * 16 + pushed));
+      auto ok = p->try_push(rec);
+      ASSERT_TRUE(ok) << ok.error().what();
+      if (!*ok) break;
+    }
+    ASSERT_EQ(pushed, 16) << "lap " << lap << ": 16 records of 64 bytes fill 1 KiB";
+    std::array<std::byte, 64> out{};
+    auto first = c->try_pop(out);
+    ASSERT_TRUE(first && *first);
+    EXPECT_EQ(out[0], static_cast<std::byte>(lap * 16));
+    for (int i = 1; i < 16; ++i) {
+      auto r = c->try_peek();
+      ASSERT_TRUE(r && *r) << "lap " << lap << ", peek " << i;
+      EXPECT_EQ((**r)[0], static_cast<std::byte>(lap * 16 + i));
+    }
+    auto again = c->try_peek();
+    ASSERT_TRUE(again) << again.error().what();
+    EXPECT_FALSE(*again) << "lap " << lap << ": a stale record of the previous lap";
+    c->release();
+  }
+}
+
 // try_pop and pop copy one record and release. With earlier peeks not yet
 // released, try_pop used to release them unseen and pop to deliver the first
 // of them a second time; both are refused now, and nothing is lost or repeated.
