@@ -684,14 +684,20 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         }
       }
       if (!park && !seal_now && !wait_sealer) {
+        // A damaged free list after a DropOldest drop would leave its intent
+        // open for a later repair to replay: the relay is faulted instead.
+        auto damaged = [&](std::string what) {
+          if (outcome == WriteOutcome::Displaced) st(c.faulted, 1u);
+          return corrupt(path, std::move(what));
+        };
         const std::uint32_t i = ld(c.free_head);
         if (i == kNone || i >= view_.params.capacity)
-          return corrupt(path, shm::detail::format("free list head {} (capacity {})", i,
-                                                   view_.params.capacity));
+          return damaged(
+              shm::detail::format("free list head {} (capacity {})", i, view_.params.capacity));
         EntryHead& h = view_.entry(i);
         if (ld(h.state) != static_cast<std::uint32_t>(EntryState::Free))
-          return corrupt(
-              path, shm::detail::format("free list names entry {} in state {}", i, ld(h.state)));
+          return damaged(
+              shm::detail::format("free list names entry {} in state {}", i, ld(h.state)));
         st(c.free_head, ld(h.next));
         const std::uint64_t seq = ld(c.next_seq);
         st(c.next_seq, seq + 1);
