@@ -39,7 +39,8 @@ int reap(pid_t pid, std::chrono::milliseconds timeout) {
 StoreCrashRun kill_at_every_store(const std::function<void()>& setup,
                                   const std::function<bool()>& op,
                                   const std::function<void(std::uint64_t n)>& after_kill,
-                                  std::uint64_t max_stores, std::chrono::milliseconds child_timeout) {
+                                  std::uint64_t max_stores,
+                                  std::chrono::milliseconds child_timeout) {
   StoreCrashRun run;
   for (std::uint64_t n = 1; n <= max_stores + 1; ++n) {
     setup();
@@ -69,16 +70,23 @@ StoreCrashRun kill_at_every_store(const std::function<void()>& setup,
       run.stores = n - 1;
       return run;
     }
-    run.error = WIFEXITED(status)
-                    ? fmt::format("the child armed at store {} exited {} (3: the operation's "
-                                  "outcome was not the expected one)",
-                                  n, WEXITSTATUS(status))
-                    : fmt::format("the child armed at store {} died of signal {}", n,
-                                  WTERMSIG(status));
+    run.error = WIFEXITED(status) ? fmt::format(
+                                        "the child armed at store {} exited {} (3: the operation's "
+                                        "outcome was not the expected one)",
+                                        n, WEXITSTATUS(status))
+                                  : fmt::format("the child armed at store {} died of signal {}", n,
+                                                WTERMSIG(status));
     return run;
   }
   run.error = fmt::format("the operation made more than {} stores", max_stores);
   return run;
+}
+
+std::string position_name(std::string name, std::size_t position) {
+  constexpr const char* kWhere[] = {"First", "Middle", "Last"};
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name + "_" + (position < 3 ? kWhere[position] : "Other");
 }
 
 }  // namespace shm::test

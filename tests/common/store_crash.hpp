@@ -28,10 +28,13 @@ struct StoreCrashRun {
 // op() runs in the child and returns true when the operation did what the
 // test expected (false exits the child with 3, reported in `error`).
 // `max_stores` bounds the loop; `child_timeout` bounds each child.
-StoreCrashRun kill_at_every_store(const std::function<void()>& setup,
-                                  const std::function<bool()>& op,
-                                  const std::function<void(std::uint64_t n)>& after_kill,
-                                  std::uint64_t max_stores = 4096,
-                                  std::chrono::milliseconds child_timeout = std::chrono::seconds(30));
+StoreCrashRun kill_at_every_store(
+    const std::function<void()>& setup, const std::function<bool()>& op,
+    const std::function<void(std::uint64_t n)>& after_kill, std::uint64_t max_stores = 4096,
+    std::chrono::milliseconds child_timeout = std::chrono::seconds(30));
+
+// The name of a test parameterised by (operation, position 0 | 1 | 2):
+// "<name>_First", "_Middle" or "_Last" ('-' in the name becomes '_').
+[[nodiscard]] std::string position_name(std::string name, std::size_t position);
 
 }  // namespace shm::test

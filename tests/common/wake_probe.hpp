@@ -5,6 +5,8 @@
 // (a second), far above kWakeBound.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <functional>
 #include <future>
@@ -49,6 +51,13 @@ inline WakeProbe probe_wake(const std::function<void()>& park, const std::functi
     p.latency = std::chrono::duration_cast<std::chrono::milliseconds>(returned.get() - changed);
   t.join();
   return p;
+}
+
+// The party was parked when the change came, and returned within kWakeBound.
+inline void expect_woken(const WakeProbe& p) {
+  EXPECT_FALSE(p.returned_early) << "the party was not parked";
+  EXPECT_GE(p.latency.count(), 0) << "never woken";
+  EXPECT_LE(p.latency, kWakeBound) << "woken " << p.latency.count() << " ms after";
 }
 
 }  // namespace shm::test

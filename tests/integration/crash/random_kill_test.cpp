@@ -226,7 +226,8 @@ void relay_round(const char* name, PolicyId policy, Overflow overflow, std::uint
         auto w = RelayWriter::open(name);
         ASSERT_TRUE(w) << w.error().what();
         std::vector<std::byte> v(value_size, std::byte{1});
-        auto wrote = w->write(1000 + round % 8, std::span(v.data(), policy == policy::kKeepLatest ? 3 : 8), 0ns);
+        auto wrote = w->write(1000 + round % 8,
+                              std::span(v.data(), policy == policy::kKeepLatest ? 3 : 8), 0ns);
         ASSERT_TRUE(wrote) << "round " << round << ": " << wrote.error().what();
         if (wrote->seq != 0) {
           ASSERT_GT(wrote->seq, last_seq) << "round " << round << ": an op sequence went back";
@@ -275,7 +276,8 @@ TEST_F(RandomKillTest, LedgerStaysUsableAndBalancedThroughKillsInsideItsLock) {
           switch (rng() % 6) {
             case 0:
             case 1:
-              if (auto t = mine->reserve(rng() % 2 ? *main : *other, CategoryId{static_cast<std::uint32_t>(rng() % 2)},
+              if (auto t = mine->reserve(rng() % 2 ? *main : *other,
+                                         CategoryId{static_cast<std::uint32_t>(rng() % 2)},
                                          static_cast<std::int64_t>(1 + rng() % 500));
                   t && t->has_value())
                 held.push_back(**t);

@@ -47,17 +47,16 @@ struct Same {
   friend bool operator==(const Same&, const Same&) = default;
 };
 Same same(const egress::Projection& p) {
-  return Same{p.generation, p.next_sequence, p.acked_through, p.pending,
-              p.inflight,   p.parked,        p.terminal,      p.retry,
-              p.next_due_ns, p.oldest_enqueue_ns, p.records};
+  return Same{p.generation, p.next_sequence, p.acked_through, p.pending,     p.inflight,
+              p.parked,     p.terminal,      p.retry,         p.next_due_ns, p.oldest_enqueue_ns,
+              p.records};
 }
 std::string show(const Same& s) {
-  std::string out = "gen " + std::to_string(s.generation) + " next " +
-                    std::to_string(s.next_sequence) + " acked " +
-                    (s.acked ? std::to_string(*s.acked) : "-") + " retry " +
-                    (s.retry ? std::to_string(s.retry->sequence) + (s.retry->exhausted ? "x" : "p")
-                             : "-") +
-                    " records";
+  std::string out =
+      "gen " + std::to_string(s.generation) + " next " + std::to_string(s.next_sequence) +
+      " acked " + (s.acked ? std::to_string(*s.acked) : "-") + " retry " +
+      (s.retry ? std::to_string(s.retry->sequence) + (s.retry->exhausted ? "x" : "p") : "-") +
+      " records";
   for (const auto& r : s.records)
     out += " " + std::to_string(r.sequence) + ":" + std::string(egress::to_string(r.state)) + "/" +
            std::to_string(r.attempt);
@@ -126,8 +125,7 @@ const Case kCases[] = {
      [](Egress& e, std::size_t k) {
        std::vector<std::byte> buf;
        auto r = e.claim(kGen, buf);
-       return r && r->status == egress::ClaimStatus::Claimed &&
-              r->envelope.sequence == kTarget[k];
+       return r && r->status == egress::ClaimStatus::Claimed && r->envelope.sequence == kTarget[k];
      }},
     {"fail-retrying", [](Egress& e, std::size_t) { claim_all(e); },
      [](Egress& e, std::size_t k) {
@@ -251,11 +249,7 @@ TEST_P(EgressStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<int, std::size_t>>& info) {
-  constexpr std::array<const char*, 3> kWhere{"First", "Middle", "Last"};
-  std::string name = kCases[std::get<0>(info.param)].name;
-  for (char& ch : name)
-    if (ch == '-') ch = '_';
-  return name + "_" + kWhere[std::get<1>(info.param)];
+  return test::position_name(kCases[std::get<0>(info.param)].name, std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -220,8 +220,8 @@ TEST_P(LedgerStoreCrashTest, KilledAtEveryStoreLeavesTheAccountsBeforeOrAfter) {
             << "\n  before:   " << show(before) << "\n  after:    " << show(after);
         auto problems = parent->verify();
         ASSERT_TRUE(problems) << problems.error().what();
-        EXPECT_TRUE(problems->empty()) << c.name << " killed at store " << n << ": "
-                                       << problems->front();
+        EXPECT_TRUE(problems->empty())
+            << c.name << " killed at store " << n << ": " << problems->front();
       });
   ASSERT_TRUE(run.error.empty()) << c.name << ": " << run.error;
   EXPECT_GE(run.kills, 3u) << c.name << ": the hook killed almost nothing";
@@ -233,8 +233,7 @@ TEST_P(LedgerStoreCrashTest, KilledAtEveryStoreLeavesTheAccountsBeforeOrAfter) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<int, std::size_t>>& info) {
-  constexpr std::array<const char*, 3> kWhere{"First", "Middle", "Last"};
-  return std::string(kCases[std::get<0>(info.param)].name) + "_" + kWhere[std::get<1>(info.param)];
+  return test::position_name(kCases[std::get<0>(info.param)].name, std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(

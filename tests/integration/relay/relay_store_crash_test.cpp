@@ -175,8 +175,7 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<int, std::size_t>>& info) {
-  constexpr std::array<const char*, 3> kWhere{"First", "Middle", "Last"};
-  return std::string(kCases[std::get<0>(info.param)].name) + "_" + kWhere[std::get<1>(info.param)];
+  return test::position_name(kCases[std::get<0>(info.param)].name, std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -13,13 +13,13 @@
 #include "sidecar/status.hpp"
 
 #include "shm/channel/consumer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/fanout/priority_fanout.hpp"
 #include "shm/ledger/ledger.hpp"
 #include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/platform/clock.hpp"
-#include "shm/segment/kind.hpp"
 #include "shm/relay/relay.hpp"
-#include "shm/egress/egress.hpp"
+#include "shm/segment/kind.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/layout.hpp"
 #include "shm/spsc/producer.hpp"
@@ -413,8 +413,8 @@ TEST_F(SidecarMonitor, StoppedProcessWithWorkWaitingIsReportedStuckButNeverDead)
   EXPECT_GE(consumer_view()->stalled_ms, 500u);
   EXPECT_EQ(m.stats().stuck_detections, 1u) << log_text();
   EXPECT_EQ(m.stats().deaths, 0u) << log_text();
-  EXPECT_EQ(count("attacher_stuck", {"segment=paused", "role=consumer",
-                                     fmt::format("pid={}", consumer.pid())}),
+  EXPECT_EQ(count("attacher_stuck",
+                  {"segment=paused", "role=consumer", fmt::format("pid={}", consumer.pid())}),
             1u)
       << log_text();
   // /status and /metrics count the same partition.
@@ -479,20 +479,25 @@ TEST_F(SidecarMonitor, WorkingHandlesAreNeverStuckAndStoppedReadersAre) {
   };
   const std::vector<std::byte> rec(16, std::byte{0x22});
   std::uint64_t key = 0;
-  every(8ms, [&] { (void)ring_producer->try_push(rec); }, false);
-  every(20ms, [&] { (void)ring_consumer->drain([](std::span<const std::byte>) {}, 1u << 20); },
-        true);
-  every(5ms, [&] { (void)relay_writer->write(++key % 16, u64_value(1), 0ns); }, false);
-  every(20ms, [&] { (void)relay_reader->drain(1024, [](const RelayEntry&) {}); }, true);
-  every(3ms, [&] { (void)egress->try_enqueue(rec); }, false);
-  every(3ms,
-        [&] {
-          std::vector<std::byte> buf;
-          auto c = transport->try_claim(buf);
-          if (c && c->status == egress::ClaimStatus::Claimed)
-            (void)transport->ack(c->envelope.sequence);
-        },
-        true);
+  every(
+      8ms, [&] { (void)ring_producer->try_push(rec); }, false);
+  every(
+      20ms, [&] { (void)ring_consumer->drain([](std::span<const std::byte>) {}, 1u << 20); }, true);
+  every(
+      5ms, [&] { (void)relay_writer->write(++key % 16, u64_value(1), 0ns); }, false);
+  every(
+      20ms, [&] { (void)relay_reader->drain(1024, [](const RelayEntry&) {}); }, true);
+  every(
+      3ms, [&] { (void)egress->try_enqueue(rec); }, false);
+  every(
+      3ms,
+      [&] {
+        std::vector<std::byte> buf;
+        auto c = transport->try_claim(buf);
+        if (c && c->status == egress::ClaimStatus::Claimed)
+          (void)transport->ack(c->envelope.sequence);
+      },
+      true);
 
   // 500 ms: a loaded runner's scheduling gap must not pass for a stall.
   Monitor m(options(500ms), log);

@@ -1221,13 +1221,13 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   ring_helper("taken-over", "abandon-ephemeral");
   RingConsumer live_consumer = open_consumer("taken-over");  // a live attacher, creator dead
   auto ephemeral_ring = [&](const std::string& name) {
-    auto p = RingProducer::create(name, {.capacity = 4096},
-                                  {.root = root_.path(), .ephemeral = true});
+    auto p =
+        RingProducer::create(name, {.capacity = 4096}, {.root = root_.path(), .ephemeral = true});
     EXPECT_TRUE(p) << p.error().what();
     return std::move(*p);
   };
-  RingProducer mine = ephemeral_ring("mine");              // creator alive
-  { RingProducer p = ephemeral_ring("mine-idle"); }        // creator alive, nothing attached
+  RingProducer mine = ephemeral_ring("mine");        // creator alive
+  { RingProducer p = ephemeral_ring("mine-idle"); }  // creator alive, nothing attached
   make_file("junk", "not a segment");
   make_file(".libshm-tmp-old-0000000000000001", "");  // interrupted before it was filled
   make_file(".libshm-tmp-new-0000000000000002", "create in progress");
@@ -1275,9 +1275,8 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   EXPECT_TRUE(real.says("creator pid")) << real;
   for (const char* gone : {"abandoned", "orphan", ".libshm-tmp-old-0000000000000001"})
     EXPECT_FALSE(fs::exists(root_.file(gone))) << gone;
-  for (const char* kept : {"taken-over", "mine", "mine-idle", "setup-step",
-                           "abandoned-persistent", "junk",
-                           ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
+  for (const char* kept : {"taken-over", "mine", "mine-idle", "setup-step", "abandoned-persistent",
+                           "junk", ".libshm-tmp-new-0000000000000002", ".libshm-sidecar.lock"})
     EXPECT_TRUE(fs::exists(root_.file(kept))) << kept;
   EXPECT_FALSE(live_consumer.segment().stale());
 }

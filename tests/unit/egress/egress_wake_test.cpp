@@ -75,11 +75,6 @@ class EgressWakeTest : public ::testing::Test {
         },
         [&] { return producer_->wake_counters().space_waiters != 0; }, change);
   }
-  static void expect_woken(const test::WakeProbe& p) {
-    EXPECT_FALSE(p.returned_early) << "the party was not parked";
-    EXPECT_GE(p.latency.count(), 0) << "never woken";
-    EXPECT_LE(p.latency, test::kWakeBound) << "woken " << p.latency.count() << " ms after";
-  }
 
   test::TempRoot root_;
   std::optional<Egress> producer_;
@@ -89,7 +84,7 @@ class EgressWakeTest : public ::testing::Test {
 TEST_F(EgressWakeTest, ClaimerWakesOnEnqueue) {
   make(params(8, 4, 2));
   std::optional<egress::ClaimOutcome> got;
-  expect_woken(claimer_woken_by([&] { enqueue(1); }, &got));
+  test::expect_woken(claimer_woken_by([&] { enqueue(1); }, &got));
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, ClaimStatus::Claimed);
 }
@@ -99,7 +94,7 @@ TEST_F(EgressWakeTest, ClaimerWakesWhenAnAckReopensTheWindow) {
   enqueue(2);
   const std::uint64_t first = claim_now();
   std::optional<egress::ClaimOutcome> got;
-  expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->ack(first)); }, &got));
+  test::expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->ack(first)); }, &got));
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, ClaimStatus::Claimed);
   EXPECT_EQ(got->envelope.sequence, first + 1);
@@ -113,7 +108,7 @@ TEST_F(EgressWakeTest, ClaimerWakesWhenAnExhaustingFailureReopensTheWindow) {
   enqueue(2);
   const std::uint64_t first = claim_now();
   std::optional<egress::ClaimOutcome> got;
-  expect_woken(claimer_woken_by(
+  test::expect_woken(claimer_woken_by(
       [&] {
         auto f = transport_->fail(first);
         ASSERT_TRUE(f);
@@ -130,7 +125,7 @@ TEST_F(EgressWakeTest, ClaimerWakesWhenARetryingFailureReopensTheWindow) {
   enqueue(2);
   const std::uint64_t first = claim_now();
   std::optional<egress::ClaimOutcome> got;
-  expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->fail(first)); }, &got));
+  test::expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->fail(first)); }, &got));
   ASSERT_TRUE(got);
   EXPECT_EQ(got->envelope.sequence, first + 1);
 }
@@ -141,7 +136,7 @@ TEST_F(EgressWakeTest, ClaimerWakesWhenRetryNowSchedulesAParkedRecord) {
   const std::uint64_t first = claim_now();
   ASSERT_TRUE(transport_->fail(first));  // parked for 10 s
   std::optional<egress::ClaimOutcome> got;
-  expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->retry_now(first)); }, &got));
+  test::expect_woken(claimer_woken_by([&] { ASSERT_TRUE(transport_->retry_now(first)); }, &got));
   ASSERT_TRUE(got);
   EXPECT_EQ(got->envelope.sequence, first);
 }
@@ -167,7 +162,7 @@ TEST_F(EgressWakeTest, ClaimerWakesWhenFenced) {
   make(params(8, 4, 3));
   std::optional<egress::ClaimOutcome> got;
   const std::uint64_t g = transport_->generation();
-  expect_woken(claimer_woken_by([&] { ASSERT_TRUE(producer_->reconnect(g + 1)); }, &got));
+  test::expect_woken(claimer_woken_by([&] { ASSERT_TRUE(producer_->reconnect(g + 1)); }, &got));
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, ClaimStatus::StaleGeneration);
 }
@@ -176,7 +171,7 @@ TEST_F(EgressWakeTest, ProducerWakesWhenAnAckFreesThePool) {
   make(params(2, 2, 3));
   enqueue(2);
   const std::uint64_t first = claim_now();
-  expect_woken(producer_woken_by([&] { ASSERT_TRUE(transport_->ack(first)); }));
+  test::expect_woken(producer_woken_by([&] { ASSERT_TRUE(transport_->ack(first)); }));
 }
 
 TEST_F(EgressWakeTest, ProducerWakesWhenADeadLetterIsTaken) {
@@ -184,7 +179,7 @@ TEST_F(EgressWakeTest, ProducerWakesWhenADeadLetterIsTaken) {
   enqueue(2);
   const std::uint64_t first = claim_now();
   ASSERT_EQ(transport_->fail(first)->status, egress::FailStatus::Exhausted);
-  expect_woken(producer_woken_by([&] {
+  test::expect_woken(producer_woken_by([&] {
     auto taken = producer_->take_dead_letter(nullptr);
     ASSERT_TRUE(taken && taken->has_value());
   }));

@@ -184,7 +184,7 @@ TEST_F(RelayTest, DropOldestCountsEveryOpOfTheDroppedEntry) {
   for (std::uint64_t i = 0; i < 5; ++i)
     ASSERT_EQ(put(*w, 1, i + 1), i == 0 ? WriteOutcome::Appended : WriteOutcome::Merged);
   ASSERT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
-  ASSERT_EQ(put(*w, 3, 1), WriteOutcome::Appended);  // high water 3: full
+  ASSERT_EQ(put(*w, 3, 1), WriteOutcome::Appended);   // high water 3: full
   EXPECT_EQ(put(*w, 4, 1), WriteOutcome::Displaced);  // drops key 1, its 5 ops
   const RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.dropped, 5u);

@@ -52,11 +52,6 @@ class RelayWakeTest : public ::testing::Test {
         },
         [&] { return parked_->view().control->writers_waiting.load() != 0; }, change);
   }
-  static void expect_woken(const test::WakeProbe& p) {
-    EXPECT_FALSE(p.returned_early) << "the party was not parked";
-    EXPECT_GE(p.latency.count(), 0) << "never woken";
-    EXPECT_LE(p.latency, test::kWakeBound) << "woken " << p.latency.count() << " ms after";
-  }
 
   test::TempRoot root_;
   std::optional<RelayReader> reader_;
@@ -67,7 +62,7 @@ TEST_F(RelayWakeTest, WriterWakesWhenATakeBringsTheLevelToLowWater) {
   make(policy::kSum, Backpressure{Dimension::Count, 4, 1, Overflow::Block}, 16, 8);
   for (std::uint64_t k = 1; k <= 4; ++k) put(k, u64_value(1));
   ASSERT_TRUE(reader_->snapshot().is_full);
-  expect_woken(writer_woken_by(9, u64_value(1), [&] {
+  test::expect_woken(writer_woken_by(9, u64_value(1), [&] {
     auto got = reader_->take(3);
     ASSERT_TRUE(got) << got.error().what();
   }));
@@ -81,7 +76,7 @@ TEST_F(RelayWakeTest, WriterWakesWhenACommitFreesAnEntry) {
   auto got = reader_->take(4);
   ASSERT_TRUE(got) << got.error().what();
   ASSERT_FALSE(reader_->snapshot().is_full);
-  expect_woken(writer_woken_by(9, u64_value(1), [&] { ASSERT_TRUE(reader_->commit()); }));
+  test::expect_woken(writer_woken_by(9, u64_value(1), [&] { ASSERT_TRUE(reader_->commit()); }));
 }
 
 // The audit's defect: a merge that shrinks a value brings the Bytes level to
@@ -91,13 +86,13 @@ TEST_F(RelayWakeTest, WriterWakesWhenAMergeShrinksTheLevelToLowWater) {
   put(1, value_of(16, 'a'));
   put(2, value_of(8, 'b'));
   ASSERT_TRUE(reader_->snapshot().is_full);
-  expect_woken(writer_woken_by(3, value_of(8, 'c'), [&] { put(1, value_of(8, 'd')); }));
+  test::expect_woken(writer_woken_by(3, value_of(8, 'c'), [&] { put(1, value_of(8, 'd')); }));
 }
 
 TEST_F(RelayWakeTest, WriterWakesWhenARetuneRaisesTheLimits) {
   make(policy::kSum, Backpressure{Dimension::Count, 4, 1, Overflow::Block}, 16, 8);
   for (std::uint64_t k = 1; k <= 4; ++k) put(k, u64_value(1));
-  expect_woken(writer_woken_by(9, u64_value(1), [&] {
+  test::expect_woken(writer_woken_by(9, u64_value(1), [&] {
     auto ok = other_->retune(Backpressure{Dimension::Count, 8, 4, Overflow::Block});
     ASSERT_TRUE(ok) << ok.error().what();
   }));
@@ -105,7 +100,7 @@ TEST_F(RelayWakeTest, WriterWakesWhenARetuneRaisesTheLimits) {
 
 TEST_F(RelayWakeTest, ReaderWakesOnAWrite) {
   make(policy::kSum, Backpressure{Dimension::Count, 4, 1, Overflow::Block}, 16, 8);
-  expect_woken(test::probe_wake(
+  test::expect_woken(test::probe_wake(
       [&] {
         auto r = reader_->wait(10s);
         ASSERT_TRUE(r) << r.error().what();
