@@ -807,9 +807,7 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
                                  w->snapshot().cold_pages, o.drain_pages));
   // No seal from here on: the high water at the capacity, above what the head
   // holds in this run (the entries left after the seals and the timed writes).
-  if (auto ok =
-          w->retune({shm::Dimension::Count, cfg.capacity, 1, shm::Overflow::Spill});
-      !ok)
+  if (auto ok = w->retune({shm::Dimension::Count, cfg.capacity, 1, shm::Overflow::Spill}); !ok)
     throw BenchError(ok.error().what());
   prefault(w->segment().data(), true);
   drop_cache_of(dir, o.hot_cache);

@@ -73,9 +73,9 @@ void Monitor::observe_all(std::uint64_t cycle) {
 bool Monitor::judge_stuck(const Tracked& t, const SlotInfo& s, SlotMemo& memo, std::uint64_t now,
                           std::uint64_t stuck_ns) const {
   const KindDescriptor* kind = t.kind();
-  const std::optional<RoleProgress> p =
-      kind != nullptr && kind->progress != nullptr ? kind->progress(t.segment, s.role)
-                                                   : std::nullopt;
+  const std::optional<RoleProgress> p = kind != nullptr && kind->progress != nullptr
+                                            ? kind->progress(t.segment, s.role)
+                                            : std::nullopt;
   if (!p || !p->waiting) {
     memo.stalled_since_ns = 0;
     return false;
@@ -101,7 +101,8 @@ void Monitor::observe(const std::string& name, Tracked& t) {
     if (s.liveness == Liveness::Alive) {
       const std::uint64_t age = age_ms(s.heartbeat_ns, now);
       const bool stuck = judge_stuck(t, s, memo, now, stuck_ns);
-      const std::uint64_t stalled = memo.stalled_since_ns == 0 ? 0 : age_ms(memo.stalled_since_ns, now);
+      const std::uint64_t stalled =
+          memo.stalled_since_ns == 0 ? 0 : age_ms(memo.stalled_since_ns, now);
       if (stuck && !memo.stuck) {
         ++stats_.stuck_detections;
         log_.warn("attacher_stuck")

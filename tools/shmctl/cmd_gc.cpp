@@ -89,9 +89,10 @@ std::optional<Decision> collect_segment(const Context& ctx, const std::string& n
   }
   const SegmentHeader& h = opened->segment.header();
   if ((h.flags & static_cast<std::uint16_t>(SegmentFlags::Ephemeral)) == 0) {
-    d.reason = fmt::format("persistent (not created ephemeral): it may be opened later; remove "
-                           "it with `shmctl rm {}`",
-                           name);
+    d.reason = fmt::format(
+        "persistent (not created ephemeral): it may be opened later; remove "
+        "it with `shmctl rm {}`",
+        name);
     return d;
   }
   if (creator_alive(h)) {

@@ -4,8 +4,8 @@
 #include "shm/segment/kind.hpp"
 #include "channel/internal.hpp"
 #include "shm/channel/layout.hpp"
-#include "shm/platform/page_crc.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/platform/page_crc.hpp"
 
 #include "format/format.hpp"
 

@@ -164,8 +164,8 @@ std::optional<RoleProgress> progress(const Segment& seg, std::uint32_t role) {
   const auto count = [&](RecordState r) {
     return c.state.counts[static_cast<std::size_t>(r)].load(std::memory_order_relaxed);
   };
-  const bool waiting =
-      count(RecordState::Pending) != 0 && count(RecordState::Inflight) < state->params.inflight_limit;
+  const bool waiting = count(RecordState::Pending) != 0 &&
+                       count(RecordState::Inflight) < state->params.inflight_limit;
   const std::uint64_t done = c.stats.claims.load(std::memory_order_relaxed) +
                              c.stats.acked.load(std::memory_order_relaxed) +
                              c.stats.failures.load(std::memory_order_relaxed);

@@ -403,9 +403,10 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
   const std::uint32_t len = ld(c.intent_len);
   const std::uint64_t seq = ld(c.intent_last_seq);
   if (victim >= v.params.capacity || len > v.params.value_size || seq == 0) {
-    why = shm::detail::format("drop-oldest intent names entry {} (len {}, sequence {}) in a "
-                              "relay of {} entries",
-                              victim, len, seq, v.params.capacity);
+    why = shm::detail::format(
+        "drop-oldest intent names entry {} (len {}, sequence {}) in a "
+        "relay of {} entries",
+        victim, len, seq, v.params.capacity);
     return false;
   }
   constexpr auto kPending = static_cast<std::uint32_t>(EntryState::Pending);

@@ -99,8 +99,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (work_ms > 0)
-    return work(*c, work_ms, [&] {
-      (void)c->drain([](std::span<const std::byte>) {}, 1u << 20);
-    });
+    return work(*c, work_ms, [&] { (void)c->drain([](std::span<const std::byte>) {}, 1u << 20); });
   return hold(*c, heartbeat_ms);
 }

@@ -20,7 +20,8 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: test_shmctl_ring ROOT NAME hold|abandon|create[-ephemeral] [RECORDS]\n");
+  std::fprintf(stderr,
+               "usage: test_shmctl_ring ROOT NAME hold|abandon|create[-ephemeral] [RECORDS]\n");
   return 2;
 }
 
@@ -46,8 +47,8 @@ int main(int argc, char** argv) {
   }
   if (mode != "hold" && mode != "abandon") return usage();
 
-  auto producer = shm::RingProducer::create(name, {.capacity = 4096},
-                                               {.root = root, .ephemeral = ephemeral});
+  auto producer =
+      shm::RingProducer::create(name, {.capacity = 4096}, {.root = root, .ephemeral = ephemeral});
   if (!producer) {
     std::fprintf(stderr, "producer: %s\n", producer.error().what().c_str());
     return 1;

@@ -222,7 +222,7 @@ struct Control {
   std::atomic<std::uint32_t> intent_reserved;
   std::atomic<std::uint64_t> intent_last_seq;  // Merge: the entry's; DropAppend: the op's sequence
   std::atomic<std::uint64_t> intent_op_count;  // Merge: the entry's; DropAppend: the op's key
-  unsigned char intent_value[kMaxValueSize];  // under the mutex only
+  unsigned char intent_value[kMaxValueSize];   // under the mutex only
   alignas(kFalseSharingRange) Event events[kEventRing];
 };
 static_assert(std::is_standard_layout_v<Control>);
