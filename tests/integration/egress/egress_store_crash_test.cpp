@@ -231,7 +231,7 @@ TEST_P(EgressStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
         ASSERT_TRUE(damage) << damage.error().what();
         EXPECT_TRUE(damage->empty()) << c.name << " killed at store " << n << ": "
                                      << (damage->empty() ? "" : damage->front());
-        // Still usable: a transport attaches and claims or finds nothing.
+        // Still usable: a claim under the current generation is answered, not Faulted.
         std::vector<std::byte> buf;
         auto claimed = e->claim(e->projection()->generation, buf);
         EXPECT_TRUE(claimed) << c.name << " killed at store " << n << ": "
