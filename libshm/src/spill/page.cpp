@@ -27,12 +27,18 @@
 
 namespace shm {
 namespace {
-std::atomic<bool> g_sync{true};  // test_hooks::set_spill_sync
+std::atomic<bool> g_sync{true};                           // test_hooks::set_spill_sync
+std::atomic<test_hooks::SpillIoHook> g_io_hook{nullptr};  // test_hooks::set_spill_io_hook
 }  // namespace
 
 void test_hooks::set_spill_sync(bool on) noexcept {
   // relaxed: set before the operations it affects start.
   g_sync.store(on, std::memory_order_relaxed);
+}
+
+void test_hooks::set_spill_io_hook(SpillIoHook hook) noexcept {
+  // relaxed: installed before the operations it watches start.
+  g_io_hook.store(hook, std::memory_order_relaxed);
 }
 }  // namespace shm
 
@@ -43,7 +49,13 @@ bool syncing() noexcept {
   return g_sync.load(std::memory_order_relaxed);  // relaxed: see set_spill_sync
 }
 
-int data_sync(int fd) noexcept {
+void trace(test_hooks::SpillIo io, const std::string& what) noexcept {
+  if (auto hook = g_io_hook.load(std::memory_order_relaxed); hook != nullptr) [[unlikely]]
+    hook(io, what.c_str());
+}
+
+int data_sync(int fd, const std::string& what) noexcept {
+  trace(test_hooks::SpillIo::DataSync, what);
   return syncing() ? ::fdatasync(fd) : 0;
 }
 
@@ -93,6 +105,7 @@ Result<void> read_all(int fd, void* data, std::size_t size, std::uint64_t offset
 }
 
 Result<void> fsync_fd(int fd, const std::string& what) {
+  trace(test_hooks::SpillIo::Sync, what);
   if (syncing() && ::fsync(fd) != 0)
     return fail_errno(errno, shm::detail::format("fsync {}", what));
   return {};
@@ -297,7 +310,7 @@ Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id, std::uin
   // 2. content, flushed.
   if (auto ok = write_all(fd, body.data(), body.size(), kPageHeaderSize, what); !ok)
     return undo(ok.error());
-  if (data_sync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
+  if (data_sync(fd, what) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
   if (hook != nullptr) hook(SealStep::ContentWritten);
   // 3. header, flushed.
   PageHeader h{};
@@ -318,12 +331,13 @@ Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id, std::uin
   h.content_crc = page::checksum(body.data(), body.size());  // == crc32c, three lanes at a time
   h.header_crc = header_crc(h);
   if (auto ok = write_all(fd, &h, sizeof h, 0, what); !ok) return undo(ok.error());
-  if (data_sync(fd) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
+  if (data_sync(fd, what) != 0) return undo(fail_errno(errno, "fdatasync " + what).error());
   if (hook != nullptr) hook(SealStep::HeaderWritten);
   // 4. rename into place (page ids only grow: nothing is replaced).
   if (::renameat(dir.fd(), tmp_name.c_str(), dir.fd(), final_name.c_str()) != 0)
     return undo(
         fail_errno(errno, shm::detail::format("rename {} to {}", what, final_name)).error());
+  trace(test_hooks::SpillIo::Rename, final_name);
   if (hook != nullptr) hook(SealStep::Renamed);
   // 5. the directory entry itself made durable.
   if (auto ok = fsync_fd(dir.fd(), dir.path()); !ok) {

@@ -308,6 +308,50 @@ TEST_F(RelaySpillTest, ACorruptPageIsRefusedCountedMovedAsideAndTheReaderGoesOn)
   EXPECT_EQ(rest.front().value, 4u);
 }
 
+// A page file swapped for another valid page of the same relay, id, record
+// count and sequence range, but other content (a restored backup, a copy from
+// another run of the same program): every check of the file alone passes
+// (header CRC, content CRC, relay id, counts, ranges); only the content CRC
+// the manifest recorded at the seal tells them apart. Refused, never delivered.
+TEST_F(RelaySpillTest, AValidPageSwappedForTheSealedOneIsRefusedByTheManifestsCrc) {
+  auto w = RelayWriter::create("swap", spill_cfg(policy::kRawFifo));
+  ASSERT_TRUE(w);
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->write(u64_value(i), 0ns));
+  const auto manifest = w->snapshot().manifest;
+  ASSERT_GE(manifest.size(), 2u);
+  const std::uint64_t id = manifest[0].page_id;
+  {
+    auto dir = spill::SpillDir::open(spill_.sub("swap"), false);
+    ASSERT_TRUE(dir) << dir.error().what();
+    auto sealed = spill::read_page(*dir, id);
+    ASSERT_TRUE(sealed) << sealed.error().what();
+    spill::PageBuilder other;
+    for (std::size_t i = 0; i < sealed->records(); ++i) {
+      const spill::Record r = sealed->record(i);
+      other.add(r.head, u64_value(u64_of(r.value) + 1000));
+    }
+    ASSERT_TRUE(spill::write_page(*dir, id, sealed->header.policy, other));  // renamed over it
+    auto swapped = spill::read_page(*dir, id);
+    ASSERT_TRUE(swapped) << "the swapped page is valid on its own: " << swapped.error().what();
+    ASSERT_EQ(swapped->header.records, sealed->header.records);
+    ASSERT_EQ(swapped->header.first_seq, sealed->header.first_seq);
+    ASSERT_EQ(swapped->header.last_seq, sealed->header.last_seq);
+    ASSERT_NE(swapped->header.content_crc, sealed->header.content_crc);
+  }
+  auto r = RelayReader::open("swap");
+  ASSERT_TRUE(r);
+  auto got = r->take(10);
+  ASSERT_FALSE(got) << "the swapped page was delivered";
+  EXPECT_EQ(got.error().code, Errc::Corrupt) << got.error().what();
+  EXPECT_NE(got.error().message.find("the manifest recorded"), std::string::npos)
+      << got.error().what();
+  EXPECT_EQ(r->snapshot().pages_refused, 1u);
+  const auto rest = drain_spilled(*r);
+  ASSERT_EQ(rest.size(), 8u);
+  for (const SpilledEntry& e : rest) EXPECT_LT(e.value, 1000u) << "a swapped record was delivered";
+  EXPECT_EQ(rest.front().value, 4u);
+}
+
 // The second page is read ahead, on the reader's thread, while the first is
 // delivered: its damage is found the same way when the reader reaches it.
 TEST_F(RelaySpillTest, ACorruptPageReadAheadIsRefusedWhenReachedAndTheReaderGoesOn) {

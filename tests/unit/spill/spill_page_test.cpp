@@ -2,6 +2,7 @@
 #include "common/flip_byte.hpp"
 #include "common/temp_dir.hpp"
 #include "shm/spill/page.hpp"
+#include "shm/testing/spill_crash.hpp"
 
 #include <gtest/gtest.h>
 
@@ -86,6 +87,39 @@ TEST_F(SpillPageTest, ASealedPageReadsBackWithEveryRecordAndHeaderField) {
   EXPECT_EQ(listing->pages, std::vector<std::uint64_t>{7});
   EXPECT_TRUE(listing->temps.empty());
   EXPECT_EQ(fs::file_size(file(7)), kPageHeaderSize + three_records().content().size());
+}
+
+std::vector<std::string> g_io;
+void record_io(test_hooks::SpillIo io, const char* what) {
+  const std::string w(what);
+  const std::string base = w.substr(w.rfind('/') + 1);
+  switch (io) {
+    case test_hooks::SpillIo::DataSync:
+      g_io.push_back("datasync " + base);
+      break;
+    case test_hooks::SpillIo::Sync:
+      g_io.push_back("sync " + base);
+      break;
+    case test_hooks::SpillIo::Rename:
+      g_io.push_back("rename " + base);
+      break;
+  }
+}
+
+// The seal's durability order, as the calls are made: the content flushed,
+// then the header, both before the rename; the directory after it. A kill -9
+// cannot tell a missing flush (the kernel keeps the written pages), a power
+// loss can: a page renamed into place before its header or content reached
+// the disk is adopted torn at the next start.
+TEST_F(SpillPageTest, TheSealFlushesContentAndHeaderBeforeTheRenameAndTheDirectoryAfter) {
+  g_io.clear();
+  test_hooks::set_spill_io_hook(record_io);
+  auto sealed = write_page(dir_, 9, 4, three_records());
+  test_hooks::set_spill_io_hook(nullptr);
+  ASSERT_TRUE(sealed) << sealed.error().what();
+  const std::string tmp = "page-0000000000000009.tmp";
+  EXPECT_EQ(g_io, (std::vector<std::string>{"datasync " + tmp, "datasync " + tmp,
+                                            "rename " + page_file_name(9), "sync relay-a"}));
 }
 
 TEST_F(SpillPageTest, TheDirectoryKeepsItsIdentityAcrossOpens) {

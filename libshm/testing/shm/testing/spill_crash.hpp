@@ -52,4 +52,18 @@ void set_spill_crash_hook(SpillCrashHook hook) noexcept;
 // seeds would otherwise wait on the disk. Crash tests leave them on.
 void set_spill_sync(bool on) noexcept;
 
+// The durability calls of the spill files, in the order the code makes them
+// (also with set_spill_sync(false): the call is recorded, not its effect).
+// Crash points cannot see a missing flush (a SIGKILL loses nothing the kernel
+// holds); the order can: a page renamed into place before its header was
+// flushed is a torn page after a power loss.
+enum class SpillIo : std::uint8_t {
+  DataSync,  // fdatasync of a file (what: its path)
+  Sync,      // fsync of a file or a directory (what: its path)
+  Rename,    // a file renamed into place (what: the new name)
+};
+using SpillIoHook = void (*)(SpillIo io, const char* what);
+// Installed before the operations it watches start, removed (nullptr) after.
+void set_spill_io_hook(SpillIoHook hook) noexcept;
+
 }  // namespace shm::test_hooks
