@@ -3,8 +3,12 @@
 // SHM_BRIDGE_CRASH=<point>:<n> in its environment the bridge kills itself
 // with SIGKILL (a kill -9 at an exact place) the n-th time it passes <point>.
 // Points: export_after_enqueue (the record is in the egress, the ring record
-// not yet released), export_after_publish (JetStream acknowledged a window,
-// the egress not yet acknowledged), import_after_commit (the message is in
+// not yet released), export_after_release (the source's record released:
+// the ring record freed, the channel lease given back, the relay entry
+// committed; passed in ExportSource::release, wherever it is called),
+// export_after_publish (JetStream acknowledged a window, the egress not yet
+// acknowledged), import_after_intent (the import intent stored, the message
+// not yet committed into the ring), import_after_commit (the message is in
 // the ring, `applied` not yet advanced), import_before_ack (applied, not yet
 // acknowledged to JetStream).
 #pragma once

@@ -419,6 +419,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       sd.intent_src_incarnation.store(id ? id->incarnation : 0, std::memory_order_relaxed);
       sd.intent_src_seq.store(id ? id->sequence : 0, std::memory_order_relaxed);
       sd.intent_stream_seq.store(sseq, std::memory_order_release);
+      crash_point("import_after_intent");
       if (auto ok = dest->commit(); !ok) return std::unexpected(ok.error());
       crash_point("import_after_commit");
       if (id) {

@@ -1,6 +1,7 @@
 // The local ring or channel of a route; see local_endpoint.hpp.
 #include "bridge/local_endpoint.hpp"
 
+#include "bridge/crash_point.hpp"
 #include "bridge/segment_errors.hpp"
 
 #include "shm/segment/kind.hpp"
@@ -221,12 +222,14 @@ Outcome<void> ExportSource::release() {
     relay_held_.reset();
     if (auto ok = relay_->commit(); !ok)
       return failure(kExitRuntime, fmt::format("source relay {}: {}", name_, ok.error().what()));
+    crash_point("export_after_release");
     return {};
   }
   if (ring_)
     ring_->release();
   else
     lease_.release();
+  crash_point("export_after_release");
   return {};
 }
 

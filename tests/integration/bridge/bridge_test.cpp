@@ -6,6 +6,7 @@
 // at its crash points and from outside, or of nats-server mid-stream) end the
 // same way. Bad input ends with the
 // documented exit code and a message naming the problem.
+#include "bridge/nats_link.hpp"
 #include "bridge/state.hpp"
 #include "common/loopback_http.hpp"
 #include "common/nats_cluster.hpp"
@@ -420,6 +421,168 @@ TEST_F(BridgeTest, KilledImportBridgeLosesAndDuplicatesNothing) {
   auto producer = produce_stream(n);
   ASSERT_NO_FATAL_FAILURE(kill_importer_at_each_step(n));
   expect_exactly_once(*producer, *consumer, n);
+}
+
+// The import bridge killed between its intent and the commit into the ring
+// (import_after_intent): the message is not in the ring, so the next bridge
+// must not promote the intent (the ring tail has not moved past the
+// intent's), and the message comes again from JetStream. Promoting it (a
+// `>=` for the `>` in the recovery) skipped that message for good (issue 35,
+// audit mutant 2).
+TEST_F(BridgeTest, ImportKilledBetweenItsIntentAndTheCommitLosesNothing) {
+  const std::uint64_t n = shm::test::scaled(10'000);
+  ASSERT_NO_FATAL_FAILURE(start_route());
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_NO_FATAL_FAILURE(restart_importer(fmt::format("import_after_intent:{}", n / 4)));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*importer_));
+  ASSERT_NO_FATAL_FAILURE(restart_importer());
+  EXPECT_THAT(drained(*importer_), Not(HasSubstr("event=recovered")));
+  expect_exactly_once(*producer, *consumer, n);
+}
+
+// The export bridge killed right after giving a record back to its source
+// (export_after_release: the ring record freed once it is in the egress).
+// The next bridge finds the intent's sequence in the egress and a later
+// record at the ring's head, enqueues that one as the next sequence and
+// releases nothing unseen. A release moved before the enqueue loses the
+// record exactly there, which only an outside kill landing in that instant
+// showed before (issue 35, audit mutant 5).
+TEST_F(BridgeTest, ExportKilledRightAfterAReleaseLosesAndDuplicatesNothing) {
+  const std::uint64_t n = shm::test::scaled(10'000);
+  ASSERT_NO_FATAL_FAILURE(start_route(fmt::format("export_after_release:{}", n / 4)));
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  ASSERT_NO_FATAL_FAILURE(restart_exporter(fmt::format("export_after_release:{}", n / 4)));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  ASSERT_NO_FATAL_FAILURE(restart_exporter());
+  expect_exactly_once(*producer, *consumer, n);
+}
+
+// A connection of the test's own (the bridge's NatsLink), to make streams and
+// publish as another program would.
+std::unique_ptr<shm::bridge::NatsLink> test_link(const std::string& url) {
+  shm::bridge::ConnectionOptions o;
+  o.servers = {url};
+  auto link = shm::bridge::NatsLink::connect(o, shm::bridge::NatsLink::Reconnect::Never);
+  if (!link) {
+    ADD_FAILURE() << link.error().message;
+    return nullptr;
+  }
+  return std::move(*link);
+}
+
+// Creates stream `name` capturing kSubject (file storage) whose duplicate
+// window is `window`: a short one lets a test outlast it in a second.
+::testing::AssertionResult create_stream(shm::bridge::NatsLink& link, const std::string& name,
+                                         std::chrono::milliseconds window) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  cfg.Name = name.c_str();
+  const char* subjects[] = {kSubject};
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Storage = js_FileStorage;
+  cfg.Duplicates = std::chrono::duration_cast<std::chrono::nanoseconds>(window).count();
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_AddStream(&info, link.js(), &cfg, nullptr, &code);
+  if (info != nullptr) jsStreamInfo_Destroy(info);
+  if (s != NATS_OK)
+    return ::testing::AssertionFailure()
+           << "creating stream " << name << ": " << natsStatus_GetText(s) << " (JetStream error "
+           << static_cast<int>(code) << ")";
+  return ::testing::AssertionSuccess();
+}
+
+// The stream's message count (0 when it cannot be read).
+std::uint64_t stream_messages(shm::bridge::NatsLink& link, const std::string& name) {
+  jsStreamInfo* info = nullptr;
+  std::uint64_t n = 0;
+  if (js_GetStreamInfo(&info, link.js(), name.c_str(), nullptr, nullptr) == NATS_OK &&
+      info != nullptr)
+    n = info->State.Msgs;
+  if (info != nullptr) jsStreamInfo_Destroy(info);
+  return n;
+}
+
+// What JetStream answered to one publish.
+struct Stored {
+  bool ok = false;
+  bool duplicate = false;
+  std::uint64_t stream_sequence = 0;
+  int error_code = 0;
+};
+
+// Publishes ring_record `seq` (kMin..kMax bytes) on kSubject with message id
+// `id`, as the export bridge would, and waits for JetStream's answer.
+Stored publish_record(shm::bridge::NatsLink& link, std::uint64_t seq, const std::string& id) {
+  std::vector<std::byte> rec(shm::test::ring_record::size_for(seq, 16, 256));
+  shm::test::ring_record::fill(seq, rec);
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MsgId = id.c_str();
+  jsPubAck* pa = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  Stored out;
+  out.ok = js_Publish(&pa, link.js(), kSubject, rec.data(), static_cast<int>(rec.size()), &po,
+                      &code) == NATS_OK;
+  out.error_code = static_cast<int>(code);
+  if (pa != nullptr) {
+    out.duplicate = pa->Duplicate;
+    out.stream_sequence = pa->Sequence;
+    jsPubAck_Destroy(pa);
+  }
+  return out;
+}
+
+// A message id published again once JetStream's duplicate window has passed
+// is stored twice (the window is the server's memory, and a short one
+// forgets fast). The import drops the second copy by its message id (the
+// same egress incarnation, a sequence at or below the one applied): host B
+// gets record 1 once. JetStream's own deduplication always removed such a
+// copy first in the other tests, so deleting that check went unnoticed
+// (issue 35, audit mutant 4).
+TEST_F(BridgeTest, ImportDeliversAMessageIdOnceWhenJetStreamStoredItTwice) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  auto link = test_link(server_->url());
+  ASSERT_TRUE(link);
+  ASSERT_TRUE(create_stream(*link, "ORDERS", 200ms));
+  const std::string incarnation = "4242";
+  auto id = [&](std::uint64_t seq) { return fmt::format("{}-{}", incarnation, seq); };
+  ASSERT_TRUE(publish_record(*link, 0, id(0)).ok);
+  ASSERT_TRUE(publish_record(*link, 1, id(1)).ok);
+  // Record 1 again, after the window: stored as a message of its own.
+  Stored again;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  do {
+    std::this_thread::sleep_for(500ms);
+    again = publish_record(*link, 1, id(1));
+    ASSERT_TRUE(again.ok) << "JetStream error " << again.error_code;
+  } while (again.duplicate && std::chrono::steady_clock::now() < deadline);
+  ASSERT_FALSE(again.duplicate) << "the duplicate window never passed";
+  ASSERT_TRUE(publish_record(*link, 2, id(2)).ok);
+  ASSERT_EQ(stream_messages(*link, "ORDERS"), 4u) << "the stream keeps both copies of record 1";
+
+  make_ring(b_, "orders");
+  importer_ = run_merged(bridge_bin(), import_args(server_->url(), b_));
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = ring_peer(b_, {"consume", "orders", "3", "--start", "0", "--min", kMin, "--max",
+                                 kMax, "--patience", "30"});
+  ASSERT_EQ(consumer->wait(60s), 0) << consumer->output() << drained(*importer_);
+  EXPECT_THAT(consumer->output(), HasSubstr("OK 3 2\n"));
+  // The next record to arrive is 3: a second copy of 1 would come first.
+  ASSERT_TRUE(publish_record(*link, 3, id(3)).ok);
+  auto tail = ring_peer(b_, {"consume", "orders", "1", "--min", kMin, "--max", kMax});
+  ASSERT_EQ(tail->wait(60s), 0) << tail->output() << drained(*importer_);
+  EXPECT_THAT(tail->output(), HasSubstr("FIRST 3\n")) << "a copy of record 1 arrived";
+  auto state = shm::bridge::StateSegment::observe("orders-bridge-import",
+                                                  shm::bridge::Route::Import, b_.path());
+  ASSERT_TRUE(state) << state.error().what();
+  EXPECT_EQ(state->data().duplicates.load(), 1u);
+  EXPECT_EQ(state->data().moved.load(), 4u);
 }
 
 // nats-server killed (kill -9) mid-stream and started again on its store:
