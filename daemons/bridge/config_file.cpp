@@ -104,6 +104,8 @@ const std::map<std::string, ExportSetter>& export_keys() {
        [](ExportOptions& o, const json& v) {
          return take_uint(v, 10, 600000, o.publish_timeout_ms);
        }},
+      {"stall-after",
+       [](ExportOptions& o, const json& v) { return take_uint(v, 1, 86400, o.stall_after_s); }},
   };
   return keys;
 }

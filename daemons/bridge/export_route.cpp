@@ -33,10 +33,19 @@ using namespace std::chrono_literals;
 // A window is acknowledged in the egress only when every one of its
 // sequences has a positive acknowledgement here: nothing is inferred from
 // the absence of an error.
+struct PublishResult {
+  std::uint64_t sequence = 0;
+  bool stored = false;
+  std::uint64_t stream_sequence =
+      0;               // where JetStream holds it (stored, or a duplicate's original)
+  int error_code = 0;  // JetStream's error code when refused (10070, ...)
+  std::string error;   // and its text
+};
+
 struct PublishResults {
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<std::pair<std::uint64_t, bool>> outcomes;  // (sequence, stored)
+  std::vector<PublishResult> outcomes;
 };
 
 void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
@@ -44,10 +53,18 @@ void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
   const char* id = nullptr;
   if (msg != nullptr && natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr) {
     if (const char* dash = std::strrchr(id, '-'); dash != nullptr) {
-      const std::uint64_t seq = std::strtoull(dash + 1, nullptr, 10);
+      PublishResult r;
+      r.sequence = std::strtoull(dash + 1, nullptr, 10);
+      r.stored = pa != nullptr && pae == nullptr;
+      if (pa != nullptr) r.stream_sequence = pa->Sequence;
+      if (pae != nullptr) {
+        r.error_code = static_cast<int>(pae->ErrCode);
+        r.error = pae->ErrText != nullptr && *pae->ErrText != '\0' ? pae->ErrText
+                                                                   : natsStatus_GetText(pae->Err);
+      }
       {
         const std::lock_guard lock(results->mutex);
-        results->outcomes.emplace_back(seq, pa != nullptr && pae == nullptr);
+        results->outcomes.push_back(std::move(r));
       }
       results->changed.notify_one();
     }
@@ -61,6 +78,9 @@ struct InFlight {
   std::uint64_t sequence;
   std::chrono::steady_clock::time_point deadline;  // no outcome by then: failed
   std::int8_t state = 0;                           // 0 unknown, 1 stored, -1 failed
+  std::uint64_t stream_sequence = 0;               // stored: where JetStream holds it
+  int error_code = 0;                              // failed: JetStream's code and text
+  std::string error;
 };
 
 // Moves the outcomes reported so far onto the messages in flight (waiting up
@@ -75,13 +95,66 @@ void collect_outcomes(PublishResults& results, std::deque<InFlight>& in_flight,
     (void)results.changed.wait_for(lock, wait, [&] { return !results.outcomes.empty(); });
   if (!in_flight.empty()) {
     const std::uint64_t first = in_flight.front().sequence;
-    for (const auto& [seq, stored] : results.outcomes) {
-      if (seq < first || seq - first >= in_flight.size()) continue;
-      InFlight& m = in_flight[seq - first];
-      if (m.state != 1) m.state = stored ? 1 : -1;
+    for (PublishResult& r : results.outcomes) {
+      if (r.sequence < first || r.sequence - first >= in_flight.size()) continue;
+      InFlight& m = in_flight[r.sequence - first];
+      if (m.state == 1) continue;
+      m.state = r.stored ? 1 : -1;
+      m.stream_sequence = r.stream_sequence;
+      m.error_code = r.error_code;
+      m.error = std::move(r.error);
     }
   }
   results.outcomes.clear();
+}
+
+// The route's position as the stream holds it: the last message on the
+// route's subject, read from the stream's store (it survives a server
+// restart, unlike the server's memory of the last message id and its
+// duplicate window).
+struct StreamPosition {
+  bool found = false;  // the subject has a message in the stream
+  std::uint64_t stream_sequence = 0;
+  bool ours = false;           // its message id is <this egress's incarnation>-<sequence>
+  std::uint64_t sequence = 0;  // that egress sequence (when ours)
+  std::string id;              // its message id as found ("" when it has none)
+};
+
+Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& stream,
+                                             const std::string& subject,
+                                             std::uint64_t incarnation) {
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 5000;
+  natsMsg* m = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+  StreamPosition p;
+  if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) {
+    if (m != nullptr) natsMsg_Destroy(m);
+    return p;
+  }
+  if (s != NATS_OK || m == nullptr) {
+    if (m != nullptr) natsMsg_Destroy(m);
+    return failure(kExitRuntime,
+                   fmt::format("reading the last message of subject {} in stream {}: {} "
+                               "(JetStream error {})",
+                               subject, stream, nats_error(s), static_cast<int>(code)));
+  }
+  p.found = true;
+  p.stream_sequence = natsMsg_GetSequence(m);
+  const char* id = nullptr;
+  if (natsMsgHeader_Get(m, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr) {
+    p.id = id;
+    const std::string prefix = fmt::format("{}-", incarnation);
+    if (p.id.size() > prefix.size() && p.id.compare(0, prefix.size(), prefix) == 0 &&
+        p.id.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
+      p.ours = true;
+      p.sequence = std::strtoull(p.id.c_str() + prefix.size(), nullptr, 10);
+    }
+  }
+  natsMsg_Destroy(m);
+  return p;
 }
 
 Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
@@ -179,6 +252,78 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     }
     sd.export_intent_seq.store(kNone, std::memory_order_release);
   }
+  live.set_stream(**stream);
+
+  std::deque<InFlight> in_flight;
+  // The stream sequence of the route's last stored message (egress sequence
+  // acked_next - 1) on the subject, nullopt while unknown; 0: the subject has
+  // no message. The first publish of a window (nothing in flight before it)
+  // expects it as the subject's last sequence, which JetStream checks against
+  // its store: unlike the last message id (kept in the server's memory only,
+  // rebuilt after a restart from the messages inside the duplicate window), it
+  // holds across a server restart after any quiet period. The publishes
+  // behind it in the window expect their predecessor's message id.
+  std::optional<std::uint64_t> anchor;
+  // Resolves the route's position from the stream itself: its last message
+  // on the subject. The route's own messages through that one are stored
+  // (each publish expects its predecessor, so the stream holds a prefix of
+  // the egress's sequences): they are acknowledged in the egress and never
+  // published again, whatever JetStream's duplicate window still remembers.
+  // A last message of another publisher is an error once the route has
+  // anything acknowledged. False when the stream could not be read (tried
+  // again at the next refusal).
+  auto resync = [&](std::string_view reason) -> Outcome<bool> {
+    auto pos = read_stream_position(**link, **stream, o.common.subject, incarnation);
+    if (!pos) {
+      live.set_error(0, pos.error().message);
+      log("warn", "resync_failed",
+          fmt::format("route=export reason={} message=\"{}\"", reason, pos.error().message));
+      return false;
+    }
+    std::uint64_t skipped = 0;
+    if (!pos->found) {
+      anchor = 0;
+    } else if (!pos->ours) {
+      if (acked_next != 0)
+        return failure(
+            kExitBusy,
+            fmt::format("stream {}: the last message on subject {} (stream sequence {}, message "
+                        "id \"{}\") is not this route's: egress {} (incarnation {}) has "
+                        "sequences through {} stored; another publisher writes to the subject "
+                        "(one export route per subject)",
+                        **stream, o.common.subject, pos->stream_sequence, pos->id, o.egress,
+                        incarnation, acked_next - 1));
+      anchor = pos->stream_sequence;
+    } else if (pos->sequence >= next_seq) {
+      return failure(kExitRuntime,
+                     fmt::format("stream {}: the last message on subject {} is {} (stream "
+                                 "sequence {}), past the egress {}'s next sequence {}",
+                                 **stream, o.common.subject, pos->id, pos->stream_sequence,
+                                 o.egress, next_seq));
+    } else {
+      anchor = pos->stream_sequence;
+      if (pos->sequence >= acked_next) {
+        auto a = transport->ack(pos->sequence);
+        if (!a)
+          return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, a.error().what()));
+        if (a->status == egress::AckStatus::StaleGeneration)
+          return std::unexpected(fenced(o.egress, a->current_generation));
+        skipped = pos->sequence + 1 - acked_next;
+        acked_next = pos->sequence + 1;
+        while (!in_flight.empty() && in_flight.front().sequence < acked_next) in_flight.pop_front();
+        sd.acknowledged.fetch_add(skipped, std::memory_order_relaxed);
+        live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
+      }
+    }
+    log("info", "resynced",
+        fmt::format("route=export reason={} stream={} last_stream_sequence={} last_id=\"{}\" "
+                    "ours={} acked_next={} acknowledged_from_stream={}",
+                    reason, **stream, pos->stream_sequence, pos->id, pos->ours, acked_next,
+                    skipped));
+    return true;
+  };
+  if (auto r = resync("start"); !r) return std::unexpected(r.error());
+
   log("info", "ready",
       fmt::format("route=export source={} source_kind={} egress={} subject={} stream={} "
                   "servers={} generation={} replayed={} next_sequence={}",
@@ -191,11 +336,11 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   std::fflush(stdout);
 
   std::vector<std::byte> payload;
-  std::deque<InFlight> in_flight;
   const auto publish_deadline = std::chrono::milliseconds(o.publish_timeout_ms) + 1s;
   bool recovering = false;  // records parked after a failed batch: claim nothing until they return
   std::uint64_t seen_reconnects = (*link)->reconnects();
   std::uint64_t failed_batches = 0;
+  std::optional<std::chrono::steady_clock::time_point> failing_since;  // the run of failures
   bool source_end_logged = false;
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
@@ -208,6 +353,20 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     if (!connected)
       if (auto f = (*link)->gave_up(o.common.connection)) return std::unexpected(std::move(*f));
     live.egress_backlog.store(next_seq - acked_next, std::memory_order_relaxed);
+    {
+      const auto now = std::chrono::steady_clock::now();
+      RouteCondition c = RouteCondition::Idle;
+      if (!connected)
+        c = RouteCondition::Disconnected;
+      else if (failing_since)
+        c = now - *failing_since >= std::chrono::seconds(o.stall_after_s)
+                ? RouteCondition::Stalled
+                : RouteCondition::Retrying;
+      else if (next_seq != acked_next ||
+               wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
+        c = RouteCondition::Moving;
+      live.condition.store(c, std::memory_order_relaxed);
+    }
 
     // A lost and re-established connection: a new generation, which fences
     // whatever the old one had in flight and replays it in order.
@@ -227,6 +386,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       log("warn", "reconnected",
           fmt::format("route=export generation={} replayed={}", transport->generation(),
                       transport->replayed()));
+      if (!anchor)
+        if (auto ok = resync("reconnected"); !ok) return std::unexpected(ok.error());
     }
 
     // 1. Source -> egress, while the egress has room (its Full stops the
@@ -293,6 +454,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       if (p && p->parked == 0) recovering = false;
     }
     bool publish_failed = false;
+    std::string publish_error;
     bool out_of_order = false;
     while (!recovering && in_flight.size() < o.window) {
       auto c = transport->try_claim(payload);
@@ -315,16 +477,25 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       // the egress's order and the window is retried from the hole.
       // JetStream checks the message id for duplicates before this
       // expectation, so a retried message already stored is acknowledged.
-      const std::string previous =
-          env.sequence == 0 ? std::string() : fmt::format("{}-{}", incarnation, env.sequence - 1);
+      // The first of a window expects the subject's last stream sequence
+      // (`anchor`), which survives a server restart; the others their
+      // predecessor's message id.
+      const bool first_of_window = env.sequence == acked_next && anchor.has_value();
+      const std::string previous = first_of_window || env.sequence == 0
+                                       ? std::string()
+                                       : fmt::format("{}-{}", incarnation, env.sequence - 1);
       jsPubOptions po;
       jsPubOptions_Init(&po);
       po.MsgId = id.c_str();
+      if (first_of_window) po.ExpectLastSubjectSeq = *anchor;  // 0: the subject has no message
       if (!previous.empty()) po.ExpectLastMsgId = previous.c_str();
       po.MaxWait = o.publish_timeout_ms;
-      if (js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
-                          static_cast<int>(env.payload.size()), &po) != NATS_OK) {
+      if (const natsStatus ps =
+              js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
+                              static_cast<int>(env.payload.size()), &po);
+          ps != NATS_OK) {
         publish_failed = true;
+        publish_error = nats_error(ps);
         break;
       }
     }
@@ -344,12 +515,15 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         if (a->status == egress::AckStatus::StaleGeneration)
           return std::unexpected(fenced(o.egress, a->current_generation));
         acked_next = through + 1;
+        anchor = in_flight[stored - 1].stream_sequence;
         in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(stored));
         sd.acknowledged.fetch_add(stored, std::memory_order_relaxed);
+        live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
         if (failed_batches != 0) {
           log("info", "publishing",
               fmt::format("route=export after_failed_batches={}", failed_batches));
           failed_batches = 0;
+          failing_since.reset();
         }
       }
       const bool head_failed =
@@ -358,6 +532,35 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                   std::chrono::steady_clock::now() >= in_flight.front().deadline));
       if (publish_failed || out_of_order || head_failed) {
         idle = false;
+        // Why, for the log and /status: JetStream's code and text, a
+        // publish the client refused, or no answer in time.
+        const InFlight& head = in_flight.front();
+        int code = 0;
+        std::string why;
+        if (head.state == -1) {
+          code = head.error_code;
+          why = head.error.empty() ? "refused" : head.error;
+        } else if (publish_failed) {
+          why = fmt::format("the client refused the publish: {}", publish_error);
+        } else if (out_of_order) {
+          why = "claimed out of order";
+        } else {
+          why = fmt::format("no acknowledgement within {} ms", o.publish_timeout_ms);
+        }
+        live.set_error(code, why);
+        const std::uint64_t first = head.sequence;
+        const std::uint64_t last = in_flight.back().sequence;
+        // The stream's last message is not the one expected (a server that
+        // lost the last message id, a stored window retried after the
+        // duplicate window): what it holds decides. What it holds of the
+        // window is acknowledged; the rest is retried from there.
+        if (code == JSStreamWrongLastMsgIDErr || code == JSStreamWrongLastSequenceErr) {
+          auto r = resync(code == JSStreamWrongLastMsgIDErr ? "wrong_last_msg_id"
+                                                            : "wrong_last_sequence");
+          if (!r) return std::unexpected(r.error());
+        }
+        if (in_flight.empty()) continue;  // the stream held the whole window
+        if (!failing_since) failing_since = std::chrono::steady_clock::now();
         for (const InFlight& m : in_flight) {
           auto f = transport->fail(m.sequence);
           if (!f)
@@ -366,11 +569,12 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
             return std::unexpected(fenced(o.egress, f->current_generation));
         }
         sd.retries.fetch_add(in_flight.size(), std::memory_order_relaxed);
-        if (failed_batches++ == 0)
+        // The first failure of a run, then every tenth, with the reason.
+        if (failed_batches++ % 10 == 0)
           log("warn", "publish_failed",
-              fmt::format("route=export first={} last={} publish_failed={} contiguous={}",
-                          in_flight.front().sequence, in_flight.back().sequence, publish_failed,
-                          !out_of_order));
+              fmt::format("route=export first={} last={} failed_batches={} error_code={} "
+                          "error=\"{}\" stream={}",
+                          first, last, failed_batches, code, why, **stream));
         in_flight.clear();
         recovering = true;
       }

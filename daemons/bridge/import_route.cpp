@@ -299,6 +299,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   Subscription sub;
   if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok)
     return std::unexpected(ok.error());
+  live.set_stream(**stream);
   log("info", "ready",
       fmt::format("route=import dest={} dest_kind={} durable={} subject={} stream={} servers={} "
                   "applied_stream_sequence={}",
@@ -316,6 +317,17 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t resubscribe_failures = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     live.connected.store(link->connected(), std::memory_order_relaxed);
+    {
+      RouteCondition c = RouteCondition::Idle;
+      if (!link->connected())
+        c = RouteCondition::Disconnected;
+      else if (need_reset || fetch_errors != 0)
+        c = RouteCondition::Retrying;
+      else if (list.Count != 0 ||
+               wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
+        c = RouteCondition::Moving;
+      live.condition.store(c, std::memory_order_relaxed);
+    }
     if (list.Count == 0 && !link->connected()) {
       // Lost: close, destroy the subscription, then the connection (in that
       // order: the client's threads are done with both), and connect again
@@ -348,6 +360,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         if (!ok) {
           // Every failure of the first few, then every tenth: a resubscription
           // that keeps failing must show in the log.
+          live.set_error(0, ok.error().message);
           ++resubscribe_failures;
           if (resubscribe_failures <= 3 || resubscribe_failures % 10 == 0)
             log("warn", "resubscribe_failed",
@@ -370,6 +383,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         natsMsgList_Destroy(&list);
         list = natsMsgList{};
         if (!link->connected()) continue;  // the reconnection above takes over
+        live.set_error(static_cast<int>(code), fmt::format("fetch: {}", natsStatus_GetText(s)));
         if (fetch_errors++ == 0)
           log("warn", "fetch_failed",
               fmt::format("route=import status=\"{}\"", natsStatus_GetText(s)));
@@ -436,6 +450,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       sd.acknowledged.fetch_add(1, std::memory_order_relaxed);
       live.bytes_moved.fetch_add(static_cast<std::uint64_t>(len), std::memory_order_relaxed);
       live.stream_pending.store(pending, std::memory_order_relaxed);
+      live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
       ++next;
     }
     if (next >= list.Count && list.Count != 0) {

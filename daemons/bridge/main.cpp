@@ -114,6 +114,10 @@ int main(int argc, char** argv) {
                   "milliseconds to wait for a publish acknowledgement")
       ->check(CLI::Range(10u, 600000u))
       ->capture_default_str();
+  exp->add_option("--stall-after", ex.stall_after_s,
+                  "seconds of failing publishes after which /status says the route is stalled")
+      ->check(CLI::Range(1u, 86400u))
+      ->capture_default_str();
   CLI::App* imp =
       app.add_subcommand("import", "JetStream durable pull consumer -> local ring or channel");
   add_common(*imp, im.common, listen);

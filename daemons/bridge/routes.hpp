@@ -51,6 +51,7 @@ struct ExportOptions {
   std::uint32_t max_message = 4096;  // the egress slot size: the largest record
   std::uint32_t window = 256;        // publishes awaiting their ack at most
   std::uint32_t publish_timeout_ms = 2000;
+  std::uint32_t stall_after_s = 30;  // failing this long: `stalled` on /status
 };
 
 struct ImportOptions {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -44,11 +45,26 @@ std::string label(const std::string& v) {
 nlohmann::json route_json(const StatusSource& s) {
   const RouteStatus& live = *s.live;
   nlohmann::json j;
+  const RouteStatus::Detail detail = live.detail();
+  const std::int64_t now = wall_ms();
   j["route"] = std::string(to_string(s.route));
-  j["state"] = s.state;
+  j["state"] = std::string(to_string(live.condition.load(std::memory_order_relaxed)));
+  j["state_segment"] = s.state;
   j["subject"] = s.subject;
+  j["stream"] = detail.stream;
   j["ready"] = live.ready.load(std::memory_order_relaxed);
   j["connected"] = live.connected.load(std::memory_order_relaxed);
+  const std::int64_t success = live.last_success_ms.load(std::memory_order_relaxed);
+  if (success != 0)
+    j["last_success_age_seconds"] = static_cast<double>(now - success) / 1000.0;
+  else
+    j["last_success_age_seconds"] = nullptr;
+  if (!detail.last_error.empty())
+    j["last_error"] = {{"code", detail.last_error_code},
+                       {"text", detail.last_error},
+                       {"age_seconds", static_cast<double>(now - detail.last_error_ms) / 1000.0}};
+  else
+    j["last_error"] = nullptr;
   j["bytes_moved"] = live.bytes_moved.load(std::memory_order_relaxed);
   if (s.route == Route::Export)
     j["egress_backlog"] = live.egress_backlog.load(std::memory_order_relaxed);
@@ -109,6 +125,15 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
        "counter",
        "intents completed after a crash (state segment)",
        {}},
+      {"shm_bridge_route_state",
+       "gauge",
+       "1 for the route's state (label condition: moving, idle, retrying, stalled, "
+       "disconnected, starting)",
+       {}},
+      {"shm_bridge_last_error_code",
+       "gauge",
+       "JetStream error code of the route's last error (0: none, or not JetStream's)",
+       {}},
   };
   for (const StatusSource& s : sources) {
     const RouteStatus& live = *s.live;
@@ -132,6 +157,11 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
       add(9, c->duplicates);
       add(10, c->recovered);
     }
+    families[11].samples.push_back(
+        {fmt::format("{},condition=\"{}\"", labels,
+                     to_string(live.condition.load(std::memory_order_relaxed))),
+         1});
+    add(12, static_cast<std::uint64_t>(std::max(0, live.detail().last_error_code)));
   }
   std::string out;
   for (const Family& f : families) {

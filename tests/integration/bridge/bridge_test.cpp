@@ -751,8 +751,12 @@ TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
   ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
   ASSERT_FALSE(im.is_null() || im.is_discarded()) << importer_->output();
   EXPECT_EQ(ex["route"], "export") << ex.dump();
-  EXPECT_EQ(ex["state"], "orders-bridge-export") << ex.dump();
+  EXPECT_EQ(ex["state_segment"], "orders-bridge-export") << ex.dump();
   EXPECT_EQ(ex["subject"], kSubject) << ex.dump();
+  EXPECT_EQ(ex["stream"], "ORDERS") << ex.dump();
+  EXPECT_THAT(ex["state"].get<std::string>(), ::testing::AnyOf("moving", "idle")) << ex.dump();
+  EXPECT_TRUE(ex["last_success_age_seconds"].is_number()) << ex.dump();
+  EXPECT_TRUE(ex["last_error"].is_null()) << ex.dump();
   EXPECT_EQ(ex["ready"], true) << ex.dump();
   EXPECT_EQ(ex["connected"], true) << ex.dump();
   EXPECT_EQ(ex["counters"]["moved"], n) << ex.dump();
@@ -790,6 +794,186 @@ TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
   }());
   EXPECT_EQ(taken->wait(30s), 2) << taken->output();
   EXPECT_THAT(taken->output(), HasSubstr(fmt::format("--listen 127.0.0.1:{}", export_port)));
+}
+
+// ---- JetStream's memory: the duplicate window and the last message id
+//
+// The stream ORDERS is made by the test with a one-second duplicate window
+// (the bridges' --create-stream keeps it), so that waiting it out takes a
+// few seconds.
+
+class BridgeWindowTest : public BridgeTest {
+ protected:
+  static constexpr auto kWindow = 1s;
+
+  // A server, the stream with the short window, the rings on both hosts.
+  void start_server_and_stream() {
+    server_ = std::make_unique<NatsServer>();
+    ASSERT_TRUE(server_->ready()) << server_->log();
+    auto link = test_link(server_->url());
+    ASSERT_TRUE(link);
+    ASSERT_TRUE(create_stream(*link, "ORDERS", kWindow));
+    make_ring(a_, "orders");
+    make_ring(b_, "orders");
+  }
+
+  // Waits until the import has moved `target` records.
+  void wait_imported(std::uint64_t target) {
+    ASSERT_TRUE(wait_moved(b_, "orders-bridge-import", shm::bridge::Route::Import, target, 60s))
+        << drained(*exporter_) << drained(*importer_);
+  }
+
+  // Host A's producer of records [start, start + n).
+  std::unique_ptr<Subprocess> produce_range(std::uint64_t start, std::uint64_t n) {
+    return ring_peer(a_, {"produce", "orders", std::to_string(n), "--start", std::to_string(start),
+                          "--min", kMin, "--max", kMax});
+  }
+};
+
+// nats-server keeps a stream's last message id in memory only and, after a
+// restart, rebuilds it from the messages still inside the duplicate window.
+// A route quiet for longer than the window, then a server restart: the next
+// publish used to expect the last message id the server no longer knew
+// (JetStream error 10070) and the route stalled for good (issue 36, defect
+// 1). Now the first publish of a window expects the subject's last stream
+// sequence, which the server reads from its store: the route moves again and
+// host B gets every record once.
+TEST_F(BridgeWindowTest, ServerRestartAfterAQuietPeriodLongerThanTheWindowKeepsTheRouteMoving) {
+  const std::uint64_t n = 2'000;
+  ASSERT_NO_FATAL_FAILURE(start_server_and_stream());
+  ASSERT_NO_FATAL_FAILURE(start_bridges());
+  auto consumer = consume_stream(n);
+  auto first = produce_range(0, n / 2);
+  ASSERT_EQ(first->wait(60s), 0) << first->output();
+  ASSERT_NO_FATAL_FAILURE(wait_imported(n / 2));
+  std::this_thread::sleep_for(3 * kWindow);  // quiet, longer than the window
+  ASSERT_TRUE(server_->restart(SIGKILL)) << server_->log();
+  auto second = produce_range(n / 2, n / 2);
+  expect_exactly_once(*second, *consumer, n);
+  EXPECT_THAT(drained(*exporter_), Not(HasSubstr("error_code=10070")));
+}
+
+// An export bridge down for longer than the duplicate window, killed after
+// JetStream stored a window and before the egress acknowledged it
+// (export_after_publish): the next bridge replays that window, which
+// JetStream no longer recognises by message id. It used to be refused for
+// ever (wrong last message id; issue 36, defect 2). Now the bridge reads the
+// stream's last message on the subject when it starts, acknowledges what
+// the stream holds of its egress, and publishes only the rest.
+TEST_F(BridgeWindowTest, ExportDownLongerThanTheWindowSkipsWhatTheStreamHolds) {
+  const std::uint64_t n = 4'000;
+  ASSERT_NO_FATAL_FAILURE(start_server_and_stream());
+  ::setenv("SHM_BRIDGE_CRASH", fmt::format("export_after_publish:{}", 4).c_str(), 1);
+  exporter_ = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  ::unsetenv("SHM_BRIDGE_CRASH");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = run_merged(bridge_bin(), import_args(server_->url(), b_));
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  std::this_thread::sleep_for(3 * kWindow);  // down, longer than the window
+  exporter_ = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  const std::string started = drained(*exporter_);
+  EXPECT_THAT(started, HasSubstr("event=resynced route=export reason=start"));
+  EXPECT_THAT(started, Not(HasSubstr("acknowledged_from_stream=0\n"))) << started;
+  expect_exactly_once(*producer, *consumer, n);
+  EXPECT_THAT(drained(*exporter_), Not(HasSubstr("event=publish_failed")));
+}
+
+// Both at once: the export bridge killed after JetStream stored a window,
+// then nats-server restarted while it is down, both for longer than the
+// window; the server has forgotten every message id, the egress has not
+// acknowledged what the stream holds.
+TEST_F(BridgeWindowTest, ExportDownAndServerRestartedAfterTheWindowLoseAndDuplicateNothing) {
+  const std::uint64_t n = 4'000;
+  ASSERT_NO_FATAL_FAILURE(start_server_and_stream());
+  ::setenv("SHM_BRIDGE_CRASH", "export_after_publish:4", 1);
+  exporter_ = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  ::unsetenv("SHM_BRIDGE_CRASH");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  importer_ = run_merged(bridge_bin(), import_args(server_->url(), b_));
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  auto consumer = consume_stream(n);
+  auto producer = produce_stream(n);
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  std::this_thread::sleep_for(3 * kWindow);
+  ASSERT_TRUE(server_->restart(SIGKILL)) << server_->log();
+  exporter_ = run_merged(bridge_bin(), export_args(server_->url(), a_));
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  expect_exactly_once(*producer, *consumer, n);
+}
+
+// A route whose publishes JetStream refuses shows it: /status says
+// `retrying`, then `stalled` once that lasts --stall-after, with JetStream's
+// error code and text and the stream's name, and the log's publish_failed
+// line carries the same code and text (issue 36, defect 5). Here the stream
+// holds at most 100 messages and refuses new ones (discard new).
+TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  {
+    auto link = test_link(server_->url());
+    ASSERT_TRUE(link);
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = "ORDERS";
+    const char* subjects[] = {kSubject};
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    cfg.MaxMsgs = 100;
+    cfg.Discard = js_DiscardNew;
+    jsStreamInfo* info = nullptr;
+    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
+    jsStreamInfo_Destroy(info);
+  }
+  make_ring(a_, "orders");
+  exporter_ = start(
+      with_args(export_args(server_->url(), a_), {"--listen", "127.0.0.1:0", "--stall-after", "2"}),
+      "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  const std::uint16_t port = listening_port(*exporter_);
+  ASSERT_NE(port, 0) << exporter_->output();
+  auto producer = produce_stream(150);
+  ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+  // `retrying` while the failures last less than 2 s, then `stalled`.
+  const auto poll = [&](const char* state) {
+    nlohmann::json ex;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    do {
+      ex = route_status(port);
+      if (!ex.is_null() && !ex.is_discarded() && ex["state"] == state) break;
+      std::this_thread::sleep_for(20ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    return ex;
+  };
+  nlohmann::json ex = poll("retrying");
+  ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
+  EXPECT_EQ(ex["state"], "retrying") << ex.dump();
+  ex = poll("stalled");
+  ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
+  EXPECT_EQ(ex["state"], "stalled") << ex.dump();
+  EXPECT_EQ(ex["stream"], "ORDERS") << ex.dump();
+  EXPECT_EQ(ex["connected"], true) << ex.dump();
+  EXPECT_EQ(ex["counters"]["acknowledged"], 100) << ex.dump();
+  ASSERT_TRUE(ex["last_error"].is_object()) << ex.dump();
+  EXPECT_EQ(ex["last_error"]["code"], 10077) << ex.dump();
+  EXPECT_THAT(ex["last_error"]["text"].get<std::string>(), HasSubstr("maximum messages"))
+      << ex.dump();
+  EXPECT_TRUE(ex["last_success_age_seconds"].is_number()) << ex.dump();
+  const std::string log = drained(*exporter_);
+  EXPECT_THAT(log, HasSubstr("event=publish_failed route=export first=100"));
+  EXPECT_THAT(log, HasSubstr("error_code=10077 error=\"maximum messages"));
+  EXPECT_THAT(log, HasSubstr("stream=ORDERS"));
+  const auto metrics = shm::test::http_get(port, "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body,
+              HasSubstr("shm_bridge_route_state{route=\"export\",state=\"orders-bridge-"
+                        "export\",condition=\"stalled\"} 1\n"));
+  EXPECT_THAT(metrics->body, HasSubstr("shm_bridge_last_error_code{route=\"export\",state=\""
+                                       "orders-bridge-export\"} 10077\n"));
 }
 
 // A file under the test's temporary directory holding `text`; removed with the object.
@@ -860,10 +1044,10 @@ TEST_F(BridgeTest, ConfigFileRunsAnExportAndAnImportRouteInOneProcess) {
   ASSERT_FALSE(ex.is_null()) << bridge->output();
   ASSERT_FALSE(im.is_null()) << bridge->output();
   EXPECT_EQ(ex["route"], "export") << ex.dump();
-  EXPECT_EQ(ex["state"], "orders-bridge-export") << ex.dump();
+  EXPECT_EQ(ex["state_segment"], "orders-bridge-export") << ex.dump();
   EXPECT_EQ(ex["counters"]["acknowledged"], n) << ex.dump();
   EXPECT_EQ(im["route"], "import") << im.dump();
-  EXPECT_EQ(im["state"], "orders-bridge-import") << im.dump();
+  EXPECT_EQ(im["state_segment"], "orders-bridge-import") << im.dump();
   EXPECT_EQ(im["counters"]["moved"], n) << im.dump();
   EXPECT_EQ(im["counters"]["duplicates"], 0) << im.dump();
   const auto metrics = shm::test::http_get(port, "/metrics");
