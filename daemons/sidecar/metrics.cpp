@@ -63,6 +63,30 @@ std::string escape_help(std::string_view s) {
   return out;
 }
 
+// Prometheus names its times in seconds: a leaf in milli-, micro- or
+// nanoseconds is exposed under _seconds, divided by this (1 when it is not a time).
+double to_seconds_divisor(std::string& name) {
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"_ms", 1e3}, {"_us", 1e6}, {"_ns", 1e9}};
+  for (const auto& [suffix, divisor] : kUnits) {
+    if (!name.ends_with(suffix)) continue;
+    name.resize(name.size() - suffix.size());
+    name += "_seconds";
+    return divisor;
+  }
+  return 1;
+}
+
+// The suffixes Prometheus reserves: _total for counters, _count for
+// histograms and summaries. A gauge named so by its tree is renamed (the
+// tree, shown by shmctl and /status, keeps its name).
+void unreserve_gauge_suffix(std::string& name) {
+  if (name.ends_with("_total"))
+    name.replace(name.size() - 6, 6, "_all");  // depth_total: the depth of all rings
+  else if (name.ends_with("_count"))
+    name.replace(name.size() - 6, 6, "_now");  // active_count: how many are active now
+}
+
 std::string_view type_name(MetricsWriter::Type t) {
   return t == MetricsWriter::Type::Counter ? "counter" : "gauge";
 }
@@ -155,11 +179,14 @@ void MetricsWriter::walk(const std::string& name, const Node& node, Labels& labe
   switch (node.type()) {
     case Node::Type::Value: {
       if (node.metric() == Node::Metric::None) return;
-      const auto value = numeric(node.value());
+      auto value = numeric(node.value());
       if (!value) return;
       const bool counter = node.metric() == Node::Metric::Counter;
       std::string full = name;
+      if (const double divisor = to_seconds_divisor(full); divisor != 1)
+        value = format_double(std::stod(*value) / divisor);
       if (counter && !full.ends_with("_total")) full += "_total";
+      if (!counter) unreserve_gauge_suffix(full);
       add(full, counter ? Type::Counter : Type::Gauge,
           fmt::format("{} '{}' of the kind's describe() tree.", counter ? "Counter" : "Gauge",
                       escape_help(kind_path)),

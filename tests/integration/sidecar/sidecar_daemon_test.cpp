@@ -6,7 +6,11 @@
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 
+#include "shm/channel/layout.hpp"
 #include "shm/egress/egress.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/ledger/ledger.hpp"
+#include "shm/mpmc/layout.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/producer.hpp"
 
@@ -22,6 +26,7 @@
 #include <unistd.h>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -196,9 +201,9 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
   const std::uint16_t port = start(d);
   ASSERT_NE(port, 0) << d.output();
-  const Polled age = poll_metric(port, "libshm_relay_head_oldest_age_ms{segment=\"ages\"}",
-                                 [](double v) { return v >= 6.0; });
-  ASSERT_GE(age.value.value_or(0), 6.0) << "the age never grew past high water:\n" << age.body;
+  const Polled age = poll_metric(port, "libshm_relay_head_oldest_age_seconds{segment=\"ages\"}",
+                                 [](double v) { return v >= 0.006; });
+  ASSERT_GE(age.value.value_or(0), 0.006) << "the age never grew past high water:\n" << age.body;
   // The oldest op is older than high water: a new key is dropped (counted).
   EXPECT_EQ(w->write(2, u64_value(3), 0ns)->outcome, WriteOutcome::Dropped);
   const Polled dropped = poll_metric(port, "libshm_relay_counters_dropped_total{segment=\"ages\"}",
@@ -291,6 +296,65 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
                                  [&](double v) { return v == generation + 1; });
   EXPECT_EQ(gen.value, generation + 1) << gen.body;
 
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+}
+
+// The page a Prometheus server scrapes, with a segment of every kind (a
+// relay with a spill store, an egress with records in flight), passes
+// `promtool check metrics` with no warning: names in base units (seconds,
+// bytes), counters ending in _total, one type and help per family.
+TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
+  test::TempSpillDir spill;
+  auto ring = RingProducer::create("ring", RingParams{4096});
+  ASSERT_TRUE(ring) << ring.error().what();
+  auto channel_params = ChannelParams::for_payload(64, 8);
+  ASSERT_TRUE(channel_params);
+  ASSERT_TRUE(create_channel("channel", *channel_params));
+  ASSERT_TRUE(create_mpmc_ring("mpmc", MpmcParams{64, 32}));
+  auto fanout = PriorityFanout::create("fanout", FanoutParams{4, 64, 48});
+  ASSERT_TRUE(fanout) << fanout.error().what();
+  LedgerConfig lc;
+  lc.params.global_limit = 1000;
+  lc.params.max_tickets = 8;
+  lc.params.max_categories = 2;
+  lc.params.max_pools = 2;
+  lc.params.max_buckets = 2;
+  lc.categories = {{"msg", 1000, Partition::Ordinary}};
+  lc.buckets = {{"a", 10, 5}};
+  auto ledger = Ledger::create("ledger", lc);
+  ASSERT_TRUE(ledger) << ledger.error().what();
+  auto relay = RelayWriter::create("relay", test::small_spill_fifo(""));
+  ASSERT_TRUE(relay) << relay.error().what();
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(relay->write(u64_value(i), 0ns));
+  auto egress =
+      Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  ASSERT_TRUE(egress) << egress.error().what();
+  ASSERT_TRUE(egress->try_enqueue(std::vector<std::byte>(20, std::byte{5})));
+
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  auto reply = get(port, "/metrics");
+  ASSERT_TRUE(reply) << d.output();
+  for (const char* kind :
+       {"spsc_ring", "channel", "mpmc_ring", "fanout_bitmap", "ledger", "relay", "egress"})
+    EXPECT_NE(reply->body.find(fmt::format("kind=\"{}", kind)), std::string::npos)
+        << kind << " is not on the page";
+  const std::string page = root.file("metrics.txt");
+  std::ofstream(page) << reply->body;
+  // promtool comes with the prometheus package (scripts/setup.sh installs it).
+  FILE* check = ::popen(fmt::format("promtool check metrics < '{}' 2>&1", page).c_str(), "r");
+  ASSERT_NE(check, nullptr);
+  std::string said;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, check) != nullptr) said += buf;
+  const int status = ::pclose(check);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_NE(WEXITSTATUS(status), 127) << "promtool is not installed (scripts/setup.sh installs "
+                                         "the prometheus package)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
+  EXPECT_EQ(said, "") << "promtool warned";
   d.kill(SIGTERM);
   EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
