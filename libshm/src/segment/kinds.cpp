@@ -161,8 +161,10 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
   const SegmentHeader& h = segment.header();
   if (h.kind != kind.kind)
     return fail(Errc::KindMismatch,
-                shm::detail::format("{}: kind id {} is not {}'s ({}); its reclaim is not applied",
-                                    segment.path(), h.kind, kind.name, kind.kind));
+                shm::detail::format(
+                    "{}: kind {} ({}) is not {} ({}); its reclaim is not applied", segment.path(),
+                    find_kind(h.kind) != nullptr ? find_kind(h.kind)->name : "unknown", h.kind,
+                    kind.name, kind.kind));
   if (h.fingerprint != kind.fingerprint)
     return fail(
         Errc::FingerprintMismatch,

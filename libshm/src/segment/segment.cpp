@@ -5,6 +5,7 @@
 #include "shm/platform/crc32c.hpp"
 #include "shm/platform/fork_generation.hpp"
 #include "shm/platform/process.hpp"
+#include "shm/segment/kind.hpp"
 
 #include "format/format.hpp"
 
@@ -533,10 +534,13 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
   auto seg = open_file(name, options);
   if (!seg) return seg;
   const SegmentHeader& h = seg->header();
-  if (h.kind != expected.kind)
+  if (h.kind != expected.kind) {
+    const KindDescriptor* found = find_kind(h.kind);
     return fail(Errc::KindMismatch,
-                shm::detail::format("{}: kind: segment has {}, caller expects {} ({})", seg->path(),
-                                    h.kind, expected.kind, expected.kind_name));
+                shm::detail::format("{}: kind: segment has {} ({}), caller expects {} ({})",
+                                    seg->path(), found != nullptr ? found->name : "an unknown kind",
+                                    h.kind, expected.kind_name, expected.kind));
+  }
   if (h.fingerprint != expected.fingerprint)
     return fail(Errc::FingerprintMismatch,
                 shm::detail::format(

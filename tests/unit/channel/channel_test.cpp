@@ -148,7 +148,8 @@ TEST_F(ChannelTest, OpenRefusesASegmentOfAnotherKind) {
   auto c = ChannelConsumer::open("ring");
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, Errc::KindMismatch);
-  EXPECT_NE(c.error().message.find("caller expects 2 (channel)"), std::string::npos)
+  EXPECT_NE(c.error().message.find("segment has spsc_ring (1), caller expects channel (2)"),
+            std::string::npos)
       << c.error().message;
 }
 

@@ -168,6 +168,8 @@ TEST_F(MpmcRingTest, OpeningAnotherKindIsKindMismatch) {
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::KindMismatch);
   EXPECT_NE(o.error().message.find("mpmc_ring"), std::string::npos) << o.error().message;
+  EXPECT_NE(o.error().message.find("segment has spsc_ring (1)"), std::string::npos)
+      << "the found kind by its name: " << o.error().message;
 }
 
 TEST_F(MpmcRingTest, ZeroCopyReserveCommitAndPeekRelease) {

@@ -735,7 +735,7 @@ TEST_F(SegmentTest, OtherKindIsKindMismatch) {
   auto o = open_ring("kind");
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::KindMismatch);
-  EXPECT_THAT(o.error().message, HasSubstr("segment has 77"));
+  EXPECT_THAT(o.error().message, HasSubstr("segment has an unknown kind (77)"));
 }
 
 TEST_F(SegmentTest, OtherLayoutFingerprintIsFingerprintMismatch) {
