@@ -1,4 +1,5 @@
 #include "shm/spsc/layout.hpp"
+#include "shm/platform/clock.hpp"
 
 #include "platform/spin_then_park.hpp"
 #include "segment/kind_spec.hpp"
@@ -195,7 +196,7 @@ auto wait_for(std::chrono::nanoseconds timeout, Attempt&& attempt,
               std::atomic<std::uint32_t>& signal, std::atomic<std::uint32_t>& parked,
               Attachment& attachment) -> decltype(attempt()) {
   using R = decltype(attempt());
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const R& r) { return !r || *r; };
   if (auto r = detail::spin(kSpins, attempt, done)) return std::move(*r);
   R r = typename R::value_type{};
@@ -302,6 +303,10 @@ Result<RingProducer> RingProducer::open(std::string_view name, const RingParams&
   p.cached_head_ = head;
   p.tail_ = p.reserved_ = end.end;
   p.control_->producer.tail.store(p.tail_, std::memory_order_release);
+  // A predecessor killed after its publish ([spsc.P]) and before its load of
+  // consumer_parked took the consumer's wake with it: issue it now (only to a
+  // consumer whose flag is set).
+  p.wake_consumer();
   return p;
 }
 
@@ -424,6 +429,10 @@ Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams&
   if (auto ok = check_positions(c.segment_, c.head_, hint, c.capacity_); !ok)
     return std::unexpected(ok.error());
   c.peek_pos_ = c.head_;
+  // A predecessor killed after its store of head ([spsc.C]) and before its
+  // load of producer_parked took the producer's wake with it: issue it now
+  // (only to a producer whose flag is set).
+  c.wake_producer();
   return c;
 }
 
