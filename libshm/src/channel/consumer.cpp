@@ -31,6 +31,10 @@ Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
   if (auto ok = bind(c, std::move(*seg), channel::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   if (auto ok = c.resume(); !ok) return std::unexpected(ok.error());
+  // A predecessor killed after a store of head ([chan.C]) or released_epoch
+  // ([chan.E]) and before its load of producer_parked took the producer's
+  // wake with it: issue it now (only to a producer whose flag is set).
+  c.wake_producer();
   return c;
 }
 
@@ -441,7 +445,7 @@ Result<T> ChannelConsumer::receive_with(std::chrono::nanoseconds timeout, Take t
   const auto end_or_empty = [](Wait w) {
     return T{w == Wait::End ? ReceiveStatus::End : ReceiveStatus::Empty};
   };
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const Result<Wait>& w) { return !w || *w != Wait::Empty; };
   const auto outcome = [&](Result<Wait> w) -> Result<T> {
     if (!w) return std::unexpected(std::move(w.error()));
