@@ -248,13 +248,16 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
     // [fanout.C] seq_cst loads, as in MpmcRing::has_claimed_items().
     const std::uint64_t tail = rv->control->producer.tail.load(std::memory_order_seq_cst);
     const std::uint64_t head = rv->control->consumer.head.load(std::memory_order_seq_cst);
-    if (tail <= head) continue;
+    // An orphan (a dead taker's kept item, made by the ring's own reclaim) is
+    // an item too. Acquire: pairs with repair's release increment.
+    const std::uint64_t orphans = rv->control->consumer.orphans.load(std::memory_order_acquire);
+    if (tail <= head && orphans == 0) continue;
     ctl->hot.bitmap.fetch_or(pbit, std::memory_order_seq_cst);
     set = true;
     actions.push_back(shm::detail::format(
         "priority {}: ring holds {} item(s) with its bitmap bit clear (a submitter died "
-        "before setting it): set the bit",
-        i, tail - head));
+        "before setting it, or a taker died holding one): set the bit",
+        i, (tail > head ? tail - head : 0) + orphans));
   }
   // [fanout.D1] seq_cst / [fanout.E] release, as in PriorityFanout::wake_drainers().
   if (set && ctl->hot.waiters.any()) {

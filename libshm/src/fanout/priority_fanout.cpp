@@ -1,4 +1,5 @@
 #include "shm/fanout/priority_fanout.hpp"
+#include "shm/platform/clock.hpp"
 
 #include "mpmc/internal.hpp"
 #include "segment/kind_spec.hpp"
@@ -62,6 +63,29 @@ std::string resolved_root(const std::string& root) {
   return root.empty() ? default_root() : root;
 }
 
+void wake_parked_drainer(fanout::Control& c) noexcept {
+  // [fanout.E] release: pairs with the drainer's [fanout.E'] load of the epoch before its re-check.
+  c.hot.epoch.fetch_add(1, std::memory_order_release);
+  (void)futex_wake(c.hot.epoch, 1);
+  c.stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
+}
+
+// The repair hook of ring `priority` (MpmcRing::set_repair_hook): a handle
+// stuck behind a dead holder's cell repaired it. An orphan (a dead taker's
+// kept item) is an item under a clear bit, and the ring's wake reaches only
+// the ring's own waiters: resurface the bit as resurface() does, and wake a
+// drainer parked on the bitmap.
+void ring_repaired(void* context, std::uint32_t priority, const MpmcRing& ring) noexcept {
+  auto& c = *static_cast<fanout::Control*>(context);
+  const std::uint64_t bit = std::uint64_t{1} << priority;
+  // [fanout.B1] seq_cst, then [fanout.C] (has_claimed_items), as in resurface().
+  if ((c.hot.bitmap.load(std::memory_order_seq_cst) & bit) != 0 || !ring.has_claimed_items())
+    return;
+  c.hot.bitmap.fetch_or(bit, std::memory_order_seq_cst);
+  // [fanout.D1] seq_cst: whoever sets a bit checks for parked drainers.
+  if (c.hot.waiters.any()) wake_parked_drainer(c);
+}
+
 }  // namespace
 
 Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitmap,
@@ -80,6 +104,9 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   f.k_ = static_cast<std::uint32_t>(f.rings_.size());
   f.slot_ = static_cast<std::uint32_t>(f.attachment_.slot());
   f.base_ = std::string(base);
+  // The bitmap's mapping outlives the rings' handles (both are the fanout's).
+  for (std::uint32_t i = 0; i < f.k_; ++i)
+    f.rings_[i].set_repair_hook(&ring_repaired, f.control_, i);
   // A previous holder of our slot may have died parked: its waiter bit is ours now.
   (void)f.control_->hot.waiters.clear(f.slot_);
   // A submitter may have died between its ring commit and its bit (the next
@@ -296,11 +323,7 @@ bool PriorityFanout::resurface() noexcept {
 }
 
 void PriorityFanout::wake_drainers() noexcept {
-  auto& hot = control_->hot;
-  // [fanout.E] release: pairs with the drainer's [fanout.E'] load of the epoch before its re-check.
-  hot.epoch.fetch_add(1, std::memory_order_release);
-  (void)futex_wake(hot.epoch, 1);
-  control_->stats.wakeups.fetch_add(1, std::memory_order_relaxed);  // statistics only
+  wake_parked_drainer(*control_);
 }
 
 Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std::byte> payload,
@@ -317,7 +340,7 @@ Result<bool> PriorityFanout::submit(std::uint32_t priority, std::span<const std:
 
 template <class R, class Attempt>
 R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const R& r) { return !r || *r; };
   // The fanout waits as its MPMC rings do: same spin budget and backoff.
   if (auto r = detail::spin(mpmc::internal::kSpins, attempt, done)) return std::move(*r);

@@ -1,4 +1,5 @@
 #include "shm/mpmc/mpmc_ring.hpp"
+#include "shm/platform/clock.hpp"
 
 #include "mpmc/internal.hpp"
 #include "segment/kind_spec.hpp"
@@ -157,6 +158,9 @@ MpmcRing& MpmcRing::operator=(MpmcRing&& other) noexcept {
     wake_consumers_ = other.wake_consumers_;
     wake_producers_ = other.wake_producers_;
     stuck_ = other.stuck_;
+    repair_hook_ = std::exchange(other.repair_hook_, nullptr);
+    repair_context_ = std::exchange(other.repair_context_, nullptr);
+    repair_tag_ = other.repair_tag_;
     guard_ = std::move(other.guard_);
   }
   return *this;
@@ -455,7 +459,7 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, mpmc::ParkedSet&
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
   if (payload.size() > v_.slot_size) return too_large(payload.size());
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const Result<bool>& r) { return !r || *r; };
   if (auto r = detail::spin(
           mpmc::internal::kSpins, [&] { return push_unguarded(payload); }, done))
@@ -474,7 +478,7 @@ Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nan
 Result<std::optional<std::size_t>> MpmcRing::pop(std::span<std::byte> out,
                                                  std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const Result<std::optional<std::size_t>>& r) { return !r || *r; };
   if (auto r = detail::spin(
           mpmc::internal::kSpins, [&] { return pop_unguarded(out); }, done))

@@ -187,7 +187,10 @@ void MpmcRing::note_stuck(mpmc::Side side, std::uint64_t pos) noexcept {
   }
   if (now - stuck_.since_ns < mpmc::kStuckGraceNs) return;
   stuck_.since_ns = now;  // at most one repair attempt per grace period
-  (void)mpmc::repair_position(segment_, v_, side, pos, std::nullopt);
+  if (mpmc::repair_position(segment_, v_, side, pos, std::nullopt) ==
+          mpmc::RepairOutcome::Repaired &&
+      repair_hook_ != nullptr)
+    repair_hook_(repair_context_, repair_tag_, *this);
 }
 
 mpmc::RepairReport MpmcRing::repair() const {

@@ -147,6 +147,15 @@ class MpmcRing {
   };
 
   [[nodiscard]] static Result<MpmcRing> bind(Segment segment, const RoleSpec& role);
+  // Called after this handle repaired a cell it was stuck behind (note_stuck):
+  // the priority fanout sets it on its rings, whose drainers sleep on the
+  // fanout's bitmap, which a ring's own wake does not reach.
+  using RepairHook = void (*)(void* context, std::uint32_t tag, const MpmcRing& ring) noexcept;
+  void set_repair_hook(RepairHook hook, void* context, std::uint32_t tag) noexcept {
+    repair_hook_ = hook;
+    repair_context_ = context;
+    repair_tag_ = tag;
+  }
   // The calls' bodies, without the thread guard (the public calls hold it).
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded();
   void commit_unguarded(std::size_t n) noexcept;
@@ -191,6 +200,9 @@ class MpmcRing {
   bool wake_consumers_ = false;  // a consumer was waiting when we claimed reserved_pos_
   bool wake_producers_ = false;  // a producer was waiting when we claimed peeked_pos_
   Stuck stuck_{};
+  RepairHook repair_hook_ = nullptr;  // see set_repair_hook()
+  void* repair_context_ = nullptr;
+  std::uint32_t repair_tag_ = 0;
   detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
 };
 
