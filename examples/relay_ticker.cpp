@@ -56,12 +56,12 @@ int run_writer(std::uint64_t id, std::uint32_t symbols, int seconds, pid_t paren
     for (std::uint32_t s = 0; s < symbols; ++s, ++n) {
       const std::uint64_t price = 10'000 + (n * 7 + id) % 1'000;
       const std::uint64_t ts = now_ns();
-      auto r = w->write(s, shm::lww_value(ts, id, shm::u64_value(price)));
+      auto r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       // Full: no free entry (every key pending and the symbol's entry in
       // the reader's hand); nothing was written, so write it again.
       while (r && r->outcome == shm::WriteOutcome::Full) {
         std::this_thread::yield();
-        r = w->write(s, shm::lww_value(ts, id, shm::u64_value(price)));
+        r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       }
       if (!r) {
         fmt::print(stderr, "writer {}: {}\n", id, r.error().what());

@@ -109,13 +109,14 @@ int main(int argc, char** argv) {
   auto relay_r = must(shm::RelayReader::open("relay-sum", open), "relay reader");
   for (std::uint64_t key : {1, 2, 1, 3}) {
     const std::uint64_t one = 1;
-    (void)must(relay_w.write(key, std::as_bytes(std::span(&one, 1))), "relay write");
+    (void)must(relay_w.write(key, std::as_bytes(std::span(&one, 1)), shm::forever), "relay write");
   }
   (void)must(relay_r.take(1), "relay take");
   shm::RelayConfig fifo_config{.policy = shm::policy::kRawFifo, .value_size = 16, .capacity = 8};
   fifo_config.backpressure = {shm::Dimension::Count, 6, 2, shm::Overflow::Block};
   auto fifo_w = must(shm::RelayWriter::create("relay-fifo", fifo_config, create), "relay");
-  for (auto s : {"op-1", "op-22", "op-333"}) (void)must(fifo_w.write(text(s)), "relay fifo write");
+  for (auto s : {"op-1", "op-22", "op-333"})
+    (void)must(fifo_w.write(text(s), shm::forever), "relay fifo write");
   // Egress: payloads enqueued, one claimed by a transport, one acknowledged,
   // one failed (parked for its backoff).
   auto egress = must(

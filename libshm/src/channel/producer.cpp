@@ -1,5 +1,6 @@
 // ChannelProducer: attach, rotation (ADR-0010's algorithm), blocking and finish.
 #include "shm/channel/producer.hpp"
+#include "shm/platform/clock.hpp"
 
 #include "channel/internal.hpp"
 #include "platform/spin_then_park.hpp"
@@ -195,7 +196,7 @@ Result<Reservation> ChannelProducer::reserve(std::size_t n, std::chrono::nanosec
 
 Result<Reservation> ChannelProducer::reserve_waiting(std::size_t n,
                                                      std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const Result<Reservation>& r) { return !r || *r; };
   const auto attempt = [&] { return reserve_once(n); };
   if (auto r = detail::spin(channel::internal::kSpins, attempt, done)) return std::move(*r);

@@ -339,7 +339,7 @@ Result<EnqueueOutcome> Egress::try_enqueue(std::span<const std::byte> payload) {
 
 Result<EnqueueOutcome> Egress::enqueue(std::span<const std::byte> payload,
                                        std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   Control& c = *state_.control;
   bool announced = false;
   for (;;) {
@@ -537,7 +537,7 @@ Result<ClaimBatchOutcome> EgressTransport::try_claim_batch(std::size_t max,
 
 Result<ClaimOutcome> EgressTransport::claim(std::vector<std::byte>& payload,
                                             std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = ::shm::detail::deadline_after(timeout);
   Control& c = *egress_.state_.control;
   bool announced = false;
   for (;;) {

@@ -1,9 +1,9 @@
 #include "shm/spsc/layout.hpp"
-#include "shm/platform/clock.hpp"
 
 #include "platform/spin_then_park.hpp"
 #include "segment/kind_spec.hpp"
 #include "segment/size_check.hpp"
+#include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"

@@ -95,7 +95,8 @@ int run_crash(const std::string& name, int point) {
   }
   RelayWriter w = must(RelayWriter::open(name), "open writer");
   if (p == P::DropOldestFreed)
-    for (unsigned char k = 4; k <= 6; ++k) must(w.write(k, bytes64(k * 0x11)), "fill");
+    for (unsigned char k = 4; k <= 6; ++k)
+      must(w.write(k, bytes64(k * 0x11), shm::forever), "fill");
   g_stop_at = point;
   test_hooks::set_relay_crash_hook(stop_at);
   switch (p) {
@@ -103,14 +104,14 @@ int run_crash(const std::string& name, int point) {
     case P::MergeIntentValid:
     case P::MergeMidValue:
     case P::MergeApplied:
-      (void)w.write(1, bytes64(0xBB));
+      (void)w.write(1, bytes64(0xBB), shm::forever);
       break;
     case P::AppendFilled:
     case P::AppendPublished:
-      (void)w.write(2, bytes64(0x22));
+      (void)w.write(2, bytes64(0x22), shm::forever);
       break;
     case P::DropOldestFreed:
-      (void)w.write(8, bytes64(0x88));
+      (void)w.write(8, bytes64(0x88), shm::forever);
       break;
     default:
       break;
@@ -212,7 +213,7 @@ int run_records(const std::string& name, std::uint64_t count, std::uint64_t min,
   for (std::uint64_t seq = 0; seq < count; ++seq) {
     buf.resize(rr::size_for(seq, min, max));
     rr::fill(seq, buf);
-    const WriteResult r = must(w.write(buf), "write");
+    const WriteResult r = must(w.write(buf, shm::forever), "write");
     if (r.outcome != WriteOutcome::Appended)
       die(fmt::format("write {}: {}", seq, to_string(r.outcome)));
   }

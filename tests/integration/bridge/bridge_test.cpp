@@ -1698,7 +1698,7 @@ TEST_F(BridgeRelayTest, ASpillingRelaySourceLosesAndDuplicatesNothingAcrossBridg
     ASSERT_TRUE(w.has_value()) << w.error().what();
     std::vector<std::byte> rec(shm::test::ring_record::size_for(n, 16, 256));
     shm::test::ring_record::fill(n, rec);
-    auto wrote = w->write(rec);
+    auto wrote = w->write(rec, shm::forever);
     ASSERT_TRUE(wrote.has_value()) << wrote.error().what();
   }
   const int crc = consumer->wait(120s);

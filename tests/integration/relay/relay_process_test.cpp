@@ -84,8 +84,8 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
     {
       auto w = RelayWriter::create(name, cfg);
       ASSERT_TRUE(w) << w.error().what();
-      ASSERT_TRUE(w->write(1, bytes64(0xAA)));
-      ASSERT_TRUE(w->write(3, bytes64(0xCC)));
+      ASSERT_TRUE(w->write(1, bytes64(0xAA), shm::forever));
+      ASSERT_TRUE(w->write(3, bytes64(0xCC), shm::forever));
     }
     auto helper = relay_peer({"crash", name, std::to_string(static_cast<int>(c.point))});
     ASSERT_TRUE(helper.wait_for_line("inside", 20s)) << helper.output();
@@ -120,7 +120,7 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
     // The relay goes on working.
     auto w = RelayWriter::open(name);
     ASSERT_TRUE(w);
-    auto again = w->write(9, bytes64(0x99));
+    auto again = w->write(9, bytes64(0x99), shm::forever);
     ASSERT_TRUE(again);
     EXPECT_EQ(again->outcome, WriteOutcome::Appended);
   }

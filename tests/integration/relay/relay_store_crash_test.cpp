@@ -113,11 +113,11 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
     auto w = RelayWriter::create(kName, config(c));
     ASSERT_TRUE(w) << w.error().what();
     for (std::uint64_t key : kKeys) {
-      ASSERT_TRUE(w->write(key, c.initial(key)));
+      ASSERT_TRUE(w->write(key, c.initial(key), shm::forever));
     }
     if (append) {  // k more keys: the new one takes the first, a middle or the last free entry
       for (std::size_t i = 0; i < k; ++i) {
-        ASSERT_TRUE(w->write(100 + i, u64_value(1)));
+        ASSERT_TRUE(w->write(100 + i, u64_value(1), shm::forever));
       }
     }
   };

@@ -1360,7 +1360,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
     auto w = RelayWriter::create(name, cfg, {.root = root_.path()});
     EXPECT_TRUE(w) << w.error().what();
     for (std::uint64_t i = 0; w && i < 40; ++i) {
-      auto r = w->write(u64_value(i));
+      auto r = w->write(u64_value(i), shm::forever);
       EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << i;
     }
     return w ? std::optional<RelayWriter>(std::move(*w)) : std::nullopt;

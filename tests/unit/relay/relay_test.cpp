@@ -212,11 +212,11 @@ TEST_F(RelayTest, LwwConvergesWhateverTheArrivalOrder) {
   auto r = RelayReader::open("lww");
   ASSERT_TRUE(r);
   const auto a = lww_value(10, 1), b = lww_value(10, 2), old = lww_value(9, 7);
-  ASSERT_TRUE(w->write(5, b));
-  auto ra = w->write(5, a);
+  ASSERT_TRUE(w->write(5, b, shm::forever));
+  auto ra = w->write(5, a, shm::forever);
   ASSERT_TRUE(ra);
   EXPECT_EQ(ra->outcome, WriteOutcome::Unchanged);  // (10, 1) loses to (10, 2)
-  auto ro = w->write(5, old);
+  auto ro = w->write(5, old, shm::forever);
   ASSERT_TRUE(ro);
   EXPECT_EQ(ro->outcome, WriteOutcome::Unchanged);
   std::vector<std::byte> seen;
@@ -413,8 +413,8 @@ TEST_F(RelayTest, CustomMergesAreRegisteredAndTheirLawsChecked) {
   auto r = RelayReader::open("custom");
   ASSERT_TRUE(r);
   const std::vector<std::byte> s1{std::byte{1}, std::byte{2}}, s2{std::byte{9}};
-  ASSERT_TRUE(w->write(4, s1));
-  auto again = w->write(4, s2);
+  ASSERT_TRUE(w->write(4, s1, shm::forever));
+  auto again = w->write(4, s2, shm::forever);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->outcome, WriteOutcome::Unchanged);
   expect_error(RelayWriter::create("unknown", cfg(4242)), Errc::UnknownPolicy,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "shm/error.hpp"
+#include "shm/platform/clock.hpp"  // shm::forever
 #include "shm/platform/fork_generation.hpp"
 #include "shm/relay/layout.hpp"
 #include "shm/relay/policy.hpp"
@@ -225,8 +226,6 @@ enum class SealMode : std::uint8_t {
 
 class RelayWriter : public relay::detail::Handle {
  public:
-  static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
-
   RelayWriter() noexcept;
   RelayWriter(RelayWriter&&) noexcept;
   // Stops this handle's sealer (a seal under way finishes) before the old
@@ -241,12 +240,21 @@ class RelayWriter : public relay::detail::Handle {
                                                 const OpenOptions& options = {});
 
   // Keyed policies merge into the key's open entry; raw_fifo appends (the key
-  // is carried along). Block parks up to `timeout` while the relay is full.
+  // is carried along). Block parks up to `timeout` while the relay is full
+  // (shm::forever: until there is room), then answers TimedOut.
   [[nodiscard]] Result<WriteResult> write(std::uint64_t key, std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout = kForever);
+                                          std::chrono::nanoseconds timeout);
   [[nodiscard]] Result<WriteResult> write(std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout = kForever) {
+                                          std::chrono::nanoseconds timeout) {
     return write(0, value, timeout);
+  }
+  // Never parks: a full relay under Block answers TimedOut at once (every
+  // other overflow action answers as write() does).
+  [[nodiscard]] Result<WriteResult> try_write(std::uint64_t key, std::span<const std::byte> value) {
+    return write(key, value, std::chrono::nanoseconds::zero());
+  }
+  [[nodiscard]] Result<WriteResult> try_write(std::span<const std::byte> value) {
+    return write(0, value, std::chrono::nanoseconds::zero());
   }
 
   // Background: when a write finds the relay full (overflow Spill), this
