@@ -25,6 +25,12 @@ Problem take_string(const json& v, std::string& out) {
   return std::nullopt;
 }
 
+Problem take_bool(const json& v, bool& out) {
+  if (!v.is_boolean()) return "true or false";
+  out = v.get<bool>();
+  return std::nullopt;
+}
+
 template <class T>
 Problem take_uint(const json& v, std::uint64_t lo, std::uint64_t hi, T& out) {
   const std::string range = fmt::format("an integer in [{}, {}]", lo, hi);
@@ -48,8 +54,12 @@ Problem take_servers(const json& v, std::vector<std::string>& out) {
   } else {
     return kWhat;
   }
-  for (const auto& s : servers)
+  for (const auto& s : servers) {
     if (s.empty()) return kWhat;
+    if (auto why = server_url_problem(s))
+      return fmt::format("a nats:// or tls:// URL with a host and a port ({}: {})", redact_url(s),
+                         *why);
+  }
   out = std::move(servers);
   return std::nullopt;
 }
@@ -73,8 +83,13 @@ const std::map<std::string, CommonSetter>& common_keys() {
       {"subject", [](CommonOptions& c, const json& v) { return take_string(v, c.subject); }},
       {"state", [](CommonOptions& c, const json& v) { return take_string(v, c.state); }},
       {"create-ring",
-       [](CommonOptions& c, const json& v) {
-         return take_uint(v, 64, std::uint64_t{1} << 40, c.create_ring);
+       [](CommonOptions& c, const json& v) -> Problem {
+         constexpr const char* kWhat = "a power of two in [64, 1099511627776]";
+         std::uint64_t bytes = 0;
+         if (take_uint(v, 64, std::uint64_t{1} << 40, bytes) || (bytes & (bytes - 1)) != 0)
+           return kWhat;
+         c.create_ring = bytes;
+         return std::nullopt;
        }},
       {"create-channel",
        [](CommonOptions& c, const json& v) {
@@ -84,6 +99,7 @@ const std::map<std::string, CommonSetter>& common_keys() {
        [](CommonOptions& c, const json& v) { return take_string(v, c.create_stream); }},
       {"stream-replicas",
        [](CommonOptions& c, const json& v) { return take_uint(v, 1, 5, c.stream_replicas); }},
+      {"add-subject", [](CommonOptions& c, const json& v) { return take_bool(v, c.add_subject); }},
   };
   return keys;
 }

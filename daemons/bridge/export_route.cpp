@@ -212,7 +212,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                  "--create-stream NAME)",
                                  o.common.subject));
     if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject,
-                                         o.common.stream_replicas);
+                                         o.common.stream_replicas, o.common.add_subject);
         !ok)
       return std::unexpected(ok.error());
     *stream = o.common.create_stream;

@@ -274,8 +274,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                      fmt::format("no JetStream stream captures subject {} (create one, or pass "
                                  "--create-stream NAME)",
                                  o.common.subject));
-    if (auto ok =
-            link->create_stream(o.common.create_stream, o.common.subject, o.common.stream_replicas);
+    if (auto ok = link->create_stream(o.common.create_stream, o.common.subject,
+                                      o.common.stream_replicas, o.common.add_subject);
         !ok)
       return std::unexpected(ok.error());
     *stream = o.common.create_stream;

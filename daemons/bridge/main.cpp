@@ -40,8 +40,15 @@ void log_line(std::string_view level, std::string_view event, const std::string&
 
 void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& listen) {
   app.add_option("--server", c.connection.servers,
-                 "NATS server URL (repeatable: tried in order, then reconnected to)")
-      ->required();
+                 "NATS server URL, nats://HOST:PORT or tls://HOST:PORT (repeatable: tried in "
+                 "order, then reconnected to)")
+      ->required()
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            auto why = shm::bridge::server_url_problem(v);
+            return why ? shm::bridge::redact_url(v) + ": " + *why : std::string();
+          },
+          "URL"));
   app.add_option("--user", c.connection.user, "user name");
   app.add_option("--password", c.connection.password, "password (never logged)");
   app.add_option("--token", c.connection.token, "authentication token (never logged)");
@@ -55,7 +62,19 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& liste
       app.add_option(
              "--create-ring", c.create_ring,
              "create the local ring with this many bytes (a power of two) when it is missing")
-          ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40));
+          ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 40))
+          ->check(CLI::Validator(
+              [](const std::string& v) {
+                std::uint64_t n = 0;
+                try {
+                  n = std::stoull(v);
+                } catch (const std::exception&) {
+                  return std::string("not a number");
+                }
+                return n != 0 && (n & (n - 1)) == 0 ? std::string()
+                                                    : std::string("not a power of two");
+              },
+              "a power of two"));
   app.add_option("--create-channel", c.create_channel,
                  "create the local channel for payloads of up to this many bytes when it is "
                  "missing (4 pages holding 256 of them)")
@@ -63,6 +82,9 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& liste
       ->excludes(ring);
   app.add_option("--create-stream", c.create_stream,
                  "create this stream (file storage) when no stream captures the subject");
+  app.add_flag("--add-subject", c.add_subject,
+               "when the --create-stream stream exists without capturing the subject, add the "
+               "subject to it (else exit 5)");
   app.add_option("--stream-replicas", c.stream_replicas,
                  "replicas of the stream --create-stream creates (a JetStream cluster; default 1)")
       ->check(CLI::Range(1u, 5u));

@@ -28,6 +28,28 @@ std::string describe_servers(const std::vector<std::string>& servers) {
   return out;
 }
 
+std::optional<std::string> server_url_problem(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos) return "expected nats://HOST:PORT or tls://HOST:PORT";
+  const std::string name = url.substr(0, scheme);
+  if (name != "nats" && name != "tls")
+    return fmt::format("the scheme is {}://; expected nats:// or tls://", name);
+  std::string rest = url.substr(scheme + 3);
+  if (const auto at = rest.rfind('@'); at != std::string::npos) rest = rest.substr(at + 1);
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const auto colon = rest.rfind(':');
+  const std::string host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  if (host.empty() || host.find_first_of("/?#@ ") != std::string::npos)
+    return "expected a host after the scheme (nats://HOST:PORT)";
+  if (colon == std::string::npos) return "expected a port after the host (nats://HOST:PORT)";
+  const std::string port = rest.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) == 0 ||
+      std::stoul(port) > 65535)
+    return fmt::format("the port \"{}\" is not a number in 1-65535", port);
+  return std::nullopt;
+}
+
 std::string nats_error(natsStatus s) {
   const char* last = nats_GetLastError(nullptr);
   std::string text = natsStatus_GetText(s);
@@ -241,8 +263,66 @@ Outcome<std::optional<std::string>> NatsLink::stream_for(const std::string& subj
   }
 }
 
+namespace {
+
+// The subjects of a stream's configuration, comma separated.
+std::string subjects_of(const jsStreamConfig& c) {
+  std::string out;
+  for (int i = 0; i < c.SubjectsLen; ++i) {
+    if (!out.empty()) out += ",";
+    out += c.Subjects[i] != nullptr ? c.Subjects[i] : "";
+  }
+  return out;
+}
+
+}  // namespace
+
+Outcome<void> NatsLink::add_subject_to(const std::string& name, const std::string& subject,
+                                       bool add) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&si, js_, name.c_str(), nullptr, &code);
+  if (s != NATS_OK || si == nullptr || si->Config == nullptr) {
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    return failure(kExitNoStream,
+                   fmt::format("stream {}: reading its configuration: {} (JetStream error {})",
+                               name, nats_error(s), static_cast<int>(code)));
+  }
+  const std::string subjects = subjects_of(*si->Config);
+  if (!add) {
+    jsStreamInfo_Destroy(si);
+    return failure(kExitNoStream,
+                   fmt::format("stream {} exists but does not capture subject {} (its subjects: "
+                               "{}): pass --add-subject (\"add-subject\": true in a config file) "
+                               "to add it, or name a stream that captures it",
+                               name, subject, subjects.empty() ? "none" : subjects));
+  }
+  std::vector<const char*> list;
+  for (int i = 0; i < si->Config->SubjectsLen; ++i) list.push_back(si->Config->Subjects[i]);
+  list.push_back(subject.c_str());
+  jsStreamConfig cfg = *si->Config;  // shallow: `si` owns the strings until destroyed below
+  cfg.Subjects = list.data();
+  cfg.SubjectsLen = static_cast<int>(list.size());
+  jsStreamInfo* updated = nullptr;
+  code = static_cast<jsErrCode>(0);
+  s = js_UpdateStream(&updated, js_, &cfg, nullptr, &code);
+  if (updated != nullptr) jsStreamInfo_Destroy(updated);
+  jsStreamInfo_Destroy(si);
+  if (s != NATS_OK)
+    return failure(kExitNoStream,
+                   fmt::format("stream {}: adding subject {} to its subjects ({}): {} (JetStream "
+                               "error {})",
+                               name, subject, subjects, nats_error(s), static_cast<int>(code)));
+  return {};
+}
+
 Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject,
-                                      std::uint32_t replicas) {
+                                      std::uint32_t replicas, bool add_subject) {
+  // The routes of one process create (and add subjects to) their streams one
+  // at a time: a stream's subjects are updated by reading them, then writing
+  // them all back, so two additions at once could lose one.
+  static std::mutex one_at_a_time;
+  const std::lock_guard lock(one_at_a_time);
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   cfg.Replicas = static_cast<int64_t>(replicas);
@@ -263,7 +343,20 @@ Outcome<void> NatsLink::create_stream(const std::string& name, const std::string
     jsStreamInfo* info = nullptr;
     s = js_AddStream(&info, js_, &cfg, nullptr, &code);
     if (info != nullptr) jsStreamInfo_Destroy(info);
-    if (s == NATS_OK || code == JSStreamNameExistErr) return {};
+    if (s == NATS_OK) return {};
+    // The stream exists: it must capture the subject (another route or
+    // bridge may have just made or extended it), or be given it.
+    if (code == JSStreamNameExistErr) {
+      auto existing = stream_for(subject);
+      if (!existing) return std::unexpected(existing.error());
+      if (*existing == name) return {};
+      if (existing->has_value())
+        return failure(
+            kExitNoStream,
+            fmt::format("creating stream {}: subject {} is already captured by stream {}", name,
+                        subject, **existing));
+      return add_subject_to(name, subject, add_subject);
+    }
     // Two routes of one bridge (or two bridges) creating the same stream at
     // once: the server may refuse the later create as overlapping the stream
     // the earlier one is registering. The stream that now captures the

@@ -70,9 +70,11 @@ class NatsLink {
   // kExitNoStream when the server has no JetStream.
   [[nodiscard]] Outcome<std::optional<std::string>> stream_for(const std::string& subject);
   // Creates stream `name` (file storage, `replicas` copies in a JetStream
-  // cluster) capturing `subject`; an existing stream of that name is kept.
+  // cluster) capturing `subject`. An existing stream of that name is kept
+  // when it captures `subject`; when it does not, `add_subject` adds the
+  // subject to it, else kExitNoStream names the stream and its subjects.
   [[nodiscard]] Outcome<void> create_stream(const std::string& name, const std::string& subject,
-                                            std::uint32_t replicas = 1);
+                                            std::uint32_t replicas = 1, bool add_subject = false);
 
  private:
   natsOptions* opts_ = nullptr;
@@ -80,7 +82,15 @@ class NatsLink {
   jsCtx* js_ = nullptr;
   std::atomic<std::uint64_t> reconnects_{0};
   static void on_reconnected(natsConnection* nc, void* closure);
+  // create_stream's part for a stream that exists without the subject.
+  [[nodiscard]] Outcome<void> add_subject_to(const std::string& name, const std::string& subject,
+                                             bool add);
 };
+
+// What is wrong with a --server URL (nullopt: nothing): the scheme must be
+// nats:// or tls://, then a host and a port in 1-65535 (user information
+// before an `@` is allowed, never shown).
+[[nodiscard]] std::optional<std::string> server_url_problem(const std::string& url);
 
 // "NATS_TIMEOUT: <last error text>" for messages.
 [[nodiscard]] std::string nats_error(natsStatus s);

@@ -37,6 +37,9 @@ struct CommonOptions {
   std::string state;                  // the bridge_state segment (empty: derived)
   std::string create_stream;          // create this stream for the subject when none captures it
   std::uint32_t stream_replicas = 1;  // of the stream created (a JetStream cluster: up to 5)
+  // create_stream names a stream that exists without capturing the subject:
+  // add the subject to it (else exit 5).
+  bool add_subject = false;
   std::uint64_t create_ring = 0;  // bytes: create the local ring when missing (0: it must exist)
   // The largest payload: create the local channel when missing (0: it must
   // exist). Excludes create_ring.

@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -517,7 +518,8 @@ struct Stored {
 
 // Publishes ring_record `seq` (kMin..kMax bytes) on kSubject with message id
 // `id`, as the export bridge would, and waits for JetStream's answer.
-Stored publish_record(shm::bridge::NatsLink& link, std::uint64_t seq, const std::string& id) {
+Stored publish_record(shm::bridge::NatsLink& link, std::uint64_t seq, const std::string& id,
+                      const char* subject = kSubject) {
   std::vector<std::byte> rec(shm::test::ring_record::size_for(seq, 16, 256));
   shm::test::ring_record::fill(seq, rec);
   jsPubOptions po;
@@ -526,7 +528,7 @@ Stored publish_record(shm::bridge::NatsLink& link, std::uint64_t seq, const std:
   jsPubAck* pa = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   Stored out;
-  out.ok = js_Publish(&pa, link.js(), kSubject, rec.data(), static_cast<int>(rec.size()), &po,
+  out.ok = js_Publish(&pa, link.js(), subject, rec.data(), static_cast<int>(rec.size()), &po,
                       &code) == NATS_OK;
   out.error_code = static_cast<int>(code);
   if (pa != nullptr) {
@@ -1072,6 +1074,105 @@ TEST_F(BridgeTest, ConfigFileRunsAnExportAndAnImportRouteInOneProcess) {
   EXPECT_THAT(bridge->output(), HasSubstr("event=stopped route=import"));
 }
 
+// The subjects of stream `name`, comma separated ("" when it cannot be read).
+std::string stream_subjects(shm::bridge::NatsLink& link, const std::string& name) {
+  jsStreamInfo* info = nullptr;
+  std::string out;
+  if (js_GetStreamInfo(&info, link.js(), name.c_str(), nullptr, nullptr) == NATS_OK &&
+      info != nullptr && info->Config != nullptr) {
+    for (int i = 0; i < info->Config->SubjectsLen; ++i)
+      out += (out.empty() ? "" : ",") + std::string(info->Config->Subjects[i]);
+  }
+  if (info != nullptr) jsStreamInfo_Destroy(info);
+  return out;
+}
+
+// The config file example of docs/bridge.md, read from the docs and run with
+// the server, the listen address and the roots replaced by the test's: an
+// export route on orders.a and an import route on fills.a, both with the
+// stream ORDERS in `defaults`. The second route to start finds ORDERS
+// without its subject and adds it ("add-subject"); before, it took the
+// stream as it was, and its route retried for ever (export) or failed
+// (import) (issue 36, defect 4). Records go out on orders.a and come in from
+// fills.a.
+TEST_F(BridgeTest, TheDocsConfigExampleRunsBothRoutesOnOneStream) {
+  std::ifstream in(std::string(SHM_SOURCE_DIR) + "/docs/bridge.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const auto section = doc.find("## A config file of routes");
+  ASSERT_NE(section, std::string::npos);
+  const auto open = doc.find("```json\n", section);
+  ASSERT_NE(open, std::string::npos);
+  const auto close = doc.find("```", open + 8);
+  ASSERT_NE(close, std::string::npos);
+  nlohmann::json config =
+      nlohmann::json::parse(doc.substr(open + 8, close - open - 8), nullptr, false);
+  ASSERT_FALSE(config.is_discarded()) << doc.substr(open, close - open);
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  config["listen"] = "127.0.0.1:0";
+  config["defaults"]["server"] = {server_->url()};
+  for (auto& route : config["routes"]) {
+    if (route.contains("export"))
+      route["export"]["root"] = a_.path();
+    else
+      route["import"]["root"] = b_.path();
+  }
+  make_ring(a_, "orders");
+  make_ring(b_, "fills");
+  const TempFile file(config.dump(2));
+  auto bridge = run_merged(bridge_bin(), {"run", "--config", file.path()});
+  ASSERT_TRUE(bridge->wait_for_text("READY export\n", 30s)) << bridge->output();
+  ASSERT_TRUE(bridge->wait_for_text("READY import\n", 30s)) << bridge->output();
+  auto link = test_link(server_->url());
+  ASSERT_TRUE(link);
+  const std::string subjects = stream_subjects(*link, "ORDERS");
+  EXPECT_THAT(subjects, HasSubstr("orders.a")) << subjects;
+  EXPECT_THAT(subjects, HasSubstr("fills.a")) << subjects;
+  // Out: host A's records reach the stream on orders.a.
+  auto producer = ring_peer(a_, {"produce", "orders", "100", "--min", kMin, "--max", kMax});
+  ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (stream_messages(*link, "ORDERS") < 100 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(stream_messages(*link, "ORDERS"), 100u) << bridge->output();
+  // In: what is published on fills.a reaches host B's ring "fills".
+  auto consumer = ring_peer(b_, {"consume", "fills", "10", "--start", "0", "--min", kMin, "--max",
+                                 kMax, "--patience", "30"});
+  for (std::uint64_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(publish_record(*link, i, fmt::format("77-{}", i), "fills.a").ok);
+  ASSERT_EQ(consumer->wait(60s), 0) << consumer->output() << bridge->output();
+  EXPECT_THAT(consumer->output(), HasSubstr("OK 10 9\n"));
+  bridge->kill(SIGTERM);
+  EXPECT_EQ(bridge->wait(30s), 0) << bridge->output();
+}
+
+// --create-stream naming a stream that exists without capturing the route's
+// subject: exit 5 naming the stream and its subjects; with --add-subject the
+// subject is added and the route runs.
+TEST_F(BridgeTest, CreateStreamOfAStreamWithoutTheSubjectExitsFiveUnlessAddSubject) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  auto link = test_link(server_->url());
+  ASSERT_TRUE(link);
+  ASSERT_TRUE(create_stream(*link, "ORDERS", 2min));  // captures orders.a only
+  make_ring(b_, "fills");
+  const std::vector<std::string> args{
+      "import",    "--server", server_->url(),    "--root", b_.path(), "--subject", "fills.a",
+      "--durable", "host-b",   "--create-stream", "ORDERS", "--dest",  "fills"};
+  auto refused = run_merged(bridge_bin(), args);
+  EXPECT_EQ(refused->wait(30s), 5) << refused->output();
+  EXPECT_THAT(refused->output(),
+              HasSubstr("stream ORDERS exists but does not capture subject fills.a (its "
+                        "subjects: orders.a)"));
+  EXPECT_THAT(refused->output(), HasSubstr("--add-subject"));
+  EXPECT_EQ(stream_subjects(*link, "ORDERS"), "orders.a");
+  importer_ = run_merged(bridge_bin(), with_args(args, {"--add-subject"}));
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  EXPECT_EQ(stream_subjects(*link, "ORDERS"), "orders.a,fills.a");
+}
+
 // Every mistake in a config file is exit 2 before anything connects, naming
 // the file, the route and the key; a password in a server URL never shows.
 TEST_F(BridgeTest, ConfigFileMistakesExitTwoNamingTheRouteAndTheKey) {
@@ -1273,6 +1374,36 @@ TEST_F(BridgeTest, UnreachableServerExitsThreeNamingTheServer) {
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cannot reach a NATS server at nats://***@127.0.0.1:"));
   EXPECT_THAT(r.output, Not(HasSubstr("pw-not-shown")));
+}
+
+// A server URL that is not nats:// or tls:// with a host and a port, or a
+// ring size that is not a power of two, is a bad command line: exit 2 before
+// anything is created or connected (issue 36, defect 6: they were exit 3,
+// "unreachable", or exit 1 after the state segment was made).
+TEST_F(BridgeTest, MalformedServerUrlOrRingSizeExitsTwoBeforeCreatingAnything) {
+  const std::vector<std::pair<std::string, std::string>> urls{
+      {"nats//127.0.0.1:4222", "expected nats://HOST:PORT"},
+      {"http://127.0.0.1:4222", "the scheme is http://"},
+      {"nats://127.0.0.1:99999", "not a number in 1-65535"},
+      {"nats://:4222", "expected a host"},
+      {"nats://carol:pw-not-shown@127.0.0.1", "expected a port"}};
+  for (const auto& [url, why] : urls) {
+    const BridgeRun r = run_bridge(with_args(export_args(url, a_), {"--create-ring", "4096"}));
+    EXPECT_EQ(r.code, 2) << url << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(why)) << url;
+    EXPECT_THAT(r.output, Not(HasSubstr("pw-not-shown")));
+  }
+  const BridgeRun ring =
+      run_bridge(with_args(export_args("nats://127.0.0.1:1", a_), {"--create-ring", "1000"}));
+  EXPECT_EQ(ring.code, 2) << ring.output;
+  EXPECT_THAT(ring.output, HasSubstr("power of two"));
+  const TempFile file(R"({"routes": [{"export": {"server": "http://127.0.0.1:1", "subject": "s",
+      "source": "r", "egress": "e"}}]})");
+  const BridgeRun config = run_bridge({"run", "--config", file.path()});
+  EXPECT_EQ(config.code, 2) << config.output;
+  EXPECT_THAT(config.output, HasSubstr("routes[0] (export): \"server\""));
+  EXPECT_THAT(config.output, HasSubstr("the scheme is http://"));
+  EXPECT_TRUE(std::filesystem::is_empty(a_.path())) << "a refused start created segments";
 }
 
 TEST_F(BridgeTest, WrongCredentialsExitFourWithoutPrintingThem) {
