@@ -18,6 +18,8 @@
 namespace shm::shmctl {
 namespace {
 
+constexpr const char* kWatchHeaders[] = {"NAME", "KIND", "GAUGES", "RATES/s", "ATTACHERS", "STATE"};
+
 struct Sample {
   std::string name;
   std::string kind = "-";
@@ -148,6 +150,48 @@ std::vector<std::string> sample_cells(const Sample& s, const Sample* before) {
           s.error ? "error: " + printable(s.error->what()) : std::string("ok")};
 }
 
+// `text` cut to `width` characters, ending in "..." when cut.
+std::string fit_text(const std::string& text, std::size_t width) {
+  if (text.size() <= width) return text;
+  return width <= 3 ? text.substr(0, width) : text.substr(0, width - 3) + "...";
+}
+
+// A cell of space-separated "key=value" items cut after the last whole item
+// that fits in `width` with " ..." after it.
+std::string fit_items(const std::string& cell, std::size_t width) {
+  if (cell.size() <= width) return cell;
+  constexpr std::string_view kMore = " ...";
+  std::size_t keep = 0;
+  for (std::size_t at = cell.find(' '); at != std::string::npos; at = cell.find(' ', at + 1)) {
+    if (at + kMore.size() > width) break;
+    keep = at;
+  }
+  if (keep == 0) return fit_text(cell, width);
+  return cell.substr(0, keep) + std::string(kMore);
+}
+
+// The rows cut so that each rendered line fits `columns`: the name and state
+// get at most 24 characters, the gauges and the rates share what is left.
+void fit_rows(std::vector<std::vector<std::string>>& rows, std::size_t columns) {
+  constexpr std::size_t kName = 0, kKind = 1, kGauges = 2, kRates = 3, kAttachers = 4, kState = 5;
+  constexpr std::size_t kSeparator = 2, kNarrow = 24, kLeastShare = 12;
+  std::size_t fixed = 0;
+  for (const std::size_t col : {kName, kKind, kAttachers, kState}) {
+    std::size_t w = std::string_view(kWatchHeaders[col]).size();
+    for (auto& row : rows) {
+      if (col == kName || col == kState) row[col] = fit_text(row[col], kNarrow);
+      w = std::max(w, row[col].size());
+    }
+    fixed += w + kSeparator;
+  }
+  const std::size_t left = columns > fixed + kSeparator ? columns - fixed - kSeparator : 0;
+  const std::size_t share = std::max(left / 2, kLeastShare);
+  for (auto& row : rows) {
+    row[kGauges] = fit_items(row[kGauges], share);
+    row[kRates] = fit_items(row[kRates], share);
+  }
+}
+
 }  // namespace
 
 Exit run_watch(const Context& ctx, const WatchOptions& options) {
@@ -171,7 +215,7 @@ Exit run_watch(const Context& ctx, const WatchOptions& options) {
 
     std::map<std::string, Sample> current;
     Json list = Json::array();
-    Table table({"NAME", "KIND", "GAUGES", "RATES/s", "ATTACHERS", "STATE"});
+    std::vector<std::vector<std::string>> rows;
     for (const std::string& name : names) {
       Sample s = take_sample(ctx, name);
       const auto before = previous.find(name);
@@ -179,10 +223,13 @@ Exit run_watch(const Context& ctx, const WatchOptions& options) {
       if (ctx.json)
         list.push_back(sample_json(s, prior));
       else
-        table.add(sample_cells(s, prior));
+        rows.push_back(sample_cells(s, prior));
       current.emplace(name, std::move(s));
     }
     previous = std::move(current);
+    if (!options.wide) fit_rows(rows, kWatchColumns);
+    Table table(std::vector<std::string>(std::begin(kWatchHeaders), std::end(kWatchHeaders)));
+    for (auto& row : rows) table.add(std::move(row));
 
     if (ctx.json) {
       Json doc = Json::object();

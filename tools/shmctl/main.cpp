@@ -134,9 +134,14 @@ int main(int argc, char** argv) {
   watch->add_option("--count", watch_options.count, "Stop after N refreshes (0: until Ctrl-C)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  watch->add_flag("--wide", watch_options.wide,
+                  "Every gauge and rate in full (default: rows fit 120 columns)");
   watch->footer(
+      "Rows fit 120 columns: a cell too long ends in '...' (--wide shows all;\n"
+      "--json has everything).\n"
       "With --json, one JSON document per refresh (JSON Lines).\n\nExamples:\n"
-      "  shmctl watch\n  shmctl watch orders --interval 200 --count 10 --json");
+      "  shmctl watch\n  shmctl watch orders --interval 200 --count 10 --json\n"
+      "  shmctl watch orders --wide");
   runners.emplace_back(watch, [&](const Context& c) {
     if (watch_name_opt->count() > 0) watch_options.name = watch_name;
     return run_watch(c, watch_options);

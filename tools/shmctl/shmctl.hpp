@@ -47,7 +47,9 @@ struct WatchOptions {
   std::optional<std::string> name;  // empty: every segment in the root
   std::uint32_t interval_ms = 1000;
   std::uint64_t count = 0;  // refreshes; 0 = until interrupted
+  bool wide = false;        // false: every row fits kWatchColumns
 };
+inline constexpr std::size_t kWatchColumns = 120;
 
 struct RmOptions {
   std::string name;

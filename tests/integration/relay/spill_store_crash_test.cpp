@@ -261,7 +261,9 @@ TEST_P(SpillStoreCrashTest, KilledAtEveryStoreTheNextReaderGetsTheStateBeforeOrA
     EXPECT_GT(back, 0u) << c.name << ": no kill left the state before";
     EXPECT_GT(forward + sealed, 0u) << c.name << ": no kill was rolled forward";
   }
-  if (c.seals) EXPECT_GT(sealed, 0u) << c.name << ": no kill between the seal and the append";
+  if (c.seals) {
+    EXPECT_GT(sealed, 0u) << c.name << ": no kill between the seal and the append";
+  }
   std::printf("%s: %llu stores, %llu like before, %llu sealed only, %llu like after\n", c.name,
               static_cast<unsigned long long>(run.stores), static_cast<unsigned long long>(back),
               static_cast<unsigned long long>(sealed), static_cast<unsigned long long>(forward));

@@ -1749,7 +1749,8 @@ TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
     }
   });
   const CliResult js = run({"watch", "counts", "--interval", "200", "--count", "3", "--json"});
-  const CliResult text = run({"watch", "counts", "--interval", "50", "--count", "2"});
+  const CliResult text = run({"watch", "counts", "--interval", "50", "--count", "2", "--wide"});
+  const CliResult narrow = run({"watch", "counts", "--interval", "50", "--count", "1"});
   stop = true;
   traffic.join();
 
@@ -1779,6 +1780,15 @@ TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
   EXPECT_TRUE(text.says("refresh 2/2")) << text;
   EXPECT_TRUE(text.says("head.depth=")) << text;
   EXPECT_TRUE(text.says("counters.writes=")) << text;
+  EXPECT_TRUE(text.says("backpressure.low_water=")) << text;
+  // Without --wide a relay's dozens of gauges and counters still fit 120
+  // columns: a cell is cut after a whole item and marked "...".
+  ASSERT_EQ(narrow.code, 0) << narrow;
+  std::istringstream rows(narrow.out);
+  for (std::string row; std::getline(rows, row);)
+    EXPECT_LE(row.size(), 120u) << "a row wider than 120 columns:\n" << row;
+  EXPECT_TRUE(narrow.says(" ...")) << narrow;
+  EXPECT_TRUE(narrow.says("counts")) << narrow;
 }
 
 // An egress with a producer and a transport moving records: watch shows the
@@ -1807,7 +1817,7 @@ TEST_F(ShmctlTest, WatchShowsAnEgressWindowAndOperationRates) {
     }
   });
   const CliResult js = run({"watch", "uplink", "--interval", "200", "--count", "3", "--json"});
-  const CliResult text = run({"watch", "uplink", "--interval", "50", "--count", "2"});
+  const CliResult text = run({"watch", "uplink", "--interval", "50", "--count", "2", "--wide"});
   stop = true;
   traffic.join();
 
