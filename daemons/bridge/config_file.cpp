@@ -132,6 +132,12 @@ const std::map<std::string, ImportSetter>& import_keys() {
       {"dest", [](ImportOptions& o, const json& v) { return take_string(v, o.dest); }},
       {"durable", [](ImportOptions& o, const json& v) { return take_string(v, o.durable); }},
       {"batch", [](ImportOptions& o, const json& v) { return take_uint(v, 1, 4096, o.batch); }},
+      {"on-gap",
+       [](ImportOptions& o, const json& v) -> Problem {
+         if (!v.is_string() || (v != "stop" && v != "continue")) return "\"stop\" or \"continue\"";
+         o.stop_on_gap = v == "stop";
+         return std::nullopt;
+       }},
       {"ack-wait",
        [](ImportOptions& o, const json& v) { return take_uint(v, 100, 3600000, o.ack_wait_ms); }},
   };

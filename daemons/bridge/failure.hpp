@@ -17,6 +17,7 @@ enum ExitCode : int {
   kExitNoStream = 5,     // no JetStream stream captures the subject (or no JetStream)
   kExitSegment = 6,      // a local segment is missing or of the wrong kind or size
   kExitBusy = 7,         // another bridge holds the route (a role is taken, or it was fenced)
+  kExitGap = 8,          // the import found messages gone from the stream (--on-gap stop)
 };
 
 struct Failure {

@@ -315,6 +315,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   bool need_reset = false;
   std::uint64_t fetch_errors = 0;
   std::uint64_t resubscribe_failures = 0;
+  bool gap_passed = false;  // the message in hand was checked for a gap already
+  std::optional<std::chrono::steady_clock::time_point> gap_at;  // the last gap found
   while (!stop.load(std::memory_order_relaxed)) {
     live.connected.store(link->connected(), std::memory_order_relaxed);
     {
@@ -323,6 +325,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         c = RouteCondition::Disconnected;
       else if (need_reset || fetch_errors != 0)
         c = RouteCondition::Retrying;
+      else if (gap_at && std::chrono::steady_clock::now() - *gap_at < 10s)
+        c = RouteCondition::Gap;
       else if (list.Count != 0 ||
                wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
         c = RouteCondition::Moving;
@@ -421,12 +425,44 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         ++next;
         continue;
       }
+      // A gap: the export's message ids run on without a hole within an
+      // incarnation (from 0 in a new one), so a jump means messages the
+      // stream dropped (max_msgs, max_bytes, max_age with discard old, a
+      // purge) before this import received them. Loud: logged with the
+      // missing range and counted; the route stops unless --on-gap continue.
+      if (id && applied_inc != 0 && !gap_passed) {
+        const bool same = id->incarnation == applied_inc;
+        const std::uint64_t from = same ? applied_src + 1 : 0;
+        if (id->sequence > from) {
+          const std::uint64_t count = id->sequence - from;
+          live.gaps.fetch_add(1, std::memory_order_relaxed);
+          live.missing.fetch_add(count, std::memory_order_relaxed);
+          gap_at = std::chrono::steady_clock::now();
+          const std::string what = fmt::format(
+              "stream {}: messages {}-{} through {}-{} ({}) are gone from the stream before the "
+              "import received them (a stream limit such as max_msgs, max_bytes or max_age, or a "
+              "purge); the next is stream sequence {}",
+              **stream, id->incarnation, from, id->incarnation, id->sequence - 1, count, sseq);
+          live.set_error(0, what);
+          log(o.stop_on_gap ? "error" : "warn", "gap",
+              fmt::format("route=import stream={} incarnation={} missing_first={} "
+                          "missing_last={} missing={} stream_sequence={} action={}",
+                          **stream, id->incarnation, from, id->sequence - 1, count, sseq,
+                          o.stop_on_gap ? "stop" : "continue"));
+          if (o.stop_on_gap)
+            return failure(kExitGap, what + " (--on-gap continue goes on past it)");
+        }
+      }
+      gap_passed = false;
       const int len = natsMsg_GetDataLength(m);
       auto slot = dest->reserve(static_cast<std::size_t>(len), 20ms);
       if (!slot)
         return failure(kExitRuntime, fmt::format("{} (a message of {} bytes, stream sequence {})",
                                                  slot.error().message, len, sseq));
-      if (!*slot) break;  // full: back-pressure
+      if (!*slot) {
+        gap_passed = true;  // this message's gap is counted: not again when it is retried
+        break;              // full: back-pressure
+      }
       if (len > 0) std::memcpy((*slot)->data(), natsMsg_GetData(m), static_cast<std::size_t>(len));
       // [bridge.I] the intent, its validity word last (release); see state.hpp.
       sd.intent_ring_tail.store(dest->published_position(), std::memory_order_relaxed);

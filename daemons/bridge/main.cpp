@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
       "unreachable,\n"
       "  4 credentials refused, 5 no stream for the subject, 6 local segment missing or of the "
       "wrong kind,\n"
-      "  7 another bridge holds the route. Details: docs/bridge.md.");
+      "  7 another bridge holds the route, 8 messages gone from the stream (import). Details: "
+      "docs/bridge.md.");
   CLI::App* exp =
       app.add_subcommand("export", "local ring, channel or relay -> egress -> JetStream");
   add_common(*exp, ex.common, listen);
@@ -154,6 +155,11 @@ int main(int argc, char** argv) {
                   "milliseconds before JetStream redelivers an unacknowledged message")
       ->check(CLI::Range(100u, 3600000u))
       ->capture_default_str();
+  imp->add_option_function<std::string>(
+         "--on-gap", [&im](const std::string& v) { im.stop_on_gap = v == "stop"; },
+         "messages gone from the stream before the import received them: stop (exit 8, the "
+         "default) or continue")
+      ->check(CLI::IsMember({"stop", "continue"}));
   CLI::App* run = app.add_subcommand(
       "run", "every route of a JSON config file, one thread each (a failing route stops them all)");
   std::string config_path;

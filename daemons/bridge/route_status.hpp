@@ -26,6 +26,7 @@ enum class RouteCondition : std::uint8_t {
   Retrying,      // publishes (export) or fetches (import) are failing, for less than stall_after
   Stalled,       // failing for stall_after or longer
   Disconnected,  // the NATS connection is down
+  Gap,           // the import found messages gone from the stream (in the last 10 s)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(RouteCondition c) noexcept {
@@ -40,6 +41,8 @@ enum class RouteCondition : std::uint8_t {
       return "retrying";
     case RouteCondition::Stalled:
       return "stalled";
+    case RouteCondition::Gap:
+      return "gap";
     case RouteCondition::Disconnected:
       break;
   }
@@ -69,6 +72,9 @@ struct RouteStatus {
   // wall_ms() of the last message JetStream stored (export) or the last one
   // committed locally (import); 0: none in this process yet.
   std::atomic<std::int64_t> last_success_ms{0};
+  // Import: gaps found in this process, and the messages they miss.
+  std::atomic<std::uint64_t> gaps{0};
+  std::atomic<std::uint64_t> missing{0};
 
   // The texts, copied out whole.
   struct Detail {

@@ -63,6 +63,10 @@ struct ImportOptions {
   std::string durable;  // the durable consumer's name
   std::uint32_t batch = 256;
   std::uint32_t ack_wait_ms = 30000;
+  // A gap in an export's message ids (messages a stream limit or a purge
+  // removed before the import received them): stop the route (exit 8), or
+  // log it and go on.
+  bool stop_on_gap = true;
 };
 
 // The state segment's name: --state, or "<ring>-bridge-export" / "-import".

@@ -68,8 +68,11 @@ nlohmann::json route_json(const StatusSource& s) {
   j["bytes_moved"] = live.bytes_moved.load(std::memory_order_relaxed);
   if (s.route == Route::Export)
     j["egress_backlog"] = live.egress_backlog.load(std::memory_order_relaxed);
-  else
+  else {
     j["stream_pending"] = live.stream_pending.load(std::memory_order_relaxed);
+    j["gaps"] = live.gaps.load(std::memory_order_relaxed);
+    j["missing"] = live.missing.load(std::memory_order_relaxed);
+  }
   if (auto c = read_counters(s)) {
     j["counters"] = {{"moved", c->moved},           {"acknowledged", c->acknowledged},
                      {"retries", c->retries},       {"reconnects", c->reconnects},

@@ -907,6 +907,80 @@ TEST_F(BridgeWindowTest, ExportDownAndServerRestartedAfterTheWindowLoseAndDuplic
   expect_exactly_once(*producer, *consumer, n);
 }
 
+// A stream limit that drops messages before the import received them (here
+// max_msgs 200, discard old, while the import is stopped) used to lose them
+// without a word: the import resumed at the oldest message left. The
+// export's message ids run on without a hole, so the import sees the jump:
+// it logs the missing range, stops with exit 8 (the default), and with
+// --on-gap continue goes on past it, /status saying `gap` (issue 36,
+// defect 3).
+TEST_F(BridgeTest, AGapLeftByAStreamLimitStopsTheImportUnlessOnGapContinue) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  {
+    auto link = test_link(server_->url());
+    ASSERT_TRUE(link);
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = "ORDERS";
+    const char* subjects[] = {kSubject};
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    cfg.MaxMsgs = 200;
+    cfg.Discard = js_DiscardOld;
+    jsStreamInfo* info = nullptr;
+    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
+    jsStreamInfo_Destroy(info);
+  }
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  ASSERT_NO_FATAL_FAILURE(start_bridges());
+  {
+    auto consumer = consume_stream(100);
+    auto producer = produce_stream(100);
+    ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+    ASSERT_EQ(consumer->wait(60s), 0) << consumer->output() << drained(*importer_);
+  }
+  importer_->kill(SIGTERM);
+  ASSERT_EQ(importer_->wait(30s), 0) << importer_->output();
+  // 1000 more while the import is away: the stream keeps the last 200.
+  auto more =
+      ring_peer(a_, {"produce", "orders", "1000", "--start", "100", "--min", kMin, "--max", kMax});
+  ASSERT_EQ(more->wait(60s), 0) << more->output();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto s = shm::bridge::StateSegment::observe("orders-bridge-export", shm::bridge::Route::Export,
+                                                a_.path());
+    if (s && s->data().acknowledged.load() >= 1100) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto stopped = run_merged(bridge_bin(), import_args(server_->url(), b_));
+  EXPECT_EQ(stopped->wait(30s), 8) << stopped->output();
+  EXPECT_THAT(stopped->output(), HasSubstr("event=gap route=import stream=ORDERS"));
+  EXPECT_THAT(stopped->output(), HasSubstr("missing_first=100 missing_last=899 missing=800"));
+  EXPECT_THAT(stopped->output(), HasSubstr("--on-gap continue"));
+  // Going on past the gap: records 900..1099 arrive, /status says gap.
+  importer_ = start(with_args(import_args(server_->url(), b_),
+                              {"--on-gap", "continue", "--listen", "127.0.0.1:0"}),
+                    "");
+  ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
+  const std::uint16_t port = listening_port(*importer_);
+  ASSERT_NE(port, 0) << importer_->output();
+  auto rest = ring_peer(b_, {"consume", "orders", "200", "--start", "900", "--min", kMin, "--max",
+                             kMax, "--patience", "30"});
+  ASSERT_EQ(rest->wait(60s), 0) << rest->output() << drained(*importer_);
+  EXPECT_THAT(rest->output(), HasSubstr("OK 200 1099\n"));
+  EXPECT_THAT(drained(*importer_), HasSubstr("missing=800 stream_sequence="));
+  const nlohmann::json im = route_status(port);
+  ASSERT_FALSE(im.is_null() || im.is_discarded());
+  EXPECT_EQ(im["state"], "gap") << im.dump();
+  EXPECT_EQ(im["gaps"], 1) << im.dump();
+  EXPECT_EQ(im["missing"], 800) << im.dump();
+  EXPECT_THAT(im["last_error"]["text"].get<std::string>(), HasSubstr("are gone from the stream"))
+      << im.dump();
+}
+
 // A route whose publishes JetStream refuses shows it: /status says
 // `retrying`, then `stalled` once that lasts --stall-after, with JetStream's
 // error code and text and the stream's name, and the log's publish_failed
