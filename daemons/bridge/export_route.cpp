@@ -28,6 +28,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// JetStream's JSStreamStoreFailedF (the client's 3.4 headers do not name it):
+// with "maximum messages/bytes exceeded", a stream full under discard new.
+constexpr int kStreamStoreFailed = 10077;
+
 // The outcome of every asynchronous publish, as JetStream (or the client's
 // timeout) reports it, one callback per message on a thread of the client.
 // A window is acknowledged in the egress only when every one of its
@@ -341,6 +345,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t seen_reconnects = (*link)->reconnects();
   std::uint64_t failed_batches = 0;
   std::optional<std::chrono::steady_clock::time_point> failing_since;  // the run of failures
+  bool stream_full = false;  // the last failure: the stream refuses new messages (discard new)
   bool source_end_logged = false;
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
@@ -358,6 +363,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       RouteCondition c = RouteCondition::Idle;
       if (!connected)
         c = RouteCondition::Disconnected;
+      else if (failing_since && stream_full)
+        c = RouteCondition::StreamFull;
       else if (failing_since)
         c = now - *failing_since >= std::chrono::seconds(o.stall_after_s)
                 ? RouteCondition::Stalled
@@ -548,6 +555,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
           why = fmt::format("no acknowledgement within {} ms", o.publish_timeout_ms);
         }
         live.set_error(code, why);
+        // A limit with discard new: "maximum messages/bytes exceeded".
+        stream_full = code == kStreamStoreFailed && why.find("maximum") != std::string::npos;
         const std::uint64_t first = head.sequence;
         const std::uint64_t last = in_flight.back().sequence;
         // The stream's last message is not the one expected (a server that

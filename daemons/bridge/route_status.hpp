@@ -27,6 +27,7 @@ enum class RouteCondition : std::uint8_t {
   Stalled,       // failing for stall_after or longer
   Disconnected,  // the NATS connection is down
   Gap,           // the import found messages gone from the stream (in the last 10 s)
+  StreamFull,    // the stream refuses new messages (a limit with discard new)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(RouteCondition c) noexcept {
@@ -43,6 +44,8 @@ enum class RouteCondition : std::uint8_t {
       return "stalled";
     case RouteCondition::Gap:
       return "gap";
+    case RouteCondition::StreamFull:
+      return "stream_full";
     case RouteCondition::Disconnected:
       break;
   }

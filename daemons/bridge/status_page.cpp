@@ -130,8 +130,8 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
        {}},
       {"shm_bridge_route_state",
        "gauge",
-       "1 for the route's state (label condition: moving, idle, retrying, stalled, "
-       "disconnected, starting)",
+       "1 for the route's state (label condition: starting, moving, idle, retrying, stalled, "
+       "stream_full, gap, disconnected)",
        {}},
       {"shm_bridge_last_error_code",
        "gauge",

@@ -982,10 +982,10 @@ TEST_F(BridgeTest, AGapLeftByAStreamLimitStopsTheImportUnlessOnGapContinue) {
 }
 
 // A route whose publishes JetStream refuses shows it: /status says
-// `retrying`, then `stalled` once that lasts --stall-after, with JetStream's
-// error code and text and the stream's name, and the log's publish_failed
-// line carries the same code and text (issue 36, defect 5). Here the stream
-// holds at most 100 messages and refuses new ones (discard new).
+// `stream_full` with JetStream's error code and text and the stream's name,
+// and the log's publish_failed line carries the same code and text (issue
+// 36, defect 5). Here the stream holds at most 100 messages and refuses new
+// ones (discard new).
 TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
   server_ = std::make_unique<NatsServer>();
   ASSERT_TRUE(server_->ready()) << server_->log();
@@ -1014,7 +1014,6 @@ TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
   ASSERT_NE(port, 0) << exporter_->output();
   auto producer = produce_stream(150);
   ASSERT_EQ(producer->wait(60s), 0) << producer->output();
-  // `retrying` while the failures last less than 2 s, then `stalled`.
   const auto poll = [&](const char* state) {
     nlohmann::json ex;
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -1025,12 +1024,9 @@ TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
     } while (std::chrono::steady_clock::now() < deadline);
     return ex;
   };
-  nlohmann::json ex = poll("retrying");
+  nlohmann::json ex = poll("stream_full");
   ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
-  EXPECT_EQ(ex["state"], "retrying") << ex.dump();
-  ex = poll("stalled");
-  ASSERT_FALSE(ex.is_null() || ex.is_discarded()) << exporter_->output();
-  EXPECT_EQ(ex["state"], "stalled") << ex.dump();
+  EXPECT_EQ(ex["state"], "stream_full") << ex.dump();
   EXPECT_EQ(ex["stream"], "ORDERS") << ex.dump();
   EXPECT_EQ(ex["connected"], true) << ex.dump();
   EXPECT_EQ(ex["counters"]["acknowledged"], 100) << ex.dump();
@@ -1047,9 +1043,58 @@ TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body,
               HasSubstr("shm_bridge_route_state{route=\"export\",state=\"orders-bridge-"
-                        "export\",condition=\"stalled\"} 1\n"));
+                        "export\",condition=\"stream_full\"} 1\n"));
   EXPECT_THAT(metrics->body, HasSubstr("shm_bridge_last_error_code{route=\"export\",state=\""
                                        "orders-bridge-export\"} 10077\n"));
+}
+
+// Publishes refused for another reason (here the stream takes messages of
+// 64 bytes at most) are `retrying`, then `stalled` once that lasts
+// --stall-after, with JetStream's error on /status.
+TEST_F(BridgeTest, PublishesRefusedLongerThanStallAfterShowAsStalled) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  {
+    auto link = test_link(server_->url());
+    ASSERT_TRUE(link);
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = "ORDERS";
+    const char* subjects[] = {kSubject};
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    cfg.MaxMsgSize = 64;
+    jsStreamInfo* info = nullptr;
+    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
+    jsStreamInfo_Destroy(info);
+  }
+  make_ring(a_, "orders");
+  exporter_ = start(
+      with_args(export_args(server_->url(), a_), {"--listen", "127.0.0.1:0", "--stall-after", "2"}),
+      "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  const std::uint16_t port = listening_port(*exporter_);
+  ASSERT_NE(port, 0) << exporter_->output();
+  auto producer = produce_stream(50);
+  ASSERT_EQ(producer->wait(60s), 0) << producer->output();
+  const auto poll = [&](const char* state) {
+    nlohmann::json ex;
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    do {
+      ex = route_status(port);
+      if (!ex.is_null() && !ex.is_discarded() && ex["state"] == state) break;
+      std::this_thread::sleep_for(20ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    return ex;
+  };
+  nlohmann::json ex = poll("retrying");
+  EXPECT_EQ(ex["state"], "retrying") << ex.dump() << drained(*exporter_);
+  ex = poll("stalled");
+  EXPECT_EQ(ex["state"], "stalled") << ex.dump() << drained(*exporter_);
+  ASSERT_TRUE(ex["last_error"].is_object()) << ex.dump();
+  EXPECT_NE(ex["last_error"]["code"], 0) << ex.dump();
+  EXPECT_THAT(drained(*exporter_), HasSubstr("event=publish_failed route=export"));
 }
 
 // A file under the test's temporary directory holding `text`; removed with the object.
