@@ -50,6 +50,7 @@ nlohmann::json route_json(const StatusSource& s) {
   j["route"] = std::string(to_string(s.route));
   j["state"] = std::string(to_string(live.condition.load(std::memory_order_relaxed)));
   j["state_segment"] = s.state;
+  j["root"] = s.root.empty() ? default_root() : s.root;
   j["subject"] = s.subject;
   j["stream"] = detail.stream;
   j["ready"] = live.ready.load(std::memory_order_relaxed);
@@ -140,8 +141,11 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
   };
   for (const StatusSource& s : sources) {
     const RouteStatus& live = *s.live;
+    // The root too: two routes may use one ring name (so one state segment
+    // name) under different roots, and a scrape refuses repeated series.
     const std::string labels =
-        fmt::format("route=\"{}\",state=\"{}\"", to_string(s.route), label(s.state));
+        fmt::format("route=\"{}\",state=\"{}\",root=\"{}\"", to_string(s.route), label(s.state),
+                    label(s.root.empty() ? default_root() : s.root));
     auto add = [&](std::size_t family, std::uint64_t v) {
       families[family].samples.push_back({labels, v});
     };

@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -778,12 +779,14 @@ TEST_F(BridgeTest, StatusAndMetricsPagesFollowEachRoute) {
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   EXPECT_THAT(metrics->body, HasSubstr("# TYPE shm_bridge_moved_total counter"));
-  EXPECT_THAT(
-      metrics->body,
-      HasSubstr(fmt::format(
-          "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-import\"}} {}\n", n)));
-  EXPECT_THAT(metrics->body, HasSubstr("shm_bridge_connected{route=\"import\",state=\"orders-"
-                                       "bridge-import\"} 1\n"));
+  EXPECT_THAT(metrics->body, HasSubstr(fmt::format(
+                                 "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-"
+                                 "import\",root=\"{}\"}} {}\n",
+                                 b_.path(), n)));
+  EXPECT_THAT(metrics->body,
+              HasSubstr(fmt::format("shm_bridge_connected{{route=\"import\",state=\"orders-"
+                                    "bridge-import\",root=\"{}\"}} 1\n",
+                                    b_.path())));
   const auto missing = shm::test::http_get(export_port, "/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
@@ -1042,10 +1045,13 @@ TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
   const auto metrics = shm::test::http_get(port, "/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body,
-              HasSubstr("shm_bridge_route_state{route=\"export\",state=\"orders-bridge-"
-                        "export\",condition=\"stream_full\"} 1\n"));
-  EXPECT_THAT(metrics->body, HasSubstr("shm_bridge_last_error_code{route=\"export\",state=\""
-                                       "orders-bridge-export\"} 10077\n"));
+              HasSubstr(fmt::format("shm_bridge_route_state{{route=\"export\",state=\"orders-"
+                                    "bridge-export\",root=\"{}\",condition=\"stream_full\"}} 1\n",
+                                    a_.path())));
+  EXPECT_THAT(metrics->body,
+              HasSubstr(fmt::format("shm_bridge_last_error_code{{route=\"export\",state=\""
+                                    "orders-bridge-export\",root=\"{}\"}} 10077\n",
+                                    a_.path())));
 }
 
 // Publishes refused for another reason (here the stream takes messages of
@@ -1178,14 +1184,14 @@ TEST_F(BridgeTest, ConfigFileRunsAnExportAndAnImportRouteInOneProcess) {
   const auto first_help = metrics->body.find(help);
   ASSERT_NE(first_help, std::string::npos) << metrics->body;
   EXPECT_EQ(metrics->body.find(help, first_help + 1), std::string::npos) << metrics->body;
-  EXPECT_THAT(
-      metrics->body,
-      HasSubstr(fmt::format(
-          "shm_bridge_moved_total{{route=\"export\",state=\"orders-bridge-export\"}} {}\n", n)));
-  EXPECT_THAT(
-      metrics->body,
-      HasSubstr(fmt::format(
-          "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-import\"}} {}\n", n)));
+  EXPECT_THAT(metrics->body, HasSubstr(fmt::format(
+                                 "shm_bridge_moved_total{{route=\"export\",state=\"orders-bridge-"
+                                 "export\",root=\"{}\"}} {}\n",
+                                 a_.path(), n)));
+  EXPECT_THAT(metrics->body, HasSubstr(fmt::format(
+                                 "shm_bridge_moved_total{{route=\"import\",state=\"orders-bridge-"
+                                 "import\",root=\"{}\"}} {}\n",
+                                 b_.path(), n)));
 
   bridge->kill(SIGTERM);
   EXPECT_EQ(bridge->wait(30s), 0) << bridge->output();
@@ -1290,6 +1296,55 @@ TEST_F(BridgeTest, CreateStreamOfAStreamWithoutTheSubjectExitsFiveUnlessAddSubje
   importer_ = run_merged(bridge_bin(), with_args(args, {"--add-subject"}));
   ASSERT_TRUE(importer_->wait_for_line("READY import", 30s)) << importer_->output();
   EXPECT_EQ(stream_subjects(*link, "ORDERS"), "orders.a,fills.a");
+}
+
+// Two routes of one process with the same ring name under different roots
+// have state segments of one name: /metrics tells their series apart by the
+// root label (it repeated them, which a Prometheus scrape refuses; issue 36,
+// defect 6).
+TEST_F(BridgeTest, MetricsSeriesAreUniqueForRoutesOfOneRingNameUnderTwoRoots) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  make_ring(a_, "orders");
+  make_ring(b_, "orders");
+  const nlohmann::json config{
+      {"listen", "127.0.0.1:0"},
+      {"defaults",
+       {{"server", {server_->url()}}, {"create-stream", "ORDERS"}, {"add-subject", true}}},
+      {"routes",
+       {{{"export",
+          {{"root", a_.path()}, {"subject", "orders.a"}, {"source", "orders"}, {"egress", "out"}}}},
+        {{"export",
+          {{"root", b_.path()},
+           {"subject", "orders.b"},
+           {"source", "orders"},
+           {"egress", "out"}}}}}}};
+  const TempFile file(config.dump(2));
+  auto bridge = run_merged(bridge_bin(), {"run", "--config", file.path()});
+  const std::uint16_t port = listening_port(*bridge);
+  ASSERT_NE(port, 0) << bridge->output();
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(route_status(port, 0)["ready"] == true && route_status(port, 1)["ready"] == true))
+    std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(route_status(port, 1)["ready"], true) << drained(*bridge);
+  ASSERT_EQ(route_status(port, 0)["ready"], true) << drained(*bridge);
+  const auto metrics = shm::test::http_get(port, "/metrics");
+  ASSERT_TRUE(metrics);
+  std::istringstream lines(metrics->body);
+  std::set<std::string> series;
+  std::size_t samples = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() == '#') continue;
+    ++samples;
+    series.insert(line.substr(0, line.rfind(' ')));
+  }
+  EXPECT_GT(samples, 0u) << metrics->body;
+  EXPECT_EQ(series.size(), samples) << "a series repeats:\n" << metrics->body;
+  EXPECT_THAT(metrics->body, HasSubstr(fmt::format("root=\"{}\"", a_.path())));
+  EXPECT_THAT(metrics->body, HasSubstr(fmt::format("root=\"{}\"", b_.path())));
+  bridge->kill(SIGTERM);
+  EXPECT_EQ(bridge->wait(30s), 0) << bridge->output();
 }
 
 // Every mistake in a config file is exit 2 before anything connects, naming
