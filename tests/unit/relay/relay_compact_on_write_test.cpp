@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace shm {
+namespace shm::relay_compact_on_write_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -161,4 +161,4 @@ TEST_F(RelayCompactOnWrite, AnEntryAReaderGaveBackIsNeverMerged) {
 }
 
 }  // namespace
-}  // namespace shm
+}  // namespace shm::relay_compact_on_write_test
