@@ -115,12 +115,19 @@ int main(int argc, char** argv) {
       "  shmctl set budget bucket.api.burst=1000 --json");
   runners.emplace_back(set, [&](const Context& c) { return run_set(c, name, assignment); });
 
+  shm::shmctl::EventsOptions events_options;
   auto* events = app.add_subcommand("events",
                                     "Show a segment's observation ring (attach, detach, "
-                                    "takeover, fault, reclaim)");
-  events->add_option("name", name, "Segment name")->required();
-  events->footer("Examples:\n  shmctl events orders\n  shmctl events orders --json");
-  runners.emplace_back(events, [&](const Context& c) { return run_events(c, name); });
+                                    "takeover, fault, reclaim) and the kind's own events");
+  events->add_option("name", events_options.name, "Segment name")->required();
+  events->add_option("--type", events_options.types,
+                     "Only events of this type (repeatable: --type spilled --type dropped)");
+  events->footer(
+      "A relay's own events (spilled, spill_fallback, dropped, retuned, ...) are merged in\n"
+      "by time, their SOURCE the kind's name.\n\nExamples:\n  shmctl events orders\n"
+      "  shmctl events prices --type spill_fallback --type no_space\n"
+      "  shmctl events orders --json");
+  runners.emplace_back(events, [&](const Context& c) { return run_events(c, events_options); });
 
   shm::shmctl::WatchOptions watch_options;
   std::string watch_name;

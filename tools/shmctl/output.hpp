@@ -43,6 +43,7 @@ class Table {
   explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   [[nodiscard]] bool empty() const noexcept { return rows_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return rows_.size(); }
   [[nodiscard]] std::string render() const;
 
  private:

@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace shm::shmctl {
 
@@ -75,7 +76,11 @@ struct ReclaimOptions {
 [[nodiscard]] Exit run_dump(const Context& ctx, const DumpOptions& options);
 [[nodiscard]] Exit run_set(const Context& ctx, const std::string& name,
                            const std::string& assignment);
-[[nodiscard]] Exit run_events(const Context& ctx, const std::string& name);
+struct EventsOptions {
+  std::string name;
+  std::vector<std::string> types;  // empty: every type
+};
+[[nodiscard]] Exit run_events(const Context& ctx, const EventsOptions& options);
 [[nodiscard]] Exit run_watch(const Context& ctx, const WatchOptions& options);
 [[nodiscard]] Exit run_gc(const Context& ctx, const GcOptions& options);
 [[nodiscard]] Exit run_reclaim(const Context& ctx, const ReclaimOptions& options);

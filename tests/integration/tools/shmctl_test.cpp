@@ -1069,6 +1069,42 @@ TEST_F(ShmctlTest, EventsListsTheObservationRingOldestFirst) {
   EXPECT_EQ(doc["total_events"], 4);
 }
 
+// A relay keeps its own event ring (spills, fallbacks, drops, retunes):
+// events merges it with the observation ring by time, names its source, and
+// --type keeps only the types asked for.
+TEST_F(ShmctlTest, EventsShowARelaysOwnEventsAndFilterByType) {
+  test::TempSpillDir spill;
+  auto w = RelayWriter::create("spiller", test::small_spill_fifo(""));
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(w->try_write(u64_value(i)));
+  ASSERT_GT(w->snapshot().pages_sealed, 0u);
+
+  const CliResult text = run({"events", "spiller"});
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says("attached")) << text;
+  EXPECT_TRUE(text.says("spilled")) << text;
+  EXPECT_TRUE(text.says("the relay keeps its last")) << text;
+
+  const CliResult only = run({"events", "spiller", "--type", "spilled"});
+  ASSERT_EQ(only.code, 0) << only;
+  EXPECT_TRUE(only.says("spilled")) << only;
+  EXPECT_FALSE(only.says("attached")) << only;
+
+  const CliResult js =
+      run({"events", "spiller", "--type", "spilled", "--type", "created", "--json"});
+  ASSERT_EQ(js.code, 0) << js;
+  const json doc = js.parsed();
+  ASSERT_GE(doc["events"].size(), 2u) << doc;
+  EXPECT_EQ(doc["events"][0]["type"], "created");  // oldest first, across both rings
+  EXPECT_EQ(doc["events"][0]["source"], "segment");
+  for (std::size_t i = 1; i < doc["events"].size(); ++i) {
+    EXPECT_EQ(doc["events"][i]["type"], "spilled") << doc;
+    EXPECT_EQ(doc["events"][i]["source"], "relay") << doc;
+    EXPECT_TRUE(doc["events"][i].contains("count")) << doc;
+  }
+  EXPECT_GT(doc["kind_events"].get<std::uint64_t>(), 0u);
+}
+
 // ---------------------------------------------------------------- rm
 
 TEST_F(ShmctlTest, RmRemovesTheNameAndNamesLiveAttachers) {
