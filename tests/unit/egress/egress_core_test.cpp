@@ -108,5 +108,17 @@ TEST(EgressCoreTest, RepairWithNoOpenJournalKeepsTheStateAndMovesEveryReader) {
     EXPECT_EQ(after.reader_versions[i], before.reader_versions[i] + 1);
 }
 
+// Every enum of the egress names itself through shm::to_string, as the
+// other structures' enums do (issue 37: one shape).
+TEST(EgressCoreTest, EveryStatusIsNamedByShmToString) {
+  EXPECT_EQ(shm::to_string(egress::EnqueueStatus::Full), "full");
+  EXPECT_EQ(shm::to_string(egress::ClaimStatus::Claimed), "claimed");
+  EXPECT_EQ(shm::to_string(egress::AckStatus::Refused), "refused");
+  EXPECT_EQ(shm::to_string(egress::FailStatus::Exhausted), "exhausted");
+  EXPECT_EQ(shm::to_string(egress::RetryStatus::Scheduled), "scheduled");
+  EXPECT_EQ(shm::to_string(egress::ReconnectStatus::Advanced), "advanced");
+  EXPECT_EQ(shm::to_string(Errc::Faulted), "Faulted");  // the others' overloads still found
+}
+
 }  // namespace
 }  // namespace shm

@@ -229,3 +229,9 @@ class LocalEgress {
 };
 
 }  // namespace shm::egress
+
+namespace shm {
+// Every enum's to_string is reachable as shm::to_string, as for the other
+// structures' enums (and by argument-dependent lookup, as before).
+using egress::to_string;
+}  // namespace shm
