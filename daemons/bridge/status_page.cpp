@@ -138,6 +138,14 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
        "gauge",
        "JetStream error code of the route's last error (0: none, or not JetStream's)",
        {}},
+      {"shm_bridge_gaps_total",
+       "counter",
+       "gaps in an export's message ids the import found (this process)",
+       {}},
+      {"shm_bridge_missing_total",
+       "counter",
+       "messages gone from the stream before the import received them (this process)",
+       {}},
   };
   for (const StatusSource& s : sources) {
     const RouteStatus& live = *s.live;
@@ -154,8 +162,11 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
     add(2, live.bytes_moved.load(std::memory_order_relaxed));
     if (s.route == Route::Export)
       add(3, live.egress_backlog.load(std::memory_order_relaxed));
-    else
+    else {
       add(4, live.stream_pending.load(std::memory_order_relaxed));
+      add(13, live.gaps.load(std::memory_order_relaxed));
+      add(14, live.missing.load(std::memory_order_relaxed));
+    }
     if (auto c = read_counters(s)) {
       add(5, c->moved);
       add(6, c->acknowledged);

@@ -982,6 +982,12 @@ TEST_F(BridgeTest, AGapLeftByAStreamLimitStopsTheImportUnlessOnGapContinue) {
   EXPECT_EQ(im["missing"], 800) << im.dump();
   EXPECT_THAT(im["last_error"]["text"].get<std::string>(), HasSubstr("are gone from the stream"))
       << im.dump();
+  const auto metrics = shm::test::http_get(port, "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body,
+              HasSubstr(fmt::format("shm_bridge_missing_total{{route=\"import\",state=\"orders-"
+                                    "bridge-import\",root=\"{}\"}} 800\n",
+                                    b_.path())));
 }
 
 // A route whose publishes JetStream refuses shows it: /status says
