@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace shm::test {
 
@@ -31,5 +32,14 @@ class TempSpillDir {
  private:
   std::string path_;
 };
+
+// Entries of `dir` whose name ends in `suffix` (0 when `dir` is missing).
+[[nodiscard]] inline std::size_t count_files(const std::string& dir, std::string_view suffix) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().ends_with(suffix)) ++n;
+  return n;
+}
 
 }  // namespace shm::test

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 namespace shm::tools {
-namespace {
 
 nlohmann::ordered_json value_json(const Node::Value& v) {
   return std::visit(
@@ -36,8 +35,6 @@ std::string value_text(const Node::Value& v) {
       },
       v);
 }
-
-}  // namespace
 
 nlohmann::ordered_json to_json(const Node& node) {
   switch (node.type()) {

@@ -5,13 +5,13 @@
 // array of its describe() tree). The observation ring lives in the generic
 // header, so it is shown even when the kind's layout differs from this build
 // (then without the kind's events, exit 3).
+#include "node_render.hpp"
 #include "output.hpp"
 #include "segment_access.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <variant>
 
 namespace shm::shmctl {
 namespace {
@@ -28,31 +28,6 @@ struct Row {
   std::string type;
   Json json;
 };
-
-std::string value_text(const Node::Value& v) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>)
-          return "-";
-        else if constexpr (std::is_same_v<T, std::string>)
-          return printable(x);
-        else
-          return fmt::format("{}", x);
-      },
-      v);
-}
-
-Json value_json(const Node::Value& v) {
-  return std::visit(
-      [](const auto& x) -> Json {
-        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::monostate>)
-          return nullptr;
-        else
-          return x;
-      },
-      v);
-}
 
 std::uint64_t as_u64(const Node* n) {
   if (n == nullptr) return 0;
@@ -101,7 +76,7 @@ void add_kind_events(const OpenedSegment& opened, std::vector<Row>& rows) {
     const std::uint64_t number = as_u64(e.find("number"));
     const std::uint64_t time_ns = as_u64(e.find("time_ns"));
     const Node* kind = e.find("kind");
-    const std::string type = kind != nullptr ? value_text(kind->value()) : "-";
+    const std::string type = kind != nullptr ? tools::value_text(kind->value()) : "-";
     Json j = {{"source", source},
               {"number", number},
               {"time_ns", time_ns},
@@ -111,8 +86,9 @@ void add_kind_events(const OpenedSegment& opened, std::vector<Row>& rows) {
     for (const auto& [key, member] : e.members()) {
       if (key == "number" || key == "time_ns" || key == "kind") continue;
       if (member.type() != Node::Type::Value) continue;
-      j[key] = value_json(member.value());
-      detail += fmt::format("{}{}={}", detail.empty() ? "" : " ", key, value_text(member.value()));
+      j[key] = tools::value_json(member.value());
+      detail +=
+          fmt::format("{}{}={}", detail.empty() ? "" : " ", key, tools::value_text(member.value()));
     }
     rows.push_back(Row{time_ns,
                        {fmt::format("{}", number), iso_time(time_ns), source, type, "-", "-",

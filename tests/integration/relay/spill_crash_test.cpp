@@ -53,14 +53,6 @@ RelayConfig crash_cfg() {
   return c;
 }
 
-std::size_t count_files(const std::string& dir, std::string_view suffix) {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().ends_with(suffix)) ++n;
-  return n;
-}
-
 struct Applied {
   std::uint64_t first, value;
 };
@@ -160,13 +152,13 @@ TEST_F(SpillCrashTest, AWriterKilledAtEverySealStepLosesNothingAndDuplicatesNoth
       EXPECT_EQ(s.entries_spilled, forward ? 4u : 0u);
       EXPECT_EQ(s.ops_spilled, forward ? 4u : 0u);
       const std::string dir = spill_.sub(name);
-      EXPECT_EQ(count_files(dir, ".tmp"), 0u);
-      EXPECT_EQ(count_files(dir, ".spill"), forward ? 1u : 0u);
+      EXPECT_EQ(test::count_files(dir, ".tmp"), 0u);
+      EXPECT_EQ(test::count_files(dir, ".spill"), forward ? 1u : 0u);
       check_verify(name);
       std::vector<std::uint64_t> expect = {0, 1, 2, 3, 4, 5};
       if (background) expect.push_back(1000);
       EXPECT_EQ(drain_first_time(*r), expect);
-      EXPECT_EQ(count_files(dir, ".spill"), 0u);
+      EXPECT_EQ(test::count_files(dir, ".spill"), 0u);
       // The relay goes on spilling.
       auto w = RelayWriter::open(name);
       ASSERT_TRUE(w);
@@ -225,7 +217,7 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryAckStepNeverGetsAnAcknowledgedPageAga
     std::vector<std::uint64_t> expect;
     for (std::uint64_t i = 0; i < kOps; ++i) expect.push_back(i);
     EXPECT_EQ(all, expect);
-    EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+    EXPECT_EQ(test::count_files(spill_.sub(name), ".spill"), 0u);
     const RelaySnapshot s = r->snapshot();
     EXPECT_EQ(s.pages_acked, s.pages_sealed) << "every sealed page acknowledged, each counted once";
     EXPECT_EQ(s.cold_pages, 0u);
@@ -290,7 +282,7 @@ TEST_F(SpillCrashTest, AReaderKilledAtEveryExpiryStepCountsTheExpiredPageOnce) {
     EXPECT_EQ(s.pages_expired, sealed) << "every page expired, each counted once";
     EXPECT_EQ(s.pages_acked, 0u);
     EXPECT_EQ(s.cold_pages, 0u);
-    EXPECT_EQ(count_files(dir, ".spill"), 0u);
+    EXPECT_EQ(test::count_files(dir, ".spill"), 0u);
   }
 }
 
@@ -472,8 +464,8 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     EXPECT_EQ(from_page.front(), !killed) << "ops 0-3 come from the page iff it was recorded";
     EXPECT_FALSE(s.seal_in_flight);
     EXPECT_EQ(s.spilling_entries, 0u);
-    EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
-    EXPECT_EQ(count_files(spill_.sub(name), ".tmp"), 0u);
+    EXPECT_EQ(test::count_files(spill_.sub(name), ".spill"), 0u);
+    EXPECT_EQ(test::count_files(spill_.sub(name), ".tmp"), 0u);
     check_verify(name);
     *r = RelayReader{};  // closed: its purger is done
     EXPECT_TRUE(nothing_retired_left(spill_.sub(name))) << "a retired page outlived the readers";
@@ -552,7 +544,7 @@ TEST_F(SpillCrashTest, WritersGoOnWhileTheReaderReadsOrRemovesAPageFile) {
       const RelaySnapshot s = w->snapshot();
       EXPECT_EQ(s.pages_acked, s.pages_sealed) << "every page acknowledged once";
       EXPECT_EQ(s.cold_pages, 0u);
-      EXPECT_EQ(count_files(spill_.sub(name), ".spill"), 0u);
+      EXPECT_EQ(test::count_files(spill_.sub(name), ".spill"), 0u);
       check_verify(name);
     }
   }

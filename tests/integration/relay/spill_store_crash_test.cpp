@@ -72,14 +72,6 @@ std::string show(const Observed& o) {
   return out;
 }
 
-std::size_t files_in(const std::string& dir, std::string_view suffix) {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().ends_with(suffix)) ++n;
-  return n;
-}
-
 RelayConfig fifo() {
   RelayConfig c = test::small_spill_fifo("");  // LIBSHM_SPILL_DIR/<relay>
   c.spill.page_size = spill::kPageHeaderSize + 4 * spill::record_stride(8);
@@ -202,7 +194,7 @@ TEST_P(SpillStoreCrashTest, KilledAtEveryStoreTheNextReaderGetsTheStateBeforeOrA
     const RelaySnapshot s = r->snapshot();
     if (s.faulted || !s.consistent) problem = "faulted or inconsistent";
     if (s.seal_in_flight) problem = "a seal still in flight after the repair";
-    if (files_in(dir, ".tmp") != 0) problem = "a temporary page file outlived the repair";
+    if (test::count_files(dir, ".tmp") != 0) problem = "a temporary page file outlived the repair";
     if (auto seg = Segment::open_any(kName, {})) {
       const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
       for (const std::string& d : damage)
@@ -225,8 +217,8 @@ TEST_P(SpillStoreCrashTest, KilledAtEveryStoreTheNextReaderGetsTheStateBeforeOrA
     o.pages_expired = after.pages_expired;
     o.pages_refused = after.pages_refused;
     *r = RelayReader{};  // closed: its acknowledged files are gone
-    o.pages_left = files_in(dir, ".spill");
-    o.refused_files = files_in(dir + "/refused", "");
+    o.pages_left = test::count_files(dir, ".spill");
+    o.refused_files = test::count_files(dir + "/refused", "");
     return o;
   };
 

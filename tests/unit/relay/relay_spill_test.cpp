@@ -55,14 +55,6 @@ RelayConfig spill_cfg(PolicyId policy, std::uint32_t capacity = 8, std::uint64_t
   return c;
 }
 
-std::size_t files_in(const std::string& dir, std::string_view suffix) {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().filename().string().ends_with(suffix)) ++n;
-  return n;
-}
-
 // Entries of `dir`/removed/ (0 when it does not exist).
 std::size_t removed_left(const std::string& dir) {
   std::error_code ec;
@@ -110,8 +102,8 @@ TEST_F(RelaySpillTest, AFullFifoSpillsItsOldestOpsAndTheReaderGetsEveryOpInOrder
   EXPECT_EQ(s.cold_pages, s.manifest.size());
   EXPECT_EQ(s.lag, kOps);
   EXPECT_EQ(s.blocked, 0u);
-  EXPECT_EQ(files_in(spill_.sub("fifo"), ".spill"), s.cold_pages);
-  EXPECT_EQ(files_in(spill_.sub("fifo"), ".tmp"), 0u);
+  EXPECT_EQ(test::count_files(spill_.sub("fifo"), ".spill"), s.cold_pages);
+  EXPECT_EQ(test::count_files(spill_.sub("fifo"), ".tmp"), 0u);
   auto r = RelayReader::open("fifo");
   ASSERT_TRUE(r);
   const std::vector<SpilledEntry> got = drain_spilled(*r);
@@ -127,7 +119,7 @@ TEST_F(RelaySpillTest, AFullFifoSpillsItsOldestOpsAndTheReaderGetsEveryOpInOrder
   EXPECT_EQ(s.cold_pages, 0u);
   EXPECT_EQ(s.pages_acked, s.pages_sealed);
   EXPECT_EQ(s.lag, 0u);
-  EXPECT_EQ(files_in(spill_.sub("fifo"), ".spill"), 0u);
+  EXPECT_EQ(test::count_files(spill_.sub("fifo"), ".spill"), 0u);
   auto seg = Segment::open_any("fifo", {});
   ASSERT_TRUE(seg);
   const auto problems = find_kind(kRelayKind)->verify(*seg);
@@ -189,7 +181,8 @@ TEST_F(RelaySpillTest, AnAcknowledgedPageLeavesTheDirectoryAtItsCommitAndNothing
     const RelaySnapshot s = r->snapshot();
     if (s.pages_acked > acked) {
       acked = s.pages_acked;
-      EXPECT_EQ(files_in(dir, ".spill"), s.cold_pages) << "an acknowledged page is out at once";
+      EXPECT_EQ(test::count_files(dir, ".spill"), s.cold_pages)
+          << "an acknowledged page is out at once";
       EXPECT_EQ(s.manifest.size(), s.cold_pages) << "its slot freed at the commit";
     }
   }
@@ -197,7 +190,7 @@ TEST_F(RelaySpillTest, AnAcknowledgedPageLeavesTheDirectoryAtItsCommitAndNothing
   EXPECT_EQ(acked, pages);
   *r = RelayReader{};  // closed: its purger finishes, then stops
   EXPECT_EQ(removed_left(dir), 0u) << "a closed reader left retired pages behind";
-  EXPECT_EQ(files_in(dir, ".spill"), 0u);
+  EXPECT_EQ(test::count_files(dir, ".spill"), 0u);
 }
 
 // A page in removed/ (retired by a reader killed before its unlink) is never
@@ -607,7 +600,7 @@ TEST_F(RelaySpillTest, ASecondRelayOnABoundSpillDirectoryIsRefusedUntilTheFirstI
   EXPECT_NE(b.error().message.find(root_.file("a")), std::string::npos) << b.error().what();
   EXPECT_FALSE(Segment::open_any("b", {})) << "a refused create leaves no segment";
   // The first relay's pages were neither adopted nor touched.
-  EXPECT_EQ(files_in(c.spill.dir, ".spill"), pages);
+  EXPECT_EQ(test::count_files(c.spill.dir, ".spill"), pages);
   EXPECT_EQ(a->snapshot().pages_refused, 0u);
 
   // Stale binding: a's segment is gone; b takes the directory over and adopts its pages.
@@ -820,7 +813,7 @@ TEST_F(RelaySpillTest, TheOutboxEventsPresetCreatesAndSpillsPastHighWater) {
     EXPECT_GT(s.pages_sealed, 0u) << name;
     EXPECT_EQ(s.lag, ops) << name;
     EXPECT_EQ(s.blocked, 0u) << name;
-    EXPECT_EQ(files_in(spill_.sub(name), ".spill"), s.cold_pages) << name;
+    EXPECT_EQ(test::count_files(spill_.sub(name), ".spill"), s.cold_pages) << name;
   }
 }
 
@@ -840,7 +833,7 @@ TEST_F(RelaySpillTest, TtlRetentionExpiresOldPagesAndSaysSo) {
   for (const SpilledEntry& g : got) EXPECT_EQ(g.page, 0u);  // every cold page expired
   const RelaySnapshot s = r->snapshot();
   EXPECT_EQ(s.pages_expired, pages);
-  EXPECT_EQ(files_in(spill_.sub("ttl"), ".spill"), 0u);
+  EXPECT_EQ(test::count_files(spill_.sub("ttl"), ".spill"), 0u);
 }
 
 // A 16 MiB filesystem: the first page (~9.7 MB) fits, the statvfs preflight
@@ -886,8 +879,8 @@ TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
   bool event = false;
   for (const RelayEvent& e : s.events) event |= e.kind == relay::EventKind::NoSpace;
   EXPECT_TRUE(event);
-  EXPECT_EQ(files_in(mnt + "/relay", ".tmp"), 0u);
-  EXPECT_EQ(files_in(mnt + "/relay", ".spill"), 1u);
+  EXPECT_EQ(test::count_files(mnt + "/relay", ".tmp"), 0u);
+  EXPECT_EQ(test::count_files(mnt + "/relay", ".spill"), 1u);
   // Everything accepted is there, in order.
   auto r = RelayReader::open("nospace");
   ASSERT_TRUE(r);
@@ -1160,8 +1153,8 @@ TEST_F(RelaySpillTest, BackgroundSealingSealsOnTheWritersThreadAndKeepsOrder) {
   EXPECT_GE(s.pages_sealed, (kOps - 80) / 64);
   EXPECT_EQ(s.spill_fallbacks, 0u);
   EXPECT_FALSE(s.seal_in_flight);
-  EXPECT_EQ(files_in(spill_.sub("bg"), ".spill"), s.cold_pages);
-  EXPECT_EQ(files_in(spill_.sub("bg"), ".tmp"), 0u);
+  EXPECT_EQ(test::count_files(spill_.sub("bg"), ".spill"), s.cold_pages);
+  EXPECT_EQ(test::count_files(spill_.sub("bg"), ".tmp"), 0u);
   auto r = RelayReader::open("bg");
   ASSERT_TRUE(r);
   const auto got = drain_spilled(*r, 50);
