@@ -132,7 +132,11 @@ Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& 
   jo.Wait = 5000;
   natsMsg* m = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+  natsStatus s = NATS_OK;
+  {
+    const std::lock_guard lock(stream_admin_mutex());  // never beside a stream's creation
+    s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+  }
   StreamPosition p;
   if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) {
     if (m != nullptr) natsMsg_Destroy(m);

@@ -277,6 +277,11 @@ std::string subjects_of(const jsStreamConfig& c) {
 
 }  // namespace
 
+std::mutex& stream_admin_mutex() noexcept {
+  static std::mutex m;
+  return m;
+}
+
 Outcome<void> NatsLink::add_subject_to(const std::string& name, const std::string& subject,
                                        bool add) {
   jsStreamInfo* si = nullptr;
@@ -318,11 +323,7 @@ Outcome<void> NatsLink::add_subject_to(const std::string& name, const std::strin
 
 Outcome<void> NatsLink::create_stream(const std::string& name, const std::string& subject,
                                       std::uint32_t replicas, bool add_subject) {
-  // The routes of one process create (and add subjects to) their streams one
-  // at a time: a stream's subjects are updated by reading them, then writing
-  // them all back, so two additions at once could lose one.
-  static std::mutex one_at_a_time;
-  const std::lock_guard lock(one_at_a_time);
+  const std::lock_guard lock(stream_admin_mutex());  // see its declaration
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   cfg.Replicas = static_cast<int64_t>(replicas);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,14 @@ struct ConnectionOptions {
 [[nodiscard]] std::string redact_url(const std::string& url);
 // The servers, redacted, comma separated (for messages and logs).
 [[nodiscard]] std::string describe_servers(const std::vector<std::string>& servers);
+
+// Held by the routes of one process while they create a stream, add a subject
+// to one, or read a stream's last message. A stream's subjects are rewritten
+// whole, so two additions at once could lose one; and nats-server 2.9 panics
+// (a nil store in jsMsgGetRequest) on a last-message request that meets the
+// stream's creation, which a config file's import and export routes on one
+// stream did at start.
+[[nodiscard]] std::mutex& stream_admin_mutex() noexcept;
 
 class NatsLink {
  public:
