@@ -345,32 +345,30 @@ Outcome<void> NatsLink::create_stream(const std::string& name, const std::string
     s = js_AddStream(&info, js_, &cfg, nullptr, &code);
     if (info != nullptr) jsStreamInfo_Destroy(info);
     if (s == NATS_OK) return {};
+    // The stream that now captures the subject decides: ours is success,
+    // another one is a real conflict; nullopt when none captures it.
+    auto decided_by_capture = [&]() -> std::optional<Outcome<void>> {
+      auto existing = stream_for(subject);
+      if (!existing) return Outcome<void>{std::unexpected(existing.error())};
+      if (*existing == name) return Outcome<void>{};
+      if (existing->has_value())
+        return Outcome<void>{
+            failure(kExitNoStream,
+                    fmt::format("creating stream {}: subject {} is already captured by stream {}",
+                                name, subject, **existing))};
+      return std::nullopt;
+    };
     // The stream exists: it must capture the subject (another route or
     // bridge may have just made or extended it), or be given it.
     if (code == JSStreamNameExistErr) {
-      auto existing = stream_for(subject);
-      if (!existing) return std::unexpected(existing.error());
-      if (*existing == name) return {};
-      if (existing->has_value())
-        return failure(
-            kExitNoStream,
-            fmt::format("creating stream {}: subject {} is already captured by stream {}", name,
-                        subject, **existing));
+      if (auto decided = decided_by_capture()) return std::move(*decided);
       return add_subject_to(name, subject, add_subject);
     }
     // Two routes of one bridge (or two bridges) creating the same stream at
     // once: the server may refuse the later create as overlapping the stream
-    // the earlier one is registering. The stream that now captures the
-    // subject decides: ours is success, another one is a real conflict.
+    // the earlier one is registering.
     if (code == JSStreamSubjectOverlapErr) {
-      auto existing = stream_for(subject);
-      if (!existing) return std::unexpected(existing.error());
-      if (*existing == name) return {};
-      if (existing->has_value())
-        return failure(
-            kExitNoStream,
-            fmt::format("creating stream {}: subject {} is already captured by stream {}", name,
-                        subject, **existing));
+      if (auto decided = decided_by_capture()) return std::move(*decided);
     }
     const bool transient = code == JSStreamSubjectOverlapErr || s == NATS_TIMEOUT ||
                            code == JSClusterNotAvailErr || code == JSClusterNoPeersErr ||
