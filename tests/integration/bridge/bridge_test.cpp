@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -475,10 +476,10 @@ std::unique_ptr<shm::bridge::NatsLink> test_link(const std::string& url) {
   return std::move(*link);
 }
 
-// Creates stream `name` capturing kSubject (file storage) whose duplicate
-// window is `window`: a short one lets a test outlast it in a second.
+// Creates stream `name` capturing kSubject (file storage), with the limits
+// `limit` sets on its configuration (a duplicate window, a message bound...).
 ::testing::AssertionResult create_stream(shm::bridge::NatsLink& link, const std::string& name,
-                                         std::chrono::milliseconds window) {
+                                         const std::function<void(jsStreamConfig&)>& limit) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   cfg.Name = name.c_str();
@@ -486,7 +487,7 @@ std::unique_ptr<shm::bridge::NatsLink> test_link(const std::string& url) {
   cfg.Subjects = subjects;
   cfg.SubjectsLen = 1;
   cfg.Storage = js_FileStorage;
-  cfg.Duplicates = std::chrono::duration_cast<std::chrono::nanoseconds>(window).count();
+  limit(cfg);
   jsStreamInfo* info = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   const natsStatus s = js_AddStream(&info, link.js(), &cfg, nullptr, &code);
@@ -496,6 +497,15 @@ std::unique_ptr<shm::bridge::NatsLink> test_link(const std::string& url) {
            << "creating stream " << name << ": " << natsStatus_GetText(s) << " (JetStream error "
            << static_cast<int>(code) << ")";
   return ::testing::AssertionSuccess();
+}
+
+// A stream whose duplicate window is `window`: a short one lets a test
+// outlast it in a second.
+::testing::AssertionResult create_stream(shm::bridge::NatsLink& link, const std::string& name,
+                                         std::chrono::milliseconds window) {
+  return create_stream(link, name, [&](jsStreamConfig& cfg) {
+    cfg.Duplicates = std::chrono::duration_cast<std::chrono::nanoseconds>(window).count();
+  });
 }
 
 // The stream's message count (0 when it cannot be read).
@@ -923,18 +933,10 @@ TEST_F(BridgeTest, AGapLeftByAStreamLimitStopsTheImportUnlessOnGapContinue) {
   {
     auto link = test_link(server_->url());
     ASSERT_TRUE(link);
-    jsStreamConfig cfg;
-    jsStreamConfig_Init(&cfg);
-    cfg.Name = "ORDERS";
-    const char* subjects[] = {kSubject};
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    cfg.MaxMsgs = 200;
-    cfg.Discard = js_DiscardOld;
-    jsStreamInfo* info = nullptr;
-    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
-    jsStreamInfo_Destroy(info);
+    ASSERT_TRUE(create_stream(*link, "ORDERS", [](jsStreamConfig& c) {
+      c.MaxMsgs = 200;
+      c.Discard = js_DiscardOld;
+    }));
   }
   make_ring(a_, "orders");
   make_ring(b_, "orders");
@@ -1001,18 +1003,10 @@ TEST_F(BridgeTest, RefusedPublishesShowOnTheStatusPageWithJetStreamsError) {
   {
     auto link = test_link(server_->url());
     ASSERT_TRUE(link);
-    jsStreamConfig cfg;
-    jsStreamConfig_Init(&cfg);
-    cfg.Name = "ORDERS";
-    const char* subjects[] = {kSubject};
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    cfg.MaxMsgs = 100;
-    cfg.Discard = js_DiscardNew;
-    jsStreamInfo* info = nullptr;
-    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
-    jsStreamInfo_Destroy(info);
+    ASSERT_TRUE(create_stream(*link, "ORDERS", [](jsStreamConfig& c) {
+      c.MaxMsgs = 100;
+      c.Discard = js_DiscardNew;
+    }));
   }
   make_ring(a_, "orders");
   exporter_ = start(
@@ -1069,17 +1063,7 @@ TEST_F(BridgeTest, PublishesRefusedLongerThanStallAfterShowAsStalled) {
   {
     auto link = test_link(server_->url());
     ASSERT_TRUE(link);
-    jsStreamConfig cfg;
-    jsStreamConfig_Init(&cfg);
-    cfg.Name = "ORDERS";
-    const char* subjects[] = {kSubject};
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    cfg.MaxMsgSize = 64;
-    jsStreamInfo* info = nullptr;
-    ASSERT_EQ(js_AddStream(&info, link->js(), &cfg, nullptr, nullptr), NATS_OK);
-    jsStreamInfo_Destroy(info);
+    ASSERT_TRUE(create_stream(*link, "ORDERS", [](jsStreamConfig& c) { c.MaxMsgSize = 64; }));
   }
   make_ring(a_, "orders");
   exporter_ = start(
