@@ -130,7 +130,7 @@ std::pair<shm::Egress, shm::EgressTransport> window_egress(const std::string& na
   params.inflight_limit = kWindow;
   auto producer = shm::Egress::create(name, params);
   if (!producer) throw BenchError(producer.error().what());
-  auto transport = shm::EgressTransport::attach(name);
+  auto transport = shm::EgressTransport::open(name);
   if (!transport) throw BenchError(transport.error().what());
   (void)shm::Segment::unlink(name);
   prefault(producer->segment().data(), true);
@@ -280,7 +280,7 @@ shm::Egress fill_window(const Options& o, const std::string& name,
   auto producer = shm::Egress::create(name, params);
   if (!producer) throw BenchError(producer.error().what());
   prefault(producer->segment().data(), true);
-  auto t = shm::EgressTransport::attach(name);
+  auto t = shm::EgressTransport::open(name);
   if (!t) throw BenchError(t.error().what());
   std::array<std::byte, kPayload> payload{};
   std::vector<std::byte> claimed;
@@ -325,7 +325,7 @@ Measurement attach_run(const Options& o) {
   const std::uint64_t old = transport->generation();
   transport.reset();  // detaches: the next attach reconnects
   const std::uint64_t t0 = TickClock::ticks();
-  auto t = shm::EgressTransport::attach(name);
+  auto t = shm::EgressTransport::open(name);
   const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
   if (!t || t->generation() != old + 1 || t->replayed() != o.inflight)
     throw BenchError("the replacement transport did not reconnect over every record");

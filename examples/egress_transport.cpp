@@ -90,7 +90,7 @@ int bound(const std::string& path) {
 }
 
 [[noreturn]] void transport(const std::string& dir, double loss, unsigned seed) {
-  auto t = shm::EgressTransport::attach(kName);
+  auto t = shm::EgressTransport::open(kName);
   if (!t) std::_Exit(2);
   std::printf("transport %d: generation %llu, replayed %llu\n", ::getpid(),
               static_cast<unsigned long long>(t->generation()),

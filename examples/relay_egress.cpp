@@ -80,7 +80,7 @@ int run_writer(std::uint64_t id, std::uint32_t writers, std::uint32_t keys, std:
 
 // The transport: claims, "sends", acknowledges; folds max per key.
 int run_transport(std::uint32_t keys, std::uint32_t rounds) {
-  auto t = shm::EgressTransport::attach("uplink");
+  auto t = shm::EgressTransport::open("uplink");
   if (!t) {
     fmt::print(stderr, "transport: {}\n", t.error().what());
     return 1;

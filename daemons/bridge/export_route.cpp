@@ -166,7 +166,7 @@ Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& 
 }
 
 Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
-  auto t = EgressTransport::attach(name, OpenOptions{.root = root});
+  auto t = EgressTransport::open(name, OpenOptions{.root = root});
   if (!t) return std::unexpected(segment_failure("egress", name, t.error()));
   return std::move(*t);
 }

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       shm::Egress::create("egress", {.capacity = 8, .slot_bytes = 32, .inflight_limit = 4}, create),
       "egress");
   for (auto s : {"m1", "m22", "m333", "m4444"}) (void)must(egress.try_enqueue(text(s)), "enqueue");
-  auto transport = must(shm::EgressTransport::attach("egress", open), "egress transport");
+  auto transport = must(shm::EgressTransport::open("egress", open), "egress transport");
   std::vector<std::byte> payload;
   for (int i = 0; i < 3; ++i) (void)must(transport.try_claim(payload), "claim");
   (void)must(transport.ack(1), "ack");

@@ -246,13 +246,25 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
   const KindSpec spec = channel::kind_spec(expected, block);
   auto seg = Segment::open(name, spec, options);
   if (!seg) return seg;
-  auto v = channel::view(*seg);
-  if (!v) return std::unexpected(v.error());
-  if (auto ok = detail::check_total_size(*seg, v->params.data_size, "its channel parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = channel::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
+
+namespace channel {
+
+Result<void> check_geometry(const Segment& seg) {
+  auto v = view(seg);
+  if (!v) return std::unexpected(v.error());
+  return shm::detail::check_total_size(seg, v->params.data_size, "its channel parameters need");
+}
+
+Result<void> check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ChannelParams{}, storage)); !ok) return ok;
+  return check_geometry(seg);
+}
+
+}  // namespace channel
 
 // ---------------------------------------------------------------- endpoints
 

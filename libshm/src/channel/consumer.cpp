@@ -25,7 +25,12 @@ std::string_view to_string(ReceiveStatus s) noexcept {
   return "unknown";
 }
 
-Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
+Result<ChannelConsumer> ChannelConsumer::attach(Segment segment) {
+  if (auto ok = channel::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<ChannelConsumer> ChannelConsumer::adopt(Result<Segment> seg) {
   if (!seg) return std::unexpected(seg.error());
   ChannelConsumer c;
   if (auto ok = bind(c, std::move(*seg), channel::kConsumerRole); !ok)
@@ -40,12 +45,12 @@ Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
 
 Result<ChannelConsumer> ChannelConsumer::open(std::string_view name, const ChannelParams& expected,
                                               const OpenOptions& options) {
-  return attach(open_channel(name, expected, options));
+  return adopt(open_channel(name, expected, options));
 }
 
 Result<ChannelConsumer> ChannelConsumer::create(std::string_view name, const ChannelParams& params,
                                                 const CreateOptions& options) {
-  return attach(create_channel(name, params, options));
+  return adopt(create_channel(name, params, options));
 }
 
 void ChannelConsumer::bind_epoch(std::uint64_t epoch) noexcept {

@@ -238,16 +238,18 @@ Result<Segment> open_egress_segment(std::string_view name, const OpenOptions& op
   const KindSpec spec = kind_spec(ParamBlock{}, true);
   auto seg = Segment::open(name, spec, options);
   if (!seg) return std::unexpected(seg.error());
-  auto state = make_state(*seg);
-  if (!state) return std::unexpected(state.error());
-  if (auto ok = detail::check_total_size(*seg, geometry(state->params).data_size,
-                                         "its egress parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = egress::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
 }  // namespace
+
+Result<void> egress::check_geometry(const Segment& seg) {
+  auto state = make_state(seg);
+  if (!state) return std::unexpected(state.error());
+  return shm::detail::check_total_size(seg, geometry(state->params).data_size,
+                                       "its egress parameters need");
+}
 
 Result<std::pair<std::uint64_t, std::uint64_t>> egress::internal::record_transport_death(
     const State& s, std::string_view path) {
@@ -273,7 +275,7 @@ Result<Egress> Egress::bind(Segment segment, const RoleSpec& role) {
   return e;
 }
 
-Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
+Result<Segment> create_egress(std::string_view name, const EgressParams& params,
                               const CreateOptions& options) {
   const ParamBlock block = to_block(params);
   if (auto ok = validate(block); !ok) return std::unexpected(ok.error());
@@ -284,15 +286,34 @@ Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
     EgressCore(s).initialize();
     return {};
   };
-  auto seg = Segment::create(name, spec, options, init);
+  return Segment::create(name, spec, options, init);
+}
+
+Result<Segment> open_egress(std::string_view name, const OpenOptions& options) {
+  return open_egress_segment(name, options);
+}
+
+Result<void> egress::check_adopted(const Segment& seg) {
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ParamBlock{}, true)); !ok) return ok;
+  return check_geometry(seg);
+}
+
+Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
+                              const CreateOptions& options) {
+  auto seg = create_egress(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), kProducerRole);
 }
 
 Result<Egress> Egress::open(std::string_view name, const OpenOptions& options) {
-  auto seg = open_egress_segment(name, options);
+  auto seg = open_egress(name, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), kProducerRole);
+}
+
+Result<Egress> Egress::attach(Segment segment) {
+  if (auto ok = check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return bind(std::move(segment), kProducerRole);
 }
 
 // ---------------------------------------------------------------- producers
@@ -454,10 +475,26 @@ Result<std::vector<std::string>> Egress::verify() const {
 
 // ---------------------------------------------------------------- transport
 
-Result<EgressTransport> EgressTransport::attach(std::string_view name, const OpenOptions& options) {
-  auto seg = open_egress_segment(name, options);
+Result<EgressTransport> EgressTransport::create(std::string_view name, const EgressParams& params,
+                                                const CreateOptions& options) {
+  auto seg = create_egress(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  auto e = Egress::bind(std::move(*seg), kTransportRole);
+  return adopt(std::move(*seg));
+}
+
+Result<EgressTransport> EgressTransport::open(std::string_view name, const OpenOptions& options) {
+  auto seg = open_egress(name, options);
+  if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<EgressTransport> EgressTransport::attach(Segment segment) {
+  if (auto ok = check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<EgressTransport> EgressTransport::adopt(Segment segment) {
+  auto e = Egress::bind(std::move(segment), kTransportRole);
   if (!e) return std::unexpected(e.error());
   EgressTransport t;
   t.egress_ = std::move(*e);

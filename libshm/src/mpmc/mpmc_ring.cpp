@@ -190,57 +190,82 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   return r;
 }
 
-Result<MpmcRing> MpmcRing::create_as(std::string_view name, const MpmcParams& params,
-                                     const CreateOptions& options, const RoleSpec& role) {
-  auto seg = create_mpmc_ring(name, params, options);
-  if (!seg) return std::unexpected(seg.error());
+Result<void> mpmc::check_adopted(const Segment& seg) {
+  mpmc::ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, mpmc::kind_spec(MpmcParams{}, storage)); !ok)
+    return ok;
+  mpmc::ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  if (auto ok = mpmc::validate(MpmcParams{found.capacity, found.slot_size}); !ok) return ok;
+  return shm::detail::check_total_size(
+      seg, mpmc::data_size_for(found.capacity, found.slot_size),
+      shm::detail::format("capacity {} x slot size {} needs", found.capacity, found.slot_size));
+}
+
+Result<MpmcRing> MpmcRing::adopt(Result<Segment> seg, const RoleSpec& role) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
+  if (!seg->writable())
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", seg->name()));
   return bind(std::move(*seg), role);
 }
 
-Result<MpmcRing> MpmcRing::open_as(std::string_view name, const MpmcParams& expected,
-                                   const OpenOptions& options, const RoleSpec& role) {
-  if (options.read_only)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", name));
-  auto seg = open_mpmc_ring(name, expected, options);
-  if (!seg) return std::unexpected(seg.error());
-  return bind(std::move(*seg), role);
+Result<MpmcRing> MpmcRing::attach_checked(Segment segment, const RoleSpec& role) {
+  if (auto ok = mpmc::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment), role);
 }
 
 Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
                                   const CreateOptions& options) {
-  return create_as(name, params, options, mpmc::kPeerRole);
+  return adopt(create_mpmc_ring(name, params, options), mpmc::kPeerRole);
 }
 
 Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
                                 const OpenOptions& options) {
-  return open_as(name, expected, options, mpmc::kPeerRole);
+  return adopt(open_mpmc_ring(name, expected, options), mpmc::kPeerRole);
+}
+
+Result<MpmcRing> MpmcRing::attach(Segment segment) {
+  return attach_checked(std::move(segment), mpmc::kPeerRole);
 }
 
 Result<MpmcProducer> MpmcProducer::create(std::string_view name, const MpmcParams& params,
                                           const CreateOptions& options) {
-  auto r = create_as(name, params, options, mpmc::kProducerRole);
+  auto r = MpmcRing::adopt(create_mpmc_ring(name, params, options), mpmc::kProducerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcProducer(std::move(*r));
 }
 
 Result<MpmcProducer> MpmcProducer::open(std::string_view name, const MpmcParams& expected,
                                         const OpenOptions& options) {
-  auto r = open_as(name, expected, options, mpmc::kProducerRole);
+  auto r = MpmcRing::adopt(open_mpmc_ring(name, expected, options), mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcProducer> MpmcProducer::attach(Segment segment) {
+  auto r = MpmcRing::attach_checked(std::move(segment), mpmc::kProducerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcProducer(std::move(*r));
 }
 
 Result<MpmcConsumer> MpmcConsumer::create(std::string_view name, const MpmcParams& params,
                                           const CreateOptions& options) {
-  auto r = create_as(name, params, options, mpmc::kConsumerRole);
+  auto r = MpmcRing::adopt(create_mpmc_ring(name, params, options), mpmc::kConsumerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcConsumer(std::move(*r));
 }
 
 Result<MpmcConsumer> MpmcConsumer::open(std::string_view name, const MpmcParams& expected,
                                         const OpenOptions& options) {
-  auto r = open_as(name, expected, options, mpmc::kConsumerRole);
+  auto r = MpmcRing::adopt(open_mpmc_ring(name, expected, options), mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::attach(Segment segment) {
+  auto r = MpmcRing::attach_checked(std::move(segment), mpmc::kConsumerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcConsumer(std::move(*r));
 }

@@ -400,10 +400,8 @@ SealMode RelayWriter::seal_mode() const noexcept {
   return sealer_ != nullptr ? SealMode::Background : SealMode::Inline;
 }
 
-Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
-                                        const CreateOptions& options) {
-  auto seg = create_segment(name, config, options);
-  if (!seg) return std::unexpected(seg.error());
+Result<RelayWriter> RelayWriter::adopt(Result<Segment> seg) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
   auto v = make_view(*seg);
   if (!v) return std::unexpected(v.error());
   auto att = seg->attach(kWriterRole);
@@ -416,18 +414,18 @@ Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig
   return w;
 }
 
+Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
+                                        const CreateOptions& options) {
+  return adopt(create_relay(name, config, options));
+}
+
 Result<RelayWriter> RelayWriter::open(std::string_view name, const OpenOptions& options) {
-  View v;
-  auto seg = open_segment(name, options, v);
-  if (!seg) return std::unexpected(seg.error());
-  auto att = seg->attach(kWriterRole);
-  if (!att) return std::unexpected(att.error());
-  RelayWriter w;
-  w.segment_ = std::move(*seg);
-  w.attachment_ = std::move(*att);
-  w.view_ = v;
-  if (auto p = w.policy_now(); !p) return std::unexpected(p.error());
-  return w;
+  return adopt(open_relay(name, options));
+}
+
+Result<RelayWriter> RelayWriter::attach(Segment segment) {
+  if (auto ok = relay::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
 }
 
 Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
@@ -775,8 +773,20 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
 
 Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig& config,
                                         const CreateOptions& options) {
-  auto seg = create_segment(name, config, options);
-  if (!seg) return std::unexpected(seg.error());
+  return adopt(create_relay(name, config, options));
+}
+
+Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& options) {
+  return adopt(open_relay(name, options));
+}
+
+Result<RelayReader> RelayReader::attach(Segment segment) {
+  if (auto ok = relay::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RelayReader> RelayReader::adopt(Result<Segment> seg) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
   auto v = make_view(*seg);
   if (!v) return std::unexpected(v.error());
   auto att = seg->attach(kReaderRole);
@@ -785,20 +795,6 @@ Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig
   r.segment_ = std::move(*seg);
   r.attachment_ = std::move(*att);
   r.view_ = *v;
-  if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
-  return r;
-}
-
-Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& options) {
-  View v;
-  auto seg = open_segment(name, options, v);
-  if (!seg) return std::unexpected(seg.error());
-  auto att = seg->attach(kReaderRole);
-  if (!att) return std::unexpected(att.error());
-  RelayReader r;
-  r.segment_ = std::move(*seg);
-  r.attachment_ = std::move(*att);
-  r.view_ = v;
   if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
   // We hold the only reader slot: entries still InHand belong to a dead
   // predecessor (its reclaim did not run yet). Return them for redelivery.
@@ -1447,6 +1443,25 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
 }
 
 // ---------------------------------------------------------------- free functions, roles
+
+Result<Segment> create_relay(std::string_view name, const RelayConfig& config,
+                             const CreateOptions& options) {
+  return create_segment(name, config, options);
+}
+
+Result<Segment> open_relay(std::string_view name, const OpenOptions& options) {
+  View v;
+  return open_segment(name, options, v);
+}
+
+Result<void> relay::check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ParamBlock{}, true, storage)); !ok)
+    return ok;
+  auto v = make_view(seg);
+  if (!v) return std::unexpected(v.error());
+  return shm::detail::check_total_size(seg, v->geometry.data_size, "its relay parameters need");
+}
 
 Result<RelaySnapshot> read_relay_snapshot(std::string_view name, const OpenOptions& options) {
   OpenOptions o = options;

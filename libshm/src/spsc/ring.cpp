@@ -57,6 +57,30 @@ KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
 
 }  // namespace ring
 
+namespace ring {
+
+Result<void> check_geometry(const Segment& seg) {
+  // capacity 0 = "any": check the size against the segment's own (validated) capacity.
+  ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  return shm::detail::check_total_size(seg, kBufferOffset + found.capacity,
+                                       shm::detail::format("capacity {} needs", found.capacity));
+}
+
+Result<void> check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(RingParams{}, storage)); !ok) return ok;
+  ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  if (auto ok = validate(RingParams{found.capacity}); !ok) return ok;
+  if (!max_payload_matches(found.max_payload, found.capacity))
+    return fail(Errc::Corrupt, shm::detail::format("{}: max_payload {} does not match capacity {}",
+                                                   seg.path(), found.max_payload, found.capacity));
+  return check_geometry(seg);
+}
+
+}  // namespace ring
+
 Result<Segment> create_ring(std::string_view name, const RingParams& params,
                             const CreateOptions& options) {
   if (auto ok = ring::validate(params); !ok) return std::unexpected(ok.error());
@@ -88,13 +112,7 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
                                       any->path(), ring::v1::kLayoutVersion, ring::kLayoutVersion));
   }
   if (!seg) return seg;
-  // capacity 0 = "any": check the size against the segment's own (validated) capacity.
-  ring::ParamBlock found{};
-  std::memcpy(&found, seg->params().data(), sizeof found);
-  if (auto ok = detail::check_total_size(*seg, ring::kBufferOffset + found.capacity,
-                                         shm::detail::format("capacity {} needs", found.capacity));
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = ring::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -272,18 +290,24 @@ Result<RingProducer> RingProducer::create(std::string_view name, const RingParam
                                           const CreateOptions& options) {
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
-    return std::unexpected(ok.error());
-  return p;
+  return adopt(std::move(*seg));
 }
 
 Result<RingProducer> RingProducer::open(std::string_view name, const RingParams& expected,
                                         const OpenOptions& options) {
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<RingProducer> RingProducer::attach(Segment segment) {
+  if (auto ok = ring::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RingProducer> RingProducer::adopt(Segment segment) {
   RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
+  if (auto ok = bind(p, std::move(segment), ring::kProducerRole); !ok)
     return std::unexpected(ok.error());
   // We are the only producer now. A dead predecessor may have published
   // records past its `tail` hint (killed between [spsc.P] and the hint's
@@ -409,18 +433,24 @@ Result<RingConsumer> RingConsumer::create(std::string_view name, const RingParam
                                           const CreateOptions& options) {
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
-    return std::unexpected(ok.error());
-  return c;
+  return adopt(std::move(*seg));
 }
 
 Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams& expected,
                                         const OpenOptions& options) {
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<RingConsumer> RingConsumer::attach(Segment segment) {
+  if (auto ok = ring::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RingConsumer> RingConsumer::adopt(Segment segment) {
   RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
+  if (auto ok = bind(c, std::move(segment), ring::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
   // acquire: pairs with [spsc.C] of an earlier consumer.

@@ -250,7 +250,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
     ASSERT_EQ(producer->try_enqueue(payload)->status, egress::EnqueueStatus::Enqueued);
   std::optional<EgressTransport> t;
   {
-    auto attached = EgressTransport::attach("uplink");
+    auto attached = EgressTransport::open("uplink");
     ASSERT_TRUE(attached) << attached.error().what();
     t.emplace(std::move(*attached));
   }
@@ -290,7 +290,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
 
   // A replacement transport advances the generation; the daemon follows.
   t.reset();
-  auto next = EgressTransport::attach("uplink");
+  auto next = EgressTransport::open("uplink");
   ASSERT_TRUE(next) << next.error().what();
   const Polled gen = poll_metric(port, "libshm_egress_generation{segment=\"uplink\"}",
                                  [&](double v) { return v == generation + 1; });

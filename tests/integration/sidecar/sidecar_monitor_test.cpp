@@ -464,7 +464,7 @@ TEST_F(SidecarMonitor, WorkingHandlesAreNeverStuckAndStoppedReadersAre) {
   ep.inflight_limit = 8;
   auto egress = Egress::create("egress", ep);
   ASSERT_TRUE(egress) << egress.error().what();
-  auto transport = EgressTransport::attach("egress");
+  auto transport = EgressTransport::open("egress");
   ASSERT_TRUE(transport) << transport.error().what();
 
   std::atomic<bool> stop{false}, readers_paused{false};

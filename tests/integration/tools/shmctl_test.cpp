@@ -1832,7 +1832,7 @@ TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
 TEST_F(ShmctlTest, WatchShowsAnEgressWindowAndOperationRates) {
   auto producer = Egress::create("uplink", EgressParams{.capacity = 64, .slot_bytes = 16});
   ASSERT_TRUE(producer) << producer.error().what();
-  auto transport = EgressTransport::attach("uplink");
+  auto transport = EgressTransport::open("uplink");
   ASSERT_TRUE(transport) << transport.error().what();
   std::atomic<bool> stop{false};
   std::thread traffic([&] {

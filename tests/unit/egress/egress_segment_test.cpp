@@ -58,7 +58,7 @@ class EgressSegmentTest : public ::testing::Test {
 TEST_F(EgressSegmentTest, ParkedClaimerIsWokenByEnqueueButNotByNoOpOrStaleTransitions) {
   auto e = Egress::create("wake", small(8, 4));
   ASSERT_TRUE(e);
-  auto t = EgressTransport::attach("wake");
+  auto t = EgressTransport::open("wake");
   ASSERT_TRUE(t);
   const std::uint64_t g = t->generation();
   std::atomic<bool> done{false};
@@ -94,7 +94,7 @@ TEST_F(EgressSegmentTest, ParkedClaimerIsWokenByEnqueueButNotByNoOpOrStaleTransi
 
 TEST_F(EgressSegmentTest, AckThatReopensTheWindowWakesTheParkedClaimer) {
   auto e = Egress::create("window", small(8, 1));
-  auto t = EgressTransport::attach("window");
+  auto t = EgressTransport::open("window");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   ASSERT_TRUE(e->try_enqueue(bytes("b")));
@@ -121,7 +121,7 @@ TEST_F(EgressSegmentTest, AckThatReopensTheWindowWakesTheParkedClaimer) {
 
 TEST_F(EgressSegmentTest, BackoffExpiryWakesTheParkedClaimer) {
   auto e = Egress::create("backoff", small(8, 4));
-  auto t = EgressTransport::attach("backoff");
+  auto t = EgressTransport::open("backoff");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   std::vector<std::byte> buf;
@@ -141,7 +141,7 @@ TEST_F(EgressSegmentTest, BackoffExpiryWakesTheParkedClaimer) {
 // elapsed (it checks the due time kept in the segment before claiming).
 TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
   auto e = Egress::create("poll", small(8, 4));
-  auto t = EgressTransport::attach("poll");
+  auto t = EgressTransport::open("poll");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   std::vector<std::byte> buf;
@@ -163,7 +163,7 @@ TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
 // the single calls in a row.
 TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLock) {
   auto e = Egress::create("batch", small(6, 4));
-  auto t = EgressTransport::attach("batch");
+  auto t = EgressTransport::open("batch");
   ASSERT_TRUE(e && t);
   const std::vector<std::span<const std::byte>> spans{bytes("r0"), bytes("r1"), bytes("r2"),
                                                       bytes("r3"), bytes("r4")};
@@ -227,7 +227,7 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   EXPECT_TRUE(e->verify()->empty());
 
   // A fenced transport claims nothing and learns the generation in force.
-  auto t2 = EgressTransport::attach("batch");
+  auto t2 = EgressTransport::open("batch");
   ASSERT_FALSE(t2);  // the slot is held
   ASSERT_EQ(e->reconnect(t->generation() + 1)->status, egress::ReconnectStatus::Advanced);
   auto stale = t->try_claim_batch(10, got, buf);
@@ -240,7 +240,7 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
 
 TEST_F(EgressSegmentTest, ProducerBlockedOnAFullPoolIsWokenByAnAck) {
   auto e = Egress::create("full", small(2, 2));
-  auto t = EgressTransport::attach("full");
+  auto t = EgressTransport::open("full");
   ASSERT_TRUE(e && t);
   ASSERT_EQ(e->try_enqueue(bytes("a"))->status, egress::EnqueueStatus::Enqueued);
   ASSERT_EQ(e->try_enqueue(bytes("b"))->status, egress::EnqueueStatus::Enqueued);
@@ -264,10 +264,10 @@ TEST_F(EgressSegmentTest, ReconnectFencesTheOldTransportAndANewOneResumesAtTheWa
   ASSERT_TRUE(e);
   for (const char* p : {"a", "b", "c"}) ASSERT_TRUE(e->try_enqueue(bytes(p)));
   {
-    auto t = EgressTransport::attach("fence");
+    auto t = EgressTransport::open("fence");
     ASSERT_TRUE(t);
     EXPECT_EQ(t->generation(), 1u);
-    auto second = EgressTransport::attach("fence");
+    auto second = EgressTransport::open("fence");
     ASSERT_FALSE(second);
     EXPECT_EQ(second.error().code, Errc::RoleTaken);
     std::vector<std::byte> buf;
@@ -280,7 +280,7 @@ TEST_F(EgressSegmentTest, ReconnectFencesTheOldTransportAndANewOneResumesAtTheWa
     EXPECT_EQ(t->ack(1)->status, egress::AckStatus::StaleGeneration);
     EXPECT_EQ(t->try_claim(buf)->status, ClaimStatus::StaleGeneration);
   }
-  auto t2 = EgressTransport::attach("fence");
+  auto t2 = EgressTransport::open("fence");
   ASSERT_TRUE(t2);
   EXPECT_EQ(t2->generation(), 6u);  // a transport attached before: reconnect
   auto p = e->projection(true);
@@ -298,7 +298,7 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto t = EgressTransport::attach("dead");
+    auto t = EgressTransport::open("dead");
     std::vector<std::byte> buf;
     if (!t || !t->try_claim(buf) || !t->try_claim(buf)) ::_exit(1);
     ::_exit(0);  // no detach: the kernel drops the slot's lock
@@ -318,7 +318,7 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   EXPECT_NE(reclaimed->actions[0].find("died at generation 1 with 2 records in flight"),
             std::string::npos)
       << reclaimed->actions[0];
-  auto t = EgressTransport::attach("dead");
+  auto t = EgressTransport::open("dead");
   ASSERT_TRUE(t);
   EXPECT_EQ(t->generation(), 2u);
   EXPECT_EQ(t->replayed(), 2u);

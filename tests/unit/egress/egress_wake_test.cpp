@@ -38,7 +38,7 @@ class EgressWakeTest : public ::testing::Test {
     auto e = Egress::create("wake", p);
     ASSERT_TRUE(e) << e.error().what();
     producer_.emplace(std::move(*e));
-    auto t = EgressTransport::attach("wake");
+    auto t = EgressTransport::open("wake");
     ASSERT_TRUE(t) << t.error().what();
     transport_.emplace(std::move(*t));
   }

@@ -123,7 +123,7 @@ TEST_F(ForeverTest, EgressClaimWaitsForARecord) {
   auto e =
       Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(e) << e.error().what();
-  auto t = EgressTransport::attach("egress");
+  auto t = EgressTransport::open("egress");
   ASSERT_TRUE(t) << t.error().what();
   std::vector<std::byte> out;
   egress::ClaimStatus status = egress::ClaimStatus::Empty;

@@ -221,6 +221,11 @@ static_assert(std::is_trivially_copyable_v<ParamBlock>);
 [[nodiscard]] Result<void> validate(const ChannelParams& params);
 // The KindSpec for create (params exact) or open (zero fields = any).
 [[nodiscard]] KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage);
+// The parameter block and the segment's size (Corrupt, SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 // Pointers into a mapped channel segment whose parameters were checked.
 struct View {
@@ -252,8 +257,10 @@ struct View {
 
 }  // namespace channel
 
-// Creates a channel segment (no attachment): mostly for tools and tests;
-// ChannelProducer::create / ChannelConsumer::create create and attach.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_channel makes the
+// segment and open_channel opens it, neither attaches;
+// ChannelProducer/ChannelConsumer::attach(segment) adopts the result.
+// X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_channel(std::string_view name, const ChannelParams& params,
                                              const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_channel(std::string_view name,

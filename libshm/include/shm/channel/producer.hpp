@@ -112,6 +112,10 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] static Result<ChannelProducer> open(std::string_view name,
                                                     const ChannelParams& expected = {},
                                                     const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_channel,
+  // create_channel) and attaches as its producer; KindMismatch / SizeMismatch
+  // when it is not a channel.
+  [[nodiscard]] static Result<ChannelProducer> attach(Segment segment);
 
   // Every call below takes the endpoint guard (one thread at a time, aborts
   // otherwise), and so do Reservation::commit() and abandon(); a blocking
@@ -162,7 +166,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
   [[nodiscard]] std::unexpected<Error> reservation_misuse(std::size_t used) const;
   // Binds the producer role on a segment just created or opened, then resume().
-  [[nodiscard]] static Result<ChannelProducer> attach(Result<Segment> seg);
+  [[nodiscard]] static Result<ChannelProducer> adopt(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
 
   page::PageWriter page_;   // the active page

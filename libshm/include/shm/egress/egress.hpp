@@ -63,8 +63,21 @@ inline constexpr RoleSpec kProducerRole{1, false, "producer"};
 // A projection without the lock (seqlock, bounded retries): shmctl, metrics,
 // any process. nullopt when writers kept it busy throughout.
 [[nodiscard]] std::optional<Projection> observe(const State& state, bool with_records);
+// The parameter block and the segment's size (Corrupt, SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 }  // namespace egress
+
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_egress makes the
+// segment, open_egress opens it (any parameters); neither attaches.
+// Egress::attach / EgressTransport::attach(segment) adopt the result;
+// X::create / X::open do both in one step.
+[[nodiscard]] Result<Segment> create_egress(std::string_view name, const EgressParams& params,
+                                            const CreateOptions& options = {});
+[[nodiscard]] Result<Segment> open_egress(std::string_view name, const OpenOptions& options = {});
 
 // How the blocking calls wait: statistics of the futex words (tests, metrics).
 struct EgressWakeCounters {
@@ -95,6 +108,9 @@ class Egress {
   [[nodiscard]] static Result<Egress> create(std::string_view name, const EgressParams& params,
                                              const CreateOptions& options = {});
   [[nodiscard]] static Result<Egress> open(std::string_view name, const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_egress, create_egress)
+  // and attaches as a producer; KindMismatch / SizeMismatch when it is not an egress.
+  [[nodiscard]] static Result<Egress> attach(Segment segment);
 
   // ---- producers
   // Enqueued with the sequence assigned, or Full (the pool holds capacity
@@ -161,14 +177,21 @@ class EgressTransport {
   EgressTransport(EgressTransport&&) noexcept = default;
   EgressTransport& operator=(EgressTransport&&) noexcept = default;
 
-  // Takes the transport slot (RoleTaken while a live transport holds it; a
-  // dead holder's slot is taken over) and captures the generation,
-  // reconnecting first when a transport attached before.
-  [[nodiscard]] static Result<EgressTransport> attach(std::string_view name,
-                                                      const OpenOptions& options = {});
+  // Creates the egress and attaches as its transport (for a transport that
+  // starts first).
+  [[nodiscard]] static Result<EgressTransport> create(std::string_view name,
+                                                      const EgressParams& params,
+                                                      const CreateOptions& options = {});
+  // Opens the egress and takes the transport slot (RoleTaken while a live
+  // transport holds it; a dead holder's slot is taken over) and captures the
+  // generation, reconnecting first when a transport attached before.
+  [[nodiscard]] static Result<EgressTransport> open(std::string_view name,
+                                                    const OpenOptions& options = {});
+  // As open(), on a segment opened already (open_egress, create_egress).
+  [[nodiscard]] static Result<EgressTransport> attach(Segment segment);
 
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
-  // Records returned to pending by the reconnect of attach().
+  // Records returned to pending by the reconnect of open() / attach().
   [[nodiscard]] std::uint64_t replayed() const noexcept { return replayed_; }
   // True once a later transport (or a reclaim) advanced the generation.
   [[nodiscard]] bool fenced() const noexcept;
@@ -195,6 +218,7 @@ class EgressTransport {
   [[nodiscard]] const Egress& egress() const noexcept { return egress_; }
 
  private:
+  [[nodiscard]] static Result<EgressTransport> adopt(Segment segment);
   Egress egress_;
   std::uint64_t generation_ = 0;
   std::uint64_t replayed_ = 0;

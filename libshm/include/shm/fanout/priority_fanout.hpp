@@ -71,6 +71,14 @@ inline constexpr std::uint8_t kCrashSubmitAfterRingCommit = 0;  // FanoutCrashPo
 void fanout_crash_point(std::uint8_t point) noexcept;
 }  // namespace detail
 
+// The K + 1 segments of a fanout, created or opened and not attached
+// (create_fanout, open_fanout below); a handle's attach() adopts them.
+struct FanoutSegments {
+  std::string base;
+  Segment bitmap;              // <base>.bitmap
+  std::vector<Segment> rings;  // <base>.prio<i>, by priority
+};
+
 struct Drained {
   std::uint32_t priority;
   std::size_t size;  // payload bytes copied into the caller's buffer
@@ -120,6 +128,10 @@ class PriorityFanout {
   [[nodiscard]] static Result<PriorityFanout> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  // Adopts the segments of create_fanout / open_fanout and attaches as a
+  // peer; KindMismatch, ParamMismatch (a ring re-created on its own) or
+  // SizeMismatch when they are not one fanout.
+  [[nodiscard]] static Result<PriorityFanout> attach(FanoutSegments segments);
   // Removes the bitmap and every `<base>.prio<i>` file; NotFound when none existed.
   [[nodiscard]] static Result<void> unlink(std::string_view base, const std::string& root = {});
 
@@ -180,14 +192,19 @@ class PriorityFanout {
     const RoleSpec& bitmap;
     const RoleSpec& ring;
   };
-  [[nodiscard]] static Result<PriorityFanout> create_as(std::string_view base,
-                                                        const FanoutParams& params,
-                                                        const CreateOptions& options, Roles roles);
-  [[nodiscard]] static Result<PriorityFanout> open_as(std::string_view base,
-                                                      const FanoutParams& expected,
-                                                      const OpenOptions& options, Roles roles);
+  // create / open / attach for every handle type, under `roles`;
+  // attach_checked() first checks segments it was given.
+  [[nodiscard]] static Result<PriorityFanout> create_with(std::string_view base,
+                                                          const FanoutParams& params,
+                                                          const CreateOptions& options,
+                                                          Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> open_with(std::string_view base,
+                                                        const FanoutParams& expected,
+                                                        const OpenOptions& options, Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> attach_checked(FanoutSegments segments, Roles roles);
 
  private:
+  [[nodiscard]] static Result<PriorityFanout> adopt(Result<FanoutSegments> segments, Roles roles);
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
                                                    std::vector<MpmcRing> rings,
                                                    const RoleSpec& role);
@@ -258,6 +275,7 @@ class FanoutProducer : public detail::FanoutSide {
   [[nodiscard]] static Result<FanoutProducer> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  [[nodiscard]] static Result<FanoutProducer> attach(FanoutSegments segments);
 
   using PriorityFanout::submit;
 
@@ -275,6 +293,7 @@ class FanoutConsumer : public detail::FanoutSide {
   [[nodiscard]] static Result<FanoutConsumer> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  [[nodiscard]] static Result<FanoutConsumer> attach(FanoutSegments segments);
 
   using PriorityFanout::drain_highest;
   using PriorityFanout::drain_priority;
@@ -287,6 +306,24 @@ class FanoutConsumer : public detail::FanoutSide {
  private:
   explicit FanoutConsumer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
+
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_fanout makes the
+// K ring segments and then the bitmap (removing what it made on failure),
+// open_fanout opens the bitmap and its rings (checking that each ring is the
+// one the bitmap was created with); neither attaches. A handle's
+// attach(segments) adopts the result; X::create / X::open do both in one step.
+[[nodiscard]] Result<FanoutSegments> create_fanout(std::string_view base,
+                                                   const FanoutParams& params,
+                                                   const CreateOptions& options = {});
+[[nodiscard]] Result<FanoutSegments> open_fanout(std::string_view base,
+                                                 const FanoutParams& expected,
+                                                 const OpenOptions& options = {});
+
+namespace fanout {
+// What attach(FanoutSegments) checks: kinds, layouts, parameters, sizes and
+// that every ring is the bitmap's own.
+[[nodiscard]] Result<void> check_adopted(const FanoutSegments& segments);
+}  // namespace fanout
 
 namespace detail {
 inline constexpr const char* kFanoutGuardName = "a PriorityFanout handle";

@@ -218,14 +218,18 @@ struct RepairReport {
                                             std::optional<std::size_t> assume_dead,
                                             std::string* action = nullptr);
 // Repairs what non-live slots (or only `slot`) left held; clears their waiter bits.
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 [[nodiscard]] RepairReport repair_slots(const Segment& segment, const View& v,
                                         std::optional<std::size_t> slot = std::nullopt,
                                         std::optional<std::size_t> assume_dead = std::nullopt);
 
 }  // namespace mpmc
 
-// Creates a ring segment (no attachment): tools and tests. MpmcRing::create()
-// creates and attaches in one step.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_mpmc_ring makes
+// the segment and open_mpmc_ring opens it, neither attaches; the handles'
+// attach(segment) adopts the result. X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params,
                                                const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected = {},

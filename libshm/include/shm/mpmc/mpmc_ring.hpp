@@ -78,6 +78,10 @@ class MpmcRing {
   // attaches as a peer; repairs what dead handles left held.
   [[nodiscard]] static Result<MpmcRing> open(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_mpmc_ring,
+  // create_mpmc_ring) and attaches as a peer; KindMismatch / SizeMismatch
+  // when it is not an MPMC ring.
+  [[nodiscard]] static Result<MpmcRing> attach(Segment segment);
 
   // Copies `payload` into the next cell: true when pushed, false when full.
   [[nodiscard]] Result<bool> try_push(std::span<const std::byte> payload);
@@ -129,17 +133,15 @@ class MpmcRing {
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
   void heartbeat() noexcept { attachment_.heartbeat(); }
 
- protected:
-  // For the typed handles and the fanout: create/open attached under `role`
-  // (mpmc::kProducerRole, kConsumerRole or kPeerRole).
-  [[nodiscard]] static Result<MpmcRing> create_as(std::string_view name, const MpmcParams& params,
-                                                  const CreateOptions& options,
-                                                  const RoleSpec& role);
-  [[nodiscard]] static Result<MpmcRing> open_as(std::string_view name, const MpmcParams& expected,
-                                                const OpenOptions& options, const RoleSpec& role);
-
  private:
   friend class PriorityFanout;
+  friend class MpmcProducer;
+  friend class MpmcConsumer;
+  // create / open / attach for every handle type: the segment (or its
+  // error) attached under `role` (mpmc::kProducerRole, kConsumerRole or
+  // kPeerRole); attach_checked() first checks a segment it was given.
+  [[nodiscard]] static Result<MpmcRing> adopt(Result<Segment> seg, const RoleSpec& role);
+  [[nodiscard]] static Result<MpmcRing> attach_checked(Segment segment, const RoleSpec& role);
   struct Stuck {
     mpmc::Side side = mpmc::Side::Push;
     std::uint64_t pos = ~0ull;
@@ -235,6 +237,8 @@ class MpmcProducer : public detail::MpmcSide {
   [[nodiscard]] static Result<MpmcProducer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
+  // Adopts a segment opened or created already and attaches as a producer.
+  [[nodiscard]] static Result<MpmcProducer> attach(Segment segment);
 
   using MpmcRing::cancel;
   using MpmcRing::commit;
@@ -257,6 +261,8 @@ class MpmcConsumer : public detail::MpmcSide {
   [[nodiscard]] static Result<MpmcConsumer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
+  // Adopts a segment opened or created already and attaches as a consumer.
+  [[nodiscard]] static Result<MpmcConsumer> attach(Segment segment);
 
   using MpmcRing::pop;
   using MpmcRing::popped_last;

@@ -238,6 +238,9 @@ class RelayWriter : public relay::detail::Handle {
                                                   const CreateOptions& options = {});
   [[nodiscard]] static Result<RelayWriter> open(std::string_view name,
                                                 const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_relay, create_relay)
+  // and attaches as a writer; KindMismatch / SizeMismatch when it is not a relay.
+  [[nodiscard]] static Result<RelayWriter> attach(Segment segment);
 
   // Keyed policies merge into the key's open entry; raw_fifo appends (the key
   // is carried along). Block parks up to `timeout` while the relay is full
@@ -268,6 +271,7 @@ class RelayWriter : public relay::detail::Handle {
   [[nodiscard]] SealMode seal_mode() const noexcept;
 
  private:
+  [[nodiscard]] static Result<RelayWriter> adopt(Result<Segment> seg);
   std::unique_ptr<relay::internal::Sealer> sealer_;
 };
 
@@ -290,6 +294,9 @@ class RelayReader : public relay::detail::Handle {
   // returned to the head (redelivered) first.
   [[nodiscard]] static Result<RelayReader> open(std::string_view name,
                                                 const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_relay, create_relay)
+  // and attaches as the reader (as open() does).
+  [[nodiscard]] static Result<RelayReader> attach(Segment segment);
 
   // Takes up to `credit` oldest entries (they stay in the segment, InHand,
   // until commit()). Calling take() again before commit() or abandon() is
@@ -330,6 +337,7 @@ class RelayReader : public relay::detail::Handle {
   [[nodiscard]] CatchUp catch_up() const noexcept { return catch_up_; }
 
  private:
+  [[nodiscard]] static Result<RelayReader> adopt(Result<Segment> seg);
   [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
   // Folds the oldest cold pages into summary_ (false: not this time).
   [[nodiscard]] Result<bool> build_summary(spill::SpillDir& dir);
@@ -387,6 +395,19 @@ class RelayReader : public relay::detail::Handle {
   std::unique_ptr<relay::internal::CatchUpSummary> summary_;
   bool from_summary_ = false;  // taken_ holds summary entries
 };
+
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_relay makes the
+// segment (validating the config against the table; with a spill store, its
+// directory), open_relay opens it; neither attaches. RelayWriter /
+// RelayReader::attach(segment) adopts the result; X::create / X::open do both.
+[[nodiscard]] Result<Segment> create_relay(std::string_view name, const RelayConfig& config,
+                                           const CreateOptions& options = {});
+[[nodiscard]] Result<Segment> open_relay(std::string_view name, const OpenOptions& options = {});
+namespace relay {
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
+}  // namespace relay
 
 // Reads a relay's snapshot without attaching (read-only mapping).
 [[nodiscard]] Result<RelaySnapshot> read_relay_snapshot(std::string_view name,

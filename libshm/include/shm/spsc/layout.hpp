@@ -288,11 +288,17 @@ enum class RecordCheck : std::uint8_t {
 [[nodiscard]] Result<void> validate(const RingParams& params);
 // The KindSpec for create (params exact) or open (capacity 0 = any).
 [[nodiscard]] KindSpec kind_spec(const RingParams& params, ParamBlock& storage);
+// The segment's size against its own capacity (SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 }  // namespace ring
 
-// Creates a ring segment (no attachment). Mostly useful to tools and tests;
-// RingProducer::create() creates and attaches in one step.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_ring makes the
+// segment and open_ring opens it, neither attaches; RingProducer/RingConsumer
+// ::attach(segment) adopts the result. X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_ring(std::string_view name, const RingParams& params,
                                           const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_ring(std::string_view name, const RingParams& expected = {},
