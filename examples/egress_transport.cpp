@@ -162,9 +162,9 @@ int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned se
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(2ms);
-    const auto p = e->observe();
-    if (!p || !p->acked_through) continue;
-    const std::uint64_t acked = *p->acked_through + 1;
+    const auto p = e->snapshot();
+    if (!p.consistent || !p.acked_through) continue;
+    const std::uint64_t acked = *p.acked_through + 1;
     done = acked == count;
     if (!done && kill_every != 0 && acked >= next_kill) {
       ::kill(tr, SIGKILL);

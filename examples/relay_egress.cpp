@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
   std::uint64_t forwarded = 0, max_retained = 0;
   bool ok = true;
   auto bridge = [&](std::chrono::nanoseconds wait) -> std::size_t {
-    const auto p = egress->observe();
+    const auto p = egress->snapshot();
     const std::uint64_t retained =
-        p ? p->pending + p->inflight + p->parked + p->terminal : std::uint64_t{pool};
+        p.consistent ? p.pending + p.inflight + p.parked + p.terminal : std::uint64_t{pool};
     max_retained = std::max(max_retained, retained);
     const std::size_t credit = retained < pool ? pool - retained : 0;
     if (credit == 0) {

@@ -11,6 +11,7 @@
 #include "format/format.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -283,6 +284,28 @@ Result<void> ChannelEndpoint::bind(ChannelEndpoint& e, Segment segment, const Ro
   e.ring_mask_ = v->params.ring_capacity - 1;
   e.role_ = role.id;
   return {};
+}
+
+ChannelSnapshot ChannelEndpoint::snapshot() const noexcept {
+  ChannelSnapshot s;
+  s.pages = view_.params.pages;
+  s.page_bytes = view_.params.page_bytes;
+  s.descriptors_per_page = view_.params.descriptors_per_page;
+  s.ring_cells = view_.params.ring_capacity;
+  const channel::ChannelControl& c = control();
+  // acquire: pair with [chan.C] and [chan.R], the sides' stores of head and tail.
+  s.received = c.consumer.head.load(std::memory_order_acquire);
+  s.sent = std::max(c.producer.tail.load(std::memory_order_acquire), s.received);
+  s.in_flight = s.sent - s.received;
+  // relaxed: observed values and counters, nothing is read on their strength.
+  s.active_epoch = c.producer.active_epoch.load(std::memory_order_relaxed);
+  s.released_epoch = c.release.released_epoch.load(std::memory_order_relaxed);
+  s.rotations = c.stats.rotations.load(std::memory_order_relaxed);
+  s.quota_refusals = c.stats.quota_refusals.load(std::memory_order_relaxed);
+  s.ring_full = c.stats.ring_full.load(std::memory_order_relaxed);
+  s.state = state();
+  s.fault = fault();
+  return s;
 }
 
 ChannelState ChannelEndpoint::state() const noexcept {

@@ -456,8 +456,16 @@ Result<Projection> Egress::projection(bool with_records) const {
                 [&](EgressCore& core, Wake&) { return core.project(with_records); });
 }
 
-std::optional<Projection> Egress::observe(bool with_records) const {
-  return egress::observe(state_, with_records);
+Projection Egress::snapshot(bool with_records) const {
+  auto p = egress::observe(state_, with_records);
+  if (p) return std::move(*p);
+  Projection busy;
+  busy.consistent = false;
+  return busy;
+}
+
+EgressTransportSnapshot EgressTransport::snapshot(bool with_records) const {
+  return EgressTransportSnapshot{egress_.snapshot(with_records), generation_, replayed_, fenced()};
 }
 
 EgressWakeCounters Egress::wake_counters() const noexcept {

@@ -369,6 +369,21 @@ std::uint64_t PriorityFanout::slot_size() const noexcept {
   return rings_.empty() ? 0 : rings_.front().slot_size();
 }
 
+FanoutSnapshot PriorityFanout::snapshot() const {
+  FanoutSnapshot s;
+  s.priorities = k_;
+  s.ring_cells = ring_capacity();
+  s.slot_bytes = slot_size();
+  // Relaxed: observed values and counters; nothing is read on their strength.
+  s.bitmap = control_->hot.bitmap.load(std::memory_order_relaxed);
+  s.stale_retries = control_->stats.stale_retries.load(std::memory_order_relaxed);
+  s.parks = control_->stats.parks.load(std::memory_order_relaxed);
+  s.wakeups = control_->stats.wakeups.load(std::memory_order_relaxed);
+  s.rings.reserve(rings_.size());
+  for (const MpmcRing& r : rings_) s.rings.push_back(r.snapshot());
+  return s;
+}
+
 std::uint64_t PriorityFanout::active_priorities() const noexcept {
   const std::uint64_t all = k_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << k_) - 1;
   // Acquire: pairs with the submitters' seq_cst fetch_or (a hint either way).

@@ -277,6 +277,26 @@ std::uint64_t MpmcRing::size_hint() const noexcept {
   return t > h ? t - h : 0;
 }
 
+MpmcSnapshot MpmcRing::snapshot() const noexcept {
+  const mpmc::Control& c = *v_.control;
+  MpmcSnapshot s;
+  s.ring_cells = v_.capacity;
+  s.slot_bytes = v_.slot_size;
+  // Relaxed: observed values and counters; nothing is read on their strength.
+  s.head = c.consumer.head.load(std::memory_order_relaxed);
+  s.tail = c.producer.tail.load(std::memory_order_relaxed);
+  s.depth = s.tail > s.head ? s.tail - s.head : 0;
+  s.orphans = c.consumer.orphans.load(std::memory_order_relaxed);
+  s.abandoned_pushes = c.stats.abandoned_pushes.load(std::memory_order_relaxed);
+  s.lost_pops = c.stats.lost_pops.load(std::memory_order_relaxed);
+  s.tombstones_skipped = c.stats.tombstones_skipped.load(std::memory_order_relaxed);
+  s.cancelled_pushes = c.stats.cancelled_pushes.load(std::memory_order_relaxed);
+  s.parks = c.stats.parks.load(std::memory_order_relaxed);
+  s.wakeups = c.stats.wakeups.load(std::memory_order_relaxed);
+  s.adopted = c.stats.adopted.load(std::memory_order_relaxed);
+  return s;
+}
+
 bool MpmcRing::has_claimed_items() const noexcept {
   // [fanout.C] seq_cst: the caller's preceding seq_cst RMW (a bitmap clear) and this
   // load order against a producer's [mpmc.T] + its seq_cst bitmap load.

@@ -124,10 +124,10 @@ class SegmentSubject final : public EgressSubject {
   egress::Projection project() override {
     // Both reads: the locked one and another process's unlocked observation must agree.
     auto locked = must(egress_.projection(true));
-    auto seen = egress_.observe(true);
-    EXPECT_TRUE(seen.has_value());
-    if (seen) {
-      EXPECT_EQ(seen->records, locked.records);
+    auto seen = egress_.snapshot(true);
+    EXPECT_TRUE(seen.consistent);
+    if (seen.consistent) {
+      EXPECT_EQ(seen.records, locked.records);
     }
     return locked;
   }

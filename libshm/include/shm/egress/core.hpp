@@ -146,6 +146,9 @@ struct Projection {
   std::optional<std::uint64_t> oldest_enqueue_ns;  // the oldest retained record's enqueue time
   std::array<std::uint64_t, kReaders> reader_versions{};
   std::vector<RecordView> records;
+  // False when a lock-free read (Egress::snapshot) found writers busy
+  // throughout: the other fields are then zero.
+  bool consistent = true;
 };
 
 // Pointers into a state laid out for `params` (non-owning).

@@ -147,10 +147,13 @@ class Egress {
   [[nodiscard]] Result<egress::ReconnectOutcome> reconnect(std::uint64_t new_generation);
 
   // ---- reads
-  // Under the lock (repairing first if a holder died).
+  // Counters and positions now, without the lock (a seqlock read with
+  // bounded retries: never blocks a writer); `consistent` is false when
+  // writers kept it busy throughout.
+  [[nodiscard]] egress::Projection snapshot(bool with_records = false) const;
+  // The same under the lock (repairing first if a holder died): for a caller
+  // that needs the exact state and may wait for it (tests, tools).
   [[nodiscard]] Result<egress::Projection> projection(bool with_records = false) const;
-  // Without the lock (seqlock snapshot); nullopt when writers kept it busy.
-  [[nodiscard]] std::optional<egress::Projection> observe(bool with_records = false) const;
   [[nodiscard]] EgressWakeCounters wake_counters() const noexcept;
   // Takes the lock (repairing if needed) and lists every invariant violation.
   [[nodiscard]] Result<std::vector<std::string>> verify() const;
@@ -169,6 +172,15 @@ class Egress {
   Segment segment_;
   Attachment attachment_;
   egress::State state_;
+};
+
+// What EgressTransport::snapshot() reads: the egress's snapshot and the
+// transport's own generation.
+struct EgressTransportSnapshot {
+  egress::Projection egress;     // Egress::snapshot()
+  std::uint64_t generation = 0;  // this transport's
+  std::uint64_t replayed = 0;    // records its open returned to pending
+  bool fenced = false;           // a later transport (or a reclaim) advanced the generation
 };
 
 class EgressTransport {
@@ -213,6 +225,9 @@ class EgressTransport {
   [[nodiscard]] Result<egress::AckOutcome> ack(std::uint64_t through);
   [[nodiscard]] Result<egress::FailOutcome> fail(std::uint64_t sequence);
   [[nodiscard]] Result<egress::RetryOutcome> retry_now(std::uint64_t sequence);
+
+  // The egress's counters and this transport's generation (never blocks).
+  [[nodiscard]] EgressTransportSnapshot snapshot(bool with_records = false) const;
 
   [[nodiscard]] Egress& egress() noexcept { return egress_; }
   [[nodiscard]] const Egress& egress() const noexcept { return egress_; }

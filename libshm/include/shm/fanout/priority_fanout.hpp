@@ -84,6 +84,17 @@ struct Drained {
   std::size_t size;  // payload bytes copied into the caller's buffer
 };
 
+// What a fanout handle's snapshot() reads: the bitmap, the counters and each
+// priority's ring, relaxed loads, never waiting for another handle.
+struct FanoutSnapshot {
+  std::uint32_t priorities = 0;
+  std::uint64_t ring_cells = 0;  // per priority
+  std::uint64_t slot_bytes = 0;  // the largest payload
+  std::uint64_t bitmap = 0;      // bit p: priority p may be non-empty (a hint)
+  std::uint64_t stale_retries = 0, parks = 0, wakeups = 0;  // counters
+  std::vector<MpmcSnapshot> rings;                          // by priority
+};
+
 // An item taken (at-least-once) and not released yet: a view into its ring
 // cell, valid until PriorityFanout::release().
 struct Taken {
@@ -170,6 +181,8 @@ class PriorityFanout {
   // The bitmap as it is now: a HINT for observability and short-circuits. An
   // empty ring may briefly keep its bit, a just-pushed item may briefly lack it.
   [[nodiscard]] std::uint64_t active_priorities() const noexcept;
+  // The bitmap, counters and every ring's positions now (never blocks).
+  [[nodiscard]] FanoutSnapshot snapshot() const;
 
   [[nodiscard]] std::uint32_t priorities() const noexcept { return k_; }
   [[nodiscard]] std::uint64_t ring_capacity() const noexcept;
@@ -258,6 +271,7 @@ class FanoutSide : protected PriorityFanout {
   using PriorityFanout::ring;
   using PriorityFanout::ring_capacity;
   using PriorityFanout::slot_size;
+  using PriorityFanout::snapshot;
 
  protected:
   FanoutSide() = default;

@@ -57,6 +57,19 @@ namespace detail {
 inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
 }  // namespace detail
 
+// What an MPMC handle's snapshot() reads: positions and counters, relaxed
+// loads, never waiting for another handle (a hint under concurrency).
+struct MpmcSnapshot {
+  std::uint64_t ring_cells = 0;
+  std::uint64_t slot_bytes = 0;  // the largest payload
+  std::uint64_t head = 0;        // positions claimed by pops (they only grow)
+  std::uint64_t tail = 0;        // positions claimed by pushes
+  std::uint64_t depth = 0;       // tail - head: items published or in flight
+  std::uint64_t orphans = 0;     // kept items of dead takers waiting for adoption
+  std::uint64_t abandoned_pushes = 0, lost_pops = 0, tombstones_skipped = 0, cancelled_pushes = 0,
+                parks = 0, wakeups = 0, adopted = 0;  // counters
+};
+
 // A peer handle: pushes and pops. MpmcProducer and MpmcConsumer (below) are
 // the same handle with only one side's calls.
 class MpmcRing {
@@ -118,6 +131,8 @@ class MpmcRing {
   [[nodiscard]] std::uint64_t slot_size() const noexcept { return v_.slot_size; }
   // tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
+  // Positions and counters now (never blocks).
+  [[nodiscard]] MpmcSnapshot snapshot() const noexcept;
   // True when some push has claimed a position no consumer has claimed yet
   // (published or still in flight), or an orphan waits for adoption.
   // Sequentially consistent: see PriorityFanout.
@@ -219,6 +234,7 @@ class MpmcSide : protected MpmcRing {
   using MpmcRing::segment;
   using MpmcRing::size_hint;
   using MpmcRing::slot_size;
+  using MpmcRing::snapshot;
 
  protected:
   MpmcSide() = default;

@@ -68,6 +68,13 @@ class RingConsumer : public detail::RingEndpoint {
   [[nodiscard]] Result<std::size_t> drain(F&& f, std::size_t max);
 
   [[nodiscard]] std::uint64_t released_position() const noexcept { return head_; }
+  // Positions and counters now (never blocks; `tail` is the larger of what
+  // this consumer has peeked and the producer's lazy hint).
+  [[nodiscard]] RingSnapshot snapshot() const noexcept {
+    // acquire: pairs with the hint's release store (publish_hint).
+    return snapshot_at(
+        std::max(peek_pos_, control_->producer.tail.load(std::memory_order_acquire)));
+  }
 
  private:
   [[nodiscard]] static Result<RingConsumer> adopt(Segment segment);

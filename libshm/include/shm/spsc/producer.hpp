@@ -58,6 +58,8 @@ class RingProducer : public detail::RingEndpoint {
       std::span<const std::span<const std::byte>> records);
 
   [[nodiscard]] std::uint64_t published_position() const noexcept { return tail_; }
+  // Positions and counters now (never blocks; `tail` is this producer's own).
+  [[nodiscard]] RingSnapshot snapshot() const noexcept { return snapshot_at(tail_); }
 
  private:
   [[nodiscard]] static Result<RingProducer> adopt(Segment segment);
