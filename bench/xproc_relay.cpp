@@ -163,7 +163,7 @@ Measurement relay_write_run(const Options& o, bool lww) {
       make_value(value, i, lww);
       auto r = w->write(i % kWriteKeys, value, 0ns);
       if (!r) throw BenchError(r.error().what());
-      merged += r->outcome == shm::WriteOutcome::Merged ? 1 : 0;
+      merged += r->status == shm::WriteStatus::Merged ? 1 : 0;
     }
     ticks += TickClock::ticks() - t0;
     cpu += thread_cpu_ns() - c0;
@@ -370,7 +370,7 @@ Measurement relay_overload_run(const Options& o, SharedBlock<Control>& control) 
     return writer_body(o, ctl, [&](std::uint64_t key, std::span<const std::byte> v) {
       auto res = w->write(key, v, 0ns);
       if (!res) throw BenchError(res.error().what());
-      if (res->outcome == shm::WriteOutcome::Full || res->outcome == shm::WriteOutcome::Dropped)
+      if (res->status == shm::WriteStatus::Full || res->status == shm::WriteStatus::Dropped)
         throw BenchError("a conflating relay with room for every key refused a write");
     });
   });

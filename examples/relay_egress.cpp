@@ -67,7 +67,7 @@ int run_writer(std::uint64_t id, std::uint32_t writers, std::uint32_t keys, std:
         }
         // Full: every entry is pending or in the reader's hand (nothing was
         // written); the reader frees entries as it commits, so write again.
-        if (res->outcome != shm::WriteOutcome::Full) break;
+        if (res->status != shm::WriteStatus::Full) break;
         if (std::chrono::steady_clock::now() > deadline) {
           fmt::print(stderr, "writer {}: the relay stayed full for 60 s\n", id);
           return 1;

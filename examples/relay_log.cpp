@@ -63,9 +63,9 @@ int run_writer(std::uint64_t lines, bool spill) {
     // the reader's check of the blocked counter says so.
     (void)spill;
     auto r = w->write(std::as_bytes(std::span(line, n)), std::chrono::seconds(30));
-    if (!r || r->outcome != shm::WriteOutcome::Appended) {
+    if (!r || r->status != shm::WriteStatus::Appended) {
       fmt::print(stderr, "writer: line {}: {}\n", i,
-                 r ? std::string(shm::to_string(r->outcome)) : r.error().what());
+                 r ? std::string(shm::to_string(r->status)) : r.error().what());
       return 1;
     }
   }

@@ -59,7 +59,7 @@ int run_writer(std::uint64_t id, std::uint32_t symbols, int seconds, pid_t paren
       auto r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       // Full: no free entry (every key pending and the symbol's entry in
       // the reader's hand); nothing was written, so write it again.
-      while (r && r->outcome == shm::WriteOutcome::Full) {
+      while (r && r->status == shm::WriteStatus::Full) {
         std::this_thread::yield();
         r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       }

@@ -10,13 +10,13 @@
 
 namespace shm {
 
-std::string_view to_string(Admission a) noexcept {
+std::string_view to_string(SendStatus a) noexcept {
   switch (a) {
-    case Admission::Ok:
+    case SendStatus::Ok:
       return "ok";
-    case Admission::RingFull:
+    case SendStatus::RingFull:
       return "ring full";
-    case Admission::PageQuotaExhausted:
+    case SendStatus::PageQuotaExhausted:
       return "page quota exhausted";
   }
   return "unknown";

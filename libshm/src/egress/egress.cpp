@@ -562,7 +562,7 @@ Result<ClaimBatchOutcome> EgressTransport::try_claim_batch(std::size_t max,
       ClaimOutcome one = core.claim(generation_);
       batch.current_generation = one.current_generation;
       if (one.status != ClaimStatus::Claimed) {
-        batch.stopped = one.status;
+        batch.status = one.status;
         break;
       }
       // The payload is copied while the lock pins its slot; the spans are

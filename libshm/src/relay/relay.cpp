@@ -30,21 +30,21 @@ using namespace relay;
 using namespace relay::internal;
 using CrashPoint = test_hooks::RelayCrashPoint;
 
-std::string_view to_string(WriteOutcome o) noexcept {
+std::string_view to_string(WriteStatus o) noexcept {
   switch (o) {
-    case WriteOutcome::Appended:
+    case WriteStatus::Appended:
       return "appended";
-    case WriteOutcome::Merged:
+    case WriteStatus::Merged:
       return "merged";
-    case WriteOutcome::Unchanged:
+    case WriteStatus::Unchanged:
       return "unchanged";
-    case WriteOutcome::Displaced:
+    case WriteStatus::Displaced:
       return "displaced";
-    case WriteOutcome::Dropped:
+    case WriteStatus::Dropped:
       return "dropped";
-    case WriteOutcome::Full:
+    case WriteStatus::Full:
       return "full";
-    case WriteOutcome::TimedOut:
+    case WriteStatus::TimedOut:
       return "timed_out";
   }
   return "unknown";
@@ -428,8 +428,8 @@ Result<RelayWriter> RelayWriter::attach(Segment segment) {
   return adopt(std::move(segment));
 }
 
-Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
-                                       std::chrono::nanoseconds timeout) {
+Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
+                                        std::chrono::nanoseconds timeout) {
   assert(view_.control != nullptr && "use of an empty RelayWriter");
   Control& c = *view_.control;
   const std::string& path = segment_.path();
@@ -488,7 +488,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       if (p.keyed) {
         if (is_identity(p, op)) {
           bump(c.counters.unchanged);
-          return WriteResult{WriteOutcome::Unchanged, 0};
+          return WriteOutcome{WriteStatus::Unchanged, 0};
         }
         const std::uint32_t e = index_find(view_, key);
         if (e != kNone) {
@@ -505,7 +505,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           if (!n) return std::unexpected(n.error());
           if (*n == len && shm::detail::equal_short(out.data(), cur.data(), len)) {
             bump(c.counters.unchanged);
-            return WriteResult{WriteOutcome::Unchanged, 0};
+            return WriteOutcome{WriteStatus::Unchanged, 0};
           }
           const std::uint64_t seq = ld(c.next_seq);
           st(c.next_seq, seq + 1);
@@ -544,7 +544,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
                                  ? monotonic_ns()
                                  : 0);  // only the age level reads the time
           notify_reader(c);
-          return WriteResult{WriteOutcome::Merged, seq};
+          return WriteOutcome{WriteStatus::Merged, seq};
         }
       }
       // A new entry is needed. Its creation time: the age level
@@ -559,7 +559,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       update_full(view_, by_age ? now : 0);  // only the age level reads the time
       const bool full = ld(c.is_full) != 0;
       const bool hard = ld(c.free_head) == kNone;
-      WriteOutcome outcome = WriteOutcome::Appended;
+      WriteStatus outcome = WriteStatus::Appended;
       if (full || hard) {
         bool block = false;
         switch (static_cast<Overflow>(ld(c.overflow))) {
@@ -569,14 +569,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           case Overflow::DropNewest:
             bump(c.counters.dropped);
             log_event(c, EventKind::Dropped, key, 1);
-            return WriteResult{WriteOutcome::Dropped, 0};
+            return WriteOutcome{WriteStatus::Dropped, 0};
           case Overflow::DropOldest: {
             const std::uint32_t victim = ld(c.head);
             // Every entry in the reader's hands, or the oldest in a seal in
             // flight (overflow retuned from spill meanwhile): nothing to drop.
             if (victim == kNone || head_is_spilling(view_)) {
               bump(c.counters.refused_full);
-              return WriteResult{WriteOutcome::Full, 0};
+              return WriteOutcome{WriteStatus::Full, 0};
             }
             EntryHead& vh = view_.entry(victim);
             const bool was_indexed = p.keyed && !closed_to_merges(ld(vh.flags));
@@ -605,7 +605,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             bump(c.counters.dropped, ld(vh.op_count));
             log_event(c, EventKind::DroppedOldest, ld(vh.key), ld(vh.op_count));
             refresh_oldest(view_);
-            outcome = WriteOutcome::Displaced;
+            outcome = WriteStatus::Displaced;
             break;
           }
           case Overflow::Spill:
@@ -661,7 +661,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             // Conflate: keys keep merging; a new key is admitted while an entry is free.
             if (hard) {
               bump(c.counters.refused_full);
-              return WriteResult{WriteOutcome::Full, 0};
+              return WriteOutcome{WriteStatus::Full, 0};
             }
             break;
         }
@@ -672,7 +672,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           const std::uint64_t waited = monotonic_ns() - start;
           if (waited >= budget) {
             bump(c.counters.timed_out);
-            return WriteResult{WriteOutcome::TimedOut, 0};
+            return WriteOutcome{WriteStatus::TimedOut, 0};
           }
           if (!parked_once) bump(c.counters.blocked);
           parked_once = true;
@@ -685,7 +685,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         // A damaged free list after a DropOldest drop would leave its intent
         // open for a later repair to replay: the relay is faulted instead.
         auto damaged = [&](std::string what) {
-          if (outcome == WriteOutcome::Displaced) st(c.faulted, 1u);
+          if (outcome == WriteStatus::Displaced) st(c.faulted, 1u);
           return corrupt(path, std::move(what));
         };
         const std::uint32_t i = ld(c.free_head);
@@ -724,14 +724,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         bump(c.bytes, op.size());
         bump(c.pending_ops);
         if (ld(c.head) == i) st(c.oldest_ns, now);
-        if (outcome == WriteOutcome::Displaced) {
+        if (outcome == WriteStatus::Displaced) {
           std::atomic_signal_fence(std::memory_order_seq_cst);
           st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
         }
         bump(c.counters.appended);
         update_full(view_, now);
         notify_reader(c);
-        return WriteResult{outcome, seq};
+        return WriteOutcome{outcome, seq};
       }
     }  // unlocked
     if (wait_sealer) {

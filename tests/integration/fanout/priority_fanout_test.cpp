@@ -270,7 +270,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
   EXPECT_EQ(ctl->hot.waiters.parked(), 0u) << "submitters would keep waking a drainer that is gone";
@@ -364,7 +364,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurface
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("priority 2: ring holds 1 item(s) with its bitmap bit clear"),
             std::string::npos)
@@ -526,7 +526,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterR
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kMpmcRingDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_FALSE(done->actions.empty());
   EXPECT_NE(done->actions[0].find("kept it for the next consumer"), std::string::npos)
       << done->actions[0];

@@ -130,7 +130,7 @@ TEST_F(MpmcRingProcessTest, ReclaimOfTheDeadSlotRepairsItsCellAtOnce) {
   // reclaims, so the kind must not mistake that lock for a live holder.
   auto done = reclaim_dead_attacher(*seg, kMpmcRingDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("published a tombstone consumers skip"), std::string::npos)
       << done->actions[0];

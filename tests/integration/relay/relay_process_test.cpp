@@ -122,7 +122,7 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
     ASSERT_TRUE(w);
     auto again = w->write(9, bytes64(0x99), shm::forever);
     ASSERT_TRUE(again);
-    EXPECT_EQ(again->outcome, WriteOutcome::Appended);
+    EXPECT_EQ(again->status, WriteStatus::Appended);
   }
 }
 
@@ -191,7 +191,7 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
   EXPECT_FALSE(w->snapshot().is_full) << "level 4 is at or below the new low water";
   auto more = w->write(u64_value(9), 0ns);
   ASSERT_TRUE(more);
-  EXPECT_EQ(more->outcome, WriteOutcome::Appended);
+  EXPECT_EQ(more->status, WriteStatus::Appended);
   const Cli bad = shmctl({"set", "log", "low_water=32"}, root_.path());
   EXPECT_NE(bad.code, 0) << bad.out;
   EXPECT_NE(bad.out.find("low_water 32 must be below high_water 32"), std::string::npos) << bad.out;

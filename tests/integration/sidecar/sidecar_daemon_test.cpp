@@ -196,7 +196,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("ages");
   ASSERT_TRUE(r) << r.error().what();
-  ASSERT_EQ(w->write(1, u64_value(3), 0ns)->outcome, WriteOutcome::Appended);
+  ASSERT_EQ(w->write(1, u64_value(3), 0ns)->status, WriteStatus::Appended);
 
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
   const std::uint16_t port = start(d);
@@ -205,7 +205,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
                                  [](double v) { return v >= 0.006; });
   ASSERT_GE(age.value.value_or(0), 0.006) << "the age never grew past high water:\n" << age.body;
   // The oldest op is older than high water: a new key is dropped (counted).
-  EXPECT_EQ(w->write(2, u64_value(3), 0ns)->outcome, WriteOutcome::Dropped);
+  EXPECT_EQ(w->write(2, u64_value(3), 0ns)->status, WriteStatus::Dropped);
   const Polled dropped = poll_metric(port, "libshm_relay_counters_dropped_total{segment=\"ages\"}",
                                      [](double v) { return v == 1.0; });
   EXPECT_EQ(dropped.value, 1.0) << dropped.body;

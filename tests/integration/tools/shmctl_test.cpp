@@ -753,7 +753,7 @@ ChannelProducer make_channel(const std::string& root, const std::string& name) {
 void send_all(ChannelProducer& p, std::initializer_list<std::string> payloads) {
   for (const std::string& m : payloads) {
     auto r = p.try_send(bytes(m));
-    ASSERT_TRUE(r && r->status == Admission::Ok) << m;
+    ASSERT_TRUE(r && r->status == SendStatus::Ok) << m;
   }
 }
 
@@ -1397,7 +1397,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
     EXPECT_TRUE(w) << w.error().what();
     for (std::uint64_t i = 0; w && i < 40; ++i) {
       auto r = w->write(u64_value(i), shm::forever);
-      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << i;
+      EXPECT_TRUE(r && r->status == WriteStatus::Appended) << i;
     }
     return w ? std::optional<RelayWriter>(std::move(*w)) : std::nullopt;
   };

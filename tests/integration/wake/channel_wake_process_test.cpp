@@ -80,7 +80,7 @@ TEST_F(ChannelWakeProcessTest, ProducerWakesWhenAConsumerTakesOverFromOneKilledA
         const auto payload = test::channel_payload(2, test::channel_length(2, kMaxLen));
         auto r = p->send(payload, 10s);
         ASSERT_TRUE(r) << r.error().what();
-        EXPECT_EQ(r->status, Admission::Ok);
+        EXPECT_EQ(r->status, SendStatus::Ok);
       },
       [&] {
         if (control->waiters.producer_parked.load() == 0) return false;

@@ -124,7 +124,7 @@ TEST_F(FanoutWakeProcessTest, DrainerWakesWhenTheKindsReclaimResurfacesAStranded
     ASSERT_TRUE(*ring->try_push(bytes("kept")));
     auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *slot);
     ASSERT_TRUE(done) << done.error().what();
-    EXPECT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+    EXPECT_EQ(done->status, ReclaimStatus::Reclaimed);
   }));
 }
 

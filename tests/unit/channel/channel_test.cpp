@@ -382,7 +382,7 @@ TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCro
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto r = p.try_send(bytes("refused"));
     ASSERT_TRUE(r) << r.error().what();
-    EXPECT_EQ(r->status, Admission::PageQuotaExhausted);
+    EXPECT_EQ(r->status, SendStatus::PageQuotaExhausted);
   }
   const std::vector<std::byte> after(ring_begin, v.slot(0) + 2 * v.params.slot_stride);
   EXPECT_EQ(before, after) << "a refused rotation changes no page or ring byte";
@@ -397,7 +397,7 @@ TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCro
       << "nothing is released before the first descriptor of epoch 1";
   auto still = p.try_send(bytes("refused"));
   ASSERT_TRUE(still);
-  EXPECT_EQ(still->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(still->status, SendStatus::PageQuotaExhausted);
   EXPECT_EQ(take(c), "p2");
   EXPECT_EQ(v.control->release.released_epoch.load(), 1u);
   const SendOutcome ok = send(p, "admitted");
@@ -414,7 +414,7 @@ TEST_F(ChannelTest, RefusedRotationLeavesTheActivePageUsableForSmallerPayloads) 
   send(p, std::string(40, 'b'));  // epoch 1: 40 of 64
   auto big = p.try_send(bytes(std::string(30, 'c')));
   ASSERT_TRUE(big);
-  EXPECT_EQ(big->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(big->status, SendStatus::PageQuotaExhausted);
   const SendOutcome small = send(p, std::string(16, 'd'));
   EXPECT_TRUE(small.admitted());
   EXPECT_EQ(small.epoch, 1u);
@@ -948,7 +948,7 @@ TEST_F(ChannelTest, RingFullIsBackPressureThatMutatesNothing) {
   const auto published = v.slot_header(0)->publication.published.load();
   auto r = p.try_send(bytes("g"));
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, Admission::RingFull);
+  EXPECT_EQ(r->status, SendStatus::RingFull);
   EXPECT_EQ(v.slot_header(0)->publication.published.load(), published);
   EXPECT_EQ(v.control->stats.ring_full.load(), 1u);
   EXPECT_EQ(take(c), "f");
@@ -961,7 +961,7 @@ TEST_F(ChannelTest, RingFullIsReportedBeforeARotation) {
   send(p, "b");
   auto r = p.try_send(bytes("c"));  // page full too; the ring refusal comes first
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, Admission::RingFull);
+  EXPECT_EQ(r->status, SendStatus::RingFull);
   EXPECT_EQ(p.active_epoch(), 0u) << "no rotation for an event that could not be admitted";
 }
 
@@ -999,7 +999,7 @@ TEST_F(ChannelTest, BlockingSendWaitsForTheQuotaAndTimesOutWithTheReason) {
   send(p, "1");
   auto timed_out = p.send(bytes("2"), 20ms);
   ASSERT_TRUE(timed_out);
-  EXPECT_EQ(timed_out->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(timed_out->status, SendStatus::PageQuotaExhausted);
   const channel::View v = view_of(p);
   const std::uint32_t signals = v.control->waiters.space_signal.load();
   std::thread t([&c = c, &v] {
@@ -1244,7 +1244,7 @@ class ChannelModel {
   explicit ChannelModel(const ChannelParams& p) : p_(p) {}
 
   struct Admit {
-    std::optional<Admission> status;  // nullopt: TooLarge
+    std::optional<SendStatus> status;  // nullopt: TooLarge
     std::uint64_t sequence = 0;
     std::uint64_t epoch = 0;
   };
@@ -1253,19 +1253,19 @@ class ChannelModel {
     if (n > p_.page_bytes) return {};
     if (tail_ - head_ >= p_.ring_capacity) {
       ++ring_full_;
-      return {Admission::RingFull};
+      return {SendStatus::RingFull};
     }
     if (!fits(n)) {
       if (!(active_ + 1 < released_ + p_.pages)) {  // slot (active + 1) mod P still held
         ++quota_refusals_;
-        return {Admission::PageQuotaExhausted};
+        return {SendStatus::PageQuotaExhausted};
       }
       ++active_;
       ++rotations_;
       used_ = 0;
       published_ = 0;
     }
-    return {Admission::Ok, tail_, active_};
+    return {SendStatus::Ok, tail_, active_};
   }
   // commit(used) of the reservation just made.
   void commit(std::vector<std::byte> payload) {
@@ -1353,7 +1353,7 @@ TEST_F(ChannelTest, DifferentialOraclePredictsEveryOutcomeAcrossTenThousandRotat
       ASSERT_TRUE(r) << r.error().what();
       ASSERT_EQ(r->status, *want.status) << "payload of " << len << " bytes";
       ++counts[static_cast<int>(r->status)];
-      if (r->status != Admission::Ok) return;
+      if (r->status != SendStatus::Ok) return;
       ASSERT_EQ(r->sequence, want.sequence);
       ASSERT_EQ(r->epoch, want.epoch);
       model.commit(std::vector<std::byte>(buf.begin(), buf.begin() + len));
@@ -1369,7 +1369,7 @@ TEST_F(ChannelTest, DifferentialOraclePredictsEveryOutcomeAcrossTenThousandRotat
     ASSERT_TRUE(r) << r.error().what();
     ASSERT_EQ(r->status, *want.status) << "reservation of " << len << " bytes";
     ++counts[static_cast<int>(r->status)];
-    if (r->status != Admission::Ok) return;
+    if (r->status != SendStatus::Ok) return;
     if (how == 1) return;  // dropped: the destructor abandons it (the rotation stays)
     const std::size_t used = len == 0 ? 0 : rng() % (len + 1);
     std::memcpy(r->bytes().data(), buf.data(), used);

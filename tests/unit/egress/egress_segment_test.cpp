@@ -202,7 +202,7 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   auto c1 = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(c1);
   EXPECT_EQ(c1->claimed, 4u);
-  EXPECT_EQ(c1->stopped, ClaimStatus::WindowFull);
+  EXPECT_EQ(c1->status, ClaimStatus::WindowFull);
   ASSERT_EQ(got.size(), 4u);
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].sequence, i);
@@ -214,13 +214,13 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   auto c2 = t->try_claim_batch(1, got, buf);
   ASSERT_TRUE(c2);
   EXPECT_EQ(c2->claimed, 1u);
-  EXPECT_EQ(c2->stopped, ClaimStatus::Claimed);  // as many as asked
+  EXPECT_EQ(c2->status, ClaimStatus::Claimed);  // as many as asked
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].sequence, 4u);
   auto c3 = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(c3);
   EXPECT_EQ(c3->claimed, 1u);
-  EXPECT_EQ(c3->stopped, ClaimStatus::Empty);
+  EXPECT_EQ(c3->status, ClaimStatus::Empty);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].sequence, 5u);
   EXPECT_TRUE(same(got[0].payload, spans[0]));
@@ -233,7 +233,7 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   auto stale = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(stale);
   EXPECT_EQ(stale->claimed, 0u);
-  EXPECT_EQ(stale->stopped, ClaimStatus::StaleGeneration);
+  EXPECT_EQ(stale->status, ClaimStatus::StaleGeneration);
   EXPECT_EQ(stale->current_generation, t->generation() + 1);
   EXPECT_TRUE(got.empty());
 }
@@ -313,7 +313,7 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   // The sidecar's reclaim reports the dead transport (and frees its slot).
   auto reclaimed = reclaim_dead_attacher(*any, kEgressDescriptor, any->slots()[0]);
   ASSERT_TRUE(reclaimed) << reclaimed.error().what();
-  ASSERT_EQ(reclaimed->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(reclaimed->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(reclaimed->actions.size(), 1u);
   EXPECT_NE(reclaimed->actions[0].find("died at generation 1 with 2 records in flight"),
             std::string::npos)

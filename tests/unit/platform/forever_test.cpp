@@ -157,22 +157,22 @@ TEST_F(ForeverTest, RelayWaitAndABlockedWriteWaitForever) {
       [&] { return parked(); }, [&] { ASSERT_TRUE(w->try_write(u64_value(1))); }));
   EXPECT_TRUE(pending) << "forever timed out";
 
-  ASSERT_EQ(w->try_write(u64_value(2))->outcome, WriteOutcome::Appended);  // at high water
-  EXPECT_EQ(w->try_write(u64_value(3))->outcome, WriteOutcome::TimedOut) << "try_write parked";
+  ASSERT_EQ(w->try_write(u64_value(2))->status, WriteStatus::Appended);  // at high water
+  EXPECT_EQ(w->try_write(u64_value(3))->status, WriteStatus::TimedOut) << "try_write parked";
   started_ = false;
-  WriteOutcome outcome = WriteOutcome::TimedOut;
+  WriteStatus outcome = WriteStatus::TimedOut;
   test::expect_woken(test::probe_wake(
       [&] {
         started_ = true;
         auto got = w->write(u64_value(3), forever);
-        if (got) outcome = got->outcome;
+        if (got) outcome = got->status;
       },
       [&] { return parked(); },
       [&] {
         ASSERT_TRUE(r->take(2));
         ASSERT_TRUE(r->commit());
       }));
-  EXPECT_EQ(outcome, WriteOutcome::Appended);
+  EXPECT_EQ(outcome, WriteStatus::Appended);
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TEST_F(RelayCatchUpTest, SeveralPagesArriveAsOneEntryPerKeyAndGoAfterTheLastComm
     expect[key] += v;
     auto r = w->write(key, u64_value(v), 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+    ASSERT_NE(r->status, WriteStatus::TimedOut);
   }
   const RelaySnapshot before = w->snapshot();
   ASSERT_GE(before.cold_pages, 3u);
@@ -339,11 +339,11 @@ void run_catch_up_seed(const CatchUpCase& pc, std::uint64_t seed, const std::str
     const ValueBytes v = random_op(pc.id, rng);
     auto res = w->write(key, v, 0ns);
     ASSERT_TRUE(res) << res.error().what();
-    if (res->outcome == WriteOutcome::Appended || res->outcome == WriteOutcome::Merged) {
+    if (res->status == WriteStatus::Appended || res->status == WriteStatus::Merged) {
       auto [it, fresh] = flat.try_emplace(key, v);
       if (!fresh) it->second = merge_value(policy, it->second, v, pc.value_size);
     } else {
-      ASSERT_EQ(res->outcome, WriteOutcome::Unchanged) << to_string(res->outcome);
+      ASSERT_EQ(res->status, WriteStatus::Unchanged) << to_string(res->status);
     }
     if (rng() % 5 == 0) {
       step(false);

@@ -78,7 +78,7 @@ std::uint64_t seal_after_a_failed_seal(PolicyId policy, relay::SpillMode mode,
   test_hooks::set_spill_crash_hook(nullptr);
   EXPECT_TRUE(failed);
   if (failed) {
-    EXPECT_EQ(failed->outcome, WriteOutcome::TimedOut) << to_string(failed->outcome);
+    EXPECT_EQ(failed->status, WriteStatus::TimedOut) << to_string(failed->status);
   }
   RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.seal_errors, 1u);

@@ -112,7 +112,7 @@ void run_case(const json& c, const std::string& file) {
       const json& jw = step["write"];
       auto res = w->write(jw.at("key").get<std::uint64_t>(), encode(jw.at("value")), 0ns);
       ASSERT_TRUE(res) << where << ": " << res.error().what();
-      EXPECT_EQ(std::string(to_string(res->outcome)), step.at("outcome").get<std::string>())
+      EXPECT_EQ(std::string(to_string(res->status)), step.at("outcome").get<std::string>())
           << where;
     } else if (step.contains("drain")) {
       std::vector<RelayEntry> got;

@@ -81,7 +81,7 @@ Fold through_relay(RelayWriter& w, RelayReader& r, const MergePolicy& p, const s
   };
   for (const Op& op : ops) {
     auto res = w.write(op.key, op.value, 0ns);
-    EXPECT_TRUE(res && res->outcome != WriteOutcome::TimedOut);
+    EXPECT_TRUE(res && res->status != WriteStatus::TimedOut);
     if (rng() % 3 == 0) drain(1 + rng() % 3);
   }
   drain(1000);
@@ -173,7 +173,7 @@ TEST_F(RelayPropertyTest, RawFifoDeliversEveryOpOnceInEachWritersOrder) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::uint64_t wid = rng() % 3;
       auto res = writers[wid]->write(wid, u64_value((wid << 32) | next[wid]), 0ns);
-      ASSERT_TRUE(res && res->outcome == WriteOutcome::Appended);
+      ASSERT_TRUE(res && res->status == WriteStatus::Appended);
       ++next[wid];
       if (rng() % 3 == 0) drain(1 + rng() % 4);
     }

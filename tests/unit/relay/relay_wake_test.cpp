@@ -39,7 +39,7 @@ class RelayWakeTest : public ::testing::Test {
   void put(std::uint64_t key, const std::vector<std::byte>& v) {
     auto r = other_->write(key, v, 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+    ASSERT_NE(r->status, WriteStatus::TimedOut);
   }
   // Parks `parked_` writing `key` (Block, 10 s); `change` must wake it.
   test::WakeProbe writer_woken_by(std::uint64_t key, const std::vector<std::byte>& v,
@@ -48,7 +48,7 @@ class RelayWakeTest : public ::testing::Test {
         [&] {
           auto r = parked_->write(key, v, 10s);
           ASSERT_TRUE(r) << r.error().what();
-          EXPECT_EQ(r->outcome, WriteOutcome::Appended);
+          EXPECT_EQ(r->status, WriteStatus::Appended);
         },
         [&] { return parked_->view().control->writers_waiting.load() != 0; }, change);
   }

@@ -82,7 +82,7 @@ enum class AckStatus : std::uint8_t { Advanced, Unchanged, Refused, StaleGenerat
 // Claimed when it claimed as many as asked.
 struct ClaimBatchOutcome {
   std::size_t claimed = 0;
-  ClaimStatus stopped = ClaimStatus::Claimed;
+  ClaimStatus status = ClaimStatus::Claimed;
   std::uint64_t current_generation = 0;
 };
 

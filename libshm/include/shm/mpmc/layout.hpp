@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -195,13 +196,14 @@ struct View {
 [[nodiscard]] std::optional<View> view(const Segment& segment, std::string* why = nullptr);
 
 enum class Side : std::uint8_t { Push, Pop };
-enum class RepairOutcome : std::uint8_t {
+[[nodiscard]] std::string_view to_string(Side v) noexcept;
+enum class RepairStatus : std::uint8_t {
   NotHeld,     // the position is not held (anymore)
   HeldByLive,  // a live handle may hold it: in flight
   Unprovable,  // held, but no attachment's intent names it: left alone
   Repaired,    // its holder was dead: tombstoned (push), released or orphaned (pop)
 };
-[[nodiscard]] std::string_view to_string(RepairOutcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(RepairStatus outcome) noexcept;
 
 struct RepairReport {
   std::uint64_t repaired_pushes = 0;  // tombstones written for dead producers
@@ -213,10 +215,10 @@ struct RepairReport {
 // Repairs position `pos` if it is held (claimed, not published/released) and
 // every attachment slot whose intent names it is dead. `assume_dead` names a
 // slot the caller knows is dead although it holds its lock (a takeover).
-[[nodiscard]] RepairOutcome repair_position(const Segment& segment, const View& v, Side side,
-                                            std::uint64_t pos,
-                                            std::optional<std::size_t> assume_dead,
-                                            std::string* action = nullptr);
+[[nodiscard]] RepairStatus repair_position(const Segment& segment, const View& v, Side side,
+                                           std::uint64_t pos,
+                                           std::optional<std::size_t> assume_dead,
+                                           std::string* action = nullptr);
 // Repairs what non-live slots (or only `slot`) left held; clears their waiter bits.
 // What attach(Segment) checks of a segment it is given: kind, layout,
 // parameters and size.
@@ -235,4 +237,9 @@ struct RepairReport {
 [[nodiscard]] Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
 
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using mpmc::to_string;
 }  // namespace shm

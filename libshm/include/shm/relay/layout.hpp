@@ -63,6 +63,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::relay {
@@ -78,6 +79,7 @@ inline constexpr RoleSpec kReaderRole{0, true, "reader"};
 inline constexpr RoleSpec kWriterRole{1, false, "writer"};
 
 enum class EntryState : std::uint32_t { Free = 0, Pending = 1, InHand = 2 };
+[[nodiscard]] std::string_view to_string(EntryState v) noexcept;
 // EntryHead::flags. An entry with any of them is closed to merges (not in
 // the key index): a write to its key opens a new entry.
 inline constexpr std::uint32_t kSealed = 1;    // returned by a dead reader (delivered again)
@@ -178,6 +180,7 @@ enum class HeadIntent : std::uint32_t {
   DropAppend = 3,  // DropOldest: entry intent_entry is dropped and the op (key intent_op_count,
                    // intent_value / len, sequence intent_last_seq) appended
 };
+[[nodiscard]] std::string_view to_string(HeadIntent v) noexcept;
 inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::DropAppend);
 
 struct Control {
@@ -310,14 +313,17 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 inline constexpr std::uint32_t kManifestSlots = 64;
 inline constexpr std::uint32_t kSpillDirBytes = 256;
 enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 // SpillArea::intent_state; its counter: pages_acked, pages_expired, pages_refused.
 // Seal (1) is not an intent state any more (a seal keeps its own record,
 // seal_state): a repair refuses it as damage.
 enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3, Refuse = 4 };
+[[nodiscard]] std::string_view to_string(SpillIntent v) noexcept;
 inline constexpr std::uint32_t kLastSpillIntent = 4;
 enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
 enum class RetentionKind : std::uint32_t { UnboundedLog = 0, BoundedDisk = 1, Ttl = 2 };
 enum class Rehydrate : std::uint32_t { Sequential = 0, Parallel = 1 };
+[[nodiscard]] std::string_view to_string(Rehydrate v) noexcept;
 
 struct ManifestSlot {
   std::atomic<std::uint32_t> state;  // SlotState; the publishing store
@@ -433,3 +439,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint({2,  // 2: Head
                                                                   kManifestSlots});
 
 }  // namespace shm::relay
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using relay::to_string;
+}  // namespace shm

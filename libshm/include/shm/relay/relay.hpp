@@ -64,7 +64,7 @@ struct RelayConfig {
 
 // What a write did. Only Appended, Merged and Displaced change the head (and
 // signal the reader).
-enum class WriteOutcome : std::uint8_t {
+enum class WriteStatus : std::uint8_t {
   Appended,   // opened a new entry (a new key, or a FIFO op)
   Merged,     // merged into the key's open entry and changed its value
   Unchanged,  // changed nothing (max at or below, same keep_latest value, sum of 0...)
@@ -73,10 +73,10 @@ enum class WriteOutcome : std::uint8_t {
   Full,       // no free entry (Conflate past capacity, or every entry is held): nothing written
   TimedOut,   // Block: the relay stayed full for the whole timeout; nothing written
 };
-[[nodiscard]] std::string_view to_string(WriteOutcome o) noexcept;
+[[nodiscard]] std::string_view to_string(WriteStatus o) noexcept;
 
-struct WriteResult {
-  WriteOutcome outcome = WriteOutcome::Unchanged;
+struct WriteOutcome {
+  WriteStatus status = WriteStatus::Unchanged;
   std::uint64_t seq = 0;  // the op's sequence when it was accepted (Appended/Merged/Displaced)
 };
 
@@ -223,6 +223,7 @@ enum class SealMode : std::uint8_t {
   Inline = 0,  // the write that finds the relay full seals the page itself (the default)
   Background,  // a thread of this writer's handle seals it; the write appends meanwhile
 };
+[[nodiscard]] std::string_view to_string(SealMode v) noexcept;
 
 class RelayWriter : public relay::detail::Handle {
  public:
@@ -245,18 +246,19 @@ class RelayWriter : public relay::detail::Handle {
   // Keyed policies merge into the key's open entry; raw_fifo appends (the key
   // is carried along). Block parks up to `timeout` while the relay is full
   // (shm::forever: until there is room), then answers TimedOut.
-  [[nodiscard]] Result<WriteResult> write(std::uint64_t key, std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout);
-  [[nodiscard]] Result<WriteResult> write(std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout) {
+  [[nodiscard]] Result<WriteOutcome> write(std::uint64_t key, std::span<const std::byte> value,
+                                           std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<WriteOutcome> write(std::span<const std::byte> value,
+                                           std::chrono::nanoseconds timeout) {
     return write(0, value, timeout);
   }
   // Never parks: a full relay under Block answers TimedOut at once (every
   // other overflow action answers as write() does).
-  [[nodiscard]] Result<WriteResult> try_write(std::uint64_t key, std::span<const std::byte> value) {
+  [[nodiscard]] Result<WriteOutcome> try_write(std::uint64_t key,
+                                               std::span<const std::byte> value) {
     return write(key, value, std::chrono::nanoseconds::zero());
   }
-  [[nodiscard]] Result<WriteResult> try_write(std::span<const std::byte> value) {
+  [[nodiscard]] Result<WriteOutcome> try_write(std::span<const std::byte> value) {
     return write(0, value, std::chrono::nanoseconds::zero());
   }
 
@@ -280,6 +282,7 @@ enum class CatchUp : std::uint8_t {
   PageByPage = 0,  // every record of every page, in order (the default)
   Conflated,       // when two or more pages wait: several folded into one summary per key
 };
+[[nodiscard]] std::string_view to_string(CatchUp v) noexcept;
 
 class RelayReader : public relay::detail::Handle {
  public:
@@ -418,6 +421,7 @@ namespace relay {
 
 // Role facades (relaycell-egress-tables.md §6): thin factories over the one relay.
 enum class Traffic : std::uint8_t { State, Events };
+[[nodiscard]] std::string_view to_string(Traffic v) noexcept;
 struct Outbox {
   // application -> transport: the local producer feels is_full directly.
   // Default overflow: Conflate for state, Spill for events. The events preset

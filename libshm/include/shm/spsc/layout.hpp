@@ -99,6 +99,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
@@ -150,6 +151,7 @@ enum class SlotState : std::uint8_t {
   Current,  // a header of lap(P): a record, still to be checked
   Foreign,  // anything else: impossible for a correct producer
 };
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 [[nodiscard]] constexpr SlotState classify_slot(std::uint64_t word, std::uint32_t lap) noexcept {
   if (word == 0) return SlotState::Empty;
   const RecordHeader h = unpack(word);
@@ -272,6 +274,7 @@ enum class RecordCheck : std::uint8_t {
   BadType,     // neither data nor padding
   BadLength,   // a data record longer than max_payload, the limit or the buffer end
 };
+[[nodiscard]] std::string_view to_string(RecordCheck v) noexcept;
 [[nodiscard]] constexpr RecordCheck check_record(const RecordHeader& rec, std::uint64_t offset,
                                                  std::uint64_t available, std::uint64_t capacity,
                                                  std::uint64_t max_payload) noexcept {
@@ -304,4 +307,9 @@ enum class RecordCheck : std::uint8_t {
 [[nodiscard]] Result<Segment> open_ring(std::string_view name, const RingParams& expected = {},
                                         const OpenOptions& options = {});
 
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using ring::to_string;
 }  // namespace shm
