@@ -125,7 +125,7 @@ const TickClock& tick_clock() {
 // transport attached, the name already unlinked, the pages prefaulted.
 std::pair<shm::Egress, shm::EgressTransport> window_egress(const std::string& name) {
   shm::EgressParams params;
-  params.capacity = 4 * kWindow;
+  params.max_payloads = 4 * kWindow;
   params.slot_bytes = kPayload;
   params.inflight_limit = kWindow;
   auto producer = shm::Egress::create(name, params);
@@ -219,9 +219,9 @@ Measurement egress_batch_run(const Options& o) {
 
 Measurement ring_message_run(const Options& o) {
   const std::string name = fresh_name("ring");
-  auto p = shm::RingProducer::create(name, {.capacity = 1u << 16});
+  auto p = shm::RingProducer::create(name, {.capacity_bytes = 1u << 16});
   if (!p) throw BenchError(p.error().what());
-  auto c = shm::RingConsumer::open(name, {.capacity = 1u << 16});
+  auto c = shm::RingConsumer::open(name, {.capacity_bytes = 1u << 16});
   if (!c) throw BenchError(c.error().what());
   (void)shm::Segment::unlink(name);
   prefault(p->segment().data(), true);
@@ -274,7 +274,7 @@ Comparison message_comparison(const Options& o) {
 shm::Egress fill_window(const Options& o, const std::string& name,
                         std::optional<shm::EgressTransport>& transport) {
   shm::EgressParams params;
-  params.capacity = o.inflight;
+  params.max_payloads = o.inflight;
   params.slot_bytes = kPayload;
   params.inflight_limit = o.inflight;
   auto producer = shm::Egress::create(name, params);

@@ -375,8 +375,8 @@ shm::RelayConfig spill_config(std::uint32_t value, std::uint64_t page_size, cons
                               std::uint64_t high, std::uint32_t capacity) {
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
-  cfg.value_size = value;
-  cfg.capacity = capacity;
+  cfg.value_bytes = value;
+  cfg.max_entries = capacity;
   cfg.backpressure = {shm::Dimension::Count, high, std::max<std::uint64_t>(1, high / 4),
                       shm::Overflow::Spill};
   cfg.spill_dedup = true;  // raw_fifo is not idempotent (the reader dedups by first_seq)
@@ -807,7 +807,7 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
                                  w->snapshot().cold_pages, o.drain_pages));
   // No seal from here on: the high water at the capacity, above what the head
   // holds in this run (the entries left after the seals and the timed writes).
-  if (auto ok = w->retune({shm::Dimension::Count, cfg.capacity, 1, shm::Overflow::Spill}); !ok)
+  if (auto ok = w->retune({shm::Dimension::Count, cfg.max_entries, 1, shm::Overflow::Spill}); !ok)
     throw BenchError(ok.error().what());
   prefault(w->segment().data(), true);
   drop_cache_of(dir, o.hot_cache);

@@ -142,7 +142,7 @@ pid_t spawn(F&& f) {
 
 int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned seed) {
   shm::EgressParams params;
-  params.capacity = 1024;
+  params.max_payloads = 1024;
   params.slot_bytes = 64;
   params.inflight_limit = 64;
   params.retry_budget = 1000;

@@ -35,7 +35,7 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t kPriorities = 4;
 constexpr shm::FanoutParams kParams{
-    .priorities = kPriorities, .ring_capacity = 1024, .slot_size = 48};
+    .priorities = kPriorities, .ring_cells = 1024, .slot_bytes = 48};
 
 struct Job {
   std::uint32_t id;
@@ -65,7 +65,7 @@ int create(const std::string& base) {
     fmt::print(stderr, "create {}: {}\n", base, f.error().what());
     return 1;
   }
-  fmt::print("created {} ({} priorities x {} jobs)\n", base, kPriorities, kParams.ring_capacity);
+  fmt::print("created {} ({} priorities x {} jobs)\n", base, kPriorities, kParams.ring_cells);
   std::fflush(stdout);
   return 0;
 }

@@ -152,11 +152,11 @@ int main(int argc, char** argv) {
   (void)shm::Segment::unlink("uplink");
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kMax;
-  cfg.value_size = 8;
+  cfg.value_bytes = 8;
   // One entry per key, plus the entries the bridge holds between take and
   // commit (at most a pool's worth): a key drained and written again needs a
   // second entry until the first is committed.
-  cfg.capacity = keys + pool;
+  cfg.max_entries = keys + pool;
   cfg.backpressure = {shm::Dimension::Keys, keys, keys / 2, shm::Overflow::Conflate};
   auto relay = shm::RelayReader::create("state", cfg);
   if (!relay) {
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   shm::EgressParams params;
-  params.capacity = pool;
+  params.max_payloads = pool;
   params.slot_bytes = sizeof(Wire);
   params.inflight_limit = window;
   auto egress = shm::Egress::create("uplink", params);

@@ -94,11 +94,11 @@ int main(int argc, char** argv) {
   (void)shm::Segment::unlink("ticker");
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kLww;
-  cfg.value_size = 24;  // timestamp, writer, price
+  cfg.value_bytes = 24;  // timestamp, writer, price
   // One entry per symbol, plus room for the entries the reader holds between
   // take and commit (a symbol written again meanwhile needs a second entry).
   const std::size_t per_tick = static_cast<std::size_t>(std::max<std::uint64_t>(1, rate / 100));
-  cfg.capacity = symbols + static_cast<std::uint32_t>(std::min<std::size_t>(per_tick, symbols));
+  cfg.max_entries = symbols + static_cast<std::uint32_t>(std::min<std::size_t>(per_tick, symbols));
   cfg.backpressure = {shm::Dimension::Keys, symbols, symbols / 2, shm::Overflow::Conflate};
   auto reader = shm::RelayReader::create("ticker", cfg);
   if (!reader) {

@@ -65,7 +65,7 @@ inline constexpr std::uint32_t kEgressRetryBudget = 64;
 
 [[nodiscard]] inline shm::EgressParams egress_params() {
   shm::EgressParams p;
-  p.capacity = kEgressCapacity;
+  p.max_payloads = kEgressCapacity;
   p.slot_bytes = kEgressSlotBytes;
   p.inflight_limit = kEgressWindow;
   p.retry_budget = kEgressRetryBudget;

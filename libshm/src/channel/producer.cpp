@@ -140,7 +140,7 @@ Result<bool> ChannelProducer::refresh_head() {
         shm::detail::format("consumer head {} is outside [{}, {}] (last seen, published tail)",
                             head, cached_head_, tail_));
   cached_head_ = head;
-  return tail_ - head < view_.params.ring_capacity;
+  return tail_ - head < view_.params.ring_cells;
 }
 
 Result<bool> ChannelProducer::quota_allows() {

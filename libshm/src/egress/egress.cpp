@@ -23,7 +23,7 @@ namespace egress {
 
 ParamBlock to_block(const EgressParams& p) noexcept {
   ParamBlock b{};
-  b.capacity = p.capacity;
+  b.capacity = p.max_payloads;
   b.slot_bytes = p.slot_bytes;
   b.inflight_limit = p.inflight_limit;
   b.retry_budget = p.retry_budget;

@@ -40,7 +40,7 @@ std::optional<FanoutView> view(const Segment& seg, std::string& why) {
   }
   std::memcpy(&v.params, seg.params().data(), sizeof v.params);
   if (auto ok = fanout::validate(
-          FanoutParams{v.params.priorities, v.params.ring_capacity, v.params.slot_size});
+          FanoutParams{v.params.priorities, v.params.ring_cells, v.params.slot_bytes});
       !ok) {
     why = ok.error().message;
     return std::nullopt;
@@ -90,11 +90,11 @@ Result<Segment> open_ring(const FanoutView& v, std::uint32_t i) {
   std::string why;
   auto rv = mpmc::view(*seg, &why);
   if (!rv) return fail(Errc::Corrupt, shm::detail::format("{}: {}", seg->path(), why));
-  if (rv->capacity != v.params.ring_capacity || rv->slot_size != v.params.slot_size)
+  if (rv->capacity != v.params.ring_cells || rv->slot_bytes != v.params.slot_bytes)
     return fail(Errc::ParamMismatch,
                 shm::detail::format(
                     "{}: capacity/slot_size: segment has {}/{}, the fanout has {}/{}", seg->path(),
-                    rv->capacity, rv->slot_size, v.params.ring_capacity, v.params.slot_size));
+                    rv->capacity, rv->slot_bytes, v.params.ring_cells, v.params.slot_bytes));
   return seg;
 }
 
@@ -110,8 +110,8 @@ void describe(const Segment& seg, Node& out) {
   const std::uint64_t bm = ctl.hot.bitmap.load(std::memory_order_acquire);
   out.set("base", v->base);
   out.set("priorities", static_cast<std::uint64_t>(k));
-  out.set("ring_capacity", v->params.ring_capacity);
-  out.set("slot_size", v->params.slot_size);
+  out.set("ring_capacity", v->params.ring_cells);
+  out.set("slot_size", v->params.slot_bytes);
   std::string bits = "0b";
   for (std::uint32_t i = k; i-- > 0;) bits += ((bm >> i) & 1) != 0 ? '1' : '0';
   out.set("bitmap", bits);  // most significant digit = highest priority

@@ -36,23 +36,23 @@ Result<void> validate(const FanoutParams& params) {
         Errc::InvalidArgument,
         shm::detail::format("priorities {} must be in [1, {}] (one bit each in a 64-bit bitmap)",
                             params.priorities, kMaxPriorities));
-  return mpmc::validate(MpmcParams{params.ring_capacity, params.slot_size});
+  return mpmc::validate(MpmcParams{params.ring_cells, params.slot_bytes});
 }
 
 KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
-  storage = ParamBlock{params.priorities, 0, params.ring_capacity, params.slot_size};
+  storage = ParamBlock{params.priorities, 0, params.ring_cells, params.slot_bytes};
   return shm::detail::block_kind_spec(
       kFanoutBitmapKind, "fanout_bitmap", kFingerprint, storage, sizeof(Control),
       [](const ParamBlock& f) -> std::string {
-        if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
+        if (auto ok = validate(FanoutParams{f.priorities, f.ring_cells, f.slot_bytes}); !ok)
           return shm::detail::format("parameters: segment has invalid ones: {}",
                                      ok.error().message);
         return {};
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
         check.field("priorities", f.priorities, e.priorities)
-            .field("ring_capacity", f.ring_capacity, e.ring_capacity)
-            .field("slot_size", f.slot_size, e.slot_size);
+            .field("ring_cells", f.ring_cells, e.ring_cells)
+            .field("slot_bytes", f.slot_bytes, e.slot_bytes);
       });
 }
 
@@ -129,7 +129,7 @@ Result<FanoutSegments> create_fanout(std::string_view base, const FanoutParams& 
     for (auto& r : made.rings) (void)r.unlink();
   };
   for (std::uint32_t i = 0; i < params.priorities; ++i) {
-    auto r = create_mpmc_ring(fanout::ring_name(base, i), {params.ring_capacity, params.slot_size},
+    auto r = create_mpmc_ring(fanout::ring_name(base, i), {params.ring_cells, params.slot_bytes},
                               options);
     if (!r) {
       undo();
@@ -204,7 +204,7 @@ Result<FanoutSegments> open_fanout(std::string_view base, const FanoutParams& ex
   opened.rings.reserve(found.priorities);
   for (std::uint32_t i = 0; i < found.priorities; ++i) {
     const std::string name = fanout::ring_name(base, i);
-    auto r = open_mpmc_ring(name, {found.ring_capacity, found.slot_size}, options);
+    auto r = open_mpmc_ring(name, {found.ring_cells, found.slot_bytes}, options);
     if (!r) {
       if (r.error().code == Errc::NotFound)
         return fail(Errc::NotFound,
@@ -226,7 +226,7 @@ Result<void> fanout::check_adopted(const FanoutSegments& s) {
     return ok;
   fanout::ParamBlock found{};
   std::memcpy(&found, s.bitmap.params().data(), sizeof found);
-  if (auto ok = validate(FanoutParams{found.priorities, found.ring_capacity, found.slot_size}); !ok)
+  if (auto ok = validate(FanoutParams{found.priorities, found.ring_cells, found.slot_bytes}); !ok)
     return ok;
   if (auto ok = shm::detail::check_total_size(s.bitmap, sizeof(Control), "the fanout bitmap needs");
       !ok)
@@ -235,12 +235,12 @@ Result<void> fanout::check_adopted(const FanoutSegments& s) {
     if (auto ok = mpmc::check_adopted(r); !ok) return ok;
     mpmc::ParamBlock ring{};
     std::memcpy(&ring, r.params().data(), sizeof ring);
-    if (ring.capacity != found.ring_capacity || ring.slot_size != found.slot_size)
+    if (ring.capacity != found.ring_cells || ring.slot_bytes != found.slot_bytes)
       return fail(Errc::ParamMismatch,
                   shm::detail::format("{}: capacity {} x slot size {}, the fanout's bitmap "
                                       "expects {} x {}",
-                                      r.path(), ring.capacity, ring.slot_size, found.ring_capacity,
-                                      found.slot_size));
+                                      r.path(), ring.capacity, ring.slot_bytes, found.ring_cells,
+                                      found.slot_bytes));
   }
   return check_rings(s.base, s.bitmap, s.rings);
 }
@@ -361,19 +361,19 @@ Result<void> PriorityFanout::unlink(std::string_view base, const std::string& ro
   return {};
 }
 
-std::uint64_t PriorityFanout::ring_capacity() const noexcept {
-  return rings_.empty() ? 0 : rings_.front().capacity();
+std::uint64_t PriorityFanout::ring_cells() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().ring_cells();
 }
 
-std::uint64_t PriorityFanout::slot_size() const noexcept {
-  return rings_.empty() ? 0 : rings_.front().slot_size();
+std::uint64_t PriorityFanout::slot_bytes() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().slot_bytes();
 }
 
 FanoutSnapshot PriorityFanout::snapshot() const {
   FanoutSnapshot s;
   s.priorities = k_;
-  s.ring_cells = ring_capacity();
-  s.slot_bytes = slot_size();
+  s.ring_cells = ring_cells();
+  s.slot_bytes = slot_bytes();
   // Relaxed: observed values and counters; nothing is read on their strength.
   s.bitmap = control_->hot.bitmap.load(std::memory_order_relaxed);
   s.stale_retries = control_->stats.stale_retries.load(std::memory_order_relaxed);

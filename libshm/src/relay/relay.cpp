@@ -123,25 +123,25 @@ namespace {
 constexpr std::chrono::milliseconds kBindingWait{30'000};
 
 Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
-  if (cfg.value_size < 1 || cfg.value_size > kMaxValueSize)
-    return fail(Errc::InvalidArgument, shm::detail::format("value_size {} outside [1, {}]",
-                                                           cfg.value_size, kMaxValueSize));
-  if (cfg.capacity < kMinCapacity || cfg.capacity > kMaxCapacity)
+  if (cfg.value_bytes < 1 || cfg.value_bytes > kMaxValueSize)
+    return fail(Errc::InvalidArgument, shm::detail::format("value_bytes {} outside [1, {}]",
+                                                           cfg.value_bytes, kMaxValueSize));
+  if (cfg.max_entries < kMinCapacity || cfg.max_entries > kMaxCapacity)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("capacity {} outside [{}, {}]", cfg.capacity, kMinCapacity,
-                                    kMaxCapacity));
+                shm::detail::format("max_entries {} outside [{}, {}]", cfg.max_entries,
+                                    kMinCapacity, kMaxCapacity));
   const std::uint32_t need = std::max(p.op_size, p.min_size);
-  if (cfg.value_size < need)
+  if (cfg.value_bytes < need)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("policy {} needs values of {} bytes, value_size is {}", p.name,
-                                    need, cfg.value_size));
-  if (auto ok = validate(cfg.backpressure, cfg.capacity, cfg.value_size); !ok) return ok;
+                shm::detail::format("policy {} needs values of {} bytes, value_bytes is {}", p.name,
+                                    need, cfg.value_bytes));
+  if (auto ok = validate(cfg.backpressure, cfg.max_entries, cfg.value_bytes); !ok) return ok;
   if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
   if (cfg.spill.enabled) {
     const SpillPolicy& sp = cfg.spill;
-    const std::uint64_t least = spill::kPageHeaderSize + spill::record_stride(cfg.value_size);
+    const std::uint64_t least = spill::kPageHeaderSize + spill::record_stride(cfg.value_bytes);
     if (sp.page_size < least || sp.page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
       return fail(Errc::InvalidArgument,
                   shm::detail::format("spill page_size {} outside [{}, {}] (header + one record)",
@@ -166,8 +166,8 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
 }
 
 ParamBlock block_for(const RelayConfig& cfg) {
-  return ParamBlock{cfg.value_size, cfg.capacity,
-                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.capacity)), 0};
+  return ParamBlock{cfg.value_bytes, cfg.max_entries,
+                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.max_entries)), 0};
 }
 
 Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
@@ -329,10 +329,10 @@ Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
                                     segment_.path(), ld(c.depth), ld(c.in_hand),
                                     ld(view_.spill->cold_pages)));
   const std::uint32_t need = std::max(np.op_size, np.min_size);
-  if (view_.params.value_size < need)
+  if (view_.params.value_bytes < need)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("{}: policy {} needs values of {} bytes, value_size is {}",
-                                    segment_.path(), np.name, need, view_.params.value_size));
+                shm::detail::format("{}: policy {} needs values of {} bytes, value_bytes is {}",
+                                    segment_.path(), np.name, need, view_.params.value_bytes));
   if (static_cast<Dimension>(ld(c.dimension)) == Dimension::Keys && !np.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (retune to count or bytes first)");
@@ -474,13 +474,13 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
       auto pol = policy_now();
       if (!pol) return std::unexpected(pol.error());
       const MergePolicy& p = **pol;
-      if (op.size() > view_.params.value_size || op.size() < p.min_size ||
+      if (op.size() > view_.params.value_bytes || op.size() < p.min_size ||
           (p.op_size != 0 && op.size() != p.op_size))
         return fail(Errc::InvalidArgument,
                     shm::detail::format("{}: a {}-byte value for policy {} (value size {}, op "
                                         "size {}, minimum {})",
-                                        path, op.size(), p.name, view_.params.value_size, p.op_size,
-                                        p.min_size));
+                                        path, op.size(), p.name, view_.params.value_bytes,
+                                        p.op_size, p.min_size));
       if (!counted) {
         bump(c.counters.writes);
         counted = true;
@@ -494,14 +494,14 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
         if (e != kNone) {
           EntryHead& h = view_.entry(e);
           const std::uint32_t len = ld(h.len);
-          if (len > view_.params.value_size)  // read and merged below: never past the slot
+          if (len > view_.params.value_bytes)  // read and merged below: never past the slot
             return corrupt(
                 path, shm::detail::format("entry {} holds a {}-byte value (value size {})", e, len,
-                                          view_.params.value_size));
+                                          view_.params.value_bytes));
           std::array<std::byte, kMaxValueSize> out;
           auto cur =
               std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);
-          auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_size));
+          auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_bytes));
           if (!n) return std::unexpected(n.error());
           if (*n == len && shm::detail::equal_short(out.data(), cur.data(), len)) {
             bump(c.counters.unchanged);
@@ -828,7 +828,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   taken_index_.clear();
   taken_.reserve(n_max);
   taken_index_.reserve(n_max);
-  buffer_.resize(n_max * view_.params.value_size);
+  buffer_.resize(n_max * view_.params.value_bytes);
   if (n_max == 0) return std::span<const RelayEntry>{};
   if (summary_ == nullptr && catch_up_ == CatchUp::Conflated && ld(view_.spill->enabled) != 0 &&
       ld(view_.spill->cold_pages) >= 2) {
@@ -869,7 +869,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
       break;
     }
     const std::uint32_t len = ld(h.len);
-    if (len > view_.params.value_size ||
+    if (len > view_.params.value_bytes ||
         ld(h.state) != static_cast<std::uint32_t>(EntryState::Pending))
       return corrupt(segment_.path(), shm::detail::format("pending entry {}: state {}, len {}", i,
                                                           ld(h.state), len));
@@ -886,7 +886,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
     st(c.bytes, ld(c.bytes) - len);
     st(c.pending_ops, ld(c.pending_ops) - ld(h.op_count));
     bump(c.in_hand);
-    std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_size;
+    std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_bytes;
     std::memcpy(dst, view_.value(i), len);
     taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),
                                 ld(h.last_seq), ld(h.op_count), sealed});
@@ -1015,7 +1015,7 @@ Result<bool> RelayReader::build_summary(spill::SpillDir& dir) {
     }
   }
   if (run.size() < 2) return false;
-  auto summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_size);
+  auto summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_bytes);
   spill::Page page;
   std::size_t folded = 0;
   for (const SlotSeen& seen : run) {
@@ -1480,13 +1480,13 @@ Result<void> retune_relay(std::string_view name, const Backpressure& bp,
   return retune_view(v, seg->path(), bp);
 }
 
-RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capacity,
-                           std::uint32_t value_size) {
+RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t max_entries,
+                           std::uint32_t value_bytes) {
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = capacity;
-  cfg.value_size = value_size;
-  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  cfg.max_entries = max_entries;
+  cfg.value_bytes = value_bytes;
+  const std::uint64_t high = std::max<std::uint64_t>(1, max_entries - max_entries / 4);
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   traffic == Traffic::State ? Overflow::Conflate : Overflow::Spill};
   if (traffic == Traffic::Events) {
@@ -1501,15 +1501,15 @@ RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capac
   return cfg;
 }
 
-Result<RelayConfig> Inbox::config(PolicyId policy, std::uint32_t capacity,
-                                  std::uint32_t value_size) {
+Result<RelayConfig> Inbox::config(PolicyId policy, std::uint32_t max_entries,
+                                  std::uint32_t value_bytes) {
   auto p = find_merge(policy);
   if (!p) return std::unexpected(p.error());
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = capacity;
-  cfg.value_size = value_size;
-  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  cfg.max_entries = max_entries;
+  cfg.value_bytes = value_bytes;
+  const std::uint64_t high = std::max<std::uint64_t>(1, max_entries - max_entries / 4);
   const bool conflate = (*p)->flags.conflatable && (*p)->flags.associative;
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   conflate ? Overflow::Conflate : Overflow::Block};

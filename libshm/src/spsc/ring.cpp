@@ -28,19 +28,20 @@ namespace shm {
 namespace ring {
 
 Result<void> validate(const RingParams& params) {
-  if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
-      params.capacity > kMaxCapacity)
+  if (!is_power_of_two(params.capacity_bytes) || params.capacity_bytes < kMinCapacity ||
+      params.capacity_bytes > kMaxCapacity)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("ring capacity {} must be a power of two in [{}, {}]",
-                                    params.capacity, kMinCapacity, kMaxCapacity));
+                                    params.capacity_bytes, kMinCapacity, kMaxCapacity));
   return {};
 }
 
 KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
-  storage = ParamBlock{params.capacity, params.capacity ? max_payload_for(params.capacity) : 0};
+  storage = ParamBlock{params.capacity_bytes,
+                       params.capacity_bytes ? max_payload_for(params.capacity_bytes) : 0};
   return shm::detail::block_kind_spec(
       kSpscRingKind, "spsc_ring", kFingerprint, storage,
-      params.capacity ? kBufferOffset + params.capacity : 0,
+      params.capacity_bytes ? kBufferOffset + params.capacity_bytes : 0,
       [](const ParamBlock& f) -> std::string {
         if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
           return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
@@ -51,7 +52,7 @@ KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
         return {};
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
-        check.field("capacity", f.capacity, e.capacity);
+        check.field("capacity_bytes", f.capacity, e.capacity);
       });
 }
 
@@ -92,7 +93,7 @@ Result<Segment> create_ring(std::string_view name, const RingParams& params,
 
 Result<Segment> open_ring(std::string_view name, const RingParams& expected,
                           const OpenOptions& options) {
-  if (expected.capacity != 0) {
+  if (expected.capacity_bytes != 0) {
     if (auto ok = ring::validate(expected); !ok) return std::unexpected(ok.error());
   }
   ring::ParamBlock block{};

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "seen: %s\n", seen.error().what().c_str());
     return 2;
   }
-  auto f = shm::FanoutConsumer::open(base, {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto f = shm::FanoutConsumer::open(base, {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   if (!f) {
     std::fprintf(stderr, "open: %s\n", f.error().what().c_str());
     return 2;

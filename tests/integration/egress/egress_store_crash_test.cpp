@@ -24,7 +24,7 @@ constexpr std::uint64_t kGen = 1;
 
 EgressParams params() {
   EgressParams p;
-  p.capacity = 8;
+  p.max_payloads = 8;
   p.slot_bytes = 16;
   p.inflight_limit = 8;
   p.retry_budget = 2;

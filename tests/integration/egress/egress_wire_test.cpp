@@ -41,7 +41,7 @@ TEST(EgressWireTest, ReceiverGetsEverySequenceOnceInOrderAcrossTransportKills) {
   const int producers = 2;
   const long total = per_producer * producers;
   EgressParams params;
-  params.capacity = 4096;
+  params.max_payloads = 4096;
   params.slot_bytes = 32;
   params.inflight_limit = 64;
   params.retry_budget = 1'000'000;  // the link loses packets; nothing may become a dead letter

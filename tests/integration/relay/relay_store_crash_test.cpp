@@ -93,8 +93,8 @@ const Case kCases[] = {
 RelayConfig config(const Case& c) {
   RelayConfig cfg;
   cfg.policy = c.policy;
-  cfg.value_size = 16;
-  cfg.capacity = 8;
+  cfg.value_bytes = 16;
+  cfg.max_entries = 8;
   cfg.backpressure = Backpressure{Dimension::Count, c.high_water, 1, c.overflow};
   return cfg;
 }

@@ -19,7 +19,7 @@ namespace {
 
 TEST(ReclaimDeadAttacher, AFailedKindReclaimKeepsTheSlotForARetry) {
   test::TempRoot root;
-  auto producer = RingProducer::create("ring", {.capacity = 4096});
+  auto producer = RingProducer::create("ring", {.capacity_bytes = 4096});
   ASSERT_TRUE(producer) << producer.error().what();
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);

@@ -190,7 +190,7 @@ TEST_F(SidecarDaemon, MetricsEndpointReportsRingDepthToARealTcpClient) {
 TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
   RelayConfig cfg;
   cfg.policy = policy::kMax;
-  cfg.capacity = 16;
+  cfg.max_entries = 16;
   cfg.backpressure = {Dimension::Age, 5, 0, Overflow::DropNewest};  // milliseconds
   auto w = RelayWriter::create("ages", cfg);
   ASSERT_TRUE(w) << w.error().what();
@@ -242,8 +242,8 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
 // acknowledgement watermark, generation) and the operation counters, followed
 // across an acknowledgement and a replacement transport.
 TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
-  auto producer =
-      Egress::create("uplink", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto producer = Egress::create(
+      "uplink", EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(producer) << producer.error().what();
   const std::vector<std::byte> payload(20, std::byte{5});
   for (int i = 0; i < 3; ++i)
@@ -327,8 +327,8 @@ TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
   auto relay = RelayWriter::create("relay", test::small_spill_fifo(""));
   ASSERT_TRUE(relay) << relay.error().what();
   for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(relay->write(u64_value(i), 0ns));
-  auto egress =
-      Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto egress = Egress::create(
+      "egress", EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(egress) << egress.error().what();
   ASSERT_TRUE(egress->try_enqueue(std::vector<std::byte>(20, std::byte{5})));
 

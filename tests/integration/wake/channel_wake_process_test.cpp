@@ -32,7 +32,7 @@ class ChannelWakeProcessTest : public ::testing::Test {
 // kLivenessSlice (20 ms) slices and probes the producer's kernel lock.
 TEST_F(ChannelWakeProcessTest, ConsumerWakesWhenTheProducerIsKilled) {
   auto c = ChannelConsumer::create(
-      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c) << c.error().what();
   Subprocess producer(
       {test::helper_path("channel_producer_step"), "wake", "fault", "reserve-commit", "1"});
@@ -61,7 +61,7 @@ TEST_F(ChannelWakeProcessTest, ConsumerWakesWhenTheProducerIsKilled) {
 // The consumer that takes over owes the wake.
 TEST_F(ChannelWakeProcessTest, ProducerWakesWhenAConsumerTakesOverFromOneKilledAfterReleasing) {
   auto p = ChannelProducer::create(
-      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   ASSERT_TRUE(p) << p.error().what();
   for (std::uint64_t seq = 0; seq < 2; ++seq) {
     auto r = p->try_send(test::channel_payload(seq, test::channel_length(seq, kMaxLen)));

@@ -25,8 +25,8 @@ using namespace std::chrono_literals;
 using test::bytes;
 using test::Subprocess;
 
-// slot_size 48: what test_fanout_take_hold expects (FanoutParams' default).
-constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 2, .slot_size = 48};
+// slot_bytes 48: what test_fanout_take_hold expects (FanoutParams' default).
+constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 2, .slot_bytes = 48};
 
 class FanoutWakeProcessTest : public ::testing::Test {
  protected:

@@ -47,7 +47,7 @@ class ChannelKindTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto p = ChannelProducer::create(
-        "k", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+        "k", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
     ASSERT_TRUE(p) << p.error().what();
     producer_ = std::move(*p);
     auto c = ChannelConsumer::open("k");
@@ -277,7 +277,7 @@ TEST_F(ChannelKindTest, VerifyReportsAFaultedChannelWithAnUnknownCode) {
 TEST_F(ChannelKindTest, VerifyOfALiveChannelNeverReportsAHealthyPayload) {
   constexpr int kMessages = 20000;
   const ChannelParams params{
-      .pages = 4, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16};
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16};
   ASSERT_TRUE(create_channel("live", params));
   auto spawn = [](auto body) {
     const pid_t pid = ::fork();

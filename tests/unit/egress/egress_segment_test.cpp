@@ -41,7 +41,7 @@ bool eventually(F&& cond) {
 
 EgressParams small(std::uint32_t capacity, std::uint32_t window) {
   EgressParams p;
-  p.capacity = capacity;
+  p.max_payloads = capacity;
   p.slot_bytes = 16;
   p.inflight_limit = window;
   p.retry_budget = 2;

@@ -80,7 +80,7 @@ class SegmentSubject final : public EgressSubject {
  public:
   explicit SegmentSubject(const egress::ParamBlock& p) {
     EgressParams params;
-    params.capacity = p.capacity;
+    params.max_payloads = p.capacity;
     params.slot_bytes = p.slot_bytes;
     params.inflight_limit = p.inflight_limit;
     params.retry_budget = p.retry_budget;

@@ -21,7 +21,7 @@ using test::bytes;
 EgressParams params(std::uint32_t capacity, std::uint32_t window, std::uint32_t budget,
                     std::chrono::nanoseconds base = 10s) {
   EgressParams p;
-  p.capacity = capacity;
+  p.max_payloads = capacity;
   p.slot_bytes = 16;
   p.inflight_limit = window;
   p.retry_budget = budget;

@@ -27,7 +27,7 @@ using test::u64;
 
 class PriorityFanoutTest : public ::testing::Test {
  protected:
-  static constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  static constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 16, .slot_bytes = 48};
 
   PriorityFanout make(const FanoutParams& p = kParams) {
     auto f = PriorityFanout::create("jobs", p);
@@ -38,7 +38,7 @@ class PriorityFanoutTest : public ::testing::Test {
   // F: PriorityFanout or FanoutConsumer.
   template <class F>
   std::optional<std::pair<std::uint32_t, std::string>> drain(F& f) {
-    std::vector<std::byte> buf(f.slot_size());
+    std::vector<std::byte> buf(f.slot_bytes());
     auto d = f.try_drain_highest(buf);
     EXPECT_TRUE(d) << d.error().what();
     if (!d || !*d) return std::nullopt;
@@ -157,7 +157,7 @@ TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
 
 TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
   auto f = make();
-  for (std::uint64_t i = 0; i < kParams.ring_capacity; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
+  for (std::uint64_t i = 0; i < kParams.ring_cells; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
   auto full = f.submit(2, bytes("x"));
   ASSERT_TRUE(full) << full.error().what();
   EXPECT_FALSE(*full);
@@ -168,7 +168,7 @@ TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
 }
 
 TEST_F(PriorityFanoutTest, CapacityBoundary) {
-  auto f = make({.priorities = 2, .ring_capacity = 4, .slot_size = 8});
+  auto f = make({.priorities = 2, .ring_cells = 4, .slot_bytes = 8});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(*f.submit(1, bytes(std::to_string(i))));
   EXPECT_FALSE(*f.submit(1, bytes("4")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "0"}));
@@ -213,7 +213,7 @@ TEST_F(PriorityFanoutTest, InterleavedSubmitAndDrainKeepPriorityOrder) {
 }
 
 TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 1024, .slot_size = 16};
+  const FanoutParams params{.priorities = 4, .ring_cells = 1024, .slot_bytes = 16};
   auto f = make(params);
   const std::uint64_t per_thread = test::scaled(20'000);
   std::atomic<bool> go{false}, failed{false};
@@ -283,34 +283,34 @@ TEST_F(PriorityFanoutTest, OpenWithDifferentParametersIsMismatchNamingBothValues
     const char* message;
   };
   for (const Case& c : {Case{{8, 16, 48}, "priorities: segment has 4, caller expects 8"},
-                        Case{{4, 32, 48}, "ring_capacity: segment has 16, caller expects 32"},
-                        Case{{4, 16, 64}, "slot_size: segment has 48, caller expects 64"}}) {
+                        Case{{4, 32, 48}, "ring_cells: segment has 16, caller expects 32"},
+                        Case{{4, 16, 64}, "slot_bytes: segment has 48, caller expects 64"}}) {
     auto o = PriorityFanout::open("jobs", c.params);
     ASSERT_FALSE(o);
     EXPECT_EQ(o.error().code, Errc::ParamMismatch);
     EXPECT_NE(o.error().message.find(c.message), std::string::npos) << o.error().message;
   }
-  auto any = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto any = PriorityFanout::open("jobs", {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   ASSERT_TRUE(any) << any.error().what();
   EXPECT_EQ(any->priorities(), 4u);
-  EXPECT_EQ(any->ring_capacity(), 16u);
+  EXPECT_EQ(any->ring_cells(), 16u);
 }
 
 TEST_F(PriorityFanoutTest, CreateRejectsBadPriorityCounts) {
   for (std::uint32_t k : {0u, 65u}) {
-    auto f = PriorityFanout::create("bad", {.priorities = k, .ring_capacity = 16, .slot_size = 8});
+    auto f = PriorityFanout::create("bad", {.priorities = k, .ring_cells = 16, .slot_bytes = 8});
     ASSERT_FALSE(f);
     EXPECT_EQ(f.error().code, Errc::InvalidArgument);
     EXPECT_NE(f.error().message.find("must be in [1, 64]"), std::string::npos) << f.error().message;
   }
-  auto cap = PriorityFanout::create("bad", {.priorities = 4, .ring_capacity = 10, .slot_size = 8});
+  auto cap = PriorityFanout::create("bad", {.priorities = 4, .ring_cells = 10, .slot_bytes = 8});
   ASSERT_FALSE(cap);
   EXPECT_EQ(cap.error().code, Errc::InvalidArgument);
   EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
 }
 
 TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
-  auto f = make({.priorities = 64, .ring_capacity = 2, .slot_size = 8});
+  auto f = make({.priorities = 64, .ring_cells = 2, .slot_bytes = 8});
   ASSERT_TRUE(*f.submit(0, bytes("bottom")));
   ASSERT_TRUE(*f.submit(63, bytes("top")));
   EXPECT_EQ(f.active_priorities(), (1ull << 63) | 1u);
@@ -319,7 +319,7 @@ TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
 }
 
 TEST_F(PriorityFanoutTest, CreateFailsCleanlyWhenOneFileExists) {
-  ASSERT_TRUE(create_mpmc_ring("jobs.prio2", {.capacity = 16, .slot_size = 48}));
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio2", {.ring_cells = 16, .slot_bytes = 48}));
   auto f = PriorityFanout::create("jobs", kParams);
   ASSERT_FALSE(f);
   EXPECT_EQ(f.error().code, Errc::AlreadyExists);
@@ -332,7 +332,7 @@ TEST_F(PriorityFanoutTest, CreateFailsCleanlyWhenOneFileExists) {
 TEST_F(PriorityFanoutTest, RingRecreatedOnItsOwnIsRefused) {
   { auto f = make(); }
   ASSERT_TRUE(Segment::unlink("jobs.prio1"));
-  ASSERT_TRUE(create_mpmc_ring("jobs.prio1", {.capacity = 16, .slot_size = 48}));
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio1", {.ring_cells = 16, .slot_bytes = 48}));
   auto o = PriorityFanout::open("jobs", kParams);
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::ParamMismatch);
@@ -533,7 +533,7 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
 // 256 handles (kSharedSlots) on one fanout at once, every one submitting and
 // draining; the 257th open gets NoFreeSlot.
 TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNoFreeSlot) {
-  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 256, .slot_size = 16};
+  constexpr FanoutParams kWide{.priorities = 2, .ring_cells = 256, .slot_bytes = 16};
   // Two descriptors per handle per segment (the bitmap and two rings).
   test::raise_open_files_limit(6 * kSharedSlots + 64);
   std::vector<PriorityFanout> handles;
@@ -574,7 +574,7 @@ TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNo
 // drain also re-checks every kMaxParkNs, so the items alone do not prove the
 // wakes: the counter does (every submit finds a drainer still announced).
 TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
-  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 16, .slot_size = 16};
+  constexpr FanoutParams kWide{.priorities = 2, .ring_cells = 16, .slot_bytes = 16};
   test::raise_open_files_limit(6 * kSharedSlots + 64);
   std::vector<PriorityFanout> handles;
   handles.push_back(make(kWide));

@@ -120,8 +120,8 @@ TEST_F(ForeverTest, FanoutDrainWaitsForASubmission) {
 }
 
 TEST_F(ForeverTest, EgressClaimWaitsForARecord) {
-  auto e =
-      Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto e = Egress::create("egress",
+                          EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(e) << e.error().what();
   auto t = EgressTransport::open("egress");
   ASSERT_TRUE(t) << t.error().what();
@@ -140,8 +140,8 @@ TEST_F(ForeverTest, EgressClaimWaitsForARecord) {
 TEST_F(ForeverTest, RelayWaitAndABlockedWriteWaitForever) {
   RelayConfig cfg;
   cfg.policy = policy::kRawFifo;
-  cfg.capacity = 4;
-  cfg.value_size = 8;
+  cfg.max_entries = 4;
+  cfg.value_bytes = 8;
   cfg.backpressure = Backpressure{Dimension::Count, 2, 1, Overflow::Block};
   auto w = RelayWriter::create("relay", cfg);
   ASSERT_TRUE(w) << w.error().what();

@@ -26,8 +26,8 @@ RelayConfig compact_cfg(PolicyId policy, relay::SpillMode mode, std::uint64_t hi
                         std::uint64_t low) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = 8;
-  c.value_size = 8;
+  c.max_entries = 8;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, high, low, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;

@@ -93,8 +93,8 @@ class RelayPropertyTest : public ::testing::Test {
   RelayConfig config(PolicyId p) {
     RelayConfig c;
     c.policy = p;
-    c.value_size = 24;
-    c.capacity = 64;
+    c.value_bytes = 24;
+    c.max_entries = 64;
     c.backpressure = {Dimension::Count, 60, 1, Overflow::Block};
     return c;
   }
@@ -145,7 +145,7 @@ TEST_F(RelayPropertyTest, CommutativePoliciesAreInvariantUnderReordering) {
 TEST_F(RelayPropertyTest, RawFifoDeliversEveryOpOnceInEachWritersOrder) {
   const std::uint64_t seeds = test::scaled(1000);
   RelayConfig c = config(policy::kRawFifo);
-  c.value_size = 8;
+  c.value_bytes = 8;
   auto w0 = RelayWriter::create("fifo", c);
   ASSERT_TRUE(w0);
   auto w1 = RelayWriter::open("fifo");

@@ -46,8 +46,8 @@ RelayConfig spill_cfg(PolicyId policy, std::uint32_t capacity = 8, std::uint64_t
                       std::uint64_t low = 2, std::uint64_t page_records = 4) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = capacity;
-  c.value_size = 8;
+  c.max_entries = capacity;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, high, low, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;
@@ -851,8 +851,8 @@ TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
   } unmount{mnt};
   RelayConfig c;
   c.policy = policy::kRawFifo;
-  c.capacity = 32768;
-  c.value_size = 256;
+  c.max_entries = 32768;
+  c.value_bytes = 256;
   c.backpressure = Backpressure{Dimension::Count, 32000, 100, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;

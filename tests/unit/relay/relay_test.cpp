@@ -24,11 +24,11 @@ using test::contains;
 using test::expect_error;
 
 RelayConfig cfg(PolicyId policy, Overflow overflow = Overflow::Block, std::uint64_t high = 4,
-                std::uint64_t low = 1, std::uint32_t capacity = 16, std::uint32_t value_size = 8) {
+                std::uint64_t low = 1, std::uint32_t capacity = 16, std::uint32_t value_bytes = 8) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = capacity;
-  c.value_size = value_size;
+  c.max_entries = capacity;
+  c.value_bytes = value_bytes;
   c.backpressure = Backpressure{Dimension::Count, high, low, overflow};
   return c;
 }

@@ -21,11 +21,11 @@ std::vector<std::byte> value_of(std::size_t n, char c) {
 
 class RelayWakeTest : public ::testing::Test {
  protected:
-  void make(PolicyId policy, Backpressure bp, std::uint32_t capacity, std::uint32_t value_size) {
+  void make(PolicyId policy, Backpressure bp, std::uint32_t capacity, std::uint32_t value_bytes) {
     RelayConfig c;
     c.policy = policy;
-    c.capacity = capacity;
-    c.value_size = value_size;
+    c.max_entries = capacity;
+    c.value_bytes = value_bytes;
     c.backpressure = bp;
     auto r = RelayReader::create("wake", c);
     ASSERT_TRUE(r) << r.error().what();
@@ -138,8 +138,8 @@ TEST_F(RelayWakeTest, TakeAgainBeforeCommitIsOutOfOrderAndKeepsTheBatch) {
 TEST_F(RelayWakeTest, HighWaterTheRelayCannotReachIsRefused) {
   RelayConfig c;
   c.policy = policy::kSum;
-  c.capacity = 64;
-  c.value_size = 8;
+  c.max_entries = 64;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, 100, 10, Overflow::Block};
   auto r = RelayReader::create("unreachable", c);
   ASSERT_FALSE(r);

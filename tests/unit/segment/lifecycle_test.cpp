@@ -93,7 +93,7 @@ TEST_F(LifecycleTest, MpmcHelpersAndAttachForEveryHandleType) {
 }
 
 TEST_F(LifecycleTest, FanoutHelpersAndAttachForEveryHandleType) {
-  const FanoutParams params{.priorities = 3, .ring_capacity = 8, .slot_size = 16};
+  const FanoutParams params{.priorities = 3, .ring_cells = 8, .slot_bytes = 16};
   auto made = create_fanout("work", params);
   ASSERT_TRUE(made) << made.error().message;
   EXPECT_EQ(made->rings.size(), 3u);
@@ -113,7 +113,7 @@ TEST_F(LifecycleTest, FanoutHelpersAndAttachForEveryHandleType) {
 }
 
 TEST_F(LifecycleTest, FanoutAttachRefusesARingOfAnotherFanout) {
-  const FanoutParams params{.priorities = 2, .ring_capacity = 8, .slot_size = 16};
+  const FanoutParams params{.priorities = 2, .ring_cells = 8, .slot_bytes = 16};
   auto a = create_fanout("a", params);
   auto b = create_fanout("b", params);
   ASSERT_TRUE(a && b);

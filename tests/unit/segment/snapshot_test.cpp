@@ -62,7 +62,7 @@ TEST_F(SnapshotTest, ChannelSnapshotsFollowSendAndReceive) {
   ASSERT_TRUE(c) << c.error().message;
   ChannelSnapshot s = c->snapshot();
   EXPECT_EQ(s.pages, params->pages);
-  EXPECT_EQ(s.ring_cells, params->ring_capacity);
+  EXPECT_EQ(s.ring_cells, params->ring_cells);
   EXPECT_EQ(s.sent, 0u);
   EXPECT_EQ(s.state, ChannelState::Open);
 
@@ -113,7 +113,7 @@ TEST_F(SnapshotTest, MpmcSnapshotFollowsPushAndPopOnEveryHandleType) {
 }
 
 TEST_F(SnapshotTest, FanoutSnapshotFollowsSubmitAndPop) {
-  const FanoutParams params{.priorities = 3, .ring_capacity = 8, .slot_size = 16};
+  const FanoutParams params{.priorities = 3, .ring_cells = 8, .slot_bytes = 16};
   auto producer = FanoutProducer::create("work", params);
   ASSERT_TRUE(producer) << producer.error().message;
   auto consumer = FanoutConsumer::open("work", params);
@@ -141,7 +141,7 @@ TEST_F(SnapshotTest, FanoutSnapshotFollowsSubmitAndPop) {
 
 TEST_F(SnapshotTest, EgressAndTransportSnapshotsFollowEnqueueClaimAndAck) {
   EgressParams params;
-  params.capacity = 8;
+  params.max_payloads = 8;
   params.slot_bytes = 16;
   params.inflight_limit = 4;
   auto e = Egress::create("uplink", params);

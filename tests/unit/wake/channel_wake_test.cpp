@@ -79,7 +79,7 @@ class ChannelWakeTest : public ::testing::Test {
 };
 
 constexpr ChannelParams kRoomy{
-    .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16};
+    .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16};
 
 TEST_F(ChannelWakeTest, ConsumerWakesOnTrySend) {
   make(kRoomy);
@@ -107,7 +107,7 @@ TEST_F(ChannelWakeTest, ConsumerWakesOnACommittedReservation) {
 
 // The first payload of a new page (the producer rotates, then describes it).
 TEST_F(ChannelWakeTest, ConsumerWakesOnASendThatRotatesThePage) {
-  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send("a");
   send("b");
   receive_one();
@@ -149,7 +149,7 @@ TEST_F(ChannelWakeTest, ConsumerWakesWhenTheProducerDetachesWithoutFinish) {
 }
 
 TEST_F(ChannelWakeTest, ProducerWakesWhenALeaseReleaseFreesTheRing) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("a");
   send("b");
   send("c", SendStatus::RingFull);
@@ -160,7 +160,7 @@ TEST_F(ChannelWakeTest, ProducerWakesWhenALeaseReleaseFreesTheRing) {
 }
 
 TEST_F(ChannelWakeTest, ProducerWakesWhenACopyOutFreesTheRing) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("a");
   send("b");
   std::optional<Result<SendStatus>> got;
@@ -178,7 +178,7 @@ TEST_F(ChannelWakeTest, ProducerWakesWhenACopyOutFreesTheRing) {
 // Every page in use: the consumer's first receive of the next epoch releases
 // the old one ([chan.E] at the seam).
 TEST_F(ChannelWakeTest, ProducerWakesWhenTheSeamReleasesAPage) {
-  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   for (const char* s : {"a", "b", "c", "d"}) send(s);
   send("e", SendStatus::PageQuotaExhausted);
   receive_one();
@@ -192,7 +192,7 @@ TEST_F(ChannelWakeTest, ProducerWakesWhenTheSeamReleasesAPage) {
 // The consumer finds a damaged payload and faults the channel: the parked
 // producer learns it at once instead of at its timeout.
 TEST_F(ChannelWakeTest, ProducerWakesWhenTheConsumerFaultsTheChannel) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("intact");
   send("damaged");
   ChannelTesting::view(*consumer_).arena(0)[3] ^= std::byte{0x20};

@@ -21,7 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::bytes;
 
-constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 2, .slot_size = 16};
+constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 2, .slot_bytes = 16};
 
 class FanoutWakeTest : public ::testing::Test {
  protected:

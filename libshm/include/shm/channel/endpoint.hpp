@@ -49,7 +49,7 @@ class ChannelEndpoint {
   [[nodiscard]] std::uint32_t descriptors_per_page() const noexcept {
     return view_.params.descriptors_per_page;
   }
-  [[nodiscard]] std::uint32_t ring_capacity() const noexcept { return view_.params.ring_capacity; }
+  [[nodiscard]] std::uint32_t ring_cells() const noexcept { return view_.params.ring_cells; }
   // The largest payload: one that fills an empty page.
   [[nodiscard]] std::uint64_t max_payload() const noexcept { return view_.params.max_payload; }
   // The terminal state as stored in the segment now.
@@ -101,7 +101,7 @@ class ChannelEndpoint {
   Attachment attachment_;
   channel::View view_{};
   std::uint64_t slot_mask_ = 0;  // pages - 1
-  std::uint64_t ring_mask_ = 0;  // ring_capacity - 1
+  std::uint64_t ring_mask_ = 0;  // ring_cells - 1
   std::uint32_t role_ = 0;
   EndpointGuard guard_;  // see shm/platform/endpoint_guard.hpp
 };

@@ -198,7 +198,7 @@ inline Result<Reservation> ChannelProducer::reserve_once(std::size_t n) {
   if (n > view_.params.max_payload) [[unlikely]]
     return too_large(n);
   // Ring first: a RingFull refusal must not have rotated the page.
-  if (tail_ - cached_head_ >= view_.params.ring_capacity) [[unlikely]] {
+  if (tail_ - cached_head_ >= view_.params.ring_cells) [[unlikely]] {
     auto room = refresh_head();
     if (!room) return std::unexpected(std::move(room.error()));
     if (!*room) {

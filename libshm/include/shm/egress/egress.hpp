@@ -42,9 +42,9 @@
 namespace shm {
 
 struct EgressParams {
-  std::uint32_t capacity = 1024;      // payloads retained at most (the pool)
+  std::uint32_t max_payloads = 1024;  // payloads retained at most (the pool)
   std::uint32_t slot_bytes = 256;     // largest payload
-  std::uint32_t inflight_limit = 64;  // the unacknowledged window, <= capacity
+  std::uint32_t inflight_limit = 64;  // the unacknowledged window, <= max_payloads
   std::uint32_t retry_budget = 3;     // retries after the first send
   std::chrono::nanoseconds retry_base{std::chrono::milliseconds(10)};
   std::chrono::nanoseconds retry_ceiling{std::chrono::seconds(1)};

@@ -185,8 +185,8 @@ class PriorityFanout {
   [[nodiscard]] FanoutSnapshot snapshot() const;
 
   [[nodiscard]] std::uint32_t priorities() const noexcept { return k_; }
-  [[nodiscard]] std::uint64_t ring_capacity() const noexcept;
-  [[nodiscard]] std::uint64_t slot_size() const noexcept;
+  [[nodiscard]] std::uint64_t ring_cells() const noexcept;
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept;
   [[nodiscard]] const std::string& base() const noexcept { return base_; }
   [[nodiscard]] const Segment& bitmap_segment() const noexcept { return segment_; }
   // This handle's attachment to the bitmap segment (its slot: its drainer waiter bit).
@@ -269,8 +269,8 @@ class FanoutSide : protected PriorityFanout {
   using PriorityFanout::priorities;
   using PriorityFanout::repair;
   using PriorityFanout::ring;
-  using PriorityFanout::ring_capacity;
-  using PriorityFanout::slot_size;
+  using PriorityFanout::ring_cells;
+  using PriorityFanout::slot_bytes;
   using PriorityFanout::snapshot;
 
  protected:

@@ -60,8 +60,8 @@
 namespace shm {
 
 struct MpmcParams {
-  std::uint64_t capacity = 0;   // cells, a power of two in [2, 2^30]; 0 on open = accept any
-  std::uint64_t slot_size = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
+  std::uint64_t ring_cells = 0;  // a power of two in [2, 2^30]; 0 on open = accept any
+  std::uint64_t slot_bytes = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
 };
 
 namespace mpmc {
@@ -157,17 +157,17 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
 // The parameter block stored in the header.
 struct ParamBlock {
   std::uint64_t capacity;
-  std::uint64_t slot_size;
-  std::uint64_t stride;  // bytes per cell, derived: round_up(kCellHeader + slot_size, kCellAlign)
+  std::uint64_t slot_bytes;
+  std::uint64_t stride;  // bytes per cell, derived: round_up(kCellHeader + slot_bytes, kCellAlign)
 };
 static_assert(sizeof(ParamBlock) <= kParamBytes);
 
-[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_size) noexcept {
-  return round_up(kCellHeader + slot_size, kCellAlign);
+[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_bytes) noexcept {
+  return round_up(kCellHeader + slot_bytes, kCellAlign);
 }
 [[nodiscard]] constexpr std::uint64_t data_size_for(std::uint64_t capacity,
-                                                    std::uint64_t slot_size) noexcept {
-  return kCellsOffset + capacity * stride_for(slot_size);
+                                                    std::uint64_t slot_bytes) noexcept {
+  return kCellsOffset + capacity * stride_for(slot_bytes);
 }
 
 [[nodiscard]] Result<void> validate(const MpmcParams& params);
@@ -181,7 +181,7 @@ struct View {
   std::byte* cells = nullptr;
   std::uint64_t capacity = 0;
   std::uint64_t mask = 0;
-  std::uint64_t slot_size = 0;
+  std::uint64_t slot_bytes = 0;
   std::uint64_t stride = 0;
 
   [[nodiscard]] Cell& cell(std::uint64_t pos) const noexcept {

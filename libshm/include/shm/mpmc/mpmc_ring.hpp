@@ -107,7 +107,7 @@ class MpmcRing {
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
 
-  // Zero-copy push: claims the next cell and returns its slot_size() bytes, or
+  // Zero-copy push: claims the next cell and returns its slot_bytes() bytes, or
   // nullopt when full. Publish it with commit(n) or cancel() (a tombstone that
   // consumers skip). Nothing is visible to consumers until then.
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve();
@@ -127,8 +127,8 @@ class MpmcRing {
   // Repairs cells held by dead handles now (normally automatic, see above).
   [[nodiscard]] mpmc::RepairReport repair() const;
 
-  [[nodiscard]] std::uint64_t capacity() const noexcept { return v_.capacity; }
-  [[nodiscard]] std::uint64_t slot_size() const noexcept { return v_.slot_size; }
+  [[nodiscard]] std::uint64_t ring_cells() const noexcept { return v_.capacity; }
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return v_.slot_bytes; }
   // tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
   // Positions and counters now (never blocks).
@@ -228,12 +228,12 @@ namespace detail {
 class MpmcSide : protected MpmcRing {
  public:
   using MpmcRing::attachment;
-  using MpmcRing::capacity;
   using MpmcRing::heartbeat;
   using MpmcRing::repair;
+  using MpmcRing::ring_cells;
   using MpmcRing::segment;
   using MpmcRing::size_hint;
-  using MpmcRing::slot_size;
+  using MpmcRing::slot_bytes;
   using MpmcRing::snapshot;
 
  protected:
@@ -323,7 +323,7 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::reserve_unguarded()
         reserved_pos_ = pos;
         reserved_ = true;
         return std::optional<std::span<std::byte>>{
-            std::span<std::byte>(v_.payload(pos), v_.slot_size)};
+            std::span<std::byte>(v_.payload(pos), v_.slot_bytes)};
       }
       intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
       continue;  // pos was reloaded by the failed CAS
@@ -342,7 +342,7 @@ inline void MpmcRing::commit(std::size_t n) noexcept {
 
 inline void MpmcRing::commit_unguarded(std::size_t n) noexcept {
   assert(reserved_ && "commit() without try_reserve()");
-  assert(n <= v_.slot_size);
+  assert(n <= v_.slot_bytes);
   mpmc::Cell& c = v_.cell(reserved_pos_);
   c.length.store(static_cast<std::uint32_t>(n),
                  std::memory_order_relaxed);  // published by [mpmc.S]
@@ -359,7 +359,7 @@ inline Result<bool> MpmcRing::try_push(std::span<const std::byte> payload) {
 }
 
 inline Result<bool> MpmcRing::push_unguarded(std::span<const std::byte> payload) {
-  if (payload.size() > v_.slot_size) [[unlikely]]
+  if (payload.size() > v_.slot_bytes) [[unlikely]]
     return too_large(payload.size());
   auto r = reserve_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
@@ -387,7 +387,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
     const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
     if (seq == pos + 1) [[likely]] {
       const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by [mpmc.S']
-      if (len > v_.slot_size) [[unlikely]]
+      if (len > v_.slot_bytes) [[unlikely]]
         return corrupt_length(pos, len);
       if (len > room) [[unlikely]]
         return too_small(len, room);

@@ -5,7 +5,7 @@
 //
 // Protocol. Everything that changes the head runs under one robust
 // process-shared mutex (Control::mutex). The head is a pool of `capacity`
-// entries of fixed stride (EntryHead + value_size bytes, rounded to 8):
+// entries of fixed stride (EntryHead + value_bytes bytes, rounded to 8):
 //   - the entry table is the source of truth: each entry's state (Free,
 //     Pending, InHand), key, value, first/last op sequence, op count and its
 //     order stamp (monotonic, assigned when the entry is created);
@@ -92,18 +92,18 @@ inline constexpr std::uint32_t kEntryFlags = kSealed | kSpilling | kClosed;
 
 // Immutable parameters (the header's parameter block).
 struct ParamBlock {
-  std::uint32_t value_size;      // largest value in bytes, [1, kMaxValueSize]
+  std::uint32_t value_bytes;     // largest value in bytes, [1, kMaxValueSize]
   std::uint32_t capacity;        // entries in the pool, [kMinCapacity, kMaxCapacity]
   std::uint32_t index_capacity;  // key index cells: the power of two >= 2 x capacity
   std::uint32_t reserved;
 };
 static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 16);
 
-// One entry of the pool; `value_size` bytes of value follow (stride: entry_stride()).
+// One entry of the pool; `value_bytes` bytes of value follow (stride: entry_stride()).
 struct EntryHead {
   std::atomic<std::uint32_t> state;  // EntryState; the publishing store of a new entry
   std::atomic<std::uint32_t> flags;  // kSealed
-  std::atomic<std::uint32_t> len;    // value bytes in use, <= value_size
+  std::atomic<std::uint32_t> len;    // value bytes in use, <= value_bytes
   std::atomic<std::uint32_t> prev;   // derived: pending list, or kNone
   std::atomic<std::uint32_t> next;   // derived: pending list or free list, or kNone
   std::atomic<std::uint32_t> reserved;
@@ -117,8 +117,8 @@ struct EntryHead {
 static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
 static_assert(std::is_standard_layout_v<EntryHead>);
 
-[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_size) noexcept {
-  return round_up(sizeof(EntryHead) + value_size, 8);
+[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
+  return round_up(sizeof(EntryHead) + value_bytes, 8);
 }
 
 enum class EventKind : std::uint32_t {
@@ -407,7 +407,7 @@ struct Geometry {
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.entries = round_up(sizeof(Control), kFalseSharingRange);
-  g.index = round_up(g.entries + entry_stride(p.value_size) * p.capacity, kFalseSharingRange);
+  g.index = round_up(g.entries + entry_stride(p.value_bytes) * p.capacity, kFalseSharingRange);
   g.spill = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
   g.data_size = g.spill + sizeof(SpillArea);
   return g;

@@ -54,8 +54,8 @@ struct SpillPolicy {
 
 struct RelayConfig {
   PolicyId policy = policy::kKeepLatest;
-  std::uint32_t value_size = 8;   // largest value, [1, 256]
-  std::uint32_t capacity = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
+  std::uint32_t value_bytes = 8;     // largest value, [1, 256]
+  std::uint32_t max_entries = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
   Backpressure backpressure{Dimension::Count, 768, 256, Overflow::Block};
   EgressOrder egress = EgressOrder::Arrival;
   bool spill_dedup = false;  // declared: the reader drops redelivered ops by first_seq
@@ -108,8 +108,8 @@ struct RelaySnapshot {
   MergeFlags flags;
   Backpressure backpressure;
   EgressOrder egress = EgressOrder::Arrival;
-  std::uint32_t value_size = 0;
-  std::uint32_t capacity = 0;
+  std::uint32_t value_bytes = 0;
+  std::uint32_t max_entries = 0;
   std::uint64_t depth = 0;         // pending entries
   std::uint64_t bytes = 0;         // value bytes pending
   std::uint64_t pending_keys = 0;  // keys with an open entry
@@ -162,10 +162,10 @@ struct View {
   std::byte* entries = nullptr;
   std::atomic<std::uint32_t>* index = nullptr;
   [[nodiscard]] EntryHead& entry(std::uint32_t i) const noexcept {
-    return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_size) * i);
+    return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_bytes) * i);
   }
   [[nodiscard]] unsigned char* value(std::uint32_t i) const noexcept {
-    return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_size) * i +
+    return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_bytes) * i +
                                             sizeof(EntryHead));
   }
 };
@@ -429,8 +429,8 @@ struct Outbox {
   // policy that is not idempotent, declares spill_dedup: the reader drops
   // redelivered ops by first_seq (docs/spill.md, replay and dedup).
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
-                                          std::uint32_t capacity = 1024,
-                                          std::uint32_t value_size = 8);
+                                          std::uint32_t max_entries = 1024,
+                                          std::uint32_t value_bytes = 8);
   [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayWriter::create(name, config, options);
@@ -440,8 +440,8 @@ struct Inbox {
   // transport -> application: backpressure reaches the remote peer only
   // through withheld credits. Default overflow: Conflate when the policy is
   // conflatable, otherwise Block (credit metering: the transport writer waits).
-  [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t capacity = 1024,
-                                                  std::uint32_t value_size = 8);
+  [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t max_entries = 1024,
+                                                  std::uint32_t value_bytes = 8);
   [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayReader::create(name, config, options);

@@ -54,7 +54,7 @@ class RingEndpoint {
   static constexpr const char* kGuardName = "an SPSC endpoint";
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
-  [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::uint64_t capacity_bytes() const noexcept { return capacity_; }
   [[nodiscard]] std::uint64_t max_payload() const noexcept { return max_payload_; }
   // Refreshes this endpoint's heartbeat in the attachment table (no syscall).
   void heartbeat() noexcept { attachment_.heartbeat(); }

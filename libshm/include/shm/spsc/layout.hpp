@@ -105,7 +105,7 @@
 namespace shm {
 
 struct RingParams {
-  std::uint64_t capacity = 0;  // bytes, a power of two in [64, 2^40]; 0 on open = accept any
+  std::uint64_t capacity_bytes = 0;  // a power of two in [64, 2^40]; 0 on open = accept any
 };
 
 namespace ring {
