@@ -103,7 +103,7 @@ class FanoutContender {
       fail();
   }
   std::uint32_t drain() {
-    auto r = f_.try_drain_highest(out_);
+    auto r = f_.try_pop_highest(out_);
     if (!r || !*r) [[unlikely]]
       fail();
     std::uint32_t tag;

@@ -179,7 +179,7 @@ Measurement fanout_run(const Env& env, int consumers) {
       auto buf = std::as_writable_bytes(std::span(&j, 1));
       std::uint64_t n = 0;
       for (;;) {
-        auto d = fan->try_drain_highest(buf);
+        auto d = fan->try_pop_highest(buf);
         if (!d) throw BenchError(d.error().what());
         if (!*d) break;  // no producer: empty means drained
         if (!job_ok(j, (*d)->priority, o.jobs, o.run.smoke)) throw BenchError("job damaged");

@@ -127,7 +127,7 @@ int worker(const std::string& base, std::optional<std::uint32_t> dedicated) {
     const auto timeout = stopping ? 0ms : 200ms;
     std::uint32_t priority = 0;
     if (dedicated) {
-      auto got = f->drain_priority(*dedicated, buf, timeout);
+      auto got = f->pop_priority(*dedicated, buf, timeout);
       if (!got) {
         fmt::print(stderr, "drain: {}\n", got.error().what());
         return 1;
@@ -138,7 +138,7 @@ int worker(const std::string& base, std::optional<std::uint32_t> dedicated) {
       }
       priority = *dedicated;
     } else {
-      auto got = f->drain_highest(buf, timeout);
+      auto got = f->pop_highest(buf, timeout);
       if (!got) {
         fmt::print(stderr, "drain: {}\n", got.error().what());
         return 1;

@@ -387,10 +387,10 @@ Result<EnqueueOutcome> Egress::enqueue(std::span<const std::byte> payload,
   }
 }
 
-Result<std::optional<RecordView>> Egress::take_dead_letter(std::vector<std::byte>* payload) {
+Result<std::optional<RecordView>> Egress::pop_dead_letter(std::vector<std::byte>* payload) {
   return locked(state_, segment_.path(), [&](EgressCore& core, Wake& w) {
     const std::uint64_t head = ld(state_.control->state.head);
-    auto out = core.take_dead_letter(payload);
+    auto out = core.pop_dead_letter(payload);
     w.space = ld(state_.control->state.head) != head;
     return out;
   });

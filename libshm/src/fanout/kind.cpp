@@ -199,8 +199,8 @@ std::vector<std::string> verify(const Segment& seg) {
       if (in_flight) break;
       problem = shm::detail::format(
           "priority {}: ring holds {} item(s) but its bitmap bit is clear and no "
-          "push is in flight: try_drain_highest() will not see them until the "
-          "next submit to priority {}, a reclaim, a new handle or a parked drain_highest() "
+          "push is in flight: try_pop_highest() will not see them until the "
+          "next submit to priority {}, a reclaim, a new handle or a parked pop_highest() "
           "sets it again",
           i, tail - head, i);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -224,11 +224,11 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // slot's kernel lock, and a probe through another file description would see
   // that lock and report the slot alive.
   // The waiter bits are a wake hint; a bit left set costs submitters a futex
-  // wake per announcement (see drain_highest()). clear() keeps the count.
+  // wake per announcement (see pop_highest()). clear() keeps the count.
   if (ctl->hot.waiters.clear(dead.index)) {
-    actions.push_back(shm::detail::format(
-        "slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit", dead.index,
-        dead.pid));
+    actions.push_back(
+        shm::detail::format("slot {} (pid {}) died parked in pop_highest(): cleared its waiter bit",
+                            dead.index, dead.pid));
   }
   // Resurface stranded items (PriorityFanout::resurface() does the same from
   // a handle). A ring that cannot be opened is reported and left: the bitmap

@@ -485,10 +485,10 @@ R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt
   return r;
 }
 
-Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout) {
+Result<std::optional<Popped>> PriorityFanout::pop_highest(std::span<std::byte> out,
+                                                          std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  return park_until<Result<std::optional<Drained>>>(timeout, [&] { return drain_once(out); });
+  return park_until<Result<std::optional<Popped>>>(timeout, [&] { return pop_once(out); });
 }
 
 Result<std::optional<Taken>> PriorityFanout::take_once() {
@@ -524,8 +524,9 @@ void PriorityFanout::release() noexcept {
   taken_ = kNoTake;
 }
 
-Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
-    std::uint32_t priority, std::span<std::byte> out, std::chrono::nanoseconds timeout) {
+Result<std::optional<std::size_t>> PriorityFanout::pop_priority(std::uint32_t priority,
+                                                                std::span<std::byte> out,
+                                                                std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].pop(out, timeout);

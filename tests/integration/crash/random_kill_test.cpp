@@ -148,7 +148,7 @@ TEST_F(RandomKillTest, EgressStaysUsableAndMonotoneThroughKillsInsideItsLock) {
               break;
             case 6:
               (void)mine->retry_due(g, now);
-              (void)mine->take_dead_letter(nullptr);
+              (void)mine->pop_dead_letter(nullptr);
               break;
             case 7:
               if (rng() % 8 == 0) (void)mine->reconnect(g + 1);

@@ -184,7 +184,7 @@ const Case kCases[] = {
        (void)must(e.fail(kGen, kTarget[k], 10));
      },
      [](Egress& e, std::size_t k) {
-       auto r = e.take_dead_letter(nullptr);
+       auto r = e.pop_dead_letter(nullptr);
        return r && r->has_value() && (*r)->sequence == kTarget[k];
      }},
 };

@@ -248,7 +248,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   if (child == 0) {  // a drainer that parks on the empty fanout
     auto d = FanoutConsumer::open("jobs", params);
     std::array<std::byte, 48> out{};
-    if (d) (void)d->drain_highest(out, 60s);
+    if (d) (void)d->pop_highest(out, 60s);
     ::_exit(d ? 0 : 1);
   }
   const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
@@ -349,7 +349,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurface
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
 
   std::array<std::byte, 48> out{};
-  auto none = f->try_drain_highest(out);
+  auto none = f->try_pop_highest(out);
   ASSERT_TRUE(none) << none.error().what();
   ASSERT_FALSE(*none) << "the item should be stranded: its ring's bit is clear";
   ASSERT_EQ(f->active_priorities(), 0u);
@@ -371,13 +371,13 @@ TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurface
       << done->actions[0];
   EXPECT_EQ(f->active_priorities(), 0b0100u);
   EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
-  auto d = f->try_drain_highest(out);
+  auto d = f->try_pop_highest(out);
   ASSERT_TRUE(d && *d);
   EXPECT_EQ((*d)->priority, 2u);
   EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(out.data()), (*d)->size), "stranded");
 }
 
-// The same crash with a drainer already parked in drain_highest() and no
+// The same crash with a drainer already parked in pop_highest() and no
 // sidecar: before each sleep the drainer that finds the bitmap empty looks at
 // every ring once, so it drains the item (today's bound: one park round,
 // kMaxParkNs) instead of sleeping until its timeout.
@@ -391,7 +391,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
     auto d = FanoutConsumer::open("jobs", params);
     if (!d) ::_exit(2);
     std::array<std::byte, 48> out{};
-    auto r = d->drain_highest(out, 60s);
+    auto r = d->pop_highest(out, 60s);
     if (!r) ::_exit(2);
     if (!*r) ::_exit(1);
     const std::string_view got(reinterpret_cast<const char*>(out.data()), (*r)->size);

@@ -300,7 +300,7 @@ TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
   ASSERT_TRUE(fan->submit(3, item).value_or(false));
   ASSERT_TRUE(fan->submit(3, item).value_or(false));
   ASSERT_TRUE(fan->submit(0, item).value_or(false));
-  auto drained = fan->try_drain_highest(out);
+  auto drained = fan->try_pop_highest(out);
   ASSERT_TRUE(drained && *drained);
   EXPECT_EQ((*drained)->priority, 3u);
 

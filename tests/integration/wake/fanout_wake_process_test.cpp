@@ -50,7 +50,7 @@ class FanoutWakeProcessTest : public ::testing::Test {
     ASSERT_TRUE(taker.wait_for_line("taken 2 kept", 30s)) << taker.output();
     if (more != nullptr) {
       std::array<std::byte, 48> out{};
-      auto r = drainer_->try_drain_highest(out);
+      auto r = drainer_->try_pop_highest(out);
       ASSERT_TRUE(r && *r);
     }
     taker.kill(SIGKILL);
@@ -61,7 +61,7 @@ class FanoutWakeProcessTest : public ::testing::Test {
     return test::probe_wake(
         [&] {
           std::array<std::byte, 48> out{};
-          auto r = drainer_->drain_highest(out, 10s);
+          auto r = drainer_->pop_highest(out, 10s);
           ASSERT_TRUE(r) << r.error().what();
           ASSERT_TRUE(*r) << "timed out";
           EXPECT_EQ((*r)->priority, 2u);

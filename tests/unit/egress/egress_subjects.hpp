@@ -32,7 +32,7 @@ class EgressSubject {
   virtual egress::RetryOutcome retry_now(std::uint64_t g, std::uint64_t seq) = 0;
   virtual egress::RetryOutcome retry_due(std::uint64_t g, std::uint64_t now) = 0;
   virtual egress::ReconnectOutcome reconnect(std::uint64_t g) = 0;
-  virtual std::optional<egress::RecordView> take_dead_letter() = 0;
+  virtual std::optional<egress::RecordView> pop_dead_letter() = 0;
   virtual egress::Projection project() = 0;
   // The payload of the last Claimed outcome (copied out).
   std::string last_payload;
@@ -67,8 +67,8 @@ class LocalSubject final : public EgressSubject {
     return core().retry_due(g, now);
   }
   egress::ReconnectOutcome reconnect(std::uint64_t g) override { return core().reconnect(g); }
-  std::optional<egress::RecordView> take_dead_letter() override {
-    return core().take_dead_letter(nullptr);
+  std::optional<egress::RecordView> pop_dead_letter() override {
+    return core().pop_dead_letter(nullptr);
   }
   egress::Projection project() override { return core().project(true); }
 
@@ -118,8 +118,8 @@ class SegmentSubject final : public EgressSubject {
   egress::ReconnectOutcome reconnect(std::uint64_t g) override {
     return must(egress_.reconnect(g));
   }
-  std::optional<egress::RecordView> take_dead_letter() override {
-    return must(egress_.take_dead_letter(nullptr));
+  std::optional<egress::RecordView> pop_dead_letter() override {
+    return must(egress_.pop_dead_letter(nullptr));
   }
   egress::Projection project() override {
     // Both reads: the locked one and another process's unlocked observation must agree.

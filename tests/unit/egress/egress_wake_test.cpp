@@ -180,7 +180,7 @@ TEST_F(EgressWakeTest, ProducerWakesWhenADeadLetterIsTaken) {
   const std::uint64_t first = claim_now();
   ASSERT_EQ(transport_->fail(first)->status, egress::FailStatus::Exhausted);
   test::expect_woken(producer_woken_by([&] {
-    auto taken = producer_->take_dead_letter(nullptr);
+    auto taken = producer_->pop_dead_letter(nullptr);
     ASSERT_TRUE(taken && taken->has_value());
   }));
 }

@@ -39,7 +39,7 @@ class PriorityFanoutTest : public ::testing::Test {
   template <class F>
   std::optional<std::pair<std::uint32_t, std::string>> drain(F& f) {
     std::vector<std::byte> buf(f.slot_bytes());
-    auto d = f.try_drain_highest(buf);
+    auto d = f.try_pop_highest(buf);
     EXPECT_TRUE(d) << d.error().what();
     if (!d || !*d) return std::nullopt;
     return std::pair{(*d)->priority,
@@ -132,8 +132,8 @@ TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
       << s.error().message;
   EXPECT_NE(s.error().message.find("4 priorities (0..3"), std::string::npos) << s.error().message;
   std::vector<std::byte> buf(48);
-  EXPECT_EQ(f.try_drain_priority(7, buf).error().code, Errc::PriorityOutOfBounds);
-  EXPECT_EQ(f.drain_priority(7, buf, 1ms).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.try_pop_priority(7, buf).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.pop_priority(7, buf, 1ms).error().code, Errc::PriorityOutOfBounds);
   EXPECT_EQ(f.submit(64, bytes("x"), 1ms).error().code, Errc::PriorityOutOfBounds);
   EXPECT_EQ(f.active_priorities(), 0u) << "nothing changed";
 }
@@ -145,10 +145,10 @@ TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
   auto worker = PriorityFanout::open("jobs", kParams);
   ASSERT_TRUE(worker);
   std::vector<std::byte> buf(48);
-  auto got = worker->try_drain_priority(1, buf);
+  auto got = worker->try_pop_priority(1, buf);
   ASSERT_TRUE(got && *got);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "routine");
-  got = worker->try_drain_priority(1, buf);
+  got = worker->try_pop_priority(1, buf);
   ASSERT_TRUE(got);
   EXPECT_FALSE(*got);
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "urgent"}));
@@ -238,7 +238,7 @@ TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
       if (!h) return failed.store(true);
       std::uint64_t item[2];
       while (drained.load() < 4 * per_thread && !failed.load()) {
-        auto d = h->drain_highest(std::as_writable_bytes(std::span(item)), 20ms);
+        auto d = h->pop_highest(std::as_writable_bytes(std::span(item)), 20ms);
         if (!d) return failed.store(true);
         if (!*d) continue;
         if ((*d)->priority != item[0]) return failed.store(true);  // routed to the wrong ring
@@ -395,7 +395,7 @@ TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
   auto bypass = MpmcProducer::open("jobs.prio1");
   ASSERT_TRUE(bypass);
   ASSERT_TRUE(*bypass->try_push(bytes("stranded")));
-  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_drain_highest skips the ring";
+  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_pop_highest skips the ring";
   auto next = FanoutConsumer::open("jobs", kParams);
   ASSERT_TRUE(next) << next.error().what();
   EXPECT_EQ(f.active_priorities(), 0b0010u);
@@ -434,14 +434,14 @@ TEST_F(PriorityFanoutTest, EachPriorityIsTriedAtMostOncePerCall) {
 }
 
 // A handle is for one thread at a time: a second thread entering while the
-// first is parked in drain_highest() is refused with an abort, in every build.
+// first is parked in pop_highest() is refused with an abort, in every build.
 TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
   auto f = make();
   EXPECT_DEATH(
       {
         std::thread t([&f] {
           std::vector<std::byte> buf(48);
-          (void)f.drain_highest(buf, 30s);
+          (void)f.pop_highest(buf, 30s);
         });
         const auto deadline = std::chrono::steady_clock::now() + 30s;
         while (std::chrono::steady_clock::now() < deadline) {
@@ -464,8 +464,8 @@ concept Submits = requires(H& h, std::span<const std::byte> in) {
 };
 template <class H>
 concept Drains = requires(H& h, std::span<std::byte> out) {
-  h.try_drain_highest(out);
-  h.try_drain_priority(0, out);
+  h.try_pop_highest(out);
+  h.try_pop_priority(0, out);
 };
 static_assert(Submits<FanoutProducer> && !Drains<FanoutProducer>);
 static_assert(Drains<FanoutConsumer> && !Submits<FanoutConsumer>);
@@ -518,7 +518,7 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
     ASSERT_TRUE(*submitter->submit(2, bytes("wake up")));
   });
   std::vector<std::byte> buf(48);
-  auto d = drainer.drain_highest(buf, 30s);
+  auto d = drainer.pop_highest(buf, 30s);
   t.join();
   ASSERT_TRUE(d && *d) << (d ? "timed out" : d.error().what());
   EXPECT_EQ((*d)->priority, 2u);
@@ -594,7 +594,7 @@ TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
   for (std::size_t i = 0; i < sleepers.size(); ++i)
     threads.emplace_back([&, i] {
       std::vector<std::byte> buf(16);
-      auto d = sleepers[i]->drain_highest(buf, 30s);
+      auto d = sleepers[i]->pop_highest(buf, 30s);
       ASSERT_TRUE(d && *d);
       got[i] = std::string(reinterpret_cast<const char*>(buf.data()), (*d)->size);
     });
@@ -621,10 +621,10 @@ TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
 TEST_F(PriorityFanoutTest, BlockingDrainTimesOutWhenIdle) {
   auto f = make();
   std::vector<std::byte> buf(48);
-  auto d = f.drain_highest(buf, 20ms);
+  auto d = f.pop_highest(buf, 20ms);
   ASSERT_TRUE(d);
   EXPECT_FALSE(*d);
-  auto p = f.drain_priority(1, buf, 5ms);
+  auto p = f.pop_priority(1, buf, 5ms);
   ASSERT_TRUE(p);
   EXPECT_FALSE(*p);
 }
@@ -669,7 +669,7 @@ TEST_F(PriorityFanoutTest, VerifyReportsBitsAboveKAndStrandedItems) {
             std::string::npos)
       << bad[1];
   std::vector<std::byte> buf(48);
-  auto d = f.try_drain_highest(buf);
+  auto d = f.try_pop_highest(buf);
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, Errc::Corrupt);
   EXPECT_NE(d.error().message.find("has a bit set above priority 3"), std::string::npos)

@@ -111,7 +111,7 @@ TEST_F(ForeverTest, FanoutDrainWaitsForASubmission) {
   test::expect_woken(test::probe_wake(
       [&] {
         started_ = true;
-        auto r = f->drain_highest(out, forever);
+        auto r = f->pop_highest(out, forever);
         drained = r && r->has_value();
       },
       [&] { return parked(); },

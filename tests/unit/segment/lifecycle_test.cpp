@@ -107,7 +107,7 @@ TEST_F(LifecycleTest, FanoutHelpersAndAttachForEveryHandleType) {
   const std::byte one[1]{std::byte{7}};
   ASSERT_TRUE(*producer->submit(2, one));
   std::byte out[16];
-  auto got = consumer->try_drain_highest(out);
+  auto got = consumer->try_pop_highest(out);
   ASSERT_TRUE(got && *got);
   EXPECT_EQ((*got)->priority, 2u);
 }

@@ -132,7 +132,7 @@ TEST_F(SnapshotTest, FanoutSnapshotFollowsSubmitAndPop) {
   EXPECT_EQ(s.rings[0].depth, 0u);
 
   std::byte out[16];
-  ASSERT_TRUE(consumer->try_drain_highest(out)->has_value());
+  ASSERT_TRUE(consumer->try_pop_highest(out)->has_value());
   s = consumer->snapshot();
   EXPECT_EQ(s.bitmap, 0u);
   EXPECT_EQ(s.rings[2].depth, 0u);

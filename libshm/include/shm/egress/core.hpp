@@ -187,7 +187,7 @@ class EgressCore {
   [[nodiscard]] ReconnectOutcome reconnect(std::uint64_t new_generation) noexcept;
   // Application side: removes the oldest dead letter (a terminal record),
   // copying its payload out. nullopt when there is none.
-  [[nodiscard]] std::optional<RecordView> take_dead_letter(std::vector<std::byte>* payload);
+  [[nodiscard]] std::optional<RecordView> pop_dead_letter(std::vector<std::byte>* payload);
 
   // Reads (no change).
   [[nodiscard]] std::uint64_t generation() const noexcept;

@@ -10,7 +10,7 @@
 //  - Egress (role "producer", any number of processes): enqueue payloads
 //    (atomic, monotone sequences; a full pool is an ordinary Full outcome,
 //    with a blocking variant woken by acknowledgements), read projections,
-//    drain dead letters, and call the raw core operations with an explicit
+//    take dead letters, and call the raw core operations with an explicit
 //    generation (tools, conformance tests).
 //  - EgressTransport (role "transport", exclusive): the process that sends.
 //    Attaching captures the generation; when an earlier transport existed
@@ -129,7 +129,7 @@ class Egress {
   [[nodiscard]] Result<egress::EnqueueOutcome> try_enqueue_at(std::span<const std::byte> payload,
                                                               std::uint64_t now_ns);
   // Removes the oldest dead letter (a record whose retry budget is exhausted).
-  [[nodiscard]] Result<std::optional<egress::RecordView>> take_dead_letter(
+  [[nodiscard]] Result<std::optional<egress::RecordView>> pop_dead_letter(
       std::vector<std::byte>* payload);
 
   // ---- the raw core operations, with an explicit generation and clock

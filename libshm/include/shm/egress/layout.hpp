@@ -25,7 +25,7 @@
 //
 // Crash consistency. A holder killed inside an operation leaves the mutex
 // EOWNERDEAD; the next locker repairs with the journal: single-record
-// operations (enqueue, claim, fail, retry_now, take_dead_letter) write an undo
+// operations (enqueue, claim, fail, retry_now, pop_dead_letter) write an undo
 // image first and are rolled back; multi-record operations (ack, retry_due,
 // reconnect) are idempotent given their argument and are rolled forward. Then
 // every derived field is recomputed and every reader's change counter moves

@@ -55,7 +55,7 @@ struct Control {
   // Statistics, written on slow paths only.
   struct alignas(kFalseSharingRange) Stats {
     std::atomic<std::uint64_t> stale_retries;  // pops that found a set bit over an empty ring
-    std::atomic<std::uint64_t> parks;          // drain_highest() went to wait
+    std::atomic<std::uint64_t> parks;          // pop_highest() went to wait
     std::atomic<std::uint64_t> wakeups;        // futex wakes issued to drainers
   } stats;
   // Immutable after create: header incarnation of each `<base>.prio<i>`, so a

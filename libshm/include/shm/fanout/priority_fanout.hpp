@@ -4,15 +4,15 @@
 // created and opened as one object. The bitmap is a hint, the rings are the truth.
 //
 // Submit: push into ring p, then make sure bit p is set (a seq_cst load, and a
-// fetch_or only when the bit is clear). Drain: load the bitmap, take the
+// fetch_or only when the bit is clear). Pop: load the bitmap, take the
 // highest set bit (one count-leading-zeros), pop from that ring; when the ring
 // looks empty after the pop, clear its bit. A pop that finds the ring empty
 // (a stale bit) clears the bit too and moves on to the next lower priority;
 // a priority found empty is not tried again in the same call, so a call makes
 // at most K attempts. Every clear (fetch_and) re-checks the ring
 // and sets the bit again if a push has claimed a cell meanwhile. Races (all benign):
-//  - a push whose bit is not set yet is missed by a concurrent drain (the next
-//    drain sees it: the pusher sets the bit before submit() returns);
+//  - a push whose bit is not set yet is missed by a concurrent pop (the next
+//    pop sees it: the pusher sets the bit before submit() returns);
 //  - a clear racing a push never strands an item: [fanout.B1]/[fanout.B2] in the code are a
 //    Dekker pair, so either the pusher sees the clear and sets the bit, or the
 //    clearer sees the pushed claim and sets it back;
@@ -24,24 +24,24 @@
 // Crashes. A submitter killed mid-push and a drainer killed mid-pop are
 // handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
 // and returning loses at most the one item it had popped (the at-most-once
-// drains); the rings stay consistent and the dead handle's cells are
-// repaired. The at-least-once drain (try_take_highest / take_highest, then
+// pops); the rings stay consistent and the dead handle's cells are
+// repaired. The at-least-once take (try_take_highest / take_highest, then
 // release) loses nothing: a consumer killed between its take and release
 // leaves the item in its ring (repair marks it an orphan) and the next
 // consumer of that ring takes it again before newer items. A submitter killed
 // between its push and setting the bit leaves a non-empty ring with a clear
 // bit (a stranded item). Three things set such a bit again (resurface): the
 // kind's reclaim of the dead attacher (sidecar, shmctl reclaim), every open of
-// a handle, and a drain_highest() that finds the bitmap empty before it
+// a handle, and a pop_highest() that finds the bitmap empty before it
 // sleeps (one look at each ring's positions per park round, so a parked
 // drainer finds the item within kMaxParkNs even with no sidecar).
 //
 // Handles. The type says what a handle may do: a FanoutProducer only submits,
-// a FanoutConsumer only drains (a drain on a producer does not compile), a
+// a FanoutConsumer only pops and takes (a pop on a producer does not compile), a
 // PriorityFanout is a peer that does both (a worker that re-queues). Each has
 // create() and open(); the attachment tables show the role (submitter,
 // drainer, peer). One thread at a time per handle: a second thread that
-// enters a handle while another is inside (a blocking drain included) is
+// enters a handle while another is inside (a blocking pop included) is
 // refused with an abort naming the misuse (shm/platform/endpoint_guard.hpp),
 // in every build. Open one handle per thread. Each handle attaches one slot
 // to the bitmap and to every ring: at most 256 handles per fanout at once
@@ -79,7 +79,7 @@ struct FanoutSegments {
   std::vector<Segment> rings;  // <base>.prio<i>, by priority
 };
 
-struct Drained {
+struct Popped {
   std::uint32_t priority;
   std::size_t size;  // payload bytes copied into the caller's buffer
 };
@@ -154,29 +154,29 @@ class PriorityFanout {
                                     std::chrono::nanoseconds timeout);
   // Pops from the highest non-empty priority: {priority, size}, or nullopt
   // when every ring looked empty (each priority is tried at most once per call).
-  [[nodiscard]] Result<std::optional<Drained>> try_drain_highest(std::span<std::byte> out);
-  // Blocking drain: spins briefly, then parks on the bitmap's epoch word until
+  [[nodiscard]] Result<std::optional<Popped>> try_pop_highest(std::span<std::byte> out);
+  // Blocking pop: spins briefly, then parks on the bitmap's epoch word until
   // a submit wakes it or `timeout` passes (an idle drainer burns no CPU).
-  [[nodiscard]] Result<std::optional<Drained>> drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout);
-  // At-least-once drain: takes the highest-priority item in place (zero copy)
+  [[nodiscard]] Result<std::optional<Popped>> pop_highest(std::span<std::byte> out,
+                                                          std::chrono::nanoseconds timeout);
+  // At-least-once take: takes the highest-priority item in place (zero copy)
   // and keeps it until release(). A handle that dies in between does not lose
   // it: the ring's repair keeps it, and the next consumer of that ring takes
   // it again before newer items (see "Crashes" above and docs/fanout.md). One
   // outstanding take per handle; nullopt when every ring looked empty.
   [[nodiscard]] Result<std::optional<Taken>> try_take_highest();
-  // Blocking take: as drain_highest() (spin, then park on the bitmap).
+  // Blocking take: as pop_highest() (spin, then park on the bitmap).
   [[nodiscard]] Result<std::optional<Taken>> take_highest(std::chrono::nanoseconds timeout);
   // Releases the item of the last take: it is consumed now.
   void release() noexcept;
 
   // Pops from one priority only (dedicated workers); the bitmap is not
   // consulted (only its bit cleared when the pop emptied the ring).
-  [[nodiscard]] Result<std::optional<std::size_t>> try_drain_priority(std::uint32_t priority,
-                                                                      std::span<std::byte> out);
-  [[nodiscard]] Result<std::optional<std::size_t>> drain_priority(std::uint32_t priority,
-                                                                  std::span<std::byte> out,
-                                                                  std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<std::optional<std::size_t>> try_pop_priority(std::uint32_t priority,
+                                                                    std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<std::size_t>> pop_priority(std::uint32_t priority,
+                                                                std::span<std::byte> out,
+                                                                std::chrono::nanoseconds timeout);
 
   // The bitmap as it is now: a HINT for observability and short-circuits. An
   // empty ring may briefly keep its bit, a just-pushed item may briefly lack it.
@@ -221,10 +221,10 @@ class PriorityFanout {
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
                                                    std::vector<MpmcRing> rings,
                                                    const RoleSpec& role);
-  // try_drain_highest() without the thread guard (drain_highest() holds it).
-  [[nodiscard]] Result<std::optional<Drained>> drain_once(std::span<std::byte> out);
+  // try_pop_highest() without the thread guard (pop_highest() holds it).
+  [[nodiscard]] Result<std::optional<Popped>> pop_once(std::span<std::byte> out);
   [[nodiscard]] Result<std::optional<Taken>> take_once();
-  // The highest-first walk shared by drains and takes: pop(ring) claims from
+  // The highest-first walk shared by pops and takes: pop(ring) claims from
   // one ring (Result<bool>: false when it looked empty); returns the priority
   // it claimed from, or nullopt when every ring looked empty.
   template <class Pop>
@@ -242,7 +242,7 @@ class PriorityFanout {
   void wake_drainers() noexcept;
   // Sets the bit of every ring that holds claimed items while its bit is
   // clear (a submitter died between its ring commit and its bit): true when
-  // it set one. K seq_cst loads; see drain_highest() and bind().
+  // it set one. K seq_cst loads; see pop_highest() and bind().
   bool resurface() noexcept;
 
   Segment segment_;  // <base>.bitmap
@@ -258,7 +258,7 @@ class PriorityFanout {
 };
 
 namespace detail {
-// What both one-sided fanout handles expose: the accessors, no submit, no drain.
+// What both one-sided fanout handles expose: the accessors, no submit, no pop.
 class FanoutSide : protected PriorityFanout {
  public:
   using PriorityFanout::active_priorities;
@@ -279,7 +279,7 @@ class FanoutSide : protected PriorityFanout {
 };
 }  // namespace detail
 
-// The submitting side of a fanout: PriorityFanout without the drain calls.
+// The submitting side of a fanout: PriorityFanout without the pop and take calls.
 class FanoutProducer : public detail::FanoutSide {
  public:
   FanoutProducer() = default;
@@ -297,7 +297,7 @@ class FanoutProducer : public detail::FanoutSide {
   explicit FanoutProducer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
 
-// The draining side of a fanout: PriorityFanout without the submit calls.
+// The popping side of a fanout: PriorityFanout without the submit calls.
 class FanoutConsumer : public detail::FanoutSide {
  public:
   FanoutConsumer() = default;
@@ -309,12 +309,12 @@ class FanoutConsumer : public detail::FanoutSide {
                                                    const OpenOptions& options = {});
   [[nodiscard]] static Result<FanoutConsumer> attach(FanoutSegments segments);
 
-  using PriorityFanout::drain_highest;
-  using PriorityFanout::drain_priority;
+  using PriorityFanout::pop_highest;
+  using PriorityFanout::pop_priority;
   using PriorityFanout::release;
   using PriorityFanout::take_highest;
-  using PriorityFanout::try_drain_highest;
-  using PriorityFanout::try_drain_priority;
+  using PriorityFanout::try_pop_highest;
+  using PriorityFanout::try_pop_priority;
   using PriorityFanout::try_take_highest;
 
  private:
@@ -373,9 +373,9 @@ inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
   return true;
 }
 
-inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::span<std::byte> out) {
+inline Result<std::optional<Popped>> PriorityFanout::try_pop_highest(std::span<std::byte> out) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  return drain_once(out);
+  return pop_once(out);
 }
 
 template <class Pop>
@@ -398,7 +398,7 @@ inline Result<std::optional<std::uint32_t>> PriorityFanout::highest(Pop&& pop) {
     if (!r) return std::unexpected(std::move(r.error()));
     if (*r) {
       // The ring looks empty now: clear its bit at once (the specification's
-      // "if ring now empty, fetch_and"), so the next drain does not pay a
+      // "if ring now empty, fetch_and"), so the next pop does not pay a
       // failed pop for it.
       if (rings_[p].popped_last()) clear_bit(p);
       return std::optional<std::uint32_t>{p};
@@ -408,7 +408,7 @@ inline Result<std::optional<std::uint32_t>> PriorityFanout::highest(Pop&& pop) {
   }
 }
 
-inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::byte> out) {
+inline Result<std::optional<Popped>> PriorityFanout::pop_once(std::span<std::byte> out) {
   std::size_t size = 0;
   auto p = highest([&](MpmcRing& ring) -> Result<bool> {
     auto r = ring.try_pop(out);
@@ -417,11 +417,11 @@ inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::
     return r->has_value();
   });
   if (!p) return std::unexpected(std::move(p.error()));
-  if (!*p) return std::optional<Drained>{};
-  return std::optional<Drained>{Drained{**p, size}};
+  if (!*p) return std::optional<Popped>{};
+  return std::optional<Popped>{Popped{**p, size}};
 }
 
-inline Result<std::optional<std::size_t>> PriorityFanout::try_drain_priority(
+inline Result<std::optional<std::size_t>> PriorityFanout::try_pop_priority(
     std::uint32_t priority, std::span<std::byte> out) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) [[unlikely]]
