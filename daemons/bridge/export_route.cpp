@@ -1,6 +1,7 @@
 // The export route: ring or channel -> egress -> JetStream. See routes.hpp and
 // docs/bridge.md (model, crash cases).
 #include "bridge/crash_point.hpp"
+#include "bridge/created_segments.hpp"
 #include "bridge/local_endpoint.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/segment_errors.hpp"
@@ -177,16 +178,20 @@ Failure fenced(const std::string& egress, std::uint64_t generation) {
                                  egress, generation)};
 }
 
+// `created` receives the segments this start makes (removed again when it
+// fails before READY).
 Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
-                          RouteStatus& live) {
+                          RouteStatus& live, CreatedSegments& created) {
   const std::string& root = o.common.root;
   const std::string state_segment = state_name(o);
   auto state = StateSegment::attach(state_segment, Route::Export, root);
   if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
+  if (state->created()) created.add("state", state_segment);
   StateData& sd = state->data();
 
   auto source = ExportSource::open(o);
   if (!source) return std::unexpected(source.error());
+  if (source->created()) created.add("source", o.source);
   const std::string source_kind(to_string(source->kind()));
 
   EgressParams ep;
@@ -196,9 +201,10 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   ep.retry_budget = ~std::uint32_t{0} - 1;  // never dead-letter: retry until acknowledged
   ep.retry_base = 50ms;
   ep.retry_ceiling = 2s;
-  if (auto created = Egress::create(o.egress, ep, CreateOptions{.root = root});
-      !created && created.error().code != Errc::AlreadyExists)
-    return std::unexpected(segment_failure("egress", o.egress, created.error()));
+  if (auto made = Egress::create(o.egress, ep, CreateOptions{.root = root}); made)
+    created.add("egress", o.egress);
+  else if (made.error().code != Errc::AlreadyExists)
+    return std::unexpected(segment_failure("egress", o.egress, made.error()));
   auto attached = attach_transport(o.egress, root);
   if (!attached) return std::unexpected(attached.error());
   // An optional, replaced by reset() + emplace(): the egress handles'
@@ -211,8 +217,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   auto link = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Automatic,
                                 &on_publish_ack, &results, std::int64_t{o.window} * 4);
   if (!link) return std::unexpected(link.error());
+  pause_point("export_connected");
+  // A request that fails because the server went away meanwhile is exit 3.
+  const auto at_start = [&](Failure f) {
+    return std::unexpected((*link)->at_start(std::move(f), o.common.connection));
+  };
   auto stream = (*link)->stream_for(o.common.subject);
-  if (!stream) return std::unexpected(stream.error());
+  if (!stream) return at_start(stream.error());
   if (!*stream) {
     if (o.common.create_stream.empty())
       return failure(kExitNoStream,
@@ -222,7 +233,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject,
                                          o.common.stream_replicas, o.common.add_subject);
         !ok)
-      return std::unexpected(ok.error());
+      return at_start(ok.error());
     *stream = o.common.create_stream;
   }
 
@@ -330,7 +341,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                     skipped));
     return true;
   };
-  if (auto r = resync("start"); !r) return std::unexpected(r.error());
+  if (auto r = resync("start"); !r) return at_start(r.error());
 
   log("info", "ready",
       fmt::format("route=export source={} source_kind={} egress={} subject={} stream={} "
@@ -340,6 +351,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                   transport->replayed(), next_seq));
   live.connected.store((*link)->connected(), std::memory_order_relaxed);
   live.ready.store(true, std::memory_order_relaxed);
+  created.keep();  // running: what this start made stays
   std::fputs("READY export\n", stdout);
   std::fflush(stdout);
 
@@ -354,12 +366,22 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   bool failing = false;
   std::chrono::steady_clock::time_point failing_since{};
   bool stream_full = false;  // the last failure: the stream refuses new messages (discard new)
+  // The start of the current run of trouble (failing publishes, or the
+  // connection down): past --stall-after the route is `stalled`.
+  bool troubled = false;
+  std::chrono::steady_clock::time_point troubled_since{};
   bool source_end_logged = false;
+  bool was_connected = true;
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
     transport->egress().heartbeat();
     const bool connected = (*link)->connected();
     live.connected.store(connected, std::memory_order_relaxed);
+    if (was_connected && !connected) {
+      live.set_error(0, "lost the connection to the NATS server (the client reconnects)");
+      live.failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    was_connected = connected;
     // The client reconnects by itself, but gives up on a server that refuses
     // the credentials twice in a row: publishing into a closed connection
     // would fail forever, so the route stops and says why.
@@ -368,14 +390,21 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     live.egress_backlog.store(next_seq - acked_next, std::memory_order_relaxed);
     {
       const auto now = std::chrono::steady_clock::now();
+      if (connected && !failing) {
+        troubled = false;
+      } else if (!troubled) {
+        troubled = true;
+        troubled_since = failing ? std::min(failing_since, now) : now;
+      }
+      const bool long_troubled =
+          troubled && now - troubled_since >= std::chrono::seconds(o.common.stall_after_s);
       RouteCondition c = RouteCondition::Idle;
       if (!connected)
-        c = RouteCondition::Disconnected;
+        c = long_troubled ? RouteCondition::Stalled : RouteCondition::Disconnected;
       else if (failing && stream_full)
         c = RouteCondition::StreamFull;
       else if (failing)
-        c = now - failing_since >= std::chrono::seconds(o.stall_after_s) ? RouteCondition::Stalled
-                                                                         : RouteCondition::Retrying;
+        c = long_troubled ? RouteCondition::Stalled : RouteCondition::Retrying;
       else if (next_seq != acked_next ||
                wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
         c = RouteCondition::Moving;
@@ -588,6 +617,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
             return std::unexpected(fenced(o.egress, f->current_generation));
         }
         sd.retries.fetch_add(in_flight.size(), std::memory_order_relaxed);
+        live.failures.fetch_add(1, std::memory_order_relaxed);
         // The first failure of a run, then every tenth, with the reason.
         if (failed_batches++ % 10 == 0)
           log("warn", "publish_failed",
@@ -620,9 +650,11 @@ std::string state_name(const ExportOptions& o) {
 
 int run_export(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
                RouteStatus& live) {
-  auto r = export_main(o, stop, log, live);
+  CreatedSegments created(o.common.root);
+  auto r = export_main(o, stop, log, live, created);
   live.ready.store(false, std::memory_order_relaxed);
   if (r) return kExitOk;
+  created.remove(log);  // a failed start leaves the root as it found it
   log("error", "failed",
       fmt::format("route=export exit_code={} message=\"{}\"", r.error().code, r.error().message));
   return r.error().code;
