@@ -125,6 +125,40 @@ struct StreamPosition {
   std::string id;              // its message id as found ("" when it has none)
 };
 
+// nats-server 2.9 registers a new stream in its account before it sets up
+// the stream's store, and a last-message request in between dereferences the
+// missing store: the server panics (a nil pointer in jsMsgGetRequest). Its
+// stream info request reads the creation time and the store under the one
+// lock that setupStore holds while it sets both, so an answer with a
+// creation time is an answer given after the store exists (during the
+// window the time is zero). The first read of a stream's last message waits
+// for such an answer (up to 10 s); then the stream is not created any more,
+// by this process or another.
+Outcome<void> wait_for_stream_store(NatsLink& link, const std::string& stream) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 2000;
+    jsStreamInfo* si = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_GetStreamInfo(&si, link.js(), stream.c_str(), &jo, &code);
+    const bool ready = s == NATS_OK && si != nullptr && si->Created > 0;
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    if (ready) return {};
+    if (std::chrono::steady_clock::now() >= deadline || !link.connected())
+      return failure(kExitRuntime,
+                     fmt::format("stream {}: no stream information with a creation time: {} "
+                                 "(JetStream error {})",
+                                 stream, s == NATS_OK ? "created at 0" : nats_error(s),
+                                 static_cast<int>(code)));
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+// The last message of `subject`, read from the stream's store. A request
+// that timed out, or met a cluster still electing a leader, is tried again
+// (three tries in all).
 Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& stream,
                                              const std::string& subject,
                                              std::uint64_t incarnation) {
@@ -134,9 +168,17 @@ Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& 
   natsMsg* m = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = NATS_OK;
-  {
-    const std::lock_guard lock(stream_admin_mutex());  // never beside a stream's creation
-    s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+  for (int attempt = 1;; ++attempt) {
+    code = static_cast<jsErrCode>(0);
+    {
+      const std::lock_guard lock(stream_admin_mutex());  // never beside a stream's creation
+      s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+    }
+    const bool transient = s == NATS_TIMEOUT || code == JSClusterNotAvailErr;
+    if (!transient || attempt == 3 || !link.connected()) break;
+    if (m != nullptr) natsMsg_Destroy(m);
+    m = nullptr;
+    std::this_thread::sleep_for(250ms);
   }
   StreamPosition p;
   if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) {
@@ -291,7 +333,17 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   // A last message of another publisher is an error once the route has
   // anything acknowledged. False when the stream could not be read (tried
   // again at the next refusal).
+  bool store_seen = false;  // wait_for_stream_store() answered once
   auto resync = [&](std::string_view reason) -> Outcome<bool> {
+    if (!store_seen) {
+      if (auto ready = wait_for_stream_store(**link, **stream); !ready) {
+        live.set_error(0, ready.error().message);
+        log("warn", "resync_failed",
+            fmt::format("route=export reason={} message=\"{}\"", reason, ready.error().message));
+        return false;
+      }
+      store_seen = true;
+    }
     auto pos = read_stream_position(**link, **stream, o.common.subject, incarnation);
     if (!pos) {
       live.set_error(0, pos.error().message);
