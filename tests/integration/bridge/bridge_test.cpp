@@ -1570,6 +1570,8 @@ TEST_F(BridgeTest, ConfigFileMistakesExitTwoNamingTheRouteAndTheKey) {
        {"routes[0] (export): \"server\" is required"}},
       {R"({"defaults": {"window": 4}, "routes": [)" + export_route + "]}",
        {"defaults: unknown key \"window\""}},
+      {R"({"defaults": {"stall-after": 0}, "routes": [)" + export_route + "]}",
+       {"defaults: \"stall-after\": expected an integer in [1, 86400], got 0"}},
       {R"({"defaults": {"server": ["nats://alice:s3cret@127.0.0.1:1", 7]}, "routes": [)" +
            export_route + "]}",
        {"defaults: \"server\": expected a server URL or a non-empty list of them"}},
