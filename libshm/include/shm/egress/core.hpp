@@ -239,7 +239,8 @@ class EgressCore {
   /// Producer side. TooLarge when the payload exceeds slot_bytes.
   [[nodiscard]] Result<EnqueueOutcome> enqueue(std::span<const std::byte> payload,
                                                std::uint64_t now_ns);
-  /// Send side: every call carries the caller's generation.
+  /// Send side (every call carries the caller's generation): moves the
+  /// oldest pending record in flight, counting an attempt.
   [[nodiscard]] ClaimOutcome claim(std::uint64_t generation) noexcept;
   /// Cumulative: removes every pending, in-flight and parked record at or
   /// below `through` (dead letters stay until taken).
@@ -261,7 +262,10 @@ class EgressCore {
   /// copying its payload out. nullopt when there is none.
   [[nodiscard]] std::optional<RecordView> pop_dead_letter(std::vector<std::byte>* payload);
 
-  /// Reads (no change).
+  /// @name Reads (no change)
+  ///@{
+
+  /// The generation in force (from 1).
   [[nodiscard]] std::uint64_t generation() const noexcept;
   /// Counts and scalars; every retained record too when `with_records`.
   [[nodiscard]] Projection project(bool with_records) const;
@@ -270,6 +274,7 @@ class EgressCore {
   [[nodiscard]] bool claimable() const noexcept;          ///< something pending and the window open
   [[nodiscard]] bool has_space() const noexcept;          ///< an enqueue would not be Full
   [[nodiscard]] std::uint64_t next_due() const noexcept;  ///< kNoDue when nothing is parked
+  ///@}
 
   /// Crash recovery: applies the journal (undo or redo), recomputes derived
   /// state and moves every reader's counter. Returns the damage found by
