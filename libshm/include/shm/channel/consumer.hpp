@@ -148,7 +148,7 @@ struct Copied {
   explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
 };
 
-/// See "Receive coalescing" above. descriptors == 1 (the default) turns it off.
+/// See "Receive coalescing" in the file comment. descriptors == 1 (the default) turns it off.
 /// At most min(ring capacity, (P - 1) x descriptors per page) can ever wait at
 /// once, so `descriptors` is refused above that; with payloads so large that a
 /// page fills by bytes first, fewer can, and every batch then waits max_delay:
