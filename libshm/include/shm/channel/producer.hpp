@@ -184,7 +184,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   void abandon_reservation() noexcept;
   /// Publishes the reservation's first `used` bytes, whose CRC32C is `crc`.
   SendOutcome publish(std::size_t used, std::uint32_t crc) noexcept;
-  /// Rotation, one step per function (tests stop a helper between them).
+  // Rotation, one step per function (tests stop a helper between them).
   [[nodiscard]] Result<bool> rotate();        ///< false: PageQuotaExhausted
   [[nodiscard]] Result<bool> quota_allows();  ///< [chan.A]
   void seal_active() noexcept;                ///< [chan.S]

@@ -62,7 +62,7 @@ struct RetryRecord {
 /// What enqueue did.
 enum class EnqueueStatus : std::uint8_t {
   Enqueued,  ///< the payload is retained with a new sequence
-  Full       ///< back-pressure: the pool holds capacity unacknowledged records
+  Full       ///< back-pressure: the pool is full (capacity records retained)
 };
 /// The outcome of an enqueue.
 struct EnqueueOutcome {
@@ -81,7 +81,7 @@ struct EnqueueBatchOutcome {
 /// What a claim did.
 enum class ClaimStatus : std::uint8_t {
   Claimed,         ///< the oldest pending record is now in flight (its attempt counted)
-  WindowFull,      ///< inflight_limit records are unacknowledged: wait for an ack
+  WindowFull,      ///< inflight_limit records are in flight: wait for an ack or a failure
   Empty,           ///< nothing pending
   StaleGeneration  ///< the caller's generation is fenced; nothing changed
 };
