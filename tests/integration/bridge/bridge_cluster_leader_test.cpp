@@ -1,18 +1,24 @@
 // shm-bridge on a three-node JetStream cluster whose stream leader dies
 // during a quiet period (issue 36, "Tests"): the stream is replicated three
 // times with a one-second duplicate window (made by the test); half of the
-// records go through, the route stays idle for three windows (every node
-// has forgotten the route's message ids), then the stream's leader, read
+// records go through, the route stays idle for three windows, the two
+// followers are restarted one after the other (killed -9, started again on
+// their stores: they rebuild the route's last message id from the messages
+// inside the window, so they have none), then the stream's leader, read
 // from stream info, is killed -9 and not restarted, and the other half is
-// written. A new leader knows the route's last message only from its store,
-// so the export's first publish must find its expectation met there (or
-// resynchronise from the stream's last message): every record arrives once,
-// in order, one more written after them is the next to arrive, and the
-// export acknowledges everything in its egress (the route did not stall).
+// written. The new leader knows the route's last message only from its
+// store, so the export's first publish must find its expectation met there
+// (or resynchronise from the stream's last message): every record arrives
+// once, in order, one more written after them is the next to arrive, and
+// the export acknowledges everything in its egress (the route did not
+// stall). (Without the follower restarts the new leader remembers the last
+// message id it applied as a follower: an export expecting only message ids
+// passed the test.)
 //
-// The export bridge is connected to a follower (its connection survives the
-// kill: only the leadership changes under it), the import bridge to the
-// leader (it loses its connection, fails over and recreates its consumer).
+// The export bridge is connected to a follower first (it loses that
+// connection in the restart and reconnects), the import bridge to the
+// leader (it loses its connection at the kill, fails over and recreates its
+// consumer).
 #include "bridge/state.hpp"
 #include "common/nats_cluster.hpp"
 #include "common/scale.hpp"
@@ -122,9 +128,39 @@ TEST(BridgeClusterLeaderTest, StreamLeaderKilledAfterAQuietPeriodLongerThanTheWi
   ASSERT_TRUE(wait_until(fmt::format("the first {} records", n / 2), [&] {
     return stream.received() >= n / 2 && export_acknowledged(a) >= n / 2;
   }));
-  // Quiet for three windows, then the stream's leader goes.
+  const auto quiet = Clock::now();
+  // Quiet for three windows; then a rolling restart as an upgrade would
+  // make it: each follower killed -9 and started again on its store (it
+  // rebuilds the stream's last message id from the messages inside the
+  // duplicate window: none), back in the stream's group, current; then the
+  // leader killed -9 and not started again. The new leader is a node that
+  // does not remember the route's last message id: an export expecting it
+  // would be refused for ever (JetStream error 10070).
   std::this_thread::sleep_for(3 * kWindow);
-  // The leader as it is now (elections while idle are not expected, but the
+  for (const std::string& name : placed.replicas) {
+    const std::size_t i = index_of(name);
+    ASSERT_LT(i, urls.size()) << "unknown follower name " << name;
+    ASSERT_TRUE(cluster.node(i).restart(SIGKILL)) << cluster.logs();
+    const auto restarted = Clock::now();
+    // Back in the group: current, and heard from by the leader since it
+    // started again.
+    auto rejoined = [&](const br::StreamPlacement& p) {
+      if (p.leader != placed.leader || p.replicas.size() != 2 || !p.replicas_current) return false;
+      for (std::size_t r = 0; r < p.replicas.size(); ++r)
+        if (p.replicas[r] == name) return p.replicas_active[r] < Clock::now() - restarted;
+      return false;
+    };
+    br::StreamPlacement now;
+    for (const auto until = Clock::now() + 30s; Clock::now() < until;) {
+      now = br::stream_placement(**link);
+      if (rejoined(now)) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_TRUE(rejoined(now)) << "the stream's group did not settle after the restart of " << name
+                               << " (leader \"" << now.leader << "\", " << now.error << ")\n"
+                               << context();
+  }
+  // The leader as it is now (an election while idle is not expected, but the
   // one to kill is the one leading at this moment).
   const br::StreamPlacement before = br::stream_placement(**link);
   ASSERT_FALSE(before.leader.empty()) << before.error << "\n" << context();
@@ -133,10 +169,11 @@ TEST(BridgeClusterLeaderTest, StreamLeaderKilledAfterAQuietPeriodLongerThanTheWi
   cluster.node(victim).kill(SIGKILL);
   const auto killed = Clock::now();
   std::printf(
-      "cluster: stream leader %s killed after %lld ms idle (export connected to n%zu, "
-      "import to n%zu); the stream holds %llu messages\n",
-      before.leader.c_str(), static_cast<long long>(3 * kWindow.count()), follower, leader,
-      static_cast<unsigned long long>(before.messages));
+      "cluster: followers restarted, then stream leader %s killed, %.1f s after the last "
+      "record (export connected to n%zu first, import to n%zu); the stream holds %llu "
+      "messages\n",
+      before.leader.c_str(), std::chrono::duration<double>(Clock::now() - quiet).count(), follower,
+      leader, static_cast<unsigned long long>(before.messages));
   std::fflush(stdout);
 
   // The second half, then one more record that must be the next to arrive.

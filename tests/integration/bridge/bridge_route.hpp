@@ -243,6 +243,8 @@ struct StreamPlacement {
   std::string leader;                 // "" when it has none (or no cluster)
   std::vector<std::string> replicas;  // the other peers' names
   bool replicas_current = false;      // every other peer is current
+  // How long ago the leader last heard from each other peer (as `replicas`).
+  std::vector<std::chrono::nanoseconds> replicas_active;
   std::uint64_t messages = 0;
   std::uint64_t last_sequence = 0;
   std::string error;  // what went wrong reading it ("" when read)
@@ -268,7 +270,9 @@ inline StreamPlacement stream_placement(shm::bridge::NatsLink& link) {
       for (int i = 0; i < info->Cluster->ReplicasLen; ++i) {
         const jsPeerInfo* peer = info->Cluster->Replicas[i];
         if (peer == nullptr) continue;
-        if (peer->Name != nullptr) p.replicas.emplace_back(peer->Name);
+        if (peer->Name == nullptr) continue;
+        p.replicas.emplace_back(peer->Name);
+        p.replicas_active.emplace_back(peer->Active);
         p.replicas_current = p.replicas_current && peer->Current && !peer->Offline;
       }
     }
