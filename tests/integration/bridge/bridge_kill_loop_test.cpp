@@ -136,9 +136,10 @@ class BridgeKillLoopTest : public ::testing::Test {
   // failure says where the stream stood and what each process wrote last.
   [[nodiscard]] std::string context() {
     return fmt::format(
-        "{}; outage {} of {}{}\n--- export bridge ({} runs), last output:\n{}\n--- import bridge "
-        "({} runs), last output:\n{}\n--- nats-server log (this run):\n{}",
-        stream_->position(), done_, outages_.size(), current_.empty() ? "" : " (" + current_ + ")",
+        "{}; {} of {} outages done{}\n--- export bridge ({} runs), last output:\n{}\n--- import "
+        "bridge ({} runs), last output:\n{}\n--- nats-server log (this run):\n{}",
+        stream_->position(), done_, outages_.size(),
+        current_.empty() ? "" : ", in outage " + std::to_string(done_ + 1) + ": " + current_,
         exporter_->runs(), br::tail_of(exporter_->all_output()), importer_->runs(),
         br::tail_of(importer_->all_output()), br::tail_of(server_->log(), 3000));
   }
@@ -171,8 +172,13 @@ class BridgeKillLoopTest : public ::testing::Test {
 
   bool start_bridge(br::BridgeProcess& b) {
     b.start();
-    if (b.wait_ready(std::min<std::chrono::milliseconds>(60s, left()))) return true;
+    const auto patience = std::min<std::chrono::milliseconds>(60s, left());
+    if (b.wait_ready(patience)) return true;
     ADD_FAILURE() << "the " << b.role() << " bridge started again did not print READY " << b.role()
+                  << " within " << patience.count() << " ms"
+                  << (patience < 60s
+                          ? fmt::format(" (the kill loop's deadline: {} s)", deadline_seconds_)
+                          : std::string())
                   << "\n"
                   << context();
     return false;
@@ -181,8 +187,15 @@ class BridgeKillLoopTest : public ::testing::Test {
   bool restart_server(std::chrono::milliseconds down) {
     server_->kill(SIGKILL);
     std::this_thread::sleep_for(down);
-    if (server_->start_again(std::min<std::chrono::milliseconds>(30s, left()))) return true;
-    ADD_FAILURE() << "nats-server did not come back on its store\n" << context();
+    const auto patience = std::min<std::chrono::milliseconds>(30s, left());
+    if (server_->start_again(patience)) return true;
+    ADD_FAILURE() << "nats-server did not come back on its store within " << patience.count()
+                  << " ms"
+                  << (patience < 30s
+                          ? fmt::format(" (the kill loop's deadline: {} s)", deadline_seconds_)
+                          : std::string())
+                  << "\n"
+                  << context();
     return false;
   }
 
