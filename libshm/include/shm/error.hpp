@@ -14,8 +14,8 @@ namespace shm {
 /// The numeric values are stable: a new code is appended, never inserted.
 enum class Errc : std::uint8_t {
   // names and files
-  InvalidName =
-      1,  ///< a name the naming rules refuse (empty, over 200 characters, '..', a leading '-')
+  /// A name the naming rules refuse (empty, over 200 characters, '..', a leading '-').
+  InvalidName = 1,
   AlreadyExists,     ///< create() found the name (file, pool, key, category) already there
   NotFound,          ///< no file, pool, key or stream by that name (ENOENT)
   PermissionDenied,  ///< the system refused access (EACCES, EPERM) or the caller does not own the

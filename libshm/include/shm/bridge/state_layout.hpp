@@ -77,13 +77,13 @@ struct StateData {
   std::atomic<std::uint64_t> applied_stream_seq;  ///< last stream sequence in the ring (0: none)
   std::atomic<std::uint64_t> applied_src_incarnation;  ///< message id of that message (0: none)
   std::atomic<std::uint64_t> applied_src_seq;          ///< the sequence part of that message id
-  std::atomic<std::uint64_t>
-      intent_ring_tail;  ///< ring tail before the commit of intent_stream_seq
-  std::atomic<std::uint64_t>
-      intent_src_incarnation;                 ///< incarnation part of the intent's message id
+  /// Ring tail before the commit of intent_stream_seq.
+  std::atomic<std::uint64_t> intent_ring_tail;
+  /// Incarnation part of the intent's message id.
+  std::atomic<std::uint64_t> intent_src_incarnation;
   std::atomic<std::uint64_t> intent_src_seq;  ///< sequence part of the intent's message id
-  std::atomic<std::uint64_t>
-      intent_stream_seq;  ///< stream sequence of the intent; kNone: no intent
+  /// Stream sequence of the intent; kNone: no intent.
+  std::atomic<std::uint64_t> intent_stream_seq;
   ///@}
   /// @name Counters (monotone, for tools and tests)
   ///@{

@@ -147,8 +147,8 @@ inline constexpr std::uint64_t kMaxDataSize = 1ull << 40;          ///< largest 
 ///@{
 inline constexpr RoleSpec kProducerRole{0, true, "producer"};  ///< the one producer
 inline constexpr RoleSpec kConsumerRole{1, true, "consumer"};  ///< the one consumer
-inline constexpr RoleSpec kObserverRole{2, false,
-                                        "observer"};  ///< tools that only read (any number)
+/// Tools that only read (any number).
+inline constexpr RoleSpec kObserverRole{2, false, "observer"};
 ///@}
 
 /// One descriptor-ring cell: a reference to a published page cell.

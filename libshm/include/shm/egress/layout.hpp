@@ -54,8 +54,8 @@
 
 namespace shm::egress {
 
-inline constexpr std::uint32_t kMaxCapacity =
-    1u << 24;  ///< most records retained (ParamBlock::capacity)
+/// Most records retained (ParamBlock::capacity).
+inline constexpr std::uint32_t kMaxCapacity = 1u << 24;
 inline constexpr std::uint32_t kMaxSlotBytes = 1u << 20;    ///< largest slot_bytes (1 MiB)
 inline constexpr std::uint64_t kNoDue = ~std::uint64_t{0};  ///< next_due when nothing is parked
 
@@ -137,8 +137,8 @@ struct Stats {
   std::atomic<std::uint64_t> exhausted;   ///< records that became Terminal
   std::atomic<std::uint64_t> reconnects;  ///< generation advances
   std::atomic<std::uint64_t> stale;       ///< send-side calls refused for their generation
-  std::atomic<std::uint64_t>
-      dead_letters_taken;                       ///< Terminal records removed by take_dead_letter()
+  /// Terminal records removed by take_dead_letter().
+  std::atomic<std::uint64_t> dead_letters_taken;
   std::atomic<std::uint64_t> repairs;           ///< EOWNERDEAD recoveries
   std::atomic<std::uint64_t> transport_deaths;  ///< transports found dead (reclaim or takeover)
 };
@@ -154,8 +154,8 @@ struct Control {
   } lock;                                  ///< the lock block
   /// The delivery state: primary fields and what repair derives from the records.
   struct alignas(kFalseSharingRange) Delivery {
-    std::atomic<std::uint64_t>
-        generation;  ///< the current generation (from 1); reconnect advances it
+    /// The current generation (from 1); reconnect advances it.
+    std::atomic<std::uint64_t> generation;
     std::atomic<std::uint64_t> next_sequence;  ///< the sequence the next enqueue gets
     std::atomic<std::uint64_t> acked_next;     ///< acked_through + 1; 0: nothing acknowledged yet
     std::atomic<std::uint64_t> head;  ///< derived: lowest retained sequence (or next_sequence)

@@ -39,9 +39,9 @@ namespace shm {
 namespace ledger {
 
 inline constexpr std::size_t kLabelBytes = 32;  ///< longest label, bytes
-inline constexpr std::uint32_t kMaxCategories =
-    64;                                            ///< a pool account's category set is a u64 mask
-inline constexpr std::uint32_t kPoolAccounts = 4;  ///< most accounts per pool
+/// Most categories: a pool account's category set is a u64 mask.
+inline constexpr std::uint32_t kMaxCategories = 64;
+inline constexpr std::uint32_t kPoolAccounts = 4;       ///< most accounts per pool
 inline constexpr std::uint32_t kMaxPools = 1u << 16;    ///< largest max_pools
 inline constexpr std::uint32_t kMaxTickets = 1u << 22;  ///< largest max_tickets
 inline constexpr std::uint32_t kMaxBuckets = 1u << 12;  ///< largest max_buckets
@@ -209,9 +209,9 @@ struct Stats {
   std::atomic<std::uint64_t> reclaimed_tickets;    ///< released on behalf of dead owners
   std::atomic<std::uint64_t> rejections[kScopes];  ///< refusals, by Scope
   std::atomic<std::uint64_t> offers;               ///< hand-off: offers made
-  std::atomic<std::uint64_t>
-      handovers;  ///< ownership moved: accepted, or handed over when the
-                  ///< owner left with the ticket offered to a live attachment
+  /// Ownership moved: accepted, or handed over when the owner left with the ticket offered to a
+  /// live attachment.
+  std::atomic<std::uint64_t> handovers;
 };
 
 /// The control block at the start of the data area.

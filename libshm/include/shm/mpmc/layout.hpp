@@ -135,8 +135,8 @@ struct Control {
   /// One per attachment slot, written only by the slot's holder (repair clears
   /// a dead holder's with CAS). Value = claimed position + 1; 0 = none.
   struct alignas(kFalseSharingRange) Intent {
-    std::atomic<std::uint64_t>
-        push;                        ///< the position the holder claims or holds as a producer, + 1
+    /// The position the holder claims or holds as a producer, + 1.
+    std::atomic<std::uint64_t> push;
     std::atomic<std::uint64_t> pop;  ///< as a consumer, + 1; kKeepIntent set for a kept take
   } intents[kMaxAttachments];        ///< indexed by attachment slot
 };

@@ -264,8 +264,8 @@ static_assert(offsetof(Control, space_word) % kFalseSharingRange == 0);
 static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 
 inline constexpr std::uint32_t kManifestSlots = 64;  ///< most sealed pages recorded at once
-inline constexpr std::uint32_t kSpillDirBytes =
-    256;  ///< room for the spill directory's path, NUL included
+/// Room for the spill directory's path, NUL included.
+inline constexpr std::uint32_t kSpillDirBytes = 256;
 /// ManifestSlot::state.
 enum class SlotState : std::uint32_t {
   Free = 0,    ///< records no page
@@ -452,8 +452,8 @@ struct SpillArea {
   std::atomic<std::uint32_t> seal_state;  ///< 0 none, 1 a seal is in flight
   std::atomic<std::uint32_t> seal_count;  ///< low 32 bits of pages_sealed before its bump
   std::atomic<std::uint64_t> seal_page;   ///< its page id
-  std::atomic<std::uint64_t>
-      seal_counts;  ///< low 32 bits of entries_spilled | ops_spilled << 32, before
+  /// Low 32 bits of entries_spilled | low 32 bits of ops_spilled << 32, before the seal's bumps.
+  std::atomic<std::uint64_t> seal_counts;
   ::shm::detail::RobustMutex seal_mutex;  ///< held by the sealer from start to finish
   ///@}
 };

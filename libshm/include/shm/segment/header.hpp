@@ -67,8 +67,8 @@ struct alignas(64) AttachmentSlot {
   std::atomic<std::uint32_t> generation;      ///< +1 per attach: (slot, generation) names an owner
   std::atomic<std::uint64_t> start_time;      ///< of pid, /proc ticks: survives pid reuse
   std::atomic<std::uint64_t> attach_time_ns;  ///< when the holder attached, realtime ns
-  std::atomic<std::uint64_t>
-      heartbeat_ns;  ///< monotonic ns, refreshed by blocking waits; shown, decides nothing
+  /// Monotonic ns, refreshed by blocking waits; shown, decides nothing.
+  std::atomic<std::uint64_t> heartbeat_ns;
 };
 
 /// EventEntry::type: what happened to the segment.
@@ -84,8 +84,8 @@ enum class EventType : std::uint32_t {
 /// One entry of the observation ring; `seq` is a per-entry seqlock: odd while
 /// being written, 2*(n+1) once event n is complete.
 struct alignas(32) EventEntry {
-  std::atomic<std::uint64_t>
-      seq;  ///< the seqlock word: 2n+1 while writing event n, 2n+2 once written
+  /// The seqlock word: 2n+1 while writing event n, 2n+2 once written.
+  std::atomic<std::uint64_t> seq;
   std::atomic<std::uint64_t> time_ns;  ///< when it happened, realtime ns
   std::atomic<std::uint32_t> type;     ///< EventType
   std::atomic<std::int32_t> pid;       ///< the process that recorded it
@@ -125,8 +125,9 @@ struct SegmentHeader {
   ///@}
   /// @name Mutable, shared atomics
   ///@{
-  std::atomic<std::uint32_t>
-      state;  ///< SegmentState; READY stored with release last by the creator
+
+  /// SegmentState; READY stored with release last by the creator.
+  std::atomic<std::uint32_t> state;
   alignas(64) SegmentCounters counters;           ///< lifetime counts
   alignas(64) EventEntry events[kEventRingSize];  ///< observation ring, entry n % kEventRingSize
   alignas(64) AttachmentSlot slots[kMaxAttachments];  ///< attachment table

@@ -62,8 +62,8 @@ struct KindDescriptor {
   /// Optional: the kind's own layout version (0 = none kept) and the older
   /// layouts this build still recognises.
   std::uint32_t layout_version = 0;
-  std::span<const OlderLayout> older_layouts =
-      {};  ///< older layouts recognised, see layout_version
+  /// Older layouts recognised, see layout_version.
+  std::span<const OlderLayout> older_layouts = {};
   /// Optional: RoleProgress of `role` (nullopt: this role never has work
   /// waiting for it, e.g. a producer, and is never stuck).
   std::optional<RoleProgress> (*progress)(const Segment& segment, std::uint32_t role) = nullptr;
@@ -128,8 +128,8 @@ extern const KindDescriptor kChannelDescriptor;       ///< kChannelKind
 extern const KindDescriptor kLedgerDescriptor;        ///< kLedgerKind
 extern const KindDescriptor kRelayDescriptor;         ///< kRelayKind
 extern const KindDescriptor kEgressDescriptor;        ///< kEgressKind
-extern const KindDescriptor
-    kBridgeStateDescriptor;  ///< kBridgeStateKind, written by shm-bridge (daemons/bridge)
+/// kBridgeStateKind, written by shm-bridge (daemons/bridge).
+extern const KindDescriptor kBridgeStateDescriptor;
 ///@}
 
 }  // namespace shm

@@ -177,8 +177,8 @@ enum class SlotState : std::uint8_t {
 ///@{
 inline constexpr RoleSpec kProducerRole{0, true, "producer"};  ///< the one producer
 inline constexpr RoleSpec kConsumerRole{1, true, "consumer"};  ///< the one consumer
-inline constexpr RoleSpec kObserverRole{2, false,
-                                        "observer"};  ///< tools that only read (any number)
+/// Tools that only read (any number).
+inline constexpr RoleSpec kObserverRole{2, false, "observer"};
 ///@}
 
 /// The control block at the start of the segment's data area. Each side writes
