@@ -17,14 +17,13 @@ enum class Errc : std::uint8_t {
   /// A name the naming rules refuse (empty, over 200 characters, '..', a leading '-').
   InvalidName = 1,
   AlreadyExists,     ///< create() found the name (file, pool, key, category) already there
-  NotFound,          ///< no file, pool, key or stream by that name (ENOENT)
-  PermissionDenied,  ///< the system refused access (EACCES, EPERM) or the caller does not own the
-                     ///< handle
-  NoSpace,           ///< the file system or a file-backed region has no room left (ENOSPC)
-  NotRegularFile,    ///< the path names a directory, device or FIFO rather than a regular file
+  NotFound,          ///< nothing by that name: a file (ENOENT), pool, key, category
+  PermissionDenied,  ///< access refused (EACCES, EPERM), or a handle the caller does not own
+  NoSpace,           ///< the file system has no room (ENOSPC, EDQUOT, a statvfs preflight)
+  NotRegularFile,    ///< the path is a symbolic link, directory, device or FIFO, not a regular file
   WrongOwner,        ///< the file or directory belongs to another user
-  Truncated,         ///< the file is shorter than the segment header
-  SizeMismatch,      ///< the data area is smaller than the parameters in its header need
+  Truncated,         ///< a file shorter than its header (or than its header says)
+  SizeMismatch,      ///< a file or data area whose size is not what its header or parameters need
   // the handshake header
   BadMagic,             ///< the file does not start with libshm's magic: not one of our files
   VersionMismatch,      ///< the header's format version is not the one this build reads
