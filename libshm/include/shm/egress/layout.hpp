@@ -26,7 +26,7 @@
 ///
 /// Crash consistency. A holder killed inside an operation leaves the mutex
 /// EOWNERDEAD; the next locker repairs with the journal: single-record
-/// operations (enqueue, claim, fail, retry_now, take_dead_letter) write an undo
+/// operations (enqueue, claim, fail, retry_now, pop_dead_letter) write an undo
 /// image first and are rolled back; multi-record operations (ack, retry_due,
 /// reconnect) are idempotent given their argument and are rolled forward. Then
 /// every derived field is recomputed and every reader's change counter moves
@@ -50,6 +50,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::egress {
@@ -103,6 +104,7 @@ enum class JournalOp : std::uint32_t {
   RetryDue = 7,        ///< redo: schedule every parked record due at arg
   Reconnect = 8,       ///< redo: reconnect to generation arg
 };
+[[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
 /// The retry reader's value: the latest failed record while it is parked or exhausted.
 struct RetryImage {
@@ -137,7 +139,7 @@ struct Stats {
   std::atomic<std::uint64_t> exhausted;   ///< records that became Terminal
   std::atomic<std::uint64_t> reconnects;  ///< generation advances
   std::atomic<std::uint64_t> stale;       ///< send-side calls refused for their generation
-  /// Terminal records removed by take_dead_letter().
+  /// Terminal records removed by pop_dead_letter().
   std::atomic<std::uint64_t> dead_letters_taken;
   std::atomic<std::uint64_t> repairs;           ///< EOWNERDEAD recoveries
   std::atomic<std::uint64_t> transport_deaths;  ///< transports found dead (reclaim or takeover)
@@ -227,3 +229,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
      kRecordStates, kReaders, kFalseSharingRange, 1 /* egress layout revision */});
 
 }  // namespace shm::egress
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using egress::to_string;
+}  // namespace shm

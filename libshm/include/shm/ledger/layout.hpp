@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
@@ -82,6 +83,8 @@ enum class PoolStatus : std::uint32_t {
   Free = 0,  ///< the row holds no pool
   Open = 1   ///< the row holds an open pool
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(PoolStatus v) noexcept;
 
 /// Pool.owner_slot of an orphaned pool: its owner left (detached, or was
 /// reclaimed) while other owners still held tickets in it. Nobody owns it; it
@@ -108,6 +111,8 @@ enum class TicketState : std::uint32_t {
   Reserved = 1,  ///< bytes reserved, not committed yet
   Committed = 2  ///< bytes committed
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(TicketState v) noexcept;
 
 /// One ticket: bytes charged to a pool and a category, held by an attachment.
 /// The ticket table is the ledger's source of truth.
@@ -152,6 +157,8 @@ enum class JournalOp : std::uint32_t {
   Admit = 2,    ///< bucket levels changing (buckets[0, count))
   HandOver = 3  ///< a ticket's owner and offer changing (ticket_image)
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
 /// The old image of the ticket a Replace or HandOver changes.
 struct TicketImage {
@@ -319,4 +326,9 @@ inline constexpr std::uint64_t kFingerprint =
                         kFalseSharingRange});
 
 }  // namespace ledger
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using ledger::to_string;
 }  // namespace shm

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -61,15 +62,15 @@ namespace shm {
 
 /// The parameters of an MPMC ring segment.
 struct MpmcParams {
-  std::uint64_t capacity = 0;   ///< cells, a power of two in [2, 2^30]; 0 on open = accept any
-  std::uint64_t slot_size = 0;  ///< largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
+  std::uint64_t ring_cells = 0;  ///< a power of two in [2, 2^30]; 0 on open = accept any
+  std::uint64_t slot_bytes = 0;  ///< largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
 };
 
 namespace mpmc {
 
 inline constexpr std::uint64_t kMinCapacity = 2;            ///< fewest cells
 inline constexpr std::uint64_t kMaxCapacity = 1ull << 30;   ///< most cells
-inline constexpr std::uint64_t kMaxSlotSize = 1ull << 20;   ///< largest slot_size, bytes (1 MiB)
+inline constexpr std::uint64_t kMaxSlotSize = 1ull << 20;   ///< largest slot_bytes (1 MiB)
 inline constexpr std::uint64_t kMaxCellBytes = 1ull << 40;  ///< capacity * stride
 inline constexpr std::size_t kCellHeader = 16;              ///< bytes of Cell before each payload
 inline constexpr std::size_t kCellAlign = 64;  ///< a cell never shares a cache line with another
@@ -165,23 +166,24 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
 
 /// The parameter block stored in the header.
 struct ParamBlock {
-  std::uint64_t capacity;   ///< cells, a power of two
-  std::uint64_t slot_size;  ///< largest payload, bytes
-  std::uint64_t stride;  ///< bytes per cell, derived: round_up(kCellHeader + slot_size, kCellAlign)
+  std::uint64_t capacity;    ///< cells, a power of two (MpmcParams::ring_cells)
+  std::uint64_t slot_bytes;  ///< largest payload, bytes
+  std::uint64_t
+      stride;  ///< bytes per cell, derived: round_up(kCellHeader + slot_bytes, kCellAlign)
 };
 static_assert(sizeof(ParamBlock) <= kParamBytes);
 
-/// Bytes per cell for `slot_size`: header plus payload, rounded up to kCellAlign.
-[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_size) noexcept {
-  return round_up(kCellHeader + slot_size, kCellAlign);
+/// Bytes per cell for `slot_bytes`: header plus payload, rounded up to kCellAlign.
+[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_bytes) noexcept {
+  return round_up(kCellHeader + slot_bytes, kCellAlign);
 }
 /// Bytes of the data area: Control plus `capacity` cells.
 [[nodiscard]] constexpr std::uint64_t data_size_for(std::uint64_t capacity,
-                                                    std::uint64_t slot_size) noexcept {
-  return kCellsOffset + capacity * stride_for(slot_size);
+                                                    std::uint64_t slot_bytes) noexcept {
+  return kCellsOffset + capacity * stride_for(slot_bytes);
 }
 
-/// InvalidArgument unless capacity and slot_size are in range (see MpmcParams)
+/// InvalidArgument unless ring_cells and slot_bytes are in range (see MpmcParams)
 /// and the cells take at most kMaxCellBytes.
 [[nodiscard]] Result<void> validate(const MpmcParams& params);
 /// The KindSpec for create (params exact) or open (0 fields = any).
@@ -190,12 +192,12 @@ static_assert(sizeof(ParamBlock) <= kParamBytes);
 /// The validated geometry of a mapped ring: what handles, the kind descriptor
 /// and repair act on.
 struct View {
-  Control* control = nullptr;   ///< the control block in the mapping
-  std::byte* cells = nullptr;   ///< the first cell
-  std::uint64_t capacity = 0;   ///< cells
-  std::uint64_t mask = 0;       ///< capacity - 1: index = pos & mask
-  std::uint64_t slot_size = 0;  ///< largest payload, bytes
-  std::uint64_t stride = 0;     ///< bytes per cell
+  Control* control = nullptr;    ///< the control block in the mapping
+  std::byte* cells = nullptr;    ///< the first cell
+  std::uint64_t capacity = 0;    ///< cells
+  std::uint64_t mask = 0;        ///< capacity - 1: index = pos & mask
+  std::uint64_t slot_bytes = 0;  ///< largest payload, bytes
+  std::uint64_t stride = 0;      ///< bytes per cell
 
   /// The cell of position `pos`.
   [[nodiscard]] Cell& cell(std::uint64_t pos) const noexcept {
@@ -215,15 +217,17 @@ enum class Side : std::uint8_t {
   Push,  ///< a producer's claim (intent push)
   Pop    ///< a consumer's claim (intent pop)
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(Side v) noexcept;
 /// What repair_position() found and did.
-enum class RepairOutcome : std::uint8_t {
+enum class RepairStatus : std::uint8_t {
   NotHeld,     ///< the position is not held (anymore)
   HeldByLive,  ///< a live handle may hold it: in flight
   Unprovable,  ///< held, but no attachment's intent names it: left alone
   Repaired,    ///< its holder was dead: tombstoned (push), released or orphaned (pop)
 };
 /// The enumerator's name, for logs.
-[[nodiscard]] std::string_view to_string(RepairOutcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(RepairStatus outcome) noexcept;
 
 /// What repair_slots() did.
 struct RepairReport {
@@ -236,10 +240,13 @@ struct RepairReport {
 /// Repairs position `pos` if it is held (claimed, not published/released) and
 /// every attachment slot whose intent names it is dead. `assume_dead` names a
 /// slot the caller knows is dead although it holds its lock (a takeover).
-[[nodiscard]] RepairOutcome repair_position(const Segment& segment, const View& v, Side side,
-                                            std::uint64_t pos,
-                                            std::optional<std::size_t> assume_dead,
-                                            std::string* action = nullptr);
+[[nodiscard]] RepairStatus repair_position(const Segment& segment, const View& v, Side side,
+                                           std::uint64_t pos,
+                                           std::optional<std::size_t> assume_dead,
+                                           std::string* action = nullptr);
+/// What attach(Segment) checks of a segment it is given: kind, layout,
+/// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 /// Repairs what non-live slots (or only `slot`) left held; clears their waiter bits.
 [[nodiscard]] RepairReport repair_slots(const Segment& segment, const View& v,
                                         std::optional<std::size_t> slot = std::nullopt,
@@ -247,12 +254,18 @@ struct RepairReport {
 
 }  // namespace mpmc
 
-/// Creates a ring segment (no attachment): tools and tests. MpmcRing::create()
-/// creates and attaches in one step.
+/// The setup helpers (docs/idioms.md, "Lifecycle"): create_mpmc_ring makes
+/// the segment and open_mpmc_ring opens it, neither attaches; the handles'
+/// attach(segment) adopts the result. X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params,
                                                const CreateOptions& options = {});
 /// Opens a ring segment (no attachment), checking the parameters of `expected` (0: any).
 [[nodiscard]] Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
 
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using mpmc::to_string;
 }  // namespace shm

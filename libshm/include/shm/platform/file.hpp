@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace shm {
 
@@ -81,6 +82,8 @@ enum class LockProbe : std::uint8_t {
   Free,  ///< no other open file description holds a lock there
   Held   ///< another open file description holds a lock there
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(LockProbe v) noexcept;
 /// Tries to take an exclusive lock on byte `offset`; false when another OFD holds it.
 [[nodiscard]] Result<bool> try_lock_byte(int fd, std::uint64_t offset);
 /// Releases this open file description's lock on byte `offset`.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 namespace shm {
 
@@ -16,6 +17,8 @@ enum class WaitResult : std::uint8_t {
   TimedOut,      ///< the timeout passed
   Interrupted    ///< a signal, or any other error of the call
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(WaitResult v) noexcept;
 
 /// Sleeps while `word == expected`, at most `timeout_ns` (relative, monotonic).
 /// Spurious returns are possible; callers re-check their condition.

@@ -6,7 +6,7 @@
 ///
 /// Protocol. Everything that changes the head runs under one robust
 /// process-shared mutex (Control::mutex). The head is a pool of `capacity`
-/// entries of fixed stride (EntryHead + value_size bytes, rounded to 8):
+/// entries of fixed stride (EntryHead + value_bytes bytes, rounded to 8):
 ///   - the entry table is the source of truth: each entry's state (Free,
 ///     Pending, InHand), key, value, first/last op sequence, op count and its
 ///     order stamp (monotonic, assigned when the entry is created);
@@ -64,13 +64,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::relay {
 
 inline constexpr std::uint32_t kMinCapacity = 1;         ///< fewest entries in the pool
 inline constexpr std::uint32_t kMaxCapacity = 1u << 22;  ///< most entries in the pool
-inline constexpr std::uint32_t kMaxValueSize = 256;      ///< largest value_size, bytes
+inline constexpr std::uint32_t kMaxValueSize = 256;      ///< largest value_bytes
 inline constexpr std::size_t kEventRing = 64;            ///< entries of the relay's event ring
 inline constexpr std::uint32_t kNone = 0xFFFF'FFFFu;     ///< "no entry" in list links
 
@@ -87,6 +88,8 @@ enum class EntryState : std::uint32_t {
   Pending = 1,  ///< on the pending list, waiting for the reader
   InHand = 2    ///< taken by the reader, not committed yet
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(EntryState v) noexcept;
 /// @name Entry flags
 /// EntryHead::flags. An entry with any of them is closed to merges (not in
 /// the key index): a write to its key opens a new entry.
@@ -103,18 +106,18 @@ inline constexpr std::uint32_t kEntryFlags = kSealed | kSpilling | kClosed;  ///
 
 /// Immutable parameters (the header's parameter block).
 struct ParamBlock {
-  std::uint32_t value_size;      ///< largest value in bytes, [1, kMaxValueSize]
+  std::uint32_t value_bytes;     ///< largest value in bytes, [1, kMaxValueSize]
   std::uint32_t capacity;        ///< entries in the pool, [kMinCapacity, kMaxCapacity]
   std::uint32_t index_capacity;  ///< key index cells: the power of two >= 2 x capacity
   std::uint32_t reserved;        ///< zero
 };
 static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 16);
 
-/// One entry of the pool; `value_size` bytes of value follow (stride: entry_stride()).
+/// One entry of the pool; `value_bytes` bytes of value follow (stride: entry_stride()).
 struct EntryHead {
   std::atomic<std::uint32_t> state;       ///< EntryState; the publishing store of a new entry
   std::atomic<std::uint32_t> flags;       ///< kSealed, kSpilling, kClosed bits
-  std::atomic<std::uint32_t> len;         ///< value bytes in use, <= value_size
+  std::atomic<std::uint32_t> len;         ///< value bytes in use, <= value_bytes
   std::atomic<std::uint32_t> prev;        ///< derived: pending list, or kNone
   std::atomic<std::uint32_t> next;        ///< derived: pending list or free list, or kNone
   std::atomic<std::uint32_t> reserved;    ///< zero
@@ -128,9 +131,9 @@ struct EntryHead {
 static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
 static_assert(std::is_standard_layout_v<EntryHead>);
 
-/// Bytes per entry: EntryHead plus `value_size`, rounded up to 8.
-[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_size) noexcept {
-  return round_up(sizeof(EntryHead) + value_size, 8);
+/// Bytes per entry: EntryHead plus `value_bytes`, rounded up to 8.
+[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
+  return round_up(sizeof(EntryHead) + value_bytes, 8);
 }
 
 /// Event::kind: what happened; Event::key and Event::count say more.
@@ -194,6 +197,8 @@ enum class HeadIntent : std::uint32_t {
   DropAppend = 3,  ///< DropOldest: entry intent_entry is dropped and the op (key intent_op_count,
                    ///< intent_value / len, sequence intent_last_seq) appended
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(HeadIntent v) noexcept;
 /// The largest valid HeadIntent value (repair refuses a larger one as damage).
 inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::DropAppend);
 
@@ -272,6 +277,8 @@ enum class SlotState : std::uint32_t {
   Sealed = 1,  ///< records a sealed page (the seal's commit point)
   Acked = 2    ///< acknowledged, expired or refused; its file is being removed or moved aside
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 /// SpillArea::intent_state; its counter: pages_acked, pages_expired, pages_refused.
 /// Seal (1) is not an intent state any more (a seal keeps its own record,
 /// seal_state): a repair refuses it as damage.
@@ -282,6 +289,8 @@ enum class SpillIntent : std::uint32_t {
   Expire = 3,  ///< Ttl retention removes intent_page
   Refuse = 4   ///< the reader moves intent_page aside
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SpillIntent v) noexcept;
 /// The largest valid SpillIntent value.
 inline constexpr std::uint32_t kLastSpillIntent = 4;
 /// SpillArea::mode: how a seal lays out records (fixed at create).
@@ -300,6 +309,8 @@ enum class Rehydrate : std::uint32_t {
   Sequential = 0,  ///< page by page
   Parallel = 1     ///< declared only: the reader still delivers pages in order
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(Rehydrate v) noexcept;
 
 /// One sealed page, recorded in the manifest under the relay mutex.
 struct ManifestSlot {
@@ -470,7 +481,7 @@ struct Geometry {
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.entries = round_up(sizeof(Control), kFalseSharingRange);
-  g.index = round_up(g.entries + entry_stride(p.value_size) * p.capacity, kFalseSharingRange);
+  g.index = round_up(g.entries + entry_stride(p.value_bytes) * p.capacity, kFalseSharingRange);
   g.spill = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
   g.data_size = g.spill + sizeof(SpillArea);
   return g;
@@ -503,3 +514,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint({2,  // 2: Head
                                                                   kManifestSlots});
 
 }  // namespace shm::relay
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using relay::to_string;
+}  // namespace shm

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
@@ -45,18 +46,24 @@ enum class SegmentState : std::uint32_t {
   Initializing = 1,  ///< the creator is still writing the header and data area
   Ready = 2          ///< everything the creator wrote is published (release store [R])
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SegmentState v) noexcept;
 
 /// SegmentHeader::flags bits.
 enum class SegmentFlags : std::uint16_t {
   None = 0,      ///< no flag
   Ephemeral = 1  ///< the sidecar may remove it once no live process holds it
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SegmentFlags v) noexcept;
 
 /// AttachmentSlot::state.
 enum class SlotState : std::uint32_t {
   Free = 0,     ///< nobody holds the slot
   Attached = 1  ///< a holder attached; its kernel lock tells whether it is alive or dead
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 
 /// One attachment. Written only by the process holding the slot's OFD lock
 /// (or by a taker-over after it has won the lock); read by anyone.

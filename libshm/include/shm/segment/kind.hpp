@@ -87,7 +87,7 @@ void describe_header(const Segment& segment, Node& out);
 [[nodiscard]] Result<bool> reclaim_slot(Segment& segment, std::size_t slot);
 
 /// What reclaim_dead_attacher() did with one slot.
-enum class ReclaimOutcome : std::uint8_t {
+enum class ReclaimStatus : std::uint8_t {
   Reclaimed,  ///< the kind released what the holder had; the slot is Free, a Reclaimed event
               ///< recorded
   LockHeld,   ///< another open file description holds the slot's lock (a live holder, a process
@@ -96,12 +96,12 @@ enum class ReclaimOutcome : std::uint8_t {
               ///< nothing touched
 };
 /// The enumerator's name, for logs and shmctl output.
-[[nodiscard]] std::string_view to_string(ReclaimOutcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(ReclaimStatus status) noexcept;
 
 /// What reclaim_dead_attacher() did, and the kind's account of it.
 struct SlotReclaim {
-  ReclaimOutcome outcome = ReclaimOutcome::Changed;  ///< what happened to the slot
-  std::vector<std::string> actions;  ///< the kind's reclaim() lines (Reclaimed only)
+  ReclaimStatus status = ReclaimStatus::Changed;  ///< what happened to the slot
+  std::vector<std::string> actions;               ///< the kind's reclaim() lines (Reclaimed only)
 };
 
 /// The one reclaim path of the programs (shm-sidecar's Monitor, `shmctl

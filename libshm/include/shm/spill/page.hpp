@@ -211,6 +211,8 @@ enum class SealStep : std::uint8_t {
   Renamed,         ///< the file has its final name (step 4)
   DirSynced        ///< the directory is synced (step 5)
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(SealStep v) noexcept;
 /// Called by write_page() after each SealStep; nullptr: none.
 using SealHook = void (*)(SealStep step);
 
@@ -321,3 +323,8 @@ struct DirListing {
 [[nodiscard]] Result<DirListing> list_dir(const SpillDir& dir);
 
 }  // namespace shm::spill
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using spill::to_string;
+}  // namespace shm
