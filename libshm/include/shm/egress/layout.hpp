@@ -104,6 +104,7 @@ enum class JournalOp : std::uint32_t {
   RetryDue = 7,        ///< redo: schedule every parked record due at arg
   Reconnect = 8,       ///< redo: reconnect to generation arg
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
 /// The retry reader's value: the latest failed record while it is parked or exhausted.

@@ -86,7 +86,9 @@ class Node {
   std::vector<Node> elements_;
 };
 
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(Node::Type v) noexcept;
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(Node::Metric v) noexcept;
 
 }  // namespace shm
