@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+/// libshm: cross-process shared-memory IPC. Every public name is in this
+/// namespace; each structure keeps its layout and internals in a sub-namespace.
 namespace shm {
 
 /// What went wrong, by kind; Error::message carries the values that mattered.

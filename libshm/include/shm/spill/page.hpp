@@ -62,6 +62,7 @@
 #include <type_traits>
 #include <vector>
 
+/// The spill page format, its directory and the purger of a relay's spill files.
 namespace shm::spill {
 
 inline constexpr std::uint64_t kPageMagic = 0x4C4C'4950'534D'4853ull;  ///< "SHMSPILL"
