@@ -39,26 +39,35 @@ namespace shm {
 /// segment; page_size and the retention limits are retunable live
 /// (retune_spill, shmctl set).
 struct SpillPolicy {
-  bool enabled = false;
-  std::string dir;  ///< empty: $LIBSHM_SPILL_DIR/<relay>, else /var/lib/libshm/spill/<relay>
+  bool enabled = false;  ///< the relay has a spill store (Overflow::Spill needs it)
+  std::string dir;  ///< empty: `$LIBSHM_SPILL_DIR/<relay>`, else `/var/lib/libshm/spill/<relay>`
   std::uint64_t page_size = 64 * 1024;  ///< bytes per page, header included (>= header + 1 record)
   /// CompactOnWrite: a seal writes the entries of one key as one record where
   /// sound (never merging an entry a reader gave back); docs/spill.md.
   relay::SpillMode mode = relay::SpillMode::AppendCompact;
-  relay::RetentionKind retention = relay::RetentionKind::UnboundedLog;
-  std::uint64_t retention_bytes = 0;  ///< BoundedDisk: cold bytes at most this (then Block)
-  std::chrono::milliseconds ttl{0};   ///< Ttl: an unacknowledged page older than this expires
-  relay::Rehydrate rehydrate = relay::Rehydrate::Sequential;
+  relay::RetentionKind retention =
+      relay::RetentionKind::UnboundedLog;  ///< how cold pages are bounded (see the two limits
+                                           ///< below)
+  std::uint64_t retention_bytes = 0;       ///< BoundedDisk: cold bytes at most this (then Block)
+  std::chrono::milliseconds ttl{0};        ///< Ttl: an unacknowledged page older than this expires
+  relay::Rehydrate rehydrate = relay::Rehydrate::Sequential;  ///< how cold pages are read back
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(relay::SpillMode m) noexcept;
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(relay::RetentionKind r) noexcept;
 
+/// What create makes: merge policy, sizes, backpressure, egress order and spill store.
 struct RelayConfig {
-  PolicyId policy = policy::kKeepLatest;
+  PolicyId policy =
+      policy::kKeepLatest;           ///< the merge policy (built-in or registered in this process)
   std::uint32_t value_bytes = 8;     ///< largest value, [1, 256]
   std::uint32_t max_entries = 1024;  ///< entries (keys or FIFO ops) the head can hold, [1, 2^22]
-  Backpressure backpressure{Dimension::Count, 768, 256, Overflow::Block};
-  EgressOrder egress = EgressOrder::Arrival;
+  Backpressure backpressure{
+      Dimension::Count, 768, 256,
+      Overflow::Block};  ///< levels and overflow action (validated against the sizes)
+  EgressOrder egress =
+      EgressOrder::Arrival;  ///< how the egress is consumed (validate_pair() checks it)
   bool spill_dedup = false;  ///< declared: the reader drops redelivered ops by first_seq
   SpillPolicy spill;         ///< Overflow::Spill needs spill.enabled
 };
@@ -74,79 +83,118 @@ enum class WriteStatus : std::uint8_t {
   Full,       ///< no free entry (Conflate past capacity, or every entry is held): nothing written
   TimedOut,   ///< Block: the relay stayed full for the whole timeout; nothing written
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(WriteStatus o) noexcept;
 
+/// What a write did, and the sequence it gave the op.
 struct WriteOutcome {
-  WriteStatus status = WriteStatus::Unchanged;
+  WriteStatus status = WriteStatus::Unchanged;  ///< what the write did
   std::uint64_t seq = 0;  ///< the op's sequence when it was accepted (Appended/Merged/Displaced)
 };
 
 /// One drained entry. `value` points into the reader's buffer, valid until the
 /// next take()/drain().
 struct RelayEntry {
-  std::uint64_t key = 0;
-  std::span<const std::byte> value;
-  std::uint64_t first_seq = 0;
-  std::uint64_t last_seq = 0;
-  std::uint64_t op_count = 0;
+  std::uint64_t key = 0;             ///< the key (raw_fifo: the key the op carried)
+  std::span<const std::byte> value;  ///< the merged value (points into the reader's buffer)
+  std::uint64_t first_seq = 0;       ///< the sequence of its first op
+  std::uint64_t last_seq = 0;        ///< the sequence of its last op
+  std::uint64_t op_count = 0;        ///< ops merged into it
   bool redelivered = false;   ///< returned from a reader that died holding it (at-least-once)
   std::uint64_t page_id = 0;  ///< the cold page it came from; 0: the hot head
 };
 
+/// One entry of the relay's event log (drops, repairs, retunes...).
 struct RelayEvent {
-  std::uint64_t number = 0;
-  std::uint64_t time_ns = 0;
-  relay::EventKind kind{};
-  std::uint64_t key = 0;
-  std::uint64_t count = 0;
+  std::uint64_t number = 0;   ///< the event's number; a gap: events overwritten before the read
+  std::uint64_t time_ns = 0;  ///< when it happened, realtime ns
+  relay::EventKind kind{};    ///< what happened
+  std::uint64_t key = 0;      ///< a key or page id (see relay::EventKind)
+  std::uint64_t count = 0;    ///< how many (see relay::EventKind)
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(relay::EventKind k) noexcept;
 
 /// Projections and counters, readable by any process without the mutex.
 struct RelaySnapshot {
-  PolicyId policy = 0;
-  std::string policy_name;
-  MergeFlags flags;
-  Backpressure backpressure;
-  EgressOrder egress = EgressOrder::Arrival;
-  std::uint32_t value_bytes = 0;
-  std::uint32_t max_entries = 0;
-  std::uint64_t depth = 0;         ///< pending entries
-  std::uint64_t bytes = 0;         ///< value bytes pending
-  std::uint64_t pending_keys = 0;  ///< keys with an open entry
-  std::uint64_t lag = 0;           ///< ops accepted and not yet drained
-  std::uint64_t in_hand = 0;       ///< entries the reader took and has not committed
-  std::uint64_t oldest_age_ns = 0;
-  bool is_full = false;
+  PolicyId policy = 0;                        ///< the merge policy's id
+  std::string policy_name;                    ///< its name ("" when not registered in this process)
+  MergeFlags flags;                           ///< its flags
+  Backpressure backpressure;                  ///< the backpressure policy in force
+  EgressOrder egress = EgressOrder::Arrival;  ///< how the egress is consumed
+  std::uint32_t value_bytes = 0;              ///< largest value, bytes
+  std::uint32_t max_entries = 0;              ///< entries the head can hold
+  std::uint64_t depth = 0;                    ///< pending entries
+  std::uint64_t bytes = 0;                    ///< value bytes pending
+  std::uint64_t pending_keys = 0;             ///< keys with an open entry
+  std::uint64_t lag = 0;                      ///< ops accepted and not yet drained
+  std::uint64_t in_hand = 0;                  ///< entries the reader took and has not committed
+  std::uint64_t oldest_age_ns = 0;            ///< age of the oldest pending op, ns
+  bool is_full = false;      ///< backpressure: set at high water, cleared at low water
   bool is_spilling = false;  ///< cold pages wait on disk
-  bool is_draining = false;
-  bool faulted = false;
-  bool consistent = true;  ///< false: no stable seqlock read (a busy or dead holder)
-  std::uint64_t writes = 0, appended = 0, merged = 0, unchanged = 0, dropped = 0, conflated = 0,
-                blocked = 0, timed_out = 0, refused_full = 0, drained = 0, drained_ops = 0,
-                returned = 0, repairs = 0, retunes = 0, reconfigures = 0, notifies = 0;
+  bool is_draining = false;  ///< the reader holds a taken batch
+  bool faulted = false;      ///< damage was found: every operation fails
+  bool consistent = true;    ///< false: no stable seqlock read (a busy or dead holder)
+  std::uint64_t writes = 0,  ///< write calls that reached the head
+      appended = 0,          ///< ops that opened a new entry
+      merged = 0,            ///< ops merged into an open entry
+      unchanged = 0,         ///< ops that changed nothing
+      dropped = 0,           ///< ops lost to DropNewest / DropOldest
+      conflated = 0,         ///< ops folded into another op (== merged)
+      blocked = 0,           ///< writes that parked (Block)
+      timed_out = 0,         ///< parked writes that gave up
+      refused_full = 0,      ///< writes refused: no free entry
+      drained = 0,           ///< entries delivered to the reader
+      drained_ops = 0,       ///< ops those entries carried
+      returned = 0,          ///< entries returned from a dead reader
+      repairs = 0,           ///< repairs after a holder died (EOWNERDEAD)
+      retunes = 0,           ///< backpressure changes
+      reconfigures = 0,      ///< policy swaps
+      notifies = 0;          ///< writes that signalled the reader
   /// The spill store (all 0 without one).
   bool spill_enabled = false;
-  std::string spill_dir;
-  std::uint64_t spill_page_size = 0;
-  relay::RetentionKind retention{};
-  std::uint64_t retention_bytes = 0, retention_ttl_ms = 0;
-  std::uint64_t cold_pages = 0, cold_bytes = 0, cold_ops = 0;
-  std::uint64_t cursor_page = 0, cursor_record = 0;
+  std::string spill_dir;              ///< the spill directory
+  std::uint64_t spill_page_size = 0;  ///< target page size, bytes (header included)
+  relay::RetentionKind retention{};   ///< how cold pages are bounded
+  std::uint64_t retention_bytes = 0,  ///< BoundedDisk: the cold-byte limit
+      retention_ttl_ms = 0;           ///< Ttl: the page age limit, ms
+  std::uint64_t cold_pages = 0,       ///< sealed pages not acknowledged yet
+      cold_bytes = 0,                 ///< bytes of those pages
+      cold_ops = 0;                   ///< ops those pages carry
+  std::uint64_t cursor_page = 0,      ///< the page the reader is inside, 0: at a page start
+      cursor_record = 0;              ///< records of that page acknowledged
   std::uint64_t catch_up_page = 0;  ///< last page of the conflated summary being delivered, 0: none
   /// A seal writing its page now (its entries wait, closed, in the hot head).
   bool seal_in_flight = false;
-  std::uint64_t seal_page = 0, spilling_entries = 0;
-  std::uint64_t pages_sealed = 0, entries_spilled = 0, ops_spilled = 0, pages_acked = 0,
-                pages_refused = 0, pages_expired = 0, pages_rebuilt = 0, spill_fallbacks = 0,
-                no_space = 0, seal_errors = 0, seals_rolled_forward = 0, seals_rolled_back = 0;
+  std::uint64_t seal_page = 0,     ///< the page id the seal in flight writes
+      spilling_entries = 0;        ///< entries that seal takes from the head
+  std::uint64_t pages_sealed = 0,  ///< pages written and recorded
+      entries_spilled = 0,         ///< entries those pages took from the head
+      ops_spilled = 0,             ///< ops those entries carried
+      pages_acked = 0,             ///< pages the reader acknowledged
+      pages_refused = 0,           ///< pages that failed validation, moved aside
+      pages_expired = 0,           ///< pages expired by Ttl retention
+      pages_rebuilt = 0,           ///< pages adopted from the directory at create
+      spill_fallbacks = 0,         ///< spills that were impossible: the write blocked instead
+      no_space = 0,                ///< seals refused by the free-space preflight or ENOSPC
+      seal_errors = 0,             ///< other I/O errors while sealing
+      seals_rolled_forward = 0,    ///< repaired seals whose page was recorded
+      seals_rolled_back = 0;       ///< repaired seals whose page was not recorded
+  /// One sealed page of the manifest.
   struct ColdPage {
-    std::uint64_t page_id = 0, first_seq = 0, last_seq = 0, records = 0, ops = 0, bytes = 0,
-                  sealed_ns = 0;
-    bool acked = false;  ///< acknowledged, its file being removed
+    std::uint64_t page_id = 0,  ///< the page's id (its file name)
+        first_seq = 0,          ///< the first op sequence it holds
+        last_seq = 0,           ///< the last op sequence it holds
+        records = 0,            ///< records in the page
+        ops = 0,                ///< ops those records carry
+        bytes = 0,              ///< bytes of the page
+        sealed_ns = 0;          ///< when it was sealed, realtime ns
+    bool acked = false;         ///< acknowledged, its file being removed
   };
   std::vector<ColdPage> manifest;  ///< by page id
   std::vector<RelayEvent> events;  ///< oldest first
+  /// The backpressure level in its dimension: depth, bytes, pending_keys, or
+  /// the oldest op's age in ms.
   [[nodiscard]] std::uint64_t level() const noexcept;
 };
 
@@ -225,11 +273,15 @@ enum class SealMode : std::uint8_t {
   Inline = 0,  ///< the write that finds the relay full seals the page itself (the default)
   Background,  ///< a thread of this writer's handle seals it; the write appends meanwhile
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(SealMode v) noexcept;
 
+/// A writer of a relay (any number, any process): merges or appends ops under
+/// the relay's mutex. Move-only; detaches on destruction.
 class RelayWriter : public relay::detail::Handle {
  public:
   RelayWriter() noexcept;
+  /// Takes over the other's attachment and sealer.
   RelayWriter(RelayWriter&&) noexcept;
   /// Stops this handle's sealer (a seal under way finishes) before the old
   /// mapping goes.
@@ -239,6 +291,7 @@ class RelayWriter : public relay::detail::Handle {
   /// Creates the relay (validating the config against the table) and attaches as a writer.
   [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {});
+  /// Opens an existing relay and attaches as a writer.
   [[nodiscard]] static Result<RelayWriter> open(std::string_view name,
                                                 const OpenOptions& options = {});
   /// Adopts a segment opened or created already (open_relay, create_relay)
@@ -250,6 +303,7 @@ class RelayWriter : public relay::detail::Handle {
   /// (shm::forever: until there is room), then answers TimedOut.
   [[nodiscard]] Result<WriteOutcome> write(std::uint64_t key, std::span<const std::byte> value,
                                            std::chrono::nanoseconds timeout);
+  /// write() with key 0 (raw_fifo, or a relay of one key).
   [[nodiscard]] Result<WriteOutcome> write(std::span<const std::byte> value,
                                            std::chrono::nanoseconds timeout) {
     return write(0, value, timeout);
@@ -260,6 +314,7 @@ class RelayWriter : public relay::detail::Handle {
                                                std::span<const std::byte> value) {
     return write(key, value, std::chrono::nanoseconds::zero());
   }
+  /// try_write() with key 0.
   [[nodiscard]] Result<WriteOutcome> try_write(std::span<const std::byte> value) {
     return write(0, value, std::chrono::nanoseconds::zero());
   }
@@ -272,6 +327,7 @@ class RelayWriter : public relay::detail::Handle {
   /// rules are those of an inline seal. InvalidArgument without a spill
   /// store; an error when no thread or spill directory can be had.
   [[nodiscard]] Result<void> set_seal_mode(SealMode mode);
+  /// The mode set_seal_mode() set (Inline until then).
   [[nodiscard]] SealMode seal_mode() const noexcept;
 
  private:
@@ -284,15 +340,22 @@ enum class CatchUp : std::uint8_t {
   PageByPage = 0,  ///< every record of every page, in order (the default)
   Conflated,       ///< when two or more pages wait: several folded into one summary per key
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(CatchUp v) noexcept;
 
+/// The relay's one reader (a second live one is RoleTaken): takes the oldest
+/// entries, commits or abandons them, and reads cold pages back. Move-only;
+/// detaches on destruction.
 class RelayReader : public relay::detail::Handle {
  public:
   RelayReader() noexcept;
+  /// Takes over the other's attachment, batch in hand and threads.
   RelayReader(RelayReader&&) noexcept;
+  /// Gives up this reader's handle, then takes over the other's.
   RelayReader& operator=(RelayReader&&) noexcept;
   ~RelayReader();
 
+  /// Creates the relay (validating the config against the table) and attaches as its reader.
   [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {});
   /// RoleTaken while another reader lives. Entries a dead reader held are
@@ -339,6 +402,7 @@ class RelayReader : public relay::detail::Handle {
   /// page). A summary is this reader's own: a reader that dies before its
   /// last commit leaves the pages, delivered again by the next reader.
   [[nodiscard]] Result<void> set_catch_up(CatchUp mode);
+  /// The mode set_catch_up() set (PageByPage until then).
   [[nodiscard]] CatchUp catch_up() const noexcept { return catch_up_; }
 
  private:
@@ -407,6 +471,7 @@ class RelayReader : public relay::detail::Handle {
 /// RelayReader::attach(segment) adopts the result; X::create / X::open do both.
 [[nodiscard]] Result<Segment> create_relay(std::string_view name, const RelayConfig& config,
                                            const CreateOptions& options = {});
+/// Opens a relay segment (no attachment).
 [[nodiscard]] Result<Segment> open_relay(std::string_view name, const OpenOptions& options = {});
 /// The relay's shared layout (layout.hpp), its setup helpers and checks.
 namespace relay {
@@ -424,7 +489,9 @@ namespace relay {
 
 /// Role facades (relaycell-egress-tables.md §6): thin factories over the one relay.
 enum class Traffic : std::uint8_t { State, Events };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(Traffic v) noexcept;
+/// The application -> transport facade: a config preset and a writer.
 struct Outbox {
   /// application -> transport: the local producer feels is_full directly.
   /// Default overflow: Conflate for state, Spill for events. The events preset
@@ -434,17 +501,20 @@ struct Outbox {
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
                                           std::uint32_t max_entries = 1024,
                                           std::uint32_t value_bytes = 8);
+  /// Creates the relay and attaches as a writer.
   [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayWriter::create(name, config, options);
   }
 };
+/// The transport -> application facade: a config preset and a reader.
 struct Inbox {
   /// transport -> application: backpressure reaches the remote peer only
   /// through withheld credits. Default overflow: Conflate when the policy is
   /// conflatable, otherwise Block (credit metering: the transport writer waits).
   [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t max_entries = 1024,
                                                   std::uint32_t value_bytes = 8);
+  /// Creates the relay (validating the config) and attaches as its reader.
   [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayReader::create(name, config, options);
