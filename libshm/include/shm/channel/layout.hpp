@@ -290,7 +290,7 @@ struct View {
 
 /// The setup helpers (docs/idioms.md, "Lifecycle"): create_channel makes the
 /// segment and open_channel opens it, neither attaches;
-/// `ChannelProducer/ChannelConsumer::attach(segment)` adopts the result.
+/// the attach(segment) of ChannelProducer and ChannelConsumer adopts the result.
 /// X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_channel(std::string_view name, const ChannelParams& params,
                                              const CreateOptions& options = {});

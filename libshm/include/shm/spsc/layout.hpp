@@ -323,8 +323,9 @@ enum class RecordCheck : std::uint8_t {
 }  // namespace ring
 
 /// The setup helpers (docs/idioms.md, "Lifecycle"): create_ring makes the
-/// segment and open_ring opens it, neither attaches; RingProducer/RingConsumer
-/// `::attach(segment)` adopts the result. X::create / X::open do both in one step.
+/// segment and open_ring opens it, neither attaches; the attach(segment) of
+/// RingProducer and RingConsumer adopts the result. X::create / X::open do both
+/// in one step.
 [[nodiscard]] Result<Segment> create_ring(std::string_view name, const RingParams& params,
                                           const CreateOptions& options = {});
 /// Opens a ring segment (no attachment) and checks it is one of `expected`'s
