@@ -113,7 +113,8 @@ struct Rejection {
   std::uint8_t label_size = 0;              ///< bytes of label_bytes in use
   std::array<char, 2 * ledger::kLabelBytes + 1> label_bytes{};  ///< "pool/account" fits
 
-  /// The refusing scope's label ("" for global and the ticket scope's table limit).
+  /// The refusing scope's label: "global", the partition, the category, "pool/account",
+  /// "pool/tickets", "tickets" or the bucket.
   [[nodiscard]] std::string_view label() const noexcept { return {label_bytes.data(), label_size}; }
   /// "category 'frames' refused 200 bytes: used 900, limit 1000"
   [[nodiscard]] std::string describe() const;
@@ -175,11 +176,11 @@ struct LedgerConfig {
 
 /// One account's counters.
 struct AccountState {
-  std::string label;             ///< the account's label ("" for global and partitions)
-  std::int64_t limit = 0;        ///< bytes it may use
-  std::int64_t used = 0;         ///< bytes in use (reserved or committed)
-  std::int64_t reserved = 0;     ///< of used, not committed yet
-  std::uint64_t tickets = 0;     ///< live tickets charged to it
+  std::string label;          ///< the account's label ("global", "ordinary", "control" for those)
+  std::int64_t limit = 0;     ///< bytes it may use
+  std::int64_t used = 0;      ///< bytes in use (reserved or committed)
+  std::int64_t reserved = 0;  ///< of used, not committed yet
+  std::uint64_t tickets = 0;  ///< live tickets charged to it
   std::uint64_t rejections = 0;  ///< statistics: reservations it refused
   /// Every field equal.
   friend bool operator==(const AccountState&, const AccountState&) = default;
