@@ -117,10 +117,10 @@ struct RelayEvent {
 
 /// Projections and counters, readable by any process without the mutex.
 struct RelaySnapshot {
-  PolicyId policy = 0;                        ///< the merge policy's id
-  std::string policy_name;                    ///< its name ("" when not registered in this process)
-  MergeFlags flags;                           ///< its flags
-  Backpressure backpressure;                  ///< the backpressure policy in force
+  PolicyId policy = 0;        ///< the merge policy's id
+  std::string policy_name;    ///< its name ("policy-N" when not registered in this process)
+  MergeFlags flags;           ///< its flags
+  Backpressure backpressure;  ///< the backpressure policy in force
   EgressOrder egress = EgressOrder::Arrival;  ///< how the egress is consumed
   std::uint32_t value_bytes = 0;              ///< largest value, bytes
   std::uint32_t max_entries = 0;              ///< entries the head can hold
@@ -351,7 +351,7 @@ class RelayReader : public relay::detail::Handle {
   RelayReader() noexcept;
   /// Takes over the other's attachment, batch in hand and threads.
   RelayReader(RelayReader&&) noexcept;
-  /// Gives up this reader's handle, then takes over the other's.
+  /// Detaches this reader (joining its threads), then takes over the other's.
   RelayReader& operator=(RelayReader&&) noexcept;
   ~RelayReader();
 
