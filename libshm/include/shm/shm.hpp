@@ -1,6 +1,7 @@
-// Everything a program that uses libshm needs, in one include: segments, the
-// structures' handles, the ledger and the programs' describe tree. Including
-// the individual headers (shm/<structure>/...) is equivalent and compiles less.
+/// @file
+/// Everything a program that uses libshm needs, in one include: segments, the
+/// structures' handles, the ledger and the programs' describe tree. Including
+/// the individual headers (`shm/<structure>/...`) is equivalent and compiles less.
 #pragma once
 
 #include "shm/channel/consumer.hpp"

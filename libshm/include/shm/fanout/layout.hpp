@@ -1,14 +1,15 @@
-// PriorityFanout files: K <= 64 MpmcRing segments `<base>.prio<i>` (priority 0
-// is the lowest) plus one `<base>.bitmap` segment (kind fanout_bitmap) that
-// holds the 64-bit bitmap of non-empty priorities, the drainers' futex word
-// and the incarnations of the K rings it was created with.
-//
-// Parking. A futex waits on a 32-bit word, the bitmap is 64-bit: drainers park
-// on a separate 32-bit `epoch` word next to it (same cache line, so reading it
-// costs a submitter nothing), not on a half of the bitmap — a half would miss
-// submits to priorities in the other half. Submitters bump `epoch` and wake
-// only when the `waiters` set (a count and one bit per attachment slot of a
-// parked drainer, mpmc/parked_set.hpp; same line) says a drainer may be parked.
+/// @file
+/// PriorityFanout files: K <= 64 MpmcRing segments `<base>.prio<i>` (priority 0
+/// is the lowest) plus one `<base>.bitmap` segment (kind fanout_bitmap) that
+/// holds the 64-bit bitmap of non-empty priorities, the drainers' futex word
+/// and the incarnations of the K rings it was created with.
+///
+/// Parking. A futex waits on a 32-bit word, the bitmap is 64-bit: drainers park
+/// on a separate 32-bit `epoch` word next to it (same cache line, so reading it
+/// costs a submitter nothing), not on a half of the bitmap — a half would miss
+/// submits to priorities in the other half. Submitters bump `epoch` and wake
+/// only when the `waiters` set (a count and one bit per attachment slot of a
+/// parked drainer, mpmc/parked_set.hpp; same line) says a drainer may be parked.
 #pragma once
 
 #include "shm/error.hpp"
@@ -27,42 +28,47 @@
 
 namespace shm {
 
+/// The parameters of a priority fanout: its K rings and their cells.
 struct FanoutParams {
-  std::uint32_t priorities = 0;   // K in [1, 64]; 0 on open = accept any
-  std::uint64_t ring_cells = 0;   // cells per priority, a power of two; 0 on open = any
-  std::uint64_t slot_bytes = 48;  // largest payload in bytes; 0 on open = any
+  std::uint32_t priorities = 0;   ///< K in [1, 64]; 0 on open = accept any
+  std::uint64_t ring_cells = 0;   ///< cells per priority, a power of two; 0 on open = any
+  std::uint64_t slot_bytes = 48;  ///< largest payload in bytes; 0 on open = any
 };
 
 namespace fanout {
 
+/// Most priorities: one bit each in the 64-bit bitmap.
 inline constexpr std::uint32_t kMaxPriorities = 64;
 
-// Role ids shown in the attachment tables: FanoutProducer ("submitter"),
-// FanoutConsumer ("drainer"), PriorityFanout (a peer: both).
-inline constexpr RoleSpec kSubmitterRole{0, false, "submitter"};
-inline constexpr RoleSpec kDrainerRole{1, false, "drainer"};
-inline constexpr RoleSpec kPeerRole{2, false, "peer"};
+/// @name Roles
+/// Role ids shown in the attachment tables (non-exclusive).
+///@{
+inline constexpr RoleSpec kSubmitterRole{0, false, "submitter"};  ///< a FanoutProducer
+inline constexpr RoleSpec kDrainerRole{1, false, "drainer"};      ///< a FanoutConsumer
+inline constexpr RoleSpec kPeerRole{2, false, "peer"};  ///< a PriorityFanout: submits and drains
+///@}
 
+/// The data area of the `<base>.bitmap` segment.
 struct Control {
-  // Read by every submit and drain; written by a submit that sets a clear bit,
-  // a drain that finds a stale bit, and drainers around a park.
+  /// Read by every submit and drain; written by a submit that sets a clear bit,
+  /// a drain that finds a stale bit, and drainers around a park.
   struct alignas(kFalseSharingRange) Hot {
-    std::atomic<std::uint64_t> bitmap;  // bit i: ring i may be non-empty (a hint)
-    std::atomic<std::uint32_t> epoch;   // futex word drainers park on
-    std::uint32_t reserved;
-    mpmc::ParkedSet waiters;  // slots of parked drainers
-  } hot;
-  // Statistics, written on slow paths only.
+    std::atomic<std::uint64_t> bitmap;  ///< bit i: ring i may be non-empty (a hint)
+    std::atomic<std::uint32_t> epoch;   ///< futex word drainers park on
+    std::uint32_t reserved;             ///< zero
+    mpmc::ParkedSet waiters;            ///< slots of parked drainers
+  } hot;                                ///< the line every submit and drain reads
+  /// Statistics, written on slow paths only.
   struct alignas(kFalseSharingRange) Stats {
-    std::atomic<std::uint64_t> stale_retries;  // pops that found a set bit over an empty ring
-    std::atomic<std::uint64_t> parks;          // pop_highest() went to wait
-    std::atomic<std::uint64_t> wakeups;        // futex wakes issued to drainers
-  } stats;
-  // Immutable after create: header incarnation of each `<base>.prio<i>`, so a
-  // ring re-created on its own is refused instead of silently mixed in.
+    std::atomic<std::uint64_t> stale_retries;  ///< pops that found a set bit over an empty ring
+    std::atomic<std::uint64_t> parks;          ///< pop_highest() went to wait
+    std::atomic<std::uint64_t> wakeups;        ///< futex wakes issued to drainers
+  } stats;                                     ///< statistics
+  /// Immutable after create: header incarnation of each `<base>.prio<i>`, so a
+  /// ring re-created on its own is refused instead of silently mixed in.
   struct alignas(kFalseSharingRange) Rings {
-    std::uint64_t incarnation[kMaxPriorities];
-  } rings;
+    std::uint64_t incarnation[kMaxPriorities];  ///< index: priority; unused past K
+  } rings;                                      ///< the rings this fanout was created with
 };
 static_assert(std::is_standard_layout_v<Control>);
 static_assert(offsetof(Control, hot.epoch) == 8);
@@ -74,26 +80,32 @@ static_assert(sizeof(Control) == 2 * kFalseSharingRange + kMaxPriorities * 8);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
+/// The bitmap segment's fingerprint (it includes the rings' mpmc::kFingerprint).
 inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
     {kHeaderFingerprint, 0x46414e4f /* "FANO" */, sizeof(Control), offsetof(Control, hot.epoch),
      offsetof(Control, hot.waiters), offsetof(Control, stats), offsetof(Control, rings),
      kMaxPriorities, kFalseSharingRange, mpmc::kFingerprint, sizeof(mpmc::ParkedSet)});
 
+/// The bitmap segment's parameter block: the FanoutParams it was created with.
 struct ParamBlock {
-  std::uint32_t priorities;
-  std::uint32_t reserved;
-  std::uint64_t ring_cells;
-  std::uint64_t slot_bytes;
+  std::uint32_t priorities;  ///< K
+  std::uint32_t reserved;    ///< zero
+  std::uint64_t ring_cells;  ///< cells per ring
+  std::uint64_t slot_bytes;  ///< largest payload, bytes
 };
 static_assert(sizeof(ParamBlock) == 24);
 
+/// `<base>.bitmap`: the name of the bitmap segment.
 [[nodiscard]] std::string bitmap_name(std::string_view base);
+/// `<base>.prio<priority>`: the name of one ring.
 [[nodiscard]] std::string ring_name(std::string_view base, std::uint32_t priority);
-// The base name of a `<base>.bitmap` segment name (empty when it is not one).
+/// The base name of a `<base>.bitmap` segment name (empty when it is not one).
 [[nodiscard]] std::string base_of(std::string_view bitmap_segment_name);
 
+/// InvalidArgument unless priorities is in [1, kMaxPriorities] and the rings'
+/// parameters pass mpmc::validate().
 [[nodiscard]] Result<void> validate(const FanoutParams& params);
-// The KindSpec of the bitmap segment for create (exact) or open (0 = any).
+/// The KindSpec of the bitmap segment for create (exact) or open (0 = any).
 [[nodiscard]] KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage);
 
 }  // namespace fanout

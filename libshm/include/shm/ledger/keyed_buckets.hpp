@@ -1,21 +1,22 @@
-// Token buckets per key (a peer address, a client id) with idle-key
-// reclamation. Every key has the same set of buckets (up to 16, e.g. connects
-// per second and publishes per second); a key also counts live references (a
-// connection of that peer). The table is bounded: it never grows past
-// `max_keys`.
-//
-// Idle-key rule (the specification): a key is removed only when it has no
-// reference AND every one of its buckets is full at the time of the scan.
-// Removing a key whose bucket is still refilling would forget a debt and let
-// its owner start over with a full burst; a TTL alone is not enough.
-//
-// reclaim_idle() scans at most `max_scan` keys from a rotating cursor, so its
-// cost is bounded whatever the table size; admit() on a full table runs one
-// such scan before it says TableFull.
-//
-// Process-local (no sharing, no lock): the shared form of a bucket is the
-// Ledger's; this table is for per-peer state a single process keeps. Not
-// thread-safe: one thread uses it, or the caller serialises.
+/// @file
+/// Token buckets per key (a peer address, a client id) with idle-key
+/// reclamation. Every key has the same set of buckets (up to 16, e.g. connects
+/// per second and publishes per second); a key also counts live references (a
+/// connection of that peer). The table is bounded: it never grows past
+/// `max_keys`.
+///
+/// Idle-key rule (the specification): a key is removed only when it has no
+/// reference AND every one of its buckets is full at the time of the scan.
+/// Removing a key whose bucket is still refilling would forget a debt and let
+/// its owner start over with a full burst; a TTL alone is not enough.
+///
+/// reclaim_idle() scans at most `max_scan` keys from a rotating cursor, so its
+/// cost is bounded whatever the table size; admit() on a full table runs one
+/// such scan before it says TableFull.
+///
+/// Process-local (no sharing, no lock): the shared form of a bucket is the
+/// Ledger's; this table is for per-peer state a single process keeps. Not
+/// thread-safe: one thread uses it, or the caller serialises.
 #pragma once
 
 #include "shm/error.hpp"
@@ -30,47 +31,56 @@
 
 namespace shm {
 
+/// One bucket every key of a KeyedBuckets has.
 struct KeyedBucketSpec {
-  std::int64_t rate_per_sec = 0;
-  std::int64_t burst = 0;
+  std::int64_t rate_per_sec = 0;  ///< tokens gained per second, >= 0
+  std::int64_t burst = 0;         ///< most tokens the bucket holds (a new key starts full), >= 0
 };
 
+/// What KeyedBuckets::admit() decided.
 enum class AdmitStatus : std::uint8_t {
-  Admitted,   // every bucket of the key paid its cost
-  Refused,    // a bucket had too few tokens: nothing changed
-  TableFull,  // the key is new and no idle key could be reclaimed: nothing changed
+  Admitted,   ///< every bucket of the key paid its cost
+  Refused,    ///< a bucket had too few tokens: nothing changed
+  TableFull,  ///< the key is new and no idle key could be reclaimed: nothing changed
 };
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(AdmitStatus v) noexcept;
 
+/// A bounded, process-local table of token buckets per key (see the file comment).
 class KeyedBuckets {
  public:
-  // 1 to 16 buckets per key (rate, burst >= 0); max_keys >= 1.
+  /// 1 to 16 buckets per key (rate, burst >= 0); max_keys >= 1.
   [[nodiscard]] static Result<KeyedBuckets> make(std::vector<KeyedBucketSpec> per_key,
                                                  std::uint32_t max_keys);
 
-  // Debits costs[i] from bucket i of `key` (costs.size() == buckets per key),
-  // all or nothing, at `now_ms`; a new key starts with full buckets. Errors:
-  // a wrong number of costs, a negative cost or time (InvalidArgument).
+  /// Debits costs[i] from bucket i of `key` (costs.size() == buckets per key),
+  /// all or nothing, at `now_ms`; a new key starts with full buckets. Errors:
+  /// a wrong number of costs, a negative cost or time (InvalidArgument).
   [[nodiscard]] Result<AdmitStatus> admit(std::string_view key, std::span<const std::int64_t> costs,
                                           std::int64_t now_ms);
-  // A live reference to `key` (it is never reclaimed while referenced).
-  // NotFound for an unknown key; release() of an unreferenced key: InvalidArgument.
+  /// A live reference to `key` (it is never reclaimed while referenced).
+  /// NotFound for an unknown key; release() of an unreferenced key: InvalidArgument.
   [[nodiscard]] Result<void> retain(std::string_view key);
+  /// Gives back a reference retain() took.
   [[nodiscard]] Result<void> release(std::string_view key);
 
-  // Scans up to `max_scan` keys from the rotating cursor and removes each one
-  // that is idle at `now_ms`; returns how many it removed.
+  /// Scans up to `max_scan` keys from the rotating cursor and removes each one
+  /// that is idle at `now_ms`; returns how many it removed.
   std::size_t reclaim_idle(std::int64_t now_ms, std::size_t max_scan = kDefaultScan);
-  // Whether `key` would be reclaimed at `now_ms` (false for an unknown key).
+  /// Whether `key` would be reclaimed at `now_ms` (false for an unknown key).
   [[nodiscard]] bool idle(std::string_view key, std::int64_t now_ms) const;
 
+  /// Whether `key` is in the table.
   [[nodiscard]] bool contains(std::string_view key) const;
+  /// Keys in the table.
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  /// The most keys the table holds.
   [[nodiscard]] std::uint32_t max_keys() const noexcept { return max_keys_; }
-  // Whole tokens of bucket `bucket` of `key` at `now_ms` (NotFound / InvalidArgument).
+  /// Whole tokens of bucket `bucket` of `key` at `now_ms` (NotFound / InvalidArgument).
   [[nodiscard]] Result<std::int64_t> available(std::string_view key, std::size_t bucket,
                                                std::int64_t now_ms) const;
 
+  /// reclaim_idle()'s default `max_scan`.
   static constexpr std::size_t kDefaultScan = 32;
 
  private:

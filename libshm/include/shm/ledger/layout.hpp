@@ -1,25 +1,26 @@
-// The binary layout of a ledger segment (kind 5). Everything here lives in the
-// mapping and is shared by every attached process; process-local handles are
-// in ledger/ledger.hpp.
-//
-// Data area (after the kHeaderSize header), offsets from LedgerGeometry:
-//   LedgerControl                  mutex, seqlock version, stats, global and
-//                                  partition accounts, table sizes, journal
-//   Category   [max_categories]    named category accounts (append-only)
-//   Pool       [max_pools]         owner pools, up to kPoolAccounts accounts each
-//   TicketSlot [max_tickets]       the bounded ticket table: the source of truth
-//                                  (owner, pool, category, bytes, pending offer)
-//   u32        [max_tickets]       stack of free ticket indices (derived)
-//   Bucket     [max_buckets]       token buckets (append-only definitions)
-//
-// Primary state: the ticket table (a ticket's owner and pending offer
-// included), the pool/category/bucket definitions (a pool's owner, or
-// kOrphanedPool) and bucket levels. Derived state: every account's used/reserved/tickets, the
-// live-ticket count and the free stack; repair() recomputes all of it from the
-// tickets. Every field is an atomic so that shmctl and metrics may read
-// without the lock (relaxed loads; the seqlock `version` tells a consistent
-// snapshot); writers hold the robust mutex and use plain relaxed loads/stores
-// (no read-modify-write instructions are needed under the lock).
+/// @file
+/// The binary layout of a ledger segment (kind 5). Everything here lives in the
+/// mapping and is shared by every attached process; process-local handles are
+/// in ledger/ledger.hpp.
+///
+/// Data area (after the kHeaderSize header), offsets from LedgerGeometry:
+///   LedgerControl                  mutex, seqlock version, stats, global and
+///                                  partition accounts, table sizes, journal
+///   Category   [max_categories]    named category accounts (append-only)
+///   Pool       [max_pools]         owner pools, up to kPoolAccounts accounts each
+///   TicketSlot [max_tickets]       the bounded ticket table: the source of truth
+///                                  (owner, pool, category, bytes, pending offer)
+///   u32        [max_tickets]       stack of free ticket indices (derived)
+///   Bucket     [max_buckets]       token buckets (append-only definitions)
+///
+/// Primary state: the ticket table (a ticket's owner and pending offer
+/// included), the pool/category/bucket definitions (a pool's owner, or
+/// kOrphanedPool) and bucket levels. Derived state: every account's used/reserved/tickets, the
+/// live-ticket count and the free stack; repair() recomputes all of it from the
+/// tickets. Every field is an atomic so that shmctl and metrics may read
+/// without the lock (relaxed loads; the seqlock `version` tells a consistent
+/// snapshot); writers hold the robust mutex and use plain relaxed loads/stores
+/// (no read-modify-write instructions are needed under the lock).
 #pragma once
 
 #include "shm/ledger/token_bucket.hpp"
@@ -38,169 +39,209 @@ namespace shm {
 
 namespace ledger {
 
-inline constexpr std::size_t kLabelBytes = 32;
-inline constexpr std::uint32_t kMaxCategories = 64;  // a pool account's category set is a u64 mask
-inline constexpr std::uint32_t kPoolAccounts = 4;
-inline constexpr std::uint32_t kMaxPools = 1u << 16;
-inline constexpr std::uint32_t kMaxTickets = 1u << 22;
-inline constexpr std::uint32_t kMaxBuckets = 1u << 12;
-inline constexpr std::uint32_t kPartitions = 2;  // ordinary, control
+inline constexpr std::size_t kLabelBytes = 32;  ///< longest label, bytes
+/// Most categories: a pool account's category set is a u64 mask.
+inline constexpr std::uint32_t kMaxCategories = 64;
+inline constexpr std::uint32_t kPoolAccounts = 4;       ///< most accounts per pool
+inline constexpr std::uint32_t kMaxPools = 1u << 16;    ///< largest max_pools
+inline constexpr std::uint32_t kMaxTickets = 1u << 22;  ///< largest max_tickets
+inline constexpr std::uint32_t kMaxBuckets = 1u << 12;  ///< largest max_buckets
+inline constexpr std::uint32_t kPartitions = 2;         ///< ordinary, control
 
-// A label of up to 32 bytes, NUL-padded, stored as words so that unlocked
-// readers never race on plain bytes.
+/// A label of up to 32 bytes, NUL-padded, stored as words so that unlocked
+/// readers never race on plain bytes.
 struct Label {
-  std::atomic<std::uint64_t> words[kLabelBytes / 8];
+  std::atomic<std::uint64_t> words[kLabelBytes / 8];  ///< the bytes, 8 per word in memory order
 };
 
+/// A byte budget: its limit and what live tickets hold of it. Written under the mutex.
 struct Account {
-  std::atomic<std::int64_t> limit;        // fixed while the account exists
-  std::atomic<std::int64_t> used;         // derived: bytes of live tickets (reserved + committed)
-  std::atomic<std::int64_t> reserved;     // derived: of `used`, bytes not committed yet
-  std::atomic<std::uint64_t> tickets;     // derived: live tickets charged here
-  std::atomic<std::uint64_t> rejections;  // statistics: reservations this account refused
+  std::atomic<std::int64_t> limit;        ///< fixed while the account exists
+  std::atomic<std::int64_t> used;         ///< derived: bytes of live tickets (reserved + committed)
+  std::atomic<std::int64_t> reserved;     ///< derived: of `used`, bytes not committed yet
+  std::atomic<std::uint64_t> tickets;     ///< derived: live tickets charged here
+  std::atomic<std::uint64_t> rejections;  ///< statistics: reservations this account refused
 };
 
+/// A named category account (append-only: defined once, never removed).
 struct Category {
-  Label label;
-  Account account;
-  std::atomic<std::uint32_t> partition;  // 0 ordinary, 1 control
-  std::uint32_t reserved0;
+  Label label;                           ///< the category's name
+  Account account;                       ///< its budget
+  std::atomic<std::uint32_t> partition;  ///< 0 ordinary, 1 control
+  std::uint32_t reserved0;               ///< zero
 };
 
+/// One account of a pool, covering a set of categories.
 struct PoolAccount {
-  Label label;
-  Account account;
-  std::atomic<std::uint64_t> categories;  // bit c set: category c is charged here
+  Label label;                            ///< the account's name
+  Account account;                        ///< its budget
+  std::atomic<std::uint64_t> categories;  ///< bit c set: category c is charged here
 };
 
-enum class PoolStatus : std::uint32_t { Free = 0, Open = 1 };
+/// Pool::state.
+enum class PoolStatus : std::uint32_t {
+  Free = 0,  ///< the row holds no pool
+  Open = 1   ///< the row holds an open pool
+};
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(PoolStatus v) noexcept;
 
-// Pool.owner_slot of an orphaned pool: its owner left (detached, or was
-// reclaimed) while other owners still held tickets in it. Nobody owns it; it
-// closes when its last ticket is released (or moved out by replace).
+/// Pool.owner_slot of an orphaned pool: its owner left (detached, or was
+/// reclaimed) while other owners still held tickets in it. Nobody owns it; it
+/// closes when its last ticket is released (or moved out by replace).
 inline constexpr std::uint32_t kOrphanedPool = 0xFFFF'FFFFu;
 
+/// An owner pool (a connection, a session, a process): up to kPoolAccounts accounts.
 struct Pool {
-  std::atomic<std::uint32_t> state;       // PoolStatus; Open is published last (release)
-  std::atomic<std::uint32_t> generation;  // +1 per open: (index, generation) names a pool
-  std::atomic<std::uint32_t> owner_slot;  // attachment that opened it, or kOrphanedPool
-  std::atomic<std::uint32_t> owner_generation;
-  std::atomic<std::uint32_t> account_count;  // <= kPoolAccounts
-  std::atomic<std::uint32_t> ticket_limit;   // 0: only the ticket table bounds it
-  std::atomic<std::uint64_t> tickets;        // derived: live tickets charged to this pool
-  std::atomic<std::uint64_t> rejections;     // statistics
-  Label label;
-  PoolAccount accounts[kPoolAccounts];
+  std::atomic<std::uint32_t> state;             ///< PoolStatus; Open is published last (release)
+  std::atomic<std::uint32_t> generation;        ///< +1 per open: (index, generation) names a pool
+  std::atomic<std::uint32_t> owner_slot;        ///< attachment that opened it, or kOrphanedPool
+  std::atomic<std::uint32_t> owner_generation;  ///< that attachment's generation
+  std::atomic<std::uint32_t> account_count;     ///< <= kPoolAccounts
+  std::atomic<std::uint32_t> ticket_limit;      ///< 0: only the ticket table bounds it
+  std::atomic<std::uint64_t> tickets;           ///< derived: live tickets charged to this pool
+  std::atomic<std::uint64_t> rejections;        ///< statistics: reservations this pool refused
+  Label label;                                  ///< the pool's name
+  PoolAccount accounts[kPoolAccounts];          ///< the first account_count are in use
 };
 
-enum class TicketState : std::uint32_t { Free = 0, Reserved = 1, Committed = 2 };
+/// TicketSlot::state.
+enum class TicketState : std::uint32_t {
+  Free = 0,      ///< the row holds no ticket (its index is on the free stack)
+  Reserved = 1,  ///< bytes reserved, not committed yet
+  Committed = 2  ///< bytes committed
+};
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(TicketState v) noexcept;
 
+/// One ticket: bytes charged to a pool and a category, held by an attachment.
+/// The ticket table is the ledger's source of truth.
 struct TicketSlot {
-  std::atomic<std::uint32_t> state;       // TicketState; published last (release) by reserve
-  std::atomic<std::uint32_t> generation;  // +1 per reservation: a stale handle never matches
-  std::atomic<std::uint32_t> owner_slot;  // attachment slot of the owner
-  std::atomic<std::uint32_t> owner_generation;
-  std::atomic<std::uint32_t> pool;
-  std::atomic<std::uint32_t> pool_generation;
-  std::atomic<std::uint32_t> category;
-  // Hand-off: 1 while the owner offers the ticket to attachment (offer_slot,
-  // offer_generation); stored last by offer() (release), cleared first.
+  std::atomic<std::uint32_t> state;       ///< TicketState; published last (release) by reserve
+  std::atomic<std::uint32_t> generation;  ///< +1 per reservation: a stale handle never matches
+  std::atomic<std::uint32_t> owner_slot;  ///< attachment slot of the owner
+  std::atomic<std::uint32_t> owner_generation;  ///< that slot's attachment generation
+  std::atomic<std::uint32_t> pool;              ///< index of the pool charged
+  std::atomic<std::uint32_t> pool_generation;   ///< that pool's generation
+  std::atomic<std::uint32_t> category;          ///< index of the category charged
+  /// Hand-off: 1 while the owner offers the ticket to attachment (offer_slot,
+  /// offer_generation); stored last by offer() (release), cleared first.
   std::atomic<std::uint32_t> offered;
-  std::atomic<std::int64_t> bytes;
-  std::atomic<std::uint32_t> offer_slot;
-  std::atomic<std::uint32_t> offer_generation;
+  std::atomic<std::int64_t> bytes;              ///< bytes charged
+  std::atomic<std::uint32_t> offer_slot;        ///< attachment slot offered the ticket
+  std::atomic<std::uint32_t> offer_generation;  ///< that slot's attachment generation
 };
 
+/// A token bucket (append-only definition; its level changes on admit).
 struct Bucket {
-  Label label;
-  std::atomic<std::int64_t> rate;    // tokens per second
-  std::atomic<std::int64_t> burst;   // capacity in tokens
-  std::atomic<std::int64_t> tokens;  // whole tokens in [0, burst]
-  std::atomic<std::uint32_t> frac;   // units of the next token (token_bucket::kUnitsPerToken)
-  std::atomic<std::uint32_t> started;
-  std::atomic<std::int64_t> last_ms;
-  std::atomic<std::uint64_t> admits;      // statistics: admissions that included this bucket
-  std::atomic<std::uint64_t> rejections;  // statistics: admissions this bucket refused
+  Label label;                         ///< the bucket's name
+  std::atomic<std::int64_t> rate;      ///< tokens per second
+  std::atomic<std::int64_t> burst;     ///< capacity in tokens
+  std::atomic<std::int64_t> tokens;    ///< whole tokens in [0, burst]
+  std::atomic<std::uint32_t> frac;     ///< units of the next token (token_bucket::kUnitsPerToken)
+  std::atomic<std::uint32_t> started;  ///< 0 until the first refill fixes last_ms
+  std::atomic<std::int64_t> last_ms;   ///< monotonic ms of the last refill
+  std::atomic<std::uint64_t> admits;   ///< statistics: admissions that included this bucket
+  std::atomic<std::uint64_t> rejections;  ///< statistics: admissions this bucket refused
 };
 
-// Undo journal for the multi-word updates of primary state: replace (one
-// ticket), hand-over (one ticket's owner and offer) and admit (up to 16
-// buckets; also the settle of `set bucket.X.rate`). The old images are written first, then
-// `op` (the journal's commit point), then the change, then op = None. A repairer
-// that finds op != None restores the images: the interrupted operation never
-// happened.
-enum class JournalOp : std::uint32_t { None = 0, Replace = 1, Admit = 2, HandOver = 3 };
+/// Undo journal for the multi-word updates of primary state: replace (one
+/// ticket), hand-over (one ticket's owner and offer) and admit (up to 16
+/// buckets; also the settle of `set bucket.X.rate`). The old images are written first, then
+/// `op` (the journal's commit point), then the change, then op = None. A repairer
+/// that finds op != None restores the images: the interrupted operation never
+/// happened.
+enum class JournalOp : std::uint32_t {
+  None = 0,     ///< nothing in progress
+  Replace = 1,  ///< a ticket's pool, category or bytes changing (ticket_image)
+  Admit = 2,    ///< bucket levels changing (buckets[0, count))
+  HandOver = 3  ///< a ticket's owner and offer changing (ticket_image)
+};
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
+/// The old image of the ticket a Replace or HandOver changes.
 struct TicketImage {
-  std::atomic<std::uint32_t> pool;
-  std::atomic<std::uint32_t> pool_generation;
-  std::atomic<std::int64_t> bytes;
-  std::atomic<std::uint32_t> owner_slot;  // HandOver: the owner and offer before it
-  std::atomic<std::uint32_t> owner_generation;
-  std::atomic<std::uint32_t> offer_slot;
-  std::atomic<std::uint32_t> offer_generation;
-  std::atomic<std::uint32_t> offered;
-  std::uint32_t reserved0;
+  std::atomic<std::uint32_t> pool;              ///< its pool
+  std::atomic<std::uint32_t> pool_generation;   ///< that pool's generation
+  std::atomic<std::int64_t> bytes;              ///< its bytes
+  std::atomic<std::uint32_t> owner_slot;        ///< HandOver: the owner and offer before it
+  std::atomic<std::uint32_t> owner_generation;  ///< HandOver: see owner_slot
+  std::atomic<std::uint32_t> offer_slot;        ///< HandOver: see owner_slot
+  std::atomic<std::uint32_t> offer_generation;  ///< HandOver: see owner_slot
+  std::atomic<std::uint32_t> offered;           ///< HandOver: see owner_slot
+  std::uint32_t reserved0;                      ///< zero
 };
 
+/// The old level of one bucket an Admit changes.
 struct BucketImage {
-  std::atomic<std::uint32_t> index;
-  std::atomic<std::uint32_t> frac;
-  std::atomic<std::uint32_t> started;
-  std::uint32_t reserved0;
-  std::atomic<std::int64_t> tokens;
-  std::atomic<std::int64_t> last_ms;
+  std::atomic<std::uint32_t> index;    ///< which bucket
+  std::atomic<std::uint32_t> frac;     ///< its frac before
+  std::atomic<std::uint32_t> started;  ///< its started before
+  std::uint32_t reserved0;             ///< zero
+  std::atomic<std::int64_t> tokens;    ///< its tokens before
+  std::atomic<std::int64_t> last_ms;   ///< its last_ms before
 };
 
+/// The undo journal (see JournalOp).
 struct Journal {
-  std::atomic<std::uint32_t> op;  // JournalOp
-  std::atomic<std::uint32_t> count;
-  std::atomic<std::uint32_t> ticket;
-  std::uint32_t reserved0;
-  TicketImage ticket_image;
-  BucketImage buckets[kMaxConstraints];
+  std::atomic<std::uint32_t> op;         ///< JournalOp
+  std::atomic<std::uint32_t> count;      ///< Admit: entries of `buckets` in use
+  std::atomic<std::uint32_t> ticket;     ///< Replace / HandOver: the ticket's index
+  std::uint32_t reserved0;               ///< zero
+  TicketImage ticket_image;              ///< Replace / HandOver: the ticket before
+  BucketImage buckets[kMaxConstraints];  ///< Admit: the buckets before
 };
 
-// Rejection scopes, in the order reserve() checks them.
-enum class Scope : std::uint8_t { Tickets = 0, Global, Partition, Category, Pool, Bucket };
-inline constexpr std::size_t kScopes = 6;
+/// Rejection scopes, in the order reserve() checks them.
+enum class Scope : std::uint8_t {
+  Tickets = 0,  ///< no free ticket, or the pool's ticket cap
+  Global,       ///< the global account
+  Partition,    ///< the category's partition
+  Category,     ///< the category's account
+  Pool,         ///< the pool account covering the category
+  Bucket        ///< a token bucket (admit)
+};
+inline constexpr std::size_t kScopes = 6;  ///< number of Scope values
 
+/// Lifetime statistics, counted under the mutex; never reset.
 struct Stats {
-  std::atomic<std::uint64_t> reserves;  // successful
-  std::atomic<std::uint64_t> commits;
-  std::atomic<std::uint64_t> releases;
-  std::atomic<std::uint64_t> replaces;           // successful
-  std::atomic<std::uint64_t> admits;             // successful
-  std::atomic<std::uint64_t> refused_releases;   // stale, double or foreign release/commit/replace
-  std::atomic<std::uint64_t> repairs;            // EOWNERDEAD recoveries
-  std::atomic<std::uint64_t> reclaimed_tickets;  // released on behalf of dead owners
-  std::atomic<std::uint64_t> rejections[kScopes];
-  std::atomic<std::uint64_t> offers;     // hand-off: offers made
-  std::atomic<std::uint64_t> handovers;  // ownership moved: accepted, or handed over when the
-                                         // owner left with the ticket offered to a live attachment
+  std::atomic<std::uint64_t> reserves;          ///< successful
+  std::atomic<std::uint64_t> commits;           ///< successful
+  std::atomic<std::uint64_t> releases;          ///< successful
+  std::atomic<std::uint64_t> replaces;          ///< successful
+  std::atomic<std::uint64_t> admits;            ///< successful
+  std::atomic<std::uint64_t> refused_releases;  ///< stale, double or foreign release/commit/replace
+  std::atomic<std::uint64_t> repairs;           ///< EOWNERDEAD recoveries
+  std::atomic<std::uint64_t> reclaimed_tickets;    ///< released on behalf of dead owners
+  std::atomic<std::uint64_t> rejections[kScopes];  ///< refusals, by Scope
+  std::atomic<std::uint64_t> offers;               ///< hand-off: offers made
+  /// Ownership moved: accepted, or handed over when the owner left with the ticket offered to a
+  /// live attachment.
+  std::atomic<std::uint64_t> handovers;
 };
 
+/// The control block at the start of the data area.
 struct LedgerControl {
+  /// The mutex, the seqlock and the table counts.
   struct alignas(kFalseSharingRange) Lock {
-    detail::RobustMutex mutex;
-    // Seqlock over everything below: odd while a holder mutates. Stays odd if
-    // the holder dies inside, until the next locker repairs.
+    detail::RobustMutex mutex;  ///< robust, process-shared; EOWNERDEAD triggers repair
+    /// Seqlock over everything below: odd while a holder mutates. Stays odd if
+    /// the holder dies inside, until the next locker repairs.
     std::atomic<std::uint64_t> version;
-    std::atomic<std::uint32_t> faulted;  // nonzero: repair found damage; every operation fails
-    std::atomic<std::uint32_t> category_count;
-    std::atomic<std::uint32_t> bucket_count;
-    std::atomic<std::uint32_t> free_top;      // derived: entries in the free stack
-    std::atomic<std::uint64_t> live_tickets;  // derived
-    std::atomic<std::uint64_t> open_pools;    // derived
-  } lock;
-  // Global account, then the ordinary and control partitions.
+    std::atomic<std::uint32_t> faulted;  ///< nonzero: repair found damage; every operation fails
+    std::atomic<std::uint32_t> category_count;  ///< categories defined (release after the row)
+    std::atomic<std::uint32_t> bucket_count;    ///< buckets defined (release after the row)
+    std::atomic<std::uint32_t> free_top;        ///< derived: entries in the free stack
+    std::atomic<std::uint64_t> live_tickets;    ///< derived: tickets Reserved or Committed
+    std::atomic<std::uint64_t> open_pools;      ///< derived: pools Open
+  } lock;                                       ///< the lock block
+  /// Global account (limit global_limit), then the ordinary and control partitions.
   alignas(kFalseSharingRange) Account global;
-  Account partitions[kPartitions];
-  alignas(kFalseSharingRange) Stats stats;
-  alignas(kFalseSharingRange) Journal journal;
+  Account partitions[kPartitions];          ///< ordinary (global_limit - control_reserve), control
+                                            ///< (global_limit)
+  alignas(kFalseSharingRange) Stats stats;  ///< statistics
+  alignas(kFalseSharingRange) Journal journal;  ///< the undo journal
 };
 
 static_assert(std::is_standard_layout_v<Label> && sizeof(Label) == kLabelBytes);
@@ -223,27 +264,29 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
-// The parameter block stored in the header. On open, zero counts and a
-// negative global_limit / control_reserve mean "accept any".
+/// The parameter block stored in the header. On open, zero counts and a
+/// negative global_limit / control_reserve mean "accept any".
 struct ParamBlock {
-  std::int64_t global_limit;
-  std::int64_t control_reserve;
-  std::uint32_t max_tickets;
-  std::uint32_t max_categories;
-  std::uint32_t max_pools;
-  std::uint32_t max_buckets;
+  std::int64_t global_limit;     ///< bytes all tickets together may hold
+  std::int64_t control_reserve;  ///< of those, bytes only control categories may use
+  std::uint32_t max_tickets;     ///< rows of the ticket table, [1, kMaxTickets]
+  std::uint32_t max_categories;  ///< rows of the category table, [1, kMaxCategories]
+  std::uint32_t max_pools;       ///< rows of the pool table, [1, kMaxPools]
+  std::uint32_t max_buckets;     ///< rows of the bucket table, [0, kMaxBuckets]
 };
 static_assert(sizeof(ParamBlock) == 32 && std::is_trivially_copyable_v<ParamBlock>);
 
+/// Where the tables of the data area lie.
 struct Geometry {
-  std::uint64_t categories = 0;  // byte offsets from the data area's start
-  std::uint64_t pools = 0;
-  std::uint64_t tickets = 0;
-  std::uint64_t free_stack = 0;
-  std::uint64_t buckets = 0;
-  std::uint64_t data_size = 0;
+  std::uint64_t categories = 0;  ///< byte offsets from the data area's start
+  std::uint64_t pools = 0;       ///< offset of the pool table
+  std::uint64_t tickets = 0;     ///< offset of the ticket table
+  std::uint64_t free_stack = 0;  ///< offset of the free-index stack
+  std::uint64_t buckets = 0;     ///< offset of the bucket table
+  std::uint64_t data_size = 0;   ///< bytes of the whole data area
 };
 
+/// The Geometry of a ledger with parameters `p`.
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.categories = round_up(sizeof(LedgerControl), kFalseSharingRange);
@@ -258,6 +301,7 @@ struct Geometry {
   return g;
 }
 
+/// The segment fingerprint of this layout.
 inline constexpr std::uint64_t kFingerprint =
     layout_fingerprint({kHeaderFingerprint,
                         sizeof(LedgerControl),

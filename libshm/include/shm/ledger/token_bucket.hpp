@@ -1,20 +1,21 @@
-// Token buckets with exact fixed-point refill.
-//
-// A bucket holds at most `burst` tokens and gains `rate` tokens per second.
-// Time is a caller-supplied monotonic millisecond count (any process's
-// CLOCK_MONOTONIC, see monotonic_ms()). Fixed point: one token is
-// kUnitsPerToken units, so a rate of r tokens/s mints exactly r units per
-// millisecond — refill is integer arithmetic with no rounding, and the
-// fraction of the next token is kept between refills (rate 1/s asked every
-// 300 ms still yields a token every 1000 ms). Products are computed in 128
-// bits and saturate at burst, so no elapsed time or rate can overflow. A time
-// earlier than the last refill (a regression) mints nothing and does not move
-// the refill point back. Rate 0 never refills; burst 0 admits no positive cost;
-// a cost of 0 is always admitted.
-//
-// The shared, multi-bucket, all-or-nothing admission lives in the ledger
-// (Ledger::admit); this header holds the arithmetic both share and a
-// process-local TokenBucket that uses the same rules.
+/// @file
+/// Token buckets with exact fixed-point refill.
+///
+/// A bucket holds at most `burst` tokens and gains `rate` tokens per second.
+/// Time is a caller-supplied monotonic millisecond count (any process's
+/// CLOCK_MONOTONIC, see monotonic_ms()). Fixed point: one token is
+/// kUnitsPerToken units, so a rate of r tokens/s mints exactly r units per
+/// millisecond — refill is integer arithmetic with no rounding, and the
+/// fraction of the next token is kept between refills (rate 1/s asked every
+/// 300 ms still yields a token every 1000 ms). Products are computed in 128
+/// bits and saturate at burst, so no elapsed time or rate can overflow. A time
+/// earlier than the last refill (a regression) mints nothing and does not move
+/// the refill point back. Rate 0 never refills; burst 0 admits no positive cost;
+/// a cost of 0 is always admitted.
+///
+/// The shared, multi-bucket, all-or-nothing admission lives in the ledger
+/// (Ledger::admit); this header holds the arithmetic both share and a
+/// process-local TokenBucket that uses the same rules.
 #pragma once
 
 #include "shm/error.hpp"
@@ -26,38 +27,43 @@
 
 namespace shm {
 
-// A bucket of a ledger segment (index into its bucket table).
+/// A bucket of a ledger segment (index into its bucket table).
 struct BucketId {
-  std::uint32_t index = 0;
+  std::uint32_t index = 0;  ///< row of the segment's bucket table
+  /// Same row.
   friend bool operator==(BucketId, BucketId) = default;
 };
 
-// One (bucket, cost) term of an admission.
+/// One (bucket, cost) term of an admission.
 struct Constraint {
-  BucketId bucket;
-  std::int64_t cost = 0;
+  BucketId bucket;        ///< the bucket to debit
+  std::int64_t cost = 0;  ///< tokens to take, >= 0
 };
 
+/// Most terms of one admission (after coalescing, distinct buckets).
 inline constexpr std::size_t kMaxConstraints = 16;
 
-// CLOCK_MONOTONIC in milliseconds: the time base processes sharing buckets use.
+/// CLOCK_MONOTONIC in milliseconds: the time base processes sharing buckets use.
 [[nodiscard]] std::int64_t monotonic_ms() noexcept;
 
+/// The pure token-bucket arithmetic (a Level and its refill), shared by the ledger and
+/// KeyedBuckets.
 namespace token_bucket {
 
+/// Fixed-point units per token: refill keeps fractions of a token exactly.
 inline constexpr std::int64_t kUnitsPerToken = 1000;
 
-// Trivially constructible on purpose (hot paths keep arrays of them as scratch):
-// initialise with Level{} or Level{tokens, frac, started, last_ms}.
+/// Trivially constructible on purpose (hot paths keep arrays of them as scratch):
+/// initialise with Level{} or Level{tokens, frac, started, last_ms}.
 struct Level {
-  std::int64_t tokens;   // whole tokens in [0, burst]
-  std::uint32_t frac;    // units of the next token, [0, kUnitsPerToken); 0 when full
-  bool started;          // false until the first refill fixes last_ms
-  std::int64_t last_ms;  // time of the last refill
+  std::int64_t tokens;   ///< whole tokens in [0, burst]
+  std::uint32_t frac;    ///< units of the next token, [0, kUnitsPerToken); 0 when full
+  bool started;          ///< false until the first refill fixes last_ms
+  std::int64_t last_ms;  ///< time of the last refill
 };
 
-// Brings `level` up to `now_ms`. The first call only records the time (a
-// bucket starts full). Pure; the caller decides whether to store the result.
+/// Brings `level` up to `now_ms`. The first call only records the time (a
+/// bucket starts full). Pure; the caller decides whether to store the result.
 [[nodiscard]] inline Level refill(Level level, std::int64_t rate_per_sec, std::int64_t burst,
                                   std::int64_t now_ms) noexcept {
   if (!level.started) {
@@ -100,18 +106,18 @@ struct Level {
   return level;
 }
 
-// Rate and burst must be >= 0.
+/// Rate and burst must be >= 0.
 [[nodiscard]] Result<void> validate(std::int64_t rate_per_sec, std::int64_t burst);
 
-// One coalesced term; trivially constructible so that scratch arrays of them
-// cost nothing to declare.
+/// One coalesced term; trivially constructible so that scratch arrays of them
+/// cost nothing to declare.
 struct Term {
-  std::uint32_t bucket;
-  std::int64_t cost;
+  std::uint32_t bucket;  ///< BucketId::index
+  std::int64_t cost;     ///< summed cost, >= 0
 };
-// Coalesces into `out` (room for kMaxConstraints terms) and returns the number
-// of terms, or -1 when the input is malformed (more than kMaxConstraints terms,
-// a negative cost, a sum that overflows); coalesce() then says which.
+/// Coalesces into `out` (room for kMaxConstraints terms) and returns the number
+/// of terms, or -1 when the input is malformed (more than kMaxConstraints terms,
+/// a negative cost, a sum that overflows); coalesce() then says which.
 [[nodiscard]] inline int coalesce_into(std::span<const Constraint> in, Term* out) noexcept {
   if (in.size() > kMaxConstraints) return -1;
   int n = 0;
@@ -128,30 +134,36 @@ struct Term {
   return n;
 }
 
-// Constraints with one entry per bucket (first-appearance order), costs summed.
+/// Constraints with one entry per bucket (first-appearance order), costs summed.
 struct Coalesced {
-  std::array<Constraint, kMaxConstraints> items{};
-  std::size_t size = 0;
+  std::array<Constraint, kMaxConstraints> items{};  ///< the terms; the first `size` are used
+  std::size_t size = 0;                             ///< terms in use
+  /// The terms in use.
   [[nodiscard]] std::span<const Constraint> view() const noexcept { return {items.data(), size}; }
 };
-// Rejects more than kMaxConstraints terms, negative costs and sums that overflow
-// int64 — before anything is looked at or changed.
+/// Rejects more than kMaxConstraints terms, negative costs and sums that overflow
+/// int64 — before anything is looked at or changed.
 [[nodiscard]] Result<Coalesced> coalesce(std::span<const Constraint> constraints);
 
 }  // namespace token_bucket
 
-// A process-local token bucket (no sharing, no lock) with the same arithmetic.
+/// A process-local token bucket (no sharing, no lock) with the same arithmetic.
 class TokenBucket {
  public:
+  /// A full bucket of `burst` tokens gaining `rate_per_sec` a second;
+  /// InvalidArgument when either is negative.
   [[nodiscard]] static Result<TokenBucket> make(std::int64_t rate_per_sec, std::int64_t burst);
 
-  // Takes `cost` tokens at `now_ms` if available (true); otherwise changes
-  // nothing (false). Negative cost or time: InvalidArgument.
+  /// Takes `cost` tokens at `now_ms` if available (true); otherwise changes
+  /// nothing (false). Negative cost or time: InvalidArgument.
   [[nodiscard]] Result<bool> try_take(std::int64_t cost, std::int64_t now_ms);
-  // Whole tokens available at `now_ms` (without changing the bucket).
+  /// Whole tokens available at `now_ms` (without changing the bucket).
   [[nodiscard]] std::int64_t available(std::int64_t now_ms) const noexcept;
+  /// The level as of the last successful try_take() (nothing else stores a refill).
   [[nodiscard]] const token_bucket::Level& level() const noexcept { return level_; }
+  /// Tokens gained per second.
   [[nodiscard]] std::int64_t rate() const noexcept { return rate_; }
+  /// Most tokens the bucket holds.
   [[nodiscard]] std::int64_t burst() const noexcept { return burst_; }
 
  private:

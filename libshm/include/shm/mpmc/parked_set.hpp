@@ -1,36 +1,37 @@
-// ParkedSet: which attachment slots have a handle parked (or about to park) on
-// one futex word, laid out in shared memory. Used by the MPMC ring (parked
-// consumers, parked producers) and the priority fanout (parked drainers).
-//
-// One bit per attachment slot in `slots` (kMaxAttachments bits, several 64-bit
-// words), and `count`, an upper bound of the number of bits set. The side that
-// makes progress (a push, a pop, a submit) asks any() on its hot path: one
-// load of `count` when nobody is parked, the words only when somebody may be.
-//
-// The count is kept >= the bits set, at every point of its modification order:
-// - announce(): count +1 (seq_cst), then set the bit (seq_cst RMW); if the bit
-//   was already set (an earlier round of the same park), count -1.
-// - clear() (the waiter leaving its park; repair, reclaim or the slot's next
-//   holder clearing a dead holder's bit): clear the bit with an acquire RMW;
-//   only whoever actually cleared it does count -1. The acquire synchronizes
-//   with the release half of the RMW that set the bit (a release sequence
-//   runs through the other bits' RMWs), so the setter's +1 happens before this
-//   -1 and precedes it in the count's modification order: every -1 follows
-//   its own +1, and the count never drops below the bits set.
-// A process killed between its +1 and setting the bit, or between clearing a
-// bit and its -1, leaves the count one too high forever: wakers then read the
-// words (still exact) instead of stopping at the count. Never too low.
-//
-// Dekker (why a wake is not lost): a waiter runs announce(), then a seq_cst
-// load of the other side's position ([mpmc.W2] / [fanout.D2]); the other side
-// runs its seq_cst claim or publish, then any() (seq_cst loads). In the single
-// total order S, if any() returns false, either its count load precedes the
-// waiter's +1 (read after it, with the bit set, the count is not 0), or its
-// load of the waiter's word precedes the waiter's fetch_or (else it would see
-// the bit). Either way the claim precedes the waiter's load of the position
-// in S: the waiter sees it and does not sleep on it. Otherwise any() returns
-// true and the other side wakes. A bit cleared under a live waiter (a reclaim
-// race) is set again by its next park round; kMaxParkNs bounds that sleep.
+/// @file
+/// ParkedSet: which attachment slots have a handle parked (or about to park) on
+/// one futex word, laid out in shared memory. Used by the MPMC ring (parked
+/// consumers, parked producers) and the priority fanout (parked drainers).
+///
+/// One bit per attachment slot in `slots` (kMaxAttachments bits, several 64-bit
+/// words), and `count`, an upper bound of the number of bits set. The side that
+/// makes progress (a push, a pop, a submit) asks any() on its hot path: one
+/// load of `count` when nobody is parked, the words only when somebody may be.
+///
+/// The count is kept >= the bits set, at every point of its modification order:
+/// - announce(): count +1 (seq_cst), then set the bit (seq_cst RMW); if the bit
+///   was already set (an earlier round of the same park), count -1.
+/// - clear() (the waiter leaving its park; repair, reclaim or the slot's next
+///   holder clearing a dead holder's bit): clear the bit with an acquire RMW;
+///   only whoever actually cleared it does count -1. The acquire synchronizes
+///   with the release half of the RMW that set the bit (a release sequence
+///   runs through the other bits' RMWs), so the setter's +1 happens before this
+///   -1 and precedes it in the count's modification order: every -1 follows
+///   its own +1, and the count never drops below the bits set.
+/// A process killed between its +1 and setting the bit, or between clearing a
+/// bit and its -1, leaves the count one too high forever: wakers then read the
+/// words (still exact) instead of stopping at the count. Never too low.
+///
+/// Dekker (why a wake is not lost): a waiter runs announce(), then a seq_cst
+/// load of the other side's position ([mpmc.W2] / [fanout.D2]); the other side
+/// runs its seq_cst claim or publish, then any() (seq_cst loads). In the single
+/// total order S, if any() returns false, either its count load precedes the
+/// waiter's +1 (read after it, with the bit set, the count is not 0), or its
+/// load of the waiter's word precedes the waiter's fetch_or (else it would see
+/// the bit). Either way the claim precedes the waiter's load of the position
+/// in S: the waiter sees it and does not sleep on it. Otherwise any() returns
+/// true and the other side wakes. A bit cleared under a live waiter (a reclaim
+/// race) is set again by its next park round; kMaxParkNs bounds that sleep.
 #pragma once
 
 #include "shm/segment/header.hpp"
@@ -43,14 +44,16 @@
 
 namespace shm::mpmc {
 
+/// 64-bit words of ParkedSet::slots: one bit per attachment slot.
 inline constexpr std::size_t kParkedWords = (kMaxAttachments + 63) / 64;
 
+/// The set of parked attachment slots of one futex word (see the file's description).
 struct ParkedSet {
-  std::atomic<std::uint32_t> count;  // >= the bits set in `slots` (see above)
-  std::uint32_t reserved;
-  std::atomic<std::uint64_t> slots[kParkedWords];  // bit s % 64 of word s / 64: slot s
+  std::atomic<std::uint32_t> count;                ///< >= the bits set in `slots` (see above)
+  std::uint32_t reserved;                          ///< zero
+  std::atomic<std::uint64_t> slots[kParkedWords];  ///< bit s % 64 of word s / 64: slot s
 
-  // Whether a handle may be parked: the waker's half of the Dekker pair.
+  /// Whether a handle may be parked: the waker's half of the Dekker pair.
   [[nodiscard]] bool any() const noexcept {
     // seq_cst: see the header comment ([mpmc.W1] / [fanout.D1] at the callers).
     if (count.load(std::memory_order_seq_cst) == 0) [[likely]]
@@ -60,7 +63,7 @@ struct ParkedSet {
     return false;
   }
 
-  // The waiter's announcement ([mpmc.W] / [fanout.D]); repeated every park round.
+  /// The waiter's announcement ([mpmc.W] / [fanout.D]); repeated every park round.
   void announce(std::size_t slot) noexcept {
     const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
     // seq_cst +1 before the bit: a bit is never set without its count.
@@ -72,9 +75,9 @@ struct ParkedSet {
       count.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  // Withdraws `slot`'s bit (its holder stopped waiting, or died parked); true
-  // when the bit was set. Relaxed for the waker: a bit seen late only costs it
-  // a spurious wake.
+  /// Withdraws `slot`'s bit (its holder stopped waiting, or died parked); true
+  /// when the bit was set. Relaxed for the waker: a bit seen late only costs it
+  /// a spurious wake.
   bool clear(std::size_t slot) noexcept {
     const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
     // Acquire: pairs with the release half of announce()'s fetch_or, so the
@@ -84,10 +87,11 @@ struct ParkedSet {
     return true;
   }
 
-  // Relaxed loads, for tools and repair: whether `slot`'s bit is set, and how many are.
+  /// Relaxed, for tools and repair: whether `slot`'s bit is set.
   [[nodiscard]] bool has(std::size_t slot) const noexcept {
     return (slots[slot / 64].load(std::memory_order_relaxed) >> (slot % 64) & 1u) != 0;
   }
+  /// Relaxed: how many bits are set.
   [[nodiscard]] std::uint64_t parked() const noexcept {
     std::uint64_t n = 0;
     for (const auto& w : slots)

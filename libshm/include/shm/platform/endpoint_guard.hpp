@@ -1,5 +1,6 @@
-// The guard of an endpoint (ring, channel or any handle that one thread at a
-// time may use): catches a second thread entering while another is inside.
+/// @file
+/// The guard of an endpoint (ring, channel or any handle that one thread at a
+/// time may use): catches a second thread entering while another is inside.
 #pragma once
 
 #include <atomic>
@@ -7,34 +8,34 @@
 
 namespace shm::detail {
 
-// Called by the guard's scopes when they find their endpoint busy: prints
-// "libshm: <what> is used by two threads at once (or called again from inside
-// one of its own callbacks)" and aborts. Always defined in the library.
+/// Called by the guard's scopes when they find their endpoint busy: prints
+/// "libshm: <what> is used by two threads at once (or called again from inside
+/// one of its own callbacks)" and aborts. Always defined in the library.
 [[noreturn]] void endpoint_used_concurrently(const char* what) noexcept;
 
-// Guard of an endpoint (ring or channel handle): two threads using one
-// endpoint at once is a bug (readerwriterqueue's ReentrantGuard). The member,
-// the checks and the symbols are the same in every build: nothing here
-// depends on NDEBUG, so a library built with NDEBUG and an application built
-// without it agree on the handle layout and on every inline function.
-//
-// One word: the identity of the thread that last entered (its thread
-// pointer, never 0 and 8-byte aligned) with bit 0 set while a Scope is inside.
-//   Scope (a call that may wait or call back: a blocking wait, a drain):
-//     aborts if bit 0 is set, sets it on entry and clears it on exit.
-//   enter_short / leave_short (a call that does neither: try_push, try_pop):
-//     no store when the calling thread is the one that entered last; it
-//     aborts if a Scope is inside, takes the endpoint over (one store) when
-//     another thread used it before, and on leaving aborts if another thread
-//     took it over meanwhile.
-// So a thread entering while another waits or drains is caught at once (a
-// callback calling its own endpoint too), and two threads in short calls at
-// once are caught when the first one leaves. The checks are relaxed loads and
-// stores (plain moves on x86) of a word only misuse makes two threads write:
-// they catch overlapping calls, not two entries in the same few instructions.
-// Why a short call makes no store: a store per message waits in the store
-// buffer behind the ring's record line (bench/RESULTS.md, "Stores per
-// message").
+/// Guard of an endpoint (ring or channel handle): two threads using one
+/// endpoint at once is a bug (readerwriterqueue's ReentrantGuard). The member,
+/// the checks and the symbols are the same in every build: nothing here
+/// depends on NDEBUG, so a library built with NDEBUG and an application built
+/// without it agree on the handle layout and on every inline function.
+///
+/// One word: the identity of the thread that last entered (its thread
+/// pointer, never 0 and 8-byte aligned) with bit 0 set while a Scope is inside.
+///   Scope (a call that may wait or call back: a blocking wait, a drain):
+///     aborts if bit 0 is set, sets it on entry and clears it on exit.
+///   enter_short / leave_short (a call that does neither: try_push, try_pop):
+///     no store when the calling thread is the one that entered last; it
+///     aborts if a Scope is inside, takes the endpoint over (one store) when
+///     another thread used it before, and on leaving aborts if another thread
+///     took it over meanwhile.
+/// So a thread entering while another waits or drains is caught at once (a
+/// callback calling its own endpoint too), and two threads in short calls at
+/// once are caught when the first one leaves. The checks are relaxed loads and
+/// stores (plain moves on x86) of a word only misuse makes two threads write:
+/// they catch overlapping calls, not two entries in the same few instructions.
+/// Why a short call makes no store: a store per message waits in the store
+/// buffer behind the ring's record line (bench/RESULTS.md, "Stores per
+/// message").
 class EndpointGuard {
  public:
   EndpointGuard() = default;
@@ -58,10 +59,10 @@ class EndpointGuard {
     EndpointGuard& guard_;
   };
 
-  // A short call: `const auto me = guard.enter_short(what);` on entry and
-  // `guard.leave_short(me, what);` before each normal return. No object and
-  // nothing to restore: a path that leaves without leave_short() (an
-  // exception) only skips a check.
+  /// A short call: `const auto me = guard.enter_short(what);` on entry and
+  /// `guard.leave_short(me, what);` before each normal return. No object and
+  /// nothing to restore: a path that leaves without leave_short() (an
+  /// exception) only skips a check.
   [[nodiscard, gnu::always_inline]] std::uintptr_t enter_short(const char* what) noexcept {
     const std::uintptr_t me = self();
     if (state_.load(std::memory_order_relaxed) != me) [[unlikely]]
@@ -75,7 +76,7 @@ class EndpointGuard {
 
  private:
   static constexpr std::uintptr_t kInside = 1;
-  // The calling thread's identity: its thread pointer (one register read).
+  /// The calling thread's identity: its thread pointer (one register read).
   [[nodiscard]] static std::uintptr_t self() noexcept {
     return reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
   }

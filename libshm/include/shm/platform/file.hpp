@@ -1,4 +1,5 @@
-// Files, mappings and per-byte OFD locks: the only place that touches fds.
+/// @file
+/// Files, mappings and per-byte OFD locks: the only place that touches fds.
 #pragma once
 
 #include "shm/error.hpp"
@@ -13,42 +14,57 @@
 
 namespace shm {
 
-// An owned file descriptor (move-only, closed on destruction).
+/// An owned file descriptor (move-only, closed on destruction).
 class FileHandle {
  public:
+  /// Holds no descriptor (valid() is false).
   FileHandle() = default;
+  /// Takes ownership of `fd` (-1: none).
   explicit FileHandle(int fd) noexcept : fd_(fd) {}
+  /// Takes `other`'s descriptor; `other` holds none after.
   FileHandle(FileHandle&& other) noexcept : fd_(other.release()) {}
+  /// Closes the held descriptor, then takes `other`'s.
   FileHandle& operator=(FileHandle&& other) noexcept;
   FileHandle(const FileHandle&) = delete;
   FileHandle& operator=(const FileHandle&) = delete;
-  ~FileHandle();
+  ~FileHandle();  ///< closes the descriptor, if any
 
+  /// The descriptor, still owned (-1 when none).
   [[nodiscard]] int get() const noexcept { return fd_; }
+  /// True while a descriptor is held.
   [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
+  /// Gives up ownership: returns the descriptor (-1 when none) without closing it.
   int release() noexcept;
 
  private:
   int fd_ = -1;
 };
 
-// A shared mapping of a whole file (move-only, unmapped on destruction).
+/// A shared mapping of a whole file (move-only, unmapped on destruction).
 class Mapping {
  public:
+  /// Maps nothing (data() is nullptr).
   Mapping() = default;
+  /// Takes `other`'s mapping; `other` maps nothing after.
   Mapping(Mapping&& other) noexcept;
+  /// Unmaps the held mapping, then takes `other`'s.
   Mapping& operator=(Mapping&& other) noexcept;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
-  ~Mapping();
+  ~Mapping();  ///< unmaps, if mapped
 
+  /// Maps the first `size` bytes of `fd` shared, read-write when `writable`;
+  /// `what` (a path) names the file in the error.
   [[nodiscard]] static Result<Mapping> map(int fd, std::size_t size, bool writable,
                                            std::string_view what);
 
+  /// First byte of the mapping (nullptr when none).
   [[nodiscard]] std::byte* data() const noexcept { return data_; }
+  /// Bytes mapped.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// True when mapped read-write.
   [[nodiscard]] bool writable() const noexcept { return writable_; }
-  // Touches every page so later accesses do not fault (benchmarks, creators).
+  /// Touches every page so later accesses do not fault (benchmarks, creators).
   void prefault() const noexcept;
 
  private:
@@ -57,36 +73,44 @@ class Mapping {
   bool writable_ = false;
 };
 
-// Opens the same file again as a new open file description (its own OFD locks).
+/// Opens the same file again as a new open file description (its own OFD locks).
 [[nodiscard]] Result<FileHandle> reopen(int fd, bool writable);
 
-// Open-file-description byte locks: held by an open file description, dropped by
-// the kernel when the last fd of it closes, however the process dies.
-enum class LockProbe : std::uint8_t { Free, Held };
-[[nodiscard]] std::string_view to_string(LockProbe v) noexcept;
-// Tries to take an exclusive lock on byte `offset`; false when another OFD holds it.
-[[nodiscard]] Result<bool> try_lock_byte(int fd, std::uint64_t offset);
-[[nodiscard]] Result<void> unlock_byte(int fd, std::uint64_t offset);
-// Whether some other open file description holds a lock on byte `offset`.
-[[nodiscard]] Result<LockProbe> probe_byte(int fd, std::uint64_t offset);
-// Tries to take an exclusive lock on bytes [offset, offset + length) in one
-// call; false when another OFD holds a lock on any of them.
-[[nodiscard]] Result<bool> try_lock_range(int fd, std::uint64_t offset, std::uint64_t length);
-// One lock that another open file description holds on some byte of
-// [offset, offset + length): its range [start, end) (end = UINT64_MAX: to the
-// end of the file), or nullopt when none does. Which one, when several do, is
-// the kernel's choice.
-struct LockedRange {
-  std::uint64_t start;
-  std::uint64_t end;
+/// Open-file-description byte locks: held by an open file description, dropped by
+/// the kernel when the last fd of it closes, however the process dies.
+enum class LockProbe : std::uint8_t {
+  Free,  ///< no other open file description holds a lock there
+  Held   ///< another open file description holds a lock there
 };
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] std::string_view to_string(LockProbe v) noexcept;
+/// Tries to take an exclusive lock on byte `offset`; false when another OFD holds it.
+[[nodiscard]] Result<bool> try_lock_byte(int fd, std::uint64_t offset);
+/// Releases this open file description's lock on byte `offset`.
+[[nodiscard]] Result<void> unlock_byte(int fd, std::uint64_t offset);
+/// Whether some other open file description holds a lock on byte `offset`.
+[[nodiscard]] Result<LockProbe> probe_byte(int fd, std::uint64_t offset);
+/// Tries to take an exclusive lock on bytes [offset, offset + length) in one
+/// call; false when another OFD holds a lock on any of them.
+[[nodiscard]] Result<bool> try_lock_range(int fd, std::uint64_t offset, std::uint64_t length);
+/// One lock that another open file description holds on some byte of
+/// [offset, offset + length): its range [start, end) (end = UINT64_MAX: to the
+/// end of the file), or nullopt when none does. Which one, when several do, is
+/// the kernel's choice.
+struct LockedRange {
+  std::uint64_t start;  ///< first locked byte
+  std::uint64_t end;    ///< one past the last locked byte; UINT64_MAX: to the end of the file
+};
+/// Finds one LockedRange in [offset, offset + length), as described there.
 [[nodiscard]] Result<std::optional<LockedRange>> probe_range(int fd, std::uint64_t offset,
                                                              std::uint64_t length);
 
+/// Space of a file system, from statvfs(3).
 struct FsSpace {
-  std::uint64_t available_bytes;
-  std::uint64_t total_bytes;
+  std::uint64_t available_bytes;  ///< bytes an unprivileged process may still allocate
+  std::uint64_t total_bytes;      ///< size of the file system
 };
+/// The space of the file system holding `dir` (create checks it before reserving a file).
 [[nodiscard]] Result<FsSpace> filesystem_space(const std::string& dir);
 
 }  // namespace shm

@@ -1,6 +1,7 @@
-// Cross-process wait/notify on a 32-bit word in a shared mapping. Uses the
-// non-private futex operations: std::atomic::wait in libstdc++ uses private
-// futexes and a process-local waiter table and never wakes another process.
+/// @file
+/// Cross-process wait/notify on a 32-bit word in a shared mapping. Uses the
+/// non-private futex operations: std::atomic::wait in libstdc++ uses private
+/// futexes and a process-local waiter table and never wakes another process.
 #pragma once
 
 #include <atomic>
@@ -9,15 +10,23 @@
 
 namespace shm {
 
-enum class WaitResult : std::uint8_t { Woken, ValueChanged, TimedOut, Interrupted };
+/// How futex_wait() returned. None of them proves the awaited condition holds.
+enum class WaitResult : std::uint8_t {
+  Woken,         ///< a wake (or a spurious return) ended the sleep
+  ValueChanged,  ///< the word no longer held `expected`: no sleep at all (EAGAIN)
+  TimedOut,      ///< the timeout passed
+  Interrupted    ///< a signal, or any other error of the call
+};
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(WaitResult v) noexcept;
 
-// Sleeps while `word == expected`, at most `timeout_ns` (relative, monotonic).
-// Spurious returns are possible; callers re-check their condition.
+/// Sleeps while `word == expected`, at most `timeout_ns` (relative, monotonic).
+/// Spurious returns are possible; callers re-check their condition.
 WaitResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
                       std::uint64_t timeout_ns) noexcept;
-// Wakes up to `count` waiters in any process; returns how many were woken.
+/// Wakes up to `count` waiters in any process; returns how many were woken.
 int futex_wake(const std::atomic<std::uint32_t>& word, int count = 1) noexcept;
+/// Wakes every waiter on `word` in any process; returns how many were woken.
 inline int futex_wake_all(const std::atomic<std::uint32_t>& word) noexcept {
   return futex_wake(word, 1 << 30);
 }

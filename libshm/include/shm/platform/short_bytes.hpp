@@ -1,9 +1,10 @@
-// Copies and comparisons of short byte strings whose length is known only at
-// run time (a record's payload, a relay value). Up to 64 bytes they are a few
-// fixed-size loads and stores the compiler inlines, instead of a call into
-// libc's general memcpy / memcmp, whose dispatch costs as much as the copy
-// at these sizes (a profile of the relay's merge showed memcmp and memmove at
-// a third of the write). Longer strings go to libc.
+/// @file
+/// Copies and comparisons of short byte strings whose length is known only at
+/// run time (a record's payload, a relay value). Up to 64 bytes they are a few
+/// fixed-size loads and stores the compiler inlines, instead of a call into
+/// libc's general memcpy / memcmp, whose dispatch costs as much as the copy
+/// at these sizes (a profile of the relay's merge showed memcmp and memmove at
+/// a third of the write). Longer strings go to libc.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +13,8 @@
 
 namespace shm::detail {
 
-// memcpy(dst, src, n) for non-overlapping ranges. Always inlined: a call is
-// what it exists to avoid.
+/// memcpy(dst, src, n) for non-overlapping ranges. Always inlined: a call is
+/// what it exists to avoid.
 [[gnu::always_inline]] inline void copy_short(void* to, const void* from, std::size_t n) noexcept {
   auto* dst = static_cast<unsigned char*>(to);
   const auto* src = static_cast<const unsigned char*>(from);
@@ -54,14 +55,14 @@ namespace shm::detail {
   }
 }
 
-// copy_short for a payload that crosses to another core right after (the
-// SPSC ring's records, written by the producer and copied out by the
-// consumer): up to 16 bytes inline, longer ones through libc, whose memcpy
-// uses the widest vector the CPU has (one 64-byte move on AVX-512; inline
-// code can assume 16-byte moves only). Measured on the ring's 64 B round
-// trip: 30-200 ns faster than copy_short, depending on the caller's code,
-// and the same cross-process throughput; a call of about 1.7 ns more in one
-// process (bench/RESULTS.md, "The 64 B round trip and the payload copy").
+/// copy_short for a payload that crosses to another core right after (the
+/// SPSC ring's records, written by the producer and copied out by the
+/// consumer): up to 16 bytes inline, longer ones through libc, whose memcpy
+/// uses the widest vector the CPU has (one 64-byte move on AVX-512; inline
+/// code can assume 16-byte moves only). Measured on the ring's 64 B round
+/// trip: 30-200 ns faster than copy_short, depending on the caller's code,
+/// and the same cross-process throughput; a call of about 1.7 ns more in one
+/// process (bench/RESULTS.md, "The 64 B round trip and the payload copy").
 [[gnu::always_inline]] inline void copy_payload(void* to, const void* from,
                                                 std::size_t n) noexcept {
   if (n > 16) {
@@ -71,7 +72,7 @@ namespace shm::detail {
   copy_short(to, from, n);
 }
 
-// memcmp(a, b, n) == 0.
+/// memcmp(a, b, n) == 0.
 [[nodiscard, gnu::always_inline]] inline bool equal_short(const void* left, const void* right,
                                                           std::size_t n) noexcept {
   const auto* a = static_cast<const unsigned char*>(left);

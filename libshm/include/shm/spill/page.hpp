@@ -1,49 +1,50 @@
-// Spill pages (kind 8, "spill_page"): the cold, immutable tail of a relay on
-// durable storage. docs/spill.md is the user's guide; this note is the format.
-//
-// A spill directory ($LIBSHM_SPILL_DIR/<relay>, default
-// /var/lib/libshm/spill/<relay>; never /dev/shm, which is memory) holds:
-//   relay.id                 the directory's identity: a random 64-bit spill
-//                            incarnation, written once (tmp, fsync, rename,
-//                            fsync dir). Every page carries it; a page with
-//                            another id belongs to another relay.
-//   page-<16 hex id>.spill   sealed pages, named by page id (ids only grow).
-//   page-<16 hex id>.tmp     a page being sealed; never read; removed on open.
-//   refused/                 pages that failed validation, moved aside.
-//   removed/                 acknowledged pages on their way out (see
-//                            retire_page): renamed here, unlinked later by
-//                            the reader's background thread. Never read;
-//                            anything in it may be unlinked by anyone.
-//   relay.owner              the relay bound to the directory: the absolute
-//                            path of its segment file (text), rewritten
-//                            (tmp, fsync, rename, fsync dir) by every relay
-//                            create. One relay per directory: see
-//                            read_owner(), lock_binding() and docs/spill.md.
-//
-// A page file is a 4 KiB header followed by `content_bytes` of records:
-//   PageHeader (validated like a segment's handshake header: magic, version,
-//   kind, header CRC32C, then relay id, page id, sequence and order ranges,
-//   record count, content length and content CRC32C);
-//   records: PageRecord (48 bytes) + `len` value bytes, padded to 8.
-//
-// Seal order (write_page), and why each step is there:
-//   1. statvfs preflight, create `page-<id>.tmp` (O_NOFOLLOW): a full disk
-//      is NoSpace here, or at the pwrite/fdatasync below if it fills up
-//      meanwhile (ENOSPC), the temporary file removed either way; no
-//      posix_fallocate (it cost 8% of the write throughput);
-//   2. write the content, fdatasync: the records are durable before anything
-//      claims they exist;
-//   3. write the header (whose CRC covers the content CRC), fdatasync: a
-//      header on disk proves the content under it was flushed first;
-//   4. rename to `page-<id>.spill`: the final name appears atomically and only
-//      over a complete, flushed file;
-//   5. fsync the directory: the rename itself survives a power loss;
-//   6. (the caller) record the page in the manifest, then free its entries in
-//      the hot head. While the relay segment lives the manifest is the commit
-//      point; when it is lost (reboot) the directory is, and a page that was
-//      renamed but never recorded is adopted on rebuild.
-// Pages are written with pwrite, not through a mapping: a mapped write on a
-// full filesystem is a SIGBUS, a pwrite is an ENOSPC (docs/spill.md, deviations).
+/// @file
+/// Spill pages (kind 8, "spill_page"): the cold, immutable tail of a relay on
+/// durable storage. docs/spill.md is the user's guide; this note is the format.
+///
+/// A spill directory (`$LIBSHM_SPILL_DIR/<relay>`, default
+/// `/var/lib/libshm/spill/<relay>`; never /dev/shm, which is memory) holds:
+///   relay.id                 the directory's identity: a random 64-bit spill
+///                            incarnation, written once (tmp, fsync, rename,
+///                            fsync dir). Every page carries it; a page with
+///                            another id belongs to another relay.
+///   page-<16 hex id>.spill   sealed pages, named by page id (ids only grow).
+///   page-<16 hex id>.tmp     a page being sealed; never read; removed on open.
+///   refused/                 pages that failed validation, moved aside.
+///   removed/                 acknowledged pages on their way out (see
+///                            retire_page): renamed here, unlinked later by
+///                            the reader's background thread. Never read;
+///                            anything in it may be unlinked by anyone.
+///   relay.owner              the relay bound to the directory: the absolute
+///                            path of its segment file (text), rewritten
+///                            (tmp, fsync, rename, fsync dir) by every relay
+///                            create. One relay per directory: see
+///                            read_owner(), lock_binding() and docs/spill.md.
+///
+/// A page file is a 4 KiB header followed by `content_bytes` of records:
+///   PageHeader (validated like a segment's handshake header: magic, version,
+///   kind, header CRC32C, then relay id, page id, sequence and order ranges,
+///   record count, content length and content CRC32C);
+///   records: PageRecord (48 bytes) + `len` value bytes, padded to 8.
+///
+/// Seal order (write_page), and why each step is there:
+///   1. statvfs preflight, create `page-<id>.tmp` (O_NOFOLLOW): a full disk
+///      is NoSpace here, or at the pwrite/fdatasync below if it fills up
+///      meanwhile (ENOSPC), the temporary file removed either way; no
+///      posix_fallocate (it cost 8% of the write throughput);
+///   2. write the content, fdatasync: the records are durable before anything
+///      claims they exist;
+///   3. write the header (whose CRC covers the content CRC), fdatasync: a
+///      header on disk proves the content under it was flushed first;
+///   4. rename to `page-<id>.spill`: the final name appears atomically and only
+///      over a complete, flushed file;
+///   5. fsync the directory: the rename itself survives a power loss;
+///   6. (the caller) record the page in the manifest, then free its entries in
+///      the hot head. While the relay segment lives the manifest is the commit
+///      point; when it is lost (reboot) the directory is, and a page that was
+///      renamed but never recorded is adopted on rebuild.
+/// Pages are written with pwrite, not through a mapping: a mapped write on a
+/// full filesystem is a SIGBUS, a pwrite is an ENOSPC (docs/spill.md, deviations).
 #pragma once
 
 #include "shm/error.hpp"
@@ -61,54 +62,59 @@
 #include <type_traits>
 #include <vector>
 
+/// The spill page format, its directory and the purger of a relay's spill files.
 namespace shm::spill {
 
-inline constexpr std::uint64_t kPageMagic = 0x4C4C'4950'534D'4853ull;  // "SHMSPILL"
-inline constexpr std::uint32_t kPageVersion = 1;
-inline constexpr std::uint64_t kPageHeaderSize = 4096;
-inline constexpr std::uint64_t kMaxPageContent = 64ull << 20;  // 64 MiB
+inline constexpr std::uint64_t kPageMagic = 0x4C4C'4950'534D'4853ull;  ///< "SHMSPILL"
+inline constexpr std::uint32_t kPageVersion = 1;               ///< the page format's version
+inline constexpr std::uint64_t kPageHeaderSize = 4096;         ///< bytes before the content
+inline constexpr std::uint64_t kMaxPageContent = 64ull << 20;  ///< 64 MiB
 
+/// The first bytes of a page file (the rest of its kPageHeaderSize bytes are zero).
 struct PageHeader {
-  std::uint64_t magic;
-  std::uint32_t version;
-  std::uint16_t kind;  // kSpillPageKind
-  std::uint16_t flags;
-  std::uint64_t relay_id;  // the spill directory's incarnation (relay.id)
-  std::uint64_t page_id;
-  std::uint64_t first_seq;  // smallest first op sequence of the records
-  std::uint64_t last_seq;   // largest last op sequence of the records
-  std::uint64_t first_order;
-  std::uint64_t last_order;
-  std::uint64_t records;
-  std::uint64_t ops;  // sum of the records' op counts
-  std::uint64_t content_bytes;
-  std::uint64_t sealed_ns;  // realtime clock at the seal (Ttl retention)
-  std::uint32_t policy;     // the relay's merge policy id
-  std::uint32_t content_crc;
-  std::uint32_t reserved;
-  std::uint32_t header_crc;  // CRC32C of every byte above
+  std::uint64_t magic;          ///< kPageMagic
+  std::uint32_t version;        ///< kPageVersion
+  std::uint16_t kind;           ///< kSpillPageKind
+  std::uint16_t flags;          ///< zero (no flag is defined)
+  std::uint64_t relay_id;       ///< the spill directory's incarnation (relay.id)
+  std::uint64_t page_id;        ///< the page's id, also in its file name
+  std::uint64_t first_seq;      ///< smallest first op sequence of the records
+  std::uint64_t last_seq;       ///< largest last op sequence of the records
+  std::uint64_t first_order;    ///< order stamp of the first record
+  std::uint64_t last_order;     ///< largest order stamp of the records
+  std::uint64_t records;        ///< records in the content
+  std::uint64_t ops;            ///< sum of the records' op counts
+  std::uint64_t content_bytes;  ///< bytes of records after the header, at most kMaxPageContent
+  std::uint64_t sealed_ns;      ///< realtime clock at the seal (Ttl retention)
+  std::uint32_t policy;         ///< the relay's merge policy id
+  std::uint32_t content_crc;    ///< CRC32C of the content bytes
+  std::uint32_t reserved;       ///< zero
+  std::uint32_t header_crc;     ///< CRC32C of every byte above
 };
 static_assert(std::is_trivially_copyable_v<PageHeader> && sizeof(PageHeader) == 112);
 
+/// The head of one record in a page's content (a relay entry as spilled).
 struct PageRecord {
-  std::uint64_t key;
-  std::uint64_t first_seq;
-  std::uint64_t last_seq;
-  std::uint64_t op_count;
-  std::uint64_t order;  // the relay's drain-order stamp
-  std::uint32_t len;    // value bytes that follow (padded to 8)
-  std::uint32_t flags;  // kRecordRedelivered
+  std::uint64_t key;        ///< the entry's key
+  std::uint64_t first_seq;  ///< sequence of the first op merged in
+  std::uint64_t last_seq;   ///< sequence of the last op merged in
+  std::uint64_t op_count;   ///< ops merged in
+  std::uint64_t order;      ///< the relay's drain-order stamp
+  std::uint32_t len;        ///< value bytes that follow (padded to 8)
+  std::uint32_t flags;      ///< kRecordRedelivered
 };
 static_assert(std::is_trivially_copyable_v<PageRecord> && sizeof(PageRecord) == 48);
+/// PageRecord::flags: the entry was delivered before (a reader took it and gave it back).
 inline constexpr std::uint32_t kRecordRedelivered = 1;
 
+/// Bytes a record of `len` value bytes takes: head plus value padded to 8.
 [[nodiscard]] constexpr std::uint64_t record_stride(std::uint32_t len) noexcept {
   return sizeof(PageRecord) + ((std::uint64_t{len} + 7) & ~std::uint64_t{7});
 }
 
-// The record head at `at` (any alignment). Field by field: one memcpy of
-// the whole head compiled to `rep movs` here (g++ 12, -O2), whose start-up
-// cost was most of a page's parse.
+/// The record head at `at` (any alignment). Field by field: one memcpy of
+/// the whole head compiled to `rep movs` here (g++ 12, -O2), whose start-up
+/// cost was most of a page's parse.
 [[nodiscard]] inline PageRecord load_record(const std::byte* at) noexcept {
   PageRecord r;
   std::memcpy(&r.key, at + offsetof(PageRecord, key), sizeof r.key);
@@ -121,7 +127,7 @@ inline constexpr std::uint32_t kRecordRedelivered = 1;
   return r;
 }
 
-// Writes a record head at `at` (any alignment), field by field as above.
+/// Writes a record head at `at` (any alignment), field by field as above.
 inline void store_record(std::byte* at, const PageRecord& r) noexcept {
   std::memcpy(at + offsetof(PageRecord, key), &r.key, sizeof r.key);
   std::memcpy(at + offsetof(PageRecord, first_seq), &r.first_seq, sizeof r.first_seq);
@@ -132,24 +138,33 @@ inline void store_record(std::byte* at, const PageRecord& r) noexcept {
   std::memcpy(at + offsetof(PageRecord, flags), &r.flags, sizeof r.flags);
 }
 
-// One record of a page, as read back (value points into the page's buffer).
+/// One record of a page, as read back (value points into the page's buffer).
 struct Record {
-  PageRecord head{};
-  std::span<const std::byte> value;
+  PageRecord head{};                 ///< its head
+  std::span<const std::byte> value;  ///< its head.len value bytes
 };
 
-// Appends records to a page's content buffer.
+/// Appends records to a page's content buffer.
 class PageBuilder {
  public:
+  /// Appends a record of `head` (its len set to value.size()) and `value`.
   void add(const PageRecord& head, std::span<const std::byte> value);
+  /// The records so far, as a page's content.
   [[nodiscard]] std::span<const std::byte> content() const noexcept { return bytes_; }
+  /// Records added.
   [[nodiscard]] std::uint64_t records() const noexcept { return records_; }
+  /// Sum of their op counts.
   [[nodiscard]] std::uint64_t ops() const noexcept { return ops_; }
+  /// Smallest first_seq of the records (0 when none).
   [[nodiscard]] std::uint64_t first_seq() const noexcept { return first_seq_; }
+  /// Largest last_seq of the records.
   [[nodiscard]] std::uint64_t last_seq() const noexcept { return last_seq_; }
+  /// Order stamp of the first record.
   [[nodiscard]] std::uint64_t first_order() const noexcept { return first_order_; }
+  /// Largest order stamp of the records.
   [[nodiscard]] std::uint64_t last_order() const noexcept { return last_order_; }
-  void clear();  // keeps the buffer
+  void clear();  ///< drops the records; keeps the buffer
+  /// Reserves room for `content_bytes`, so add() does not reallocate during a seal.
   void reserve(std::uint64_t content_bytes);
 
  private:
@@ -158,17 +173,22 @@ class PageBuilder {
                 last_order_ = 0;
 };
 
-// A spill directory, opened (and created when asked) with its identity.
+/// A spill directory, opened (and created when asked) with its identity.
 class SpillDir {
  public:
+  /// No directory (valid() is false).
   SpillDir() = default;
-  // Creates the directory (0700, parents too) when `create`; refuses a
-  // symbolic link or a directory owned by another user (UnsafeRoot); reads
-  // relay.id, or writes a new one when `create` and it is missing.
+  /// Creates the directory (0700, parents too) when `create`; refuses a
+  /// symbolic link or a directory owned by another user (UnsafeRoot); reads
+  /// relay.id, or writes a new one when `create` and it is missing.
   [[nodiscard]] static Result<SpillDir> open(const std::string& path, bool create);
+  /// The directory's absolute path.
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// Its identity, from relay.id.
   [[nodiscard]] std::uint64_t relay_id() const noexcept { return relay_id_; }
+  /// A descriptor of the directory (for the *at() calls), still owned.
   [[nodiscard]] int fd() const noexcept { return dir_.get(); }
+  /// True once opened.
   [[nodiscard]] bool valid() const noexcept { return dir_.valid(); }
 
  private:
@@ -177,43 +197,54 @@ class SpillDir {
   std::uint64_t relay_id_ = 0;
 };
 
+/// "page-<16 hex>.spill": the file name of a sealed page.
 [[nodiscard]] std::string page_file_name(std::uint64_t page_id);
-// The page id a file name denotes ("page-<16 hex>.spill"), or 0.
+/// The page id a file name denotes ("page-<16 hex>.spill"), or 0.
 [[nodiscard]] std::uint64_t page_id_of(std::string_view file_name) noexcept;
-// The directory for relay `relay`: $LIBSHM_SPILL_DIR/<relay>, else
-// /var/lib/libshm/spill/<relay>.
+/// The directory for relay `relay`: `$LIBSHM_SPILL_DIR/<relay>`, else
+/// `/var/lib/libshm/spill/<relay>`.
 [[nodiscard]] std::string default_spill_dir(std::string_view relay);
 
-// Seal steps, reported to the writer's hook (the relay's test-only crash points).
-enum class SealStep : std::uint8_t { ContentWritten, HeaderWritten, Renamed, DirSynced };
+/// Seal steps, reported to the writer's hook (the relay's test-only crash points).
+enum class SealStep : std::uint8_t {
+  ContentWritten,  ///< content written and flushed (step 2)
+  HeaderWritten,   ///< header written and flushed (step 3)
+  Renamed,         ///< the file has its final name (step 4)
+  DirSynced        ///< the directory is synced (step 5)
+};
+/// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(SealStep v) noexcept;
+/// Called by write_page() after each SealStep; nullptr: none.
 using SealHook = void (*)(SealStep step);
 
+/// What write_page() sealed: the facts the manifest records.
 struct SealInfo {
-  std::uint64_t page_id = 0;
-  std::uint32_t policy = 0;
-  std::uint64_t file_bytes = 0;  // header + content
-  std::uint32_t content_crc = 0;
-  std::uint64_t sealed_ns = 0;
+  std::uint64_t page_id = 0;      ///< the page's id
+  std::uint32_t policy = 0;       ///< the merge policy id in its header
+  std::uint64_t file_bytes = 0;   ///< header + content
+  std::uint32_t content_crc = 0;  ///< CRC32C of the content
+  std::uint64_t sealed_ns = 0;    ///< realtime clock at the seal
 };
 
-// Writes and seals one page in the documented order. NoSpace (nothing left
-// behind) when the filesystem cannot hold it; the temporary file is removed
-// on every failure.
+/// Writes and seals one page in the documented order. NoSpace (nothing left
+/// behind) when the filesystem cannot hold it; the temporary file is removed
+/// on every failure.
 [[nodiscard]] Result<SealInfo> write_page(const SpillDir& dir, std::uint64_t page_id,
                                           std::uint32_t policy, const PageBuilder& content,
                                           SealHook hook = nullptr);
 
-// A page read back and validated. Its records are kept as where each
-// starts in `content` and decoded on access: a 1 MiB page of 64-byte values
-// holds 9,325 records, and copying every head out (64 bytes a record, 600
-// KB a page) cost the reader more than the page's read and CRC together.
+/// A page read back and validated. Its records are kept as where each
+/// starts in `content` and decoded on access: a 1 MiB page of 64-byte values
+/// holds 9,325 records, and copying every head out (64 bytes a record, 600
+/// KB a page) cost the reader more than the page's read and CRC together.
 struct Page {
-  PageHeader header{};
-  std::vector<std::byte> content;
-  std::vector<std::uint32_t> offsets;  // record i starts at content[offsets[i]] (validated)
+  PageHeader header{};                 ///< the validated header
+  std::vector<std::byte> content;      ///< the content bytes
+  std::vector<std::uint32_t> offsets;  ///< record i starts at content[offsets[i]] (validated)
 
+  /// Records in the page.
   [[nodiscard]] std::size_t records() const noexcept { return offsets.size(); }
+  /// Record `i` (< records()), decoded from `content`.
   [[nodiscard]] Record record(std::size_t i) const noexcept {
     const std::byte* at = content.data() + offsets[i];
     const PageRecord head = load_record(at);
@@ -221,71 +252,75 @@ struct Page {
   }
 };
 
-// Reads `page-<id>.spill` (O_NOFOLLOW|O_NONBLOCK, fstat: a regular file of
-// the size its header states) and validates everything. Errors:
-//   NotFound; NotRegularFile (a symlink, a FIFO, a directory);
-//   Truncated (shorter than its header or than the header says);
-//   BadMagic / VersionMismatch / KindMismatch / HeaderCorrupt (header CRC);
-//   ForeignHandle (another relay's page: its relay id differs);
-//   Corrupt (content CRC, a record out of bounds, counts or ranges that do
-//   not match the header, a page id that does not match the name).
+/// Reads `page-<id>.spill` (O_NOFOLLOW|O_NONBLOCK, fstat: a regular file of
+/// the size its header states) and validates everything. Errors:
+///   NotFound; NotRegularFile (a symlink, a FIFO, a directory);
+///   Truncated (shorter than its header or than the header says);
+///   BadMagic / VersionMismatch / KindMismatch / HeaderCorrupt (header CRC);
+///   ForeignHandle (another relay's page: its relay id differs);
+///   Corrupt (content CRC, a record out of bounds, counts or ranges that do
+///   not match the header, a page id that does not match the name).
 [[nodiscard]] Result<Page> read_page(const SpillDir& dir, std::uint64_t page_id);
-// Same, for any file name in the directory (gc, verify, rebuild).
+/// Same, for any file name in the directory (gc, verify, rebuild);
+/// `expect_page_id` 0 accepts any page id.
 [[nodiscard]] Result<Page> read_page_file(const SpillDir& dir, const std::string& file_name,
                                           std::uint64_t expect_page_id);
-// The same reads into `page`, reusing its buffers (a reader going through
-// many pages): on an error `page` holds nothing valid.
+/// The same reads into `page`, reusing its buffers (a reader going through
+/// many pages): on an error `page` holds nothing valid.
 [[nodiscard]] Result<void> read_page_into(const SpillDir& dir, std::uint64_t page_id, Page& page);
+/// read_page_file() into `page`, reusing its buffers.
 [[nodiscard]] Result<void> read_page_file_into(const SpillDir& dir, const std::string& file_name,
                                                std::uint64_t expect_page_id, Page& page);
 
-// Moves a file aside into `refused/` (created 0700) under a name that says
-// why; never follows a link. Returns the new path.
+/// Moves a file aside into `refused/` (created 0700) under a name that says
+/// why; never follows a link. Returns the new path.
 [[nodiscard]] Result<std::string> refuse_file(const SpillDir& dir, const std::string& file_name,
                                               std::string_view reason);
-// Removes a sealed page (ENOENT is fine: already removed) and fsyncs the directory.
+/// Removes a sealed page (ENOENT is fine: already removed) and fsyncs the directory.
 [[nodiscard]] Result<void> remove_page(const SpillDir& dir, std::uint64_t page_id);
-// Takes a sealed page out of the directory as remove_page does (durably, by
-// the directory fsync; ENOENT is fine), but renames the file into
-// `removed/` instead of unlinking it: on ext4 the unlink of a 1 MiB page
-// waits about 0.5 ms for the filesystem, against 10 us for the rename (a
-// page is read in about 1 ms), so the caller leaves the unlink to
-// purge_removed() on a thread of its own. A page in removed/ is never
-// listed, read or adopted.
+/// Takes a sealed page out of the directory as remove_page does (durably, by
+/// the directory fsync; ENOENT is fine), but renames the file into
+/// `removed/` instead of unlinking it: on ext4 the unlink of a 1 MiB page
+/// waits about 0.5 ms for the filesystem, against 10 us for the rename (a
+/// page is read in about 1 ms), so the caller leaves the unlink to
+/// purge_removed() on a thread of its own. A page in removed/ is never
+/// listed, read or adopted.
 [[nodiscard]] Result<void> retire_page(const SpillDir& dir, std::uint64_t page_id);
-// Unlinks every file in `removed/` (regular files only; nothing is
-// followed). Returns how many went. A directory without removed/ is 0.
+/// Unlinks every file in `removed/` (regular files only; nothing is
+/// followed). Returns how many went. A directory without removed/ is 0.
 [[nodiscard]] Result<std::size_t> purge_removed(const SpillDir& dir);
-// True when removed/ holds anything (a reader killed before its unlinks).
+/// True when removed/ holds anything (a reader killed before its unlinks).
 [[nodiscard]] bool has_removed(const SpillDir& dir) noexcept;
-// fsync of the directory.
+/// fsync of the directory.
 [[nodiscard]] Result<void> sync_dir(const SpillDir& dir);
 
-// The relay segment a spill directory is bound to (relay.owner), nullopt when
-// the directory has no binding yet. A relay create refuses a directory bound
-// to another relay whose segment still exists and names this directory, and
-// takes over a stale binding (the other segment is gone, or no longer a relay
-// spilling here); the relay does that check (relay/spill.cpp).
+/// The relay segment a spill directory is bound to (relay.owner), nullopt when
+/// the directory has no binding yet. A relay create refuses a directory bound
+/// to another relay whose segment still exists and names this directory, and
+/// takes over a stale binding (the other segment is gone, or no longer a relay
+/// spilling here); the relay does that check (relay/spill.cpp).
 [[nodiscard]] Result<std::optional<std::string>> read_owner(const SpillDir& dir);
-// Binds the directory to the relay segment at `segment_path` (absolute).
+/// Binds the directory to the relay segment at `segment_path` (absolute).
 [[nodiscard]] Result<void> write_owner(const SpillDir& dir, std::string_view segment_path);
 
-// The directory's binding lock: an flock on the directory itself, through its
-// own open file description (the kernel drops it when the holder dies). A
-// relay create holds it from before it reads relay.owner until its segment is
-// published under its name: a segment is created under a temporary name, so
-// without the lock a racing create would find the binding naming a path that
-// does not exist yet, call it stale and take the directory over. `shmctl gc`
-// holds it while it removes a directory. Waits up to `wait` (zero: one try),
-// then RoleTaken naming the directory.
+/// The directory's binding lock: an flock on the directory itself, through its
+/// own open file description (the kernel drops it when the holder dies). A
+/// relay create holds it from before it reads relay.owner until its segment is
+/// published under its name: a segment is created under a temporary name, so
+/// without the lock a racing create would find the binding naming a path that
+/// does not exist yet, call it stale and take the directory over. `shmctl gc`
+/// holds it while it removes a directory. Waits up to `wait` (zero: one try),
+/// then RoleTaken naming the directory.
 [[nodiscard]] Result<FileHandle> lock_binding(const std::string& dir_path,
                                               std::chrono::milliseconds wait);
 
+/// The files of a spill directory, by what they are.
 struct DirListing {
-  std::vector<std::uint64_t> pages;  // sorted page ids of page-*.spill
-  std::vector<std::string> temps;    // page-*.tmp (torn seals)
-  std::vector<std::string> others;   // anything else but relay.id, relay.owner, refused/, removed/
+  std::vector<std::uint64_t> pages;  ///< sorted page ids of page-*.spill
+  std::vector<std::string> temps;    ///< page-*.tmp (torn seals)
+  std::vector<std::string> others;  ///< anything else but relay.id, relay.owner, refused/, removed/
 };
+/// Lists the directory (removed/ and refused/ are not looked into).
 [[nodiscard]] Result<DirListing> list_dir(const SpillDir& dir);
 
 }  // namespace shm::spill
