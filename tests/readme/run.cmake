@@ -5,7 +5,8 @@
 # step are joined by `&` and run at the same time, each its own process; a
 # program is NAME (the executable PREFIX NAME) or NAME:ARG (run with the one
 # argument ARG). Every program must exit 0 within the timeout. All of them
-# share a fresh private LIBSHM_ROOT under /dev/shm, removed afterwards.
+# share a fresh private LIBSHM_ROOT under /dev/shm and LIBSHM_SPILL_DIR (a
+# relay's spill pages: on disk, beside BIN), both removed afterwards.
 foreach(var SHM_README_BIN SHM_README_STEPS SHM_README_PREFIX SHM_README_TEST)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "readme/run.cmake: ${var} is not set")
@@ -17,6 +18,10 @@ set(logs ${SHM_README_BIN}/../logs/${SHM_README_TEST})
 file(REMOVE_RECURSE ${logs})
 file(MAKE_DIRECTORY ${logs})
 set(ENV{LIBSHM_ROOT} ${root})
+set(spill ${SHM_README_BIN}/../spill/${SHM_README_TEST}-${suffix})
+file(REMOVE_RECURSE ${spill})
+file(MAKE_DIRECTORY ${spill})
+set(ENV{LIBSHM_SPILL_DIR} ${spill})
 
 string(REPLACE "," ";" steps "${SHM_README_STEPS}")
 set(failed "")
@@ -73,7 +78,7 @@ foreach(step ${steps})
     break()
   endif()
 endforeach()
-file(REMOVE_RECURSE ${root})
+file(REMOVE_RECURSE ${root} ${spill})
 if(failed)
   message(FATAL_ERROR "readme ${SHM_README_TEST}: ${failed}")
 endif()
