@@ -25,7 +25,8 @@
 #                                               one argument ARG
 #
 # readme_length fails when README.md grows past 300 lines: the details go to
-# docs/, the README stays a ten-minute read.
+# docs/, the README stays a ten-minute read. install_readme_tour (below)
+# builds README.md's programs against an installed tree and runs them.
 set(SHM_README_OUT ${CMAKE_BINARY_DIR}/readme)
 set(SHM_README_MAX_LINES 300)
 file(GLOB SHM_README_HARNESSES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/readme/*.cpp)
@@ -34,7 +35,8 @@ file(GLOB SHM_DOCS_PAGES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/*.md)
 
 # Extracts, builds and registers the C++ blocks of one page. `rel` is the
 # page's path in the tree (for messages), `prefix` the name of its targets
-# and tests before the block's own. Sets `shm_page_count` in the caller.
+# and tests before the block's own. Sets `shm_page_count` in the caller and
+# writes what runs to <out_dir>/tests.cmake (below).
 function(shm_page_blocks page rel prefix)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${page})
   string(REGEX REPLACE "_$" "" out_dir "${prefix}")
@@ -50,6 +52,7 @@ function(shm_page_blocks page rel prefix)
 
   set(programs)
   set(runs)
+  set(tests)
   set(marker "")
   set(in_block OFF)
   set(line_no 0)
@@ -132,6 +135,16 @@ function(shm_page_blocks page rel prefix)
     message(FATAL_ERROR "${rel}:${block_line}: the C++ block of ${name} is not closed")
   endif()
 
+  # A block removed from the page leaves no source behind (the install test
+  # builds every source of README.md's directory).
+  file(GLOB old_sources ${out_dir}/*.cpp)
+  foreach(old_source ${old_sources})
+    get_filename_component(old_name ${old_source} NAME_WE)
+    if(NOT old_name IN_LIST programs)
+      file(REMOVE ${old_source})
+    endif()
+  endforeach()
+
   foreach(name ${programs})
     add_executable(${prefix}${name} ${out_dir}/${name}.cpp)
     target_link_libraries(${prefix}${name} PRIVATE shm::shm libshm_warnings)
@@ -150,6 +163,7 @@ function(shm_page_blocks page rel prefix)
       list(APPEND in_runs ${used_name})
     endforeach()
     shm_page_test(${prefix} ${run} "${run_${run}}")
+    list(APPEND tests "${run}=${run_${run}}")
   endforeach()
   foreach(name ${programs})
     if(NOT name IN_LIST in_runs)
@@ -158,10 +172,19 @@ function(shm_page_blocks page rel prefix)
                             "block no run runs: the two tests would have one name")
       endif()
       shm_page_test(${prefix} ${name} ${name})
+      list(APPEND tests "${name}=${name}")
     endif()
   endforeach()
   list(LENGTH programs count)
   set(shm_page_count ${count} PARENT_SCOPE)
+  # What runs, for a test that builds the page's programs elsewhere (the
+  # install test builds README.md's outside the tree): `set(SHM_PAGE_TESTS
+  # "TEST=STEPS;...")` in <out_dir>/tests.cmake, the sources beside it.
+  if(programs)
+    file(WRITE ${out_dir}/tests.cmake.new "set(SHM_PAGE_TESTS \"${tests}\")\n")
+    file(COPY_FILE ${out_dir}/tests.cmake.new ${out_dir}/tests.cmake ONLY_IF_DIFFERENT)
+    file(REMOVE ${out_dir}/tests.cmake.new)
+  endif()
 endfunction()
 
 function(shm_page_test prefix test steps)
@@ -195,3 +218,22 @@ add_test(NAME readme_length
          COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md
                  -DMAX_LINES=${SHM_README_MAX_LINES} -P ${CMAKE_CURRENT_SOURCE_DIR}/readme/length.cmake)
 set_tests_properties(readme_length PROPERTIES LABELS "unit;readme" TIMEOUT 60)
+
+# install_readme_tour: README.md's programs built outside the tree against a
+# fresh install, with find_package and with pkg-config, and each run as the
+# README runs it (tests/readme/outside.cmake). The normal lane runs it; what a
+# user copies is the same in every lane.
+if(LIBSHM_SANITIZE STREQUAL "")
+  include(GNUInstallDirs)
+  add_test(NAME install_readme_tour
+    COMMAND ${CMAKE_COMMAND}
+      -DSHM_BUILD_DIR=${CMAKE_BINARY_DIR}
+      -DSHM_WORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install_readme_tour
+      -DSHM_TOUR_DIR=${SHM_README_OUT}/readme
+      -DSHM_GENERATOR=${CMAKE_GENERATOR}
+      -DSHM_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+      -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
+      -P ${CMAKE_CURRENT_SOURCE_DIR}/readme/outside.cmake)
+  # COST: started early, as install_find_package: it builds 14 programs.
+  set_tests_properties(install_readme_tour PROPERTIES LABELS "install;readme" TIMEOUT 600 COST 800)
+endif()
