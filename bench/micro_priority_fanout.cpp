@@ -46,7 +46,7 @@ constexpr std::size_t kPayload = 48;
 constexpr std::size_t kSequence = 4096;  // a power of two
 
 // FANOUT_RING_CAPACITY overrides kRingCapacity (exploration; RESULTS.md uses the default).
-std::uint64_t ring_capacity() {
+std::uint64_t ring_cells() {
   static const std::uint64_t cap = [] {
     const char* env = std::getenv("FANOUT_RING_CAPACITY");
     return env != nullptr ? std::strtoull(env, nullptr, 10) : kRingCapacity;
@@ -81,7 +81,7 @@ class FanoutContender {
     static int counter = 0;
     const std::string base = "micro-fanout-" + std::to_string(counter++);
     auto f = shm::PriorityFanout::create(
-        base, {.priorities = kPriorities, .ring_capacity = ring_capacity(), .slot_size = kPayload},
+        base, {.priorities = kPriorities, .ring_cells = ring_cells(), .slot_bytes = kPayload},
         {.root = shm::bench::process_scratch_root().path()});
     if (!f) {
       state.SkipWithError(f.error().what().c_str());
@@ -103,7 +103,7 @@ class FanoutContender {
       fail();
   }
   std::uint32_t drain() {
-    auto r = f_.try_drain_highest(out_);
+    auto r = f_.try_pop_highest(out_);
     if (!r || !*r) [[unlikely]]
       fail();
     std::uint32_t tag;

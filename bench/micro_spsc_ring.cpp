@@ -41,12 +41,12 @@ std::unique_ptr<Ring> make_ring(benchmark::State& state, std::uint64_t capacity 
   const std::string name = "micro-" + std::to_string(counter++);
   const shm::CreateOptions create{.root = shm::bench::process_scratch_root().path()};
   const shm::OpenOptions open{.root = shm::bench::process_scratch_root().path()};
-  auto p = RingProducer::create(name, {.capacity = capacity}, create);
+  auto p = RingProducer::create(name, {.capacity_bytes = capacity}, create);
   if (!p) {
     state.SkipWithError(p.error().what().c_str());
     return nullptr;
   }
-  auto c = RingConsumer::open(name, {.capacity = capacity}, open);
+  auto c = RingConsumer::open(name, {.capacity_bytes = capacity}, open);
   if (!c) {
     state.SkipWithError(c.error().what().c_str());
     return nullptr;
@@ -206,8 +206,8 @@ void BM_SpscRing_CreateOpenUnlink(benchmark::State& state) {
   const shm::CreateOptions create{.root = shm::bench::process_scratch_root().path()};
   const shm::OpenOptions open{.root = shm::bench::process_scratch_root().path()};
   for (auto _ : state) {
-    auto p = RingProducer::create("micro-setup", {.capacity = kCapacity}, create);
-    auto c = RingConsumer::open("micro-setup", {.capacity = kCapacity}, open);
+    auto p = RingProducer::create("micro-setup", {.capacity_bytes = kCapacity}, create);
+    auto c = RingConsumer::open("micro-setup", {.capacity_bytes = kCapacity}, open);
     auto u = shm::Segment::unlink("micro-setup", shm::bench::process_scratch_root().path());
     if (!p || !c || !u) [[unlikely]] {
       state.SkipWithError("create/open/unlink failed");

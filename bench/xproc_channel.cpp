@@ -147,7 +147,7 @@ shm::ChannelParams channel_params(const Options& o, std::size_t size) {
   return {.pages = o.pages,
           .page_bytes = page,
           .descriptors_per_page = o.events_per_page,
-          .ring_capacity = static_cast<std::uint32_t>(std::bit_ceil(in_flight))};
+          .ring_cells = static_cast<std::uint32_t>(std::bit_ceil(in_flight))};
 }
 // The ring's capacity: the same in-flight bytes as the channel's pool.
 std::uint64_t ring_bytes(const Options& o, std::size_t size) {
@@ -214,7 +214,8 @@ class RingTransport {
  public:
   RingTransport(const Options& o, std::size_t size, Mode mode)
       : name_(unique_name("ring")), mode_(mode), limit_(o.run_limit()) {
-    (void)value_or_throw(shm::create_ring(name_, {.capacity = ring_bytes(o, size)}), "create_ring");
+    (void)value_or_throw(shm::create_ring(name_, {.capacity_bytes = ring_bytes(o, size)}),
+                         "create_ring");
   }
   RingTransport(const RingTransport&) = delete;
   RingTransport& operator=(const RingTransport&) = delete;

@@ -125,12 +125,12 @@ const TickClock& tick_clock() {
 // transport attached, the name already unlinked, the pages prefaulted.
 std::pair<shm::Egress, shm::EgressTransport> window_egress(const std::string& name) {
   shm::EgressParams params;
-  params.capacity = 4 * kWindow;
+  params.max_payloads = 4 * kWindow;
   params.slot_bytes = kPayload;
   params.inflight_limit = kWindow;
   auto producer = shm::Egress::create(name, params);
   if (!producer) throw BenchError(producer.error().what());
-  auto transport = shm::EgressTransport::attach(name);
+  auto transport = shm::EgressTransport::open(name);
   if (!transport) throw BenchError(transport.error().what());
   (void)shm::Segment::unlink(name);
   prefault(producer->segment().data(), true);
@@ -219,9 +219,9 @@ Measurement egress_batch_run(const Options& o) {
 
 Measurement ring_message_run(const Options& o) {
   const std::string name = fresh_name("ring");
-  auto p = shm::RingProducer::create(name, {.capacity = 1u << 16});
+  auto p = shm::RingProducer::create(name, {.capacity_bytes = 1u << 16});
   if (!p) throw BenchError(p.error().what());
-  auto c = shm::RingConsumer::open(name, {.capacity = 1u << 16});
+  auto c = shm::RingConsumer::open(name, {.capacity_bytes = 1u << 16});
   if (!c) throw BenchError(c.error().what());
   (void)shm::Segment::unlink(name);
   prefault(p->segment().data(), true);
@@ -274,13 +274,13 @@ Comparison message_comparison(const Options& o) {
 shm::Egress fill_window(const Options& o, const std::string& name,
                         std::optional<shm::EgressTransport>& transport) {
   shm::EgressParams params;
-  params.capacity = o.inflight;
+  params.max_payloads = o.inflight;
   params.slot_bytes = kPayload;
   params.inflight_limit = o.inflight;
   auto producer = shm::Egress::create(name, params);
   if (!producer) throw BenchError(producer.error().what());
   prefault(producer->segment().data(), true);
-  auto t = shm::EgressTransport::attach(name);
+  auto t = shm::EgressTransport::open(name);
   if (!t) throw BenchError(t.error().what());
   std::array<std::byte, kPayload> payload{};
   std::vector<std::byte> claimed;
@@ -325,7 +325,7 @@ Measurement attach_run(const Options& o) {
   const std::uint64_t old = transport->generation();
   transport.reset();  // detaches: the next attach reconnects
   const std::uint64_t t0 = TickClock::ticks();
-  auto t = shm::EgressTransport::attach(name);
+  auto t = shm::EgressTransport::open(name);
   const double ns = tick_clock().to_ns(TickClock::ticks() - t0);
   if (!t || t->generation() != old + 1 || t->replayed() != o.inflight)
     throw BenchError("the replacement transport did not reconnect over every record");

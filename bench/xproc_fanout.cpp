@@ -161,7 +161,7 @@ Measurement fanout_run(const Env& env, int consumers) {
   while (capacity < o.jobs / kPriorities * 2) capacity *= 2;  // room for an uneven split
   {
     auto f = shm::PriorityFanout::create(
-        base, {.priorities = kPriorities, .ring_capacity = capacity, .slot_size = kPayload});
+        base, {.priorities = kPriorities, .ring_cells = capacity, .slot_bytes = kPayload});
     if (!f) throw BenchError(f.error().what());
     for (std::uint32_t p = 0; p < kPriorities; ++p) prefault(f->ring(p).segment().data(), true);
     for (std::uint64_t seq = 0; seq < o.jobs; ++seq) {
@@ -172,14 +172,14 @@ Measurement fanout_run(const Env& env, int consumers) {
   }
   Measurement m = measure(env, consumers, [&](int) -> Drain {
     auto f = shm::FanoutConsumer::open(
-        base, {.priorities = kPriorities, .ring_capacity = capacity, .slot_size = kPayload});
+        base, {.priorities = kPriorities, .ring_cells = capacity, .slot_bytes = kPayload});
     if (!f) throw BenchError(f.error().what());
     return [&o, fan = std::make_shared<shm::FanoutConsumer>(std::move(*f))]() -> std::uint64_t {
       Job j{};
       auto buf = std::as_writable_bytes(std::span(&j, 1));
       std::uint64_t n = 0;
       for (;;) {
-        auto d = fan->try_drain_highest(buf);
+        auto d = fan->try_pop_highest(buf);
         if (!d) throw BenchError(d.error().what());
         if (!*d) break;  // no producer: empty means drained
         if (!job_ok(j, (*d)->priority, o.jobs, o.run.smoke)) throw BenchError("job damaged");

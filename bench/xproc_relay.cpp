@@ -137,14 +137,14 @@ Measurement relay_write_run(const Options& o, bool lww) {
   const std::string name = fresh_name("write");
   shm::RelayConfig cfg;
   cfg.policy = lww ? shm::policy::kLww : shm::policy::kSum;
-  cfg.value_size = lww ? 16 + kLwwPayload : 8;
-  cfg.capacity = kWriteKeys * 2;
+  cfg.value_bytes = lww ? 16 + kLwwPayload : 8;
+  cfg.max_entries = kWriteKeys * 2;
   cfg.backpressure = {shm::Dimension::Keys, kWriteKeys * 2, kWriteKeys, shm::Overflow::Block};
   auto w = shm::RelayWriter::create(name, cfg);
   if (!w) throw BenchError(w.error().what());
   (void)shm::Segment::unlink(name);
   prefault(w->segment().data(), true);
-  std::vector<std::byte> value(cfg.value_size);
+  std::vector<std::byte> value(cfg.value_bytes);
   std::uint64_t i = 0;
   // Warm-up: opens every key (Appended), then merges.
   for (; i < 4 * kWriteKeys; ++i) {
@@ -163,7 +163,7 @@ Measurement relay_write_run(const Options& o, bool lww) {
       make_value(value, i, lww);
       auto r = w->write(i % kWriteKeys, value, 0ns);
       if (!r) throw BenchError(r.error().what());
-      merged += r->outcome == shm::WriteOutcome::Merged ? 1 : 0;
+      merged += r->status == shm::WriteStatus::Merged ? 1 : 0;
     }
     ticks += TickClock::ticks() - t0;
     cpu += thread_cpu_ns() - c0;
@@ -181,9 +181,9 @@ Measurement relay_write_run(const Options& o, bool lww) {
 Measurement ring_push_run(const Options& o, bool lww) {
   const std::string name = fresh_name("ring");
   const std::size_t size = lww ? 16 + kLwwPayload : 8;
-  auto p = shm::RingProducer::create(name, {.capacity = 1u << 20});
+  auto p = shm::RingProducer::create(name, {.capacity_bytes = 1u << 20});
   if (!p) throw BenchError(p.error().what());
-  auto c = shm::RingConsumer::open(name, {.capacity = 1u << 20});
+  auto c = shm::RingConsumer::open(name, {.capacity_bytes = 1u << 20});
   if (!c) throw BenchError(c.error().what());
   (void)shm::Segment::unlink(name);
   prefault(p->segment().data(), true);
@@ -353,12 +353,12 @@ Measurement relay_overload_run(const Options& o, SharedBlock<Control>& control) 
   const std::string name = fresh_name("ticker");
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kLww;
-  cfg.value_size = kPrice;
+  cfg.value_bytes = kPrice;
   // Every key pending, and a take's worth of them in the reader's hands: a
   // write to a key whose entry is taken opens a second entry for it. With
   // capacity = keys a write during a take could find no free entry (seen
   // once under a CI build's load: refused as Full).
-  cfg.capacity = static_cast<std::uint32_t>(o.keys + max_credit(o));
+  cfg.max_entries = static_cast<std::uint32_t>(o.keys + max_credit(o));
   cfg.backpressure = {shm::Dimension::Keys, o.keys, o.keys / 2, shm::Overflow::Conflate};
   auto r = shm::RelayReader::create(name, cfg);
   if (!r) throw BenchError(r.error().what());
@@ -370,7 +370,7 @@ Measurement relay_overload_run(const Options& o, SharedBlock<Control>& control) 
     return writer_body(o, ctl, [&](std::uint64_t key, std::span<const std::byte> v) {
       auto res = w->write(key, v, 0ns);
       if (!res) throw BenchError(res.error().what());
-      if (res->outcome == shm::WriteOutcome::Full || res->outcome == shm::WriteOutcome::Dropped)
+      if (res->status == shm::WriteStatus::Full || res->status == shm::WriteStatus::Dropped)
         throw BenchError("a conflating relay with room for every key refused a write");
     });
   });
@@ -407,12 +407,12 @@ Measurement ring_overload_run(const Options& o, SharedBlock<Control>& control) {
   // Room for the whole stream (records are 64 B + a header), with margin.
   const auto need = static_cast<std::uint64_t>(static_cast<double>(o.rate) * o.seconds * 1.5 * 80);
   const std::uint64_t capacity = std::bit_ceil(std::max<std::uint64_t>(need, 1u << 16));
-  auto c = shm::RingConsumer::create(name, {.capacity = capacity});
+  auto c = shm::RingConsumer::create(name, {.capacity_bytes = capacity});
   if (!c) throw BenchError(c.error().what());
   prefault(c->segment().data(), true);
   const Watchdog watchdog(std::chrono::seconds(static_cast<int>(o.seconds) + 60));
   Peer writer = Peer::fork_pinned(o.cpus.peer, [&] {
-    auto p = shm::RingProducer::open(name, {.capacity = capacity});
+    auto p = shm::RingProducer::open(name, {.capacity_bytes = capacity});
     if (!p) throw BenchError(p.error().what());
     return writer_body(o, ctl, [&](std::uint64_t, std::span<const std::byte> v) {
       auto res = p->try_push(v);

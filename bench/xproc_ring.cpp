@@ -326,7 +326,7 @@ class RingChannel {
  public:
   RingChannel(const Options& o, Mode mode, std::size_t batch)
       : name_(unique_name("ring")), mode_(mode), batch_(batch), limit_(o.run_limit()) {
-    (void)value_or_throw(shm::create_ring(name_, {.capacity = o.ring_bytes}), "create_ring");
+    (void)value_or_throw(shm::create_ring(name_, {.capacity_bytes = o.ring_bytes}), "create_ring");
   }
   RingChannel(const RingChannel&) = delete;
   RingChannel& operator=(const RingChannel&) = delete;

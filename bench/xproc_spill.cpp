@@ -375,8 +375,8 @@ shm::RelayConfig spill_config(std::uint32_t value, std::uint64_t page_size, cons
                               std::uint64_t high, std::uint32_t capacity) {
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
-  cfg.value_size = value;
-  cfg.capacity = capacity;
+  cfg.value_bytes = value;
+  cfg.max_entries = capacity;
   cfg.backpressure = {shm::Dimension::Count, high, std::max<std::uint64_t>(1, high / 4),
                       shm::Overflow::Spill};
   cfg.spill_dedup = true;  // raw_fifo is not idempotent (the reader dedups by first_seq)
@@ -411,8 +411,8 @@ Measurement relay_spill_run(const Options& o, const BaseDir& base, std::size_t v
     make_value(v, i);
     auto r = w->write(v, 0ns);  // a fallback to Block would be TimedOut
     if (!r) throw BenchError(r.error().what());
-    if (r->outcome != shm::WriteOutcome::Appended)
-      throw BenchError(fmt::format("write {}: {}, not appended", i, shm::to_string(r->outcome)));
+    if (r->status != shm::WriteStatus::Appended)
+      throw BenchError(fmt::format("write {}: {}, not appended", i, shm::to_string(r->status)));
   }
   // Background: the last seal may still be under way; back to Inline waits
   // for it (timed: the pages are on disk at the end on both sides).
@@ -638,8 +638,8 @@ void latency_writer(shm::RelayWriter& w, int writer, std::uint64_t writes, std::
     const std::uint64_t t0 = TickClock::ticks();
     auto r = w.write(v, 0ns);
     const std::uint64_t t1 = TickClock::ticks();
-    if (!r || r->outcome != shm::WriteOutcome::Appended) {
-      log.error = r ? fmt::format("write {}: {}, not appended", i, shm::to_string(r->outcome))
+    if (!r || r->status != shm::WriteStatus::Appended) {
+      log.error = r ? fmt::format("write {}: {}, not appended", i, shm::to_string(r->status))
                     : r.error().what();
       return;
     }
@@ -798,8 +798,8 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
   for (std::uint64_t i = 0; i < filled; ++i) {
     make_value(v, i);
     auto r = w->write(v, 0ns);
-    if (!r || r->outcome != shm::WriteOutcome::Appended)
-      throw BenchError(r ? fmt::format("fill write {}: {}", i, shm::to_string(r->outcome))
+    if (!r || r->status != shm::WriteStatus::Appended)
+      throw BenchError(r ? fmt::format("fill write {}: {}", i, shm::to_string(r->status))
                          : r.error().what());
   }
   if (w->snapshot().cold_pages != o.drain_pages)
@@ -807,7 +807,7 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
                                  w->snapshot().cold_pages, o.drain_pages));
   // No seal from here on: the high water at the capacity, above what the head
   // holds in this run (the entries left after the seals and the timed writes).
-  if (auto ok = w->retune({shm::Dimension::Count, cfg.capacity, 1, shm::Overflow::Spill}); !ok)
+  if (auto ok = w->retune({shm::Dimension::Count, cfg.max_entries, 1, shm::Overflow::Spill}); !ok)
     throw BenchError(ok.error().what());
   prefault(w->segment().data(), true);
   drop_cache_of(dir, o.hot_cache);
@@ -870,9 +870,9 @@ Measurement drain_latency_run(const Options& o, const BaseDir& base, bool draini
     const std::uint64_t t0 = TickClock::ticks();
     auto res = w->write(v, 0ns);
     const std::uint64_t t1 = TickClock::ticks();
-    if (!res || res->outcome != shm::WriteOutcome::Appended) {
+    if (!res || res->status != shm::WriteStatus::Appended) {
       error =
-          res ? fmt::format("write {}: {}", i, shm::to_string(res->outcome)) : res.error().what();
+          res ? fmt::format("write {}: {}", i, shm::to_string(res->status)) : res.error().what();
       break;
     }
     ticks.push_back(t1 - t0);

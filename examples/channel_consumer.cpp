@@ -51,7 +51,7 @@ shm::Result<shm::ChannelConsumer> attach(const Options& o) {
   const shm::ChannelParams params{.pages = o.pages,
                                   .page_bytes = o.page_bytes,
                                   .descriptors_per_page = o.descriptors,
-                                  .ring_capacity = o.ring};
+                                  .ring_cells = o.ring};
   if (o.create) return shm::ChannelConsumer::create(o.name, params, {.root = o.root});
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);

@@ -53,7 +53,7 @@ shm::Result<shm::ChannelProducer> attach(const Options& o) {
   const shm::ChannelParams params{.pages = o.pages,
                                   .page_bytes = o.page_bytes,
                                   .descriptors_per_page = o.descriptors,
-                                  .ring_capacity = o.ring};
+                                  .ring_cells = o.ring};
   if (o.create) return shm::ChannelProducer::create(o.name, params, {.root = o.root});
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
@@ -83,7 +83,7 @@ int run(const Options& o) {
       "channel_producer: channel '{}': {} pages of {} bytes / {} descriptors, ring {}; "
       "sending {} messages of {}..{} bytes\n",
       o.name, producer->pages(), producer->page_bytes(), producer->descriptors_per_page(),
-      producer->ring_capacity(), o.count, o.min_size, o.max_size);
+      producer->ring_cells(), o.count, o.min_size, o.max_size);
   std::fflush(stdout);
   std::uint64_t waits = 0;
   const auto start = Clock::now();

@@ -90,7 +90,7 @@ int bound(const std::string& path) {
 }
 
 [[noreturn]] void transport(const std::string& dir, double loss, unsigned seed) {
-  auto t = shm::EgressTransport::attach(kName);
+  auto t = shm::EgressTransport::open(kName);
   if (!t) std::_Exit(2);
   std::printf("transport %d: generation %llu, replayed %llu\n", ::getpid(),
               static_cast<unsigned long long>(t->generation()),
@@ -142,7 +142,7 @@ pid_t spawn(F&& f) {
 
 int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned seed) {
   shm::EgressParams params;
-  params.capacity = 1024;
+  params.max_payloads = 1024;
   params.slot_bytes = 64;
   params.inflight_limit = 64;
   params.retry_budget = 1000;
@@ -162,9 +162,9 @@ int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned se
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(2ms);
-    const auto p = e->observe();
-    if (!p || !p->acked_through) continue;
-    const std::uint64_t acked = *p->acked_through + 1;
+    const auto p = e->snapshot();
+    if (!p.consistent || !p.acked_through) continue;
+    const std::uint64_t acked = *p.acked_through + 1;
     done = acked == count;
     if (!done && kill_every != 0 && acked >= next_kill) {
       ::kill(tr, SIGKILL);

@@ -35,7 +35,7 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t kPriorities = 4;
 constexpr shm::FanoutParams kParams{
-    .priorities = kPriorities, .ring_capacity = 1024, .slot_size = 48};
+    .priorities = kPriorities, .ring_cells = 1024, .slot_bytes = 48};
 
 struct Job {
   std::uint32_t id;
@@ -65,7 +65,7 @@ int create(const std::string& base) {
     fmt::print(stderr, "create {}: {}\n", base, f.error().what());
     return 1;
   }
-  fmt::print("created {} ({} priorities x {} jobs)\n", base, kPriorities, kParams.ring_capacity);
+  fmt::print("created {} ({} priorities x {} jobs)\n", base, kPriorities, kParams.ring_cells);
   std::fflush(stdout);
   return 0;
 }
@@ -127,7 +127,7 @@ int worker(const std::string& base, std::optional<std::uint32_t> dedicated) {
     const auto timeout = stopping ? 0ms : 200ms;
     std::uint32_t priority = 0;
     if (dedicated) {
-      auto got = f->drain_priority(*dedicated, buf, timeout);
+      auto got = f->pop_priority(*dedicated, buf, timeout);
       if (!got) {
         fmt::print(stderr, "drain: {}\n", got.error().what());
         return 1;
@@ -138,7 +138,7 @@ int worker(const std::string& base, std::optional<std::uint32_t> dedicated) {
       }
       priority = *dedicated;
     } else {
-      auto got = f->drain_highest(buf, timeout);
+      auto got = f->pop_highest(buf, timeout);
       if (!got) {
         fmt::print(stderr, "drain: {}\n", got.error().what());
         return 1;

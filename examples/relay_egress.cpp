@@ -67,7 +67,7 @@ int run_writer(std::uint64_t id, std::uint32_t writers, std::uint32_t keys, std:
         }
         // Full: every entry is pending or in the reader's hand (nothing was
         // written); the reader frees entries as it commits, so write again.
-        if (res->outcome != shm::WriteOutcome::Full) break;
+        if (res->status != shm::WriteStatus::Full) break;
         if (std::chrono::steady_clock::now() > deadline) {
           fmt::print(stderr, "writer {}: the relay stayed full for 60 s\n", id);
           return 1;
@@ -80,7 +80,7 @@ int run_writer(std::uint64_t id, std::uint32_t writers, std::uint32_t keys, std:
 
 // The transport: claims, "sends", acknowledges; folds max per key.
 int run_transport(std::uint32_t keys, std::uint32_t rounds) {
-  auto t = shm::EgressTransport::attach("uplink");
+  auto t = shm::EgressTransport::open("uplink");
   if (!t) {
     fmt::print(stderr, "transport: {}\n", t.error().what());
     return 1;
@@ -152,11 +152,11 @@ int main(int argc, char** argv) {
   (void)shm::Segment::unlink("uplink");
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kMax;
-  cfg.value_size = 8;
+  cfg.value_bytes = 8;
   // One entry per key, plus the entries the bridge holds between take and
   // commit (at most a pool's worth): a key drained and written again needs a
   // second entry until the first is committed.
-  cfg.capacity = keys + pool;
+  cfg.max_entries = keys + pool;
   cfg.backpressure = {shm::Dimension::Keys, keys, keys / 2, shm::Overflow::Conflate};
   auto relay = shm::RelayReader::create("state", cfg);
   if (!relay) {
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   shm::EgressParams params;
-  params.capacity = pool;
+  params.max_payloads = pool;
   params.slot_bytes = sizeof(Wire);
   params.inflight_limit = window;
   auto egress = shm::Egress::create("uplink", params);
@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
   std::uint64_t forwarded = 0, max_retained = 0;
   bool ok = true;
   auto bridge = [&](std::chrono::nanoseconds wait) -> std::size_t {
-    const auto p = egress->observe();
+    const auto p = egress->snapshot();
     const std::uint64_t retained =
-        p ? p->pending + p->inflight + p->parked + p->terminal : std::uint64_t{pool};
+        p.consistent ? p.pending + p.inflight + p.parked + p.terminal : std::uint64_t{pool};
     max_retained = std::max(max_retained, retained);
     const std::size_t credit = retained < pool ? pool - retained : 0;
     if (credit == 0) {

@@ -63,9 +63,9 @@ int run_writer(std::uint64_t lines, bool spill) {
     // the reader's check of the blocked counter says so.
     (void)spill;
     auto r = w->write(std::as_bytes(std::span(line, n)), std::chrono::seconds(30));
-    if (!r || r->outcome != shm::WriteOutcome::Appended) {
+    if (!r || r->status != shm::WriteStatus::Appended) {
       fmt::print(stderr, "writer: line {}: {}\n", i,
-                 r ? std::string(shm::to_string(r->outcome)) : r.error().what());
+                 r ? std::string(shm::to_string(r->status)) : r.error().what());
       return 1;
     }
   }
@@ -80,14 +80,14 @@ int run_spill(std::uint64_t lines, std::uint64_t high, std::uint64_t low, std::u
   low = std::min(low, high / 2);
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
-  cfg.value_size = 64;
-  cfg.capacity = static_cast<std::uint32_t>(high + high / 4);  // the RAM budget, in lines
+  cfg.value_bytes = 64;
+  cfg.max_entries = static_cast<std::uint32_t>(high + high / 4);  // the RAM budget, in lines
   cfg.backpressure = {shm::Dimension::Count, high, low, shm::Overflow::Spill};
   cfg.spill_dedup = true;  // raw_fifo: the reader drops replays by first_seq
   cfg.spill.enabled = true;
   cfg.spill.dir = dir;
   cfg.spill.page_size = shm::spill::kPageHeaderSize + (high + 1) * shm::spill::record_stride(64);
-  lines = std::max<std::uint64_t>(lines, 2 * cfg.capacity);  // at least twice the RAM budget
+  lines = std::max<std::uint64_t>(lines, 2 * cfg.max_entries);  // at least twice the RAM budget
   auto reader = shm::RelayReader::create("log", cfg);
   if (!reader) {
     fmt::print(stderr, "{}\n", reader.error().what());
@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
   if (spill) return run_spill(lines, high, low, pause_ms, spill_dir);
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
-  cfg.value_size = 64;
-  cfg.capacity = static_cast<std::uint32_t>(std::max<std::uint64_t>(high, retune_high));
+  cfg.value_bytes = 64;
+  cfg.max_entries = static_cast<std::uint32_t>(std::max<std::uint64_t>(high, retune_high));
   cfg.backpressure = {shm::Dimension::Count, high, low, shm::Overflow::Block};
   auto reader = shm::RelayReader::create("log", cfg);
   if (!reader) {

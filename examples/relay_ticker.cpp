@@ -59,7 +59,7 @@ int run_writer(std::uint64_t id, std::uint32_t symbols, int seconds, pid_t paren
       auto r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       // Full: no free entry (every key pending and the symbol's entry in
       // the reader's hand); nothing was written, so write it again.
-      while (r && r->outcome == shm::WriteOutcome::Full) {
+      while (r && r->status == shm::WriteStatus::Full) {
         std::this_thread::yield();
         r = w->try_write(s, shm::lww_value(ts, id, shm::u64_value(price)));
       }
@@ -94,11 +94,11 @@ int main(int argc, char** argv) {
   (void)shm::Segment::unlink("ticker");
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kLww;
-  cfg.value_size = 24;  // timestamp, writer, price
+  cfg.value_bytes = 24;  // timestamp, writer, price
   // One entry per symbol, plus room for the entries the reader holds between
   // take and commit (a symbol written again meanwhile needs a second entry).
   const std::size_t per_tick = static_cast<std::size_t>(std::max<std::uint64_t>(1, rate / 100));
-  cfg.capacity = symbols + static_cast<std::uint32_t>(std::min<std::size_t>(per_tick, symbols));
+  cfg.max_entries = symbols + static_cast<std::uint32_t>(std::min<std::size_t>(per_tick, symbols));
   cfg.backpressure = {shm::Dimension::Keys, symbols, symbols / 2, shm::Overflow::Conflate};
   auto reader = shm::RelayReader::create("ticker", cfg);
   if (!reader) {

@@ -107,7 +107,7 @@ int run(const Options& opt) {
     return example::kExitRingError;
   }
   fmt::print("ring_consumer: {} ring '{}' ({} bytes), receiving ({}, release every {})\n",
-             opt.create ? "created" : "opened", opt.name, consumer->capacity(),
+             opt.create ? "created" : "opened", opt.name, consumer->capacity_bytes(),
              opt.spin ? "spin" : "blocking", opt.batch);
   std::fflush(stdout);
 

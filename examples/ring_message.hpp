@@ -102,7 +102,7 @@ template <class Endpoint>
                                                    std::uint64_t capacity, const std::string& root,
                                                    std::chrono::milliseconds wait) {
   shm::RingParams params;
-  params.capacity = capacity;  // on open, 0 accepts whatever capacity the creator chose
+  params.capacity_bytes = capacity;  // on open, 0 accepts whatever capacity the creator chose
   if (create) {
     shm::CreateOptions options;
     options.root = root;

@@ -59,14 +59,14 @@ int run(const Options& opt) {
     fmt::print(stderr,
                "ring_producer: messages of up to {} bytes (+{} header) do not fit ring '{}' "
                "(capacity {}, largest record {}); use a larger --capacity\n",
-               max_size, sizeof(example::MessageHeader), opt.name, producer->capacity(),
+               max_size, sizeof(example::MessageHeader), opt.name, producer->capacity_bytes(),
                producer->max_payload());
     return example::kExitUsage;
   }
   fmt::print(
       "ring_producer: {} ring '{}' ({} bytes), sending {} messages of {}..{} bytes ({}, "
       "commit every {})\n",
-      opt.create ? "created" : "opened", opt.name, producer->capacity(), opt.count, min_size,
+      opt.create ? "created" : "opened", opt.name, producer->capacity_bytes(), opt.count, min_size,
       max_size, opt.spin ? "spin" : "blocking", opt.batch);
   std::fflush(stdout);
 

@@ -166,7 +166,7 @@ Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& 
 }
 
 Outcome<EgressTransport> attach_transport(const std::string& name, const std::string& root) {
-  auto t = EgressTransport::attach(name, OpenOptions{.root = root});
+  auto t = EgressTransport::open(name, OpenOptions{.root = root});
   if (!t) return std::unexpected(segment_failure("egress", name, t.error()));
   return std::move(*t);
 }
@@ -190,7 +190,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   const std::string source_kind(to_string(source->kind()));
 
   EgressParams ep;
-  ep.capacity = o.egress_capacity;
+  ep.max_payloads = o.egress_capacity;
   ep.slot_bytes = o.max_message;
   ep.inflight_limit = std::min(o.window, o.egress_capacity);
   ep.retry_budget = ~std::uint32_t{0} - 1;  // never dead-letter: retry until acknowledged

@@ -328,7 +328,7 @@ Outcome<bool> ImportDest::replace_ended_channel(const std::atomic<bool>& stop, c
     std::this_thread::sleep_for(20ms);
   }
   const ChannelParams params{v->params.pages, v->params.page_bytes, v->params.descriptors_per_page,
-                             v->params.ring_capacity};
+                             v->params.ring_cells};
   const std::uint64_t old_incarnation = ended_->header().incarnation;
   if (auto ok = ended_->unlink(); !ok && ok.error().code != Errc::NotFound)
     return failure(kExitRuntime,

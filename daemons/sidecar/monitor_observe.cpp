@@ -173,11 +173,11 @@ void Monitor::handle_dead(const std::string& name, Tracked& t, const SlotInfo& s
   // kind's reclaim, then the slot freed and a Reclaimed event recorded.
   auto reclaimed = reclaim_dead_attacher(*w, *kind, s);
   if (!reclaimed) return failed("reclaim", error_text(reclaimed.error()));
-  if (reclaimed->outcome == ReclaimOutcome::LockHeld) {
+  if (reclaimed->status == ReclaimStatus::LockHeld) {
     log_.info("attacher_replaced").kv("segment", name).kv("slot", s.index).kv("dead_pid", s.pid);
     return;
   }
-  if (reclaimed->outcome == ReclaimOutcome::Changed) return;  // freed or re-attached meanwhile
+  if (reclaimed->status == ReclaimStatus::Changed) return;  // freed or re-attached meanwhile
   const std::vector<std::string>& actions = reclaimed->actions;
   ++stats_.reclaims;
   log_.info("attacher_reclaimed")

@@ -12,8 +12,8 @@ namespace shm::test {
 [[nodiscard]] inline RelayConfig small_spill_fifo(const std::string& dir) {
   RelayConfig cfg;
   cfg.policy = policy::kRawFifo;
-  cfg.capacity = 8;
-  cfg.value_size = 8;
+  cfg.max_entries = 8;
+  cfg.value_bytes = 8;
   cfg.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
   cfg.spill_dedup = true;
   cfg.spill.enabled = true;

@@ -57,14 +57,16 @@ int main(int argc, char** argv) {
   // attachment belongs to a process that is gone, as a crash leaves them.
   // SpscRing: one empty, one with records and a peek outstanding.
   auto ring_empty =
-      must(shm::RingProducer::create("spsc-empty", {.capacity = 256}, create), "ring");
-  auto ring_p = must(shm::RingProducer::create("spsc-records", {.capacity = 256}, create), "ring");
+      must(shm::RingProducer::create("spsc-empty", {.capacity_bytes = 256}, create), "ring");
+  auto ring_p =
+      must(shm::RingProducer::create("spsc-records", {.capacity_bytes = 256}, create), "ring");
   auto ring_c = must(shm::RingConsumer::open("spsc-records", {}, open), "ring consumer");
   for (auto s : {"alpha", "bravo-bravo", "charlie"}) (void)must(ring_p.try_push(text(s)), "push");
   (void)must(ring_c.try_peek(), "peek");
   // One that has lapped several times: the slot after its records holds the
   // header of the previous lap.
-  auto wrap_p = must(shm::RingProducer::create("spsc-wrapped", {.capacity = 256}, create), "ring");
+  auto wrap_p =
+      must(shm::RingProducer::create("spsc-wrapped", {.capacity_bytes = 256}, create), "ring");
   auto wrap_c = must(shm::RingConsumer::open("spsc-wrapped", {}, open), "ring consumer");
   for (int i = 0; i < 40; ++i) {
     (void)must(wrap_p.try_push(text(i % 3 == 0 ? "delta-delta-delta" : "echo")), "push");
@@ -82,11 +84,11 @@ int main(int argc, char** argv) {
   auto channel_empty =
       must(shm::ChannelProducer::create("channel-empty", params, create), "channel");
   // MpmcRing and a PriorityFanout (a bitmap segment and one MPMC ring per priority).
-  auto mpmc =
-      must(shm::MpmcRing::create("mpmc-records", {.capacity = 8, .slot_size = 16}, create), "mpmc");
+  auto mpmc = must(
+      shm::MpmcRing::create("mpmc-records", {.ring_cells = 8, .slot_bytes = 16}, create), "mpmc");
   for (auto s : {"x", "yy", "zzz"}) (void)must(mpmc.try_push(text(s)), "mpmc push");
   auto fanout = must(shm::PriorityFanout::create(
-                         "fanout", {.priorities = 2, .ring_capacity = 4, .slot_size = 16}, create),
+                         "fanout", {.priorities = 2, .ring_cells = 4, .slot_bytes = 16}, create),
                      "fanout");
   (void)must(fanout.submit(1, text("high")), "submit");
   // Ledger: a category, a bucket, a pool and a reservation.
@@ -103,7 +105,7 @@ int main(int argc, char** argv) {
   (void)must(ledger.reserve(pool, shm::CategoryId{.index = 0}, 100), "reserve");
   // RelayCell: a keyed sum with merged entries, one taken by the reader and
   // not committed; a raw_fifo relay with ops queued.
-  shm::RelayConfig sum_config{.policy = shm::policy::kSum, .value_size = 8, .capacity = 16};
+  shm::RelayConfig sum_config{.policy = shm::policy::kSum, .value_bytes = 8, .max_entries = 16};
   sum_config.backpressure = {shm::Dimension::Count, 12, 4, shm::Overflow::Conflate};
   auto relay_w = must(shm::RelayWriter::create("relay-sum", sum_config, create), "relay");
   auto relay_r = must(shm::RelayReader::open("relay-sum", open), "relay reader");
@@ -112,18 +114,20 @@ int main(int argc, char** argv) {
     (void)must(relay_w.write(key, std::as_bytes(std::span(&one, 1)), shm::forever), "relay write");
   }
   (void)must(relay_r.take(1), "relay take");
-  shm::RelayConfig fifo_config{.policy = shm::policy::kRawFifo, .value_size = 16, .capacity = 8};
+  shm::RelayConfig fifo_config{
+      .policy = shm::policy::kRawFifo, .value_bytes = 16, .max_entries = 8};
   fifo_config.backpressure = {shm::Dimension::Count, 6, 2, shm::Overflow::Block};
   auto fifo_w = must(shm::RelayWriter::create("relay-fifo", fifo_config, create), "relay");
   for (auto s : {"op-1", "op-22", "op-333"})
     (void)must(fifo_w.write(text(s), shm::forever), "relay fifo write");
   // Egress: payloads enqueued, one claimed by a transport, one acknowledged,
   // one failed (parked for its backoff).
-  auto egress = must(
-      shm::Egress::create("egress", {.capacity = 8, .slot_bytes = 32, .inflight_limit = 4}, create),
-      "egress");
+  auto egress =
+      must(shm::Egress::create("egress", {.max_payloads = 8, .slot_bytes = 32, .inflight_limit = 4},
+                               create),
+           "egress");
   for (auto s : {"m1", "m22", "m333", "m4444"}) (void)must(egress.try_enqueue(text(s)), "enqueue");
-  auto transport = must(shm::EgressTransport::attach("egress", open), "egress transport");
+  auto transport = must(shm::EgressTransport::open("egress", open), "egress transport");
   std::vector<std::byte> payload;
   for (int i = 0; i < 3; ++i) (void)must(transport.try_claim(payload), "claim");
   (void)must(transport.ack(1), "ack");

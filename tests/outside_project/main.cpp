@@ -49,7 +49,7 @@ std::string payload(int i) {
 
 int ring_round_trip() {
   shm::RingParams params;
-  params.capacity = 4096;
+  params.capacity_bytes = 4096;
   auto producer = shm::RingProducer::create("outside-ring", params);
   if (!producer) return fail("create ring", producer.error());
   auto consumer = shm::RingConsumer::open("outside-ring");
@@ -108,7 +108,7 @@ int channel_across_processes() {
   const std::string name = "outside-channel";
   constexpr int kCount = 3000;
   shm::ChannelParams params{
-      .pages = 4, .page_bytes = 4096, .descriptors_per_page = 64, .ring_capacity = 64};
+      .pages = 4, .page_bytes = 4096, .descriptors_per_page = 64, .ring_cells = 64};
   auto producer = shm::ChannelProducer::create(name, params);
   if (!producer) return fail("producer create", producer.error());
 

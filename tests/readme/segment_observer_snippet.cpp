@@ -25,7 +25,7 @@ void forget(const shm::Segment&) {
 }  // namespace
 
 int main() {
-  auto created = shm::create_ring("observed", {.capacity = 4096});
+  auto created = shm::create_ring("observed", {.capacity_bytes = 4096});
   if (!created) {
     std::fprintf(stderr, "%s\n", created.error().what().c_str());
     return 2;

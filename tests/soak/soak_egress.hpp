@@ -65,7 +65,7 @@ inline constexpr std::uint32_t kEgressRetryBudget = 64;
 
 [[nodiscard]] inline shm::EgressParams egress_params() {
   shm::EgressParams p;
-  p.capacity = kEgressCapacity;
+  p.max_payloads = kEgressCapacity;
   p.slot_bytes = kEgressSlotBytes;
   p.inflight_limit = kEgressWindow;
   p.retry_budget = kEgressRetryBudget;
@@ -87,11 +87,11 @@ inline shm::Result<shm::Egress> attach_egress_sender(const std::string& name) {
 // until the kernel drops it or the sidecar reclaims it.
 inline shm::Result<shm::EgressTransport> attach_egress_transport(const std::string& name) {
   for (int attempt = 0;; ++attempt) {
-    auto t = open_or_create([&] { return shm::EgressTransport::attach(name); },
+    auto t = open_or_create([&] { return shm::EgressTransport::open(name); },
                             [&](const shm::CreateOptions& co) -> shm::Result<shm::EgressTransport> {
                               auto e = shm::Egress::create(name, egress_params(), co);
                               if (!e) return std::unexpected(e.error());
-                              return shm::EgressTransport::attach(name);
+                              return shm::EgressTransport::open(name);
                             });
     if (t || t.error().code != shm::Errc::RoleTaken || attempt > 1000) return t;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -86,8 +86,8 @@ static_assert(sizeof(RelayOp) == kRelayValueSize);
 [[nodiscard]] inline shm::RelayConfig relay_config(const std::string& spill_dir) {
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
-  cfg.value_size = kRelayValueSize;
-  cfg.capacity = kRelayCapacity;
+  cfg.value_bytes = kRelayValueSize;
+  cfg.max_entries = kRelayCapacity;
   cfg.backpressure = {shm::Dimension::Count, kRelayHighWater, kRelayLowWater, shm::Overflow::Spill};
   cfg.spill_dedup = true;
   cfg.spill.enabled = true;

@@ -43,10 +43,9 @@ int main(int argc, char** argv) {
     while (g_stop == 0) {
       auto r = w.write(id, std::as_bytes(std::span(&op, 1)), std::chrono::milliseconds(50));
       if (!r) return std::unexpected(fmt::format("write {}: {}", seq, r.error().what()));
-      if (r->outcome == shm::WriteOutcome::Appended) return true;
-      if (r->outcome != shm::WriteOutcome::TimedOut)
-        return std::unexpected(
-            fmt::format("write {}: outcome {}", seq, shm::to_string(r->outcome)));
+      if (r->status == shm::WriteStatus::Appended) return true;
+      if (r->status != shm::WriteStatus::TimedOut)
+        return std::unexpected(fmt::format("write {}: outcome {}", seq, shm::to_string(r->status)));
     }
     return false;
   };

@@ -71,12 +71,12 @@ void reclaim_slots(OpenedSegment& opened, const KindDescriptor& kind, SegmentRes
       sr.action = "failed";
       sr.reason = done.error().what();
       sr.error = done.error();
-    } else if (done->outcome == ReclaimOutcome::Reclaimed) {
+    } else if (done->status == ReclaimStatus::Reclaimed) {
       sr.action = "reclaimed";
       sr.actions = std::move(done->actions);
     } else {
       sr.action = "kept";
-      sr.reason = done->outcome == ReclaimOutcome::LockHeld
+      sr.reason = done->status == ReclaimStatus::LockHeld
                       ? "its kernel lock was taken meanwhile (a live process took the slot over, "
                         "or another reclaimer is at it): not touched"
                       : "the slot was freed or attached again meanwhile: not touched";

@@ -11,6 +11,7 @@
 #include "format/format.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -78,10 +79,10 @@ ParamBlock param_block(const ChannelParams& p) noexcept {
   b.pages = p.pages;
   b.descriptors_per_page = p.descriptors_per_page;
   b.page_bytes = p.page_bytes;
-  b.ring_capacity = p.ring_capacity;
+  b.ring_cells = p.ring_cells;
   b.max_payload = p.page_bytes;
-  b.slots_offset = round_up(kRingOffset + std::uint64_t{p.ring_capacity} * sizeof(Descriptor),
-                            kFalseSharingRange);
+  b.slots_offset =
+      round_up(kRingOffset + std::uint64_t{p.ring_cells} * sizeof(Descriptor), kFalseSharingRange);
   b.slot_stride = page::geometry(p.descriptors_per_page, p.page_bytes).stride;
   b.data_size = b.slots_offset + std::uint64_t{p.pages} * b.slot_stride;
   return b;
@@ -100,10 +101,10 @@ std::string invalid_params(const ChannelParams& p) {
   if (p.descriptors_per_page < 1 || p.descriptors_per_page > kMaxDescriptorsPerPage)
     return shm::detail::format("descriptors_per_page {} must be in [1, {}]", p.descriptors_per_page,
                                kMaxDescriptorsPerPage);
-  if (!is_power_of_two(p.ring_capacity) || p.ring_capacity < kMinRingCapacity ||
-      p.ring_capacity > kMaxRingCapacity)
-    return shm::detail::format("ring_capacity {} must be a power of two in [{}, {}]",
-                               p.ring_capacity, kMinRingCapacity, kMaxRingCapacity);
+  if (!is_power_of_two(p.ring_cells) || p.ring_cells < kMinRingCapacity ||
+      p.ring_cells > kMaxRingCapacity)
+    return shm::detail::format("ring_cells {} must be a power of two in [{}, {}]", p.ring_cells,
+                               kMinRingCapacity, kMaxRingCapacity);
   const ParamBlock b = param_block(p);
   if (b.data_size > kMaxDataSize)
     return shm::detail::format("{} pages of {} bytes and {} descriptors need {} bytes, limit {}",
@@ -113,7 +114,7 @@ std::string invalid_params(const ChannelParams& p) {
 }
 
 ChannelParams base_of(const ParamBlock& b) noexcept {
-  return ChannelParams{b.pages, b.page_bytes, b.descriptors_per_page, b.ring_capacity};
+  return ChannelParams{b.pages, b.page_bytes, b.descriptors_per_page, b.ring_cells};
 }
 
 // Checks a parameter block read from a segment: base values valid, derived
@@ -154,7 +155,7 @@ Result<void> validate(const ChannelParams& params) {
 
 KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
   const bool complete = params.pages != 0 && params.page_bytes != 0 &&
-                        params.descriptors_per_page != 0 && params.ring_capacity != 0;
+                        params.descriptors_per_page != 0 && params.ring_cells != 0;
   if (complete) {
     storage = param_block(params);
   } else {
@@ -162,7 +163,7 @@ KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
     storage.pages = params.pages;
     storage.page_bytes = params.page_bytes;
     storage.descriptors_per_page = params.descriptors_per_page;
-    storage.ring_capacity = params.ring_capacity;
+    storage.ring_cells = params.ring_cells;
   }
   return shm::detail::block_kind_spec(
       kChannelKind, "channel", kFingerprint, storage, complete ? storage.data_size : 0,
@@ -174,7 +175,7 @@ KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage) {
         check.field("pages", f.pages, e.pages)
             .field("page_bytes", f.page_bytes, e.page_bytes)
             .field("descriptors_per_page", f.descriptors_per_page, e.descriptors_per_page)
-            .field("ring_capacity", f.ring_capacity, e.ring_capacity);
+            .field("ring_cells", f.ring_cells, e.ring_cells);
       });
 }
 
@@ -238,7 +239,7 @@ Result<Segment> create_channel_for_test(std::string_view name, const ChannelPara
 Result<Segment> open_channel(std::string_view name, const ChannelParams& expected,
                              const OpenOptions& options) {
   const bool complete = expected.pages != 0 && expected.page_bytes != 0 &&
-                        expected.descriptors_per_page != 0 && expected.ring_capacity != 0;
+                        expected.descriptors_per_page != 0 && expected.ring_cells != 0;
   if (complete) {
     if (auto ok = channel::validate(expected); !ok) return std::unexpected(ok.error());
   }
@@ -246,13 +247,25 @@ Result<Segment> open_channel(std::string_view name, const ChannelParams& expecte
   const KindSpec spec = channel::kind_spec(expected, block);
   auto seg = Segment::open(name, spec, options);
   if (!seg) return seg;
-  auto v = channel::view(*seg);
-  if (!v) return std::unexpected(v.error());
-  if (auto ok = detail::check_total_size(*seg, v->params.data_size, "its channel parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = channel::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
+
+namespace channel {
+
+Result<void> check_geometry(const Segment& seg) {
+  auto v = view(seg);
+  if (!v) return std::unexpected(v.error());
+  return shm::detail::check_total_size(seg, v->params.data_size, "its channel parameters need");
+}
+
+Result<void> check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ChannelParams{}, storage)); !ok) return ok;
+  return check_geometry(seg);
+}
+
+}  // namespace channel
 
 // ---------------------------------------------------------------- endpoints
 
@@ -268,9 +281,31 @@ Result<void> ChannelEndpoint::bind(ChannelEndpoint& e, Segment segment, const Ro
   // The mapping moved with the Segment object only as a handle: addresses stay.
   e.view_ = *v;
   e.slot_mask_ = v->params.pages - 1;
-  e.ring_mask_ = v->params.ring_capacity - 1;
+  e.ring_mask_ = v->params.ring_cells - 1;
   e.role_ = role.id;
   return {};
+}
+
+ChannelSnapshot ChannelEndpoint::snapshot() const noexcept {
+  ChannelSnapshot s;
+  s.pages = view_.params.pages;
+  s.page_bytes = view_.params.page_bytes;
+  s.descriptors_per_page = view_.params.descriptors_per_page;
+  s.ring_cells = view_.params.ring_cells;
+  const channel::ChannelControl& c = control();
+  // acquire: pair with [chan.C] and [chan.R], the sides' stores of head and tail.
+  s.received = c.consumer.head.load(std::memory_order_acquire);
+  s.sent = std::max(c.producer.tail.load(std::memory_order_acquire), s.received);
+  s.in_flight = s.sent - s.received;
+  // relaxed: observed values and counters, nothing is read on their strength.
+  s.active_epoch = c.producer.active_epoch.load(std::memory_order_relaxed);
+  s.released_epoch = c.release.released_epoch.load(std::memory_order_relaxed);
+  s.rotations = c.stats.rotations.load(std::memory_order_relaxed);
+  s.quota_refusals = c.stats.quota_refusals.load(std::memory_order_relaxed);
+  s.ring_full = c.stats.ring_full.load(std::memory_order_relaxed);
+  s.state = state();
+  s.fault = fault();
+  return s;
 }
 
 ChannelState ChannelEndpoint::state() const noexcept {

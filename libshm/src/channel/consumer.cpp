@@ -25,7 +25,12 @@ std::string_view to_string(ReceiveStatus s) noexcept {
   return "unknown";
 }
 
-Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
+Result<ChannelConsumer> ChannelConsumer::attach(Segment segment) {
+  if (auto ok = channel::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<ChannelConsumer> ChannelConsumer::adopt(Result<Segment> seg) {
   if (!seg) return std::unexpected(seg.error());
   ChannelConsumer c;
   if (auto ok = bind(c, std::move(*seg), channel::kConsumerRole); !ok)
@@ -40,12 +45,12 @@ Result<ChannelConsumer> ChannelConsumer::attach(Result<Segment> seg) {
 
 Result<ChannelConsumer> ChannelConsumer::open(std::string_view name, const ChannelParams& expected,
                                               const OpenOptions& options) {
-  return attach(open_channel(name, expected, options));
+  return adopt(open_channel(name, expected, options));
 }
 
 Result<ChannelConsumer> ChannelConsumer::create(std::string_view name, const ChannelParams& params,
                                                 const CreateOptions& options) {
-  return attach(create_channel(name, params, options));
+  return adopt(create_channel(name, params, options));
 }
 
 void ChannelConsumer::bind_epoch(std::uint64_t epoch) noexcept {
@@ -75,14 +80,14 @@ Result<void> ChannelConsumer::resume() {
   head_ = head;
   cached_tail_ = head;
   seen_tail_ = head;
-  if (!channel::internal::ring_positions_possible(head, tail, view_.params.ring_capacity) ||
+  if (!channel::internal::ring_positions_possible(head, tail, view_.params.ring_cells) ||
       !channel::internal::epochs_possible(released, active, view_.params.pages))
     return terminal(
         fault_here(ChannelFault::CorruptState,
                    shm::detail::format("positions are impossible: head {}, tail {}, released "
                                        "epoch {}, active epoch {}, {} pages, ring of {}",
                                        head, tail, released, active, view_.params.pages,
-                                       view_.params.ring_capacity)));
+                                       view_.params.ring_cells)));
   const ChannelState st = channel::state_of(word);
   if (st == ChannelState::Faulted &&
       fault() != ChannelFault::ProducerDied) {  // only a dead producer's lane still drains
@@ -169,14 +174,14 @@ Result<void> ChannelConsumer::set_coalescing(const Coalescing& c) {
   // The most that can ever wait at once: the ring's capacity, and what fits
   // in P - 1 pages (the producer cannot reuse the page the consumer is in).
   const std::uint64_t most =
-      std::min<std::uint64_t>(view_.params.ring_capacity, std::uint64_t{view_.params.pages - 1} *
-                                                              view_.params.descriptors_per_page);
+      std::min<std::uint64_t>(view_.params.ring_cells, std::uint64_t{view_.params.pages - 1} *
+                                                           view_.params.descriptors_per_page);
   if (c.descriptors < 1 || c.descriptors > most)
     return fail(
         Errc::InvalidArgument,
         shm::detail::format("{}: coalescing of {} descriptors is outside [1, {}] (no more can "
                             "wait at once: ring of {}, {} pages of {} descriptors)",
-                            segment_.path(), c.descriptors, most, view_.params.ring_capacity,
+                            segment_.path(), c.descriptors, most, view_.params.ring_cells,
                             view_.params.pages, view_.params.descriptors_per_page));
   if (c.max_delay < std::chrono::nanoseconds::zero() || c.max_delay > kMaxDelay)
     return fail(Errc::InvalidArgument,
@@ -203,12 +208,12 @@ Result<bool> ChannelConsumer::refresh_tail(Batch batch) {
   // [chan.R'] acquire: pairs with the producer's [chan.R]; descriptors before tail (and
   // the cells, payloads and bindings they reference) are complete.
   const std::uint64_t tail = control().producer.tail.load(std::memory_order_acquire);
-  if (tail < seen_tail_ || tail - head_ > view_.params.ring_capacity)
+  if (tail < seen_tail_ || tail - head_ > view_.params.ring_cells)
     return terminal(
         fault_here(ChannelFault::CorruptState,
                    shm::detail::format("producer tail {} is impossible (head {}, last tail {}, "
                                        "ring of {})",
-                                       tail, head_, seen_tail_, view_.params.ring_capacity)));
+                                       tail, head_, seen_tail_, view_.params.ring_cells)));
   seen_tail_ = tail;
   if (batch == Batch::MayHold && coalescing_.descriptors > 1 && holds(tail)) return false;
   held_since_ns_ = 0;

@@ -13,10 +13,10 @@ namespace shm::channel::internal {
 inline constexpr int kSpins = 4096;
 
 // Whether ring positions (consumer head, producer tail) are possible for a
-// descriptor ring of `ring_capacity`: head <= tail <= head + ring_capacity.
+// descriptor ring of `ring_cells`: head <= tail <= head + ring_cells.
 [[nodiscard]] constexpr bool ring_positions_possible(std::uint64_t head, std::uint64_t tail,
-                                                     std::uint64_t ring_capacity) noexcept {
-  return head <= tail && tail - head <= ring_capacity;
+                                                     std::uint64_t ring_cells) noexcept {
+  return head <= tail && tail - head <= ring_cells;
 }
 
 // Whether the epochs are possible for `pages` slots: released is at most one

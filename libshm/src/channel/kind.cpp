@@ -104,7 +104,7 @@ void describe(const Segment& seg, Node& out) {
   out.set("pages", std::uint64_t{p.pages});
   out.set("page_bytes", p.page_bytes);
   out.set("descriptors_per_page", std::uint64_t{p.descriptors_per_page});
-  out.set("ring_capacity", std::uint64_t{p.ring_capacity});
+  out.set("ring_capacity", std::uint64_t{p.ring_cells});
   out.set("max_payload", p.max_payload);
   const Snapshot g = snapshot(*v);
   const ChannelState state = channel::state_of(g.word);
@@ -271,9 +271,9 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
   if (state == ChannelState::Corrupt)
     bad.push_back(shm::detail::format("terminal word {:#010x} is not OPEN/CLEAN/FAULTED", g.word));
   if (state == ChannelState::Faulted) bad.push_back(fault_line(c.terminal));
-  if (!channel::internal::ring_positions_possible(g.head, g.tail, p.ring_capacity)) {
+  if (!channel::internal::ring_positions_possible(g.head, g.tail, p.ring_cells)) {
     bad.push_back(shm::detail::format("ring head {} / tail {} impossible for capacity {}", g.head,
-                                      g.tail, p.ring_capacity));
+                                      g.tail, p.ring_cells));
     return;
   }
   if (!channel::internal::epochs_possible(g.released, g.active, p.pages)) {
@@ -318,7 +318,7 @@ void check(const View& v, const Snapshot& g, std::vector<std::string>& bad) {
   // Descriptors in flight reference live epochs in order, with their cells.
   std::uint64_t epoch = g.released;
   for (std::uint64_t pos = g.head; pos < g.tail && pos - g.head < kMaxWalk; ++pos) {
-    const channel::Descriptor d = v.ring[pos & (p.ring_capacity - 1)];
+    const channel::Descriptor d = v.ring[pos & (p.ring_cells - 1)];
     while (epoch <= g.active && d.generation != static_cast<std::uint32_t>(epoch)) ++epoch;
     if (epoch > g.active) {
       bad.push_back(shm::detail::format(
@@ -436,9 +436,9 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
   if (!v) return out;
   const auto& p = v->params;
   const Snapshot g = snapshot(*v);
-  if (g.head > g.tail || g.tail - g.head > p.ring_capacity) return out;
+  if (g.head > g.tail || g.tail - g.head > p.ring_cells) return out;
   for (std::uint64_t pos = g.head; pos < g.tail && out.size() < limit; ++pos) {
-    const channel::Descriptor d = v->ring[pos & (p.ring_capacity - 1)];
+    const channel::Descriptor d = v->ring[pos & (p.ring_cells - 1)];
     const std::uint64_t index = d.generation & (p.pages - 1);
     const SlotSnapshot s = slot_snapshot(*v, index);
     if (s.generation != d.generation || d.cell >= s.published ||

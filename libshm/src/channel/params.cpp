@@ -29,7 +29,7 @@ Result<ChannelParams> ChannelParams::for_payload(std::size_t max_payload, std::s
   p.page_bytes = std::max(channel::kMinPageBytes, per_page * slot);
   p.descriptors_per_page = static_cast<std::uint32_t>(std::min<std::uint64_t>(
       channel::kMaxDescriptorsPerPage, std::max(per_page, p.page_bytes / 64)));
-  p.ring_capacity = static_cast<std::uint32_t>(
+  p.ring_cells = static_cast<std::uint32_t>(
       std::clamp<std::uint64_t>(std::bit_ceil(std::uint64_t{kPages} * p.descriptors_per_page),
                                 channel::kMinRingCapacity, channel::kMaxRingCapacity));
   if (auto ok = channel::validate(p); !ok) return std::unexpected(std::move(ok.error()));

@@ -10,19 +10,24 @@
 
 namespace shm {
 
-std::string_view to_string(Admission a) noexcept {
+std::string_view to_string(SendStatus a) noexcept {
   switch (a) {
-    case Admission::Ok:
+    case SendStatus::Ok:
       return "ok";
-    case Admission::RingFull:
+    case SendStatus::RingFull:
       return "ring full";
-    case Admission::PageQuotaExhausted:
+    case SendStatus::PageQuotaExhausted:
       return "page quota exhausted";
   }
   return "unknown";
 }
 
-Result<ChannelProducer> ChannelProducer::attach(Result<Segment> seg) {
+Result<ChannelProducer> ChannelProducer::attach(Segment segment) {
+  if (auto ok = channel::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<ChannelProducer> ChannelProducer::adopt(Result<Segment> seg) {
   if (!seg) return std::unexpected(seg.error());
   ChannelProducer p;
   if (auto ok = bind(p, std::move(*seg), channel::kProducerRole); !ok)
@@ -33,12 +38,12 @@ Result<ChannelProducer> ChannelProducer::attach(Result<Segment> seg) {
 
 Result<ChannelProducer> ChannelProducer::create(std::string_view name, const ChannelParams& params,
                                                 const CreateOptions& options) {
-  return attach(create_channel(name, params, options));
+  return adopt(create_channel(name, params, options));
 }
 
 Result<ChannelProducer> ChannelProducer::open(std::string_view name, const ChannelParams& expected,
                                               const OpenOptions& options) {
-  return attach(open_channel(name, expected, options));
+  return adopt(open_channel(name, expected, options));
 }
 
 // Picks up the channel as created. A channel carries one producer lifetime:
@@ -135,7 +140,7 @@ Result<bool> ChannelProducer::refresh_head() {
         shm::detail::format("consumer head {} is outside [{}, {}] (last seen, published tail)",
                             head, cached_head_, tail_));
   cached_head_ = head;
-  return tail_ - head < view_.params.ring_capacity;
+  return tail_ - head < view_.params.ring_cells;
 }
 
 Result<bool> ChannelProducer::quota_allows() {

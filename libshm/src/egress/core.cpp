@@ -105,7 +105,7 @@ struct Ops {
   // What an undo entry saves: the images repair() restores for its op, no
   // more (enqueue and claim are the per-message path; a batch runs them once
   // per record). Enqueue needs only the sequence (the record was free), a
-  // claim the record, fail / retry_now / take_dead_letter the retry reader too.
+  // claim the record, fail / retry_now / pop_dead_letter the retry reader too.
   enum class Images { Record, RecordAndRetry };
   void open_undo(JournalOp op, std::uint64_t seq, Images images) const noexcept {
     Journal& j = c.journal;
@@ -537,7 +537,7 @@ ReconnectOutcome EgressCore::reconnect(std::uint64_t new_generation) noexcept {
   return ReconnectOutcome{ReconnectStatus::Advanced, e.moved, new_generation};
 }
 
-std::optional<RecordView> EgressCore::take_dead_letter(std::vector<std::byte>* payload) {
+std::optional<RecordView> EgressCore::pop_dead_letter(std::vector<std::byte>* payload) {
   Ops o(s_);
   if (o.count(kTerminal) == 0) return std::nullopt;
   const std::uint64_t next = ld(o.c.state.next_sequence);

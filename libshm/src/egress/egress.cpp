@@ -23,7 +23,7 @@ namespace egress {
 
 ParamBlock to_block(const EgressParams& p) noexcept {
   ParamBlock b{};
-  b.capacity = p.capacity;
+  b.capacity = p.max_payloads;
   b.slot_bytes = p.slot_bytes;
   b.inflight_limit = p.inflight_limit;
   b.retry_budget = p.retry_budget;
@@ -238,16 +238,18 @@ Result<Segment> open_egress_segment(std::string_view name, const OpenOptions& op
   const KindSpec spec = kind_spec(ParamBlock{}, true);
   auto seg = Segment::open(name, spec, options);
   if (!seg) return std::unexpected(seg.error());
-  auto state = make_state(*seg);
-  if (!state) return std::unexpected(state.error());
-  if (auto ok = detail::check_total_size(*seg, geometry(state->params).data_size,
-                                         "its egress parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = egress::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
 }  // namespace
+
+Result<void> egress::check_geometry(const Segment& seg) {
+  auto state = make_state(seg);
+  if (!state) return std::unexpected(state.error());
+  return shm::detail::check_total_size(seg, geometry(state->params).data_size,
+                                       "its egress parameters need");
+}
 
 Result<std::pair<std::uint64_t, std::uint64_t>> egress::internal::record_transport_death(
     const State& s, std::string_view path) {
@@ -273,7 +275,7 @@ Result<Egress> Egress::bind(Segment segment, const RoleSpec& role) {
   return e;
 }
 
-Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
+Result<Segment> create_egress(std::string_view name, const EgressParams& params,
                               const CreateOptions& options) {
   const ParamBlock block = to_block(params);
   if (auto ok = validate(block); !ok) return std::unexpected(ok.error());
@@ -284,15 +286,34 @@ Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
     EgressCore(s).initialize();
     return {};
   };
-  auto seg = Segment::create(name, spec, options, init);
+  return Segment::create(name, spec, options, init);
+}
+
+Result<Segment> open_egress(std::string_view name, const OpenOptions& options) {
+  return open_egress_segment(name, options);
+}
+
+Result<void> egress::check_adopted(const Segment& seg) {
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ParamBlock{}, true)); !ok) return ok;
+  return check_geometry(seg);
+}
+
+Result<Egress> Egress::create(std::string_view name, const EgressParams& params,
+                              const CreateOptions& options) {
+  auto seg = create_egress(name, params, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), kProducerRole);
 }
 
 Result<Egress> Egress::open(std::string_view name, const OpenOptions& options) {
-  auto seg = open_egress_segment(name, options);
+  auto seg = open_egress(name, options);
   if (!seg) return std::unexpected(seg.error());
   return bind(std::move(*seg), kProducerRole);
+}
+
+Result<Egress> Egress::attach(Segment segment) {
+  if (auto ok = check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return bind(std::move(segment), kProducerRole);
 }
 
 // ---------------------------------------------------------------- producers
@@ -366,10 +387,10 @@ Result<EnqueueOutcome> Egress::enqueue(std::span<const std::byte> payload,
   }
 }
 
-Result<std::optional<RecordView>> Egress::take_dead_letter(std::vector<std::byte>* payload) {
+Result<std::optional<RecordView>> Egress::pop_dead_letter(std::vector<std::byte>* payload) {
   return locked(state_, segment_.path(), [&](EgressCore& core, Wake& w) {
     const std::uint64_t head = ld(state_.control->state.head);
-    auto out = core.take_dead_letter(payload);
+    auto out = core.pop_dead_letter(payload);
     w.space = ld(state_.control->state.head) != head;
     return out;
   });
@@ -435,8 +456,16 @@ Result<Projection> Egress::projection(bool with_records) const {
                 [&](EgressCore& core, Wake&) { return core.project(with_records); });
 }
 
-std::optional<Projection> Egress::observe(bool with_records) const {
-  return egress::observe(state_, with_records);
+Projection Egress::snapshot(bool with_records) const {
+  auto p = egress::observe(state_, with_records);
+  if (p) return std::move(*p);
+  Projection busy;
+  busy.consistent = false;
+  return busy;
+}
+
+EgressTransportSnapshot EgressTransport::snapshot(bool with_records) const {
+  return EgressTransportSnapshot{egress_.snapshot(with_records), generation_, replayed_, fenced()};
 }
 
 EgressWakeCounters Egress::wake_counters() const noexcept {
@@ -454,10 +483,26 @@ Result<std::vector<std::string>> Egress::verify() const {
 
 // ---------------------------------------------------------------- transport
 
-Result<EgressTransport> EgressTransport::attach(std::string_view name, const OpenOptions& options) {
-  auto seg = open_egress_segment(name, options);
+Result<EgressTransport> EgressTransport::create(std::string_view name, const EgressParams& params,
+                                                const CreateOptions& options) {
+  auto seg = create_egress(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  auto e = Egress::bind(std::move(*seg), kTransportRole);
+  return adopt(std::move(*seg));
+}
+
+Result<EgressTransport> EgressTransport::open(std::string_view name, const OpenOptions& options) {
+  auto seg = open_egress(name, options);
+  if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<EgressTransport> EgressTransport::attach(Segment segment) {
+  if (auto ok = check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<EgressTransport> EgressTransport::adopt(Segment segment) {
+  auto e = Egress::bind(std::move(segment), kTransportRole);
   if (!e) return std::unexpected(e.error());
   EgressTransport t;
   t.egress_ = std::move(*e);
@@ -517,7 +562,7 @@ Result<ClaimBatchOutcome> EgressTransport::try_claim_batch(std::size_t max,
       ClaimOutcome one = core.claim(generation_);
       batch.current_generation = one.current_generation;
       if (one.status != ClaimStatus::Claimed) {
-        batch.stopped = one.status;
+        batch.status = one.status;
         break;
       }
       // The payload is copied while the lock pins its slot; the spans are

@@ -113,7 +113,7 @@ std::vector<std::string> verify(const Segment& seg) {
     return {"the egress is FAULTED: a repair found damage; re-create it"};
   const EgressCore core(s);
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    // [egress.V2'] acquire: pairs with [egress.V2]; see observe().
+    // [egress.V2'] acquire: pairs with [egress.V2]; see egress::observe().
     const std::uint64_t v1 = c.lock.version.load(std::memory_order_acquire);
     if ((v1 & 1u) != 0) {
       if (core.journal_open() && attempt > 100)
@@ -125,7 +125,7 @@ std::vector<std::string> verify(const Segment& seg) {
       continue;
     }
     std::vector<std::string> out = core.check();
-    // [egress.V1'] acquire fence: pairs with [egress.V1]; see observe().
+    // [egress.V1'] acquire fence: pairs with [egress.V1]; see egress::observe().
     std::atomic_thread_fence(std::memory_order_acquire);
     if (c.lock.version.load(std::memory_order_relaxed) == v1) return out;
   }

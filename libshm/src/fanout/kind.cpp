@@ -40,7 +40,7 @@ std::optional<FanoutView> view(const Segment& seg, std::string& why) {
   }
   std::memcpy(&v.params, seg.params().data(), sizeof v.params);
   if (auto ok = fanout::validate(
-          FanoutParams{v.params.priorities, v.params.ring_capacity, v.params.slot_size});
+          FanoutParams{v.params.priorities, v.params.ring_cells, v.params.slot_bytes});
       !ok) {
     why = ok.error().message;
     return std::nullopt;
@@ -90,11 +90,11 @@ Result<Segment> open_ring(const FanoutView& v, std::uint32_t i) {
   std::string why;
   auto rv = mpmc::view(*seg, &why);
   if (!rv) return fail(Errc::Corrupt, shm::detail::format("{}: {}", seg->path(), why));
-  if (rv->capacity != v.params.ring_capacity || rv->slot_size != v.params.slot_size)
+  if (rv->capacity != v.params.ring_cells || rv->slot_bytes != v.params.slot_bytes)
     return fail(Errc::ParamMismatch,
                 shm::detail::format(
                     "{}: capacity/slot_size: segment has {}/{}, the fanout has {}/{}", seg->path(),
-                    rv->capacity, rv->slot_size, v.params.ring_capacity, v.params.slot_size));
+                    rv->capacity, rv->slot_bytes, v.params.ring_cells, v.params.slot_bytes));
   return seg;
 }
 
@@ -110,8 +110,8 @@ void describe(const Segment& seg, Node& out) {
   const std::uint64_t bm = ctl.hot.bitmap.load(std::memory_order_acquire);
   out.set("base", v->base);
   out.set("priorities", static_cast<std::uint64_t>(k));
-  out.set("ring_capacity", v->params.ring_capacity);
-  out.set("slot_size", v->params.slot_size);
+  out.set("ring_capacity", v->params.ring_cells);
+  out.set("slot_size", v->params.slot_bytes);
   std::string bits = "0b";
   for (std::uint32_t i = k; i-- > 0;) bits += ((bm >> i) & 1) != 0 ? '1' : '0';
   out.set("bitmap", bits);  // most significant digit = highest priority
@@ -199,8 +199,8 @@ std::vector<std::string> verify(const Segment& seg) {
       if (in_flight) break;
       problem = shm::detail::format(
           "priority {}: ring holds {} item(s) but its bitmap bit is clear and no "
-          "push is in flight: try_drain_highest() will not see them until the "
-          "next submit to priority {}, a reclaim, a new handle or a parked drain_highest() "
+          "push is in flight: try_pop_highest() will not see them until the "
+          "next submit to priority {}, a reclaim, a new handle or a parked pop_highest() "
           "sets it again",
           i, tail - head, i);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -224,11 +224,11 @@ Result<std::vector<std::string>> reclaim(Segment& seg, const SlotInfo& dead) {
   // slot's kernel lock, and a probe through another file description would see
   // that lock and report the slot alive.
   // The waiter bits are a wake hint; a bit left set costs submitters a futex
-  // wake per announcement (see drain_highest()). clear() keeps the count.
+  // wake per announcement (see pop_highest()). clear() keeps the count.
   if (ctl->hot.waiters.clear(dead.index)) {
-    actions.push_back(shm::detail::format(
-        "slot {} (pid {}) died parked in drain_highest(): cleared its waiter bit", dead.index,
-        dead.pid));
+    actions.push_back(
+        shm::detail::format("slot {} (pid {}) died parked in pop_highest(): cleared its waiter bit",
+                            dead.index, dead.pid));
   }
   // Resurface stranded items (PriorityFanout::resurface() does the same from
   // a handle). A ring that cannot be opened is reported and left: the bitmap

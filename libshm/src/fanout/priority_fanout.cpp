@@ -3,6 +3,7 @@
 
 #include "mpmc/internal.hpp"
 #include "segment/kind_spec.hpp"
+#include "segment/size_check.hpp"
 #include "shm/platform/futex.hpp"
 #include "shm/testing/fanout_crash.hpp"  // FanoutCrashPoint (libshm/testing, not installed)
 
@@ -35,23 +36,23 @@ Result<void> validate(const FanoutParams& params) {
         Errc::InvalidArgument,
         shm::detail::format("priorities {} must be in [1, {}] (one bit each in a 64-bit bitmap)",
                             params.priorities, kMaxPriorities));
-  return mpmc::validate(MpmcParams{params.ring_capacity, params.slot_size});
+  return mpmc::validate(MpmcParams{params.ring_cells, params.slot_bytes});
 }
 
 KindSpec kind_spec(const FanoutParams& params, ParamBlock& storage) {
-  storage = ParamBlock{params.priorities, 0, params.ring_capacity, params.slot_size};
+  storage = ParamBlock{params.priorities, 0, params.ring_cells, params.slot_bytes};
   return shm::detail::block_kind_spec(
       kFanoutBitmapKind, "fanout_bitmap", kFingerprint, storage, sizeof(Control),
       [](const ParamBlock& f) -> std::string {
-        if (auto ok = validate(FanoutParams{f.priorities, f.ring_capacity, f.slot_size}); !ok)
+        if (auto ok = validate(FanoutParams{f.priorities, f.ring_cells, f.slot_bytes}); !ok)
           return shm::detail::format("parameters: segment has invalid ones: {}",
                                      ok.error().message);
         return {};
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
         check.field("priorities", f.priorities, e.priorities)
-            .field("ring_capacity", f.ring_capacity, e.ring_capacity)
-            .field("slot_size", f.slot_size, e.slot_size);
+            .field("ring_cells", f.ring_cells, e.ring_cells)
+            .field("slot_bytes", f.slot_bytes, e.slot_bytes);
       });
 }
 
@@ -115,49 +116,74 @@ Result<PriorityFanout> PriorityFanout::bind(std::string_view base, Segment bitma
   return f;
 }
 
-Result<PriorityFanout> PriorityFanout::create_as(std::string_view base, const FanoutParams& params,
-                                                 const CreateOptions& options, Roles roles) {
+Result<FanoutSegments> create_fanout(std::string_view base, const FanoutParams& params,
+                                     const CreateOptions& options) {
   if (auto ok = fanout::validate(params); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::bitmap_name(base)); !ok) return std::unexpected(ok.error());
   if (auto ok = validate_name(fanout::ring_name(base, params.priorities - 1)); !ok)
     return std::unexpected(ok.error());
-  std::vector<MpmcRing> rings;
-  rings.reserve(params.priorities);
+  FanoutSegments made;
+  made.base = std::string(base);
+  made.rings.reserve(params.priorities);
   auto undo = [&] {
-    for (auto& r : rings) (void)r.segment().unlink();
+    for (auto& r : made.rings) (void)r.unlink();
   };
   for (std::uint32_t i = 0; i < params.priorities; ++i) {
-    auto r = MpmcRing::create_as(fanout::ring_name(base, i),
-                                 {params.ring_capacity, params.slot_size}, options, roles.ring);
+    auto r = create_mpmc_ring(fanout::ring_name(base, i), {params.ring_cells, params.slot_bytes},
+                              options);
     if (!r) {
       undo();
       return std::unexpected(r.error());
     }
-    rings.push_back(std::move(*r));
+    made.rings.push_back(std::move(*r));
   }
   fanout::ParamBlock block{};
   const KindSpec spec = fanout::kind_spec(params, block);
-  auto seg = Segment::create(
-      fanout::bitmap_name(base), spec, options, [&](std::span<std::byte> data) -> Result<void> {
-        auto* ctl = reinterpret_cast<fanout::Control*>(data.data());
-        for (std::uint32_t i = 0; i < params.priorities; ++i)
-          ctl->rings.incarnation[i] = rings[i].segment().header().incarnation;
-        return {};
-      });
+  auto seg = Segment::create(fanout::bitmap_name(base), spec, options,
+                             [&](std::span<std::byte> data) -> Result<void> {
+                               auto* ctl = reinterpret_cast<fanout::Control*>(data.data());
+                               for (std::uint32_t i = 0; i < params.priorities; ++i)
+                                 ctl->rings.incarnation[i] = made.rings[i].header().incarnation;
+                               return {};
+                             });
   if (!seg) {
     undo();
     return std::unexpected(seg.error());
   }
-  auto f = bind(base, std::move(*seg), std::move(rings), roles.bitmap);
-  if (!f) (void)unlink(base, options.root);
-  return f;
+  made.bitmap = std::move(*seg);
+  return made;
 }
 
-Result<PriorityFanout> PriorityFanout::open_as(std::string_view base, const FanoutParams& expected,
-                                               const OpenOptions& options, Roles roles) {
-  if (options.read_only)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("fanout '{}': a handle needs writable mappings", base));
+namespace {
+
+// The rings of a fanout whose bitmap is `bitmap`: each must be the ring the
+// bitmap was created with (its incarnation).
+Result<void> check_rings(std::string_view base, const Segment& bitmap,
+                         std::span<const Segment> rings) {
+  fanout::ParamBlock found{};
+  std::memcpy(&found, bitmap.params().data(), sizeof found);
+  if (rings.size() != found.priorities)
+    return fail(Errc::ParamMismatch,
+                shm::detail::format("fanout '{}': {} ring segments given, the bitmap has {} "
+                                    "priorities",
+                                    base, rings.size(), found.priorities));
+  const auto* ctl = reinterpret_cast<const fanout::Control*>(bitmap.data().data());
+  for (std::uint32_t i = 0; i < found.priorities; ++i) {
+    const std::uint64_t inc = rings[i].header().incarnation;
+    if (inc != ctl->rings.incarnation[i])
+      return fail(
+          Errc::ParamMismatch,
+          shm::detail::format("{}: incarnation: segment has {:016x}, the fanout's bitmap expects "
+                              "{:016x} (the ring was re-created on its own)",
+                              rings[i].path(), inc, ctl->rings.incarnation[i]));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<FanoutSegments> open_fanout(std::string_view base, const FanoutParams& expected,
+                                   const OpenOptions& options) {
   if (expected.priorities > fanout::kMaxPriorities)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("priorities {} must be in [1, {}]", expected.priorities,
@@ -173,12 +199,12 @@ Result<PriorityFanout> PriorityFanout::open_as(std::string_view base, const Fano
   }
   fanout::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  const auto* ctl = reinterpret_cast<const fanout::Control*>(seg->data().data());
-  std::vector<MpmcRing> rings;
-  rings.reserve(found.priorities);
+  FanoutSegments opened;
+  opened.base = std::string(base);
+  opened.rings.reserve(found.priorities);
   for (std::uint32_t i = 0; i < found.priorities; ++i) {
     const std::string name = fanout::ring_name(base, i);
-    auto r = MpmcRing::open_as(name, {found.ring_capacity, found.slot_size}, options, roles.ring);
+    auto r = open_mpmc_ring(name, {found.ring_cells, found.slot_bytes}, options);
     if (!r) {
       if (r.error().code == Errc::NotFound)
         return fail(Errc::NotFound,
@@ -187,52 +213,129 @@ Result<PriorityFanout> PriorityFanout::open_as(std::string_view base, const Fano
                                         base, name, i, r.error().message));
       return std::unexpected(r.error());
     }
-    const std::uint64_t inc = r->segment().header().incarnation;
-    if (inc != ctl->rings.incarnation[i])
-      return fail(
-          Errc::ParamMismatch,
-          shm::detail::format("{}: incarnation: segment has {:016x}, the fanout's bitmap expects "
-                              "{:016x} (the ring was re-created on its own)",
-                              r->segment().path(), inc, ctl->rings.incarnation[i]));
+    opened.rings.push_back(std::move(*r));
+  }
+  if (auto ok = check_rings(base, *seg, opened.rings); !ok) return std::unexpected(ok.error());
+  opened.bitmap = std::move(*seg);
+  return opened;
+}
+
+Result<void> fanout::check_adopted(const FanoutSegments& s) {
+  fanout::ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(s.bitmap, fanout::kind_spec(FanoutParams{}, storage)); !ok)
+    return ok;
+  fanout::ParamBlock found{};
+  std::memcpy(&found, s.bitmap.params().data(), sizeof found);
+  if (auto ok = validate(FanoutParams{found.priorities, found.ring_cells, found.slot_bytes}); !ok)
+    return ok;
+  if (auto ok = shm::detail::check_total_size(s.bitmap, sizeof(Control), "the fanout bitmap needs");
+      !ok)
+    return ok;
+  for (const Segment& r : s.rings) {
+    if (auto ok = mpmc::check_adopted(r); !ok) return ok;
+    mpmc::ParamBlock ring{};
+    std::memcpy(&ring, r.params().data(), sizeof ring);
+    if (ring.capacity != found.ring_cells || ring.slot_bytes != found.slot_bytes)
+      return fail(Errc::ParamMismatch,
+                  shm::detail::format("{}: capacity {} x slot size {}, the fanout's bitmap "
+                                      "expects {} x {}",
+                                      r.path(), ring.capacity, ring.slot_bytes, found.ring_cells,
+                                      found.slot_bytes));
+  }
+  return check_rings(s.base, s.bitmap, s.rings);
+}
+
+Result<PriorityFanout> PriorityFanout::adopt(Result<FanoutSegments> segments, Roles roles) {
+  if (!segments) return std::unexpected(std::move(segments.error()));
+  if (!segments->bitmap.writable())
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("fanout '{}': a handle needs writable mappings", segments->base));
+  std::vector<MpmcRing> rings;
+  rings.reserve(segments->rings.size());
+  for (Segment& seg : segments->rings) {
+    auto r = MpmcRing::adopt(std::move(seg), roles.ring);
+    if (!r) return std::unexpected(std::move(r.error()));
     rings.push_back(std::move(*r));
   }
-  return bind(base, std::move(*seg), std::move(rings), roles.bitmap);
+  return bind(segments->base, std::move(segments->bitmap), std::move(rings), roles.bitmap);
+}
+
+Result<PriorityFanout> PriorityFanout::attach_checked(FanoutSegments segments, Roles roles) {
+  if (auto ok = fanout::check_adopted(segments); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segments), roles);
+}
+
+Result<PriorityFanout> PriorityFanout::create_with(std::string_view base,
+                                                   const FanoutParams& params,
+                                                   const CreateOptions& options, Roles roles) {
+  auto made = create_fanout(base, params, options);
+  if (!made) return std::unexpected(std::move(made.error()));
+  // Created by this call: removed again when it cannot be attached.
+  auto f = adopt(std::move(*made), roles);
+  if (!f) (void)unlink(base, options.root);
+  return f;
+}
+
+Result<PriorityFanout> PriorityFanout::open_with(std::string_view base,
+                                                 const FanoutParams& expected,
+                                                 const OpenOptions& options, Roles roles) {
+  if (options.read_only)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("fanout '{}': a handle needs writable mappings", base));
+  return adopt(open_fanout(base, expected, options), roles);
 }
 
 Result<PriorityFanout> PriorityFanout::create(std::string_view base, const FanoutParams& params,
                                               const CreateOptions& options) {
-  return create_as(base, params, options, {fanout::kPeerRole, mpmc::kPeerRole});
+  return create_with(base, params, options, {fanout::kPeerRole, mpmc::kPeerRole});
 }
 
 Result<PriorityFanout> PriorityFanout::open(std::string_view base, const FanoutParams& expected,
                                             const OpenOptions& options) {
-  return open_as(base, expected, options, {fanout::kPeerRole, mpmc::kPeerRole});
+  return open_with(base, expected, options, {fanout::kPeerRole, mpmc::kPeerRole});
+}
+
+Result<PriorityFanout> PriorityFanout::attach(FanoutSegments segments) {
+  return attach_checked(std::move(segments), {fanout::kPeerRole, mpmc::kPeerRole});
 }
 
 Result<FanoutProducer> FanoutProducer::create(std::string_view base, const FanoutParams& params,
                                               const CreateOptions& options) {
-  auto f = create_as(base, params, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  auto f = create_with(base, params, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
   if (!f) return std::unexpected(std::move(f.error()));
   return FanoutProducer(std::move(*f));
 }
 
 Result<FanoutProducer> FanoutProducer::open(std::string_view base, const FanoutParams& expected,
                                             const OpenOptions& options) {
-  auto f = open_as(base, expected, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  auto f = open_with(base, expected, options, {fanout::kSubmitterRole, mpmc::kProducerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutProducer(std::move(*f));
+}
+
+Result<FanoutProducer> FanoutProducer::attach(FanoutSegments segments) {
+  auto f = attach_checked(std::move(segments), {fanout::kSubmitterRole, mpmc::kProducerRole});
   if (!f) return std::unexpected(std::move(f.error()));
   return FanoutProducer(std::move(*f));
 }
 
 Result<FanoutConsumer> FanoutConsumer::create(std::string_view base, const FanoutParams& params,
                                               const CreateOptions& options) {
-  auto f = create_as(base, params, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  auto f = create_with(base, params, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
   if (!f) return std::unexpected(std::move(f.error()));
   return FanoutConsumer(std::move(*f));
 }
 
 Result<FanoutConsumer> FanoutConsumer::open(std::string_view base, const FanoutParams& expected,
                                             const OpenOptions& options) {
-  auto f = open_as(base, expected, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  auto f = open_with(base, expected, options, {fanout::kDrainerRole, mpmc::kConsumerRole});
+  if (!f) return std::unexpected(std::move(f.error()));
+  return FanoutConsumer(std::move(*f));
+}
+
+Result<FanoutConsumer> FanoutConsumer::attach(FanoutSegments segments) {
+  auto f = attach_checked(std::move(segments), {fanout::kDrainerRole, mpmc::kConsumerRole});
   if (!f) return std::unexpected(std::move(f.error()));
   return FanoutConsumer(std::move(*f));
 }
@@ -258,12 +361,27 @@ Result<void> PriorityFanout::unlink(std::string_view base, const std::string& ro
   return {};
 }
 
-std::uint64_t PriorityFanout::ring_capacity() const noexcept {
-  return rings_.empty() ? 0 : rings_.front().capacity();
+std::uint64_t PriorityFanout::ring_cells() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().ring_cells();
 }
 
-std::uint64_t PriorityFanout::slot_size() const noexcept {
-  return rings_.empty() ? 0 : rings_.front().slot_size();
+std::uint64_t PriorityFanout::slot_bytes() const noexcept {
+  return rings_.empty() ? 0 : rings_.front().slot_bytes();
+}
+
+FanoutSnapshot PriorityFanout::snapshot() const {
+  FanoutSnapshot s;
+  s.priorities = k_;
+  s.ring_cells = ring_cells();
+  s.slot_bytes = slot_bytes();
+  // Relaxed: observed values and counters; nothing is read on their strength.
+  s.bitmap = control_->hot.bitmap.load(std::memory_order_relaxed);
+  s.stale_retries = control_->stats.stale_retries.load(std::memory_order_relaxed);
+  s.parks = control_->stats.parks.load(std::memory_order_relaxed);
+  s.wakeups = control_->stats.wakeups.load(std::memory_order_relaxed);
+  s.rings.reserve(rings_.size());
+  for (const MpmcRing& r : rings_) s.rings.push_back(r.snapshot());
+  return s;
 }
 
 std::uint64_t PriorityFanout::active_priorities() const noexcept {
@@ -367,10 +485,10 @@ R PriorityFanout::park_until(std::chrono::nanoseconds timeout, Attempt&& attempt
   return r;
 }
 
-Result<std::optional<Drained>> PriorityFanout::drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout) {
+Result<std::optional<Popped>> PriorityFanout::pop_highest(std::span<std::byte> out,
+                                                          std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  return park_until<Result<std::optional<Drained>>>(timeout, [&] { return drain_once(out); });
+  return park_until<Result<std::optional<Popped>>>(timeout, [&] { return pop_once(out); });
 }
 
 Result<std::optional<Taken>> PriorityFanout::take_once() {
@@ -406,8 +524,9 @@ void PriorityFanout::release() noexcept {
   taken_ = kNoTake;
 }
 
-Result<std::optional<std::size_t>> PriorityFanout::drain_priority(
-    std::uint32_t priority, std::span<std::byte> out, std::chrono::nanoseconds timeout) {
+Result<std::optional<std::size_t>> PriorityFanout::pop_priority(std::uint32_t priority,
+                                                                std::span<std::byte> out,
+                                                                std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) return out_of_bounds(priority);
   auto r = rings_[priority].pop(out, timeout);

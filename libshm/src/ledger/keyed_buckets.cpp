@@ -54,8 +54,8 @@ std::size_t KeyedBuckets::reclaim_idle(std::int64_t now_ms, std::size_t max_scan
   return removed;
 }
 
-Result<KeyAdmission> KeyedBuckets::admit(std::string_view key, std::span<const std::int64_t> costs,
-                                         std::int64_t now_ms) {
+Result<AdmitStatus> KeyedBuckets::admit(std::string_view key, std::span<const std::int64_t> costs,
+                                        std::int64_t now_ms) {
   if (costs.size() != specs_.size())
     return fail(Errc::InvalidArgument,
                 shm::detail::format("keyed buckets: {} costs for {} buckets per key", costs.size(),
@@ -76,17 +76,17 @@ Result<KeyAdmission> KeyedBuckets::admit(std::string_view key, std::span<const s
                                            ? entries_[found->second].levels[b]
                                            : token_bucket::Level{specs_[b].burst, 0, false, 0};
     after[b] = token_bucket::refill(before, specs_[b].rate_per_sec, specs_[b].burst, now_ms);
-    if (costs[b] > after[b].tokens) return KeyAdmission::Refused;
+    if (costs[b] > after[b].tokens) return AdmitStatus::Refused;
     after[b].tokens -= costs[b];
   }
   if (found != index_.end()) {
     entries_[found->second].levels = std::move(after);
-    return KeyAdmission::Admitted;
+    return AdmitStatus::Admitted;
   }
-  if (entries_.size() >= max_keys_ && reclaim_idle(now_ms) == 0) return KeyAdmission::TableFull;
+  if (entries_.size() >= max_keys_ && reclaim_idle(now_ms) == 0) return AdmitStatus::TableFull;
   index_.emplace(std::string(key), entries_.size());
   entries_.push_back(Entry{std::string(key), std::move(after), 0});
-  return KeyAdmission::Admitted;
+  return AdmitStatus::Admitted;
 }
 
 Result<void> KeyedBuckets::retain(std::string_view key) {

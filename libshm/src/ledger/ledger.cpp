@@ -184,7 +184,7 @@ Result<Ledger> Ledger::bind(Segment segment) {
   return l;
 }
 
-Result<Ledger> Ledger::create(std::string_view name, const LedgerConfig& config,
+Result<Segment> create_ledger(std::string_view name, const LedgerConfig& config,
                               const CreateOptions& options) {
   if (auto ok = validate(config.params); !ok) return std::unexpected(ok.error());
   for (const CategorySpec& c : config.categories)
@@ -220,35 +220,64 @@ Result<Ledger> Ledger::create(std::string_view name, const LedgerConfig& config,
     store_derived(v, tally(v));  // an empty ticket table: every index on the free stack
     return {};
   };
-  auto seg = Segment::create(name, spec, options, init);
-  if (!seg) return std::unexpected(seg.error());
+  return Segment::create(name, spec, options, init);
+}
+
+Result<Segment> open_ledger(std::string_view name, const OpenOptions& options) {
+  ParamBlock block{};
+  const KindSpec spec = kind_spec(LedgerParams{}, true, block);
+  auto seg = Segment::open(name, spec, options);
+  if (!seg) return seg;
+  // Any geometry skips Segment::open's size check: check the size against the
+  // segment's own (validated) geometry, as the other kinds do.
+  if (auto ok = check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
+  return seg;
+}
+
+Result<Segment> open_ledger(std::string_view name, const LedgerParams& expected,
+                            const OpenOptions& options) {
+  if (auto ok = validate(expected); !ok) return std::unexpected(ok.error());
+  ParamBlock block{};
+  const KindSpec spec = kind_spec(expected, false, block);
+  return Segment::open(name, spec, options);
+}
+
+Result<void> ledger::check_geometry(const Segment& seg) {
+  auto view = make_view(seg);
+  if (!view) return std::unexpected(view.error());
+  return shm::detail::check_total_size(seg, view->geometry.data_size, "its ledger parameters need");
+}
+
+Result<void> ledger::check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(LedgerParams{}, true, storage)); !ok)
+    return ok;
+  return check_geometry(seg);
+}
+
+Result<Ledger> Ledger::create(std::string_view name, const LedgerConfig& config,
+                              const CreateOptions& options) {
+  auto seg = create_ledger(name, config, options);
+  if (!seg) return std::unexpected(std::move(seg.error()));
   return bind(std::move(*seg));
 }
 
 Result<Ledger> Ledger::open(std::string_view name, const OpenOptions& options) {
-  ParamBlock block{};
-  const KindSpec spec = kind_spec(LedgerParams{}, true, block);
-  auto seg = Segment::open(name, spec, options);
-  if (!seg) return std::unexpected(seg.error());
-  // Any geometry skips Segment::open's size check: check the size against the
-  // segment's own (validated) geometry, as the other kinds do.
-  auto view = make_view(*seg);
-  if (!view) return std::unexpected(view.error());
-  if (auto ok =
-          detail::check_total_size(*seg, view->geometry.data_size, "its ledger parameters need");
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  auto seg = open_ledger(name, options);
+  if (!seg) return std::unexpected(std::move(seg.error()));
   return bind(std::move(*seg));
 }
 
 Result<Ledger> Ledger::open(std::string_view name, const LedgerParams& expected,
                             const OpenOptions& options) {
-  if (auto ok = validate(expected); !ok) return std::unexpected(ok.error());
-  ParamBlock block{};
-  const KindSpec spec = kind_spec(expected, false, block);
-  auto seg = Segment::open(name, spec, options);
-  if (!seg) return std::unexpected(seg.error());
+  auto seg = open_ledger(name, expected, options);
+  if (!seg) return std::unexpected(std::move(seg.error()));
   return bind(std::move(*seg));
+}
+
+Result<Ledger> Ledger::attach(Segment segment) {
+  if (auto ok = ledger::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return bind(std::move(segment));
 }
 
 // ---------------------------------------------------------------- definitions

@@ -89,9 +89,9 @@ Result<void> SlotLeases::release(const SlotLease& lease) {
 Result<void> SlotLeases::close() {
   if (ledger_ == nullptr) return {};
   if (leased() != 0)
-    return fail(
-        Errc::InvalidArgument,
-        shm::detail::format("slot leases: {} of {} slots are still leased", leased(), capacity()));
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("slot leases: {} of {} slots are still leased", leased(),
+                                    max_leases()));
   auto r = ledger_->release(parent_);
   if (!r) return r;
   ledger_ = nullptr;

@@ -93,11 +93,11 @@ void scan(const mpmc::View& v, std::uint64_t head, std::uint64_t tail,
         held.push_back({mpmc::Side::Push, pos});
       } else if (s == pos + 1) {
         const std::uint32_t len = c.length.load(std::memory_order_relaxed);
-        if (!tomb && len > v.slot_size)
+        if (!tomb && len > v.slot_bytes)
           bad.push_back(
               shm::detail::format("cell {} (position {}): payload length {} exceeds the slot "
                                   "size {}",
-                                  pos & v.mask, pos, len, v.slot_size));
+                                  pos & v.mask, pos, len, v.slot_bytes));
       } else {
         bad.push_back(
             shm::detail::format("cell {} (position {}, between head {} and tail {}): sequence "
@@ -138,7 +138,7 @@ void describe(const Segment& seg, Node& out) {
   const std::uint64_t head = ctl.consumer.head.load(std::memory_order_acquire);
   const std::uint64_t tail = ctl.producer.tail.load(std::memory_order_acquire);
   out.set("capacity", v->capacity);
-  out.set("slot_size", v->slot_size);
+  out.set("slot_size", v->slot_bytes);
   out.set("cell_stride", v->stride);
   out.set("head", head);
   out.set("tail", tail);
@@ -228,7 +228,7 @@ std::vector<std::vector<std::byte>> dump(const Segment& seg, std::size_t limit) 
     const mpmc::Cell& c = v->cell(pos);
     if (c.seq.load(std::memory_order_acquire) != pos + 1) continue;  // in flight, taken, tombstone
     const std::uint32_t len = c.length.load(std::memory_order_relaxed);
-    if (len > v->slot_size) continue;
+    if (len > v->slot_bytes) continue;
     const std::byte* p = v->payload(pos);
     out.emplace_back(p, p + len);
   }

@@ -19,48 +19,49 @@ namespace {
 
 bool valid_geometry(const ParamBlock& p) noexcept {
   return is_power_of_two(p.capacity) && p.capacity >= kMinCapacity && p.capacity <= kMaxCapacity &&
-         p.slot_size >= 1 && p.slot_size <= kMaxSlotSize && p.stride == stride_for(p.slot_size) &&
-         p.capacity * p.stride <= kMaxCellBytes;
+         p.slot_bytes >= 1 && p.slot_bytes <= kMaxSlotSize &&
+         p.stride == stride_for(p.slot_bytes) && p.capacity * p.stride <= kMaxCellBytes;
 }
 
 }  // namespace
 
 Result<void> validate(const MpmcParams& params) {
-  if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
-      params.capacity > kMaxCapacity)
+  if (!is_power_of_two(params.ring_cells) || params.ring_cells < kMinCapacity ||
+      params.ring_cells > kMaxCapacity)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("mpmc ring capacity {} must be a power of two in [{}, {}]",
-                                    params.capacity, kMinCapacity, kMaxCapacity));
-  if (params.slot_size < 1 || params.slot_size > kMaxSlotSize)
+                                    params.ring_cells, kMinCapacity, kMaxCapacity));
+  if (params.slot_bytes < 1 || params.slot_bytes > kMaxSlotSize)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("mpmc ring slot size {} must be in [1, {}]", params.slot_size,
+                shm::detail::format("mpmc ring slot size {} must be in [1, {}]", params.slot_bytes,
                                     kMaxSlotSize));
-  if (params.capacity * stride_for(params.slot_size) > kMaxCellBytes)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("mpmc ring of {} cells of {} bytes needs {} bytes, limit {}",
-                                    params.capacity, stride_for(params.slot_size),
-                                    params.capacity * stride_for(params.slot_size), kMaxCellBytes));
+  if (params.ring_cells * stride_for(params.slot_bytes) > kMaxCellBytes)
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("mpmc ring of {} cells of {} bytes needs {} bytes, limit {}",
+                            params.ring_cells, stride_for(params.slot_bytes),
+                            params.ring_cells * stride_for(params.slot_bytes), kMaxCellBytes));
   return {};
 }
 
 KindSpec kind_spec(const MpmcParams& params, ParamBlock& storage) {
-  storage = ParamBlock{params.capacity, params.slot_size,
-                       params.slot_size != 0 ? stride_for(params.slot_size) : 0};
+  storage = ParamBlock{params.ring_cells, params.slot_bytes,
+                       params.slot_bytes != 0 ? stride_for(params.slot_bytes) : 0};
   return shm::detail::block_kind_spec(
       kMpmcRingKind, "mpmc_ring", kFingerprint, storage,
-      params.capacity != 0 && params.slot_size != 0
-          ? data_size_for(params.capacity, params.slot_size)
+      params.ring_cells != 0 && params.slot_bytes != 0
+          ? data_size_for(params.ring_cells, params.slot_bytes)
           : 0,
       [](const ParamBlock& f) -> std::string {
         if (valid_geometry(f)) return {};
         return shm::detail::format(
             "geometry: segment has capacity {}, slot size {}, stride {}; not a valid "
             "mpmc ring",
-            f.capacity, f.slot_size, f.stride);
+            f.capacity, f.slot_bytes, f.stride);
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
-        check.field("capacity", f.capacity, e.capacity)
-            .field("slot_size", f.slot_size, e.slot_size);
+        check.field("ring_cells", f.capacity, e.capacity)
+            .field("slot_bytes", f.slot_bytes, e.slot_bytes);
       });
 }
 
@@ -76,10 +77,10 @@ std::optional<View> view(const Segment& segment, std::string* why) {
   if (!valid_geometry(p)) {
     if (why)
       *why = shm::detail::format("capacity {}, slot size {}, stride {} are not a valid geometry",
-                                 p.capacity, p.slot_size, p.stride);
+                                 p.capacity, p.slot_bytes, p.stride);
     return std::nullopt;
   }
-  const std::uint64_t need = data_size_for(p.capacity, p.slot_size);
+  const std::uint64_t need = data_size_for(p.capacity, p.slot_bytes);
   if (segment.data().size() < need) {
     if (why)
       *why = shm::detail::format("data area has {} bytes, the geometry needs {}",
@@ -91,7 +92,7 @@ std::optional<View> view(const Segment& segment, std::string* why) {
   v.cells = segment.data().data() + kCellsOffset;
   v.capacity = p.capacity;
   v.mask = p.capacity - 1;
-  v.slot_size = p.slot_size;
+  v.slot_bytes = p.slot_bytes;
   v.stride = p.stride;
   return v;
 }
@@ -110,7 +111,7 @@ Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params
   // position i. Published to openers by the READY release store.
   return Segment::create(name, spec, options, [&](std::span<std::byte> data) -> Result<void> {
     std::byte* cells = data.data() + mpmc::kCellsOffset;
-    for (std::uint64_t i = 0; i < params.capacity; ++i)
+    for (std::uint64_t i = 0; i < params.ring_cells; ++i)
       // Relaxed: published by the READY release store of Segment::create.
       reinterpret_cast<mpmc::Cell*>(cells + i * stride)->seq.store(i, std::memory_order_relaxed);
     return {};
@@ -119,10 +120,10 @@ Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params
 
 Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected,
                                const OpenOptions& options) {
-  if (expected.capacity != 0 || expected.slot_size != 0) {
+  if (expected.ring_cells != 0 || expected.slot_bytes != 0) {
     MpmcParams probe = expected;
-    if (probe.capacity == 0) probe.capacity = mpmc::kMinCapacity;
-    if (probe.slot_size == 0) probe.slot_size = 1;
+    if (probe.ring_cells == 0) probe.ring_cells = mpmc::kMinCapacity;
+    if (probe.slot_bytes == 0) probe.slot_bytes = 1;
     if (auto ok = mpmc::validate(probe); !ok) return std::unexpected(ok.error());
   }
   mpmc::ParamBlock block{};
@@ -133,9 +134,10 @@ Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected
   // segment's own (validated) geometry.
   mpmc::ParamBlock found{};
   std::memcpy(&found, seg->params().data(), sizeof found);
-  if (auto ok = detail::check_total_size(
-          *seg, mpmc::data_size_for(found.capacity, found.slot_size),
-          shm::detail::format("capacity {} x slot size {} needs", found.capacity, found.slot_size));
+  if (auto ok =
+          detail::check_total_size(*seg, mpmc::data_size_for(found.capacity, found.slot_bytes),
+                                   shm::detail::format("capacity {} x slot size {} needs",
+                                                       found.capacity, found.slot_bytes));
       !ok)
     return std::unexpected(std::move(ok.error()));
   return seg;
@@ -190,57 +192,82 @@ Result<MpmcRing> MpmcRing::bind(Segment segment, const RoleSpec& role) {
   return r;
 }
 
-Result<MpmcRing> MpmcRing::create_as(std::string_view name, const MpmcParams& params,
-                                     const CreateOptions& options, const RoleSpec& role) {
-  auto seg = create_mpmc_ring(name, params, options);
-  if (!seg) return std::unexpected(seg.error());
+Result<void> mpmc::check_adopted(const Segment& seg) {
+  mpmc::ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, mpmc::kind_spec(MpmcParams{}, storage)); !ok)
+    return ok;
+  mpmc::ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  if (auto ok = mpmc::validate(MpmcParams{found.capacity, found.slot_bytes}); !ok) return ok;
+  return shm::detail::check_total_size(
+      seg, mpmc::data_size_for(found.capacity, found.slot_bytes),
+      shm::detail::format("capacity {} x slot size {} needs", found.capacity, found.slot_bytes));
+}
+
+Result<MpmcRing> MpmcRing::adopt(Result<Segment> seg, const RoleSpec& role) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
+  if (!seg->writable())
+    return fail(
+        Errc::InvalidArgument,
+        shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", seg->name()));
   return bind(std::move(*seg), role);
 }
 
-Result<MpmcRing> MpmcRing::open_as(std::string_view name, const MpmcParams& expected,
-                                   const OpenOptions& options, const RoleSpec& role) {
-  if (options.read_only)
-    return fail(Errc::InvalidArgument,
-                shm::detail::format("mpmc ring '{}': a handle needs a writable mapping", name));
-  auto seg = open_mpmc_ring(name, expected, options);
-  if (!seg) return std::unexpected(seg.error());
-  return bind(std::move(*seg), role);
+Result<MpmcRing> MpmcRing::attach_checked(Segment segment, const RoleSpec& role) {
+  if (auto ok = mpmc::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment), role);
 }
 
 Result<MpmcRing> MpmcRing::create(std::string_view name, const MpmcParams& params,
                                   const CreateOptions& options) {
-  return create_as(name, params, options, mpmc::kPeerRole);
+  return adopt(create_mpmc_ring(name, params, options), mpmc::kPeerRole);
 }
 
 Result<MpmcRing> MpmcRing::open(std::string_view name, const MpmcParams& expected,
                                 const OpenOptions& options) {
-  return open_as(name, expected, options, mpmc::kPeerRole);
+  return adopt(open_mpmc_ring(name, expected, options), mpmc::kPeerRole);
+}
+
+Result<MpmcRing> MpmcRing::attach(Segment segment) {
+  return attach_checked(std::move(segment), mpmc::kPeerRole);
 }
 
 Result<MpmcProducer> MpmcProducer::create(std::string_view name, const MpmcParams& params,
                                           const CreateOptions& options) {
-  auto r = create_as(name, params, options, mpmc::kProducerRole);
+  auto r = MpmcRing::adopt(create_mpmc_ring(name, params, options), mpmc::kProducerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcProducer(std::move(*r));
 }
 
 Result<MpmcProducer> MpmcProducer::open(std::string_view name, const MpmcParams& expected,
                                         const OpenOptions& options) {
-  auto r = open_as(name, expected, options, mpmc::kProducerRole);
+  auto r = MpmcRing::adopt(open_mpmc_ring(name, expected, options), mpmc::kProducerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcProducer(std::move(*r));
+}
+
+Result<MpmcProducer> MpmcProducer::attach(Segment segment) {
+  auto r = MpmcRing::attach_checked(std::move(segment), mpmc::kProducerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcProducer(std::move(*r));
 }
 
 Result<MpmcConsumer> MpmcConsumer::create(std::string_view name, const MpmcParams& params,
                                           const CreateOptions& options) {
-  auto r = create_as(name, params, options, mpmc::kConsumerRole);
+  auto r = MpmcRing::adopt(create_mpmc_ring(name, params, options), mpmc::kConsumerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcConsumer(std::move(*r));
 }
 
 Result<MpmcConsumer> MpmcConsumer::open(std::string_view name, const MpmcParams& expected,
                                         const OpenOptions& options) {
-  auto r = open_as(name, expected, options, mpmc::kConsumerRole);
+  auto r = MpmcRing::adopt(open_mpmc_ring(name, expected, options), mpmc::kConsumerRole);
+  if (!r) return std::unexpected(std::move(r.error()));
+  return MpmcConsumer(std::move(*r));
+}
+
+Result<MpmcConsumer> MpmcConsumer::attach(Segment segment) {
+  auto r = MpmcRing::attach_checked(std::move(segment), mpmc::kConsumerRole);
   if (!r) return std::unexpected(std::move(r.error()));
   return MpmcConsumer(std::move(*r));
 }
@@ -250,6 +277,26 @@ std::uint64_t MpmcRing::size_hint() const noexcept {
   const std::uint64_t h = v_.control->consumer.head.load(std::memory_order_relaxed);
   const std::uint64_t t = v_.control->producer.tail.load(std::memory_order_relaxed);
   return t > h ? t - h : 0;
+}
+
+MpmcSnapshot MpmcRing::snapshot() const noexcept {
+  const mpmc::Control& c = *v_.control;
+  MpmcSnapshot s;
+  s.ring_cells = v_.capacity;
+  s.slot_bytes = v_.slot_bytes;
+  // Relaxed: observed values and counters; nothing is read on their strength.
+  s.head = c.consumer.head.load(std::memory_order_relaxed);
+  s.tail = c.producer.tail.load(std::memory_order_relaxed);
+  s.depth = s.tail > s.head ? s.tail - s.head : 0;
+  s.orphans = c.consumer.orphans.load(std::memory_order_relaxed);
+  s.abandoned_pushes = c.stats.abandoned_pushes.load(std::memory_order_relaxed);
+  s.lost_pops = c.stats.lost_pops.load(std::memory_order_relaxed);
+  s.tombstones_skipped = c.stats.tombstones_skipped.load(std::memory_order_relaxed);
+  s.cancelled_pushes = c.stats.cancelled_pushes.load(std::memory_order_relaxed);
+  s.parks = c.stats.parks.load(std::memory_order_relaxed);
+  s.wakeups = c.stats.wakeups.load(std::memory_order_relaxed);
+  s.adopted = c.stats.adopted.load(std::memory_order_relaxed);
+  return s;
 }
 
 bool MpmcRing::has_claimed_items() const noexcept {
@@ -290,7 +337,7 @@ std::unexpected<Error> MpmcRing::corrupt_length(std::uint64_t pos, std::uint32_t
   return fail(
       Errc::Corrupt,
       shm::detail::format("{}: cell {} (position {}): payload length {} exceeds the slot size {}",
-                          segment_.path(), pos & v_.mask, pos, len, v_.slot_size));
+                          segment_.path(), pos & v_.mask, pos, len, v_.slot_bytes));
 }
 
 std::unexpected<Error> MpmcRing::too_small(std::uint32_t len, std::size_t room) const {
@@ -301,7 +348,7 @@ std::unexpected<Error> MpmcRing::too_small(std::uint32_t len, std::size_t room) 
 std::unexpected<Error> MpmcRing::too_large(std::size_t n) const {
   return fail(Errc::TooLarge,
               shm::detail::format("payload of {} bytes exceeds the ring's slot size of {} bytes", n,
-                                  v_.slot_size));
+                                  v_.slot_bytes));
 }
 
 Result<std::optional<std::uint64_t>> MpmcRing::push_slow(std::uint64_t pos, std::uint64_t seq) {
@@ -400,7 +447,7 @@ Result<std::optional<std::uint32_t>> MpmcRing::adopt_orphan(std::size_t room) {
     std::uint64_t seq = c.seq.load(std::memory_order_acquire);  // pairs with [mpmc.O]
     if (seq != ((q + 1) | mpmc::kOrphan)) continue;
     const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by the acquire
-    if (len > v_.slot_size) return corrupt_length(q, len);
+    if (len > v_.slot_bytes) return corrupt_length(q, len);
     if (len > room) return too_small(len, room);
     intent_->pop.store((q + 1) | mpmc::kKeepIntent,
                        std::memory_order_relaxed);  // published by [mpmc.A]
@@ -458,7 +505,7 @@ Result<bool> MpmcRing::wait(std::atomic<std::uint32_t>& signal, mpmc::ParkedSet&
 
 Result<bool> MpmcRing::push(std::span<const std::byte> payload, std::chrono::nanoseconds timeout) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kMpmcGuardName);
-  if (payload.size() > v_.slot_size) return too_large(payload.size());
+  if (payload.size() > v_.slot_bytes) return too_large(payload.size());
   const auto deadline = ::shm::detail::deadline_after(timeout);
   const auto done = [](const Result<bool>& r) { return !r || *r; };
   if (auto r = detail::spin(

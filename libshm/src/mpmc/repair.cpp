@@ -16,35 +16,35 @@
 namespace shm {
 namespace mpmc {
 
-std::string_view to_string(RepairOutcome outcome) noexcept {
+std::string_view to_string(RepairStatus outcome) noexcept {
   switch (outcome) {
-    case RepairOutcome::NotHeld:
+    case RepairStatus::NotHeld:
       return "not held";
-    case RepairOutcome::HeldByLive:
+    case RepairStatus::HeldByLive:
       return "held by a live handle";
-    case RepairOutcome::Unprovable:
+    case RepairStatus::Unprovable:
       return "held, holder unknown";
-    case RepairOutcome::Repaired:
+    case RepairStatus::Repaired:
       return "repaired";
   }
   return "unknown";
 }
 
-RepairOutcome repair_position(const Segment& segment, const View& v, Side side, std::uint64_t pos,
-                              std::optional<std::size_t> assume_dead, std::string* action) {
+RepairStatus repair_position(const Segment& segment, const View& v, Side side, std::uint64_t pos,
+                             std::optional<std::size_t> assume_dead, std::string* action) {
   Control& ctl = *v.control;
   Cell& c = v.cell(pos);
   std::uint64_t seq = 0;
   if (side == Side::Push) {
     // [T''] acquire: pairs with the claimer's [mpmc.T]; its intent store is visible below.
-    if (ctl.producer.tail.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
-    seq = c.seq.load(std::memory_order_acquire);    // [mpmc.S'] pairs with [mpmc.S]/[mpmc.X]
-    if (seq != pos) return RepairOutcome::NotHeld;  // published (or a later lap)
+    if (ctl.producer.tail.load(std::memory_order_acquire) <= pos) return RepairStatus::NotHeld;
+    seq = c.seq.load(std::memory_order_acquire);   // [mpmc.S'] pairs with [mpmc.S]/[mpmc.X]
+    if (seq != pos) return RepairStatus::NotHeld;  // published (or a later lap)
   } else {
     // [H''] acquire: pairs with the claimer's [mpmc.H]; its intent store is visible below.
-    if (ctl.consumer.head.load(std::memory_order_acquire) <= pos) return RepairOutcome::NotHeld;
+    if (ctl.consumer.head.load(std::memory_order_acquire) <= pos) return RepairStatus::NotHeld;
     seq = c.seq.load(std::memory_order_acquire);  // [mpmc.R'] pairs with [mpmc.R]/[mpmc.X]
-    if ((seq & ~kTombstone) != pos + 1) return RepairOutcome::NotHeld;  // released
+    if ((seq & ~kTombstone) != pos + 1) return RepairStatus::NotHeld;  // released
   }
   // Whoever holds `pos` stored intent pos+1 before its claiming CAS and keeps
   // it until it publishes/releases; a handle whose CAS failed clears it.
@@ -62,13 +62,13 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
       if (w != at) kept = true;
     }
   }
-  if (!any) return RepairOutcome::Unprovable;
+  if (!any) return RepairStatus::Unprovable;
   std::size_t holder = kMaxAttachments;
   for (std::size_t i = 0; i < kMaxAttachments; ++i) {
     if (!named[i]) continue;
     if (holder == kMaxAttachments) holder = i;
     if (assume_dead && *assume_dead == i) continue;
-    if (segment.liveness(i) == Liveness::Alive) return RepairOutcome::HeldByLive;
+    if (segment.liveness(i) == Liveness::Alive) return RepairStatus::HeldByLive;
   }
   // Every handle that may hold `pos` is dead: nobody else will write this cell.
   if (side == Side::Push) {
@@ -77,7 +77,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
     // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kTombstone, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
-      return RepairOutcome::NotHeld;
+      return RepairStatus::NotHeld;
     ctl.stats.abandoned_pushes.fetch_add(1, std::memory_order_relaxed);  // statistics only
     ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G] see MpmcRing::wait
     (void)futex_wake_all(ctl.waiters.data_signal);
@@ -87,7 +87,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
     // [mpmc.A] CAS. Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, (pos + 1) | kOrphan, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
-      return RepairOutcome::NotHeld;
+      return RepairStatus::NotHeld;
     // Release: a consumer that reads the count (acquire) finds the mark in its scan.
     ctl.consumer.orphans.fetch_add(1, std::memory_order_release);
     ctl.waiters.data_signal.fetch_add(1, std::memory_order_release);  // [mpmc.G]
@@ -98,7 +98,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
     // Failure relaxed: the cell moved on; nothing is read from it.
     if (!c.seq.compare_exchange_strong(expected, pos + v.capacity, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
-      return RepairOutcome::NotHeld;
+      return RepairStatus::NotHeld;
     if ((seq & kTombstone) != 0)  // statistics only (relaxed)
       ctl.stats.tombstones_skipped.fetch_add(1, std::memory_order_relaxed);
     else
@@ -131,7 +131,7 @@ RepairOutcome repair_position(const Segment& segment, const View& v, Side side, 
                         "slot {} (pid {}) died after popping position {} (cell {}) and "
                         "before releasing it: released the cell, its item is lost",
                         holder, pid, pos, pos & v.mask);
-  return RepairOutcome::Repaired;
+  return RepairStatus::Repaired;
 }
 
 RepairReport repair_slots(const Segment& segment, const View& v, std::optional<std::size_t> slot,
@@ -149,15 +149,15 @@ RepairReport repair_slots(const Segment& segment, const View& v, std::optional<s
       std::string action;
       const std::uint64_t at = side == Side::Pop ? w & ~kKeepIntent : w;
       switch (repair_position(segment, v, side, at - 1, assume_dead, &action)) {
-        case RepairOutcome::Repaired:
+        case RepairStatus::Repaired:
           ++(side == Side::Push ? report.repaired_pushes : report.repaired_pops);
           report.actions.push_back(std::move(action));
           break;
-        case RepairOutcome::HeldByLive:
+        case RepairStatus::HeldByLive:
           ++report.held_by_live;
           break;
-        case RepairOutcome::NotHeld:
-        case RepairOutcome::Unprovable:
+        case RepairStatus::NotHeld:
+        case RepairStatus::Unprovable:
           break;
       }
     }
@@ -188,7 +188,7 @@ void MpmcRing::note_stuck(mpmc::Side side, std::uint64_t pos) noexcept {
   if (now - stuck_.since_ns < mpmc::kStuckGraceNs) return;
   stuck_.since_ns = now;  // at most one repair attempt per grace period
   if (mpmc::repair_position(segment_, v_, side, pos, std::nullopt) ==
-          mpmc::RepairOutcome::Repaired &&
+          mpmc::RepairStatus::Repaired &&
       repair_hook_ != nullptr)
     repair_hook_(repair_context_, repair_tag_, *this);
 }

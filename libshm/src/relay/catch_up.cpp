@@ -11,8 +11,8 @@ bool conflatable_catch_up(const MergePolicy& policy) noexcept {
   return policy.keyed && policy.flags.associative && policy.flags.conflatable;
 }
 
-CatchUpSummary::CatchUpSummary(const MergePolicy& policy, std::size_t value_size)
-    : policy_(policy), value_size_(value_size), scratch_(value_size) {}
+CatchUpSummary::CatchUpSummary(const MergePolicy& policy, std::size_t value_bytes)
+    : policy_(policy), value_size_(value_bytes), scratch_(value_bytes) {}
 
 Result<void> CatchUpSummary::fold(const spill::Page& page, std::uint64_t page_id,
                                   std::uint64_t delivered_before) {

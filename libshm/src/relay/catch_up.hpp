@@ -21,7 +21,7 @@ namespace shm::relay::internal {
 
 class CatchUpSummary {
  public:
-  CatchUpSummary(const MergePolicy& policy, std::size_t value_size);
+  CatchUpSummary(const MergePolicy& policy, std::size_t value_bytes);
 
   // Folds every record of `page`, in record order, into the summary: a key
   // seen before merges into its entry (the policy's combine; first and last

@@ -32,8 +32,8 @@ std::unexpected<Error> corrupt(std::string_view path, std::string what) {
 }
 
 std::string block_problem(const ParamBlock& p) {
-  if (p.value_size < 1 || p.value_size > kMaxValueSize)
-    return shm::detail::format("value_size {} outside [1, {}]", p.value_size, kMaxValueSize);
+  if (p.value_bytes < 1 || p.value_bytes > kMaxValueSize)
+    return shm::detail::format("value_size {} outside [1, {}]", p.value_bytes, kMaxValueSize);
   if (p.capacity < kMinCapacity || p.capacity > kMaxCapacity)
     return shm::detail::format("capacity {} outside [{}, {}]", p.capacity, kMinCapacity,
                                kMaxCapacity);
@@ -53,7 +53,7 @@ KindSpec kind_spec(const ParamBlock& p, bool any, ParamBlock& storage) {
         return why.empty() ? why : "segment parameters: " + why;
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
-        check.field("value_size", f.value_size, e.value_size)
+        check.field("value_size", f.value_bytes, e.value_bytes)
             .field("capacity", f.capacity, e.capacity);
       });
 }
@@ -287,10 +287,10 @@ bool rebuild_derived(const View& v, std::string& why) {
   for (std::uint32_t i = cap; i-- > 0;) {
     EntryHead& e = v.entry(i);
     const std::uint32_t s = ld(e.state);
-    if (s > static_cast<std::uint32_t>(EntryState::InHand) || ld(e.len) > v.params.value_size ||
+    if (s > static_cast<std::uint32_t>(EntryState::InHand) || ld(e.len) > v.params.value_bytes ||
         (ld(e.flags) & ~kEntryFlags) != 0) {
       why = shm::detail::format("entry {}: state {}, len {}, flags {} (value size {})", i, s,
-                                ld(e.len), ld(e.flags), v.params.value_size);
+                                ld(e.len), ld(e.flags), v.params.value_bytes);
       return false;
     }
     if (s == static_cast<std::uint32_t>(EntryState::Free)) {
@@ -373,7 +373,7 @@ bool roll_merge_forward(const View& v, std::string& why) {
   Control& c = *v.control;
   const std::uint32_t i = ld(c.intent_entry);
   const std::uint32_t len = ld(c.intent_len);
-  if (i >= v.params.capacity || len > v.params.value_size ||
+  if (i >= v.params.capacity || len > v.params.value_bytes ||
       ld(v.entry(i).state) != static_cast<std::uint32_t>(EntryState::Pending)) {
     why = shm::detail::format("merge intent names entry {} (len {}), not a pending entry of {}", i,
                               len, v.params.capacity);
@@ -402,7 +402,7 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
   const std::uint32_t victim = ld(c.intent_entry);
   const std::uint32_t len = ld(c.intent_len);
   const std::uint64_t seq = ld(c.intent_last_seq);
-  if (victim >= v.params.capacity || len > v.params.value_size || seq == 0) {
+  if (victim >= v.params.capacity || len > v.params.value_bytes || seq == 0) {
     why = shm::detail::format(
         "drop-oldest intent names entry {} (len {}, sequence {}) in a "
         "relay of {} entries",
@@ -534,8 +534,8 @@ Result<void> lock(const View& v, std::string_view path) {
 RelaySnapshot read_snapshot(const View& v) {
   const Control& c = *v.control;
   RelaySnapshot s;
-  s.value_size = v.params.value_size;
-  s.capacity = v.params.capacity;
+  s.value_bytes = v.params.value_bytes;
+  s.max_entries = v.params.capacity;
   for (int attempt = 0; attempt < 64; ++attempt) {
     // [relay.V2'] acquire: pairs with end_write's release [relay.V2].
     const std::uint32_t v1 = c.version.load(std::memory_order_acquire);
@@ -660,9 +660,9 @@ std::vector<std::string> verify_tables(const View& v) {
           shm::detail::format("entry {}: state {} is not free, pending or in hand", i, s));
       continue;
     }
-    if (ld(e.len) > v.params.value_size)
+    if (ld(e.len) > v.params.value_bytes)
       out.push_back(shm::detail::format("entry {}: length {} exceeds the value size {}", i,
-                                        ld(e.len), v.params.value_size));
+                                        ld(e.len), v.params.value_bytes));
     if (s == static_cast<std::uint32_t>(EntryState::Pending)) {
       ++pending;
       bytes += ld(e.len);
@@ -760,7 +760,7 @@ Result<void> retune_view(const View& v, std::string_view path, const Backpressur
   Backpressure bp{static_cast<Dimension>(ld(c.dimension)), ld(c.high_water), ld(c.low_water),
                   static_cast<Overflow>(ld(c.overflow))};
   edit(bp);
-  if (auto ok = validate(bp, v.params.capacity, v.params.value_size); !ok) return ok;
+  if (auto ok = validate(bp, v.params.capacity, v.params.value_bytes); !ok) return ok;
   // The segment's declared flags decide, so a process without the policy
   // registered (shmctl) validates the same way.
   MergePolicy declared;

@@ -21,8 +21,8 @@ void describe(const Segment& seg, Node& out) {
   }
   const RelaySnapshot s = read_snapshot(*view);
   Node& params = out.object("params");
-  params.set("value_size", static_cast<std::uint64_t>(s.value_size));
-  params.set("capacity", static_cast<std::uint64_t>(s.capacity));
+  params.set("value_size", static_cast<std::uint64_t>(s.value_bytes));
+  params.set("capacity", static_cast<std::uint64_t>(s.max_entries));
   Node& policy = out.object("policy");
   policy.set("id", static_cast<std::uint64_t>(s.policy));
   policy.set("name", s.policy_name);

@@ -218,7 +218,7 @@ Result<void> validate(const Backpressure& bp) {
   return {};
 }
 
-Result<void> validate(const Backpressure& bp, std::uint32_t capacity, std::uint32_t value_size) {
+Result<void> validate(const Backpressure& bp, std::uint32_t capacity, std::uint32_t value_bytes) {
   if (auto ok = validate(bp); !ok) return ok;
   std::uint64_t reach = 0;
   std::string_view unit;
@@ -229,8 +229,8 @@ Result<void> validate(const Backpressure& bp, std::uint32_t capacity, std::uint3
       unit = "entries (the capacity)";
       break;
     case Dimension::Bytes:
-      reach = std::uint64_t{capacity} * value_size;
-      unit = "bytes (capacity x value_size)";
+      reach = std::uint64_t{capacity} * value_bytes;
+      unit = "bytes (max_entries x value_bytes)";
       break;
     case Dimension::Age:
       return {};
@@ -361,7 +361,7 @@ bool is_identity(const MergePolicy& p, std::span<const std::byte> op) noexcept {
 }
 
 LawReport check_merge_laws(const MergePolicy& p, const ValueGenerator& gen, std::size_t trials,
-                           std::uint64_t seed, std::size_t value_size) {
+                           std::uint64_t seed, std::size_t value_bytes) {
   LawReport report;
   if (!p.keyed) {
     report.violations.push_back(shm::detail::format(
@@ -369,7 +369,7 @@ LawReport check_merge_laws(const MergePolicy& p, const ValueGenerator& gen, std:
     return report;
   }
   std::mt19937_64 rng(seed);
-  std::vector<std::byte> buf1(value_size), buf2(value_size);
+  std::vector<std::byte> buf1(value_bytes), buf2(value_bytes);
   auto op = [&](std::span<const std::byte> a, std::span<const std::byte> b,
                 std::vector<std::byte>& into) -> std::optional<std::vector<std::byte>> {
     auto n = combine(p, a, b, into);
@@ -383,12 +383,12 @@ LawReport check_merge_laws(const MergePolicy& p, const ValueGenerator& gen, std:
   for (std::size_t t = 0; t < trials && report.violations.size() < kMaxLines; ++t) {
     const std::vector<std::byte> a = gen(rng), b = gen(rng), c = gen(rng);
     for (const auto* v : {&a, &b, &c})
-      if (v->size() > value_size || v->size() < p.min_size ||
+      if (v->size() > value_bytes || v->size() < p.min_size ||
           (p.op_size != 0 && v->size() != p.op_size)) {
         report.violations.push_back(shm::detail::format(
             "generator produced a {}-byte value; {} takes {}", v->size(), p.name,
             p.op_size != 0 ? shm::detail::format("exactly {}", p.op_size)
-                           : shm::detail::format("{} to {}", p.min_size, value_size)));
+                           : shm::detail::format("{} to {}", p.min_size, value_bytes)));
         return report;
       }
     if (p.flags.associative) {

@@ -30,21 +30,21 @@ using namespace relay;
 using namespace relay::internal;
 using CrashPoint = test_hooks::RelayCrashPoint;
 
-std::string_view to_string(WriteOutcome o) noexcept {
+std::string_view to_string(WriteStatus o) noexcept {
   switch (o) {
-    case WriteOutcome::Appended:
+    case WriteStatus::Appended:
       return "appended";
-    case WriteOutcome::Merged:
+    case WriteStatus::Merged:
       return "merged";
-    case WriteOutcome::Unchanged:
+    case WriteStatus::Unchanged:
       return "unchanged";
-    case WriteOutcome::Displaced:
+    case WriteStatus::Displaced:
       return "displaced";
-    case WriteOutcome::Dropped:
+    case WriteStatus::Dropped:
       return "dropped";
-    case WriteOutcome::Full:
+    case WriteStatus::Full:
       return "full";
-    case WriteOutcome::TimedOut:
+    case WriteStatus::TimedOut:
       return "timed_out";
   }
   return "unknown";
@@ -123,25 +123,25 @@ namespace {
 constexpr std::chrono::milliseconds kBindingWait{30'000};
 
 Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
-  if (cfg.value_size < 1 || cfg.value_size > kMaxValueSize)
-    return fail(Errc::InvalidArgument, shm::detail::format("value_size {} outside [1, {}]",
-                                                           cfg.value_size, kMaxValueSize));
-  if (cfg.capacity < kMinCapacity || cfg.capacity > kMaxCapacity)
+  if (cfg.value_bytes < 1 || cfg.value_bytes > kMaxValueSize)
+    return fail(Errc::InvalidArgument, shm::detail::format("value_bytes {} outside [1, {}]",
+                                                           cfg.value_bytes, kMaxValueSize));
+  if (cfg.max_entries < kMinCapacity || cfg.max_entries > kMaxCapacity)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("capacity {} outside [{}, {}]", cfg.capacity, kMinCapacity,
-                                    kMaxCapacity));
+                shm::detail::format("max_entries {} outside [{}, {}]", cfg.max_entries,
+                                    kMinCapacity, kMaxCapacity));
   const std::uint32_t need = std::max(p.op_size, p.min_size);
-  if (cfg.value_size < need)
+  if (cfg.value_bytes < need)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("policy {} needs values of {} bytes, value_size is {}", p.name,
-                                    need, cfg.value_size));
-  if (auto ok = validate(cfg.backpressure, cfg.capacity, cfg.value_size); !ok) return ok;
+                shm::detail::format("policy {} needs values of {} bytes, value_bytes is {}", p.name,
+                                    need, cfg.value_bytes));
+  if (auto ok = validate(cfg.backpressure, cfg.max_entries, cfg.value_bytes); !ok) return ok;
   if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (use count or bytes)");
   if (cfg.spill.enabled) {
     const SpillPolicy& sp = cfg.spill;
-    const std::uint64_t least = spill::kPageHeaderSize + spill::record_stride(cfg.value_size);
+    const std::uint64_t least = spill::kPageHeaderSize + spill::record_stride(cfg.value_bytes);
     if (sp.page_size < least || sp.page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
       return fail(Errc::InvalidArgument,
                   shm::detail::format("spill page_size {} outside [{}, {}] (header + one record)",
@@ -166,8 +166,8 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
 }
 
 ParamBlock block_for(const RelayConfig& cfg) {
-  return ParamBlock{cfg.value_size, cfg.capacity,
-                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.capacity)), 0};
+  return ParamBlock{cfg.value_bytes, cfg.max_entries,
+                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.max_entries)), 0};
 }
 
 Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
@@ -329,10 +329,10 @@ Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
                                     segment_.path(), ld(c.depth), ld(c.in_hand),
                                     ld(view_.spill->cold_pages)));
   const std::uint32_t need = std::max(np.op_size, np.min_size);
-  if (view_.params.value_size < need)
+  if (view_.params.value_bytes < need)
     return fail(Errc::InvalidArgument,
-                shm::detail::format("{}: policy {} needs values of {} bytes, value_size is {}",
-                                    segment_.path(), np.name, need, view_.params.value_size));
+                shm::detail::format("{}: policy {} needs values of {} bytes, value_bytes is {}",
+                                    segment_.path(), np.name, need, view_.params.value_bytes));
   if (static_cast<Dimension>(ld(c.dimension)) == Dimension::Keys && !np.keyed)
     return fail(Errc::InvalidArgument,
                 "dimension keys on raw_fifo: a FIFO has no keys (retune to count or bytes first)");
@@ -400,10 +400,8 @@ SealMode RelayWriter::seal_mode() const noexcept {
   return sealer_ != nullptr ? SealMode::Background : SealMode::Inline;
 }
 
-Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
-                                        const CreateOptions& options) {
-  auto seg = create_segment(name, config, options);
-  if (!seg) return std::unexpected(seg.error());
+Result<RelayWriter> RelayWriter::adopt(Result<Segment> seg) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
   auto v = make_view(*seg);
   if (!v) return std::unexpected(v.error());
   auto att = seg->attach(kWriterRole);
@@ -416,22 +414,22 @@ Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig
   return w;
 }
 
-Result<RelayWriter> RelayWriter::open(std::string_view name, const OpenOptions& options) {
-  View v;
-  auto seg = open_segment(name, options, v);
-  if (!seg) return std::unexpected(seg.error());
-  auto att = seg->attach(kWriterRole);
-  if (!att) return std::unexpected(att.error());
-  RelayWriter w;
-  w.segment_ = std::move(*seg);
-  w.attachment_ = std::move(*att);
-  w.view_ = v;
-  if (auto p = w.policy_now(); !p) return std::unexpected(p.error());
-  return w;
+Result<RelayWriter> RelayWriter::create(std::string_view name, const RelayConfig& config,
+                                        const CreateOptions& options) {
+  return adopt(create_relay(name, config, options));
 }
 
-Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
-                                       std::chrono::nanoseconds timeout) {
+Result<RelayWriter> RelayWriter::open(std::string_view name, const OpenOptions& options) {
+  return adopt(open_relay(name, options));
+}
+
+Result<RelayWriter> RelayWriter::attach(Segment segment) {
+  if (auto ok = relay::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::byte> op,
+                                        std::chrono::nanoseconds timeout) {
   assert(view_.control != nullptr && "use of an empty RelayWriter");
   Control& c = *view_.control;
   const std::string& path = segment_.path();
@@ -476,13 +474,13 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       auto pol = policy_now();
       if (!pol) return std::unexpected(pol.error());
       const MergePolicy& p = **pol;
-      if (op.size() > view_.params.value_size || op.size() < p.min_size ||
+      if (op.size() > view_.params.value_bytes || op.size() < p.min_size ||
           (p.op_size != 0 && op.size() != p.op_size))
         return fail(Errc::InvalidArgument,
                     shm::detail::format("{}: a {}-byte value for policy {} (value size {}, op "
                                         "size {}, minimum {})",
-                                        path, op.size(), p.name, view_.params.value_size, p.op_size,
-                                        p.min_size));
+                                        path, op.size(), p.name, view_.params.value_bytes,
+                                        p.op_size, p.min_size));
       if (!counted) {
         bump(c.counters.writes);
         counted = true;
@@ -490,24 +488,24 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       if (p.keyed) {
         if (is_identity(p, op)) {
           bump(c.counters.unchanged);
-          return WriteResult{WriteOutcome::Unchanged, 0};
+          return WriteOutcome{WriteStatus::Unchanged, 0};
         }
         const std::uint32_t e = index_find(view_, key);
         if (e != kNone) {
           EntryHead& h = view_.entry(e);
           const std::uint32_t len = ld(h.len);
-          if (len > view_.params.value_size)  // read and merged below: never past the slot
+          if (len > view_.params.value_bytes)  // read and merged below: never past the slot
             return corrupt(
                 path, shm::detail::format("entry {} holds a {}-byte value (value size {})", e, len,
-                                          view_.params.value_size));
+                                          view_.params.value_bytes));
           std::array<std::byte, kMaxValueSize> out;
           auto cur =
               std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);
-          auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_size));
+          auto n = shm::combine(p, cur, op, std::span(out.data(), view_.params.value_bytes));
           if (!n) return std::unexpected(n.error());
           if (*n == len && shm::detail::equal_short(out.data(), cur.data(), len)) {
             bump(c.counters.unchanged);
-            return WriteResult{WriteOutcome::Unchanged, 0};
+            return WriteOutcome{WriteStatus::Unchanged, 0};
           }
           const std::uint64_t seq = ld(c.next_seq);
           st(c.next_seq, seq + 1);
@@ -546,7 +544,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
                                  ? monotonic_ns()
                                  : 0);  // only the age level reads the time
           notify_reader(c);
-          return WriteResult{WriteOutcome::Merged, seq};
+          return WriteOutcome{WriteStatus::Merged, seq};
         }
       }
       // A new entry is needed. Its creation time: the age level
@@ -561,7 +559,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
       update_full(view_, by_age ? now : 0);  // only the age level reads the time
       const bool full = ld(c.is_full) != 0;
       const bool hard = ld(c.free_head) == kNone;
-      WriteOutcome outcome = WriteOutcome::Appended;
+      WriteStatus outcome = WriteStatus::Appended;
       if (full || hard) {
         bool block = false;
         switch (static_cast<Overflow>(ld(c.overflow))) {
@@ -571,14 +569,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           case Overflow::DropNewest:
             bump(c.counters.dropped);
             log_event(c, EventKind::Dropped, key, 1);
-            return WriteResult{WriteOutcome::Dropped, 0};
+            return WriteOutcome{WriteStatus::Dropped, 0};
           case Overflow::DropOldest: {
             const std::uint32_t victim = ld(c.head);
             // Every entry in the reader's hands, or the oldest in a seal in
             // flight (overflow retuned from spill meanwhile): nothing to drop.
             if (victim == kNone || head_is_spilling(view_)) {
               bump(c.counters.refused_full);
-              return WriteResult{WriteOutcome::Full, 0};
+              return WriteOutcome{WriteStatus::Full, 0};
             }
             EntryHead& vh = view_.entry(victim);
             const bool was_indexed = p.keyed && !closed_to_merges(ld(vh.flags));
@@ -607,7 +605,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             bump(c.counters.dropped, ld(vh.op_count));
             log_event(c, EventKind::DroppedOldest, ld(vh.key), ld(vh.op_count));
             refresh_oldest(view_);
-            outcome = WriteOutcome::Displaced;
+            outcome = WriteStatus::Displaced;
             break;
           }
           case Overflow::Spill:
@@ -663,7 +661,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
             // Conflate: keys keep merging; a new key is admitted while an entry is free.
             if (hard) {
               bump(c.counters.refused_full);
-              return WriteResult{WriteOutcome::Full, 0};
+              return WriteOutcome{WriteStatus::Full, 0};
             }
             break;
         }
@@ -674,7 +672,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
           const std::uint64_t waited = monotonic_ns() - start;
           if (waited >= budget) {
             bump(c.counters.timed_out);
-            return WriteResult{WriteOutcome::TimedOut, 0};
+            return WriteOutcome{WriteStatus::TimedOut, 0};
           }
           if (!parked_once) bump(c.counters.blocked);
           parked_once = true;
@@ -687,7 +685,7 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         // A damaged free list after a DropOldest drop would leave its intent
         // open for a later repair to replay: the relay is faulted instead.
         auto damaged = [&](std::string what) {
-          if (outcome == WriteOutcome::Displaced) st(c.faulted, 1u);
+          if (outcome == WriteStatus::Displaced) st(c.faulted, 1u);
           return corrupt(path, std::move(what));
         };
         const std::uint32_t i = ld(c.free_head);
@@ -726,14 +724,14 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
         bump(c.bytes, op.size());
         bump(c.pending_ops);
         if (ld(c.head) == i) st(c.oldest_ns, now);
-        if (outcome == WriteOutcome::Displaced) {
+        if (outcome == WriteStatus::Displaced) {
           std::atomic_signal_fence(std::memory_order_seq_cst);
           st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
         }
         bump(c.counters.appended);
         update_full(view_, now);
         notify_reader(c);
-        return WriteResult{outcome, seq};
+        return WriteOutcome{outcome, seq};
       }
     }  // unlocked
     if (wait_sealer) {
@@ -775,8 +773,20 @@ Result<WriteResult> RelayWriter::write(std::uint64_t key, std::span<const std::b
 
 Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig& config,
                                         const CreateOptions& options) {
-  auto seg = create_segment(name, config, options);
-  if (!seg) return std::unexpected(seg.error());
+  return adopt(create_relay(name, config, options));
+}
+
+Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& options) {
+  return adopt(open_relay(name, options));
+}
+
+Result<RelayReader> RelayReader::attach(Segment segment) {
+  if (auto ok = relay::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RelayReader> RelayReader::adopt(Result<Segment> seg) {
+  if (!seg) return std::unexpected(std::move(seg.error()));
   auto v = make_view(*seg);
   if (!v) return std::unexpected(v.error());
   auto att = seg->attach(kReaderRole);
@@ -785,20 +795,6 @@ Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig
   r.segment_ = std::move(*seg);
   r.attachment_ = std::move(*att);
   r.view_ = *v;
-  if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
-  return r;
-}
-
-Result<RelayReader> RelayReader::open(std::string_view name, const OpenOptions& options) {
-  View v;
-  auto seg = open_segment(name, options, v);
-  if (!seg) return std::unexpected(seg.error());
-  auto att = seg->attach(kReaderRole);
-  if (!att) return std::unexpected(att.error());
-  RelayReader r;
-  r.segment_ = std::move(*seg);
-  r.attachment_ = std::move(*att);
-  r.view_ = v;
   if (auto p = r.policy_now(); !p) return std::unexpected(p.error());
   // We hold the only reader slot: entries still InHand belong to a dead
   // predecessor (its reclaim did not run yet). Return them for redelivery.
@@ -832,7 +828,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   taken_index_.clear();
   taken_.reserve(n_max);
   taken_index_.reserve(n_max);
-  buffer_.resize(n_max * view_.params.value_size);
+  buffer_.resize(n_max * view_.params.value_bytes);
   if (n_max == 0) return std::span<const RelayEntry>{};
   if (summary_ == nullptr && catch_up_ == CatchUp::Conflated && ld(view_.spill->enabled) != 0 &&
       ld(view_.spill->cold_pages) >= 2) {
@@ -873,7 +869,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
       break;
     }
     const std::uint32_t len = ld(h.len);
-    if (len > view_.params.value_size ||
+    if (len > view_.params.value_bytes ||
         ld(h.state) != static_cast<std::uint32_t>(EntryState::Pending))
       return corrupt(segment_.path(), shm::detail::format("pending entry {}: state {}, len {}", i,
                                                           ld(h.state), len));
@@ -890,7 +886,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
     st(c.bytes, ld(c.bytes) - len);
     st(c.pending_ops, ld(c.pending_ops) - ld(h.op_count));
     bump(c.in_hand);
-    std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_size;
+    std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_bytes;
     std::memcpy(dst, view_.value(i), len);
     taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),
                                 ld(h.last_seq), ld(h.op_count), sealed});
@@ -1019,7 +1015,7 @@ Result<bool> RelayReader::build_summary(spill::SpillDir& dir) {
     }
   }
   if (run.size() < 2) return false;
-  auto summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_size);
+  auto summary = std::make_unique<CatchUpSummary>(**p, view_.params.value_bytes);
   spill::Page page;
   std::size_t folded = 0;
   for (const SlotSeen& seen : run) {
@@ -1448,6 +1444,25 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
 
 // ---------------------------------------------------------------- free functions, roles
 
+Result<Segment> create_relay(std::string_view name, const RelayConfig& config,
+                             const CreateOptions& options) {
+  return create_segment(name, config, options);
+}
+
+Result<Segment> open_relay(std::string_view name, const OpenOptions& options) {
+  View v;
+  return open_segment(name, options, v);
+}
+
+Result<void> relay::check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(ParamBlock{}, true, storage)); !ok)
+    return ok;
+  auto v = make_view(seg);
+  if (!v) return std::unexpected(v.error());
+  return shm::detail::check_total_size(seg, v->geometry.data_size, "its relay parameters need");
+}
+
 Result<RelaySnapshot> read_relay_snapshot(std::string_view name, const OpenOptions& options) {
   OpenOptions o = options;
   o.read_only = true;
@@ -1465,13 +1480,13 @@ Result<void> retune_relay(std::string_view name, const Backpressure& bp,
   return retune_view(v, seg->path(), bp);
 }
 
-RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capacity,
-                           std::uint32_t value_size) {
+RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t max_entries,
+                           std::uint32_t value_bytes) {
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = capacity;
-  cfg.value_size = value_size;
-  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  cfg.max_entries = max_entries;
+  cfg.value_bytes = value_bytes;
+  const std::uint64_t high = std::max<std::uint64_t>(1, max_entries - max_entries / 4);
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   traffic == Traffic::State ? Overflow::Conflate : Overflow::Spill};
   if (traffic == Traffic::Events) {
@@ -1486,15 +1501,15 @@ RelayConfig Outbox::config(PolicyId policy, Traffic traffic, std::uint32_t capac
   return cfg;
 }
 
-Result<RelayConfig> Inbox::config(PolicyId policy, std::uint32_t capacity,
-                                  std::uint32_t value_size) {
+Result<RelayConfig> Inbox::config(PolicyId policy, std::uint32_t max_entries,
+                                  std::uint32_t value_bytes) {
   auto p = find_merge(policy);
   if (!p) return std::unexpected(p.error());
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = capacity;
-  cfg.value_size = value_size;
-  const std::uint64_t high = std::max<std::uint64_t>(1, capacity - capacity / 4);
+  cfg.max_entries = max_entries;
+  cfg.value_bytes = value_bytes;
+  const std::uint64_t high = std::max<std::uint64_t>(1, max_entries - max_entries / 4);
   const bool conflate = (*p)->flags.conflatable && (*p)->flags.associative;
   cfg.backpressure = Backpressure{Dimension::Count, high, high / 3,
                                   conflate ? Overflow::Conflate : Overflow::Block};

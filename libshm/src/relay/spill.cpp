@@ -383,7 +383,7 @@ spill::PageRecord record_of(const View& v, std::uint32_t i) noexcept {
                            ld(e.last_seq),
                            ld(e.op_count),
                            ld(e.order),
-                           std::min(ld(e.len), v.params.value_size),
+                           std::min(ld(e.len), v.params.value_bytes),
                            (ld(e.flags) & kSealed) != 0 ? spill::kRecordRedelivered : 0u};
 }
 
@@ -419,9 +419,9 @@ void add_records(const View& v, SealJob& job) {
     }
     return;
   }
-  const std::size_t value_size = v.params.value_size;
+  const std::size_t value_bytes = v.params.value_bytes;
   std::vector<spill::PageRecord> records;
-  std::vector<std::byte> values(job.chosen.size() * value_size), merged(value_size);
+  std::vector<std::byte> values(job.chosen.size() * value_bytes), merged(value_bytes);
   std::unordered_map<std::uint64_t, std::size_t> open;  // key -> the record merges go into
   records.reserve(job.chosen.size());
   for (const std::uint32_t i : job.chosen) {
@@ -431,9 +431,9 @@ void add_records(const View& v, SealJob& job) {
     if (alone) open.erase(r.key);
     if (auto it = alone ? open.end() : open.find(r.key); it != open.end()) {
       spill::PageRecord& into = records[it->second];
-      std::byte* current = values.data() + it->second * value_size;
+      std::byte* current = values.data() + it->second * value_bytes;
       auto n = combine(*merge, std::span<const std::byte>(current, into.len), value, merged);
-      if (n && *n <= value_size) {
+      if (n && *n <= value_bytes) {
         std::memcpy(current, merged.data(), *n);
         into.len = static_cast<std::uint32_t>(*n);
         into.first_seq = std::min(into.first_seq, r.first_seq);
@@ -444,12 +444,12 @@ void add_records(const View& v, SealJob& job) {
       // A merge that fails here failed nowhere else: the entry keeps its own record.
     }
     if (!alone) open[r.key] = records.size();
-    std::memcpy(values.data() + records.size() * value_size, value.data(), r.len);
+    std::memcpy(values.data() + records.size() * value_bytes, value.data(), r.len);
     records.push_back(r);
   }
   for (std::size_t k = 0; k < records.size(); ++k)
     job.page.add(records[k],
-                 std::span<const std::byte>(values.data() + k * value_size, records[k].len));
+                 std::span<const std::byte>(values.data() + k * value_bytes, records[k].len));
 }
 
 }  // namespace
@@ -468,7 +468,7 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   // writers, and could seal over a page id the manifest still names).
   if (std::string why = manifest_problem(v); !why.empty()) return corrupt(path, why);
   if (free_slot(v) == nullptr) return fall_back(EventKind::SpillFallback, kManifestSlots);
-  const std::uint64_t stride = spill::record_stride(v.params.value_size);
+  const std::uint64_t stride = spill::record_stride(v.params.value_bytes);
   const std::uint64_t page_bytes = ld(a.page_bytes);
   const std::uint64_t room =
       page_bytes > spill::kPageHeaderSize ? (page_bytes - spill::kPageHeaderSize) / stride : 0;
@@ -868,12 +868,12 @@ Result<void> retune_spill_view(const View& v, std::string_view path, const Spill
   const std::uint64_t page_size = limits.page_size;
   const std::uint64_t retention_bytes = limits.retention_bytes;
   const std::uint64_t ttl_ms = limits.ttl_ms;
-  if (page_size < spill::kPageHeaderSize + spill::record_stride(v.params.value_size) ||
+  if (page_size < spill::kPageHeaderSize + spill::record_stride(v.params.value_bytes) ||
       page_size > spill::kPageHeaderSize + spill::kMaxPageContent)
     return fail(Errc::InvalidArgument,
                 shm::detail::format(
                     "{}: page_size {} outside [{}, {}] (header + one record)", path, page_size,
-                    spill::kPageHeaderSize + spill::record_stride(v.params.value_size),
+                    spill::kPageHeaderSize + spill::record_stride(v.params.value_bytes),
                     spill::kPageHeaderSize + spill::kMaxPageContent));
   const auto kind = static_cast<RetentionKind>(ld(a.retention));
   if (kind == RetentionKind::BoundedDisk && retention_bytes == 0)

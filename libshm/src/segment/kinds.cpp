@@ -143,13 +143,13 @@ Result<bool> reclaim_slot(Segment& segment, std::size_t slot) {
   return true;  // the lock drops when fd closes
 }
 
-std::string_view to_string(ReclaimOutcome outcome) noexcept {
+std::string_view to_string(ReclaimStatus outcome) noexcept {
   switch (outcome) {
-    case ReclaimOutcome::Reclaimed:
+    case ReclaimStatus::Reclaimed:
       return "reclaimed";
-    case ReclaimOutcome::LockHeld:
+    case ReclaimStatus::LockHeld:
       return "lock_held";
-    case ReclaimOutcome::Changed:
+    case ReclaimStatus::Changed:
       return "changed";
   }
   return "unknown";
@@ -178,19 +178,19 @@ Result<SlotReclaim> reclaim_dead_attacher(Segment& segment, const KindDescriptor
   if (!guard) return std::unexpected(guard.error());
   auto got = try_lock_byte(guard->get(), slot_lock_offset(dead.index));
   if (!got) return std::unexpected(got.error());
-  if (!*got) return SlotReclaim{ReclaimOutcome::LockHeld, {}};
+  if (!*got) return SlotReclaim{ReclaimStatus::LockHeld, {}};
   // [seg.A'] acquire: pairs with [seg.A] in attach(); a new owner bumps the generation.
   const AttachmentSlot& cur = h.slots[dead.index];
   if (cur.state.load(std::memory_order_acquire) !=
           static_cast<std::uint32_t>(SlotState::Attached) ||
       cur.generation.load(std::memory_order_relaxed) != dead.generation)
-    return SlotReclaim{ReclaimOutcome::Changed, {}};
+    return SlotReclaim{ReclaimStatus::Changed, {}};
   auto actions = kind.reclaim(segment, dead);
   if (!actions)
     return fail(actions.error().code,
                 shm::detail::format("{}: {} reclaim of slot {} (pid {}) failed: {}", segment.path(),
                                     kind.name, dead.index, dead.pid, actions.error().message));
-  SlotReclaim r{ReclaimOutcome::Reclaimed, std::move(*actions)};
+  SlotReclaim r{ReclaimStatus::Reclaimed, std::move(*actions)};
   free_locked_slot(segment, dead.index);
   return r;  // the lock drops when guard closes
 }

@@ -533,20 +533,7 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
                               const OpenOptions& options) {
   auto seg = open_file(name, options);
   if (!seg) return seg;
-  const SegmentHeader& h = seg->header();
-  if (h.kind != expected.kind) {
-    const KindDescriptor* found = find_kind(h.kind);
-    return fail(Errc::KindMismatch,
-                shm::detail::format("{}: kind: segment has {} ({}), caller expects {} ({})",
-                                    seg->path(), found != nullptr ? found->name : "an unknown kind",
-                                    h.kind, expected.kind_name, expected.kind));
-  }
-  if (h.fingerprint != expected.fingerprint)
-    return fail(Errc::FingerprintMismatch,
-                shm::detail::format(
-                    "{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
-                    "(built from a different layout)",
-                    seg->path(), expected.kind_name, h.fingerprint, expected.fingerprint));
+  if (auto ok = detail::check_kind(*seg, expected); !ok) return std::unexpected(ok.error());
   if (expected.param_mismatch) {
     const std::string why = expected.param_mismatch(seg->params(), expected.params);
     if (!why.empty())
@@ -559,6 +546,29 @@ Result<Segment> Segment::open(std::string_view name, const KindSpec& expected,
     if (!ok) return std::unexpected(std::move(ok.error()));
   }
   return seg;
+}
+
+Result<void> detail::check_kind(const Segment& seg, const KindSpec& expected) {
+  if (seg.fd() < 0)
+    return fail(Errc::InvalidArgument,
+                shm::detail::format("attach: the {} segment given is empty (default-constructed "
+                                    "or moved from)",
+                                    expected.kind_name));
+  const SegmentHeader& h = seg.header();
+  if (h.kind != expected.kind) {
+    const KindDescriptor* found = find_kind(h.kind);
+    return fail(Errc::KindMismatch,
+                shm::detail::format("{}: kind: segment has {} ({}), caller expects {} ({})",
+                                    seg.path(), found != nullptr ? found->name : "an unknown kind",
+                                    h.kind, expected.kind_name, expected.kind));
+  }
+  if (h.fingerprint != expected.fingerprint)
+    return fail(Errc::FingerprintMismatch,
+                shm::detail::format(
+                    "{}: {} layout fingerprint: segment has {:#018x}, this build has {:#018x} "
+                    "(built from a different layout)",
+                    seg.path(), expected.kind_name, h.fingerprint, expected.fingerprint));
+  return {};
 }
 
 Result<void> detail::check_total_size(const Segment& seg, std::uint64_t data_size,

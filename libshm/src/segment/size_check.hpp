@@ -18,4 +18,10 @@ namespace shm::detail {
 [[nodiscard]] Result<void> check_total_size(const Segment& seg, std::uint64_t data_size,
                                             std::string_view needs);
 
+// The checks of Segment::open that need no expected parameters: the segment
+// is of `expected.kind` (else KindMismatch naming both kinds) and of this
+// build's layout (else FingerprintMismatch). A handle's attach(Segment) runs
+// them on a segment it is given, then its kind's own checks.
+[[nodiscard]] Result<void> check_kind(const Segment& seg, const KindSpec& expected);
+
 }  // namespace shm::detail

@@ -28,19 +28,20 @@ namespace shm {
 namespace ring {
 
 Result<void> validate(const RingParams& params) {
-  if (!is_power_of_two(params.capacity) || params.capacity < kMinCapacity ||
-      params.capacity > kMaxCapacity)
+  if (!is_power_of_two(params.capacity_bytes) || params.capacity_bytes < kMinCapacity ||
+      params.capacity_bytes > kMaxCapacity)
     return fail(Errc::InvalidArgument,
                 shm::detail::format("ring capacity {} must be a power of two in [{}, {}]",
-                                    params.capacity, kMinCapacity, kMaxCapacity));
+                                    params.capacity_bytes, kMinCapacity, kMaxCapacity));
   return {};
 }
 
 KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
-  storage = ParamBlock{params.capacity, params.capacity ? max_payload_for(params.capacity) : 0};
+  storage = ParamBlock{params.capacity_bytes,
+                       params.capacity_bytes ? max_payload_for(params.capacity_bytes) : 0};
   return shm::detail::block_kind_spec(
       kSpscRingKind, "spsc_ring", kFingerprint, storage,
-      params.capacity ? kBufferOffset + params.capacity : 0,
+      params.capacity_bytes ? kBufferOffset + params.capacity_bytes : 0,
       [](const ParamBlock& f) -> std::string {
         if (!is_power_of_two(f.capacity) || f.capacity < kMinCapacity || f.capacity > kMaxCapacity)
           return shm::detail::format("capacity: segment has {}, not a power of two in [{}, {}]",
@@ -51,8 +52,32 @@ KindSpec kind_spec(const RingParams& params, ParamBlock& storage) {
         return {};
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
-        check.field("capacity", f.capacity, e.capacity);
+        check.field("capacity_bytes", f.capacity, e.capacity);
       });
+}
+
+}  // namespace ring
+
+namespace ring {
+
+Result<void> check_geometry(const Segment& seg) {
+  // capacity 0 = "any": check the size against the segment's own (validated) capacity.
+  ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  return shm::detail::check_total_size(seg, kBufferOffset + found.capacity,
+                                       shm::detail::format("capacity {} needs", found.capacity));
+}
+
+Result<void> check_adopted(const Segment& seg) {
+  ParamBlock storage{};
+  if (auto ok = shm::detail::check_kind(seg, kind_spec(RingParams{}, storage)); !ok) return ok;
+  ParamBlock found{};
+  std::memcpy(&found, seg.params().data(), sizeof found);
+  if (auto ok = validate(RingParams{found.capacity}); !ok) return ok;
+  if (!max_payload_matches(found.max_payload, found.capacity))
+    return fail(Errc::Corrupt, shm::detail::format("{}: max_payload {} does not match capacity {}",
+                                                   seg.path(), found.max_payload, found.capacity));
+  return check_geometry(seg);
 }
 
 }  // namespace ring
@@ -68,7 +93,7 @@ Result<Segment> create_ring(std::string_view name, const RingParams& params,
 
 Result<Segment> open_ring(std::string_view name, const RingParams& expected,
                           const OpenOptions& options) {
-  if (expected.capacity != 0) {
+  if (expected.capacity_bytes != 0) {
     if (auto ok = ring::validate(expected); !ok) return std::unexpected(ok.error());
   }
   ring::ParamBlock block{};
@@ -88,13 +113,7 @@ Result<Segment> open_ring(std::string_view name, const RingParams& expected,
                                       any->path(), ring::v1::kLayoutVersion, ring::kLayoutVersion));
   }
   if (!seg) return seg;
-  // capacity 0 = "any": check the size against the segment's own (validated) capacity.
-  ring::ParamBlock found{};
-  std::memcpy(&found, seg->params().data(), sizeof found);
-  if (auto ok = detail::check_total_size(*seg, ring::kBufferOffset + found.capacity,
-                                         shm::detail::format("capacity {} needs", found.capacity));
-      !ok)
-    return std::unexpected(std::move(ok.error()));
+  if (auto ok = ring::check_geometry(*seg); !ok) return std::unexpected(std::move(ok.error()));
   return seg;
 }
 
@@ -272,18 +291,24 @@ Result<RingProducer> RingProducer::create(std::string_view name, const RingParam
                                           const CreateOptions& options) {
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
-    return std::unexpected(ok.error());
-  return p;
+  return adopt(std::move(*seg));
 }
 
 Result<RingProducer> RingProducer::open(std::string_view name, const RingParams& expected,
                                         const OpenOptions& options) {
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<RingProducer> RingProducer::attach(Segment segment) {
+  if (auto ok = ring::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RingProducer> RingProducer::adopt(Segment segment) {
   RingProducer p;
-  if (auto ok = bind(p, std::move(*seg), ring::kProducerRole); !ok)
+  if (auto ok = bind(p, std::move(segment), ring::kProducerRole); !ok)
     return std::unexpected(ok.error());
   // We are the only producer now. A dead predecessor may have published
   // records past its `tail` hint (killed between [spsc.P] and the hint's
@@ -409,18 +434,24 @@ Result<RingConsumer> RingConsumer::create(std::string_view name, const RingParam
                                           const CreateOptions& options) {
   auto seg = create_ring(name, params, options);
   if (!seg) return std::unexpected(seg.error());
-  RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
-    return std::unexpected(ok.error());
-  return c;
+  return adopt(std::move(*seg));
 }
 
 Result<RingConsumer> RingConsumer::open(std::string_view name, const RingParams& expected,
                                         const OpenOptions& options) {
   auto seg = open_ring(name, expected, options);
   if (!seg) return std::unexpected(seg.error());
+  return adopt(std::move(*seg));
+}
+
+Result<RingConsumer> RingConsumer::attach(Segment segment) {
+  if (auto ok = ring::check_adopted(segment); !ok) return std::unexpected(ok.error());
+  return adopt(std::move(segment));
+}
+
+Result<RingConsumer> RingConsumer::adopt(Segment segment) {
   RingConsumer c;
-  if (auto ok = bind(c, std::move(*seg), ring::kConsumerRole); !ok)
+  if (auto ok = bind(c, std::move(segment), ring::kConsumerRole); !ok)
     return std::unexpected(ok.error());
   // A predecessor's peeked-but-unreleased records are still past head: we see them again.
   // acquire: pairs with [spsc.C] of an earlier consumer.

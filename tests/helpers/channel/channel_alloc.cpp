@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   }
   // P = 2 and 2 cells per page: quota refusals and rotations come often.
   auto p = shm::ChannelProducer::create(
-      argv[1], {.pages = 2, .page_bytes = 256, .descriptors_per_page = 2, .ring_capacity = 4});
+      argv[1], {.pages = 2, .page_bytes = 256, .descriptors_per_page = 2, .ring_cells = 4});
   if (!p) fail_with("create", p.error());
   auto c = shm::ChannelConsumer::open(argv[1]);
   if (!c) fail_with("open", c.error());

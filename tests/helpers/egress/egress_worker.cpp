@@ -135,7 +135,7 @@ int run_produce(const std::string& name, int id, long count) {
 }
 
 int run_transport(const std::string& name, const std::string& dir, double loss, unsigned seed) {
-  EgressTransport t = must(EgressTransport::attach(name), "attach");
+  EgressTransport t = must(EgressTransport::open(name), "attach");
   std::printf("attached %llu replayed %llu\n", static_cast<unsigned long long>(t.generation()),
               static_cast<unsigned long long>(t.replayed()));
   std::fflush(stdout);

@@ -12,8 +12,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s BASE\n", argv[0]);
     return 64;
   }
-  auto f =
-      shm::FanoutProducer::open(argv[1], {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto f = shm::FanoutProducer::open(argv[1], {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   if (!f) {
     std::fprintf(stderr, "open: %s\n", f.error().what().c_str());
     return 2;

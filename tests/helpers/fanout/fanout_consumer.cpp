@@ -1,12 +1,12 @@
 // test_fanout_consumer BASE SEEN_FILE MODE [HOLD_AT]
-//   MODE drain:   drain_highest() until every item was delivered, or producers
+//   MODE drain:   pop_highest() until every item was delivered, or producers
 //                 are done and nothing arrived for 300 ms. Marks each item in
 //                 the seen table; a duplicate or a damaged payload fails.
 //   MODE hold:    drain like `drain` until the table counts HOLD_AT
 //                 deliveries, then pop one more item, do not mark it, print
 //                 "holding producer P seq S until killed" and sleep until
 //                 killed (a drainer killed with a popped item in hand).
-//   MODE ordered: one consumer of a quiescent queue: try_drain_highest() until
+//   MODE ordered: one consumer of a quiescent queue: try_pop_highest() until
 //                 empty; priorities must never increase, and within a priority
 //                 each producer's items must come in submission order.
 #include "fanout_items.hpp"
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "seen: %s\n", seen.error().what().c_str());
     return 2;
   }
-  auto f = shm::FanoutConsumer::open(base, {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto f = shm::FanoutConsumer::open(base, {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   if (!f) {
     std::fprintf(stderr, "open: %s\n", f.error().what().c_str());
     return 2;
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     std::uint32_t last_priority = ~0u;
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> next_seq;  // (producer, prio)
     for (;;) {
-      auto d = f->try_drain_highest(buf);
+      auto d = f->try_pop_highest(buf);
       if (!d) {
         std::printf("error: %s\n", d.error().what().c_str());
         return 6;
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
 
   auto idle_since = Clock::now();
   while (hdr.delivered.load() < total) {
-    auto d = f->drain_highest(buf, std::chrono::milliseconds(50));
+    auto d = f->pop_highest(buf, std::chrono::milliseconds(50));
     if (!d) {
       std::printf("error: %s\n", d.error().what().c_str());
       return 6;

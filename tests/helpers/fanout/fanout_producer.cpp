@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const std::string base = argv[1];
   const auto producer = static_cast<std::uint32_t>(std::strtoul(argv[2], nullptr, 10));
   const std::uint64_t count = std::strtoull(argv[3], nullptr, 10);
-  auto f = shm::FanoutProducer::open(base, {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto f = shm::FanoutProducer::open(base, {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   if (!f) {
     std::fprintf(stderr, "open: %s\n", f.error().what().c_str());
     return 2;

@@ -151,13 +151,13 @@ int run_writer(const std::string& name, std::uint64_t id, std::uint64_t count,
     append_line(fd, fmt::format("t {}\n", i));
     auto r = w.write(key, u64_value(value), 30s);
     if (!r) die(fmt::format("write {}: {}", i, r.error().what()));
-    switch (r->outcome) {
-      case WriteOutcome::Appended:
-      case WriteOutcome::Merged:
-      case WriteOutcome::Unchanged:
+    switch (r->status) {
+      case WriteStatus::Appended:
+      case WriteStatus::Merged:
+      case WriteStatus::Unchanged:
         break;
       default:
-        die(fmt::format("write {}: outcome {}", i, to_string(r->outcome)));
+        die(fmt::format("write {}: outcome {}", i, to_string(r->status)));
     }
     append_line(fd, fmt::format("a {}\n", i));
   }
@@ -213,9 +213,9 @@ int run_records(const std::string& name, std::uint64_t count, std::uint64_t min,
   for (std::uint64_t seq = 0; seq < count; ++seq) {
     buf.resize(rr::size_for(seq, min, max));
     rr::fill(seq, buf);
-    const WriteResult r = must(w.write(buf, shm::forever), "write");
-    if (r.outcome != WriteOutcome::Appended)
-      die(fmt::format("write {}: {}", seq, to_string(r.outcome)));
+    const WriteOutcome r = must(w.write(buf, shm::forever), "write");
+    if (r.status != WriteStatus::Appended)
+      die(fmt::format("write {}: {}", seq, to_string(r.status)));
   }
   say(fmt::format("DONE {} spilled={}", count, w.snapshot().pages_sealed).c_str());
   return 0;

@@ -81,7 +81,7 @@ int run_seal(const std::string& name, int point) {
   test_hooks::set_spill_crash_hook(stop_at);
   auto r = w->write(u64_value(1000), 0ns);
   die(r ? fmt::format("the write returned ({}) without reaching the crash point",
-                      to_string(r->outcome))
+                      to_string(r->status))
         : r.error().what());
 }
 
@@ -93,7 +93,7 @@ int run_seal_background(const std::string& name, int point) {
   test_hooks::set_spill_crash_hook(stop_at);
   auto r = w->write(u64_value(1000), 0ns);
   if (!r) die(r.error().what());
-  if (r->outcome != WriteOutcome::Appended) die(fmt::format("outcome {}", to_string(r->outcome)));
+  if (r->status != WriteStatus::Appended) die(fmt::format("outcome {}", to_string(r->status)));
   std::printf("written\n");
   std::fflush(stdout);
   for (;;) std::this_thread::sleep_for(1s);  // the sealer thread stops at POINT
@@ -149,7 +149,7 @@ int run_seal_pause(const std::string& name, int point) {
   test_hooks::set_spill_crash_hook(pause_at);
   auto r = w->write(u64_value(1000), 0ns);
   if (!r) die(r.error().what());
-  if (r->outcome != WriteOutcome::Appended) die(fmt::format("outcome {}", to_string(r->outcome)));
+  if (r->status != WriteStatus::Appended) die(fmt::format("outcome {}", to_string(r->status)));
   std::printf("written\n");
   std::fflush(stdout);
   return 0;

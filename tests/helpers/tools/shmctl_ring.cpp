@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   const long records = argc > 4 ? std::strtol(argv[4], nullptr, 10) : 0;
 
   if (mode == "create") {
-    auto seg = shm::create_ring(name, {.capacity = 4096}, {.root = root, .ephemeral = ephemeral});
+    auto seg =
+        shm::create_ring(name, {.capacity_bytes = 4096}, {.root = root, .ephemeral = ephemeral});
     if (!seg) {
       std::fprintf(stderr, "create: %s\n", seg.error().what().c_str());
       return 1;
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
   }
   if (mode != "hold" && mode != "abandon") return usage();
 
-  auto producer =
-      shm::RingProducer::create(name, {.capacity = 4096}, {.root = root, .ephemeral = ephemeral});
+  auto producer = shm::RingProducer::create(name, {.capacity_bytes = 4096},
+                                            {.root = root, .ephemeral = ephemeral});
   if (!producer) {
     std::fprintf(stderr, "producer: %s\n", producer.error().what().c_str());
     return 1;

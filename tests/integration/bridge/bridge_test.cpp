@@ -1931,8 +1931,8 @@ class BridgeRelayTest : public BridgeTest {
   void make_relay() {
     shm::RelayConfig cfg;
     cfg.policy = shm::policy::kRawFifo;
-    cfg.value_size = 256;
-    cfg.capacity = 256;
+    cfg.value_bytes = 256;
+    cfg.max_entries = 256;
     cfg.backpressure = shm::Backpressure{shm::Dimension::Count, 64, 16, shm::Overflow::Spill};
     cfg.spill_dedup = true;  // the bridge drops a replay by its first op sequence (the intent)
     cfg.spill.enabled = true;

@@ -59,7 +59,7 @@ ChannelDrained drain(ChannelConsumer& c, std::size_t max_len) {
 
 TEST_F(ChannelProcessTest, PayloadsStreamBetweenTwoProcessesAcrossRotations) {
   ASSERT_TRUE(create_channel(
-      "xs", {.pages = 4, .page_bytes = 2048, .descriptors_per_page = 32, .ring_capacity = 64}));
+      "xs", {.pages = 4, .page_bytes = 2048, .descriptors_per_page = 32, .ring_cells = 64}));
   const std::uint64_t n = test::scaled(20'000);
   test::Subprocess consumer({test::helper_path("channel_consumer_proc"), "xs", "300"});
   ASSERT_TRUE(consumer.wait_for_line("ready", 10s)) << consumer.output();
@@ -89,7 +89,7 @@ TEST_P(ChannelProducerKilledTest, ConsumerGetsEveryCommittedPayloadThenProducerD
   // P = 4, 4 cells per page: 8 committed payloads fill epochs 0 and 1, so the
   // next payload needs a rotation (to slot 2, which is free).
   ASSERT_TRUE(create_channel(
-      "kf", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 32}));
+      "kf", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 32}));
   auto c = ChannelConsumer::open("kf");
   ASSERT_TRUE(c) << c.error().what();
   test::Subprocess producer({test::helper_path("channel_producer_step"), "kf", "fault", fc.point,
@@ -127,7 +127,7 @@ TEST_P(ChannelProducerKilledTest, FaultedEndReleasesTheFinalEpochAndFreezesTheCo
   const FaultCase fc = GetParam();
   constexpr std::uint32_t kCells = 4;
   ASSERT_TRUE(create_channel(
-      "fe", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = kCells, .ring_capacity = 32}));
+      "fe", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = kCells, .ring_cells = 32}));
   test::Subprocess producer({test::helper_path("channel_producer_step"), "fe", "fault", fc.point,
                              std::to_string(fc.committed)});
   ASSERT_TRUE(producer.wait_for_line(std::string("at ") + fc.point, 20s)) << producer.output();
@@ -193,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(FaultPoints, ChannelProducerKilledTest,
 
 TEST_F(ChannelProcessTest, ConsumerArrivingAfterTheProducerWasKilledDrainsThenReportsIt) {
   ASSERT_TRUE(create_channel(
-      "late", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 32}));
+      "late", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 32}));
   test::Subprocess producer(
       {test::helper_path("channel_producer_step"), "late", "fault", "after-seal", "8"});
   ASSERT_TRUE(producer.wait_for_line("at after-seal", 20s)) << producer.output();
@@ -210,7 +210,7 @@ TEST_F(ChannelProcessTest, ConsumerArrivingAfterTheProducerWasKilledDrainsThenRe
 
 TEST_F(ChannelProcessTest, ProducerProcessThatExitsWithoutFinishIsReported) {
   ASSERT_TRUE(create_channel(
-      "dt", {.pages = 2, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 16}));
+      "dt", {.pages = 2, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 16}));
   test::Subprocess producer(
       {test::helper_path("channel_producer_step"), "dt", "fault", "detach", "3"});
   EXPECT_EQ(producer.wait(20s), 0) << producer.output();
@@ -226,7 +226,7 @@ TEST_F(ChannelProcessTest, ProducerProcessThatExitsWithoutFinishIsReported) {
 
 TEST_F(ChannelProcessTest, ProducerProcessThatFinishesEndsTheStreamCleanly) {
   ASSERT_TRUE(create_channel(
-      "fin", {.pages = 2, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 16}));
+      "fin", {.pages = 2, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 16}));
   test::Subprocess producer(
       {test::helper_path("channel_producer_step"), "fin", "fault", "finish", "6"});
   EXPECT_EQ(producer.wait(20s), 0) << producer.output();
@@ -242,7 +242,7 @@ TEST_F(ChannelProcessTest, ProducerProcessThatFinishesEndsTheStreamCleanly) {
 TEST_F(ChannelProcessTest, ConsumerKilledWhileHoldingALeaseIsReplacedWithoutLoss) {
   // Small pool: the producer blocks on the quota while the consumer is dead.
   ASSERT_TRUE(create_channel(
-      "ck", {.pages = 2, .page_bytes = 512, .descriptors_per_page = 8, .ring_capacity = 16}));
+      "ck", {.pages = 2, .page_bytes = 512, .descriptors_per_page = 8, .ring_cells = 16}));
   const std::uint64_t n = test::scaled(5'000) + 200;
   test::Subprocess first({test::helper_path("channel_consumer_proc"), "ck", "100", "150"});
   ASSERT_TRUE(first.wait_for_line("ready", 10s));
@@ -262,7 +262,7 @@ TEST_F(ChannelProcessTest, ConsumerKilledWhileHoldingALeaseIsReplacedWithoutLoss
 
 TEST_F(ChannelProcessTest, SidecarReclaimOfADeadProducerMarksTheChannelAndTheConsumerDrains) {
   ASSERT_TRUE(create_channel(
-      "rc", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 32}));
+      "rc", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 32}));
   test::Subprocess producer(
       {test::helper_path("channel_producer_step"), "rc", "fault", "before-quota", "8"});
   ASSERT_TRUE(producer.wait_for_line("at before-quota", 20s)) << producer.output();

@@ -103,7 +103,7 @@ class RandomKillTest : public ::testing::Test {
 
 TEST_F(RandomKillTest, EgressStaysUsableAndMonotoneThroughKillsInsideItsLock) {
   EgressParams p;
-  p.capacity = 16;
+  p.max_payloads = 16;
   p.slot_bytes = 8;
   p.inflight_limit = 4;
   p.retry_budget = 2;
@@ -148,7 +148,7 @@ TEST_F(RandomKillTest, EgressStaysUsableAndMonotoneThroughKillsInsideItsLock) {
               break;
             case 6:
               (void)mine->retry_due(g, now);
-              (void)mine->take_dead_letter(nullptr);
+              (void)mine->pop_dead_letter(nullptr);
               break;
             case 7:
               if (rng() % 8 == 0) (void)mine->reconnect(g + 1);
@@ -178,11 +178,11 @@ TEST_F(RandomKillTest, EgressStaysUsableAndMonotoneThroughKillsInsideItsLock) {
 
 // ---------------------------------------------------------------- relay
 
-void relay_round(const char* name, PolicyId policy, Overflow overflow, std::uint32_t value_size) {
+void relay_round(const char* name, PolicyId policy, Overflow overflow, std::uint32_t value_bytes) {
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = 16;
-  cfg.value_size = value_size;
+  cfg.max_entries = 16;
+  cfg.value_bytes = value_bytes;
   cfg.backpressure = Backpressure{Dimension::Count, 12, 4, overflow};
   {
     auto w = RelayWriter::create(name, cfg);
@@ -195,10 +195,10 @@ void relay_round(const char* name, PolicyId policy, Overflow overflow, std::uint
         auto r = RelayReader::open(name);
         if (!w || !r) ::_exit(3);
         std::mt19937_64 rng(seed);
-        std::vector<std::byte> v(value_size);
+        std::vector<std::byte> v(value_bytes);
         for (;;) {
           if (rng() % 4 != 0) {
-            const std::size_t len = policy == policy::kKeepLatest ? 1 + rng() % value_size : 8;
+            const std::size_t len = policy == policy::kKeepLatest ? 1 + rng() % value_bytes : 8;
             for (std::size_t i = 0; i < len; ++i) v[i] = static_cast<std::byte>(rng());
             (void)w->write(rng() % 24, std::span(v.data(), len), 0ns);
           } else {
@@ -225,7 +225,7 @@ void relay_round(const char* name, PolicyId policy, Overflow overflow, std::uint
         ASSERT_TRUE(n) << "round " << round << ": " << n.error().what();
         auto w = RelayWriter::open(name);
         ASSERT_TRUE(w) << w.error().what();
-        std::vector<std::byte> v(value_size, std::byte{1});
+        std::vector<std::byte> v(value_bytes, std::byte{1});
         auto wrote = w->write(1000 + round % 8,
                               std::span(v.data(), policy == policy::kKeepLatest ? 3 : 8), 0ns);
         ASSERT_TRUE(wrote) << "round " << round << ": " << wrote.error().what();

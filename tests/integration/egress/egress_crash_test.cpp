@@ -23,7 +23,7 @@ constexpr egress::ParamBlock kBlock{8, 16, 4, 2, 100, 1000};
 
 EgressParams params() {
   EgressParams p;
-  p.capacity = kBlock.capacity;
+  p.max_payloads = kBlock.capacity;
   p.slot_bytes = kBlock.slot_bytes;
   p.inflight_limit = kBlock.inflight_limit;
   p.retry_budget = kBlock.retry_budget;

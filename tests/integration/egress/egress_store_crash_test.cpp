@@ -24,7 +24,7 @@ constexpr std::uint64_t kGen = 1;
 
 EgressParams params() {
   EgressParams p;
-  p.capacity = 8;
+  p.max_payloads = 8;
   p.slot_bytes = 16;
   p.inflight_limit = 8;
   p.retry_budget = 2;
@@ -184,7 +184,7 @@ const Case kCases[] = {
        (void)must(e.fail(kGen, kTarget[k], 10));
      },
      [](Egress& e, std::size_t k) {
-       auto r = e.take_dead_letter(nullptr);
+       auto r = e.pop_dead_letter(nullptr);
        return r && r->has_value() && (*r)->sequence == kTarget[k];
      }},
 };

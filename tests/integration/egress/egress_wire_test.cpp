@@ -41,7 +41,7 @@ TEST(EgressWireTest, ReceiverGetsEverySequenceOnceInOrderAcrossTransportKills) {
   const int producers = 2;
   const long total = per_producer * producers;
   EgressParams params;
-  params.capacity = 4096;
+  params.max_payloads = 4096;
   params.slot_bytes = 32;
   params.inflight_limit = 64;
   params.retry_budget = 1'000'000;  // the link loses packets; nothing may become a dead letter
@@ -76,8 +76,8 @@ TEST(EgressWireTest, ReceiverGetsEverySequenceOnceInOrderAcrossTransportKills) {
   bool complete = false;
   while (std::chrono::steady_clock::now() < deadline && !(complete && killed == kills)) {
     complete = complete || receiver.wait_for_text("complete", 5ms);
-    const auto p = e->observe();
-    const std::uint64_t acked = p && p->acked_through ? *p->acked_through + 1 : 0;
+    const auto p = e->snapshot();
+    const std::uint64_t acked = p.consistent && p.acked_through ? *p.acked_through + 1 : 0;
     const std::uint64_t mark =
         static_cast<std::uint64_t>(total) * static_cast<std::uint64_t>(killed + 1) / (kills + 2);
     if (killed < kills && acked >= mark) {

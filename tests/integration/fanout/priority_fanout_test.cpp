@@ -68,14 +68,14 @@ class PriorityFanoutProcessTest : public ::testing::Test {
   }
   // Every ring and the bitmap verify clean (after their dead handles were repaired).
   void expect_healthy() {
-    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
     ASSERT_TRUE(f) << f.error().what();
     EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
     for (std::uint32_t p = 0; p < f->priorities(); ++p)
       EXPECT_EQ(kMpmcRingDescriptor.verify(f->ring(p).segment()), std::vector<std::string>{}) << p;
   }
   std::uint64_t ring_counter(const char* key) {
-    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+    auto f = PriorityFanout::open("jobs", {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
     EXPECT_TRUE(f);
     std::uint64_t sum = 0;
     for (std::uint32_t p = 0; f && p < f->priorities(); ++p) {
@@ -94,7 +94,7 @@ class PriorityFanoutProcessTest : public ::testing::Test {
 TEST_F(PriorityFanoutProcessTest, FourProducersTwoConsumersExchangeAMillionItemsExactlyOnce) {
   constexpr std::uint64_t kProducers = 4;
   const std::uint64_t per_producer = test::scaled(250'000);
-  create({.priorities = 4, .ring_capacity = 4096, .slot_size = 48}, kProducers, per_producer);
+  create({.priorities = 4, .ring_cells = 4096, .slot_bytes = 48}, kProducers, per_producer);
   auto c1 = consumer();
   auto c2 = consumer();
   std::vector<std::unique_ptr<Subprocess>> producers;
@@ -117,7 +117,7 @@ TEST_F(PriorityFanoutProcessTest, FourProducersTwoConsumersExchangeAMillionItems
 // producer stays attached, parked on a full ring, until consumers start.
 TEST_F(PriorityFanoutProcessTest, SeventyTwoProducerProcessesAttachAtOnceAndEveryItemArrives) {
   constexpr std::uint64_t kProducers = 72, kPerProducer = 5;  // 5 > the 4 cells of both rings
-  create({.priorities = 2, .ring_capacity = 2, .slot_size = 48}, kProducers, kPerProducer);
+  create({.priorities = 2, .ring_cells = 2, .slot_bytes = 48}, kProducers, kPerProducer);
   std::vector<std::unique_ptr<Subprocess>> producers;
   for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, kPerProducer));
   for (auto& p : producers) ASSERT_TRUE(p->wait_for_line("started", 60s)) << p->output();
@@ -146,7 +146,7 @@ TEST_F(PriorityFanoutProcessTest, SeventyTwoProducerProcessesAttachAtOnceAndEver
 TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPriority) {
   // The producers exit before the consumer starts: the items live on in the files.
   constexpr std::uint64_t kProducers = 4, kPerProducer = 1000;
-  create({.priorities = 8, .ring_capacity = 1024, .slot_size = 48}, kProducers, kPerProducer);
+  create({.priorities = 8, .ring_cells = 1024, .slot_bytes = 48}, kProducers, kPerProducer);
   std::vector<std::unique_ptr<Subprocess>> producers;
   for (std::uint64_t i = 0; i < kProducers; ++i) producers.push_back(producer(i, kPerProducer));
   for (auto& p : producers) ASSERT_EQ(p->wait(120s), 0) << p->output();
@@ -159,7 +159,7 @@ TEST_F(PriorityFanoutProcessTest, OneConsumerDrainsAQuiescentQueueStrictlyByPrio
 TEST_F(PriorityFanoutProcessTest, ConsumerKilledHoldingAPoppedItemLosesExactlyThatItem) {
   constexpr std::uint64_t kProducers = 2, kKills = 3;
   const std::uint64_t per_producer = test::scaled(100'000);
-  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  create({.priorities = 4, .ring_cells = 256, .slot_bytes = 48}, kProducers, per_producer);
   const std::uint64_t total = kProducers * per_producer;
   auto steady = consumer();
   // Victim k drains with the others until k/(kKills+1) of the stream is
@@ -203,7 +203,7 @@ TEST_F(PriorityFanoutProcessTest, ConsumerKilledHoldingAPoppedItemLosesExactlyTh
 TEST_F(PriorityFanoutProcessTest, ProducerKilledHoldingAClaimedCellLeavesADeliveredPrefix) {
   constexpr std::uint64_t kProducers = 3;
   const std::uint64_t per_producer = test::scaled(100'000);
-  create({.priorities = 4, .ring_capacity = 256, .slot_size = 48}, kProducers, per_producer);
+  create({.priorities = 4, .ring_cells = 256, .slot_bytes = 48}, kProducers, per_producer);
   auto c1 = consumer();
   auto c2 = consumer();
   // Producer 0 submits half its items, then claims a cell for the next one
@@ -240,7 +240,7 @@ TEST_F(PriorityFanoutProcessTest, ProducerKilledHoldingAClaimedCellLeavesADelive
 }
 
 TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhileParked) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  const FanoutParams params{.priorities = 4, .ring_cells = 16, .slot_bytes = 48};
   auto f = PriorityFanout::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   const pid_t child = ::fork();
@@ -248,7 +248,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   if (child == 0) {  // a drainer that parks on the empty fanout
     auto d = FanoutConsumer::open("jobs", params);
     std::array<std::byte, 48> out{};
-    if (d) (void)d->drain_highest(out, 60s);
+    if (d) (void)d->pop_highest(out, 60s);
     ::_exit(d ? 0 : 1);
   }
   const auto* ctl = reinterpret_cast<const fanout::Control*>(f->bitmap_segment().data().data());
@@ -270,7 +270,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimClearsTheWaiterBitOfADrainerKilledWhile
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("cleared its waiter bit"), std::string::npos) << done->actions[0];
   EXPECT_EQ(ctl->hot.waiters.parked(), 0u) << "submitters would keep waking a drainer that is gone";
@@ -336,7 +336,7 @@ std::optional<int> exit_within(pid_t child, std::chrono::seconds limit) {
 // non-empty ring with its bit clear. The kind's reclaim of the dead attacher
 // (what the sidecar runs) sets the bit again, and the item drains.
 TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurfacesTheItem) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  const FanoutParams params{.priorities = 4, .ring_cells = 16, .slot_bytes = 48};
   auto f = PriorityFanout::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   const pid_t child = submitter_stopped_after_commit(params, 2, "stranded");
@@ -349,7 +349,7 @@ TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurface
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
 
   std::array<std::byte, 48> out{};
-  auto none = f->try_drain_highest(out);
+  auto none = f->try_pop_highest(out);
   ASSERT_TRUE(none) << none.error().what();
   ASSERT_FALSE(*none) << "the item should be stranded: its ring's bit is clear";
   ASSERT_EQ(f->active_priorities(), 0u);
@@ -364,25 +364,25 @@ TEST_F(PriorityFanoutProcessTest, ReclaimOfASubmitterKilledBeforeItsBitResurface
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("priority 2: ring holds 1 item(s) with its bitmap bit clear"),
             std::string::npos)
       << done->actions[0];
   EXPECT_EQ(f->active_priorities(), 0b0100u);
   EXPECT_EQ(kFanoutBitmapDescriptor.verify(f->bitmap_segment()), std::vector<std::string>{});
-  auto d = f->try_drain_highest(out);
+  auto d = f->try_pop_highest(out);
   ASSERT_TRUE(d && *d);
   EXPECT_EQ((*d)->priority, 2u);
   EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(out.data()), (*d)->size), "stranded");
 }
 
-// The same crash with a drainer already parked in drain_highest() and no
+// The same crash with a drainer already parked in pop_highest() and no
 // sidecar: before each sleep the drainer that finds the bitmap empty looks at
 // every ring once, so it drains the item (today's bound: one park round,
 // kMaxParkNs) instead of sleeping until its timeout.
 TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubmitter) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  const FanoutParams params{.priorities = 4, .ring_cells = 16, .slot_bytes = 48};
   auto f = PriorityFanout::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   const pid_t drainer = ::fork();
@@ -391,7 +391,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedDrainerDrainsAnItemStrandedByAKilledSubm
     auto d = FanoutConsumer::open("jobs", params);
     if (!d) ::_exit(2);
     std::array<std::byte, 48> out{};
-    auto r = d->drain_highest(out, 60s);
+    auto r = d->pop_highest(out, 60s);
     if (!r) ::_exit(2);
     if (!*r) ::_exit(1);
     const std::string_view got(reinterpret_cast<const char*>(out.data()), (*r)->size);
@@ -442,7 +442,7 @@ std::unique_ptr<Subprocess> taker(const std::string& expect) {
 // its ring; the next consumer to open the fanout takes it again, before the
 // items behind it; nothing is lost and the rings verify clean.
 TEST_F(PriorityFanoutProcessTest, ConsumerKilledBetweenTakeAndReleaseLosesNothing) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 4, .slot_size = 48};
+  const FanoutParams params{.priorities = 4, .ring_cells = 4, .slot_bytes = 48};
   auto f = FanoutProducer::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   for (const char* item : {"first", "second"})
@@ -490,7 +490,7 @@ TEST_F(PriorityFanoutProcessTest, ConsumerKilledBetweenTakeAndReleaseLosesNothin
 // the dead attacher (what the sidecar runs) keeps the item as an orphan, and
 // the parked consumer's look at every ring before it sleeps finds it.
 TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterReclaim) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 4, .slot_size = 48};
+  const FanoutParams params{.priorities = 4, .ring_cells = 4, .slot_bytes = 48};
   auto f = FanoutProducer::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   ASSERT_TRUE(*f->submit(3, std::as_bytes(std::span(std::string_view("only")))));
@@ -526,7 +526,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterR
   ASSERT_TRUE(seg) << seg.error().what();
   auto done = reclaim_dead_attacher(*seg, kMpmcRingDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_FALSE(done->actions.empty());
   EXPECT_NE(done->actions[0].find("kept it for the next consumer"), std::string::npos)
       << done->actions[0];

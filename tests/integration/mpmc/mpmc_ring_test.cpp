@@ -25,7 +25,7 @@ class MpmcRingProcessTest : public ::testing::Test {
   // R: MpmcRing or MpmcConsumer.
   template <class R>
   std::optional<std::string> pop_str(R& r, std::chrono::nanoseconds timeout = 0ns) {
-    std::vector<std::byte> buf(r.slot_size());
+    std::vector<std::byte> buf(r.slot_bytes());
     auto got = timeout == 0ns ? r.try_pop(buf) : r.pop(buf, timeout);
     EXPECT_TRUE(got) << got.error().what();
     if (!got || !*got) return std::nullopt;
@@ -41,7 +41,7 @@ class MpmcRingProcessTest : public ::testing::Test {
 };
 
 TEST_F(MpmcRingProcessTest, ProducerKilledBetweenClaimAndPublishIsSkippedAfterRepair) {
-  auto r = MpmcConsumer::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcConsumer::create("r", {.ring_cells = 8, .slot_bytes = 16});
   auto p = MpmcProducer::open("r");
   ASSERT_TRUE(r && p);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
@@ -67,7 +67,7 @@ TEST_F(MpmcRingProcessTest, ProducerKilledBetweenClaimAndPublishIsSkippedAfterRe
 }
 
 TEST_F(MpmcRingProcessTest, StoppedProducerKeepsConsumersEmptyWithoutHanging) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();
@@ -86,7 +86,7 @@ TEST_F(MpmcRingProcessTest, StoppedProducerKeepsConsumersEmptyWithoutHanging) {
 }
 
 TEST_F(MpmcRingProcessTest, ConsumerKilledBetweenPopAndReleaseLosesOnlyThatItem) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 16});
   ASSERT_TRUE(r);
   for (const char* s : {"a", "b", "c", "d"}) ASSERT_TRUE(*r->try_push(bytes(s)));
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "peek"});
@@ -111,7 +111,7 @@ TEST_F(MpmcRingProcessTest, ConsumerKilledBetweenPopAndReleaseLosesOnlyThatItem)
 }
 
 TEST_F(MpmcRingProcessTest, ReclaimOfTheDeadSlotRepairsItsCellAtOnce) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   test::Subprocess holder({test::helper_path("mpmc_hold"), "r", "reserve"});
   ASSERT_TRUE(holder.wait_for_line("held", 10s)) << holder.output();
@@ -130,7 +130,7 @@ TEST_F(MpmcRingProcessTest, ReclaimOfTheDeadSlotRepairsItsCellAtOnce) {
   // reclaims, so the kind must not mistake that lock for a live holder.
   auto done = reclaim_dead_attacher(*seg, kMpmcRingDescriptor, *dead);
   ASSERT_TRUE(done) << done.error().what();
-  ASSERT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(done->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(done->actions.size(), 1u);
   EXPECT_NE(done->actions[0].find("published a tombstone consumers skip"), std::string::npos)
       << done->actions[0];

@@ -78,8 +78,8 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
     const std::string name = std::string("crash-") + c.name;
     RelayConfig cfg;
     cfg.policy = policy::kKeepLatest;
-    cfg.value_size = 64;
-    cfg.capacity = 8;
+    cfg.value_bytes = 64;
+    cfg.max_entries = 8;
     cfg.backpressure = {Dimension::Count, 5, 1, Overflow::DropOldest};
     {
       auto w = RelayWriter::create(name, cfg);
@@ -122,7 +122,7 @@ TEST_F(RelayProcessTest, KilledInsideEveryCrashPointLeavesOldOrNewNeverTorn) {
     ASSERT_TRUE(w);
     auto again = w->write(9, bytes64(0x99), shm::forever);
     ASSERT_TRUE(again);
-    EXPECT_EQ(again->outcome, WriteOutcome::Appended);
+    EXPECT_EQ(again->status, WriteStatus::Appended);
   }
 }
 
@@ -169,7 +169,7 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
 #endif
   RelayConfig cfg;
   cfg.policy = policy::kRawFifo;
-  cfg.capacity = 64;
+  cfg.max_entries = 64;
   cfg.backpressure = {Dimension::Count, 4, 1, Overflow::Block};
   auto w = RelayWriter::create("log", cfg);
   ASSERT_TRUE(w) << w.error().what();
@@ -191,7 +191,7 @@ TEST_F(RelayProcessTest, ShmctlInspectsVerifiesAndRetunesARelayLive) {
   EXPECT_FALSE(w->snapshot().is_full) << "level 4 is at or below the new low water";
   auto more = w->write(u64_value(9), 0ns);
   ASSERT_TRUE(more);
-  EXPECT_EQ(more->outcome, WriteOutcome::Appended);
+  EXPECT_EQ(more->status, WriteStatus::Appended);
   const Cli bad = shmctl({"set", "log", "low_water=32"}, root_.path());
   EXPECT_NE(bad.code, 0) << bad.out;
   EXPECT_NE(bad.out.find("low_water 32 must be below high_water 32"), std::string::npos) << bad.out;
@@ -328,7 +328,7 @@ void run_chaos(const std::string& name, PolicyId policy, Overflow overflow, unsi
   const std::uint64_t count = test::scaled(2000);
   RelayConfig cfg;
   cfg.policy = policy;
-  cfg.capacity = 64;
+  cfg.max_entries = 64;
   cfg.backpressure = {Dimension::Count, 48, 16, overflow};
   if (overflow == Overflow::Spill) {  // the spill directory: LIBSHM_SPILL_DIR (TempSpillDir)
     cfg.spill.enabled = true;

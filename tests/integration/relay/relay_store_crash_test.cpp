@@ -57,28 +57,28 @@ struct Case {
   std::function<bool(std::size_t k)> op;
 };
 
-bool write_is(std::uint64_t key, const std::vector<std::byte>& v, WriteOutcome want) {
+bool write_is(std::uint64_t key, const std::vector<std::byte>& v, WriteStatus want) {
   auto w = RelayWriter::open(kName);
   if (!w) return false;
   auto r = w->write(key, v, std::chrono::nanoseconds(0));
-  return r && r->outcome == want;
+  return r && r->status == want;
 }
 
 const Case kCases[] = {
     {"merge_sum", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
-     [](std::size_t k) { return write_is(kKeys[kTarget[k]], u64_value(7), WriteOutcome::Merged); }},
+     [](std::size_t k) { return write_is(kKeys[kTarget[k]], u64_value(7), WriteStatus::Merged); }},
     // keep_latest: a shorter value over a longer one (the entry's length shrinks)
     {"merge_shrink", policy::kKeepLatest, Overflow::Block, 8,
      [](std::uint64_t k) { return val(16, static_cast<unsigned char>(k)); },
-     [](std::size_t k) { return write_is(kKeys[kTarget[k]], val(5, 0xEE), WriteOutcome::Merged); }},
+     [](std::size_t k) { return write_is(kKeys[kTarget[k]], val(5, 0xEE), WriteStatus::Merged); }},
     // A new key into the first, a middle or the last free entry (fresh()
     // writes k more keys first: 0, 1 or 2 of the three free).
     {"append", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
-     [](std::size_t) { return write_is(200, u64_value(5), WriteOutcome::Appended); }},
+     [](std::size_t) { return write_is(200, u64_value(5), WriteStatus::Appended); }},
     // DropOldest at high water (5): the oldest entry is dropped, the op appended.
     {"drop_oldest", policy::kKeepLatest, Overflow::DropOldest, 5,
      [](std::uint64_t k) { return val(16, static_cast<unsigned char>(k)); },
-     [](std::size_t k) { return write_is(90 + k, val(9, 0x99), WriteOutcome::Displaced); }},
+     [](std::size_t k) { return write_is(90 + k, val(9, 0x99), WriteStatus::Displaced); }},
     // A reader takes the first 1, 3 or 5 entries and commits them.
     {"take_commit", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
      [](std::size_t k) {
@@ -93,8 +93,8 @@ const Case kCases[] = {
 RelayConfig config(const Case& c) {
   RelayConfig cfg;
   cfg.policy = c.policy;
-  cfg.value_size = 16;
-  cfg.capacity = 8;
+  cfg.value_bytes = 16;
+  cfg.max_entries = 8;
   cfg.backpressure = Backpressure{Dimension::Count, c.high_water, 1, c.overflow};
   return cfg;
 }

@@ -403,11 +403,11 @@ TEST_F(SpillCrashTest, WritersGoOnWhileAPageSealsAndADeadSealerIsReaped) {
     for (std::uint64_t v : {100u, 101u}) {
       auto r = w->write(u64_value(v), 0ns);  // a try: it would time out if it waited
       ASSERT_TRUE(r) << r.error().what();
-      EXPECT_EQ(r->outcome, WriteOutcome::Appended) << v << " waited for the seal's disk I/O";
+      EXPECT_EQ(r->status, WriteStatus::Appended) << v << " waited for the seal's disk I/O";
     }
     auto full = w->write(u64_value(102), 0ns);  // no free entry left: this one waits (times out)
     ASSERT_TRUE(full) << full.error().what();
-    EXPECT_EQ(full->outcome, WriteOutcome::TimedOut);
+    EXPECT_EQ(full->status, WriteStatus::TimedOut);
     {
       auto r = RelayReader::open(name);
       ASSERT_TRUE(r) << r.error().what();
@@ -504,7 +504,7 @@ TEST_F(SpillCrashTest, WritersGoOnWhileTheReaderReadsOrRemovesAPageFile) {
       auto writes = std::async(std::launch::async, [&] {
         for (std::uint64_t v : {100u, 101u, 102u, 103u, 104u}) {
           auto r = w->write(u64_value(v), 0ns);
-          outcomes.push_back(r ? std::string(to_string(r->outcome)) : r.error().what());
+          outcomes.push_back(r ? std::string(to_string(r->status)) : r.error().what());
         }
       });
       if (writes.wait_for(20s) != std::future_status::ready) {

@@ -95,7 +95,7 @@ bool write_ok(std::uint64_t key, std::uint64_t value) {
   auto w = RelayWriter::open(kName);
   if (!w) return false;
   auto r = w->write(key, u64_value(value), 0ns);
-  return r && r->outcome == WriteOutcome::Appended;
+  return r && r->status == WriteStatus::Appended;
 }
 
 struct Case {

@@ -82,7 +82,7 @@ class ForkedChildTest : public ::testing::Test {
 TEST_F(ForkedChildTest, DroppingACopiedRingEndpointLeavesTheParentsSlotAttached) {
   std::optional<RingProducer> producer;
   {
-    auto p = RingProducer::create("ring", {.capacity = 4096});
+    auto p = RingProducer::create("ring", {.capacity_bytes = 4096});
     ASSERT_TRUE(p) << p.error().what();
     producer.emplace(std::move(*p));
   }

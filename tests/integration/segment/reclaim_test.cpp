@@ -19,7 +19,7 @@ namespace {
 
 TEST(ReclaimDeadAttacher, AFailedKindReclaimKeepsTheSlotForARetry) {
   test::TempRoot root;
-  auto producer = RingProducer::create("ring", {.capacity = 4096});
+  auto producer = RingProducer::create("ring", {.capacity_bytes = 4096});
   ASSERT_TRUE(producer) << producer.error().what();
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -60,11 +60,11 @@ TEST(ReclaimDeadAttacher, AFailedKindReclaimKeepsTheSlotForARetry) {
 
   auto retried = reclaim_dead_attacher(*seg, kSpscRingDescriptor, *dead);
   ASSERT_TRUE(retried) << retried.error().what();
-  EXPECT_EQ(retried->outcome, ReclaimOutcome::Reclaimed);
+  EXPECT_EQ(retried->status, ReclaimStatus::Reclaimed);
   EXPECT_EQ(seg->liveness(dead->index), Liveness::Free);
   auto again = reclaim_dead_attacher(*seg, kSpscRingDescriptor, *dead);
   ASSERT_TRUE(again);
-  EXPECT_EQ(again->outcome, ReclaimOutcome::Changed) << "a freed slot is not reclaimed twice";
+  EXPECT_EQ(again->status, ReclaimStatus::Changed) << "a freed slot is not reclaimed twice";
 }
 
 }  // namespace

@@ -190,13 +190,13 @@ TEST_F(SidecarDaemon, MetricsEndpointReportsRingDepthToARealTcpClient) {
 TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
   RelayConfig cfg;
   cfg.policy = policy::kMax;
-  cfg.capacity = 16;
+  cfg.max_entries = 16;
   cfg.backpressure = {Dimension::Age, 5, 0, Overflow::DropNewest};  // milliseconds
   auto w = RelayWriter::create("ages", cfg);
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("ages");
   ASSERT_TRUE(r) << r.error().what();
-  ASSERT_EQ(w->write(1, u64_value(3), 0ns)->outcome, WriteOutcome::Appended);
+  ASSERT_EQ(w->write(1, u64_value(3), 0ns)->status, WriteStatus::Appended);
 
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
   const std::uint16_t port = start(d);
@@ -205,7 +205,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
                                  [](double v) { return v >= 0.006; });
   ASSERT_GE(age.value.value_or(0), 0.006) << "the age never grew past high water:\n" << age.body;
   // The oldest op is older than high water: a new key is dropped (counted).
-  EXPECT_EQ(w->write(2, u64_value(3), 0ns)->outcome, WriteOutcome::Dropped);
+  EXPECT_EQ(w->write(2, u64_value(3), 0ns)->status, WriteStatus::Dropped);
   const Polled dropped = poll_metric(port, "libshm_relay_counters_dropped_total{segment=\"ages\"}",
                                      [](double v) { return v == 1.0; });
   EXPECT_EQ(dropped.value, 1.0) << dropped.body;
@@ -242,15 +242,15 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsARelaysAgeFlagsAndCounters) {
 // acknowledgement watermark, generation) and the operation counters, followed
 // across an acknowledgement and a replacement transport.
 TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
-  auto producer =
-      Egress::create("uplink", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto producer = Egress::create(
+      "uplink", EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(producer) << producer.error().what();
   const std::vector<std::byte> payload(20, std::byte{5});
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(producer->try_enqueue(payload)->status, egress::EnqueueStatus::Enqueued);
   std::optional<EgressTransport> t;
   {
-    auto attached = EgressTransport::attach("uplink");
+    auto attached = EgressTransport::open("uplink");
     ASSERT_TRUE(attached) << attached.error().what();
     t.emplace(std::move(*attached));
   }
@@ -290,7 +290,7 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
 
   // A replacement transport advances the generation; the daemon follows.
   t.reset();
-  auto next = EgressTransport::attach("uplink");
+  auto next = EgressTransport::open("uplink");
   ASSERT_TRUE(next) << next.error().what();
   const Polled gen = poll_metric(port, "libshm_egress_generation{segment=\"uplink\"}",
                                  [&](double v) { return v == generation + 1; });
@@ -327,8 +327,8 @@ TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
   auto relay = RelayWriter::create("relay", test::small_spill_fifo(""));
   ASSERT_TRUE(relay) << relay.error().what();
   for (std::uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(relay->write(u64_value(i), 0ns));
-  auto egress =
-      Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto egress = Egress::create(
+      "egress", EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(egress) << egress.error().what();
   ASSERT_TRUE(egress->try_enqueue(std::vector<std::byte>(20, std::byte{5})));
 

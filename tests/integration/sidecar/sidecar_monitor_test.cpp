@@ -235,7 +235,7 @@ TEST_F(SidecarMonitor, ReleasesTheLedgerTicketsOfAKilledHolderWithinOneCycle) {
 TEST_F(SidecarMonitor, MarksAChannelFaultedWhenItsProducerIsKilledMidStreamAndTheConsumerLearnsIt) {
   constexpr std::size_t kMaxLen = 40;  // channel_producer_step's fault-mode payloads
   ASSERT_TRUE(create_channel(
-      "feed", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_capacity = 32}));
+      "feed", {.pages = 4, .page_bytes = 1024, .descriptors_per_page = 4, .ring_cells = 32}));
   auto c = ChannelConsumer::open("feed");
   ASSERT_TRUE(c) << c.error().what();
   // Five payloads committed, a sixth reserved and half written: mid-stream.
@@ -287,7 +287,7 @@ TEST_F(SidecarMonitor, MarksAChannelFaultedWhenItsProducerIsKilledMidStreamAndTh
 }
 
 TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
-  auto ring = MpmcRing::create("jobs", {.capacity = 8, .slot_size = 64});
+  auto ring = MpmcRing::create("jobs", {.ring_cells = 8, .slot_bytes = 64});
   ASSERT_TRUE(ring) << ring.error().what();
   const std::vector<std::byte> item(16, std::byte{3});
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring->try_push(item).value_or(false));
@@ -295,13 +295,12 @@ TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
   auto popped = ring->try_pop(out);
   ASSERT_TRUE(popped && *popped);
 
-  auto fan =
-      PriorityFanout::create("work", {.priorities = 4, .ring_capacity = 16, .slot_size = 48});
+  auto fan = PriorityFanout::create("work", {.priorities = 4, .ring_cells = 16, .slot_bytes = 48});
   ASSERT_TRUE(fan) << fan.error().what();
   ASSERT_TRUE(fan->submit(3, item).value_or(false));
   ASSERT_TRUE(fan->submit(3, item).value_or(false));
   ASSERT_TRUE(fan->submit(0, item).value_or(false));
-  auto drained = fan->try_drain_highest(out);
+  auto drained = fan->try_pop_highest(out);
   ASSERT_TRUE(drained && *drained);
   EXPECT_EQ((*drained)->priority, 3u);
 
@@ -453,18 +452,18 @@ TEST_F(SidecarMonitor, WorkingHandlesAreNeverStuckAndStoppedReadersAre) {
   ASSERT_TRUE(ring_consumer) << ring_consumer.error().what();
   RelayConfig rc;
   rc.policy = policy::kSum;
-  rc.capacity = 64;
+  rc.max_entries = 64;
   rc.backpressure = Backpressure{Dimension::Count, 64, 8, Overflow::Conflate};
   auto relay_writer = RelayWriter::create("relay", rc);
   ASSERT_TRUE(relay_writer) << relay_writer.error().what();
   auto relay_reader = RelayReader::open("relay");
   ASSERT_TRUE(relay_reader) << relay_reader.error().what();
   EgressParams ep;
-  ep.capacity = 64;
+  ep.max_payloads = 64;
   ep.inflight_limit = 8;
   auto egress = Egress::create("egress", ep);
   ASSERT_TRUE(egress) << egress.error().what();
-  auto transport = EgressTransport::attach("egress");
+  auto transport = EgressTransport::open("egress");
   ASSERT_TRUE(transport) << transport.error().what();
 
   std::atomic<bool> stop{false}, readers_paused{false};

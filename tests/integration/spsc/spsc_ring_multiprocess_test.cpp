@@ -80,7 +80,7 @@ class SpscRingMultiProcess : public ::testing::Test {
 
 TEST_F(SpscRingMultiProcess, TenMillionMixedRecordsArriveIntactInOrder) {
   const std::string count = std::to_string(test::scaled(10'000'000));
-  ASSERT_TRUE(create_ring("big", {.capacity = 1 << 20}));
+  ASSERT_TRUE(create_ring("big", {.capacity_bytes = 1 << 20}));
   auto consumer = peer({"consume", "big", count, "--start", "0", "--min", "1", "--max", "4096"});
   auto producer = peer({"produce", "big", count, "--min", "1", "--max", "4096"});
   EXPECT_EQ(producer.wait(600s), 0) << producer.output();
@@ -94,7 +94,7 @@ TEST_F(SpscRingMultiProcess, TenMillionMixedRecordsArriveIntactInOrder) {
 
 TEST_F(SpscRingMultiProcess, KilledConsumerIsReplacedAndStreamContinuesWithNothingLost) {
   const std::uint64_t total = test::scaled(400'000);
-  ASSERT_TRUE(create_ring("k", {.capacity = 1 << 16}));
+  ASSERT_TRUE(create_ring("k", {.capacity_bytes = 1 << 16}));
   auto producer = peer({"produce", "k", std::to_string(total), "--min", "16", "--max", "512"});
   auto first = peer({"consume", "k", std::to_string(total), "--min", "16", "--max", "512",
                      "--report-every", "1000"});
@@ -118,7 +118,7 @@ TEST_F(SpscRingMultiProcess, KilledConsumerIsReplacedAndStreamContinuesWithNothi
 }
 
 TEST_F(SpscRingMultiProcess, ConsumerKilledBetweenPeekAndReleaseRedeliversThatRecord) {
-  ASSERT_TRUE(create_ring("p", {.capacity = 1 << 16}));
+  ASSERT_TRUE(create_ring("p", {.capacity_bytes = 1 << 16}));
   auto producer = peer({"produce", "p", "100", "--min", "16", "--max", "64"});
   EXPECT_EQ(producer.wait(30s), 0);
   auto first = peer({"consume-then-hang", "p", "40", "--min", "16", "--max", "64"});
@@ -132,7 +132,7 @@ TEST_F(SpscRingMultiProcess, ConsumerKilledBetweenPeekAndReleaseRedeliversThatRe
 }
 
 TEST_F(SpscRingMultiProcess, ProducerKilledBetweenReserveAndCommitNeverExposesPartialRecord) {
-  ASSERT_TRUE(create_ring("half", {.capacity = 1 << 16}));
+  ASSERT_TRUE(create_ring("half", {.capacity_bytes = 1 << 16}));
   auto producer = peer({"produce-then-hang", "half", "10", "1000", "--min", "16", "--max", "1024"});
   ASSERT_TRUE(producer.wait_for_line("RESERVED", 30s)) << producer.output();
   producer.kill(SIGKILL);
@@ -167,7 +167,7 @@ TEST_F(SpscRingMultiProcess, ProducerKilledBetweenReserveAndCommitNeverExposesPa
 // of the batch is visible, and a new producer overwrites it. The capacity is
 // small so that the batch wraps (its first record is a padding record).
 TEST_F(SpscRingMultiProcess, ProducerKilledBeforeTheFirstHeaderExposesNoneOfTheBatch) {
-  ASSERT_TRUE(create_ring("cb", {.capacity = 1024}));
+  ASSERT_TRUE(create_ring("cb", {.capacity_bytes = 1024}));
   auto consumer = RingConsumer::open("cb");
   ASSERT_TRUE(consumer);
   // 11 records of 88 bytes end at offset 968: the batch starts with padding.
@@ -191,7 +191,7 @@ TEST_F(SpscRingMultiProcess, ProducerKilledBeforeTheFirstHeaderExposesNoneOfTheB
 // `tail` hint's: the batch is published; a new producer finds its end by
 // walking the chain (starting at the stale hint would overwrite it).
 TEST_F(SpscRingMultiProcess, ProducerKilledAfterPublishingKeepsTheBatchAndTheNextContinuesAfterIt) {
-  ASSERT_TRUE(create_ring("ca", {.capacity = 4096}));
+  ASSERT_TRUE(create_ring("ca", {.capacity_bytes = 4096}));
   auto producer = peer({"crash-commit", "ca", "5", "1", "4", "--min", "16", "--max", "200"});
   ASSERT_TRUE(producer.wait_for_line("AT 1", 30s)) << producer.output();
   producer.kill(SIGKILL);
@@ -212,7 +212,7 @@ TEST_F(SpscRingMultiProcess, ConsumerKilledWhileReturningSpaceRedeliversOnlyWhat
   for (const int point : {2, 3}) {
     SCOPED_TRACE(point);
     const std::string name = "cr" + std::to_string(point);
-    auto producer = RingProducer::create(name, {.capacity = 4096});
+    auto producer = RingProducer::create(name, {.capacity_bytes = 4096});
     ASSERT_TRUE(producer);
     for (std::uint64_t seq = 0; seq < 20; ++seq) {
       std::vector<std::byte> rec(test::ring_record::size_for(seq, 16, 100));
@@ -232,7 +232,7 @@ TEST_F(SpscRingMultiProcess, ConsumerKilledWhileReturningSpaceRedeliversOnlyWhat
 }
 
 TEST_F(SpscRingMultiProcess, SecondLiveProducerGetsRoleTakenUntilTheFirstDies) {
-  ASSERT_TRUE(create_ring("role", {.capacity = 4096}));
+  ASSERT_TRUE(create_ring("role", {.capacity_bytes = 4096}));
   auto holder = peer({"hold-producer", "role"});
   ASSERT_TRUE(holder.wait_for_line("ATTACHED", 30s));
   auto mine = RingProducer::open("role");
@@ -248,7 +248,7 @@ TEST_F(SpscRingMultiProcess, SecondLiveProducerGetsRoleTakenUntilTheFirstDies) {
 }
 
 TEST_F(SpscRingMultiProcess, BlockedConsumerWakesForProducerInAnotherProcess) {
-  auto consumer = RingConsumer::create("wake", {.capacity = 4096});
+  auto consumer = RingConsumer::create("wake", {.capacity_bytes = 4096});
   ASSERT_TRUE(consumer);
   auto producer = peer({"push-after", "wake", "200", "--min", "16", "--max", "64"});
   auto r = consumer->peek(30s);

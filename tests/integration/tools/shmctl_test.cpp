@@ -146,7 +146,7 @@ class ShmctlTest : public ::testing::Test {
   }
 
   RingProducer make_ring(const std::string& name, std::uint64_t capacity = 4096) {
-    auto p = RingProducer::create(name, {.capacity = capacity}, {.root = root_.path()});
+    auto p = RingProducer::create(name, {.capacity_bytes = capacity}, {.root = root_.path()});
     EXPECT_TRUE(p) << p.error().what();
     return std::move(*p);
   }
@@ -744,7 +744,7 @@ TEST_F(ShmctlTest, VerifyPassesHealthyRingAndFailsOneWithGarbageHeadAndTail) {
 // A channel under this test's root: 4 pages of 64 bytes, 2 payloads a page.
 ChannelProducer make_channel(const std::string& root, const std::string& name) {
   auto p = ChannelProducer::create(
-      name, {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16},
+      name, {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16},
       {.root = root});
   EXPECT_TRUE(p) << p.error().what();
   return std::move(*p);
@@ -753,7 +753,7 @@ ChannelProducer make_channel(const std::string& root, const std::string& name) {
 void send_all(ChannelProducer& p, std::initializer_list<std::string> payloads) {
   for (const std::string& m : payloads) {
     auto r = p.try_send(bytes(m));
-    ASSERT_TRUE(r && r->status == Admission::Ok) << m;
+    ASSERT_TRUE(r && r->status == SendStatus::Ok) << m;
   }
 }
 
@@ -1257,8 +1257,8 @@ TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   ring_helper("taken-over", "abandon-ephemeral");
   RingConsumer live_consumer = open_consumer("taken-over");  // a live attacher, creator dead
   auto ephemeral_ring = [&](const std::string& name) {
-    auto p =
-        RingProducer::create(name, {.capacity = 4096}, {.root = root_.path(), .ephemeral = true});
+    auto p = RingProducer::create(name, {.capacity_bytes = 4096},
+                                  {.root = root_.path(), .ephemeral = true});
     EXPECT_TRUE(p) << p.error().what();
     return std::move(*p);
   };
@@ -1397,7 +1397,7 @@ TEST_F(ShmctlTest, GcRemovesOnlySpillDirectoriesOfRemovedRelaysThatHoldOnlyTheir
     EXPECT_TRUE(w) << w.error().what();
     for (std::uint64_t i = 0; w && i < 40; ++i) {
       auto r = w->write(u64_value(i), shm::forever);
-      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << i;
+      EXPECT_TRUE(r && r->status == WriteStatus::Appended) << i;
     }
     return w ? std::optional<RelayWriter>(std::move(*w)) : std::nullopt;
   };
@@ -1768,7 +1768,7 @@ TEST_F(ShmctlTest, WatchPrintsRatesFromCounterDeltasBetweenRefreshes) {
 TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
   RelayConfig cfg;
   cfg.policy = policy::kSum;
-  cfg.capacity = 64;
+  cfg.max_entries = 64;
   cfg.backpressure = {Dimension::Keys, 32, 8, Overflow::Block};
   auto w = RelayWriter::create("counts", cfg);
   ASSERT_TRUE(w) << w.error().what();
@@ -1830,9 +1830,9 @@ TEST_F(ShmctlTest, WatchShowsARelaysProjectionsFlagsAndWriteRates) {
 // An egress with a producer and a transport moving records: watch shows the
 // projections (pending, in flight, watermark, generation) and the rates.
 TEST_F(ShmctlTest, WatchShowsAnEgressWindowAndOperationRates) {
-  auto producer = Egress::create("uplink", EgressParams{.capacity = 64, .slot_bytes = 16});
+  auto producer = Egress::create("uplink", EgressParams{.max_payloads = 64, .slot_bytes = 16});
   ASSERT_TRUE(producer) << producer.error().what();
-  auto transport = EgressTransport::attach("uplink");
+  auto transport = EgressTransport::open("uplink");
   ASSERT_TRUE(transport) << transport.error().what();
   std::atomic<bool> stop{false};
   std::thread traffic([&] {

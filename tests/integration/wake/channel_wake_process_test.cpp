@@ -32,7 +32,7 @@ class ChannelWakeProcessTest : public ::testing::Test {
 // kLivenessSlice (20 ms) slices and probes the producer's kernel lock.
 TEST_F(ChannelWakeProcessTest, ConsumerWakesWhenTheProducerIsKilled) {
   auto c = ChannelConsumer::create(
-      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c) << c.error().what();
   Subprocess producer(
       {test::helper_path("channel_producer_step"), "wake", "fault", "reserve-commit", "1"});
@@ -61,7 +61,7 @@ TEST_F(ChannelWakeProcessTest, ConsumerWakesWhenTheProducerIsKilled) {
 // The consumer that takes over owes the wake.
 TEST_F(ChannelWakeProcessTest, ProducerWakesWhenAConsumerTakesOverFromOneKilledAfterReleasing) {
   auto p = ChannelProducer::create(
-      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+      "wake", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   ASSERT_TRUE(p) << p.error().what();
   for (std::uint64_t seq = 0; seq < 2; ++seq) {
     auto r = p->try_send(test::channel_payload(seq, test::channel_length(seq, kMaxLen)));
@@ -80,7 +80,7 @@ TEST_F(ChannelWakeProcessTest, ProducerWakesWhenAConsumerTakesOverFromOneKilledA
         const auto payload = test::channel_payload(2, test::channel_length(2, kMaxLen));
         auto r = p->send(payload, 10s);
         ASSERT_TRUE(r) << r.error().what();
-        EXPECT_EQ(r->status, Admission::Ok);
+        EXPECT_EQ(r->status, SendStatus::Ok);
       },
       [&] {
         if (control->waiters.producer_parked.load() == 0) return false;

@@ -25,8 +25,8 @@ using namespace std::chrono_literals;
 using test::bytes;
 using test::Subprocess;
 
-// slot_size 48: what test_fanout_take_hold expects (FanoutParams' default).
-constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 2, .slot_size = 48};
+// slot_bytes 48: what test_fanout_take_hold expects (FanoutParams' default).
+constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 2, .slot_bytes = 48};
 
 class FanoutWakeProcessTest : public ::testing::Test {
  protected:
@@ -50,7 +50,7 @@ class FanoutWakeProcessTest : public ::testing::Test {
     ASSERT_TRUE(taker.wait_for_line("taken 2 kept", 30s)) << taker.output();
     if (more != nullptr) {
       std::array<std::byte, 48> out{};
-      auto r = drainer_->try_drain_highest(out);
+      auto r = drainer_->try_pop_highest(out);
       ASSERT_TRUE(r && *r);
     }
     taker.kill(SIGKILL);
@@ -61,7 +61,7 @@ class FanoutWakeProcessTest : public ::testing::Test {
     return test::probe_wake(
         [&] {
           std::array<std::byte, 48> out{};
-          auto r = drainer_->drain_highest(out, 10s);
+          auto r = drainer_->pop_highest(out, 10s);
           ASSERT_TRUE(r) << r.error().what();
           ASSERT_TRUE(*r) << "timed out";
           EXPECT_EQ((*r)->priority, 2u);
@@ -124,7 +124,7 @@ TEST_F(FanoutWakeProcessTest, DrainerWakesWhenTheKindsReclaimResurfacesAStranded
     ASSERT_TRUE(*ring->try_push(bytes("kept")));
     auto done = reclaim_dead_attacher(*seg, kFanoutBitmapDescriptor, *slot);
     ASSERT_TRUE(done) << done.error().what();
-    EXPECT_EQ(done->outcome, ReclaimOutcome::Reclaimed);
+    EXPECT_EQ(done->status, ReclaimStatus::Reclaimed);
   }));
 }
 

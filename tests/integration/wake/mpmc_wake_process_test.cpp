@@ -26,7 +26,7 @@ using test::Subprocess;
 class MpmcWakeProcessTest : public ::testing::Test {
  protected:
   void make(std::uint64_t capacity) {
-    auto r = MpmcRing::create("wake", {.capacity = capacity, .slot_size = 16});
+    auto r = MpmcRing::create("wake", {.ring_cells = capacity, .slot_bytes = 16});
     ASSERT_TRUE(r) << r.error().what();
     ring_.emplace(std::move(*r));
     control_ = reinterpret_cast<const mpmc::Control*>(ring_->segment().data().data());

@@ -63,7 +63,7 @@ class SpscWakeProcessTest : public ::testing::Test {
 // The dead producer published a record (the commit's release store of its
 // header) and died before it loaded consumer_parked.
 TEST_F(SpscWakeProcessTest, ConsumerWakesWhenAProducerTakesOverFromOneKilledAfterPublishing) {
-  auto c = RingConsumer::create("wake", {.capacity = 1024});
+  auto c = RingConsumer::create("wake", {.capacity_bytes = 1024});
   ASSERT_TRUE(c) << c.error().what();
   auto dying = peer("publish-and-die");
   ASSERT_TRUE(dying.wait_for_line("READY", 30s)) << dying.output();
@@ -88,7 +88,7 @@ TEST_F(SpscWakeProcessTest, ConsumerWakesWhenAProducerTakesOverFromOneKilledAfte
 // The dead consumer released a record (the release store of head) and died
 // before it loaded producer_parked: the ring has room, the producer sleeps.
 TEST_F(SpscWakeProcessTest, ProducerWakesWhenAConsumerTakesOverFromOneKilledAfterReleasing) {
-  auto p = RingProducer::create("wake", {.capacity = 1024});
+  auto p = RingProducer::create("wake", {.capacity_bytes = 1024});
   ASSERT_TRUE(p) << p.error().what();
   const std::vector<std::byte> rec(56, std::byte{3});  // 64 bytes with the header
   for (int i = 0; i < 16; ++i) ASSERT_TRUE(*p->try_push(rec));

@@ -47,7 +47,7 @@ class ChannelKindTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto p = ChannelProducer::create(
-        "k", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+        "k", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
     ASSERT_TRUE(p) << p.error().what();
     producer_ = std::move(*p);
     auto c = ChannelConsumer::open("k");
@@ -131,7 +131,7 @@ TEST_F(ChannelKindTest, DescribeShowsQuotaRefusalsAndTheFault) {
   for (int i = 0; i < 8; ++i) send("q");
   auto r = producer_.try_send(bytes("q"));
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(r->status, SendStatus::PageQuotaExhausted);
   EXPECT_EQ(u64(describe(), "quota_refusals"), 1u);
   ChannelTesting::push_descriptor(producer_, {99, 0, 0});
   // Drains 8 then meets the forged descriptor.
@@ -277,7 +277,7 @@ TEST_F(ChannelKindTest, VerifyReportsAFaultedChannelWithAnUnknownCode) {
 TEST_F(ChannelKindTest, VerifyOfALiveChannelNeverReportsAHealthyPayload) {
   constexpr int kMessages = 20000;
   const ChannelParams params{
-      .pages = 4, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16};
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16};
   ASSERT_TRUE(create_channel("live", params));
   auto spawn = [](auto body) {
     const pid_t pid = ::fork();
@@ -291,7 +291,7 @@ TEST_F(ChannelKindTest, VerifyOfALiveChannelNeverReportsAHealthyPayload) {
       const std::string m(static_cast<std::size_t>(1 + i % 60), static_cast<char>('a' + i % 26));
       auto r = p->try_send(bytes(m));
       if (!r) return 11;
-      if (r->status == Admission::Ok) ++i;
+      if (r->status == SendStatus::Ok) ++i;
     }
     return p->finish() ? 0 : 12;
   });
@@ -411,7 +411,7 @@ TEST_F(ChannelKindTest, ReclaimOfADeadConsumerKeepsItsPositionForASuccessor) {
   ASSERT_EQ(seg->liveness(dead->index), Liveness::Dead);
   auto reclaimed = reclaim_dead_attacher(*seg, kChannelDescriptor, *dead);
   ASSERT_TRUE(reclaimed) << reclaimed.error().what();
-  EXPECT_EQ(reclaimed->outcome, ReclaimOutcome::Reclaimed);
+  EXPECT_EQ(reclaimed->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(reclaimed->actions.size(), 1u);
   EXPECT_NE(
       reclaimed->actions[0].find("consumer pid " + std::to_string(child) + " freed at sequence 1"),

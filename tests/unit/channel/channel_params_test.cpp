@@ -22,11 +22,12 @@ struct ParamsCase {
 };
 
 const std::vector<ParamsCase>& cases() {
-  static const std::vector<ParamsCase> all = {{1, 1},      {1, 64},     {7, 3},       {8, 4},
-                                        {63, 64},    {64, 64},    {65, 64},     {100, 1},
-                                        {512, 64},   {512, 1000}, {4096, 2},    {4096, 64},
-                                        {4097, 7},   {65536, 8},  {1 << 20, 1}, {(1 << 20) + 3, 2},
-                                        {24, 100000}};
+  static const std::vector<ParamsCase> all = {
+      {1, 1},      {1, 64},     {7, 3},       {8, 4},
+      {63, 64},    {64, 64},    {65, 64},     {100, 1},
+      {512, 64},   {512, 1000}, {4096, 2},    {4096, 64},
+      {4097, 7},   {65536, 8},  {1 << 20, 1}, {(1 << 20) + 3, 2},
+      {24, 100000}};
   return all;
 }
 
@@ -45,7 +46,7 @@ TEST(ChannelParamsForPayload, ValidAndLargeEnoughForEverySize) {
     const std::uint64_t per_page = p->page_bytes / page::aligned_length(c.max_payload);
     EXPECT_GE((p->pages - 1) * std::min<std::uint64_t>(per_page, p->descriptors_per_page),
               c.in_flight);
-    EXPECT_GE(p->ring_capacity, std::uint64_t{p->pages} * p->descriptors_per_page);
+    EXPECT_GE(p->ring_cells, std::uint64_t{p->pages} * p->descriptors_per_page);
   }
 }
 
@@ -63,11 +64,11 @@ TEST(ChannelParamsForPayload, LargestPagesAreValid) {
 
 TEST(ChannelParamsForPayload, RefusesWhatNoPageCanHold) {
   for (const ParamsCase& c : std::vector<ParamsCase>{{0, 1},
-                                         {1, 0},
-                                         {(std::size_t{1} << 31) + 1, 1},
-                                         {std::size_t{1} << 31, 4},
-                                         {std::size_t{1} << 20, 8192},
-                                         {8, (std::size_t{3} << 24) + 3}}) {
+                                                     {1, 0},
+                                                     {(std::size_t{1} << 31) + 1, 1},
+                                                     {std::size_t{1} << 31, 4},
+                                                     {std::size_t{1} << 20, 8192},
+                                                     {8, (std::size_t{3} << 24) + 3}}) {
     SCOPED_TRACE(label(c));
     auto p = ChannelParams::for_payload(c.max_payload, c.in_flight);
     ASSERT_FALSE(p);

@@ -88,7 +88,7 @@ class ChannelTest : public ::testing::Test {
 
 TEST_F(ChannelTest, CreateRejectsInvalidParametersNamingTheField) {
   const ChannelParams good{
-      .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16};
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16};
   struct Case {
     ChannelParams params;
     std::string needle;
@@ -107,8 +107,8 @@ TEST_F(ChannelTest, CreateRejectsInvalidParametersNamingTheField) {
   bad.descriptors_per_page = 0;
   cases.push_back({bad, "descriptors_per_page 0"});
   bad = good;
-  bad.ring_capacity = 12;
-  cases.push_back({bad, "ring_capacity 12"});
+  bad.ring_cells = 12;
+  cases.push_back({bad, "ring_cells 12"});
   for (const auto& c : cases) {
     auto p = ChannelProducer::create("bad", c.params);
     ASSERT_FALSE(p);
@@ -119,7 +119,7 @@ TEST_F(ChannelTest, CreateRejectsInvalidParametersNamingTheField) {
 
 TEST_F(ChannelTest, OpenChecksEveryParameterAgainstTheSegment) {
   const ChannelParams params{
-      .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16};
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16};
   ASSERT_TRUE(create_channel("ch", params));
   auto wrong = params;
   wrong.pages = 8;
@@ -136,15 +136,15 @@ TEST_F(ChannelTest, OpenChecksEveryParameterAgainstTheSegment) {
   ASSERT_FALSE(c3);
   EXPECT_NE(c3.error().message.find("descriptors_per_page: segment has 8, caller expects 9"),
             std::string::npos);
-  auto c4 = ChannelConsumer::open("ch", {.ring_capacity = 32});
+  auto c4 = ChannelConsumer::open("ch", {.ring_cells = 32});
   ASSERT_FALSE(c4);
-  EXPECT_NE(c4.error().message.find("ring_capacity: segment has 16, caller expects 32"),
+  EXPECT_NE(c4.error().message.find("ring_cells: segment has 16, caller expects 32"),
             std::string::npos);
   EXPECT_TRUE(ChannelConsumer::open("ch", params));
 }
 
 TEST_F(ChannelTest, OpenRefusesASegmentOfAnotherKind) {
-  ASSERT_TRUE(create_ring("ring", {.capacity = 1024}));
+  ASSERT_TRUE(create_ring("ring", {.capacity_bytes = 1024}));
   auto c = ChannelConsumer::open("ring");
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, Errc::KindMismatch);
@@ -154,7 +154,7 @@ TEST_F(ChannelTest, OpenRefusesASegmentOfAnotherKind) {
 }
 
 TEST_F(ChannelTest, RolesAreExclusive) {
-  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 4, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 4, .ring_cells = 8});
   auto p2 = ChannelProducer::open("ch");
   ASSERT_FALSE(p2);
   EXPECT_EQ(p2.error().code, Errc::RoleTaken);
@@ -167,7 +167,7 @@ TEST_F(ChannelTest, RolesAreExclusive) {
 
 TEST_F(ChannelTest, SendThenReceiveReturnsTheSamePayloadsInOrder) {
   auto [p, c] =
-      make({.pages = 4, .page_bytes = 1024, .descriptors_per_page = 16, .ring_capacity = 64});
+      make({.pages = 4, .page_bytes = 1024, .descriptors_per_page = 16, .ring_cells = 64});
   for (int i = 0; i < 10; ++i) {
     const SendOutcome o = send(p, "msg" + std::to_string(i));
     ASSERT_TRUE(o.admitted());
@@ -185,8 +185,7 @@ TEST_F(ChannelTest, SendThenReceiveReturnsTheSamePayloadsInOrder) {
 }
 
 TEST_F(ChannelTest, LeaseIsAZeroCopyViewIntoThePage) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 8});
   send(p, "zero-copy");
   auto r = c.try_receive();
   ASSERT_TRUE(r && *r);
@@ -197,8 +196,7 @@ TEST_F(ChannelTest, LeaseIsAZeroCopyViewIntoThePage) {
 }
 
 TEST_F(ChannelTest, ReserveWriteCommitPublishesOnlyTheCommittedBytes) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 8});
   auto r = p.try_reserve(64);
   ASSERT_TRUE(r && *r) << (r ? "" : r.error().what());
   std::memcpy(r->bytes().data(), "partial", 7);
@@ -228,7 +226,7 @@ TEST_F(ChannelTest, ReserveWriteCommitPublishesOnlyTheCommittedBytes) {
 }
 
 TEST_F(ChannelTest, ReceiveIntoCopiesThePayloadOutAndGivesItBack) {
-  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 8});
   send(p, "first");
   send(p, "second");
   send(p, "third");  // epoch 1
@@ -258,7 +256,7 @@ TEST_F(ChannelTest, ReceiveIntoCopiesThePayloadOutAndGivesItBack) {
 }
 
 TEST_F(ChannelTest, ReceiveIntoRefusesWhileALeaseIsHeld) {
-  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 8});
   send(p, "a");
   send(p, "b");
   auto lease = c.try_receive();
@@ -278,8 +276,7 @@ TEST_F(ChannelTest, ReceiveIntoRefusesWhileALeaseIsHeld) {
 }
 
 TEST_F(ChannelTest, SecondReservationWhileOneIsOutstandingIsRefused) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 8});
   auto held = p.try_reserve(8);
   ASSERT_TRUE(held && *held);
 #ifdef NDEBUG
@@ -293,15 +290,14 @@ TEST_F(ChannelTest, SecondReservationWhileOneIsOutstandingIsRefused) {
 }
 
 TEST_F(ChannelTest, ZeroLengthPayloadsUseACellButNoBytes) {
-  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 3, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 3, .ring_cells = 8});
   for (int i = 0; i < 3; ++i) EXPECT_EQ(send(p, "").epoch, 0u);
   EXPECT_EQ(send(p, "").epoch, 1u) << "the fourth needs a fresh page: cells ran out";
   for (int i = 0; i < 4; ++i) EXPECT_EQ(take(c), "");
 }
 
 TEST_F(ChannelTest, TooLargePayloadIsRejectedWithTheLimit) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 128, .descriptors_per_page = 4, .ring_capacity = 8});
+  auto [p, c] = make({.pages = 2, .page_bytes = 128, .descriptors_per_page = 4, .ring_cells = 8});
   auto r = p.try_send(bytes(std::string(129, 'x')));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::TooLarge);
@@ -319,8 +315,7 @@ TEST_F(ChannelTest, TooLargePayloadIsRejectedWithTheLimit) {
 // ---------------------------------------------------------------- rotation
 
 TEST_F(ChannelTest, RotatesWhenThePageRunsOutOfBytes) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 64, .ring_capacity = 64});
+  auto [p, c] = make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 64, .ring_cells = 64});
   const std::string payload(100, 'b');  // 104 bytes with alignment: two per page
   std::vector<std::uint64_t> epochs;
   for (int i = 0; i < 6; ++i) epochs.push_back(send(p, payload).epoch);
@@ -335,8 +330,7 @@ TEST_F(ChannelTest, RotatesWhenThePageRunsOutOfBytes) {
 }
 
 TEST_F(ChannelTest, RotatesWhenThePageRunsOutOfDescriptorCells) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 4096, .descriptors_per_page = 3, .ring_capacity = 64});
+  auto [p, c] = make({.pages = 4, .page_bytes = 4096, .descriptors_per_page = 3, .ring_cells = 64});
   std::vector<std::uint64_t> epochs;
   for (int i = 0; i < 7; ++i) epochs.push_back(send(p, "x").epoch);
   EXPECT_EQ(epochs, (std::vector<std::uint64_t>{0, 0, 0, 1, 1, 1, 2}));
@@ -346,8 +340,7 @@ TEST_F(ChannelTest, RotatesWhenThePageRunsOutOfDescriptorCells) {
 }
 
 TEST_F(ChannelTest, SequencesStayContinuousAcrossSeamsAndGenerationsAdvance) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 128, .descriptors_per_page = 3, .ring_capacity = 64});
+  auto [p, c] = make({.pages = 4, .page_bytes = 128, .descriptors_per_page = 3, .ring_cells = 64});
   for (std::uint64_t i = 0; i < 20; ++i) {
     const SendOutcome o = send(p, std::string(i % 50, 's'));
     ASSERT_TRUE(o.admitted());
@@ -369,8 +362,7 @@ TEST_F(ChannelTest, SequencesStayContinuousAcrossSeamsAndGenerationsAdvance) {
 }
 
 TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCrossesTheSeam) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(send(p, "p" + std::to_string(i)).admitted());
   EXPECT_EQ(p.active_epoch(), 1u);
   const channel::View v = view_of(p);
@@ -382,7 +374,7 @@ TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCro
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto r = p.try_send(bytes("refused"));
     ASSERT_TRUE(r) << r.error().what();
-    EXPECT_EQ(r->status, Admission::PageQuotaExhausted);
+    EXPECT_EQ(r->status, SendStatus::PageQuotaExhausted);
   }
   const std::vector<std::byte> after(ring_begin, v.slot(0) + 2 * v.params.slot_stride);
   EXPECT_EQ(before, after) << "a refused rotation changes no page or ring byte";
@@ -397,7 +389,7 @@ TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCro
       << "nothing is released before the first descriptor of epoch 1";
   auto still = p.try_send(bytes("refused"));
   ASSERT_TRUE(still);
-  EXPECT_EQ(still->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(still->status, SendStatus::PageQuotaExhausted);
   EXPECT_EQ(take(c), "p2");
   EXPECT_EQ(v.control->release.released_epoch.load(), 1u);
   const SendOutcome ok = send(p, "admitted");
@@ -408,21 +400,19 @@ TEST_F(ChannelTest, PageQuotaExhaustedMutatesNothingThenAdmitsOnceTheConsumerCro
 }
 
 TEST_F(ChannelTest, RefusedRotationLeavesTheActivePageUsableForSmallerPayloads) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, std::string(60, 'a'));  // epoch 0: 64 bytes used
   send(p, std::string(40, 'b'));  // epoch 1: 40 of 64
   auto big = p.try_send(bytes(std::string(30, 'c')));
   ASSERT_TRUE(big);
-  EXPECT_EQ(big->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(big->status, SendStatus::PageQuotaExhausted);
   const SendOutcome small = send(p, std::string(16, 'd'));
   EXPECT_TRUE(small.admitted());
   EXPECT_EQ(small.epoch, 1u);
 }
 
 TEST_F(ChannelTest, SlotIsReboundInPlaceAfterItsEpochIsReleased) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   const channel::View v = view_of(p);
   const std::byte* arena0 = ChannelTesting::view(c).arena(0);  // the consumer's own mapping
   for (int i = 0; i < 4; ++i) send(p, "e" + std::to_string(i));
@@ -445,7 +435,7 @@ TEST_F(ChannelTest, SlotIsReboundInPlaceAfterItsEpochIsReleased) {
 TEST_F(ChannelTest, GenerationTagWrapsAtTwoToTheThirtyTwoWithASmallPool) {
   const std::uint64_t start = (1ull << 32) - 3;
   auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8}, start);
+      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 8}, start);
   std::vector<std::uint32_t> generations;
   for (std::uint64_t i = 0; i < 16; ++i) {
     const SendOutcome o = send(p, "w" + std::to_string(i));
@@ -484,8 +474,7 @@ class ChannelFaultTest : public ChannelTest {
 };
 
 TEST_F(ChannelFaultTest, StaleDescriptorFailsIdentityTerminally) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   for (int i = 0; i < 4; ++i) send(p, "e" + std::to_string(i));
   for (int i = 0; i < 3; ++i) take(c);
   send(p, "epoch2");  // slot 0 now holds epoch 2
@@ -502,8 +491,7 @@ TEST_F(ChannelFaultTest, StaleDescriptorFailsIdentityTerminally) {
 }
 
 TEST_F(ChannelFaultTest, DescriptorForAnEpochWhoseSlotIsNotBoundYetFailsIdentity) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send(p, "a");
   take(c);
   // Claims epoch 1 (generation 1) before the producer rotated: slot 1 is unbound.
@@ -512,8 +500,7 @@ TEST_F(ChannelFaultTest, DescriptorForAnEpochWhoseSlotIsNotBoundYetFailsIdentity
 }
 
 TEST_F(ChannelFaultTest, RecycledSlotWithAnotherGenerationFailsIdentity) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   const channel::View v = view_of(p);
   send(p, "a");
   // Simulate a slot rebound under the consumer: the binding no longer matches.
@@ -523,8 +510,7 @@ TEST_F(ChannelFaultTest, RecycledSlotWithAnotherGenerationFailsIdentity) {
 }
 
 TEST_F(ChannelFaultTest, SequenceGapIsTerminal) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, "a");
   take(c);
   ChannelTesting::push_descriptor(p, {2, 0, 1});  // expected sequence 1
@@ -532,8 +518,7 @@ TEST_F(ChannelFaultTest, SequenceGapIsTerminal) {
 }
 
 TEST_F(ChannelFaultTest, CountShortfallIsDetectedAtTheSeam) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 2, .ring_cells = 16});
   send(p, "described");
   // The second cell of epoch 0 is published to the page but never reaches the ring.
   (void)ChannelTesting::publish_without_descriptor(p, bytes("orphan"));
@@ -544,8 +529,7 @@ TEST_F(ChannelFaultTest, CountShortfallIsDetectedAtTheSeam) {
 }
 
 TEST_F(ChannelFaultTest, CountShortfallAtTheEndOfAStream) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, "one");
   (void)ChannelTesting::publish_without_descriptor(p, bytes("orphan"));
   ASSERT_TRUE(p.finish());
@@ -555,8 +539,7 @@ TEST_F(ChannelFaultTest, CountShortfallAtTheEndOfAStream) {
 }
 
 TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksum) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, "intact");
   send(p, "damaged");
   view_of(p).arena(0)[8 + 3] ^= std::byte{0x20};
@@ -565,8 +548,7 @@ TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksum) {
 }
 
 TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksumWhenCopiedOutToo) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 2048, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 2048, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, std::string(1000, 'k'));  // long enough for the vector checksum path
   view_of(p).arena(0)[999] ^= std::byte{0x01};
   std::vector<std::byte> out(1024);
@@ -581,44 +563,38 @@ TEST_F(ChannelFaultTest, CorruptedPayloadFailsItsChecksumWhenCopiedOutToo) {
 }
 
 TEST_F(ChannelFaultTest, DescriptorBeyondThePageIsOutOfBounds) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16});
   ChannelTesting::push_descriptor(p, {0, 0, 1000});
   expect_fault(c, Errc::Corrupt, ChannelFault::DescriptorOutOfBounds, "cell index beyond the page");
 }
 
 TEST_F(ChannelFaultTest, DescriptorOfAnUnpublishedCellIsOutOfBounds) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16});
   ChannelTesting::push_descriptor(p, {0, 0, 0});  // nothing published in the page
   expect_fault(c, Errc::Corrupt, ChannelFault::DescriptorOutOfBounds, "unpublished cell");
 }
 
 TEST_F(ChannelFaultTest, CellLengthBeyondTheArenaIsOutOfBounds) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16});
   send(p, "abc");
   view_of(p).cells(0)[0].length = 1u << 30;
   expect_fault(c, Errc::Corrupt, ChannelFault::DescriptorOutOfBounds, "outside the arena");
 }
 
 TEST_F(ChannelFaultTest, CorruptTerminalWordIsTerminal) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16});
   view_of(p).control->terminal.word.store(0x12345678u);
   expect_fault(c, Errc::Corrupt, ChannelFault::CorruptTerminal, "0x12345678");
 }
 
 TEST_F(ChannelFaultTest, ImpossibleTailIsCorruptState) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 4, .ring_cells = 16});
   view_of(p).control->producer.tail.store(1000);
   expect_fault(c, Errc::Corrupt, ChannelFault::CorruptState, "producer tail 1000 is impossible");
 }
 
 TEST_F(ChannelFaultTest, ImpossibleReleasedEpochStopsTheProducer) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_cells = 16});
   send(p, "a");
   send(p, "b");  // epoch 1
   view_of(p).control->release.released_epoch.store(77);
@@ -632,8 +608,7 @@ TEST_F(ChannelFaultTest, ImpossibleReleasedEpochStopsTheProducer) {
 // ---------------------------------------------------------------- leases, end, producer gone
 
 TEST_F(ChannelTest, ReceivingWithALeaseHeldIsRefused) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   send(p, "a");
   send(p, "b");
   auto first = c.try_receive();
@@ -655,8 +630,7 @@ TEST_F(ChannelTest, ReceivingWithALeaseHeldIsRefused) {
 // A released lease is empty: the page behind it may be rebound at any time
 // once the consumer moves on, so its bytes must not stay reachable.
 TEST_F(ChannelTest, ReleasedLeaseExposesNoBytes) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_cells = 16});
   send(p, "first");
   auto r = c.try_receive();
   ASSERT_TRUE(r && *r);
@@ -679,8 +653,7 @@ TEST_F(ChannelTest, ReleasedLeaseExposesNoBytes) {
 // A reservation dropped without commit (here: an exception between reserve
 // and commit) is abandoned by its destructor: the producer reserves again.
 TEST_F(ChannelTest, ReservationDroppedWithoutCommitLeavesTheProducerFree) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   EXPECT_THROW(
       {
         auto r = p.try_reserve(16);
@@ -709,8 +682,7 @@ TEST_F(ChannelTest, ReservationDroppedWithoutCommitLeavesTheProducerFree) {
 }
 
 TEST_F(ChannelTest, CommitOfAReservationThatIsNotPendingIsRefused) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   auto r = p.try_reserve(8);
   ASSERT_TRUE(r && *r);
   ASSERT_TRUE(r->commit(0));
@@ -730,8 +702,7 @@ TEST_F(ChannelTest, CommitOfAReservationThatIsNotPendingIsRefused) {
 // so another thread inside the endpoint meanwhile is caught (here simulated by
 // occupying the guard).
 TEST_F(ChannelTest, CommitAbandonAndLeaseReleaseTakeTheEndpointGuard) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   constexpr const char* kBusy = "a channel endpoint is used by two threads at once";
   {
     auto r = p.try_reserve(8);
@@ -764,8 +735,7 @@ TEST_F(ChannelTest, CommitAbandonAndLeaseReleaseTakeTheEndpointGuard) {
 // A blocking send holds the producer's guard while it waits, so a second
 // thread that enters the producer meanwhile is caught, not let in.
 TEST_F(ChannelTest, SecondThreadOnAProducerParkedInSendAbortsInEveryBuild) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send(p, "a");
   send(p, "b");  // the ring is full: the next send parks
   const channel::View v = view_of(p);
@@ -783,7 +753,7 @@ TEST_F(ChannelTest, SecondThreadOnAProducerParkedInSendAbortsInEveryBuild) {
 // attacher, and the moved handles work on theirs.
 TEST_F(ChannelTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
   const ChannelParams params{
-      .pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 8};
+      .pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 8};
   auto [p, c] = make(params);
   ASSERT_TRUE(create_channel("other", params));
   auto p2 = ChannelProducer::open("other");
@@ -807,8 +777,7 @@ TEST_F(ChannelTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
 }
 
 TEST_F(ChannelTest, FinishEndsTheStreamAfterEverythingIsReceived) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send(p, "x");
   send(p, "y");
   send(p, "z");
@@ -833,8 +802,7 @@ TEST_F(ChannelTest, FinishEndsTheStreamAfterEverythingIsReceived) {
 }
 
 TEST_F(ChannelTest, FinishAfterAnAbandonedRotationEndsCleanly) {
-  auto [p, c] =
-      make({.pages = 4, .page_bytes = 64, .descriptors_per_page = 1, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 4, .page_bytes = 64, .descriptors_per_page = 1, .ring_cells = 16});
   send(p, "only");
   auto r = p.try_reserve(8);  // rotates into epoch 1, then abandoned
   ASSERT_TRUE(r && *r);
@@ -847,8 +815,7 @@ TEST_F(ChannelTest, FinishAfterAnAbandonedRotationEndsCleanly) {
 }
 
 TEST_F(ChannelTest, ProducerThatDetachesWithoutFinishIsReportedAfterTheDrain) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send(p, "a");
   send(p, "b");
   p = ChannelProducer();  // detaches without finish()
@@ -867,7 +834,7 @@ TEST_F(ChannelTest, ProducerThatDetachesWithoutFinishIsReportedAfterTheDrain) {
 
 TEST_F(ChannelTest, ConsumerWaitsForAProducerThatHasNotAttachedYet) {
   auto c = ChannelConsumer::create(
-      "ch", {.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 8});
+      "ch", {.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 8});
   ASSERT_TRUE(c) << c.error().what();
   auto r = c->receive(30ms);
   ASSERT_TRUE(r) << r.error().what();
@@ -879,8 +846,7 @@ TEST_F(ChannelTest, ConsumerWaitsForAProducerThatHasNotAttachedYet) {
 }
 
 TEST_F(ChannelTest, ANewProducerCannotContinueAChannelWhoseProducerLeft) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send(p, "a");
   p = ChannelProducer();
   auto again = ChannelProducer::open("ch");
@@ -892,7 +858,7 @@ TEST_F(ChannelTest, ANewProducerCannotContinueAChannelWhoseProducerLeft) {
 TEST_F(ChannelTest, ConsumerReopenedResumesAtTheFirstUncommittedPayload) {
   {
     auto seg = create_channel(
-        "ch", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+        "ch", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
     ASSERT_TRUE(seg);
   }
   auto p = ChannelProducer::open("ch");
@@ -917,7 +883,7 @@ TEST_F(ChannelTest, ConsumerReopenedResumesAtTheFirstUncommittedPayload) {
 
 TEST_F(ChannelTest, ConsumerReopenedMidEpochContinuesAcrossSeams) {
   auto seg = create_channel(
-      "ch", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+      "ch", {.pages = 4, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   ASSERT_TRUE(seg);
   auto p = ChannelProducer::open("ch");
   ASSERT_TRUE(p);
@@ -941,14 +907,13 @@ TEST_F(ChannelTest, ConsumerReopenedMidEpochContinuesAcrossSeams) {
 // ---------------------------------------------------------------- back-pressure and blocking
 
 TEST_F(ChannelTest, RingFullIsBackPressureThatMutatesNothing) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 4096, .descriptors_per_page = 64, .ring_capacity = 4});
+  auto [p, c] = make({.pages = 2, .page_bytes = 4096, .descriptors_per_page = 64, .ring_cells = 4});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(send(p, "f").admitted());
   const channel::View v = view_of(p);
   const auto published = v.slot_header(0)->publication.published.load();
   auto r = p.try_send(bytes("g"));
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, Admission::RingFull);
+  EXPECT_EQ(r->status, SendStatus::RingFull);
   EXPECT_EQ(v.slot_header(0)->publication.published.load(), published);
   EXPECT_EQ(v.control->stats.ring_full.load(), 1u);
   EXPECT_EQ(take(c), "f");
@@ -956,18 +921,17 @@ TEST_F(ChannelTest, RingFullIsBackPressureThatMutatesNothing) {
 }
 
 TEST_F(ChannelTest, RingFullIsReportedBeforeARotation) {
-  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 2});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 2});
   send(p, "a");
   send(p, "b");
   auto r = p.try_send(bytes("c"));  // page full too; the ring refusal comes first
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, Admission::RingFull);
+  EXPECT_EQ(r->status, SendStatus::RingFull);
   EXPECT_EQ(p.active_epoch(), 0u) << "no rotation for an event that could not be admitted";
 }
 
 TEST_F(ChannelTest, BlockingReceiveWakesWhenTheProducerThreadSends) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   const channel::View v = view_of(p);
   const std::uint32_t signals = v.control->waiters.data_signal.load();
   std::thread t([&p = p, &v] {
@@ -985,21 +949,19 @@ TEST_F(ChannelTest, BlockingReceiveWakesWhenTheProducerThreadSends) {
 }
 
 TEST_F(ChannelTest, BlockingReceiveTimesOutAsEmpty) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   auto r = c.receive(20ms);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, ReceiveStatus::Empty);
 }
 
 TEST_F(ChannelTest, BlockingSendWaitsForTheQuotaAndTimesOutWithTheReason) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 1, .ring_cells = 16});
   send(p, "0");
   send(p, "1");
   auto timed_out = p.send(bytes("2"), 20ms);
   ASSERT_TRUE(timed_out);
-  EXPECT_EQ(timed_out->status, Admission::PageQuotaExhausted);
+  EXPECT_EQ(timed_out->status, SendStatus::PageQuotaExhausted);
   const channel::View v = view_of(p);
   const std::uint32_t signals = v.control->waiters.space_signal.load();
   std::thread t([&c = c, &v] {
@@ -1016,8 +978,7 @@ TEST_F(ChannelTest, BlockingSendWaitsForTheQuotaAndTimesOutWithTheReason) {
 }
 
 TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   const channel::View v = view_of(p);
   const std::uint32_t signals = v.control->waiters.data_signal.load();
   std::thread t([&p = p, &v] {
@@ -1035,8 +996,7 @@ TEST_F(ChannelTest, BlockingReceiveReturnsEndWhenTheProducerFinishes) {
 // on NDEBUG): a second thread entering a consumer that is parked inside a
 // blocking receive is refused with an abort, in Release as in Debug.
 TEST_F(ChannelTest, SecondThreadOnABusyEndpointAbortsInEveryBuild) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   const channel::View v = view_of(p);
   EXPECT_DEATH(
       {
@@ -1051,8 +1011,7 @@ TEST_F(ChannelTest, SecondThreadOnABusyEndpointAbortsInEveryBuild) {
 
 TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
   // P - 1 pages of 8 descriptors is the bound here (the ring holds 16).
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   struct Case {
     Coalescing value;
     const char* needle;
@@ -1076,7 +1035,7 @@ TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
 
   // Here the ring is the bound: 4 pages of 8 could hold 24, the ring 16.
   auto ring_bound = ChannelConsumer::create(
-      "ch2", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+      "ch2", {.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(ring_bound) << ring_bound.error().what();
   auto r = ring_bound->set_coalescing({.descriptors = 17, .max_delay = 1ms});
   ASSERT_FALSE(r);
@@ -1087,8 +1046,7 @@ TEST_F(ChannelTest, SetCoalescingRejectsOutOfRangeValuesNamingTheBound) {
 }
 
 TEST_F(ChannelTest, CoalescingHoldsAPartialBatchUntilItIsComplete) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 4, .max_delay = 1s}));
   for (int i = 0; i < 3; ++i) send(p, std::to_string(i));
   for (int poll = 0; poll < 100; ++poll) {
@@ -1107,8 +1065,7 @@ TEST_F(ChannelTest, CoalescingHoldsAPartialBatchUntilItIsComplete) {
 }
 
 TEST_F(ChannelTest, CoalescingDeliversAPartialBatchOnceTheDelayHasPassed) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 20ms}));
   send(p, "a");
   auto held = c.try_receive();  // the first sighting starts the delay
@@ -1126,8 +1083,7 @@ TEST_F(ChannelTest, CoalescingDeliversAPartialBatchOnceTheDelayHasPassed) {
 }
 
 TEST_F(ChannelTest, CoalescingNeverHoldsBackAFinishedStream) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
   send(p, "x");
   send(p, "y");
@@ -1140,8 +1096,7 @@ TEST_F(ChannelTest, CoalescingNeverHoldsBackAFinishedStream) {
 }
 
 TEST_F(ChannelTest, CoalescingDrainsAProducerThatLeftThenReportsIt) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
   send(p, "a");
   p = ChannelProducer();   // detaches without finish(): the terminal word stays OPEN
@@ -1156,8 +1111,7 @@ TEST_F(ChannelTest, CoalescingDrainsAProducerThatLeftThenReportsIt) {
 }
 
 TEST_F(ChannelTest, PollingConsumerDrainsACoalescedBatchOfAProducerThatLeft) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
   send(p, "a");
   auto held = c.try_receive();
@@ -1184,8 +1138,7 @@ TEST_F(ChannelTest, PollingConsumerDrainsACoalescedBatchOfAProducerThatLeft) {
 }
 
 TEST_F(ChannelTest, BlockingReceiveTakesACoalescedBatchRatherThanSleepOnIt) {
-  auto [p, c] =
-      make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16});
+  auto [p, c] = make({.pages = 2, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16});
   ASSERT_TRUE(c.set_coalescing({.descriptors = 8, .max_delay = 1s}));
   send(p, "only");
   // Nothing would wake a consumer parked on a batch that is already
@@ -1200,7 +1153,7 @@ TEST_F(ChannelTest, BlockingReceiveTakesACoalescedBatchRatherThanSleepOnIt) {
 
 TEST_F(ChannelTest, ThreadsStreamThousandsOfPayloadsAcrossManyRotations) {
   auto [p, c] =
-      make({.pages = 8, .page_bytes = 2048, .descriptors_per_page = 16, .ring_capacity = 64});
+      make({.pages = 8, .page_bytes = 2048, .descriptors_per_page = 16, .ring_cells = 64});
   const std::uint64_t n = test::scaled(40'000);
   std::thread producer([&p = p, n] {
     std::vector<std::byte> buf(200);
@@ -1244,28 +1197,28 @@ class ChannelModel {
   explicit ChannelModel(const ChannelParams& p) : p_(p) {}
 
   struct Admit {
-    std::optional<Admission> status;  // nullopt: TooLarge
+    std::optional<SendStatus> status;  // nullopt: TooLarge
     std::uint64_t sequence = 0;
     std::uint64_t epoch = 0;
   };
   // try_reserve(n) / try_send of n bytes: rotates (or refuses) like the ADR.
   Admit reserve(std::size_t n) {
     if (n > p_.page_bytes) return {};
-    if (tail_ - head_ >= p_.ring_capacity) {
+    if (tail_ - head_ >= p_.ring_cells) {
       ++ring_full_;
-      return {Admission::RingFull};
+      return {SendStatus::RingFull};
     }
     if (!fits(n)) {
       if (!(active_ + 1 < released_ + p_.pages)) {  // slot (active + 1) mod P still held
         ++quota_refusals_;
-        return {Admission::PageQuotaExhausted};
+        return {SendStatus::PageQuotaExhausted};
       }
       ++active_;
       ++rotations_;
       used_ = 0;
       published_ = 0;
     }
-    return {Admission::Ok, tail_, active_};
+    return {SendStatus::Ok, tail_, active_};
   }
   // commit(used) of the reservation just made.
   void commit(std::vector<std::byte> payload) {
@@ -1315,7 +1268,7 @@ class ChannelModel {
 
 TEST_F(ChannelTest, DifferentialOraclePredictsEveryOutcomeAcrossTenThousandRotations) {
   const ChannelParams params{
-      .pages = 4, .page_bytes = 256, .descriptors_per_page = 6, .ring_capacity = 16};
+      .pages = 4, .page_bytes = 256, .descriptors_per_page = 6, .ring_cells = 16};
   auto [p, c] = make(params);
   const channel::View v = view_of(p);
   ChannelModel model(params);
@@ -1353,7 +1306,7 @@ TEST_F(ChannelTest, DifferentialOraclePredictsEveryOutcomeAcrossTenThousandRotat
       ASSERT_TRUE(r) << r.error().what();
       ASSERT_EQ(r->status, *want.status) << "payload of " << len << " bytes";
       ++counts[static_cast<int>(r->status)];
-      if (r->status != Admission::Ok) return;
+      if (r->status != SendStatus::Ok) return;
       ASSERT_EQ(r->sequence, want.sequence);
       ASSERT_EQ(r->epoch, want.epoch);
       model.commit(std::vector<std::byte>(buf.begin(), buf.begin() + len));
@@ -1369,7 +1322,7 @@ TEST_F(ChannelTest, DifferentialOraclePredictsEveryOutcomeAcrossTenThousandRotat
     ASSERT_TRUE(r) << r.error().what();
     ASSERT_EQ(r->status, *want.status) << "reservation of " << len << " bytes";
     ++counts[static_cast<int>(r->status)];
-    if (r->status != Admission::Ok) return;
+    if (r->status != SendStatus::Ok) return;
     if (how == 1) return;  // dropped: the destructor abandons it (the rotation stays)
     const std::size_t used = len == 0 ? 0 : rng() % (len + 1);
     std::memcpy(r->bytes().data(), buf.data(), used);

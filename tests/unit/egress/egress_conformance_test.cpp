@@ -103,7 +103,7 @@ json run(test::EgressSubject& s, const json& step) {
     if (r.status == egress::ReconnectStatus::Advanced) out["replayed"] = r.replayed;
     out["generation_after"] = r.generation;
   } else if (call == "take_dead_letter") {
-    const auto r = s.take_dead_letter();
+    const auto r = s.pop_dead_letter();
     out["outcome"] = r ? "taken" : "none";
     if (r) out["sequence"] = r->sequence;
   } else {

@@ -83,7 +83,7 @@ TEST(EgressCoreTest, ExhaustedRecordsStayInTheDeadLetterListUntilTaken) {
   EXPECT_EQ(c.reconnect(2).replayed, 0u);                             // nor replayed
   EXPECT_EQ(c.project(false).terminal, 1u);
   std::vector<std::byte> payload;
-  auto dead = c.take_dead_letter(&payload);
+  auto dead = c.pop_dead_letter(&payload);
   ASSERT_TRUE(dead);
   EXPECT_EQ(dead->sequence, 0u);
   EXPECT_EQ(payload.size(), 1u);

@@ -161,7 +161,7 @@ class EgressModel {
       return {egress::ReconnectStatus::Advanced, moved};
     });
   }
-  std::optional<std::uint64_t> take_dead_letter() {
+  std::optional<std::uint64_t> pop_dead_letter() {
     return step([&]() -> std::optional<std::uint64_t> {
       for (auto it = records_.begin(); it != records_.end(); ++it)
         if (it->second.state == egress::RecordState::Terminal) {

@@ -130,8 +130,8 @@ void run_seed(test::EgressSubject& subject, unsigned seed, int steps) {
         break;
       }
       default: {
-        const auto want = model.take_dead_letter();
-        const auto got = subject.take_dead_letter();
+        const auto want = model.pop_dead_letter();
+        const auto got = subject.pop_dead_letter();
         ASSERT_EQ(got.has_value(), want.has_value()) << at;
         if (got) {
           ASSERT_EQ(got->sequence, *want) << at;

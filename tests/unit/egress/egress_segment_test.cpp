@@ -41,7 +41,7 @@ bool eventually(F&& cond) {
 
 EgressParams small(std::uint32_t capacity, std::uint32_t window) {
   EgressParams p;
-  p.capacity = capacity;
+  p.max_payloads = capacity;
   p.slot_bytes = 16;
   p.inflight_limit = window;
   p.retry_budget = 2;
@@ -58,7 +58,7 @@ class EgressSegmentTest : public ::testing::Test {
 TEST_F(EgressSegmentTest, ParkedClaimerIsWokenByEnqueueButNotByNoOpOrStaleTransitions) {
   auto e = Egress::create("wake", small(8, 4));
   ASSERT_TRUE(e);
-  auto t = EgressTransport::attach("wake");
+  auto t = EgressTransport::open("wake");
   ASSERT_TRUE(t);
   const std::uint64_t g = t->generation();
   std::atomic<bool> done{false};
@@ -94,7 +94,7 @@ TEST_F(EgressSegmentTest, ParkedClaimerIsWokenByEnqueueButNotByNoOpOrStaleTransi
 
 TEST_F(EgressSegmentTest, AckThatReopensTheWindowWakesTheParkedClaimer) {
   auto e = Egress::create("window", small(8, 1));
-  auto t = EgressTransport::attach("window");
+  auto t = EgressTransport::open("window");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   ASSERT_TRUE(e->try_enqueue(bytes("b")));
@@ -121,7 +121,7 @@ TEST_F(EgressSegmentTest, AckThatReopensTheWindowWakesTheParkedClaimer) {
 
 TEST_F(EgressSegmentTest, BackoffExpiryWakesTheParkedClaimer) {
   auto e = Egress::create("backoff", small(8, 4));
-  auto t = EgressTransport::attach("backoff");
+  auto t = EgressTransport::open("backoff");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   std::vector<std::byte> buf;
@@ -141,7 +141,7 @@ TEST_F(EgressSegmentTest, BackoffExpiryWakesTheParkedClaimer) {
 // elapsed (it checks the due time kept in the segment before claiming).
 TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
   auto e = Egress::create("poll", small(8, 4));
-  auto t = EgressTransport::attach("poll");
+  auto t = EgressTransport::open("poll");
   ASSERT_TRUE(e && t);
   ASSERT_TRUE(e->try_enqueue(bytes("a")));
   std::vector<std::byte> buf;
@@ -163,7 +163,7 @@ TEST_F(EgressSegmentTest, TryClaimReturnsAParkedRecordOnceItsBackoffElapsed) {
 // the single calls in a row.
 TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLock) {
   auto e = Egress::create("batch", small(6, 4));
-  auto t = EgressTransport::attach("batch");
+  auto t = EgressTransport::open("batch");
   ASSERT_TRUE(e && t);
   const std::vector<std::span<const std::byte>> spans{bytes("r0"), bytes("r1"), bytes("r2"),
                                                       bytes("r3"), bytes("r4")};
@@ -202,7 +202,7 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   auto c1 = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(c1);
   EXPECT_EQ(c1->claimed, 4u);
-  EXPECT_EQ(c1->stopped, ClaimStatus::WindowFull);
+  EXPECT_EQ(c1->status, ClaimStatus::WindowFull);
   ASSERT_EQ(got.size(), 4u);
   for (std::size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].sequence, i);
@@ -214,33 +214,33 @@ TEST_F(EgressSegmentTest, BatchEnqueueAndClaimAreTheSingleCallsInARowUnderOneLoc
   auto c2 = t->try_claim_batch(1, got, buf);
   ASSERT_TRUE(c2);
   EXPECT_EQ(c2->claimed, 1u);
-  EXPECT_EQ(c2->stopped, ClaimStatus::Claimed);  // as many as asked
+  EXPECT_EQ(c2->status, ClaimStatus::Claimed);  // as many as asked
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].sequence, 4u);
   auto c3 = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(c3);
   EXPECT_EQ(c3->claimed, 1u);
-  EXPECT_EQ(c3->stopped, ClaimStatus::Empty);
+  EXPECT_EQ(c3->status, ClaimStatus::Empty);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].sequence, 5u);
   EXPECT_TRUE(same(got[0].payload, spans[0]));
   EXPECT_TRUE(e->verify()->empty());
 
   // A fenced transport claims nothing and learns the generation in force.
-  auto t2 = EgressTransport::attach("batch");
+  auto t2 = EgressTransport::open("batch");
   ASSERT_FALSE(t2);  // the slot is held
   ASSERT_EQ(e->reconnect(t->generation() + 1)->status, egress::ReconnectStatus::Advanced);
   auto stale = t->try_claim_batch(10, got, buf);
   ASSERT_TRUE(stale);
   EXPECT_EQ(stale->claimed, 0u);
-  EXPECT_EQ(stale->stopped, ClaimStatus::StaleGeneration);
+  EXPECT_EQ(stale->status, ClaimStatus::StaleGeneration);
   EXPECT_EQ(stale->current_generation, t->generation() + 1);
   EXPECT_TRUE(got.empty());
 }
 
 TEST_F(EgressSegmentTest, ProducerBlockedOnAFullPoolIsWokenByAnAck) {
   auto e = Egress::create("full", small(2, 2));
-  auto t = EgressTransport::attach("full");
+  auto t = EgressTransport::open("full");
   ASSERT_TRUE(e && t);
   ASSERT_EQ(e->try_enqueue(bytes("a"))->status, egress::EnqueueStatus::Enqueued);
   ASSERT_EQ(e->try_enqueue(bytes("b"))->status, egress::EnqueueStatus::Enqueued);
@@ -264,10 +264,10 @@ TEST_F(EgressSegmentTest, ReconnectFencesTheOldTransportAndANewOneResumesAtTheWa
   ASSERT_TRUE(e);
   for (const char* p : {"a", "b", "c"}) ASSERT_TRUE(e->try_enqueue(bytes(p)));
   {
-    auto t = EgressTransport::attach("fence");
+    auto t = EgressTransport::open("fence");
     ASSERT_TRUE(t);
     EXPECT_EQ(t->generation(), 1u);
-    auto second = EgressTransport::attach("fence");
+    auto second = EgressTransport::open("fence");
     ASSERT_FALSE(second);
     EXPECT_EQ(second.error().code, Errc::RoleTaken);
     std::vector<std::byte> buf;
@@ -280,7 +280,7 @@ TEST_F(EgressSegmentTest, ReconnectFencesTheOldTransportAndANewOneResumesAtTheWa
     EXPECT_EQ(t->ack(1)->status, egress::AckStatus::StaleGeneration);
     EXPECT_EQ(t->try_claim(buf)->status, ClaimStatus::StaleGeneration);
   }
-  auto t2 = EgressTransport::attach("fence");
+  auto t2 = EgressTransport::open("fence");
   ASSERT_TRUE(t2);
   EXPECT_EQ(t2->generation(), 6u);  // a transport attached before: reconnect
   auto p = e->projection(true);
@@ -298,7 +298,7 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto t = EgressTransport::attach("dead");
+    auto t = EgressTransport::open("dead");
     std::vector<std::byte> buf;
     if (!t || !t->try_claim(buf) || !t->try_claim(buf)) ::_exit(1);
     ::_exit(0);  // no detach: the kernel drops the slot's lock
@@ -313,12 +313,12 @@ TEST_F(EgressSegmentTest, TheNextTransportAfterADeadOneReconnectsAndReplaysItsWi
   // The sidecar's reclaim reports the dead transport (and frees its slot).
   auto reclaimed = reclaim_dead_attacher(*any, kEgressDescriptor, any->slots()[0]);
   ASSERT_TRUE(reclaimed) << reclaimed.error().what();
-  ASSERT_EQ(reclaimed->outcome, ReclaimOutcome::Reclaimed);
+  ASSERT_EQ(reclaimed->status, ReclaimStatus::Reclaimed);
   ASSERT_EQ(reclaimed->actions.size(), 1u);
   EXPECT_NE(reclaimed->actions[0].find("died at generation 1 with 2 records in flight"),
             std::string::npos)
       << reclaimed->actions[0];
-  auto t = EgressTransport::attach("dead");
+  auto t = EgressTransport::open("dead");
   ASSERT_TRUE(t);
   EXPECT_EQ(t->generation(), 2u);
   EXPECT_EQ(t->replayed(), 2u);

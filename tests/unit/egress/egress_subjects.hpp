@@ -32,7 +32,7 @@ class EgressSubject {
   virtual egress::RetryOutcome retry_now(std::uint64_t g, std::uint64_t seq) = 0;
   virtual egress::RetryOutcome retry_due(std::uint64_t g, std::uint64_t now) = 0;
   virtual egress::ReconnectOutcome reconnect(std::uint64_t g) = 0;
-  virtual std::optional<egress::RecordView> take_dead_letter() = 0;
+  virtual std::optional<egress::RecordView> pop_dead_letter() = 0;
   virtual egress::Projection project() = 0;
   // The payload of the last Claimed outcome (copied out).
   std::string last_payload;
@@ -67,8 +67,8 @@ class LocalSubject final : public EgressSubject {
     return core().retry_due(g, now);
   }
   egress::ReconnectOutcome reconnect(std::uint64_t g) override { return core().reconnect(g); }
-  std::optional<egress::RecordView> take_dead_letter() override {
-    return core().take_dead_letter(nullptr);
+  std::optional<egress::RecordView> pop_dead_letter() override {
+    return core().pop_dead_letter(nullptr);
   }
   egress::Projection project() override { return core().project(true); }
 
@@ -80,7 +80,7 @@ class SegmentSubject final : public EgressSubject {
  public:
   explicit SegmentSubject(const egress::ParamBlock& p) {
     EgressParams params;
-    params.capacity = p.capacity;
+    params.max_payloads = p.capacity;
     params.slot_bytes = p.slot_bytes;
     params.inflight_limit = p.inflight_limit;
     params.retry_budget = p.retry_budget;
@@ -118,16 +118,16 @@ class SegmentSubject final : public EgressSubject {
   egress::ReconnectOutcome reconnect(std::uint64_t g) override {
     return must(egress_.reconnect(g));
   }
-  std::optional<egress::RecordView> take_dead_letter() override {
-    return must(egress_.take_dead_letter(nullptr));
+  std::optional<egress::RecordView> pop_dead_letter() override {
+    return must(egress_.pop_dead_letter(nullptr));
   }
   egress::Projection project() override {
     // Both reads: the locked one and another process's unlocked observation must agree.
     auto locked = must(egress_.projection(true));
-    auto seen = egress_.observe(true);
-    EXPECT_TRUE(seen.has_value());
-    if (seen) {
-      EXPECT_EQ(seen->records, locked.records);
+    auto seen = egress_.snapshot(true);
+    EXPECT_TRUE(seen.consistent);
+    if (seen.consistent) {
+      EXPECT_EQ(seen.records, locked.records);
     }
     return locked;
   }

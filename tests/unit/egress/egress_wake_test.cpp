@@ -21,7 +21,7 @@ using test::bytes;
 EgressParams params(std::uint32_t capacity, std::uint32_t window, std::uint32_t budget,
                     std::chrono::nanoseconds base = 10s) {
   EgressParams p;
-  p.capacity = capacity;
+  p.max_payloads = capacity;
   p.slot_bytes = 16;
   p.inflight_limit = window;
   p.retry_budget = budget;
@@ -38,7 +38,7 @@ class EgressWakeTest : public ::testing::Test {
     auto e = Egress::create("wake", p);
     ASSERT_TRUE(e) << e.error().what();
     producer_.emplace(std::move(*e));
-    auto t = EgressTransport::attach("wake");
+    auto t = EgressTransport::open("wake");
     ASSERT_TRUE(t) << t.error().what();
     transport_.emplace(std::move(*t));
   }
@@ -180,7 +180,7 @@ TEST_F(EgressWakeTest, ProducerWakesWhenADeadLetterIsTaken) {
   const std::uint64_t first = claim_now();
   ASSERT_EQ(transport_->fail(first)->status, egress::FailStatus::Exhausted);
   test::expect_woken(producer_woken_by([&] {
-    auto taken = producer_->take_dead_letter(nullptr);
+    auto taken = producer_->pop_dead_letter(nullptr);
     ASSERT_TRUE(taken && taken->has_value());
   }));
 }

@@ -27,7 +27,7 @@ using test::u64;
 
 class PriorityFanoutTest : public ::testing::Test {
  protected:
-  static constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 16, .slot_size = 48};
+  static constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 16, .slot_bytes = 48};
 
   PriorityFanout make(const FanoutParams& p = kParams) {
     auto f = PriorityFanout::create("jobs", p);
@@ -38,8 +38,8 @@ class PriorityFanoutTest : public ::testing::Test {
   // F: PriorityFanout or FanoutConsumer.
   template <class F>
   std::optional<std::pair<std::uint32_t, std::string>> drain(F& f) {
-    std::vector<std::byte> buf(f.slot_size());
-    auto d = f.try_drain_highest(buf);
+    std::vector<std::byte> buf(f.slot_bytes());
+    auto d = f.try_pop_highest(buf);
     EXPECT_TRUE(d) << d.error().what();
     if (!d || !*d) return std::nullopt;
     return std::pair{(*d)->priority,
@@ -132,8 +132,8 @@ TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
       << s.error().message;
   EXPECT_NE(s.error().message.find("4 priorities (0..3"), std::string::npos) << s.error().message;
   std::vector<std::byte> buf(48);
-  EXPECT_EQ(f.try_drain_priority(7, buf).error().code, Errc::PriorityOutOfBounds);
-  EXPECT_EQ(f.drain_priority(7, buf, 1ms).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.try_pop_priority(7, buf).error().code, Errc::PriorityOutOfBounds);
+  EXPECT_EQ(f.pop_priority(7, buf, 1ms).error().code, Errc::PriorityOutOfBounds);
   EXPECT_EQ(f.submit(64, bytes("x"), 1ms).error().code, Errc::PriorityOutOfBounds);
   EXPECT_EQ(f.active_priorities(), 0u) << "nothing changed";
 }
@@ -145,10 +145,10 @@ TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
   auto worker = PriorityFanout::open("jobs", kParams);
   ASSERT_TRUE(worker);
   std::vector<std::byte> buf(48);
-  auto got = worker->try_drain_priority(1, buf);
+  auto got = worker->try_pop_priority(1, buf);
   ASSERT_TRUE(got && *got);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), **got), "routine");
-  got = worker->try_drain_priority(1, buf);
+  got = worker->try_pop_priority(1, buf);
   ASSERT_TRUE(got);
   EXPECT_FALSE(*got);
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "urgent"}));
@@ -157,7 +157,7 @@ TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
 
 TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
   auto f = make();
-  for (std::uint64_t i = 0; i < kParams.ring_capacity; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
+  for (std::uint64_t i = 0; i < kParams.ring_cells; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
   auto full = f.submit(2, bytes("x"));
   ASSERT_TRUE(full) << full.error().what();
   EXPECT_FALSE(*full);
@@ -168,7 +168,7 @@ TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
 }
 
 TEST_F(PriorityFanoutTest, CapacityBoundary) {
-  auto f = make({.priorities = 2, .ring_capacity = 4, .slot_size = 8});
+  auto f = make({.priorities = 2, .ring_cells = 4, .slot_bytes = 8});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(*f.submit(1, bytes(std::to_string(i))));
   EXPECT_FALSE(*f.submit(1, bytes("4")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "0"}));
@@ -213,7 +213,7 @@ TEST_F(PriorityFanoutTest, InterleavedSubmitAndDrainKeepPriorityOrder) {
 }
 
 TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
-  const FanoutParams params{.priorities = 4, .ring_capacity = 1024, .slot_size = 16};
+  const FanoutParams params{.priorities = 4, .ring_cells = 1024, .slot_bytes = 16};
   auto f = make(params);
   const std::uint64_t per_thread = test::scaled(20'000);
   std::atomic<bool> go{false}, failed{false};
@@ -238,7 +238,7 @@ TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
       if (!h) return failed.store(true);
       std::uint64_t item[2];
       while (drained.load() < 4 * per_thread && !failed.load()) {
-        auto d = h->drain_highest(std::as_writable_bytes(std::span(item)), 20ms);
+        auto d = h->pop_highest(std::as_writable_bytes(std::span(item)), 20ms);
         if (!d) return failed.store(true);
         if (!*d) continue;
         if ((*d)->priority != item[0]) return failed.store(true);  // routed to the wrong ring
@@ -283,34 +283,34 @@ TEST_F(PriorityFanoutTest, OpenWithDifferentParametersIsMismatchNamingBothValues
     const char* message;
   };
   for (const Case& c : {Case{{8, 16, 48}, "priorities: segment has 4, caller expects 8"},
-                        Case{{4, 32, 48}, "ring_capacity: segment has 16, caller expects 32"},
-                        Case{{4, 16, 64}, "slot_size: segment has 48, caller expects 64"}}) {
+                        Case{{4, 32, 48}, "ring_cells: segment has 16, caller expects 32"},
+                        Case{{4, 16, 64}, "slot_bytes: segment has 48, caller expects 64"}}) {
     auto o = PriorityFanout::open("jobs", c.params);
     ASSERT_FALSE(o);
     EXPECT_EQ(o.error().code, Errc::ParamMismatch);
     EXPECT_NE(o.error().message.find(c.message), std::string::npos) << o.error().message;
   }
-  auto any = PriorityFanout::open("jobs", {.priorities = 0, .ring_capacity = 0, .slot_size = 0});
+  auto any = PriorityFanout::open("jobs", {.priorities = 0, .ring_cells = 0, .slot_bytes = 0});
   ASSERT_TRUE(any) << any.error().what();
   EXPECT_EQ(any->priorities(), 4u);
-  EXPECT_EQ(any->ring_capacity(), 16u);
+  EXPECT_EQ(any->ring_cells(), 16u);
 }
 
 TEST_F(PriorityFanoutTest, CreateRejectsBadPriorityCounts) {
   for (std::uint32_t k : {0u, 65u}) {
-    auto f = PriorityFanout::create("bad", {.priorities = k, .ring_capacity = 16, .slot_size = 8});
+    auto f = PriorityFanout::create("bad", {.priorities = k, .ring_cells = 16, .slot_bytes = 8});
     ASSERT_FALSE(f);
     EXPECT_EQ(f.error().code, Errc::InvalidArgument);
     EXPECT_NE(f.error().message.find("must be in [1, 64]"), std::string::npos) << f.error().message;
   }
-  auto cap = PriorityFanout::create("bad", {.priorities = 4, .ring_capacity = 10, .slot_size = 8});
+  auto cap = PriorityFanout::create("bad", {.priorities = 4, .ring_cells = 10, .slot_bytes = 8});
   ASSERT_FALSE(cap);
   EXPECT_EQ(cap.error().code, Errc::InvalidArgument);
   EXPECT_TRUE(std::filesystem::is_empty(root_.path()));
 }
 
 TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
-  auto f = make({.priorities = 64, .ring_capacity = 2, .slot_size = 8});
+  auto f = make({.priorities = 64, .ring_cells = 2, .slot_bytes = 8});
   ASSERT_TRUE(*f.submit(0, bytes("bottom")));
   ASSERT_TRUE(*f.submit(63, bytes("top")));
   EXPECT_EQ(f.active_priorities(), (1ull << 63) | 1u);
@@ -319,7 +319,7 @@ TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
 }
 
 TEST_F(PriorityFanoutTest, CreateFailsCleanlyWhenOneFileExists) {
-  ASSERT_TRUE(create_mpmc_ring("jobs.prio2", {.capacity = 16, .slot_size = 48}));
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio2", {.ring_cells = 16, .slot_bytes = 48}));
   auto f = PriorityFanout::create("jobs", kParams);
   ASSERT_FALSE(f);
   EXPECT_EQ(f.error().code, Errc::AlreadyExists);
@@ -332,7 +332,7 @@ TEST_F(PriorityFanoutTest, CreateFailsCleanlyWhenOneFileExists) {
 TEST_F(PriorityFanoutTest, RingRecreatedOnItsOwnIsRefused) {
   { auto f = make(); }
   ASSERT_TRUE(Segment::unlink("jobs.prio1"));
-  ASSERT_TRUE(create_mpmc_ring("jobs.prio1", {.capacity = 16, .slot_size = 48}));
+  ASSERT_TRUE(create_mpmc_ring("jobs.prio1", {.ring_cells = 16, .slot_bytes = 48}));
   auto o = PriorityFanout::open("jobs", kParams);
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::ParamMismatch);
@@ -395,7 +395,7 @@ TEST_F(PriorityFanoutTest, OpeningAHandleResurfacesARingWhoseBitIsClear) {
   auto bypass = MpmcProducer::open("jobs.prio1");
   ASSERT_TRUE(bypass);
   ASSERT_TRUE(*bypass->try_push(bytes("stranded")));
-  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_drain_highest skips the ring";
+  EXPECT_EQ(drain(f), std::nullopt) << "bit 1 is clear: try_pop_highest skips the ring";
   auto next = FanoutConsumer::open("jobs", kParams);
   ASSERT_TRUE(next) << next.error().what();
   EXPECT_EQ(f.active_priorities(), 0b0010u);
@@ -434,14 +434,14 @@ TEST_F(PriorityFanoutTest, EachPriorityIsTriedAtMostOncePerCall) {
 }
 
 // A handle is for one thread at a time: a second thread entering while the
-// first is parked in drain_highest() is refused with an abort, in every build.
+// first is parked in pop_highest() is refused with an abort, in every build.
 TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
   auto f = make();
   EXPECT_DEATH(
       {
         std::thread t([&f] {
           std::vector<std::byte> buf(48);
-          (void)f.drain_highest(buf, 30s);
+          (void)f.pop_highest(buf, 30s);
         });
         const auto deadline = std::chrono::steady_clock::now() + 30s;
         while (std::chrono::steady_clock::now() < deadline) {
@@ -464,8 +464,8 @@ concept Submits = requires(H& h, std::span<const std::byte> in) {
 };
 template <class H>
 concept Drains = requires(H& h, std::span<std::byte> out) {
-  h.try_drain_highest(out);
-  h.try_drain_priority(0, out);
+  h.try_pop_highest(out);
+  h.try_pop_priority(0, out);
 };
 static_assert(Submits<FanoutProducer> && !Drains<FanoutProducer>);
 static_assert(Drains<FanoutConsumer> && !Submits<FanoutConsumer>);
@@ -518,7 +518,7 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
     ASSERT_TRUE(*submitter->submit(2, bytes("wake up")));
   });
   std::vector<std::byte> buf(48);
-  auto d = drainer.drain_highest(buf, 30s);
+  auto d = drainer.pop_highest(buf, 30s);
   t.join();
   ASSERT_TRUE(d && *d) << (d ? "timed out" : d.error().what());
   EXPECT_EQ((*d)->priority, 2u);
@@ -533,7 +533,7 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
 // 256 handles (kSharedSlots) on one fanout at once, every one submitting and
 // draining; the 257th open gets NoFreeSlot.
 TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNoFreeSlot) {
-  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 256, .slot_size = 16};
+  constexpr FanoutParams kWide{.priorities = 2, .ring_cells = 256, .slot_bytes = 16};
   // Two descriptors per handle per segment (the bitmap and two rings).
   test::raise_open_files_limit(6 * kSharedSlots + 64);
   std::vector<PriorityFanout> handles;
@@ -574,7 +574,7 @@ TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNo
 // drain also re-checks every kMaxParkNs, so the items alone do not prove the
 // wakes: the counter does (every submit finds a drainer still announced).
 TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
-  constexpr FanoutParams kWide{.priorities = 2, .ring_capacity = 16, .slot_size = 16};
+  constexpr FanoutParams kWide{.priorities = 2, .ring_cells = 16, .slot_bytes = 16};
   test::raise_open_files_limit(6 * kSharedSlots + 64);
   std::vector<PriorityFanout> handles;
   handles.push_back(make(kWide));
@@ -594,7 +594,7 @@ TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
   for (std::size_t i = 0; i < sleepers.size(); ++i)
     threads.emplace_back([&, i] {
       std::vector<std::byte> buf(16);
-      auto d = sleepers[i]->drain_highest(buf, 30s);
+      auto d = sleepers[i]->pop_highest(buf, 30s);
       ASSERT_TRUE(d && *d);
       got[i] = std::string(reinterpret_cast<const char*>(buf.data()), (*d)->size);
     });
@@ -621,10 +621,10 @@ TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
 TEST_F(PriorityFanoutTest, BlockingDrainTimesOutWhenIdle) {
   auto f = make();
   std::vector<std::byte> buf(48);
-  auto d = f.drain_highest(buf, 20ms);
+  auto d = f.pop_highest(buf, 20ms);
   ASSERT_TRUE(d);
   EXPECT_FALSE(*d);
-  auto p = f.drain_priority(1, buf, 5ms);
+  auto p = f.pop_priority(1, buf, 5ms);
   ASSERT_TRUE(p);
   EXPECT_FALSE(*p);
 }
@@ -669,7 +669,7 @@ TEST_F(PriorityFanoutTest, VerifyReportsBitsAboveKAndStrandedItems) {
             std::string::npos)
       << bad[1];
   std::vector<std::byte> buf(48);
-  auto d = f.try_drain_highest(buf);
+  auto d = f.try_pop_highest(buf);
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, Errc::Corrupt);
   EXPECT_NE(d.error().message.find("has a bit set above priority 3"), std::string::npos)

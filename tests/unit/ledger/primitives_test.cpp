@@ -141,7 +141,7 @@ TEST(KeyedBucketsTest, IdleKeyIsReclaimedOnlyWhenEveryBucketIsFullAndNoReference
   ASSERT_TRUE(made) << made.error().what();
   KeyedBuckets& t = *made;
   const std::int64_t c1[] = {1, 100};
-  ASSERT_EQ(*t.admit("10.0.0.1", c1, 1'000), KeyAdmission::Admitted);
+  ASSERT_EQ(*t.admit("10.0.0.1", c1, 1'000), AdmitStatus::Admitted);
   EXPECT_TRUE(t.contains("10.0.0.1"));
   // 200 ms later the byte bucket is full again, the connect bucket is not
   // (one token a second): not idle, whatever time has passed since the last use.
@@ -167,19 +167,19 @@ TEST(KeyedBucketsTest, RefusalChangesNothingAndAFullTableReclaimsOnlyIdleKeys) {
   KeyedBuckets& t = *made;
   const std::int64_t take[] = {1, 0};
   const std::int64_t drain[] = {0, 1};
-  ASSERT_EQ(*t.admit("a", take, 100), KeyAdmission::Admitted);
-  ASSERT_EQ(*t.admit("b", drain, 100), KeyAdmission::Admitted);
+  ASSERT_EQ(*t.admit("a", take, 100), AdmitStatus::Admitted);
+  ASSERT_EQ(*t.admit("b", drain, 100), AdmitStatus::Admitted);
   const std::int64_t too_much[] = {1, 5};  // bucket 0 has 3 (refilled), bucket 1 has 4
-  EXPECT_EQ(*t.admit("b", too_much, 5'000), KeyAdmission::Refused);
+  EXPECT_EQ(*t.admit("b", too_much, 5'000), AdmitStatus::Refused);
   EXPECT_EQ(*t.available("b", 0, 5'000), 3);  // nothing was debited
   EXPECT_EQ(*t.available("b", 1, 5'000), 4);
   // Full table: "a" is idle at 5 s (its bucket refilled) and makes room; "b"
   // never is (its rate-0 bucket stays below burst).
-  ASSERT_EQ(*t.admit("c", take, 5'000), KeyAdmission::Admitted);
+  ASSERT_EQ(*t.admit("c", take, 5'000), AdmitStatus::Admitted);
   EXPECT_FALSE(t.contains("a"));
   EXPECT_TRUE(t.contains("b"));
   ASSERT_TRUE(t.retain("c"));
-  EXPECT_EQ(*t.admit("d", take, 99'000), KeyAdmission::TableFull);
+  EXPECT_EQ(*t.admit("d", take, 99'000), AdmitStatus::TableFull);
   EXPECT_FALSE(t.contains("d"));
   EXPECT_EQ(t.size(), 2u);
   const std::int64_t wrong[] = {1};
@@ -196,7 +196,7 @@ TEST(KeyedBucketsTest, ReclaimScansABoundedNumberOfKeysPerCall) {
   KeyedBuckets& t = *made;
   const std::int64_t one[] = {1};
   for (int i = 0; i < 100; ++i)
-    ASSERT_EQ(*t.admit("k" + std::to_string(i), one, 0), KeyAdmission::Admitted);
+    ASSERT_EQ(*t.admit("k" + std::to_string(i), one, 0), AdmitStatus::Admitted);
   EXPECT_EQ(t.reclaim_idle(10, 32), 32u);  // every key is idle at 10 ms; 32 per call
   EXPECT_EQ(t.size(), 68u);
   EXPECT_EQ(t.reclaim_idle(10, 100), 68u);

@@ -60,7 +60,7 @@ class MpmcRingTest : public ::testing::Test {
   // R: MpmcRing or MpmcConsumer.
   template <class R>
   std::optional<std::string> pop_str(R& r) {
-    std::vector<std::byte> buf(r.slot_size());
+    std::vector<std::byte> buf(r.slot_bytes());
     auto got = r.try_pop(buf);
     EXPECT_TRUE(got) << got.error().what();
     if (!got || !*got) return std::nullopt;
@@ -71,7 +71,7 @@ class MpmcRingTest : public ::testing::Test {
 };
 
 TEST_F(MpmcRingTest, PushThenPopReturnsItemsInFifoOrder) {
-  auto r = MpmcRing::create("r", {.capacity = 16, .slot_size = 48});
+  auto r = MpmcRing::create("r", {.ring_cells = 16, .slot_bytes = 48});
   ASSERT_TRUE(r) << r.error().what();
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(*r->try_push(bytes("item" + std::to_string(i))));
   for (int i = 0; i < 10; ++i) EXPECT_EQ(pop_str(*r), "item" + std::to_string(i));
@@ -79,7 +79,7 @@ TEST_F(MpmcRingTest, PushThenPopReturnsItemsInFifoOrder) {
 }
 
 TEST_F(MpmcRingTest, EmptyItemsAreDelivered) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 8});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 8});
   ASSERT_TRUE(r);
   ASSERT_TRUE(*r->try_push({}));
   std::vector<std::byte> buf(8);
@@ -89,7 +89,7 @@ TEST_F(MpmcRingTest, EmptyItemsAreDelivered) {
 }
 
 TEST_F(MpmcRingTest, FullRingRefusesPushUntilAnItemIsPopped) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   for (int lap = 0; lap < 3; ++lap) {
     for (int i = 0; i < 8; ++i) ASSERT_TRUE(*r->try_push(bytes("x" + std::to_string(i))));
@@ -105,7 +105,7 @@ TEST_F(MpmcRingTest, FullRingRefusesPushUntilAnItemIsPopped) {
 }
 
 TEST_F(MpmcRingTest, PayloadLargerThanSlotIsTooLargeNamingBothSizes) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 48});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 48});
   ASSERT_TRUE(r);
   const std::string big(49, 'x');
   auto p = r->try_push(bytes(big));
@@ -119,7 +119,7 @@ TEST_F(MpmcRingTest, PayloadLargerThanSlotIsTooLargeNamingBothSizes) {
 }
 
 TEST_F(MpmcRingTest, ItemLargerThanBufferIsTooLargeAndStaysInRing) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 48});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 48});
   ASSERT_TRUE(r);
   ASSERT_TRUE(*r->try_push(bytes("twelve bytes")));
   std::vector<std::byte> small(4);
@@ -135,35 +135,35 @@ TEST_F(MpmcRingTest, CreateRejectsInvalidParameters) {
        {MpmcParams{3, 8}, MpmcParams{1, 8}, MpmcParams{0, 8}, MpmcParams{8, 0},
         MpmcParams{8, mpmc::kMaxSlotSize + 1}, MpmcParams{mpmc::kMaxCapacity * 2, 8}}) {
     auto r = MpmcRing::create("bad", p);
-    ASSERT_FALSE(r) << p.capacity << "/" << p.slot_size;
+    ASSERT_FALSE(r) << p.ring_cells << "/" << p.slot_bytes;
     EXPECT_EQ(r.error().code, Errc::InvalidArgument);
   }
-  auto r = MpmcRing::create("bad", {.capacity = 6, .slot_size = 8});
+  auto r = MpmcRing::create("bad", {.ring_cells = 6, .slot_bytes = 8});
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("capacity 6 must be a power of two"), std::string::npos)
       << r.error().message;
 }
 
 TEST_F(MpmcRingTest, OpenWithDifferentCapacityIsParamMismatchNamingBothValues) {
-  auto r = MpmcRing::create("r", {.capacity = 64, .slot_size = 48});
+  auto r = MpmcRing::create("r", {.ring_cells = 64, .slot_bytes = 48});
   ASSERT_TRUE(r);
-  auto o = MpmcRing::open("r", {.capacity = 128, .slot_size = 48});
+  auto o = MpmcRing::open("r", {.ring_cells = 128, .slot_bytes = 48});
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::ParamMismatch);
-  EXPECT_NE(o.error().message.find("capacity: segment has 64, caller expects 128"),
+  EXPECT_NE(o.error().message.find("ring_cells: segment has 64, caller expects 128"),
             std::string::npos)
       << o.error().message;
-  auto s = MpmcRing::open("r", {.capacity = 64, .slot_size = 32});
+  auto s = MpmcRing::open("r", {.ring_cells = 64, .slot_bytes = 32});
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::ParamMismatch);
-  EXPECT_NE(s.error().message.find("slot_size: segment has 48, caller expects 32"),
+  EXPECT_NE(s.error().message.find("slot_bytes: segment has 48, caller expects 32"),
             std::string::npos)
       << s.error().message;
   EXPECT_TRUE(MpmcRing::open("r")) << "zero fields accept any geometry";
 }
 
 TEST_F(MpmcRingTest, OpeningAnotherKindIsKindMismatch) {
-  ASSERT_TRUE(create_ring("spsc", {.capacity = 1024}));
+  ASSERT_TRUE(create_ring("spsc", {.capacity_bytes = 1024}));
   auto o = MpmcRing::open("spsc");
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::KindMismatch);
@@ -173,7 +173,7 @@ TEST_F(MpmcRingTest, OpeningAnotherKindIsKindMismatch) {
 }
 
 TEST_F(MpmcRingTest, ZeroCopyReserveCommitAndPeekRelease) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 32});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 32});
   ASSERT_TRUE(r);
   auto w = r->try_reserve();
   ASSERT_TRUE(w && *w);
@@ -194,7 +194,7 @@ TEST_F(MpmcRingTest, ZeroCopyReserveCommitAndPeekRelease) {
 }
 
 TEST_F(MpmcRingTest, CancelledReservationIsSkippedByConsumers) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 32});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 32});
   auto other = MpmcRing::open("r");
   ASSERT_TRUE(r && other);
   auto w = r->try_reserve();
@@ -210,7 +210,7 @@ TEST_F(MpmcRingTest, CancelledReservationIsSkippedByConsumers) {
 }
 
 TEST_F(MpmcRingTest, ConsumerReportsImpossibleSequenceInsteadOfSpinning) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   Raw w = raw("r");
   // Not congruent to the cell index at all.
@@ -236,7 +236,7 @@ TEST_F(MpmcRingTest, ConsumerReportsImpossibleSequenceInsteadOfSpinning) {
 }
 
 TEST_F(MpmcRingTest, ProducerReportsImpossibleSequenceInsteadOfSpinning) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   Raw w = raw("r");
   w.v.cell(0).seq.store(3, std::memory_order_relaxed);
@@ -251,7 +251,7 @@ TEST_F(MpmcRingTest, ProducerReportsImpossibleSequenceInsteadOfSpinning) {
 }
 
 TEST_F(MpmcRingTest, CorruptPayloadLengthIsReportedAndNotCopied) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   ASSERT_TRUE(*r->try_push(bytes("ok")));
   Raw w = raw("r");
@@ -269,7 +269,7 @@ TEST_F(MpmcRingTest, CorruptPayloadLengthIsReportedAndNotCopied) {
 }
 
 TEST_F(MpmcRingTest, ImpossiblePositionsAreReportedByVerify) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   Raw w = raw("r");
   EXPECT_TRUE(kMpmcRingDescriptor.verify(w.seg).empty());
@@ -285,7 +285,7 @@ TEST_F(MpmcRingTest, ImpossiblePositionsAreReportedByVerify) {
 }
 
 TEST_F(MpmcRingTest, DeadProducersHeldCellIsRepairedAndConsumersMoveOn) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   Raw w = raw("r");
   // Simulate a handle in (free, i.e. dead) slot 20 that claimed position 0 and
@@ -312,7 +312,7 @@ TEST_F(MpmcRingTest, DeadProducersHeldCellIsRepairedAndConsumersMoveOn) {
 }
 
 TEST_F(MpmcRingTest, DeadConsumersHeldCellIsReleasedAndProducersMoveOn) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 16});
   ASSERT_TRUE(r);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(*r->try_push(bytes("i" + std::to_string(i))));
   Raw w = raw("r");
@@ -335,7 +335,7 @@ TEST_F(MpmcRingTest, DeadConsumersHeldCellIsReleasedAndProducersMoveOn) {
 }
 
 TEST_F(MpmcRingTest, CellHeldByALiveHandleIsNeverRepaired) {
-  auto r = MpmcRing::create("r", {.capacity = 4, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 4, .slot_bytes = 16});
   auto holder = MpmcRing::open("r");
   ASSERT_TRUE(r && holder);
   auto w = holder->try_reserve();
@@ -356,7 +356,7 @@ TEST_F(MpmcRingTest, CellHeldByALiveHandleIsNeverRepaired) {
 }
 
 TEST_F(MpmcRingTest, OpeningAHandleRepairsWhatDeadHandlesLeft) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   Raw w = raw("r");
   w.v.control->intents[22].push.store(1, std::memory_order_relaxed);
@@ -370,7 +370,7 @@ TEST_F(MpmcRingTest, OpeningAHandleRepairsWhatDeadHandlesLeft) {
 TEST_F(MpmcRingTest, ManyThreadsDeliverEveryItemExactlyOnce) {
   constexpr int kProducers = 4, kConsumers = 4;
   const std::uint64_t per_producer = test::scaled(50'000);
-  auto r = MpmcRing::create("r", {.capacity = 256, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 256, .slot_bytes = 16});
   ASSERT_TRUE(r);
   std::vector<std::atomic<std::uint8_t>> seen(kProducers * per_producer);
   std::atomic<std::uint64_t> delivered{0};
@@ -409,7 +409,7 @@ TEST_F(MpmcRingTest, ManyThreadsDeliverEveryItemExactlyOnce) {
 }
 
 TEST_F(MpmcRingTest, BlockingPopWakesWhenAnotherThreadPushes) {
-  auto c = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto c = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   auto p = MpmcRing::open("r");
   ASSERT_TRUE(c && p);
   std::thread t([&] {
@@ -429,7 +429,7 @@ TEST_F(MpmcRingTest, BlockingPopWakesWhenAnotherThreadPushes) {
 }
 
 TEST_F(MpmcRingTest, BlockingPopTimesOutOnAnEmptyRing) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   std::vector<std::byte> buf(16);
   auto got = r->pop(buf, 20ms);
@@ -441,7 +441,7 @@ TEST_F(MpmcRingTest, BlockingPopTimesOutOnAnEmptyRing) {
 }
 
 TEST_F(MpmcRingTest, BlockingPushWakesWhenAConsumerFreesACell) {
-  auto p = MpmcRing::create("r", {.capacity = 2, .slot_size = 16});
+  auto p = MpmcRing::create("r", {.ring_cells = 2, .slot_bytes = 16});
   auto c = MpmcRing::open("r");
   ASSERT_TRUE(p && c);
   ASSERT_TRUE(*p->try_push(bytes("a")));
@@ -462,7 +462,7 @@ TEST_F(MpmcRingTest, BlockingPushWakesWhenAConsumerFreesACell) {
 }
 
 TEST_F(MpmcRingTest, ParkedConsumerIsVisibleAndWokenOnlyThen) {
-  auto c = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto c = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   auto p = MpmcRing::open("r");
   ASSERT_TRUE(c && p);
   // Nobody waits: pushes and pops issue no wake.
@@ -512,7 +512,7 @@ static_assert(!std::is_convertible_v<MpmcProducer&, MpmcRing&> &&
               !std::is_convertible_v<MpmcConsumer&, MpmcRing&>);
 
 TEST_F(MpmcRingTest, TypedHandlesAttachUnderTheirRole) {
-  auto peer = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto peer = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   auto p = MpmcProducer::open("r");
   auto c = MpmcConsumer::open("r");
   ASSERT_TRUE(peer && p && c);
@@ -531,7 +531,7 @@ TEST_F(MpmcRingTest, TypedHandlesAttachUnderTheirRole) {
 // first is parked in pop() (or push()) is refused with an abort, in every build.
 TEST_F(MpmcRingTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
   constexpr const char* kBusy = "an MpmcRing handle is used by two threads at once";
-  auto r = MpmcRing::create("r", {.capacity = 2, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 2, .slot_bytes = 16});
   ASSERT_TRUE(r);
   EXPECT_DEATH(
       {
@@ -562,7 +562,7 @@ TEST_F(MpmcRingTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
 // Handing a handle from one thread to another (one at a time) is allowed,
 // zero-copy calls included (each call holds the guard only while it runs).
 TEST_F(MpmcRingTest, AHandleMayMoveBetweenThreadsOneAtATime) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   std::thread t([&r] {
     auto w = r->try_reserve();
@@ -578,7 +578,7 @@ TEST_F(MpmcRingTest, AHandleMayMoveBetweenThreadsOneAtATime) {
 TEST_F(MpmcRingTest, TwoHundredFiftySixHandlesPushAndPopThe257thGetsNoFreeSlot) {
   test::raise_open_files_limit(4 * kSharedSlots + 64);  // two descriptors per handle
   std::vector<MpmcRing> handles;
-  auto first = MpmcRing::create("r", {.capacity = 512, .slot_size = 8});
+  auto first = MpmcRing::create("r", {.ring_cells = 512, .slot_bytes = 8});
   ASSERT_TRUE(first) << first.error().what();
   handles.push_back(std::move(*first));
   while (handles.size() < kSharedSlots) {
@@ -617,7 +617,7 @@ TEST_F(MpmcRingTest, TwoHundredFiftySixHandlesPushAndPopThe257thGetsNoFreeSlot) 
 TEST_F(MpmcRingTest, ConsumersParkedOnSlotsAbove64AreWokenByPushes) {
   test::raise_open_files_limit(4 * kSharedSlots + 64);
   std::vector<MpmcRing> handles;
-  auto first = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto first = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(first) << first.error().what();
   handles.push_back(std::move(*first));
   while (handles.size() < 200) {
@@ -691,7 +691,7 @@ TEST(ParkedSetTest, CountFollowsTheBitsAcrossEveryWord) {
 }
 
 TEST_F(MpmcRingTest, DescribeShowsDepthCountersAndRoles) {
-  auto p = MpmcProducer::create("r", {.capacity = 16, .slot_size = 48});
+  auto p = MpmcProducer::create("r", {.ring_cells = 16, .slot_bytes = 48});
   auto c = MpmcConsumer::open("r");
   ASSERT_TRUE(p && c);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(*p->try_push(bytes("x")));
@@ -716,7 +716,7 @@ TEST_F(MpmcRingTest, DescribeShowsDepthCountersAndRoles) {
 }
 
 TEST_F(MpmcRingTest, DumpShowsQueuedItemsWithoutConsumingThem) {
-  auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   ASSERT_TRUE(*r->try_push(bytes("one")));
   ASSERT_TRUE(*r->try_push(bytes("two")));
@@ -729,11 +729,11 @@ TEST_F(MpmcRingTest, DumpShowsQueuedItemsWithoutConsumingThem) {
 
 TEST_F(MpmcRingTest, ItemsSurviveTheHandlesThatWroteThem) {
   {
-    auto r = MpmcRing::create("r", {.capacity = 8, .slot_size = 16});
+    auto r = MpmcRing::create("r", {.ring_cells = 8, .slot_bytes = 16});
     ASSERT_TRUE(r);
     ASSERT_TRUE(*r->try_push(bytes("kept")));
   }
-  auto r = MpmcRing::open("r", {.capacity = 8, .slot_size = 16});
+  auto r = MpmcRing::open("r", {.ring_cells = 8, .slot_bytes = 16});
   ASSERT_TRUE(r);
   EXPECT_EQ(pop_str(*r), "kept");
 }
@@ -743,9 +743,9 @@ TEST_F(MpmcRingTest, ItemsSurviveTheHandlesThatWroteThem) {
 // slot through the unmapped header: SIGSEGV, or a write into whatever was
 // mapped there since), and the old slot is free for the next attacher.
 TEST_F(MpmcRingTest, MoveAssignOverALiveHandleDetachesBeforeUnmapping) {
-  auto x = MpmcRing::create("x", {.capacity = 4, .slot_size = 8});
+  auto x = MpmcRing::create("x", {.ring_cells = 4, .slot_bytes = 8});
   ASSERT_TRUE(x) << x.error().what();
-  auto y = MpmcRing::create("y", {.capacity = 4, .slot_size = 8});
+  auto y = MpmcRing::create("y", {.ring_cells = 4, .slot_bytes = 8});
   ASSERT_TRUE(y) << y.error().what();
   auto observer = open_mpmc_ring("x");
   ASSERT_TRUE(observer) << observer.error().what();

@@ -111,7 +111,7 @@ TEST_F(ForeverTest, FanoutDrainWaitsForASubmission) {
   test::expect_woken(test::probe_wake(
       [&] {
         started_ = true;
-        auto r = f->drain_highest(out, forever);
+        auto r = f->pop_highest(out, forever);
         drained = r && r->has_value();
       },
       [&] { return parked(); },
@@ -120,10 +120,10 @@ TEST_F(ForeverTest, FanoutDrainWaitsForASubmission) {
 }
 
 TEST_F(ForeverTest, EgressClaimWaitsForARecord) {
-  auto e =
-      Egress::create("egress", EgressParams{.capacity = 16, .slot_bytes = 32, .inflight_limit = 8});
+  auto e = Egress::create("egress",
+                          EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(e) << e.error().what();
-  auto t = EgressTransport::attach("egress");
+  auto t = EgressTransport::open("egress");
   ASSERT_TRUE(t) << t.error().what();
   std::vector<std::byte> out;
   egress::ClaimStatus status = egress::ClaimStatus::Empty;
@@ -140,8 +140,8 @@ TEST_F(ForeverTest, EgressClaimWaitsForARecord) {
 TEST_F(ForeverTest, RelayWaitAndABlockedWriteWaitForever) {
   RelayConfig cfg;
   cfg.policy = policy::kRawFifo;
-  cfg.capacity = 4;
-  cfg.value_size = 8;
+  cfg.max_entries = 4;
+  cfg.value_bytes = 8;
   cfg.backpressure = Backpressure{Dimension::Count, 2, 1, Overflow::Block};
   auto w = RelayWriter::create("relay", cfg);
   ASSERT_TRUE(w) << w.error().what();
@@ -157,22 +157,22 @@ TEST_F(ForeverTest, RelayWaitAndABlockedWriteWaitForever) {
       [&] { return parked(); }, [&] { ASSERT_TRUE(w->try_write(u64_value(1))); }));
   EXPECT_TRUE(pending) << "forever timed out";
 
-  ASSERT_EQ(w->try_write(u64_value(2))->outcome, WriteOutcome::Appended);  // at high water
-  EXPECT_EQ(w->try_write(u64_value(3))->outcome, WriteOutcome::TimedOut) << "try_write parked";
+  ASSERT_EQ(w->try_write(u64_value(2))->status, WriteStatus::Appended);  // at high water
+  EXPECT_EQ(w->try_write(u64_value(3))->status, WriteStatus::TimedOut) << "try_write parked";
   started_ = false;
-  WriteOutcome outcome = WriteOutcome::TimedOut;
+  WriteStatus outcome = WriteStatus::TimedOut;
   test::expect_woken(test::probe_wake(
       [&] {
         started_ = true;
         auto got = w->write(u64_value(3), forever);
-        if (got) outcome = got->outcome;
+        if (got) outcome = got->status;
       },
       [&] { return parked(); },
       [&] {
         ASSERT_TRUE(r->take(2));
         ASSERT_TRUE(r->commit());
       }));
-  EXPECT_EQ(outcome, WriteOutcome::Appended);
+  EXPECT_EQ(outcome, WriteStatus::Appended);
 }
 
 }  // namespace

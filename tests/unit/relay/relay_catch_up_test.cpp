@@ -30,17 +30,17 @@ using namespace std::chrono_literals;
 using ValueBytes = std::vector<std::byte>;
 
 // A Spill relay of 8 entries (spills at 6 pending) whose pages hold
-// `page_records` records of `value_size` bytes.
-RelayConfig catch_up_cfg(PolicyId policy, std::uint32_t value_size = 8,
+// `page_records` records of `value_bytes` bytes.
+RelayConfig catch_up_cfg(PolicyId policy, std::uint32_t value_bytes = 8,
                          std::uint64_t page_records = 4) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = 8;
-  c.value_size = value_size;
+  c.max_entries = 8;
+  c.value_bytes = value_bytes;
   c.backpressure = Backpressure{Dimension::Count, 6, 2, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;
-  c.spill.page_size = spill::kPageHeaderSize + page_records * spill::record_stride(value_size);
+  c.spill.page_size = spill::kPageHeaderSize + page_records * spill::record_stride(value_bytes);
   return c;
 }
 
@@ -53,8 +53,8 @@ std::size_t spill_page_files(const std::string& dir) {
 }
 
 ValueBytes merge_value(const MergePolicy& p, const ValueBytes& current,
-                       std::span<const std::byte> op, std::size_t value_size) {
-  ValueBytes out(value_size);
+                       std::span<const std::byte> op, std::size_t value_bytes) {
+  ValueBytes out(value_bytes);
   auto n = combine(p, current, op, out);
   EXPECT_TRUE(n) << n.error().what();
   out.resize(n ? *n : 0);
@@ -66,8 +66,8 @@ ValueBytes merge_value(const MergePolicy& p, const ValueBytes& current,
 // applied for its key is a redelivery, skipped; anything else is merged.
 class DedupConsumer {
  public:
-  DedupConsumer(const MergePolicy& p, std::size_t value_size)
-      : policy_(p), value_size_(value_size) {}
+  DedupConsumer(const MergePolicy& p, std::size_t value_bytes)
+      : policy_(p), value_size_(value_bytes) {}
   void apply(const RelayEntry& e) {
     auto [last, fresh] = last_seq_.try_emplace(e.key, 0);
     if (!fresh && e.last_seq <= last->second) return;
@@ -107,7 +107,7 @@ TEST_F(RelayCatchUpTest, SeveralPagesArriveAsOneEntryPerKeyAndGoAfterTheLastComm
     expect[key] += v;
     auto r = w->write(key, u64_value(v), 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+    ASSERT_NE(r->status, WriteStatus::TimedOut);
   }
   const RelaySnapshot before = w->snapshot();
   ASSERT_GE(before.cold_pages, 3u);
@@ -290,7 +290,7 @@ TEST_F(RelayCatchUpTest, AReaderDeadInsideASummaryLeavesThePagesAndNoEntryCovers
 // fold of every accepted op, for every keyed policy.
 struct CatchUpCase {
   PolicyId id;
-  std::uint32_t value_size;
+  std::uint32_t value_bytes;
 };
 
 ValueBytes random_op(PolicyId policy, std::mt19937_64& rng) {
@@ -302,7 +302,7 @@ ValueBytes random_op(PolicyId policy, std::mt19937_64& rng) {
 void run_catch_up_seed(const CatchUpCase& pc, std::uint64_t seed, const std::string& name,
                        std::uint64_t& summaries) {
   const MergePolicy& policy = **find_merge(pc.id);
-  auto w = RelayWriter::create(name, catch_up_cfg(pc.id, pc.value_size, 1 + seed % 3));
+  auto w = RelayWriter::create(name, catch_up_cfg(pc.id, pc.value_bytes, 1 + seed % 3));
   ASSERT_TRUE(w) << w.error().what();
   std::optional<RelayReader> r;
   std::mt19937_64 rng(seed);
@@ -314,7 +314,7 @@ void run_catch_up_seed(const CatchUpCase& pc, std::uint64_t seed, const std::str
   };
   open_reader();
   std::map<std::uint64_t, ValueBytes> flat;
-  DedupConsumer app(policy, pc.value_size);
+  DedupConsumer app(policy, pc.value_bytes);
   auto step = [&](bool drain_only) {
     auto t = r->take(1 + rng() % 5);
     ASSERT_TRUE(t) << t.error().what();
@@ -339,11 +339,11 @@ void run_catch_up_seed(const CatchUpCase& pc, std::uint64_t seed, const std::str
     const ValueBytes v = random_op(pc.id, rng);
     auto res = w->write(key, v, 0ns);
     ASSERT_TRUE(res) << res.error().what();
-    if (res->outcome == WriteOutcome::Appended || res->outcome == WriteOutcome::Merged) {
+    if (res->status == WriteStatus::Appended || res->status == WriteStatus::Merged) {
       auto [it, fresh] = flat.try_emplace(key, v);
-      if (!fresh) it->second = merge_value(policy, it->second, v, pc.value_size);
+      if (!fresh) it->second = merge_value(policy, it->second, v, pc.value_bytes);
     } else {
-      ASSERT_EQ(res->outcome, WriteOutcome::Unchanged) << to_string(res->outcome);
+      ASSERT_EQ(res->status, WriteStatus::Unchanged) << to_string(res->status);
     }
     if (rng() % 5 == 0) {
       step(false);

@@ -26,8 +26,8 @@ RelayConfig compact_cfg(PolicyId policy, relay::SpillMode mode, std::uint64_t hi
                         std::uint64_t low) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = 8;
-  c.value_size = 8;
+  c.max_entries = 8;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, high, low, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;
@@ -78,7 +78,7 @@ std::uint64_t seal_after_a_failed_seal(PolicyId policy, relay::SpillMode mode,
   test_hooks::set_spill_crash_hook(nullptr);
   EXPECT_TRUE(failed);
   if (failed) {
-    EXPECT_EQ(failed->outcome, WriteOutcome::TimedOut) << to_string(failed->outcome);
+    EXPECT_EQ(failed->status, WriteStatus::TimedOut) << to_string(failed->status);
   }
   RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.seal_errors, 1u);

@@ -80,8 +80,8 @@ void run_case(const json& c, const std::string& file) {
   const json& jc = c.at("config");
   RelayConfig cfg;
   cfg.policy = kPolicies.at(jc.at("policy").get<std::string>());
-  cfg.value_size = jc.at("value_size").get<std::uint32_t>();
-  cfg.capacity = jc.at("capacity").get<std::uint32_t>();
+  cfg.value_bytes = jc.at("value_size").get<std::uint32_t>();
+  cfg.max_entries = jc.at("capacity").get<std::uint32_t>();
   cfg.backpressure = backpressure_of(jc);
   if (jc.contains("egress"))
     cfg.egress = jc["egress"] == "reordering" ? EgressOrder::Reordering : EgressOrder::Arrival;
@@ -112,7 +112,7 @@ void run_case(const json& c, const std::string& file) {
       const json& jw = step["write"];
       auto res = w->write(jw.at("key").get<std::uint64_t>(), encode(jw.at("value")), 0ns);
       ASSERT_TRUE(res) << where << ": " << res.error().what();
-      EXPECT_EQ(std::string(to_string(res->outcome)), step.at("outcome").get<std::string>())
+      EXPECT_EQ(std::string(to_string(res->status)), step.at("outcome").get<std::string>())
           << where;
     } else if (step.contains("drain")) {
       std::vector<RelayEntry> got;
@@ -138,7 +138,7 @@ void run_case(const json& c, const std::string& file) {
           fold.emplace(got[i].key, values[i]);
           continue;
         }
-        std::vector<std::byte> out(cfg.value_size);
+        std::vector<std::byte> out(cfg.value_bytes);
         auto len = combine(**p, it->second, values[i], out);
         ASSERT_TRUE(len);
         out.resize(*len);

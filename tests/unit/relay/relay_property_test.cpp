@@ -81,7 +81,7 @@ Fold through_relay(RelayWriter& w, RelayReader& r, const MergePolicy& p, const s
   };
   for (const Op& op : ops) {
     auto res = w.write(op.key, op.value, 0ns);
-    EXPECT_TRUE(res && res->outcome != WriteOutcome::TimedOut);
+    EXPECT_TRUE(res && res->status != WriteStatus::TimedOut);
     if (rng() % 3 == 0) drain(1 + rng() % 3);
   }
   drain(1000);
@@ -93,8 +93,8 @@ class RelayPropertyTest : public ::testing::Test {
   RelayConfig config(PolicyId p) {
     RelayConfig c;
     c.policy = p;
-    c.value_size = 24;
-    c.capacity = 64;
+    c.value_bytes = 24;
+    c.max_entries = 64;
     c.backpressure = {Dimension::Count, 60, 1, Overflow::Block};
     return c;
   }
@@ -145,7 +145,7 @@ TEST_F(RelayPropertyTest, CommutativePoliciesAreInvariantUnderReordering) {
 TEST_F(RelayPropertyTest, RawFifoDeliversEveryOpOnceInEachWritersOrder) {
   const std::uint64_t seeds = test::scaled(1000);
   RelayConfig c = config(policy::kRawFifo);
-  c.value_size = 8;
+  c.value_bytes = 8;
   auto w0 = RelayWriter::create("fifo", c);
   ASSERT_TRUE(w0);
   auto w1 = RelayWriter::open("fifo");
@@ -173,7 +173,7 @@ TEST_F(RelayPropertyTest, RawFifoDeliversEveryOpOnceInEachWritersOrder) {
     for (std::size_t k = 0; k < n; ++k) {
       const std::uint64_t wid = rng() % 3;
       auto res = writers[wid]->write(wid, u64_value((wid << 32) | next[wid]), 0ns);
-      ASSERT_TRUE(res && res->outcome == WriteOutcome::Appended);
+      ASSERT_TRUE(res && res->status == WriteStatus::Appended);
       ++next[wid];
       if (rng() % 3 == 0) drain(1 + rng() % 4);
     }

@@ -46,8 +46,8 @@ RelayConfig spill_cfg(PolicyId policy, std::uint32_t capacity = 8, std::uint64_t
                       std::uint64_t low = 2, std::uint64_t page_records = 4) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = capacity;
-  c.value_size = 8;
+  c.max_entries = capacity;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, high, low, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;
@@ -94,7 +94,7 @@ TEST_F(RelaySpillTest, AFullFifoSpillsItsOldestOpsAndTheReaderGetsEveryOpInOrder
   for (std::uint64_t i = 0; i < kOps; ++i) {
     auto r = w->write(7, u64_value(i), 0ns);  // never waits: a block would be TimedOut
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_EQ(r->outcome, WriteOutcome::Appended) << "op " << i;
+    ASSERT_EQ(r->status, WriteStatus::Appended) << "op " << i;
   }
   RelaySnapshot s = w->snapshot();
   EXPECT_TRUE(s.is_spilling);
@@ -240,7 +240,7 @@ TEST_F(RelaySpillTest, KeyedSumSpillsAndTheFoldOfWhatTheReaderGetsIsTheFlatFold)
     expect[key] += v;
     auto r = w->write(key, u64_value(v), 0ns);
     ASSERT_TRUE(r);
-    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+    ASSERT_NE(r->status, WriteStatus::TimedOut);
   }
   EXPECT_GT(w->snapshot().pages_sealed, 0u);
   auto r = RelayReader::open("sum");
@@ -383,14 +383,14 @@ TEST_F(RelaySpillTest, ASealOverADamagedManifestOrPendingListIsCorruptNotBlock) 
     EXPECT_TRUE(w) << w.error().what();
     for (std::uint64_t i = 0; i < 6; ++i) {
       auto r = w->write(u64_value(i), 0ns);
-      EXPECT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << i;
+      EXPECT_TRUE(r && r->status == WriteStatus::Appended) << "op " << i;
     }
     EXPECT_TRUE(w->snapshot().is_full);
     return std::move(*w);
   };
   auto expect_corrupt = [](RelayWriter& w, const std::string& what) {
     auto r = w.write(u64_value(99), 0ns);
-    ASSERT_FALSE(r) << "a damaged manifest or list gave " << to_string(r->outcome);
+    ASSERT_FALSE(r) << "a damaged manifest or list gave " << to_string(r->status);
     EXPECT_EQ(r.error().code, Errc::Corrupt) << r.error().what();
     EXPECT_NE(r.error().message.find(what), std::string::npos) << r.error().what();
     EXPECT_EQ(w.snapshot().spill_fallbacks, 0u);
@@ -544,7 +544,7 @@ TEST_F(RelaySpillTest, ADropOldestRetunedDuringASealDropsNothingOfTheSeal) {
       test_hooks::set_spill_crash_hook(nullptr);
     }
   } unhook;
-  std::optional<Result<WriteResult>> sealing;
+  std::optional<Result<WriteOutcome>> sealing;
   std::thread sealer([&] {
     auto w2 = RelayWriter::open("retuned");
     if (w2) sealing.emplace(w2->write(6, u64_value(106), 0ns));
@@ -556,14 +556,14 @@ TEST_F(RelaySpillTest, ADropOldestRetunedDuringASealDropsNothingOfTheSeal) {
   ASSERT_TRUE(w->retune(Backpressure{Dimension::Count, 6, 2, Overflow::DropOldest}));
   auto dropped = w->write(7, u64_value(107), 0ns);
   ASSERT_TRUE(dropped) << dropped.error().what();
-  EXPECT_EQ(dropped->outcome, WriteOutcome::Full) << to_string(dropped->outcome);
+  EXPECT_EQ(dropped->status, WriteStatus::Full) << to_string(dropped->status);
   ASSERT_TRUE(w->retune(Backpressure{Dimension::Count, 6, 2, Overflow::Spill}));
 
   g_seal_stage.store(2);
   sealer.join();
   ASSERT_TRUE(sealing.has_value());
   ASSERT_TRUE(*sealing) << (*sealing).error().what();
-  EXPECT_EQ((*sealing)->outcome, WriteOutcome::Appended);
+  EXPECT_EQ((*sealing)->status, WriteStatus::Appended);
   const RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.pages_sealed, 1u);
   EXPECT_EQ(s.dropped, 0u);
@@ -688,15 +688,15 @@ TEST_F(RelaySpillTest, BoundedDiskStopsSpillingAtTheBoundAndFallsBackToBlock) {
   auto w = RelayWriter::create("bound", c);
   ASSERT_TRUE(w) << w.error().what();
   std::uint64_t accepted = 0;
-  WriteOutcome last = WriteOutcome::Appended;
+  WriteStatus last = WriteStatus::Appended;
   for (std::uint64_t i = 0; i < 40; ++i) {
     auto r = w->write(u64_value(i), 0ns);
     ASSERT_TRUE(r);
-    last = r->outcome;
-    if (last != WriteOutcome::Appended) break;
+    last = r->status;
+    if (last != WriteStatus::Appended) break;
     ++accepted;
   }
-  EXPECT_EQ(last, WriteOutcome::TimedOut);
+  EXPECT_EQ(last, WriteStatus::TimedOut);
   RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.cold_pages, 2u);
   EXPECT_LE(s.cold_bytes, c.spill.retention_bytes);
@@ -710,7 +710,7 @@ TEST_F(RelaySpillTest, BoundedDiskStopsSpillingAtTheBoundAndFallsBackToBlock) {
   ASSERT_TRUE(r->drain(4, [](const RelayEntry&) {}));
   auto again = w->write(u64_value(999), 0ns);
   ASSERT_TRUE(again);
-  EXPECT_EQ(again->outcome, WriteOutcome::Appended);
+  EXPECT_EQ(again->status, WriteStatus::Appended);
   // Retuned live: a larger bound.
   ASSERT_TRUE(w->retune_spill(page_for(4), 10 * page_for(4), 0ms));
   EXPECT_EQ(w->snapshot().retention_bytes, 10 * page_for(4));
@@ -807,7 +807,7 @@ TEST_F(RelaySpillTest, TheOutboxEventsPresetCreatesAndSpillsPastHighWater) {
     for (std::uint64_t i = 0; i < ops; ++i) {
       auto r = w->write(i, u64_value(i + 1), 0ns);  // a new key each time: never a merge
       ASSERT_TRUE(r) << name << " op " << i << ": " << r.error().what();
-      ASSERT_EQ(r->outcome, WriteOutcome::Appended) << name << " op " << i;
+      ASSERT_EQ(r->status, WriteStatus::Appended) << name << " op " << i;
     }
     const RelaySnapshot s = w->snapshot();
     EXPECT_GT(s.pages_sealed, 0u) << name;
@@ -851,8 +851,8 @@ TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
   } unmount{mnt};
   RelayConfig c;
   c.policy = policy::kRawFifo;
-  c.capacity = 32768;
-  c.value_size = 256;
+  c.max_entries = 32768;
+  c.value_bytes = 256;
   c.backpressure = Backpressure{Dimension::Count, 32000, 100, Overflow::Spill};
   c.spill_dedup = true;
   c.spill.enabled = true;
@@ -862,16 +862,16 @@ TEST_F(RelaySpillTest, AFullFilesystemIsNoSpaceAndTheRelayFallsBackToBlock) {
   ASSERT_TRUE(w) << w.error().what();
   const std::vector<std::byte> value(256, std::byte{0x5A});
   std::uint64_t accepted = 0;
-  WriteOutcome last = WriteOutcome::Appended;
-  for (std::uint64_t i = 0; i < 70000 && last == WriteOutcome::Appended; ++i) {
+  WriteStatus last = WriteStatus::Appended;
+  for (std::uint64_t i = 0; i < 70000 && last == WriteStatus::Appended; ++i) {
     std::vector<std::byte> v = value;
     std::memcpy(v.data(), &i, sizeof i);
     auto r = w->write(v, 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    last = r->outcome;
-    if (last == WriteOutcome::Appended) ++accepted;
+    last = r->status;
+    if (last == WriteStatus::Appended) ++accepted;
   }
-  EXPECT_EQ(last, WriteOutcome::TimedOut);
+  EXPECT_EQ(last, WriteStatus::TimedOut);
   const RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.pages_sealed, 1u);
   EXPECT_GE(s.no_space, 1u);
@@ -957,13 +957,13 @@ void run_seed_into(PolicyId policy, relay::SpillMode mode, std::uint64_t seed,
     const std::uint64_t key = rng() % 5, v = 1 + rng() % 50;
     auto res = w->write(key, u64_value(v), 0ns);
     ASSERT_TRUE(res) << res.error().what();
-    if (res->outcome == WriteOutcome::Appended || res->outcome == WriteOutcome::Merged) {
+    if (res->status == WriteStatus::Appended || res->status == WriteStatus::Merged) {
       if (policy == policy::kRawFifo)
         flat_fifo.push_back(v);
       else
         merge(flat, key, v);
     } else {
-      ASSERT_EQ(res->outcome, WriteOutcome::Unchanged) << to_string(res->outcome);
+      ASSERT_EQ(res->status, WriteStatus::Unchanged) << to_string(res->status);
     }
     // A take stays open over a few writes (which may seal pages younger than
     // what it holds), then is abandoned, applied and "crashed" (abandoned
@@ -1096,13 +1096,13 @@ TEST_F(RelaySpillTest, BackgroundSealingWritesGoOnWhileThePageIsWritten) {
   std::uint64_t next = 0;
   for (; next < 65; ++next) {  // the 65th finds the relay full: it kicks the sealer
     auto r = w->write(u64_value(next), 0ns);
-    ASSERT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << next;
+    ASSERT_TRUE(r && r->status == WriteStatus::Appended) << "op " << next;
   }
   for (int i = 0; i < 10000 && !g_sealer_held; ++i) std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(g_sealer_held) << "the sealer thread never started the seal";
   for (; next < 80; ++next) {  // the room: 15 entries
     auto r = w->write(u64_value(next), 0ns);
-    ASSERT_TRUE(r && r->outcome == WriteOutcome::Appended) << "op " << next;
+    ASSERT_TRUE(r && r->status == WriteStatus::Appended) << "op " << next;
   }
   EXPECT_TRUE(w->snapshot().seal_in_flight) << "the writes waited for the seal";
   EXPECT_EQ(w->snapshot().pages_sealed, 0u);
@@ -1113,7 +1113,7 @@ TEST_F(RelaySpillTest, BackgroundSealingWritesGoOnWhileThePageIsWritten) {
   ASSERT_EQ(last.wait_for(20s), std::future_status::ready);
   auto r = last.get();
   ASSERT_TRUE(r) << r.error().what();
-  EXPECT_EQ(r->outcome, WriteOutcome::Appended);
+  EXPECT_EQ(r->status, WriteStatus::Appended);
   ASSERT_TRUE(w->set_seal_mode(SealMode::Inline));
   EXPECT_GE(w->snapshot().pages_sealed, 1u);
   auto reader = RelayReader::open("bg-held");
@@ -1143,7 +1143,7 @@ TEST_F(RelaySpillTest, BackgroundSealingSealsOnTheWritersThreadAndKeepsOrder) {
   for (std::uint64_t i = 0; i < kOps; ++i) {
     auto r = w->write(u64_value(i), 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_EQ(r->outcome, WriteOutcome::Appended) << "op " << i;
+    ASSERT_EQ(r->status, WriteStatus::Appended) << "op " << i;
   }
   // Moved while its sealer may be sealing: the sealer goes with the handle.
   RelayWriter moved = std::move(*w);

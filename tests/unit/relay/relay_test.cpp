@@ -24,19 +24,19 @@ using test::contains;
 using test::expect_error;
 
 RelayConfig cfg(PolicyId policy, Overflow overflow = Overflow::Block, std::uint64_t high = 4,
-                std::uint64_t low = 1, std::uint32_t capacity = 16, std::uint32_t value_size = 8) {
+                std::uint64_t low = 1, std::uint32_t capacity = 16, std::uint32_t value_bytes = 8) {
   RelayConfig c;
   c.policy = policy;
-  c.capacity = capacity;
-  c.value_size = value_size;
+  c.max_entries = capacity;
+  c.value_bytes = value_bytes;
   c.backpressure = Backpressure{Dimension::Count, high, low, overflow};
   return c;
 }
 
-WriteOutcome put(RelayWriter& w, std::uint64_t key, std::uint64_t v) {
+WriteStatus put(RelayWriter& w, std::uint64_t key, std::uint64_t v) {
   auto r = w.write(key, u64_value(v), 0ns);
   EXPECT_TRUE(r) << r.error().what();
-  return r ? r->outcome : WriteOutcome::Full;
+  return r ? r->status : WriteStatus::Full;
 }
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> drain_all(RelayReader& r,
@@ -113,11 +113,11 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
   ASSERT_TRUE(w) << w.error().what();
   auto r = RelayReader::open("sum");
   ASSERT_TRUE(r) << r.error().what();
-  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 1, 7), WriteOutcome::Merged);
+  EXPECT_EQ(put(*w, 1, 5), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 1, 7), WriteStatus::Merged);
   const RelaySnapshot before = w->snapshot();
-  EXPECT_EQ(put(*w, 1, 0), WriteOutcome::Unchanged);  // a sum of zero
-  EXPECT_EQ(put(*w, 2, 0), WriteOutcome::Unchanged);  // even with no open entry
+  EXPECT_EQ(put(*w, 1, 0), WriteStatus::Unchanged);  // a sum of zero
+  EXPECT_EQ(put(*w, 2, 0), WriteStatus::Unchanged);  // even with no open entry
   const RelaySnapshot after = w->snapshot();
   EXPECT_EQ(after.depth, before.depth);
   EXPECT_EQ(after.lag, before.lag);
@@ -129,24 +129,24 @@ TEST_F(RelayTest, KeyedPoliciesMergeAndReportWritesThatChangeNothing) {
 
   auto m = RelayWriter::create("max", cfg(policy::kMax, Overflow::Block, 16, 1));
   ASSERT_TRUE(m);
-  EXPECT_EQ(put(*m, 3, 10), WriteOutcome::Appended);
+  EXPECT_EQ(put(*m, 3, 10), WriteStatus::Appended);
   const std::uint64_t notifies = m->snapshot().notifies;
-  EXPECT_EQ(put(*m, 3, 10), WriteOutcome::Unchanged);
-  EXPECT_EQ(put(*m, 3, 4), WriteOutcome::Unchanged);
+  EXPECT_EQ(put(*m, 3, 10), WriteStatus::Unchanged);
+  EXPECT_EQ(put(*m, 3, 4), WriteStatus::Unchanged);
   EXPECT_EQ(m->snapshot().notifies, notifies);
-  EXPECT_EQ(put(*m, 3, 11), WriteOutcome::Merged);
+  EXPECT_EQ(put(*m, 3, 11), WriteStatus::Merged);
 
   auto k = RelayWriter::create("latest", cfg(policy::kKeepLatest, Overflow::Block, 16, 1));
   ASSERT_TRUE(k);
-  EXPECT_EQ(put(*k, 0, 9), WriteOutcome::Appended);
-  EXPECT_EQ(put(*k, 0, 9), WriteOutcome::Unchanged);
-  EXPECT_EQ(put(*k, 0, 8), WriteOutcome::Merged);
+  EXPECT_EQ(put(*k, 0, 9), WriteStatus::Appended);
+  EXPECT_EQ(put(*k, 0, 9), WriteStatus::Unchanged);
+  EXPECT_EQ(put(*k, 0, 8), WriteStatus::Merged);
 
   auto b = RelayWriter::create("bits", cfg(policy::kBitOr, Overflow::Block, 16, 1));
   ASSERT_TRUE(b);
-  EXPECT_EQ(put(*b, 0, 0b0101), WriteOutcome::Appended);
-  EXPECT_EQ(put(*b, 0, 0b0001), WriteOutcome::Unchanged);
-  EXPECT_EQ(put(*b, 0, 0b1000), WriteOutcome::Merged);
+  EXPECT_EQ(put(*b, 0, 0b0101), WriteStatus::Appended);
+  EXPECT_EQ(put(*b, 0, 0b0001), WriteStatus::Unchanged);
+  EXPECT_EQ(put(*b, 0, 0b1000), WriteStatus::Merged);
 }
 
 // An open entry whose length in the mapping exceeds the value size is
@@ -161,11 +161,11 @@ TEST_F(RelayTest, AShorterValueThatIsAPrefixOfTheCurrentOneIsAChange) {
   auto r = RelayReader::open("prefix");
   ASSERT_TRUE(r) << r.error().what();
   const auto text = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
-  ASSERT_EQ(w->write(1, text("abcdef"), 0ns)->outcome, WriteOutcome::Appended);
-  EXPECT_EQ(w->write(1, text("abc"), 0ns)->outcome, WriteOutcome::Merged);
-  EXPECT_EQ(w->write(1, text("abc"), 0ns)->outcome, WriteOutcome::Unchanged);
-  EXPECT_EQ(w->write(1, text("abcdef"), 0ns)->outcome, WriteOutcome::Merged);
-  EXPECT_EQ(w->write(1, text("ab"), 0ns)->outcome, WriteOutcome::Merged);
+  ASSERT_EQ(w->write(1, text("abcdef"), 0ns)->status, WriteStatus::Appended);
+  EXPECT_EQ(w->write(1, text("abc"), 0ns)->status, WriteStatus::Merged);
+  EXPECT_EQ(w->write(1, text("abc"), 0ns)->status, WriteStatus::Unchanged);
+  EXPECT_EQ(w->write(1, text("abcdef"), 0ns)->status, WriteStatus::Merged);
+  EXPECT_EQ(w->write(1, text("ab"), 0ns)->status, WriteStatus::Merged);
   std::vector<std::string> got;
   auto n = r->drain(8, [&](const RelayEntry& e) {
     got.emplace_back(reinterpret_cast<const char*>(e.value.data()), e.value.size());
@@ -182,10 +182,10 @@ TEST_F(RelayTest, DropOldestCountsEveryOpOfTheDroppedEntry) {
   auto w = RelayWriter::create("drop", cfg(policy::kMax, Overflow::DropOldest, 3, 1, 8));
   ASSERT_TRUE(w) << w.error().what();
   for (std::uint64_t i = 0; i < 5; ++i)
-    ASSERT_EQ(put(*w, 1, i + 1), i == 0 ? WriteOutcome::Appended : WriteOutcome::Merged);
-  ASSERT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
-  ASSERT_EQ(put(*w, 3, 1), WriteOutcome::Appended);   // high water 3: full
-  EXPECT_EQ(put(*w, 4, 1), WriteOutcome::Displaced);  // drops key 1, its 5 ops
+    ASSERT_EQ(put(*w, 1, i + 1), i == 0 ? WriteStatus::Appended : WriteStatus::Merged);
+  ASSERT_EQ(put(*w, 2, 1), WriteStatus::Appended);
+  ASSERT_EQ(put(*w, 3, 1), WriteStatus::Appended);   // high water 3: full
+  EXPECT_EQ(put(*w, 4, 1), WriteStatus::Displaced);  // drops key 1, its 5 ops
   const RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.dropped, 5u);
   EXPECT_EQ(s.lag, 3u) << "the ops of keys 2, 3 and 4";
@@ -194,12 +194,12 @@ TEST_F(RelayTest, DropOldestCountsEveryOpOfTheDroppedEntry) {
 TEST_F(RelayTest, AMergeIntoAnEntryLongerThanTheValueSizeIsCorrupt) {
   auto w = RelayWriter::create("longer", cfg(policy::kSum, Overflow::Block, 16, 1, 16));
   ASSERT_TRUE(w) << w.error().what();
-  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 1, 5), WriteStatus::Appended);
   const std::uint32_t e = w->view().control->head.load();
   ASSERT_LT(e, 16u);
   w->view().entry(e).len.store(4096);
   auto r = w->write(1, u64_value(7), 0ns);
-  ASSERT_FALSE(r) << "a 4096-byte value in an 8-byte slot gave " << to_string(r->outcome);
+  ASSERT_FALSE(r) << "a 4096-byte value in an 8-byte slot gave " << to_string(r->status);
   EXPECT_EQ(r.error().code, Errc::Corrupt) << r.error().what();
   EXPECT_TRUE(contains(r.error().message, "holds a 4096-byte value (value size 8)"))
       << r.error().what();
@@ -215,10 +215,10 @@ TEST_F(RelayTest, LwwConvergesWhateverTheArrivalOrder) {
   ASSERT_TRUE(w->write(5, b, shm::forever));
   auto ra = w->write(5, a, shm::forever);
   ASSERT_TRUE(ra);
-  EXPECT_EQ(ra->outcome, WriteOutcome::Unchanged);  // (10, 1) loses to (10, 2)
+  EXPECT_EQ(ra->status, WriteStatus::Unchanged);  // (10, 1) loses to (10, 2)
   auto ro = w->write(5, old, shm::forever);
   ASSERT_TRUE(ro);
-  EXPECT_EQ(ro->outcome, WriteOutcome::Unchanged);
+  EXPECT_EQ(ro->status, WriteStatus::Unchanged);
   std::vector<std::byte> seen;
   ASSERT_TRUE(
       r->drain(10, [&](const RelayEntry& e) { seen.assign(e.value.begin(), e.value.end()); }));
@@ -239,15 +239,15 @@ TEST_F(RelayTest, IsFullHasHysteresisAndDropNewestCountsAndLogs) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("hyst");
   ASSERT_TRUE(r);
-  for (std::uint64_t k = 0; k < 3; ++k) EXPECT_EQ(put(*w, k, 1), WriteOutcome::Appended);
+  for (std::uint64_t k = 0; k < 3; ++k) EXPECT_EQ(put(*w, k, 1), WriteStatus::Appended);
   EXPECT_FALSE(w->snapshot().is_full);
-  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 3, 1), WriteStatus::Appended);
   EXPECT_TRUE(w->snapshot().is_full) << "sets at high water";
-  EXPECT_EQ(put(*w, 9, 1), WriteOutcome::Dropped);
-  EXPECT_EQ(put(*w, 0, 2), WriteOutcome::Merged) << "an open key still merges when full";
+  EXPECT_EQ(put(*w, 9, 1), WriteStatus::Dropped);
+  EXPECT_EQ(put(*w, 0, 2), WriteStatus::Merged) << "an open key still merges when full";
   EXPECT_EQ(drain_all(*r, 2).size(), 2u);
   EXPECT_TRUE(w->snapshot().is_full) << "level 2 is above low water 1: still full";
-  EXPECT_EQ(put(*w, 9, 1), WriteOutcome::Dropped);
+  EXPECT_EQ(put(*w, 9, 1), WriteStatus::Dropped);
   EXPECT_EQ(drain_all(*r, 1).size(), 1u);
   const RelaySnapshot s = w->snapshot();
   EXPECT_FALSE(s.is_full) << "clears at low water";
@@ -255,7 +255,7 @@ TEST_F(RelayTest, IsFullHasHysteresisAndDropNewestCountsAndLogs) {
   int drops = 0;
   for (const RelayEvent& e : s.events) drops += e.kind == relay::EventKind::Dropped ? 1 : 0;
   EXPECT_EQ(drops, 2) << "every lossy action is logged";
-  EXPECT_EQ(put(*w, 9, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 9, 1), WriteStatus::Appended);
 }
 
 TEST_F(RelayTest, DropOldestDisplacesTheOldestEntry) {
@@ -263,9 +263,9 @@ TEST_F(RelayTest, DropOldestDisplacesTheOldestEntry) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("old");
   ASSERT_TRUE(r);
-  for (std::uint64_t v = 1; v <= 3; ++v) EXPECT_EQ(put(*w, 0, v), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 0, 4), WriteOutcome::Displaced);
-  EXPECT_EQ(put(*w, 0, 5), WriteOutcome::Displaced);
+  for (std::uint64_t v = 1; v <= 3; ++v) EXPECT_EQ(put(*w, 0, v), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 0, 4), WriteStatus::Displaced);
+  EXPECT_EQ(put(*w, 0, 5), WriteStatus::Displaced);
   const auto got = drain_all(*r);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].second, 3u);
@@ -278,11 +278,11 @@ TEST_F(RelayTest, BlockTimesOutWithNothingWrittenAndResumesBelowLowWater) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("blk");
   ASSERT_TRUE(r);
-  EXPECT_EQ(put(*w, 0, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 0, 2), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 0, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 0, 2), WriteStatus::Appended);
   auto t = w->write(0, u64_value(3), 5ms);
   ASSERT_TRUE(t);
-  EXPECT_EQ(t->outcome, WriteOutcome::TimedOut);
+  EXPECT_EQ(t->status, WriteStatus::TimedOut);
   EXPECT_EQ(w->snapshot().depth, 2u);
   EXPECT_EQ(w->snapshot().timed_out, 1u);
   // The timed-out write above parked once already: wait for this writer's own park.
@@ -290,7 +290,7 @@ TEST_F(RelayTest, BlockTimesOutWithNothingWrittenAndResumesBelowLowWater) {
   std::atomic<int> done{0};
   std::thread writer([&] {
     auto x = w->write(0, u64_value(3), 30s);
-    done = x && x->outcome == WriteOutcome::Appended ? 1 : 2;
+    done = x && x->status == WriteStatus::Appended ? 1 : 2;
   });
   // The writer parks; draining one entry (level 1 > low 0) does not release it.
   const auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -308,13 +308,13 @@ TEST_F(RelayTest, BlockTimesOutWithNothingWrittenAndResumesBelowLowWater) {
 TEST_F(RelayTest, RetuneFromAnotherHandleIsFollowedWithoutReattaching) {
   auto w = RelayWriter::create("tune", cfg(policy::kKeepLatest, Overflow::DropNewest, 2, 1));
   ASSERT_TRUE(w);
-  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Dropped);
+  EXPECT_EQ(put(*w, 1, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 2, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 3, 1), WriteStatus::Dropped);
   ASSERT_TRUE(retune_relay("tune", {Dimension::Count, 8, 2, Overflow::DropNewest}));
   EXPECT_EQ(w->snapshot().backpressure.high_water, 8u);
   EXPECT_FALSE(w->snapshot().is_full) << "level 2 is at the new low water";
-  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 3, 1), WriteStatus::Appended);
   expect_error(retune_relay("tune", {Dimension::Count, 8, 9, Overflow::Block}),
                Errc::InvalidArgument, "low_water 9");
   // The kind's set (shmctl set) goes through the same validation.
@@ -340,7 +340,7 @@ TEST_F(RelayTest, ReconfigureOnlyWhileTheHeadIsEmptyAndRevalidates) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("swap");
   ASSERT_TRUE(r);
-  EXPECT_EQ(put(*w, 1, 3), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 1, 3), WriteStatus::Appended);
   EXPECT_FALSE(w->can_reconfigure());
   expect_error(w->reconfigure(policy::kMin), Errc::InvalidArgument, "needs an empty head (depth 1");
   EXPECT_EQ(drain_all(*r).size(), 1u);
@@ -348,8 +348,8 @@ TEST_F(RelayTest, ReconfigureOnlyWhileTheHeadIsEmptyAndRevalidates) {
   expect_error(w->reconfigure(policy::kSum), Errc::PolicyRefused,
                "overflow drop_oldest with policy sum");
   ASSERT_TRUE(w->reconfigure(policy::kSum, Overflow::Block));
-  EXPECT_EQ(put(*w, 1, 3), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 1, 3), WriteOutcome::Merged) << "the new merge is followed";
+  EXPECT_EQ(put(*w, 1, 3), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 1, 3), WriteStatus::Merged) << "the new merge is followed";
   const auto got = drain_all(*r);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].second, 6u);
@@ -416,7 +416,7 @@ TEST_F(RelayTest, CustomMergesAreRegisteredAndTheirLawsChecked) {
   ASSERT_TRUE(w->write(4, s1, shm::forever));
   auto again = w->write(4, s2, shm::forever);
   ASSERT_TRUE(again);
-  EXPECT_EQ(again->outcome, WriteOutcome::Unchanged);
+  EXPECT_EQ(again->status, WriteStatus::Unchanged);
   expect_error(RelayWriter::create("unknown", cfg(4242)), Errc::UnknownPolicy,
                "merge policy id 4242 is not registered");
   expect_error(register_merge(MergePolicy{longest.id, "other", {}, true, 0, 0, longest.combine}),
@@ -430,15 +430,15 @@ TEST_F(RelayTest, EntriesADeadReaderHeldAreRedeliveredWithTheirSequences) {
   {
     auto r = RelayReader::open("again");
     ASSERT_TRUE(r);
-    EXPECT_EQ(put(*w, 1, 2), WriteOutcome::Appended);
-    EXPECT_EQ(put(*w, 1, 3), WriteOutcome::Merged);
+    EXPECT_EQ(put(*w, 1, 2), WriteStatus::Appended);
+    EXPECT_EQ(put(*w, 1, 3), WriteStatus::Merged);
     auto got = r->take(10);
     ASSERT_TRUE(got);
     ASSERT_EQ(got->size(), 1u);
     first = (*got)[0].first_seq;
     EXPECT_TRUE(w->snapshot().is_draining);
     // The key's entry is in hand: a new write opens a new entry.
-    EXPECT_EQ(put(*w, 1, 10), WriteOutcome::Appended);
+    EXPECT_EQ(put(*w, 1, 10), WriteStatus::Appended);
     // The reader "dies" without commit (its handle goes away).
   }
   auto r2 = RelayReader::open("again");
@@ -480,12 +480,12 @@ TEST_F(RelayTest, InboxAndOutboxFactoriesUseTheRolesTableDefaults) {
 TEST_F(RelayTest, ConflateAdmitsNewKeysUntilTheTableIsFull) {
   auto w = RelayWriter::create("conf", cfg(policy::kMax, Overflow::Conflate, 2, 1, 3));
   ASSERT_TRUE(w);
-  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 1, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 2, 1), WriteStatus::Appended);
   EXPECT_TRUE(w->snapshot().is_full);
-  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 4, 1), WriteOutcome::Full) << "no free entry: back-pressure, nothing lost";
-  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Merged);
+  EXPECT_EQ(put(*w, 3, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 4, 1), WriteStatus::Full) << "no free entry: back-pressure, nothing lost";
+  EXPECT_EQ(put(*w, 1, 5), WriteStatus::Merged);
   const RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.conflated, 1u);
   EXPECT_EQ(s.refused_full, 1u);
@@ -508,15 +508,15 @@ TEST_F(RelayTest, AgeDimensionFillsWhenTheOldestPendingOpGetsOld) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("age");
   ASSERT_TRUE(r);
-  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 1, 1), WriteStatus::Appended);
   ASSERT_NO_FATAL_FAILURE(wait_until_oldest_is_older_than(*w, 3'000'000));
-  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Dropped) << "the oldest op is older than high water";
+  EXPECT_EQ(put(*w, 2, 1), WriteStatus::Dropped) << "the oldest op is older than high water";
   EXPECT_TRUE(w->snapshot().is_full);
-  EXPECT_EQ(put(*w, 1, 5), WriteOutcome::Merged) << "an open key still merges";
+  EXPECT_EQ(put(*w, 1, 5), WriteStatus::Merged) << "an open key still merges";
   EXPECT_TRUE(w->snapshot().is_full) << "a merge reads the age: still above low water";
   EXPECT_EQ(drain_all(*r).size(), 1u);
   EXPECT_FALSE(w->snapshot().is_full) << "nothing pending: age 0 is at low water";
-  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 2, 1), WriteStatus::Appended);
 }
 
 // Age with Block, in real time: once the oldest pending op is older than high
@@ -529,11 +529,11 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
   ASSERT_TRUE(w);
   auto r = RelayReader::open("aged");
   ASSERT_TRUE(r);
-  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
+  EXPECT_EQ(put(*w, 1, 1), WriteStatus::Appended);
   ASSERT_NO_FATAL_FAILURE(wait_until_oldest_is_older_than(*w, 3'000'000));
   auto timed = w->write(2, u64_value(1), 20ms);
   ASSERT_TRUE(timed);
-  EXPECT_EQ(timed->outcome, WriteOutcome::TimedOut);
+  EXPECT_EQ(timed->status, WriteStatus::TimedOut);
   RelaySnapshot s = w->snapshot();
   EXPECT_EQ(s.timed_out, 1u);
   EXPECT_EQ(s.depth, 1u) << "a timed-out write writes nothing";
@@ -541,7 +541,7 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
 
   auto w2 = RelayWriter::open("aged");  // a handle of its own for the parking thread
   ASSERT_TRUE(w2);
-  std::optional<Result<WriteResult>> parked;
+  std::optional<Result<WriteOutcome>> parked;
   std::thread writer([&] { parked.emplace(w2->write(2, u64_value(1), 30s)); });
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (w->snapshot().blocked < 2 && std::chrono::steady_clock::now() < deadline)
@@ -550,7 +550,7 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
   EXPECT_EQ(drain_all(*r).size(), 1u);
   writer.join();
   ASSERT_TRUE(parked && *parked);
-  EXPECT_EQ((*parked)->outcome, WriteOutcome::Appended);
+  EXPECT_EQ((*parked)->status, WriteStatus::Appended);
   s = w->snapshot();
   EXPECT_EQ(s.depth, 1u);
   EXPECT_EQ(s.timed_out, 1u);
@@ -559,9 +559,9 @@ TEST_F(RelayTest, AgeDimensionParksAWriterUntilTheReaderDrains) {
 TEST_F(RelayTest, SidecarMetricsExportTheProjectionsCountersAndFlags) {
   auto w = RelayWriter::create("m", cfg(policy::kKeepLatest, Overflow::DropNewest, 2, 1));
   ASSERT_TRUE(w);
-  EXPECT_EQ(put(*w, 1, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 2, 1), WriteOutcome::Appended);
-  EXPECT_EQ(put(*w, 3, 1), WriteOutcome::Dropped);
+  EXPECT_EQ(put(*w, 1, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 2, 1), WriteStatus::Appended);
+  EXPECT_EQ(put(*w, 3, 1), WriteStatus::Dropped);
   auto seg = Segment::open_any("m", {.read_only = true});
   ASSERT_TRUE(seg);
   Node tree;

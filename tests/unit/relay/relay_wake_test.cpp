@@ -21,11 +21,11 @@ std::vector<std::byte> value_of(std::size_t n, char c) {
 
 class RelayWakeTest : public ::testing::Test {
  protected:
-  void make(PolicyId policy, Backpressure bp, std::uint32_t capacity, std::uint32_t value_size) {
+  void make(PolicyId policy, Backpressure bp, std::uint32_t capacity, std::uint32_t value_bytes) {
     RelayConfig c;
     c.policy = policy;
-    c.capacity = capacity;
-    c.value_size = value_size;
+    c.max_entries = capacity;
+    c.value_bytes = value_bytes;
     c.backpressure = bp;
     auto r = RelayReader::create("wake", c);
     ASSERT_TRUE(r) << r.error().what();
@@ -39,7 +39,7 @@ class RelayWakeTest : public ::testing::Test {
   void put(std::uint64_t key, const std::vector<std::byte>& v) {
     auto r = other_->write(key, v, 0ns);
     ASSERT_TRUE(r) << r.error().what();
-    ASSERT_NE(r->outcome, WriteOutcome::TimedOut);
+    ASSERT_NE(r->status, WriteStatus::TimedOut);
   }
   // Parks `parked_` writing `key` (Block, 10 s); `change` must wake it.
   test::WakeProbe writer_woken_by(std::uint64_t key, const std::vector<std::byte>& v,
@@ -48,7 +48,7 @@ class RelayWakeTest : public ::testing::Test {
         [&] {
           auto r = parked_->write(key, v, 10s);
           ASSERT_TRUE(r) << r.error().what();
-          EXPECT_EQ(r->outcome, WriteOutcome::Appended);
+          EXPECT_EQ(r->status, WriteStatus::Appended);
         },
         [&] { return parked_->view().control->writers_waiting.load() != 0; }, change);
   }
@@ -138,8 +138,8 @@ TEST_F(RelayWakeTest, TakeAgainBeforeCommitIsOutOfOrderAndKeepsTheBatch) {
 TEST_F(RelayWakeTest, HighWaterTheRelayCannotReachIsRefused) {
   RelayConfig c;
   c.policy = policy::kSum;
-  c.capacity = 64;
-  c.value_size = 8;
+  c.max_entries = 64;
+  c.value_bytes = 8;
   c.backpressure = Backpressure{Dimension::Count, 100, 10, Overflow::Block};
   auto r = RelayReader::create("unreachable", c);
   ASSERT_FALSE(r);

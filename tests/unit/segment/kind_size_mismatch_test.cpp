@@ -46,12 +46,12 @@ Forged forge(const std::string& name, const KindSpec& spec, Delta delta) {
                 spec.data_size};
 }
 
-const RingParams kRing{.capacity = 4096};
-const MpmcParams kMpmc{.capacity = 64, .slot_size = 48};
+const RingParams kRing{.capacity_bytes = 4096};
+const MpmcParams kMpmc{.ring_cells = 64, .slot_bytes = 48};
 const ChannelParams kChannel{
-    .pages = 4, .page_bytes = 4096, .descriptors_per_page = 8, .ring_capacity = 16};
+    .pages = 4, .page_bytes = 4096, .descriptors_per_page = 8, .ring_cells = 16};
 const LedgerParams kLedger{.global_limit = 1000};
-const FanoutParams kFanout{.priorities = 2, .ring_capacity = 64, .slot_size = 48};
+const FanoutParams kFanout{.priorities = 2, .ring_cells = 64, .slot_bytes = 48};
 
 Forged forge_ring(const std::string& name, Delta d) {
   ring::ParamBlock b{};
@@ -82,7 +82,7 @@ Forged forge_fanout_ring(const std::string& name, Delta d) {
   EXPECT_TRUE(Segment::unlink(fanout::ring_name(name, 1)));
   mpmc::ParamBlock b{};
   return forge(fanout::ring_name(name, 1),
-               mpmc::kind_spec({kFanout.ring_capacity, kFanout.slot_size}, b), d);
+               mpmc::kind_spec({kFanout.ring_cells, kFanout.slot_bytes}, b), d);
 }
 
 template <class T>

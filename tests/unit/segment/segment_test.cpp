@@ -121,7 +121,7 @@ class SegmentTest : public ::testing::Test {
   test::TempRoot root_;
 
   static Segment make_ring(const std::string& name, std::uint64_t capacity = 4096) {
-    auto s = create_ring(name, {.capacity = capacity});
+    auto s = create_ring(name, {.capacity_bytes = capacity});
     EXPECT_TRUE(s) << s.error().what();
     return std::move(*s);
   }
@@ -175,14 +175,14 @@ TEST_F(SegmentTest, NamesStartingWithADashAreInvalidNamingTheRule) {
   }
   EXPECT_TRUE(validate_name("x-"));
   EXPECT_TRUE(validate_name("a-b"));
-  auto c = create_ring("-x", {.capacity = 1024});
+  auto c = create_ring("-x", {.capacity_bytes = 1024});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, Errc::InvalidName);
   EXPECT_FALSE(std::filesystem::exists(root_.file("-x")));
 }
 
 TEST_F(SegmentTest, CreateAndOpenRejectInvalidNames) {
-  auto c = create_ring("../escape", {.capacity = 1024});
+  auto c = create_ring("../escape", {.capacity_bytes = 1024});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, Errc::InvalidName);
   auto o = open_ring("a/b");
@@ -211,7 +211,7 @@ TEST_F(SegmentTest, CreatePublishesAReadySegmentWithMode0600AndIdentity) {
 }
 
 TEST_F(SegmentTest, CreateHonoursCallerMode) {
-  auto s = create_ring("grp", {.capacity = 1024}, {.mode = 0660});
+  auto s = create_ring("grp", {.capacity_bytes = 1024}, {.mode = 0660});
   ASSERT_TRUE(s);
   struct stat st {};
   ASSERT_EQ(::stat(root_.file("grp").c_str(), &st), 0);
@@ -221,7 +221,7 @@ TEST_F(SegmentTest, CreateHonoursCallerMode) {
 TEST_F(SegmentTest, CreateOfExistingNameFailsAndLeavesItIntact) {
   Segment first = make_ring("dup");
   const auto incarnation = first.header().incarnation;
-  auto again = create_ring("dup", {.capacity = 1024});
+  auto again = create_ring("dup", {.capacity_bytes = 1024});
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, Errc::AlreadyExists);
   EXPECT_THAT(again.error().message, HasSubstr("dup"));
@@ -243,7 +243,7 @@ TEST_F(SegmentTest, RecreatedNameIsANewIncarnationAndOldHandleIsStale) {
 
 TEST_F(SegmentTest, RootIsCreated0700WhenMissing) {
   const std::string nested = root_.path() + "/sub/root";
-  auto s = create_ring("x", {.capacity = 1024}, {.root = nested});
+  auto s = create_ring("x", {.capacity_bytes = 1024}, {.root = nested});
   ASSERT_TRUE(s) << s.error().what();
   struct stat st {};
   ASSERT_EQ(::stat(nested.c_str(), &st), 0);
@@ -256,7 +256,7 @@ TEST_F(SegmentTest, FilesystemTooSmallIsNoSpaceBeforeAnythingIsWritten) {
   if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0)
     GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno)
                  << "); the NoSpace path needs one";
-  auto s = create_ring("big", {.capacity = 1 << 20}, {.root = mnt});
+  auto s = create_ring("big", {.capacity_bytes = 1 << 20}, {.root = mnt});
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::NoSpace);
   EXPECT_THAT(s.error().message, HasSubstr("needs"));
@@ -274,7 +274,7 @@ TEST_F(SegmentTest, FilesystemFilledAfterTheFreeSpaceCheckIsNoSpaceAndLeavesNoth
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs in a private mount namespace";
   const std::string mnt = root_.path() + "/filled";
   std::filesystem::create_directories(mnt);
-  const RingParams params{.capacity = 1 << 16};
+  const RingParams params{.capacity_bytes = 1 << 16};
   ring::ParamBlock block{};
   const std::uint64_t total =
       kHeaderSize + round_up(ring::kind_spec(params, block).data_size, kPageSize);
@@ -401,7 +401,7 @@ TEST_F(SegmentTest, CreateInARootTheProcessMayNotWriteIsPermissionDeniedAndLeave
   // not writable even by its owner.
   ASSERT_EQ(::chown(root_.path().c_str(), 65534, 65534), 0);
   ASSERT_EQ(::chmod(root_.path().c_str(), 0555), 0);
-  auto r = run_as_nobody([] { return error_report(create_ring("new", {.capacity = 4096})); });
+  auto r = run_as_nobody([] { return error_report(create_ring("new", {.capacity_bytes = 4096})); });
   ASSERT_FALSE(r.contains("setup")) << r["setup"];
   EXPECT_EQ(r["code"], "PermissionDenied") << r["message"];
   EXPECT_THAT(r["message"], HasSubstr("create " + root_.path() + "/.libshm-tmp-new-"));
@@ -418,7 +418,7 @@ TEST_F(SegmentTest, CreateUnderAParentTheProcessMayNotSearchIsPermissionDeniedNo
   const std::string sub = root_.path() + "/sub";
   auto r = run_as_nobody([&] {
     try {
-      return error_report(create_ring("new", {.capacity = 4096}, {.root = sub}));
+      return error_report(create_ring("new", {.capacity_bytes = 4096}, {.root = sub}));
     } catch (const std::exception& e) {
       return fmt::format("code=exception\nmessage={}\n", e.what());
     }
@@ -440,7 +440,7 @@ TEST_F(SegmentTest, RootThatIsASymbolicLinkIsRefusedAsUnsafe) {
   const std::string link = root_.file("link");
   ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
   for (const std::string& root : {link, link + "/"}) {
-    auto s = create_ring("r", {.capacity = 4096}, {.root = root});
+    auto s = create_ring("r", {.capacity_bytes = 4096}, {.root = root});
     ASSERT_FALSE(s) << root;
     EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
     EXPECT_THAT(s.error().message, HasSubstr("root " + link));
@@ -453,7 +453,7 @@ TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
   const std::string open_root = root_.file("open");
   ASSERT_EQ(::mkdir(open_root.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
-  auto s = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  auto s = create_ring("r", {.capacity_bytes = 4096}, {.root = open_root});
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
   EXPECT_THAT(s.error().message, HasSubstr("root " + open_root + " is world-writable (mode 777)"));
@@ -461,7 +461,7 @@ TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
   EXPECT_TRUE(std::filesystem::is_empty(open_root));
   // With the sticky bit (like /tmp, /dev/shm) only a file's owner may remove it.
   ASSERT_EQ(::chmod(open_root.c_str(), 01777), 0);
-  auto sticky = create_ring("r", {.capacity = 4096}, {.root = open_root});
+  auto sticky = create_ring("r", {.capacity_bytes = 4096}, {.root = open_root});
   EXPECT_TRUE(sticky) << sticky.error().what();
 }
 
@@ -470,7 +470,7 @@ TEST_F(SegmentTest, WorldWritableRootWithoutTheStickyBitIsRefusedAsUnsafe) {
 TEST_F(SegmentTest, OpenAndUnlinkRefuseARootThatBecameUnsafe) {
   const std::string open_root = root_.file("open");
   ASSERT_EQ(::mkdir(open_root.c_str(), 0700), 0);
-  ASSERT_TRUE(create_ring("r", {.capacity = 4096}, {.root = open_root}));
+  ASSERT_TRUE(create_ring("r", {.capacity_bytes = 4096}, {.root = open_root}));
   ASSERT_EQ(::chmod(open_root.c_str(), 0777), 0);
   auto opened = Segment::open_any("r", {.root = open_root});
   ASSERT_FALSE(opened);
@@ -490,7 +490,7 @@ TEST_F(SegmentTest, OpenAndUnlinkRefuseARootThatBecameUnsafe) {
 // A relative root would follow each process's working directory: refused at
 // create and open with the same words as a relative spill directory.
 TEST_F(SegmentTest, RelativeRootIsRefusedAtEveryEntryPoint) {
-  auto made = create_ring("r", {.capacity = 4096}, {.root = "relative/root"});
+  auto made = create_ring("r", {.capacity_bytes = 4096}, {.root = "relative/root"});
   ASSERT_FALSE(made);
   EXPECT_EQ(made.error().code, Errc::InvalidArgument);
   EXPECT_THAT(made.error().message,
@@ -518,7 +518,7 @@ TEST_F(SegmentTest, RootOwnedByAnotherUserIsRefusedAsUnsafe) {
   const std::string theirs = root_.file("theirs");
   ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
   ASSERT_EQ(::chown(theirs.c_str(), 12345, 12345), 0);
-  auto s = create_ring("r", {.capacity = 4096}, {.root = theirs});
+  auto s = create_ring("r", {.capacity_bytes = 4096}, {.root = theirs});
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::UnsafeRoot) << s.error().what();
   EXPECT_THAT(s.error().message,
@@ -540,7 +540,7 @@ TEST_F(SegmentTest, GroupRootIsAcceptedOnlyWhenNamedAndItsModesAreRight) {
   const auto create_as_member = [&](const char* group_env, std::vector<gid_t> groups = {kTeam}) {
     return run_as(23456, 23456, std::move(groups), [&] {
       if (group_env != nullptr) ::setenv("LIBSHM_ROOT_GROUP", group_env, 1);
-      auto s = create_ring("seg", {.capacity = 4096}, {.root = team});
+      auto s = create_ring("seg", {.capacity_bytes = 4096}, {.root = team});
       return error_report(s);
     });
   };
@@ -575,9 +575,9 @@ TEST_F(SegmentTest, GroupRootIsAcceptedOnlyWhenNamedAndItsModesAreRight) {
 TEST_F(SegmentTest, PrivateRootsOfTheCallerAreAccepted) {
   // mkdtemp's 0700 directory (every test's root) and a root the library
   // creates itself.
-  EXPECT_TRUE(create_ring("in-mkdtemp-root", {.capacity = 4096}));
+  EXPECT_TRUE(create_ring("in-mkdtemp-root", {.capacity_bytes = 4096}));
   const std::string fresh = root_.file("fresh/nested");
-  auto s = create_ring("in-fresh-root", {.capacity = 4096}, {.root = fresh});
+  auto s = create_ring("in-fresh-root", {.capacity_bytes = 4096}, {.root = fresh});
   ASSERT_TRUE(s) << s.error().what();
   struct stat st {};
   ASSERT_EQ(::stat(fresh.c_str(), &st), 0);
@@ -585,7 +585,7 @@ TEST_F(SegmentTest, PrivateRootsOfTheCallerAreAccepted) {
 }
 
 TEST_F(SegmentTest, InvalidRingCapacityIsRejected) {
-  auto s = create_ring("bad", {.capacity = 1000});
+  auto s = create_ring("bad", {.capacity_bytes = 1000});
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::InvalidArgument);
   EXPECT_THAT(s.error().message, HasSubstr("1000"));
@@ -750,11 +750,12 @@ TEST_F(SegmentTest, OtherLayoutFingerprintIsFingerprintMismatch) {
 
 TEST_F(SegmentTest, OtherCapacityIsParamMismatchNamingBothValues) {
   make_ring("cap", 4096);
-  auto o = open_ring("cap", {.capacity = 1024});
+  auto o = open_ring("cap", {.capacity_bytes = 1024});
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, Errc::ParamMismatch);
-  EXPECT_THAT(o.error().message, HasSubstr("capacity: segment has 4096, caller expects 1024"));
-  EXPECT_TRUE(open_ring("cap", {.capacity = 4096}));
+  EXPECT_THAT(o.error().message,
+              HasSubstr("capacity_bytes: segment has 4096, caller expects 1024"));
+  EXPECT_TRUE(open_ring("cap", {.capacity_bytes = 4096}));
   EXPECT_TRUE(open_ring("cap"));  // 0 = accept what is there
 }
 

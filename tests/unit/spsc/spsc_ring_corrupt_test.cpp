@@ -23,7 +23,7 @@ using test::bytes;
 class SpscRingCorruptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = RingProducer::create("r", {.capacity = 1024});
+    auto p = RingProducer::create("r", {.capacity_bytes = 1024});
     ASSERT_TRUE(p);
     producer_ = std::move(*p);
     auto c = RingConsumer::open("r");

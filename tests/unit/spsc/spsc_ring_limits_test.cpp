@@ -60,7 +60,7 @@ TEST(SpscRingLimits, MaxPayloadIsCappedByTheLengthField) {
 TEST(SpscRingLimits, RecordOverTheLengthFieldIsRefusedInA16GiBRing) {
   test::TempRoot root;
   {
-    auto s = create_ring("big", {.capacity = 64});
+    auto s = create_ring("big", {.capacity_bytes = 64});
     ASSERT_TRUE(s) << s.error().message;
   }
   constexpr std::uint64_t kCapacity = 1ull << 34;

@@ -54,7 +54,7 @@ class SpscRingTest : public ::testing::Test {
 };
 
 TEST_F(SpscRingTest, PushThenPopReturnsTheSameRecordsInOrder) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(p) << p.error().what();
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(c) << c.error().what();
@@ -75,7 +75,7 @@ TEST_F(SpscRingTest, PushThenPopReturnsTheSameRecordsInOrder) {
 // previous lap's record at the peek position (a lap read from the released
 // position instead of the peek position did; a mutant the suite missed).
 TEST_F(SpscRingTest, PeeksAcrossALapOfAnExactlyFullRingEndEmpty) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(p) << p.error().what();
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(c) << c.error().what();
@@ -109,7 +109,7 @@ TEST_F(SpscRingTest, PeeksAcrossALapOfAnExactlyFullRingEndEmpty) {
 // released, try_pop used to release them unseen and pop to deliver the first
 // of them a second time; both are refused now, and nothing is lost or repeated.
 TEST_F(SpscRingTest, PopWithPeeksOutstandingIsRefusedAndLosesNothing) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(p) << p.error().what();
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(c) << c.error().what();
@@ -147,7 +147,7 @@ TEST_F(SpscRingTest, PopWithPeeksOutstandingIsRefusedAndLosesNothing) {
 }
 
 TEST_F(SpscRingTest, WrapsWithPaddingRecordAcrossManyLaps) {
-  auto p = RingProducer::create("r", {.capacity = 256});
+  auto p = RingProducer::create("r", {.capacity_bytes = 256});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::uint64_t sent = 0, got = 0;
@@ -174,7 +174,7 @@ TEST_F(SpscRingTest, WrapsWithPaddingRecordAcrossManyLaps) {
 // small payloads (two overlapping words) and the fast paths of push and pop
 // must hand back exactly the bytes pushed, as the peek path does.
 TEST_F(SpscRingTest, EverySmallLengthRoundTripsByteForByteThroughPushPopAndPeek) {
-  auto p = RingProducer::create("r", {.capacity = 512});
+  auto p = RingProducer::create("r", {.capacity_bytes = 512});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::vector<std::byte> out(64, std::byte{0xEE});
@@ -210,7 +210,7 @@ TEST_F(SpscRingTest, EverySmallLengthRoundTripsByteForByteThroughPushPopAndPeek)
 }
 
 TEST_F(SpscRingTest, TooLargeRecordIsRejectedWithLimitInMessage) {
-  auto p = RingProducer::create("r", {.capacity = 256});
+  auto p = RingProducer::create("r", {.capacity_bytes = 256});
   ASSERT_TRUE(p);
   auto r = p->try_reserve(p->max_payload() + 1);
   ASSERT_FALSE(r);
@@ -298,7 +298,7 @@ TEST(EndpointGuardTest, ThreadsTakingTurnsOnAnEndpointPass) {
 // the endpoint and is refused like a second thread, before it can release
 // the records of the batch under the drain's feet.
 TEST_F(SpscRingTest, DrainHoldsTheGuardForTheWholeBatch) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   ASSERT_TRUE(*p->try_push(bytes("a")));
@@ -327,9 +327,9 @@ TEST_F(SpscRingTest, DrainHoldsTheGuardForTheWholeBatch) {
 // mapping is still there (the attachment writes into it), so the old ring's
 // roles are free for the next attacher, and the moved handles work on theirs.
 TEST_F(SpscRingTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
-  auto px = RingProducer::create("x", {.capacity = 1024});
+  auto px = RingProducer::create("x", {.capacity_bytes = 1024});
   auto cx = RingConsumer::open("x");
-  auto py = RingProducer::create("y", {.capacity = 1024});
+  auto py = RingProducer::create("y", {.capacity_bytes = 1024});
   auto cy = RingConsumer::open("y");
   ASSERT_TRUE(px && cx && py && cy);
   ASSERT_EQ(RingProducer::open("x").error().code, Errc::RoleTaken);
@@ -356,7 +356,7 @@ TEST_F(SpscRingTest, MoveAssignOverLiveEndpointsDetachesBeforeUnmapping) {
 // enters a consumer parked in peek() (or a producer parked in reserve()) is
 // caught, not let in beside it.
 TEST_F(SpscRingTest, SecondThreadOnAnEndpointParkedInAWaitAbortsInEveryBuild) {
-  auto p = RingProducer::create("r", {.capacity = 256});
+  auto p = RingProducer::create("r", {.capacity_bytes = 256});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   EXPECT_DEATH(
@@ -378,7 +378,7 @@ TEST_F(SpscRingTest, SecondThreadOnAnEndpointParkedInAWaitAbortsInEveryBuild) {
 }
 
 TEST_F(SpscRingTest, BlockingConsumerWakesForProducerThread) {
-  auto p = RingProducer::create("r", {.capacity = 4096});
+  auto p = RingProducer::create("r", {.capacity_bytes = 4096});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   const std::uint32_t signals = control(p->segment()).waiters.data_signal.load();
@@ -407,7 +407,7 @@ class SpscRingSemanticsTest : public ::testing::Test {
 };
 
 TEST_F(SpscRingSemanticsTest, ReservationsAreInvisibleUntilCommit) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   auto r = p->try_reserve(10);
@@ -421,7 +421,7 @@ TEST_F(SpscRingSemanticsTest, ReservationsAreInvisibleUntilCommit) {
 }
 
 TEST_F(SpscRingSemanticsTest, AbandonedReservationIsNeverPublished) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   ASSERT_TRUE(*p->try_reserve(10));
@@ -435,7 +435,7 @@ TEST_F(SpscRingSemanticsTest, AbandonedReservationIsNeverPublished) {
 }
 
 TEST_F(SpscRingSemanticsTest, BatchPeekReleasesAllAtOnceAndUnpeekRewinds) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::vector<std::string> recs = {"a", "bb", "ccc"};
@@ -456,7 +456,7 @@ TEST_F(SpscRingSemanticsTest, BatchPeekReleasesAllAtOnceAndUnpeekRewinds) {
 }
 
 TEST_F(SpscRingSemanticsTest, FullRingRefusesThenAcceptsAfterRelease) {
-  auto p = RingProducer::create("r", {.capacity = 256});
+  auto p = RingProducer::create("r", {.capacity_bytes = 256});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::string rec(56, 'x');  // 64-byte records: exactly 4 fit
@@ -469,7 +469,7 @@ TEST_F(SpscRingSemanticsTest, FullRingRefusesThenAcceptsAfterRelease) {
 }
 
 TEST_F(SpscRingSemanticsTest, BlockingPushTimesOutOnFullRingAndPopTimesOutWhenEmpty) {
-  auto p = RingProducer::create("r", {.capacity = 128});
+  auto p = RingProducer::create("r", {.capacity_bytes = 128});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::string rec(56, 'x');
@@ -490,7 +490,7 @@ TEST_F(SpscRingSemanticsTest, BlockingPushTimesOutOnFullRingAndPopTimesOutWhenEm
 }
 
 TEST_F(SpscRingSemanticsTest, BlockingProducerWakesWhenConsumerThreadFreesSpace) {
-  auto p = RingProducer::create("r", {.capacity = 128});
+  auto p = RingProducer::create("r", {.capacity_bytes = 128});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   std::string rec(56, 'x');
@@ -511,7 +511,7 @@ TEST_F(SpscRingSemanticsTest, BlockingProducerWakesWhenConsumerThreadFreesSpace)
 }
 
 TEST_F(SpscRingSemanticsTest, PopIntoSmallBufferIsTooLargeAndKeepsRecord) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   ASSERT_TRUE(*p->try_push(std::as_bytes(std::span("0123456789", 10))));
@@ -525,7 +525,7 @@ TEST_F(SpscRingSemanticsTest, PopIntoSmallBufferIsTooLargeAndKeepsRecord) {
 }
 
 TEST_F(SpscRingSemanticsTest, TwoThreadsStreamManyRecordsInOrder) {
-  auto p = RingProducer::create("r", {.capacity = 4096});
+  auto p = RingProducer::create("r", {.capacity_bytes = 4096});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   constexpr std::uint64_t kCount = 200'000;
@@ -553,7 +553,7 @@ TEST_F(SpscRingSemanticsTest, TwoThreadsStreamManyRecordsInOrder) {
 }
 
 TEST_F(SpscRingSemanticsTest, ProducerTakeoverContinuesFromPublishedTail) {
-  auto c = RingConsumer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(c);
   {
     auto p = RingProducer::open("r");
@@ -586,7 +586,7 @@ std::uint64_t described(const Segment& seg, std::string_view key) {
 // of capacity / 8 (128 bytes here), never per message; what the tools show
 // comes from the chain and the counters, which stay exact.
 TEST_F(SpscRingSemanticsTest, TailHintIsStoredLazilyAndTheCountersStayExact) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(p);
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(c);
@@ -620,7 +620,7 @@ TEST_F(SpscRingSemanticsTest, TailHintIsStoredLazilyAndTheCountersStayExact) {
 // A producer that goes away between two hint stores leaves records past the
 // hint: the next producer walks to their end and continues there.
 TEST_F(SpscRingSemanticsTest, ANewProducerContinuesPastALaggingHint) {
-  auto c = RingConsumer::create("r", {.capacity = 1024});
+  auto c = RingConsumer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(c);
   {
     auto p = RingProducer::open("r");
@@ -646,7 +646,7 @@ TEST_F(SpscRingSemanticsTest, ANewProducerContinuesPastALaggingHint) {
 // try_push with reservations open takes the general path: its record joins
 // the batch, and the batch and it become visible together, in order.
 TEST_F(SpscRingSemanticsTest, TryPushWithAReservationOpenPublishesBothInOrder) {
-  auto p = RingProducer::create("r", {.capacity = 1024});
+  auto p = RingProducer::create("r", {.capacity_bytes = 1024});
   ASSERT_TRUE(p);
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(c);
@@ -674,7 +674,7 @@ TEST_F(SpscRingSemanticsTest, TryPushWithAReservationOpenPublishesBothInOrder) {
 // word after the last record is the header of the first one, a lap older. It
 // must read empty, and the ring goes on once space is released.
 TEST_F(SpscRingSemanticsTest, ExactlyFullRingReadsEmptyAfterItsLastRecord) {
-  auto p = RingProducer::create("r", {.capacity = 64});
+  auto p = RingProducer::create("r", {.capacity_bytes = 64});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   for (int round = 0; round < 5; ++round) {
@@ -698,7 +698,7 @@ TEST_F(SpscRingSemanticsTest, ExactlyFullRingReadsEmptyAfterItsLastRecord) {
 // A batch is one publication: none of its records is visible before commit,
 // though every header after the first is already in the buffer.
 TEST_F(SpscRingSemanticsTest, BatchBecomesVisibleAtOnce) {
-  auto p = RingProducer::create("r", {.capacity = 256});
+  auto p = RingProducer::create("r", {.capacity_bytes = 256});
   auto c = RingConsumer::open("r");
   ASSERT_TRUE(p && c);
   for (int lap = 0; lap < 6; ++lap) {  // 6 batches of 96 bytes in 256: wraps, with padding
@@ -728,9 +728,9 @@ TEST_F(SpscRingSemanticsTest, BlockingPingPongNeverLosesAWake) {
   for (const bool fenced : {false, true}) {
     SCOPED_TRACE(fenced ? "fenced wakers" : "membarrier");
     const std::string a = fenced ? "fa" : "ma", b = fenced ? "fb" : "mb";
-    auto pa = RingProducer::create(a, {.capacity = 64});
+    auto pa = RingProducer::create(a, {.capacity_bytes = 64});
     auto ca = RingConsumer::open(a);
-    auto pb = RingProducer::create(b, {.capacity = 64});
+    auto pb = RingProducer::create(b, {.capacity_bytes = 64});
     auto cb = RingConsumer::open(b);
     ASSERT_TRUE(pa && ca && pb && cb);
     if (fenced) {

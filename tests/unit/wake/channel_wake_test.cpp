@@ -33,7 +33,7 @@ class ChannelWakeTest : public ::testing::Test {
     consumer_.emplace(std::move(*c));
     control_ = ChannelTesting::view(*consumer_).control;
   }
-  void send(const std::string& s, Admission expected = Admission::Ok) {
+  void send(const std::string& s, SendStatus expected = SendStatus::Ok) {
     auto r = producer_->try_send(bytes(s));
     ASSERT_TRUE(r) << r.error().what();
     ASSERT_EQ(r->status, expected);
@@ -60,7 +60,7 @@ class ChannelWakeTest : public ::testing::Test {
   }
   // Parks the producer in send(10 s); `change` must wake it.
   test::WakeProbe producer_woken_by(const std::function<void()>& change,
-                                    std::optional<Result<Admission>>& got) {
+                                    std::optional<Result<SendStatus>>& got) {
     return test::probe_wake(
         [&] {
           auto r = producer_->send(bytes("late"), 10s);
@@ -79,7 +79,7 @@ class ChannelWakeTest : public ::testing::Test {
 };
 
 constexpr ChannelParams kRoomy{
-    .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 16};
+    .pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 16};
 
 TEST_F(ChannelWakeTest, ConsumerWakesOnTrySend) {
   make(kRoomy);
@@ -107,7 +107,7 @@ TEST_F(ChannelWakeTest, ConsumerWakesOnACommittedReservation) {
 
 // The first payload of a new page (the producer rotates, then describes it).
 TEST_F(ChannelWakeTest, ConsumerWakesOnASendThatRotatesThePage) {
-  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   send("a");
   send("b");
   receive_one();
@@ -149,21 +149,21 @@ TEST_F(ChannelWakeTest, ConsumerWakesWhenTheProducerDetachesWithoutFinish) {
 }
 
 TEST_F(ChannelWakeTest, ProducerWakesWhenALeaseReleaseFreesTheRing) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("a");
   send("b");
-  send("c", Admission::RingFull);
-  std::optional<Result<Admission>> got;
+  send("c", SendStatus::RingFull);
+  std::optional<Result<SendStatus>> got;
   test::expect_woken(producer_woken_by([&] { receive_one(); }, got));
   ASSERT_TRUE(got && *got);
-  EXPECT_EQ(**got, Admission::Ok);
+  EXPECT_EQ(**got, SendStatus::Ok);
 }
 
 TEST_F(ChannelWakeTest, ProducerWakesWhenACopyOutFreesTheRing) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("a");
   send("b");
-  std::optional<Result<Admission>> got;
+  std::optional<Result<SendStatus>> got;
   test::expect_woken(producer_woken_by(
       [&] {
         std::vector<std::byte> out(64);
@@ -172,31 +172,31 @@ TEST_F(ChannelWakeTest, ProducerWakesWhenACopyOutFreesTheRing) {
       },
       got));
   ASSERT_TRUE(got && *got);
-  EXPECT_EQ(**got, Admission::Ok);
+  EXPECT_EQ(**got, SendStatus::Ok);
 }
 
 // Every page in use: the consumer's first receive of the next epoch releases
 // the old one ([chan.E] at the seam).
 TEST_F(ChannelWakeTest, ProducerWakesWhenTheSeamReleasesAPage) {
-  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_capacity = 16});
+  make({.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 16});
   for (const char* s : {"a", "b", "c", "d"}) send(s);
-  send("e", Admission::PageQuotaExhausted);
+  send("e", SendStatus::PageQuotaExhausted);
   receive_one();
   receive_one();
-  std::optional<Result<Admission>> got;
+  std::optional<Result<SendStatus>> got;
   test::expect_woken(producer_woken_by([&] { receive_one(); }, got));
   ASSERT_TRUE(got && *got);
-  EXPECT_EQ(**got, Admission::Ok);
+  EXPECT_EQ(**got, SendStatus::Ok);
 }
 
 // The consumer finds a damaged payload and faults the channel: the parked
 // producer learns it at once instead of at its timeout.
 TEST_F(ChannelWakeTest, ProducerWakesWhenTheConsumerFaultsTheChannel) {
-  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_capacity = 2});
+  make({.pages = 4, .page_bytes = 256, .descriptors_per_page = 8, .ring_cells = 2});
   send("intact");
   send("damaged");
   ChannelTesting::view(*consumer_).arena(0)[3] ^= std::byte{0x20};
-  std::optional<Result<Admission>> got;
+  std::optional<Result<SendStatus>> got;
   test::expect_woken(producer_woken_by(
       [&] {
         auto r = consumer_->try_receive();

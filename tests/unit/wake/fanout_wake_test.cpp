@@ -1,6 +1,6 @@
 // The wake-up table of docs/fanout.md, the rows one process can play: a
-// drainer parked in drain_highest()/take_highest() (on the bitmap's epoch), a
-// drainer parked in drain_priority() or a submitter parked in a blocking
+// drainer parked in pop_highest()/take_highest() (on the bitmap's epoch), a
+// drainer parked in pop_priority() or a submitter parked in a blocking
 // submit() (both on the ring's own futex words), with a 10 s timeout, must
 // return within test::kWakeBound of the change that unblocks it. The rows a
 // dead process plays are in tests/integration/wake/fanout_wake_process_test.cpp.
@@ -21,7 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::bytes;
 
-constexpr FanoutParams kParams{.priorities = 4, .ring_capacity = 2, .slot_size = 16};
+constexpr FanoutParams kParams{.priorities = 4, .ring_cells = 2, .slot_bytes = 16};
 
 class FanoutWakeTest : public ::testing::Test {
  protected:
@@ -42,14 +42,14 @@ class FanoutWakeTest : public ::testing::Test {
     ASSERT_TRUE(r) << r.error().what();
     ASSERT_EQ(*r, expected);
   }
-  // Parks `parked_` in drain_highest(10 s); `change` must wake it with
+  // Parks `parked_` in pop_highest(10 s); `change` must wake it with
   // `expected` from priority `priority`.
   test::WakeProbe drainer_woken_by(const std::function<void()>& change, std::uint32_t priority,
                                    const std::string& expected) {
     return test::probe_wake(
         [&] {
           std::array<std::byte, 16> out{};
-          auto r = parked_->drain_highest(out, 10s);
+          auto r = parked_->pop_highest(out, 10s);
           ASSERT_TRUE(r) << r.error().what();
           ASSERT_TRUE(*r) << "timed out";
           EXPECT_EQ((*r)->priority, priority);
@@ -94,12 +94,12 @@ TEST_F(FanoutWakeTest, TakerWakesOnASubmit) {
       [&] { return control_->hot.waiters.parked() != 0; }, [&] { submit(3, "taken"); }));
 }
 
-// drain_priority() waits on the ring's own words, not on the bitmap.
+// pop_priority() waits on the ring's own words, not on the bitmap.
 TEST_F(FanoutWakeTest, PriorityDrainerWakesOnASubmitToItsPriority) {
   test::expect_woken(test::probe_wake(
       [&] {
         std::array<std::byte, 16> out{};
-        auto r = parked_->drain_priority(1, out, 10s);
+        auto r = parked_->pop_priority(1, out, 10s);
         ASSERT_TRUE(r) << r.error().what();
         ASSERT_TRUE(*r) << "timed out";
         EXPECT_EQ(test::str(std::span(out).first(**r)), "one");
@@ -133,7 +133,7 @@ TEST_F(FanoutWakeTest, SubmitterWakesWhenADrainFreesItsRing) {
   submit(2, "c", false);
   test::expect_woken(submitter_woken_by(2, [&] {
     std::array<std::byte, 16> out{};
-    auto r = other_->try_drain_highest(out);
+    auto r = other_->try_pop_highest(out);
     ASSERT_TRUE(r && *r);
   }));
 }
@@ -143,7 +143,7 @@ TEST_F(FanoutWakeTest, SubmitterWakesWhenAPriorityDrainFreesItsRing) {
   submit(1, "b");
   test::expect_woken(submitter_woken_by(1, [&] {
     std::array<std::byte, 16> out{};
-    auto r = other_->try_drain_priority(1, out);
+    auto r = other_->try_pop_priority(1, out);
     ASSERT_TRUE(r && *r);
   }));
 }

@@ -24,7 +24,7 @@ using test::bytes;
 class MpmcWakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto r = MpmcRing::create("wake", {.capacity = 4, .slot_size = 16});
+    auto r = MpmcRing::create("wake", {.ring_cells = 4, .slot_bytes = 16});
     ASSERT_TRUE(r) << r.error().what();
     parked_.emplace(std::move(*r));
     auto o = MpmcRing::open("wake");

@@ -34,7 +34,7 @@ const ring::RingControl& control_of(const Segment& seg) {
 class SpscWakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = RingProducer::create("wake", {.capacity = kCapacity});
+    auto p = RingProducer::create("wake", {.capacity_bytes = kCapacity});
     ASSERT_TRUE(p) << p.error().what();
     producer_.emplace(std::move(*p));
     auto c = RingConsumer::open("wake");

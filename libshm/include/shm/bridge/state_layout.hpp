@@ -95,3 +95,8 @@ inline constexpr std::uint64_t kStateFingerprint =
 [[nodiscard]] Result<void> init_state(std::span<std::byte> data);
 
 }  // namespace shm::bridge
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using bridge::to_string;
+}  // namespace shm

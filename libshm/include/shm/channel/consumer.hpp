@@ -158,6 +158,10 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] static Result<ChannelConsumer> create(std::string_view name,
                                                       const ChannelParams& params,
                                                       const CreateOptions& options = {});
+  // Adopts a segment opened or created already (open_channel,
+  // create_channel) and attaches as its consumer; KindMismatch / SizeMismatch
+  // when it is not a channel.
+  [[nodiscard]] static Result<ChannelConsumer> attach(Segment segment);
 
   [[nodiscard]] Result<Received> try_receive();
   // Blocking receive: spins, then parks until a payload, the end of the stream
@@ -226,7 +230,7 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] std::string too_small_message(std::size_t length, std::size_t room) const;
   [[nodiscard]] bool probe_due() noexcept;
   // Binds the consumer role on a segment just created or opened, then resume().
-  [[nodiscard]] static Result<ChannelConsumer> attach(Result<Segment> seg);
+  [[nodiscard]] static Result<ChannelConsumer> adopt(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
   void bind_epoch(std::uint64_t epoch) noexcept;
   void give_back() noexcept;

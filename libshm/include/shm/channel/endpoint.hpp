@@ -11,6 +11,29 @@
 #include <string>
 #include <utility>
 
+namespace shm {
+
+// What a channel handle's snapshot() reads: counters and positions, with
+// relaxed and acquire loads, never waiting for the other side.
+struct ChannelSnapshot {
+  std::uint32_t pages = 0;
+  std::uint64_t page_bytes = 0;
+  std::uint32_t descriptors_per_page = 0;
+  std::uint32_t ring_cells = 0;  // descriptor ring cells
+  std::uint64_t sent = 0;        // descriptors published (the producer's tail)
+  std::uint64_t received = 0;    // descriptors given back (the consumer's head)
+  std::uint64_t in_flight = 0;   // sent - received
+  std::uint64_t active_epoch = 0;
+  std::uint64_t released_epoch = 0;  // epochs below this are released
+  std::uint64_t rotations = 0;       // pages rotated (counter)
+  std::uint64_t quota_refusals = 0;  // PageQuotaExhausted outcomes (counter)
+  std::uint64_t ring_full = 0;       // RingFull outcomes (counter)
+  ChannelState state = ChannelState::Open;
+  ChannelFault fault = ChannelFault::None;
+};
+
+}  // namespace shm
+
 namespace shm::detail {
 
 class ChannelTesting;
@@ -26,7 +49,7 @@ class ChannelEndpoint {
   [[nodiscard]] std::uint32_t descriptors_per_page() const noexcept {
     return view_.params.descriptors_per_page;
   }
-  [[nodiscard]] std::uint32_t ring_capacity() const noexcept { return view_.params.ring_capacity; }
+  [[nodiscard]] std::uint32_t ring_cells() const noexcept { return view_.params.ring_cells; }
   // The largest payload: one that fills an empty page.
   [[nodiscard]] std::uint64_t max_payload() const noexcept { return view_.params.max_payload; }
   // The terminal state as stored in the segment now.
@@ -35,6 +58,8 @@ class ChannelEndpoint {
   [[nodiscard]] ChannelFault fault() const noexcept;
   // Refreshes this endpoint's heartbeat in the attachment table (no syscall).
   void heartbeat() noexcept { attachment_.heartbeat(); }
+  // Counters and positions now (never blocks).
+  [[nodiscard]] ChannelSnapshot snapshot() const noexcept;
 
  protected:
   ChannelEndpoint() = default;
@@ -76,7 +101,7 @@ class ChannelEndpoint {
   Attachment attachment_;
   channel::View view_{};
   std::uint64_t slot_mask_ = 0;  // pages - 1
-  std::uint64_t ring_mask_ = 0;  // ring_capacity - 1
+  std::uint64_t ring_mask_ = 0;  // ring_cells - 1
   std::uint32_t role_ = 0;
   EndpointGuard guard_;  // see shm/platform/endpoint_guard.hpp
 };

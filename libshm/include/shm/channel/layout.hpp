@@ -4,7 +4,7 @@
 // Layout of the data area:
 //   ChannelControl   producer / consumer / stats / released_epoch / terminal /
 //                    waiters, each on its own 128-byte block
-//   descriptor ring  ring_capacity fixed 16-byte Descriptor cells (SPSC)
+//   descriptor ring  ring_cells fixed 16-byte Descriptor cells (SPSC)
 //   page slots       P identical published-prefix pages (page.hpp)
 //
 // Epochs and slots. Page epoch e (u64, from 0) lives in slot e mod P and tags
@@ -67,7 +67,7 @@ struct ChannelParams {
   std::uint32_t pages = 0;                 // P: a power of two in [2, 65536]
   std::uint64_t page_bytes = 0;            // arena bytes per page: a multiple of 8 in [64, 2^31]
   std::uint32_t descriptors_per_page = 0;  // cells per page: [1, 2^24]
-  std::uint32_t ring_capacity = 0;         // descriptor ring cells: a power of two in [2, 2^26]
+  std::uint32_t ring_cells = 0;            // descriptor ring cells: a power of two in [2, 2^26]
   // On open, a zero field means "accept what the segment has".
 
   // Parameters for payloads of up to `max_payload` bytes, sized so that the
@@ -80,7 +80,7 @@ struct ChannelParams {
   //                        is still in the fourth)
   //   descriptors_per_page max(k, page_bytes / 64): payloads of 64 bytes and
   //                        more fill a page by bytes before they run out of cells
-  //   ring_capacity        P x descriptors_per_page rounded up to a power of two
+  //   ring_cells        P x descriptors_per_page rounded up to a power of two
   // The result passes validate(), so create_channel() accepts it, and a payload
   // of max_payload bytes is never TooLarge (the channel's own limit is
   // page_bytes). Errc::InvalidArgument when max_payload or in_flight is 0 or
@@ -206,7 +206,7 @@ struct ParamBlock {
   std::uint32_t pages;
   std::uint32_t descriptors_per_page;
   std::uint64_t page_bytes;
-  std::uint32_t ring_capacity;
+  std::uint32_t ring_cells;
   std::uint32_t reserved;
   std::uint64_t max_payload;
   std::uint64_t slots_offset;  // from the start of the data area
@@ -221,6 +221,11 @@ static_assert(std::is_trivially_copyable_v<ParamBlock>);
 [[nodiscard]] Result<void> validate(const ChannelParams& params);
 // The KindSpec for create (params exact) or open (zero fields = any).
 [[nodiscard]] KindSpec kind_spec(const ChannelParams& params, ParamBlock& storage);
+// The parameter block and the segment's size (Corrupt, SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 // Pointers into a mapped channel segment whose parameters were checked.
 struct View {
@@ -252,8 +257,10 @@ struct View {
 
 }  // namespace channel
 
-// Creates a channel segment (no attachment): mostly for tools and tests;
-// ChannelProducer::create / ChannelConsumer::create create and attach.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_channel makes the
+// segment and open_channel opens it, neither attaches;
+// ChannelProducer/ChannelConsumer::attach(segment) adopts the result.
+// X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_channel(std::string_view name, const ChannelParams& params,
                                              const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_channel(std::string_view name,

@@ -2,8 +2,8 @@
 // attachment table refuses a second live producer with Errc::RoleTaken, and a
 // channel whose producer is gone cannot get a new one).
 //
-// Admission outcomes. Back-pressure is not an error: Admission::RingFull (the
-// descriptor ring is full) and Admission::PageQuotaExhausted (rotation needs a
+// SendStatus outcomes. Back-pressure is not an error: SendStatus::RingFull (the
+// descriptor ring is full) and SendStatus::PageQuotaExhausted (rotation needs a
 // slot the consumer has not released yet) are ordinary outcomes and change
 // nothing in the channel. A payload larger than an empty page is TooLarge.
 // After create, no operation allocates on the heap (error paths aside).
@@ -20,20 +20,20 @@
 
 namespace shm {
 
-enum class Admission : std::uint8_t {
+enum class SendStatus : std::uint8_t {
   Ok,                  // admitted (or, for a reservation, space reserved)
   RingFull,            // the descriptor ring is full: the consumer is behind
   PageQuotaExhausted,  // all P page slots are outstanding: the consumer is behind
 };
-[[nodiscard]] std::string_view to_string(Admission a) noexcept;
+[[nodiscard]] std::string_view to_string(SendStatus a) noexcept;
 
 // What an admitted payload is called from now on.
 struct SendOutcome {
-  Admission status = Admission::RingFull;
+  SendStatus status = SendStatus::RingFull;
   std::uint64_t sequence = 0;  // when Ok: the payload's sequence
   std::uint64_t epoch = 0;     // when Ok: the page epoch it was admitted to
 
-  [[nodiscard]] bool admitted() const noexcept { return status == Admission::Ok; }
+  [[nodiscard]] bool admitted() const noexcept { return status == SendStatus::Ok; }
   explicit operator bool() const noexcept { return admitted(); }
   [[nodiscard]] std::uint32_t generation() const noexcept {
     return static_cast<std::uint32_t>(epoch);
@@ -51,7 +51,7 @@ class ChannelProducer;
 // at its producer: commit or drop it before the producer is moved or destroyed.
 class Reservation {
  public:
-  Admission status = Admission::RingFull;
+  SendStatus status = SendStatus::RingFull;
 
   Reservation() = default;
   Reservation(Reservation&& o) noexcept
@@ -71,7 +71,7 @@ class Reservation {
   Reservation& operator=(const Reservation&) = delete;
   ~Reservation() { abandon(); }
 
-  explicit operator bool() const noexcept { return status == Admission::Ok; }
+  explicit operator bool() const noexcept { return status == SendStatus::Ok; }
   // True from an Ok reserve until commit() or abandon(): bytes() is writable.
   [[nodiscard]] bool pending() const noexcept { return owner_ != nullptr; }
   // The reserved bytes while pending; empty once committed or abandoned.
@@ -90,8 +90,8 @@ class Reservation {
  private:
   friend class ChannelProducer;
   Reservation(ChannelProducer* owner, std::span<std::byte> bytes) noexcept
-      : status(Admission::Ok), owner_(owner), bytes_(bytes) {}
-  explicit Reservation(Admission refused) noexcept : status(refused) {}
+      : status(SendStatus::Ok), owner_(owner), bytes_(bytes) {}
+  explicit Reservation(SendStatus refused) noexcept : status(refused) {}
 
   ChannelProducer* owner_ = nullptr;
   std::span<std::byte> bytes_;
@@ -112,6 +112,10 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] static Result<ChannelProducer> open(std::string_view name,
                                                     const ChannelParams& expected = {},
                                                     const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_channel,
+  // create_channel) and attaches as its producer; KindMismatch / SizeMismatch
+  // when it is not a channel.
+  [[nodiscard]] static Result<ChannelProducer> attach(Segment segment);
 
   // Every call below takes the endpoint guard (one thread at a time, aborts
   // otherwise), and so do Reservation::commit() and abandon(); a blocking
@@ -162,7 +166,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
   [[nodiscard]] std::unexpected<Error> reservation_misuse(std::size_t used) const;
   // Binds the producer role on a segment just created or opened, then resume().
-  [[nodiscard]] static Result<ChannelProducer> attach(Result<Segment> seg);
+  [[nodiscard]] static Result<ChannelProducer> adopt(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
 
   page::PageWriter page_;   // the active page
@@ -194,18 +198,18 @@ inline Result<Reservation> ChannelProducer::reserve_once(std::size_t n) {
   if (n > view_.params.max_payload) [[unlikely]]
     return too_large(n);
   // Ring first: a RingFull refusal must not have rotated the page.
-  if (tail_ - cached_head_ >= view_.params.ring_capacity) [[unlikely]] {
+  if (tail_ - cached_head_ >= view_.params.ring_cells) [[unlikely]] {
     auto room = refresh_head();
     if (!room) return std::unexpected(std::move(room.error()));
     if (!*room) {
       control().stats.ring_full.store(++ring_full_, std::memory_order_relaxed);  // statistics
-      return Reservation(Admission::RingFull);
+      return Reservation(SendStatus::RingFull);
     }
   }
   if (!page_.fits(n)) [[unlikely]] {
     auto rotated = rotate();
     if (!rotated) return std::unexpected(std::move(rotated.error()));
-    if (!*rotated) return Reservation(Admission::PageQuotaExhausted);
+    if (!*rotated) return Reservation(SendStatus::PageQuotaExhausted);
     // Re-validation against the fresh page: n <= max_payload fits an empty page.
     assert(page_.fits(n));
   }
@@ -244,7 +248,7 @@ inline SendOutcome ChannelProducer::publish(std::size_t used, std::uint32_t crc)
   control().producer.tail.store(tail_, std::memory_order_seq_cst);
   if (control().waiters.consumer_parked.load(std::memory_order_seq_cst) != 0) [[unlikely]]
     wake_consumer();
-  return SendOutcome{Admission::Ok, sequence, page_.epoch()};
+  return SendOutcome{SendStatus::Ok, sequence, page_.epoch()};
 }
 
 inline Result<SendOutcome> ChannelProducer::try_send(std::span<const std::byte> payload) {

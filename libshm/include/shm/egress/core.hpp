@@ -82,7 +82,7 @@ enum class AckStatus : std::uint8_t { Advanced, Unchanged, Refused, StaleGenerat
 // Claimed when it claimed as many as asked.
 struct ClaimBatchOutcome {
   std::size_t claimed = 0;
-  ClaimStatus stopped = ClaimStatus::Claimed;
+  ClaimStatus status = ClaimStatus::Claimed;
   std::uint64_t current_generation = 0;
 };
 
@@ -146,6 +146,9 @@ struct Projection {
   std::optional<std::uint64_t> oldest_enqueue_ns;  // the oldest retained record's enqueue time
   std::array<std::uint64_t, kReaders> reader_versions{};
   std::vector<RecordView> records;
+  // False when a lock-free read (Egress::snapshot) found writers busy
+  // throughout: the other fields are then zero.
+  bool consistent = true;
 };
 
 // Pointers into a state laid out for `params` (non-owning).
@@ -184,7 +187,7 @@ class EgressCore {
   [[nodiscard]] ReconnectOutcome reconnect(std::uint64_t new_generation) noexcept;
   // Application side: removes the oldest dead letter (a terminal record),
   // copying its payload out. nullopt when there is none.
-  [[nodiscard]] std::optional<RecordView> take_dead_letter(std::vector<std::byte>* payload);
+  [[nodiscard]] std::optional<RecordView> pop_dead_letter(std::vector<std::byte>* payload);
 
   // Reads (no change).
   [[nodiscard]] std::uint64_t generation() const noexcept;

@@ -10,7 +10,7 @@
 //  - Egress (role "producer", any number of processes): enqueue payloads
 //    (atomic, monotone sequences; a full pool is an ordinary Full outcome,
 //    with a blocking variant woken by acknowledgements), read projections,
-//    drain dead letters, and call the raw core operations with an explicit
+//    take dead letters, and call the raw core operations with an explicit
 //    generation (tools, conformance tests).
 //  - EgressTransport (role "transport", exclusive): the process that sends.
 //    Attaching captures the generation; when an earlier transport existed
@@ -42,9 +42,9 @@
 namespace shm {
 
 struct EgressParams {
-  std::uint32_t capacity = 1024;      // payloads retained at most (the pool)
+  std::uint32_t max_payloads = 1024;  // payloads retained at most (the pool)
   std::uint32_t slot_bytes = 256;     // largest payload
-  std::uint32_t inflight_limit = 64;  // the unacknowledged window, <= capacity
+  std::uint32_t inflight_limit = 64;  // the unacknowledged window, <= max_payloads
   std::uint32_t retry_budget = 3;     // retries after the first send
   std::chrono::nanoseconds retry_base{std::chrono::milliseconds(10)};
   std::chrono::nanoseconds retry_ceiling{std::chrono::seconds(1)};
@@ -63,8 +63,21 @@ inline constexpr RoleSpec kProducerRole{1, false, "producer"};
 // A projection without the lock (seqlock, bounded retries): shmctl, metrics,
 // any process. nullopt when writers kept it busy throughout.
 [[nodiscard]] std::optional<Projection> observe(const State& state, bool with_records);
+// The parameter block and the segment's size (Corrupt, SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 }  // namespace egress
+
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_egress makes the
+// segment, open_egress opens it (any parameters); neither attaches.
+// Egress::attach / EgressTransport::attach(segment) adopt the result;
+// X::create / X::open do both in one step.
+[[nodiscard]] Result<Segment> create_egress(std::string_view name, const EgressParams& params,
+                                            const CreateOptions& options = {});
+[[nodiscard]] Result<Segment> open_egress(std::string_view name, const OpenOptions& options = {});
 
 // How the blocking calls wait: statistics of the futex words (tests, metrics).
 struct EgressWakeCounters {
@@ -95,6 +108,9 @@ class Egress {
   [[nodiscard]] static Result<Egress> create(std::string_view name, const EgressParams& params,
                                              const CreateOptions& options = {});
   [[nodiscard]] static Result<Egress> open(std::string_view name, const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_egress, create_egress)
+  // and attaches as a producer; KindMismatch / SizeMismatch when it is not an egress.
+  [[nodiscard]] static Result<Egress> attach(Segment segment);
 
   // ---- producers
   // Enqueued with the sequence assigned, or Full (the pool holds capacity
@@ -113,7 +129,7 @@ class Egress {
   [[nodiscard]] Result<egress::EnqueueOutcome> try_enqueue_at(std::span<const std::byte> payload,
                                                               std::uint64_t now_ns);
   // Removes the oldest dead letter (a record whose retry budget is exhausted).
-  [[nodiscard]] Result<std::optional<egress::RecordView>> take_dead_letter(
+  [[nodiscard]] Result<std::optional<egress::RecordView>> pop_dead_letter(
       std::vector<std::byte>* payload);
 
   // ---- the raw core operations, with an explicit generation and clock
@@ -131,10 +147,13 @@ class Egress {
   [[nodiscard]] Result<egress::ReconnectOutcome> reconnect(std::uint64_t new_generation);
 
   // ---- reads
-  // Under the lock (repairing first if a holder died).
+  // Counters and positions now, without the lock (a seqlock read with
+  // bounded retries: never blocks a writer); `consistent` is false when
+  // writers kept it busy throughout.
+  [[nodiscard]] egress::Projection snapshot(bool with_records = false) const;
+  // The same under the lock (repairing first if a holder died): for a caller
+  // that needs the exact state and may wait for it (tests, tools).
   [[nodiscard]] Result<egress::Projection> projection(bool with_records = false) const;
-  // Without the lock (seqlock snapshot); nullopt when writers kept it busy.
-  [[nodiscard]] std::optional<egress::Projection> observe(bool with_records = false) const;
   [[nodiscard]] EgressWakeCounters wake_counters() const noexcept;
   // Takes the lock (repairing if needed) and lists every invariant violation.
   [[nodiscard]] Result<std::vector<std::string>> verify() const;
@@ -155,20 +174,36 @@ class Egress {
   egress::State state_;
 };
 
+// What EgressTransport::snapshot() reads: the egress's snapshot and the
+// transport's own generation.
+struct EgressTransportSnapshot {
+  egress::Projection egress;     // Egress::snapshot()
+  std::uint64_t generation = 0;  // this transport's
+  std::uint64_t replayed = 0;    // records its open returned to pending
+  bool fenced = false;           // a later transport (or a reclaim) advanced the generation
+};
+
 class EgressTransport {
  public:
   EgressTransport() = default;
   EgressTransport(EgressTransport&&) noexcept = default;
   EgressTransport& operator=(EgressTransport&&) noexcept = default;
 
-  // Takes the transport slot (RoleTaken while a live transport holds it; a
-  // dead holder's slot is taken over) and captures the generation,
-  // reconnecting first when a transport attached before.
-  [[nodiscard]] static Result<EgressTransport> attach(std::string_view name,
-                                                      const OpenOptions& options = {});
+  // Creates the egress and attaches as its transport (for a transport that
+  // starts first).
+  [[nodiscard]] static Result<EgressTransport> create(std::string_view name,
+                                                      const EgressParams& params,
+                                                      const CreateOptions& options = {});
+  // Opens the egress and takes the transport slot (RoleTaken while a live
+  // transport holds it; a dead holder's slot is taken over) and captures the
+  // generation, reconnecting first when a transport attached before.
+  [[nodiscard]] static Result<EgressTransport> open(std::string_view name,
+                                                    const OpenOptions& options = {});
+  // As open(), on a segment opened already (open_egress, create_egress).
+  [[nodiscard]] static Result<EgressTransport> attach(Segment segment);
 
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
-  // Records returned to pending by the reconnect of attach().
+  // Records returned to pending by the reconnect of open() / attach().
   [[nodiscard]] std::uint64_t replayed() const noexcept { return replayed_; }
   // True once a later transport (or a reclaim) advanced the generation.
   [[nodiscard]] bool fenced() const noexcept;
@@ -191,10 +226,14 @@ class EgressTransport {
   [[nodiscard]] Result<egress::FailOutcome> fail(std::uint64_t sequence);
   [[nodiscard]] Result<egress::RetryOutcome> retry_now(std::uint64_t sequence);
 
+  // The egress's counters and this transport's generation (never blocks).
+  [[nodiscard]] EgressTransportSnapshot snapshot(bool with_records = false) const;
+
   [[nodiscard]] Egress& egress() noexcept { return egress_; }
   [[nodiscard]] const Egress& egress() const noexcept { return egress_; }
 
  private:
+  [[nodiscard]] static Result<EgressTransport> adopt(Segment segment);
   Egress egress_;
   std::uint64_t generation_ = 0;
   std::uint64_t replayed_ = 0;

@@ -25,7 +25,7 @@
 //
 // Crash consistency. A holder killed inside an operation leaves the mutex
 // EOWNERDEAD; the next locker repairs with the journal: single-record
-// operations (enqueue, claim, fail, retry_now, take_dead_letter) write an undo
+// operations (enqueue, claim, fail, retry_now, pop_dead_letter) write an undo
 // image first and are rolled back; multi-record operations (ack, retry_due,
 // reconnect) are idempotent given their argument and are rolled forward. Then
 // every derived field is recomputed and every reader's change counter moves
@@ -49,6 +49,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::egress {
@@ -94,6 +95,7 @@ enum class JournalOp : std::uint32_t {
   RetryDue = 7,        // redo: schedule every parked record due at arg
   Reconnect = 8,       // redo: reconnect to generation arg
 };
+[[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
 struct RetryImage {
   std::atomic<std::uint32_t> valid;
@@ -206,3 +208,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
      kRecordStates, kReaders, kFalseSharingRange, 1 /* egress layout revision */});
 
 }  // namespace shm::egress
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using egress::to_string;
+}  // namespace shm

@@ -28,9 +28,9 @@
 namespace shm {
 
 struct FanoutParams {
-  std::uint32_t priorities = 0;     // K in [1, 64]; 0 on open = accept any
-  std::uint64_t ring_capacity = 0;  // cells per priority, a power of two; 0 on open = any
-  std::uint64_t slot_size = 48;     // largest payload in bytes; 0 on open = any
+  std::uint32_t priorities = 0;   // K in [1, 64]; 0 on open = accept any
+  std::uint64_t ring_cells = 0;   // cells per priority, a power of two; 0 on open = any
+  std::uint64_t slot_bytes = 48;  // largest payload in bytes; 0 on open = any
 };
 
 namespace fanout {
@@ -55,7 +55,7 @@ struct Control {
   // Statistics, written on slow paths only.
   struct alignas(kFalseSharingRange) Stats {
     std::atomic<std::uint64_t> stale_retries;  // pops that found a set bit over an empty ring
-    std::atomic<std::uint64_t> parks;          // drain_highest() went to wait
+    std::atomic<std::uint64_t> parks;          // pop_highest() went to wait
     std::atomic<std::uint64_t> wakeups;        // futex wakes issued to drainers
   } stats;
   // Immutable after create: header incarnation of each `<base>.prio<i>`, so a
@@ -82,8 +82,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
 struct ParamBlock {
   std::uint32_t priorities;
   std::uint32_t reserved;
-  std::uint64_t ring_capacity;
-  std::uint64_t slot_size;
+  std::uint64_t ring_cells;
+  std::uint64_t slot_bytes;
 };
 static_assert(sizeof(ParamBlock) == 24);
 

@@ -4,15 +4,15 @@
 // created and opened as one object. The bitmap is a hint, the rings are the truth.
 //
 // Submit: push into ring p, then make sure bit p is set (a seq_cst load, and a
-// fetch_or only when the bit is clear). Drain: load the bitmap, take the
+// fetch_or only when the bit is clear). Pop: load the bitmap, take the
 // highest set bit (one count-leading-zeros), pop from that ring; when the ring
 // looks empty after the pop, clear its bit. A pop that finds the ring empty
 // (a stale bit) clears the bit too and moves on to the next lower priority;
 // a priority found empty is not tried again in the same call, so a call makes
 // at most K attempts. Every clear (fetch_and) re-checks the ring
 // and sets the bit again if a push has claimed a cell meanwhile. Races (all benign):
-//  - a push whose bit is not set yet is missed by a concurrent drain (the next
-//    drain sees it: the pusher sets the bit before submit() returns);
+//  - a push whose bit is not set yet is missed by a concurrent pop (the next
+//    pop sees it: the pusher sets the bit before submit() returns);
 //  - a clear racing a push never strands an item: [fanout.B1]/[fanout.B2] in the code are a
 //    Dekker pair, so either the pusher sees the clear and sets the bit, or the
 //    clearer sees the pushed claim and sets it back;
@@ -24,24 +24,24 @@
 // Crashes. A submitter killed mid-push and a drainer killed mid-pop are
 // handled by the rings (see mpmc_ring.hpp): a drainer killed between popping
 // and returning loses at most the one item it had popped (the at-most-once
-// drains); the rings stay consistent and the dead handle's cells are
-// repaired. The at-least-once drain (try_take_highest / take_highest, then
+// pops); the rings stay consistent and the dead handle's cells are
+// repaired. The at-least-once take (try_take_highest / take_highest, then
 // release) loses nothing: a consumer killed between its take and release
 // leaves the item in its ring (repair marks it an orphan) and the next
 // consumer of that ring takes it again before newer items. A submitter killed
 // between its push and setting the bit leaves a non-empty ring with a clear
 // bit (a stranded item). Three things set such a bit again (resurface): the
 // kind's reclaim of the dead attacher (sidecar, shmctl reclaim), every open of
-// a handle, and a drain_highest() that finds the bitmap empty before it
+// a handle, and a pop_highest() that finds the bitmap empty before it
 // sleeps (one look at each ring's positions per park round, so a parked
 // drainer finds the item within kMaxParkNs even with no sidecar).
 //
 // Handles. The type says what a handle may do: a FanoutProducer only submits,
-// a FanoutConsumer only drains (a drain on a producer does not compile), a
+// a FanoutConsumer only pops and takes (a pop on a producer does not compile), a
 // PriorityFanout is a peer that does both (a worker that re-queues). Each has
 // create() and open(); the attachment tables show the role (submitter,
 // drainer, peer). One thread at a time per handle: a second thread that
-// enters a handle while another is inside (a blocking drain included) is
+// enters a handle while another is inside (a blocking pop included) is
 // refused with an abort naming the misuse (shm/platform/endpoint_guard.hpp),
 // in every build. Open one handle per thread. Each handle attaches one slot
 // to the bitmap and to every ring: at most 256 handles per fanout at once
@@ -71,9 +71,28 @@ inline constexpr std::uint8_t kCrashSubmitAfterRingCommit = 0;  // FanoutCrashPo
 void fanout_crash_point(std::uint8_t point) noexcept;
 }  // namespace detail
 
-struct Drained {
+// The K + 1 segments of a fanout, created or opened and not attached
+// (create_fanout, open_fanout below); a handle's attach() adopts them.
+struct FanoutSegments {
+  std::string base;
+  Segment bitmap;              // <base>.bitmap
+  std::vector<Segment> rings;  // <base>.prio<i>, by priority
+};
+
+struct Popped {
   std::uint32_t priority;
   std::size_t size;  // payload bytes copied into the caller's buffer
+};
+
+// What a fanout handle's snapshot() reads: the bitmap, the counters and each
+// priority's ring, relaxed loads, never waiting for another handle.
+struct FanoutSnapshot {
+  std::uint32_t priorities = 0;
+  std::uint64_t ring_cells = 0;  // per priority
+  std::uint64_t slot_bytes = 0;  // the largest payload
+  std::uint64_t bitmap = 0;      // bit p: priority p may be non-empty (a hint)
+  std::uint64_t stale_retries = 0, parks = 0, wakeups = 0;  // counters
+  std::vector<MpmcSnapshot> rings;                          // by priority
 };
 
 // An item taken (at-least-once) and not released yet: a view into its ring
@@ -120,6 +139,10 @@ class PriorityFanout {
   [[nodiscard]] static Result<PriorityFanout> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  // Adopts the segments of create_fanout / open_fanout and attaches as a
+  // peer; KindMismatch, ParamMismatch (a ring re-created on its own) or
+  // SizeMismatch when they are not one fanout.
+  [[nodiscard]] static Result<PriorityFanout> attach(FanoutSegments segments);
   // Removes the bitmap and every `<base>.prio<i>` file; NotFound when none existed.
   [[nodiscard]] static Result<void> unlink(std::string_view base, const std::string& root = {});
 
@@ -131,37 +154,39 @@ class PriorityFanout {
                                     std::chrono::nanoseconds timeout);
   // Pops from the highest non-empty priority: {priority, size}, or nullopt
   // when every ring looked empty (each priority is tried at most once per call).
-  [[nodiscard]] Result<std::optional<Drained>> try_drain_highest(std::span<std::byte> out);
-  // Blocking drain: spins briefly, then parks on the bitmap's epoch word until
+  [[nodiscard]] Result<std::optional<Popped>> try_pop_highest(std::span<std::byte> out);
+  // Blocking pop: spins briefly, then parks on the bitmap's epoch word until
   // a submit wakes it or `timeout` passes (an idle drainer burns no CPU).
-  [[nodiscard]] Result<std::optional<Drained>> drain_highest(std::span<std::byte> out,
-                                                             std::chrono::nanoseconds timeout);
-  // At-least-once drain: takes the highest-priority item in place (zero copy)
+  [[nodiscard]] Result<std::optional<Popped>> pop_highest(std::span<std::byte> out,
+                                                          std::chrono::nanoseconds timeout);
+  // At-least-once take: takes the highest-priority item in place (zero copy)
   // and keeps it until release(). A handle that dies in between does not lose
   // it: the ring's repair keeps it, and the next consumer of that ring takes
   // it again before newer items (see "Crashes" above and docs/fanout.md). One
   // outstanding take per handle; nullopt when every ring looked empty.
   [[nodiscard]] Result<std::optional<Taken>> try_take_highest();
-  // Blocking take: as drain_highest() (spin, then park on the bitmap).
+  // Blocking take: as pop_highest() (spin, then park on the bitmap).
   [[nodiscard]] Result<std::optional<Taken>> take_highest(std::chrono::nanoseconds timeout);
   // Releases the item of the last take: it is consumed now.
   void release() noexcept;
 
   // Pops from one priority only (dedicated workers); the bitmap is not
   // consulted (only its bit cleared when the pop emptied the ring).
-  [[nodiscard]] Result<std::optional<std::size_t>> try_drain_priority(std::uint32_t priority,
-                                                                      std::span<std::byte> out);
-  [[nodiscard]] Result<std::optional<std::size_t>> drain_priority(std::uint32_t priority,
-                                                                  std::span<std::byte> out,
-                                                                  std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<std::optional<std::size_t>> try_pop_priority(std::uint32_t priority,
+                                                                    std::span<std::byte> out);
+  [[nodiscard]] Result<std::optional<std::size_t>> pop_priority(std::uint32_t priority,
+                                                                std::span<std::byte> out,
+                                                                std::chrono::nanoseconds timeout);
 
   // The bitmap as it is now: a HINT for observability and short-circuits. An
   // empty ring may briefly keep its bit, a just-pushed item may briefly lack it.
   [[nodiscard]] std::uint64_t active_priorities() const noexcept;
+  // The bitmap, counters and every ring's positions now (never blocks).
+  [[nodiscard]] FanoutSnapshot snapshot() const;
 
   [[nodiscard]] std::uint32_t priorities() const noexcept { return k_; }
-  [[nodiscard]] std::uint64_t ring_capacity() const noexcept;
-  [[nodiscard]] std::uint64_t slot_size() const noexcept;
+  [[nodiscard]] std::uint64_t ring_cells() const noexcept;
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept;
   [[nodiscard]] const std::string& base() const noexcept { return base_; }
   [[nodiscard]] const Segment& bitmap_segment() const noexcept { return segment_; }
   // This handle's attachment to the bitmap segment (its slot: its drainer waiter bit).
@@ -180,21 +205,26 @@ class PriorityFanout {
     const RoleSpec& bitmap;
     const RoleSpec& ring;
   };
-  [[nodiscard]] static Result<PriorityFanout> create_as(std::string_view base,
-                                                        const FanoutParams& params,
-                                                        const CreateOptions& options, Roles roles);
-  [[nodiscard]] static Result<PriorityFanout> open_as(std::string_view base,
-                                                      const FanoutParams& expected,
-                                                      const OpenOptions& options, Roles roles);
+  // create / open / attach for every handle type, under `roles`;
+  // attach_checked() first checks segments it was given.
+  [[nodiscard]] static Result<PriorityFanout> create_with(std::string_view base,
+                                                          const FanoutParams& params,
+                                                          const CreateOptions& options,
+                                                          Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> open_with(std::string_view base,
+                                                        const FanoutParams& expected,
+                                                        const OpenOptions& options, Roles roles);
+  [[nodiscard]] static Result<PriorityFanout> attach_checked(FanoutSegments segments, Roles roles);
 
  private:
+  [[nodiscard]] static Result<PriorityFanout> adopt(Result<FanoutSegments> segments, Roles roles);
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
                                                    std::vector<MpmcRing> rings,
                                                    const RoleSpec& role);
-  // try_drain_highest() without the thread guard (drain_highest() holds it).
-  [[nodiscard]] Result<std::optional<Drained>> drain_once(std::span<std::byte> out);
+  // try_pop_highest() without the thread guard (pop_highest() holds it).
+  [[nodiscard]] Result<std::optional<Popped>> pop_once(std::span<std::byte> out);
   [[nodiscard]] Result<std::optional<Taken>> take_once();
-  // The highest-first walk shared by drains and takes: pop(ring) claims from
+  // The highest-first walk shared by pops and takes: pop(ring) claims from
   // one ring (Result<bool>: false when it looked empty); returns the priority
   // it claimed from, or nullopt when every ring looked empty.
   template <class Pop>
@@ -212,7 +242,7 @@ class PriorityFanout {
   void wake_drainers() noexcept;
   // Sets the bit of every ring that holds claimed items while its bit is
   // clear (a submitter died between its ring commit and its bit): true when
-  // it set one. K seq_cst loads; see drain_highest() and bind().
+  // it set one. K seq_cst loads; see pop_highest() and bind().
   bool resurface() noexcept;
 
   Segment segment_;  // <base>.bitmap
@@ -228,7 +258,7 @@ class PriorityFanout {
 };
 
 namespace detail {
-// What both one-sided fanout handles expose: the accessors, no submit, no drain.
+// What both one-sided fanout handles expose: the accessors, no submit, no pop.
 class FanoutSide : protected PriorityFanout {
  public:
   using PriorityFanout::active_priorities;
@@ -239,8 +269,9 @@ class FanoutSide : protected PriorityFanout {
   using PriorityFanout::priorities;
   using PriorityFanout::repair;
   using PriorityFanout::ring;
-  using PriorityFanout::ring_capacity;
-  using PriorityFanout::slot_size;
+  using PriorityFanout::ring_cells;
+  using PriorityFanout::slot_bytes;
+  using PriorityFanout::snapshot;
 
  protected:
   FanoutSide() = default;
@@ -248,7 +279,7 @@ class FanoutSide : protected PriorityFanout {
 };
 }  // namespace detail
 
-// The submitting side of a fanout: PriorityFanout without the drain calls.
+// The submitting side of a fanout: PriorityFanout without the pop and take calls.
 class FanoutProducer : public detail::FanoutSide {
  public:
   FanoutProducer() = default;
@@ -258,6 +289,7 @@ class FanoutProducer : public detail::FanoutSide {
   [[nodiscard]] static Result<FanoutProducer> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  [[nodiscard]] static Result<FanoutProducer> attach(FanoutSegments segments);
 
   using PriorityFanout::submit;
 
@@ -265,7 +297,7 @@ class FanoutProducer : public detail::FanoutSide {
   explicit FanoutProducer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
 
-// The draining side of a fanout: PriorityFanout without the submit calls.
+// The popping side of a fanout: PriorityFanout without the submit calls.
 class FanoutConsumer : public detail::FanoutSide {
  public:
   FanoutConsumer() = default;
@@ -275,18 +307,37 @@ class FanoutConsumer : public detail::FanoutSide {
   [[nodiscard]] static Result<FanoutConsumer> open(std::string_view base,
                                                    const FanoutParams& expected,
                                                    const OpenOptions& options = {});
+  [[nodiscard]] static Result<FanoutConsumer> attach(FanoutSegments segments);
 
-  using PriorityFanout::drain_highest;
-  using PriorityFanout::drain_priority;
+  using PriorityFanout::pop_highest;
+  using PriorityFanout::pop_priority;
   using PriorityFanout::release;
   using PriorityFanout::take_highest;
-  using PriorityFanout::try_drain_highest;
-  using PriorityFanout::try_drain_priority;
+  using PriorityFanout::try_pop_highest;
+  using PriorityFanout::try_pop_priority;
   using PriorityFanout::try_take_highest;
 
  private:
   explicit FanoutConsumer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
+
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_fanout makes the
+// K ring segments and then the bitmap (removing what it made on failure),
+// open_fanout opens the bitmap and its rings (checking that each ring is the
+// one the bitmap was created with); neither attaches. A handle's
+// attach(segments) adopts the result; X::create / X::open do both in one step.
+[[nodiscard]] Result<FanoutSegments> create_fanout(std::string_view base,
+                                                   const FanoutParams& params,
+                                                   const CreateOptions& options = {});
+[[nodiscard]] Result<FanoutSegments> open_fanout(std::string_view base,
+                                                 const FanoutParams& expected,
+                                                 const OpenOptions& options = {});
+
+namespace fanout {
+// What attach(FanoutSegments) checks: kinds, layouts, parameters, sizes and
+// that every ring is the bitmap's own.
+[[nodiscard]] Result<void> check_adopted(const FanoutSegments& segments);
+}  // namespace fanout
 
 namespace detail {
 inline constexpr const char* kFanoutGuardName = "a PriorityFanout handle";
@@ -322,9 +373,9 @@ inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
   return true;
 }
 
-inline Result<std::optional<Drained>> PriorityFanout::try_drain_highest(std::span<std::byte> out) {
+inline Result<std::optional<Popped>> PriorityFanout::try_pop_highest(std::span<std::byte> out) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
-  return drain_once(out);
+  return pop_once(out);
 }
 
 template <class Pop>
@@ -347,7 +398,7 @@ inline Result<std::optional<std::uint32_t>> PriorityFanout::highest(Pop&& pop) {
     if (!r) return std::unexpected(std::move(r.error()));
     if (*r) {
       // The ring looks empty now: clear its bit at once (the specification's
-      // "if ring now empty, fetch_and"), so the next drain does not pay a
+      // "if ring now empty, fetch_and"), so the next pop does not pay a
       // failed pop for it.
       if (rings_[p].popped_last()) clear_bit(p);
       return std::optional<std::uint32_t>{p};
@@ -357,7 +408,7 @@ inline Result<std::optional<std::uint32_t>> PriorityFanout::highest(Pop&& pop) {
   }
 }
 
-inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::byte> out) {
+inline Result<std::optional<Popped>> PriorityFanout::pop_once(std::span<std::byte> out) {
   std::size_t size = 0;
   auto p = highest([&](MpmcRing& ring) -> Result<bool> {
     auto r = ring.try_pop(out);
@@ -366,11 +417,11 @@ inline Result<std::optional<Drained>> PriorityFanout::drain_once(std::span<std::
     return r->has_value();
   });
   if (!p) return std::unexpected(std::move(p.error()));
-  if (!*p) return std::optional<Drained>{};
-  return std::optional<Drained>{Drained{**p, size}};
+  if (!*p) return std::optional<Popped>{};
+  return std::optional<Popped>{Popped{**p, size}};
 }
 
-inline Result<std::optional<std::size_t>> PriorityFanout::try_drain_priority(
+inline Result<std::optional<std::size_t>> PriorityFanout::try_pop_priority(
     std::uint32_t priority, std::span<std::byte> out) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) [[unlikely]]

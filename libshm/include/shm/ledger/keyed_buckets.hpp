@@ -35,11 +35,12 @@ struct KeyedBucketSpec {
   std::int64_t burst = 0;
 };
 
-enum class KeyAdmission : std::uint8_t {
+enum class AdmitStatus : std::uint8_t {
   Admitted,   // every bucket of the key paid its cost
   Refused,    // a bucket had too few tokens: nothing changed
   TableFull,  // the key is new and no idle key could be reclaimed: nothing changed
 };
+[[nodiscard]] std::string_view to_string(AdmitStatus v) noexcept;
 
 class KeyedBuckets {
  public:
@@ -50,9 +51,8 @@ class KeyedBuckets {
   // Debits costs[i] from bucket i of `key` (costs.size() == buckets per key),
   // all or nothing, at `now_ms`; a new key starts with full buckets. Errors:
   // a wrong number of costs, a negative cost or time (InvalidArgument).
-  [[nodiscard]] Result<KeyAdmission> admit(std::string_view key,
-                                           std::span<const std::int64_t> costs,
-                                           std::int64_t now_ms);
+  [[nodiscard]] Result<AdmitStatus> admit(std::string_view key, std::span<const std::int64_t> costs,
+                                          std::int64_t now_ms);
   // A live reference to `key` (it is never reclaimed while referenced).
   // NotFound for an unknown key; release() of an unreferenced key: InvalidArgument.
   [[nodiscard]] Result<void> retain(std::string_view key);

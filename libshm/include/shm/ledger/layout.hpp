@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
@@ -73,6 +74,7 @@ struct PoolAccount {
 };
 
 enum class PoolStatus : std::uint32_t { Free = 0, Open = 1 };
+[[nodiscard]] std::string_view to_string(PoolStatus v) noexcept;
 
 // Pool.owner_slot of an orphaned pool: its owner left (detached, or was
 // reclaimed) while other owners still held tickets in it. Nobody owns it; it
@@ -93,6 +95,7 @@ struct Pool {
 };
 
 enum class TicketState : std::uint32_t { Free = 0, Reserved = 1, Committed = 2 };
+[[nodiscard]] std::string_view to_string(TicketState v) noexcept;
 
 struct TicketSlot {
   std::atomic<std::uint32_t> state;       // TicketState; published last (release) by reserve
@@ -129,6 +132,7 @@ struct Bucket {
 // that finds op != None restores the images: the interrupted operation never
 // happened.
 enum class JournalOp : std::uint32_t { None = 0, Replace = 1, Admit = 2, HandOver = 3 };
+[[nodiscard]] std::string_view to_string(JournalOp v) noexcept;
 
 struct TicketImage {
   std::atomic<std::uint32_t> pool;
@@ -278,4 +282,9 @@ inline constexpr std::uint64_t kFingerprint =
                         kFalseSharingRange});
 
 }  // namespace ledger
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using ledger::to_string;
 }  // namespace shm

@@ -255,11 +255,24 @@ struct View {
 // Reads every counter (relaxed loads, no lock; may be mid-update unless the
 // version is even and unchanged).
 [[nodiscard]] LedgerSnapshot read_snapshot(const View& view);
+// The parameter block and the segment's size (Corrupt, SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What Ledger::attach(Segment) checks of a segment it is given: kind,
+// layout, parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 [[nodiscard]] std::string read_label(const Label& label);
 
 }  // namespace ledger
 
-class Ledger;
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_ledger makes the
+// segment (defining the configured categories and buckets), open_ledger opens
+// it (any geometry, or `expected` exactly); neither attaches.
+// Ledger::attach(segment) adopts the result; Ledger::create / open do both.
+[[nodiscard]] Result<Segment> create_ledger(std::string_view name, const LedgerConfig& config,
+                                            const CreateOptions& options = {});
+[[nodiscard]] Result<Segment> open_ledger(std::string_view name, const OpenOptions& options = {});
+[[nodiscard]] Result<Segment> open_ledger(std::string_view name, const LedgerParams& expected,
+                                          const OpenOptions& options = {});
 
 class Ledger {
  public:
@@ -279,6 +292,9 @@ class Ledger {
   [[nodiscard]] static Result<Ledger> open(std::string_view name, const OpenOptions& options = {});
   [[nodiscard]] static Result<Ledger> open(std::string_view name, const LedgerParams& expected,
                                            const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_ledger, create_ledger)
+  // and attaches; KindMismatch / SizeMismatch when it is not a ledger.
+  [[nodiscard]] static Result<Ledger> attach(Segment segment);
 
   // ---- definitions (append-only tables; idempotent for identical specs)
   // A label already defined with the same limit and partition returns its id;

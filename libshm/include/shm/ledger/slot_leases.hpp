@@ -52,10 +52,10 @@ class SlotLeases {
   // InvalidArgument while leases are out.
   [[nodiscard]] Result<void> close();
 
-  [[nodiscard]] std::uint32_t capacity() const noexcept {
+  [[nodiscard]] std::uint32_t max_leases() const noexcept {
     return static_cast<std::uint32_t>(generations_.size());
   }
-  [[nodiscard]] std::uint32_t leased() const noexcept { return capacity() - free_count(); }
+  [[nodiscard]] std::uint32_t leased() const noexcept { return max_leases() - free_count(); }
   [[nodiscard]] std::int64_t slot_bytes() const noexcept { return slot_bytes_; }
   [[nodiscard]] Ticket parent() const noexcept { return parent_; }
 

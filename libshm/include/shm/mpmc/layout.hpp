@@ -53,14 +53,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 namespace shm {
 
 struct MpmcParams {
-  std::uint64_t capacity = 0;   // cells, a power of two in [2, 2^30]; 0 on open = accept any
-  std::uint64_t slot_size = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
+  std::uint64_t ring_cells = 0;  // a power of two in [2, 2^30]; 0 on open = accept any
+  std::uint64_t slot_bytes = 0;  // largest payload in bytes, [1, 1 MiB]; 0 on open = accept any
 };
 
 namespace mpmc {
@@ -156,17 +157,17 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
 // The parameter block stored in the header.
 struct ParamBlock {
   std::uint64_t capacity;
-  std::uint64_t slot_size;
-  std::uint64_t stride;  // bytes per cell, derived: round_up(kCellHeader + slot_size, kCellAlign)
+  std::uint64_t slot_bytes;
+  std::uint64_t stride;  // bytes per cell, derived: round_up(kCellHeader + slot_bytes, kCellAlign)
 };
 static_assert(sizeof(ParamBlock) <= kParamBytes);
 
-[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_size) noexcept {
-  return round_up(kCellHeader + slot_size, kCellAlign);
+[[nodiscard]] constexpr std::uint64_t stride_for(std::uint64_t slot_bytes) noexcept {
+  return round_up(kCellHeader + slot_bytes, kCellAlign);
 }
 [[nodiscard]] constexpr std::uint64_t data_size_for(std::uint64_t capacity,
-                                                    std::uint64_t slot_size) noexcept {
-  return kCellsOffset + capacity * stride_for(slot_size);
+                                                    std::uint64_t slot_bytes) noexcept {
+  return kCellsOffset + capacity * stride_for(slot_bytes);
 }
 
 [[nodiscard]] Result<void> validate(const MpmcParams& params);
@@ -180,7 +181,7 @@ struct View {
   std::byte* cells = nullptr;
   std::uint64_t capacity = 0;
   std::uint64_t mask = 0;
-  std::uint64_t slot_size = 0;
+  std::uint64_t slot_bytes = 0;
   std::uint64_t stride = 0;
 
   [[nodiscard]] Cell& cell(std::uint64_t pos) const noexcept {
@@ -195,13 +196,14 @@ struct View {
 [[nodiscard]] std::optional<View> view(const Segment& segment, std::string* why = nullptr);
 
 enum class Side : std::uint8_t { Push, Pop };
-enum class RepairOutcome : std::uint8_t {
+[[nodiscard]] std::string_view to_string(Side v) noexcept;
+enum class RepairStatus : std::uint8_t {
   NotHeld,     // the position is not held (anymore)
   HeldByLive,  // a live handle may hold it: in flight
   Unprovable,  // held, but no attachment's intent names it: left alone
   Repaired,    // its holder was dead: tombstoned (push), released or orphaned (pop)
 };
-[[nodiscard]] std::string_view to_string(RepairOutcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(RepairStatus outcome) noexcept;
 
 struct RepairReport {
   std::uint64_t repaired_pushes = 0;  // tombstones written for dead producers
@@ -213,22 +215,31 @@ struct RepairReport {
 // Repairs position `pos` if it is held (claimed, not published/released) and
 // every attachment slot whose intent names it is dead. `assume_dead` names a
 // slot the caller knows is dead although it holds its lock (a takeover).
-[[nodiscard]] RepairOutcome repair_position(const Segment& segment, const View& v, Side side,
-                                            std::uint64_t pos,
-                                            std::optional<std::size_t> assume_dead,
-                                            std::string* action = nullptr);
+[[nodiscard]] RepairStatus repair_position(const Segment& segment, const View& v, Side side,
+                                           std::uint64_t pos,
+                                           std::optional<std::size_t> assume_dead,
+                                           std::string* action = nullptr);
 // Repairs what non-live slots (or only `slot`) left held; clears their waiter bits.
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 [[nodiscard]] RepairReport repair_slots(const Segment& segment, const View& v,
                                         std::optional<std::size_t> slot = std::nullopt,
                                         std::optional<std::size_t> assume_dead = std::nullopt);
 
 }  // namespace mpmc
 
-// Creates a ring segment (no attachment): tools and tests. MpmcRing::create()
-// creates and attaches in one step.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_mpmc_ring makes
+// the segment and open_mpmc_ring opens it, neither attaches; the handles'
+// attach(segment) adopts the result. X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_mpmc_ring(std::string_view name, const MpmcParams& params,
                                                const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_mpmc_ring(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
 
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using mpmc::to_string;
 }  // namespace shm

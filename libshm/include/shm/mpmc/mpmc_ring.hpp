@@ -57,6 +57,19 @@ namespace detail {
 inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
 }  // namespace detail
 
+// What an MPMC handle's snapshot() reads: positions and counters, relaxed
+// loads, never waiting for another handle (a hint under concurrency).
+struct MpmcSnapshot {
+  std::uint64_t ring_cells = 0;
+  std::uint64_t slot_bytes = 0;  // the largest payload
+  std::uint64_t head = 0;        // positions claimed by pops (they only grow)
+  std::uint64_t tail = 0;        // positions claimed by pushes
+  std::uint64_t depth = 0;       // tail - head: items published or in flight
+  std::uint64_t orphans = 0;     // kept items of dead takers waiting for adoption
+  std::uint64_t abandoned_pushes = 0, lost_pops = 0, tombstones_skipped = 0, cancelled_pushes = 0,
+                parks = 0, wakeups = 0, adopted = 0;  // counters
+};
+
 // A peer handle: pushes and pops. MpmcProducer and MpmcConsumer (below) are
 // the same handle with only one side's calls.
 class MpmcRing {
@@ -78,6 +91,10 @@ class MpmcRing {
   // attaches as a peer; repairs what dead handles left held.
   [[nodiscard]] static Result<MpmcRing> open(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_mpmc_ring,
+  // create_mpmc_ring) and attaches as a peer; KindMismatch / SizeMismatch
+  // when it is not an MPMC ring.
+  [[nodiscard]] static Result<MpmcRing> attach(Segment segment);
 
   // Copies `payload` into the next cell: true when pushed, false when full.
   [[nodiscard]] Result<bool> try_push(std::span<const std::byte> payload);
@@ -90,7 +107,7 @@ class MpmcRing {
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
 
-  // Zero-copy push: claims the next cell and returns its slot_size() bytes, or
+  // Zero-copy push: claims the next cell and returns its slot_bytes() bytes, or
   // nullopt when full. Publish it with commit(n) or cancel() (a tombstone that
   // consumers skip). Nothing is visible to consumers until then.
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve();
@@ -110,10 +127,12 @@ class MpmcRing {
   // Repairs cells held by dead handles now (normally automatic, see above).
   [[nodiscard]] mpmc::RepairReport repair() const;
 
-  [[nodiscard]] std::uint64_t capacity() const noexcept { return v_.capacity; }
-  [[nodiscard]] std::uint64_t slot_size() const noexcept { return v_.slot_size; }
+  [[nodiscard]] std::uint64_t ring_cells() const noexcept { return v_.capacity; }
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return v_.slot_bytes; }
   // tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
+  // Positions and counters now (never blocks).
+  [[nodiscard]] MpmcSnapshot snapshot() const noexcept;
   // True when some push has claimed a position no consumer has claimed yet
   // (published or still in flight), or an orphan waits for adoption.
   // Sequentially consistent: see PriorityFanout.
@@ -129,17 +148,15 @@ class MpmcRing {
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
   void heartbeat() noexcept { attachment_.heartbeat(); }
 
- protected:
-  // For the typed handles and the fanout: create/open attached under `role`
-  // (mpmc::kProducerRole, kConsumerRole or kPeerRole).
-  [[nodiscard]] static Result<MpmcRing> create_as(std::string_view name, const MpmcParams& params,
-                                                  const CreateOptions& options,
-                                                  const RoleSpec& role);
-  [[nodiscard]] static Result<MpmcRing> open_as(std::string_view name, const MpmcParams& expected,
-                                                const OpenOptions& options, const RoleSpec& role);
-
  private:
   friend class PriorityFanout;
+  friend class MpmcProducer;
+  friend class MpmcConsumer;
+  // create / open / attach for every handle type: the segment (or its
+  // error) attached under `role` (mpmc::kProducerRole, kConsumerRole or
+  // kPeerRole); attach_checked() first checks a segment it was given.
+  [[nodiscard]] static Result<MpmcRing> adopt(Result<Segment> seg, const RoleSpec& role);
+  [[nodiscard]] static Result<MpmcRing> attach_checked(Segment segment, const RoleSpec& role);
   struct Stuck {
     mpmc::Side side = mpmc::Side::Push;
     std::uint64_t pos = ~0ull;
@@ -211,12 +228,13 @@ namespace detail {
 class MpmcSide : protected MpmcRing {
  public:
   using MpmcRing::attachment;
-  using MpmcRing::capacity;
   using MpmcRing::heartbeat;
   using MpmcRing::repair;
+  using MpmcRing::ring_cells;
   using MpmcRing::segment;
   using MpmcRing::size_hint;
-  using MpmcRing::slot_size;
+  using MpmcRing::slot_bytes;
+  using MpmcRing::snapshot;
 
  protected:
   MpmcSide() = default;
@@ -235,6 +253,8 @@ class MpmcProducer : public detail::MpmcSide {
   [[nodiscard]] static Result<MpmcProducer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
+  // Adopts a segment opened or created already and attaches as a producer.
+  [[nodiscard]] static Result<MpmcProducer> attach(Segment segment);
 
   using MpmcRing::cancel;
   using MpmcRing::commit;
@@ -257,6 +277,8 @@ class MpmcConsumer : public detail::MpmcSide {
   [[nodiscard]] static Result<MpmcConsumer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
+  // Adopts a segment opened or created already and attaches as a consumer.
+  [[nodiscard]] static Result<MpmcConsumer> attach(Segment segment);
 
   using MpmcRing::pop;
   using MpmcRing::popped_last;
@@ -301,7 +323,7 @@ inline Result<std::optional<std::span<std::byte>>> MpmcRing::reserve_unguarded()
         reserved_pos_ = pos;
         reserved_ = true;
         return std::optional<std::span<std::byte>>{
-            std::span<std::byte>(v_.payload(pos), v_.slot_size)};
+            std::span<std::byte>(v_.payload(pos), v_.slot_bytes)};
       }
       intent_->push.store(mpmc::kNoIntent, std::memory_order_relaxed);  // not ours after all
       continue;  // pos was reloaded by the failed CAS
@@ -320,7 +342,7 @@ inline void MpmcRing::commit(std::size_t n) noexcept {
 
 inline void MpmcRing::commit_unguarded(std::size_t n) noexcept {
   assert(reserved_ && "commit() without try_reserve()");
-  assert(n <= v_.slot_size);
+  assert(n <= v_.slot_bytes);
   mpmc::Cell& c = v_.cell(reserved_pos_);
   c.length.store(static_cast<std::uint32_t>(n),
                  std::memory_order_relaxed);  // published by [mpmc.S]
@@ -337,7 +359,7 @@ inline Result<bool> MpmcRing::try_push(std::span<const std::byte> payload) {
 }
 
 inline Result<bool> MpmcRing::push_unguarded(std::span<const std::byte> payload) {
-  if (payload.size() > v_.slot_size) [[unlikely]]
+  if (payload.size() > v_.slot_bytes) [[unlikely]]
     return too_large(payload.size());
   auto r = reserve_unguarded();
   if (!r) return std::unexpected(std::move(r.error()));
@@ -365,7 +387,7 @@ inline Result<std::optional<std::uint32_t>> MpmcRing::claim_pop(std::size_t room
     const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
     if (seq == pos + 1) [[likely]] {
       const std::uint32_t len = c.length.load(std::memory_order_relaxed);  // ordered by [mpmc.S']
-      if (len > v_.slot_size) [[unlikely]]
+      if (len > v_.slot_bytes) [[unlikely]]
         return corrupt_length(pos, len);
       if (len > room) [[unlikely]]
         return too_small(len, room);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace shm {
 
@@ -62,6 +63,7 @@ class Mapping {
 // Open-file-description byte locks: held by an open file description, dropped by
 // the kernel when the last fd of it closes, however the process dies.
 enum class LockProbe : std::uint8_t { Free, Held };
+[[nodiscard]] std::string_view to_string(LockProbe v) noexcept;
 // Tries to take an exclusive lock on byte `offset`; false when another OFD holds it.
 [[nodiscard]] Result<bool> try_lock_byte(int fd, std::uint64_t offset);
 [[nodiscard]] Result<void> unlock_byte(int fd, std::uint64_t offset);

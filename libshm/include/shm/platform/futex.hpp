@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 namespace shm {
 
 enum class WaitResult : std::uint8_t { Woken, ValueChanged, TimedOut, Interrupted };
+[[nodiscard]] std::string_view to_string(WaitResult v) noexcept;
 
 // Sleeps while `word == expected`, at most `timeout_ns` (relative, monotonic).
 // Spurious returns are possible; callers re-check their condition.

@@ -5,7 +5,7 @@
 //
 // Protocol. Everything that changes the head runs under one robust
 // process-shared mutex (Control::mutex). The head is a pool of `capacity`
-// entries of fixed stride (EntryHead + value_size bytes, rounded to 8):
+// entries of fixed stride (EntryHead + value_bytes bytes, rounded to 8):
 //   - the entry table is the source of truth: each entry's state (Free,
 //     Pending, InHand), key, value, first/last op sequence, op count and its
 //     order stamp (monotonic, assigned when the entry is created);
@@ -63,6 +63,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::relay {
@@ -78,6 +79,7 @@ inline constexpr RoleSpec kReaderRole{0, true, "reader"};
 inline constexpr RoleSpec kWriterRole{1, false, "writer"};
 
 enum class EntryState : std::uint32_t { Free = 0, Pending = 1, InHand = 2 };
+[[nodiscard]] std::string_view to_string(EntryState v) noexcept;
 // EntryHead::flags. An entry with any of them is closed to merges (not in
 // the key index): a write to its key opens a new entry.
 inline constexpr std::uint32_t kSealed = 1;    // returned by a dead reader (delivered again)
@@ -90,18 +92,18 @@ inline constexpr std::uint32_t kEntryFlags = kSealed | kSpilling | kClosed;
 
 // Immutable parameters (the header's parameter block).
 struct ParamBlock {
-  std::uint32_t value_size;      // largest value in bytes, [1, kMaxValueSize]
+  std::uint32_t value_bytes;     // largest value in bytes, [1, kMaxValueSize]
   std::uint32_t capacity;        // entries in the pool, [kMinCapacity, kMaxCapacity]
   std::uint32_t index_capacity;  // key index cells: the power of two >= 2 x capacity
   std::uint32_t reserved;
 };
 static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 16);
 
-// One entry of the pool; `value_size` bytes of value follow (stride: entry_stride()).
+// One entry of the pool; `value_bytes` bytes of value follow (stride: entry_stride()).
 struct EntryHead {
   std::atomic<std::uint32_t> state;  // EntryState; the publishing store of a new entry
   std::atomic<std::uint32_t> flags;  // kSealed
-  std::atomic<std::uint32_t> len;    // value bytes in use, <= value_size
+  std::atomic<std::uint32_t> len;    // value bytes in use, <= value_bytes
   std::atomic<std::uint32_t> prev;   // derived: pending list, or kNone
   std::atomic<std::uint32_t> next;   // derived: pending list or free list, or kNone
   std::atomic<std::uint32_t> reserved;
@@ -115,8 +117,8 @@ struct EntryHead {
 static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
 static_assert(std::is_standard_layout_v<EntryHead>);
 
-[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_size) noexcept {
-  return round_up(sizeof(EntryHead) + value_size, 8);
+[[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
+  return round_up(sizeof(EntryHead) + value_bytes, 8);
 }
 
 enum class EventKind : std::uint32_t {
@@ -178,6 +180,7 @@ enum class HeadIntent : std::uint32_t {
   DropAppend = 3,  // DropOldest: entry intent_entry is dropped and the op (key intent_op_count,
                    // intent_value / len, sequence intent_last_seq) appended
 };
+[[nodiscard]] std::string_view to_string(HeadIntent v) noexcept;
 inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::DropAppend);
 
 struct Control {
@@ -310,14 +313,17 @@ static_assert(offsetof(Control, data_word) % kFalseSharingRange == 0);
 inline constexpr std::uint32_t kManifestSlots = 64;
 inline constexpr std::uint32_t kSpillDirBytes = 256;
 enum class SlotState : std::uint32_t { Free = 0, Sealed = 1, Acked = 2 };
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 // SpillArea::intent_state; its counter: pages_acked, pages_expired, pages_refused.
 // Seal (1) is not an intent state any more (a seal keeps its own record,
 // seal_state): a repair refuses it as damage.
 enum class SpillIntent : std::uint32_t { None = 0, Seal = 1, Ack = 2, Expire = 3, Refuse = 4 };
+[[nodiscard]] std::string_view to_string(SpillIntent v) noexcept;
 inline constexpr std::uint32_t kLastSpillIntent = 4;
 enum class SpillMode : std::uint32_t { AppendCompact = 0, CompactOnWrite = 1 };
 enum class RetentionKind : std::uint32_t { UnboundedLog = 0, BoundedDisk = 1, Ttl = 2 };
 enum class Rehydrate : std::uint32_t { Sequential = 0, Parallel = 1 };
+[[nodiscard]] std::string_view to_string(Rehydrate v) noexcept;
 
 struct ManifestSlot {
   std::atomic<std::uint32_t> state;  // SlotState; the publishing store
@@ -401,7 +407,7 @@ struct Geometry {
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.entries = round_up(sizeof(Control), kFalseSharingRange);
-  g.index = round_up(g.entries + entry_stride(p.value_size) * p.capacity, kFalseSharingRange);
+  g.index = round_up(g.entries + entry_stride(p.value_bytes) * p.capacity, kFalseSharingRange);
   g.spill = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
   g.data_size = g.spill + sizeof(SpillArea);
   return g;
@@ -433,3 +439,8 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint({2,  // 2: Head
                                                                   kManifestSlots});
 
 }  // namespace shm::relay
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using relay::to_string;
+}  // namespace shm

@@ -48,7 +48,7 @@ struct MergeFlags {
 [[nodiscard]] MergeFlags flags_from_bits(std::uint32_t bits) noexcept;
 [[nodiscard]] std::string describe(MergeFlags flags);  // "associative,commutative,..."
 
-// combine(current, op, out) writes the merged value into `out` (value_size
+// combine(current, op, out) writes the merged value into `out` (value_bytes
 // bytes) and returns its length (<= out.size(); larger is an error). It runs
 // under the relay's mutex: keep it short, never call the relay from it, never
 // throw (a throw is caught and reported as InvalidArgument).
@@ -98,11 +98,11 @@ struct Backpressure {
 // low_water < high_water, high_water > 0.
 [[nodiscard]] Result<void> validate(const Backpressure& bp);
 // The same, and the high water must be reachable on a relay of `capacity`
-// entries of `value_size` bytes (count and keys: at most capacity; bytes: at
-// most capacity * value_size; age has no bound): a relay that can never be
+// entries of `value_bytes` bytes (count and keys: at most capacity; bytes: at
+// most capacity * value_bytes; age has no bound): a relay that can never be
 // full would never push back.
 [[nodiscard]] Result<void> validate(const Backpressure& bp, std::uint32_t capacity,
-                                    std::uint32_t value_size);
+                                    std::uint32_t value_bytes);
 
 // The validation table (relaycell-egress-tables.md §3). Refused, each with
 // Errc::PolicyRefused naming the pair:
@@ -137,7 +137,7 @@ struct LawReport {
 };
 [[nodiscard]] LawReport check_merge_laws(const MergePolicy& policy, const ValueGenerator& generator,
                                          std::size_t trials = 1000, std::uint64_t seed = 1,
-                                         std::size_t value_size = 64);
+                                         std::size_t value_bytes = 64);
 
 // Helpers for built-in value formats (little-endian).
 [[nodiscard]] std::vector<std::byte> u64_value(std::uint64_t v);

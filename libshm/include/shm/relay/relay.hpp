@@ -54,8 +54,8 @@ struct SpillPolicy {
 
 struct RelayConfig {
   PolicyId policy = policy::kKeepLatest;
-  std::uint32_t value_size = 8;   // largest value, [1, 256]
-  std::uint32_t capacity = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
+  std::uint32_t value_bytes = 8;     // largest value, [1, 256]
+  std::uint32_t max_entries = 1024;  // entries (keys or FIFO ops) the head can hold, [1, 2^22]
   Backpressure backpressure{Dimension::Count, 768, 256, Overflow::Block};
   EgressOrder egress = EgressOrder::Arrival;
   bool spill_dedup = false;  // declared: the reader drops redelivered ops by first_seq
@@ -64,7 +64,7 @@ struct RelayConfig {
 
 // What a write did. Only Appended, Merged and Displaced change the head (and
 // signal the reader).
-enum class WriteOutcome : std::uint8_t {
+enum class WriteStatus : std::uint8_t {
   Appended,   // opened a new entry (a new key, or a FIFO op)
   Merged,     // merged into the key's open entry and changed its value
   Unchanged,  // changed nothing (max at or below, same keep_latest value, sum of 0...)
@@ -73,10 +73,10 @@ enum class WriteOutcome : std::uint8_t {
   Full,       // no free entry (Conflate past capacity, or every entry is held): nothing written
   TimedOut,   // Block: the relay stayed full for the whole timeout; nothing written
 };
-[[nodiscard]] std::string_view to_string(WriteOutcome o) noexcept;
+[[nodiscard]] std::string_view to_string(WriteStatus o) noexcept;
 
-struct WriteResult {
-  WriteOutcome outcome = WriteOutcome::Unchanged;
+struct WriteOutcome {
+  WriteStatus status = WriteStatus::Unchanged;
   std::uint64_t seq = 0;  // the op's sequence when it was accepted (Appended/Merged/Displaced)
 };
 
@@ -108,8 +108,8 @@ struct RelaySnapshot {
   MergeFlags flags;
   Backpressure backpressure;
   EgressOrder egress = EgressOrder::Arrival;
-  std::uint32_t value_size = 0;
-  std::uint32_t capacity = 0;
+  std::uint32_t value_bytes = 0;
+  std::uint32_t max_entries = 0;
   std::uint64_t depth = 0;         // pending entries
   std::uint64_t bytes = 0;         // value bytes pending
   std::uint64_t pending_keys = 0;  // keys with an open entry
@@ -162,10 +162,10 @@ struct View {
   std::byte* entries = nullptr;
   std::atomic<std::uint32_t>* index = nullptr;
   [[nodiscard]] EntryHead& entry(std::uint32_t i) const noexcept {
-    return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_size) * i);
+    return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_bytes) * i);
   }
   [[nodiscard]] unsigned char* value(std::uint32_t i) const noexcept {
-    return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_size) * i +
+    return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_bytes) * i +
                                             sizeof(EntryHead));
   }
 };
@@ -223,6 +223,7 @@ enum class SealMode : std::uint8_t {
   Inline = 0,  // the write that finds the relay full seals the page itself (the default)
   Background,  // a thread of this writer's handle seals it; the write appends meanwhile
 };
+[[nodiscard]] std::string_view to_string(SealMode v) noexcept;
 
 class RelayWriter : public relay::detail::Handle {
  public:
@@ -238,22 +239,26 @@ class RelayWriter : public relay::detail::Handle {
                                                   const CreateOptions& options = {});
   [[nodiscard]] static Result<RelayWriter> open(std::string_view name,
                                                 const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_relay, create_relay)
+  // and attaches as a writer; KindMismatch / SizeMismatch when it is not a relay.
+  [[nodiscard]] static Result<RelayWriter> attach(Segment segment);
 
   // Keyed policies merge into the key's open entry; raw_fifo appends (the key
   // is carried along). Block parks up to `timeout` while the relay is full
   // (shm::forever: until there is room), then answers TimedOut.
-  [[nodiscard]] Result<WriteResult> write(std::uint64_t key, std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout);
-  [[nodiscard]] Result<WriteResult> write(std::span<const std::byte> value,
-                                          std::chrono::nanoseconds timeout) {
+  [[nodiscard]] Result<WriteOutcome> write(std::uint64_t key, std::span<const std::byte> value,
+                                           std::chrono::nanoseconds timeout);
+  [[nodiscard]] Result<WriteOutcome> write(std::span<const std::byte> value,
+                                           std::chrono::nanoseconds timeout) {
     return write(0, value, timeout);
   }
   // Never parks: a full relay under Block answers TimedOut at once (every
   // other overflow action answers as write() does).
-  [[nodiscard]] Result<WriteResult> try_write(std::uint64_t key, std::span<const std::byte> value) {
+  [[nodiscard]] Result<WriteOutcome> try_write(std::uint64_t key,
+                                               std::span<const std::byte> value) {
     return write(key, value, std::chrono::nanoseconds::zero());
   }
-  [[nodiscard]] Result<WriteResult> try_write(std::span<const std::byte> value) {
+  [[nodiscard]] Result<WriteOutcome> try_write(std::span<const std::byte> value) {
     return write(0, value, std::chrono::nanoseconds::zero());
   }
 
@@ -268,6 +273,7 @@ class RelayWriter : public relay::detail::Handle {
   [[nodiscard]] SealMode seal_mode() const noexcept;
 
  private:
+  [[nodiscard]] static Result<RelayWriter> adopt(Result<Segment> seg);
   std::unique_ptr<relay::internal::Sealer> sealer_;
 };
 
@@ -276,6 +282,7 @@ enum class CatchUp : std::uint8_t {
   PageByPage = 0,  // every record of every page, in order (the default)
   Conflated,       // when two or more pages wait: several folded into one summary per key
 };
+[[nodiscard]] std::string_view to_string(CatchUp v) noexcept;
 
 class RelayReader : public relay::detail::Handle {
  public:
@@ -290,6 +297,9 @@ class RelayReader : public relay::detail::Handle {
   // returned to the head (redelivered) first.
   [[nodiscard]] static Result<RelayReader> open(std::string_view name,
                                                 const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_relay, create_relay)
+  // and attaches as the reader (as open() does).
+  [[nodiscard]] static Result<RelayReader> attach(Segment segment);
 
   // Takes up to `credit` oldest entries (they stay in the segment, InHand,
   // until commit()). Calling take() again before commit() or abandon() is
@@ -330,6 +340,7 @@ class RelayReader : public relay::detail::Handle {
   [[nodiscard]] CatchUp catch_up() const noexcept { return catch_up_; }
 
  private:
+  [[nodiscard]] static Result<RelayReader> adopt(Result<Segment> seg);
   [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
   // Folds the oldest cold pages into summary_ (false: not this time).
   [[nodiscard]] Result<bool> build_summary(spill::SpillDir& dir);
@@ -388,6 +399,19 @@ class RelayReader : public relay::detail::Handle {
   bool from_summary_ = false;  // taken_ holds summary entries
 };
 
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_relay makes the
+// segment (validating the config against the table; with a spill store, its
+// directory), open_relay opens it; neither attaches. RelayWriter /
+// RelayReader::attach(segment) adopts the result; X::create / X::open do both.
+[[nodiscard]] Result<Segment> create_relay(std::string_view name, const RelayConfig& config,
+                                           const CreateOptions& options = {});
+[[nodiscard]] Result<Segment> open_relay(std::string_view name, const OpenOptions& options = {});
+namespace relay {
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
+}  // namespace relay
+
 // Reads a relay's snapshot without attaching (read-only mapping).
 [[nodiscard]] Result<RelaySnapshot> read_relay_snapshot(std::string_view name,
                                                         const OpenOptions& options = {});
@@ -397,6 +421,7 @@ class RelayReader : public relay::detail::Handle {
 
 // Role facades (relaycell-egress-tables.md §6): thin factories over the one relay.
 enum class Traffic : std::uint8_t { State, Events };
+[[nodiscard]] std::string_view to_string(Traffic v) noexcept;
 struct Outbox {
   // application -> transport: the local producer feels is_full directly.
   // Default overflow: Conflate for state, Spill for events. The events preset
@@ -404,8 +429,8 @@ struct Outbox {
   // policy that is not idempotent, declares spill_dedup: the reader drops
   // redelivered ops by first_seq (docs/spill.md, replay and dedup).
   [[nodiscard]] static RelayConfig config(PolicyId policy, Traffic traffic,
-                                          std::uint32_t capacity = 1024,
-                                          std::uint32_t value_size = 8);
+                                          std::uint32_t max_entries = 1024,
+                                          std::uint32_t value_bytes = 8);
   [[nodiscard]] static Result<RelayWriter> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayWriter::create(name, config, options);
@@ -415,8 +440,8 @@ struct Inbox {
   // transport -> application: backpressure reaches the remote peer only
   // through withheld credits. Default overflow: Conflate when the policy is
   // conflatable, otherwise Block (credit metering: the transport writer waits).
-  [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t capacity = 1024,
-                                                  std::uint32_t value_size = 8);
+  [[nodiscard]] static Result<RelayConfig> config(PolicyId policy, std::uint32_t max_entries = 1024,
+                                                  std::uint32_t value_bytes = 8);
   [[nodiscard]] static Result<RelayReader> create(std::string_view name, const RelayConfig& config,
                                                   const CreateOptions& options = {}) {
     return RelayReader::create(name, config, options);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -51,5 +52,8 @@ class Node {
   std::vector<std::pair<std::string, Node>> members_;
   std::vector<Node> elements_;
 };
+
+[[nodiscard]] std::string_view to_string(Node::Type v) noexcept;
+[[nodiscard]] std::string_view to_string(Node::Metric v) noexcept;
 
 }  // namespace shm

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
@@ -31,10 +32,13 @@ inline constexpr std::size_t kMaxAttachments = kExclusiveSlots + kSharedSlots;
 inline constexpr std::size_t kEventRingSize = 32;
 
 enum class SegmentState : std::uint32_t { Initializing = 1, Ready = 2 };
+[[nodiscard]] std::string_view to_string(SegmentState v) noexcept;
 
 enum class SegmentFlags : std::uint16_t { None = 0, Ephemeral = 1 };
+[[nodiscard]] std::string_view to_string(SegmentFlags v) noexcept;
 
 enum class SlotState : std::uint32_t { Free = 0, Attached = 1 };
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 
 // One attachment. Written only by the process holding the slot's OFD lock
 // (or by a taker-over after it has won the lock); read by anyone.

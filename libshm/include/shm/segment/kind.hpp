@@ -80,17 +80,17 @@ void describe_header(const Segment& segment, Node& out);
 [[nodiscard]] Result<bool> reclaim_slot(Segment& segment, std::size_t slot);
 
 // What reclaim_dead_attacher() did with one slot.
-enum class ReclaimOutcome : std::uint8_t {
+enum class ReclaimStatus : std::uint8_t {
   Reclaimed,  // the kind released what the holder had; the slot is Free, a Reclaimed event recorded
   LockHeld,   // another open file description holds the slot's lock (a live holder, a process
               // taking the slot over, another reclaimer): nothing touched
   Changed,    // the slot was freed or attached again (another generation) since it was read:
               // nothing touched
 };
-[[nodiscard]] std::string_view to_string(ReclaimOutcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(ReclaimStatus status) noexcept;
 
 struct SlotReclaim {
-  ReclaimOutcome outcome = ReclaimOutcome::Changed;
+  ReclaimStatus status = ReclaimStatus::Changed;
   std::vector<std::string> actions;  // the kind's reclaim() lines (Reclaimed only)
 };
 

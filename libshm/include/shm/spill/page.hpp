@@ -186,6 +186,7 @@ class SpillDir {
 
 // Seal steps, reported to the writer's hook (the relay's test-only crash points).
 enum class SealStep : std::uint8_t { ContentWritten, HeaderWritten, Renamed, DirSynced };
+[[nodiscard]] std::string_view to_string(SealStep v) noexcept;
 using SealHook = void (*)(SealStep step);
 
 struct SealInfo {
@@ -288,3 +289,8 @@ struct DirListing {
 [[nodiscard]] Result<DirListing> list_dir(const SpillDir& dir);
 
 }  // namespace shm::spill
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using spill::to_string;
+}  // namespace shm

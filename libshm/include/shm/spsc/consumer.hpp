@@ -29,6 +29,9 @@ class RingConsumer : public detail::RingEndpoint {
   // Creates the ring and attaches as its consumer (for a consumer that starts first).
   [[nodiscard]] static Result<RingConsumer> create(std::string_view name, const RingParams& params,
                                                    const CreateOptions& options = {});
+  // Adopts a segment opened or created already (open_ring, create_ring) and
+  // attaches as its consumer; KindMismatch / SizeMismatch when it is not a ring.
+  [[nodiscard]] static Result<RingConsumer> attach(Segment segment);
 
   // The next unpeeked record, or nullopt when none is published yet. The span
   // stays valid until release().
@@ -65,8 +68,16 @@ class RingConsumer : public detail::RingEndpoint {
   [[nodiscard]] Result<std::size_t> drain(F&& f, std::size_t max);
 
   [[nodiscard]] std::uint64_t released_position() const noexcept { return head_; }
+  // Positions and counters now (never blocks; `tail` is the larger of what
+  // this consumer has peeked and the producer's lazy hint).
+  [[nodiscard]] RingSnapshot snapshot() const noexcept {
+    // acquire: pairs with the hint's release store (publish_hint).
+    return snapshot_at(
+        std::max(peek_pos_, control_->producer.tail.load(std::memory_order_acquire)));
+  }
 
  private:
+  [[nodiscard]] static Result<RingConsumer> adopt(Segment segment);
   // try_peek() and release() for a caller that already holds the endpoint
   // guard (drain and try_pop take it once).
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> peek_unguarded();

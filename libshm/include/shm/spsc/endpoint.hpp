@@ -7,11 +7,31 @@
 #include "shm/segment/segment.hpp"
 #include "shm/spsc/layout.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+namespace shm {
+
+// What a ring handle's snapshot() reads: positions and counters, with relaxed
+// and acquire loads, never waiting for the other side (a value, not a lock).
+struct RingSnapshot {
+  std::uint64_t capacity_bytes = 0;  // the ring's buffer
+  std::uint64_t max_payload = 0;     // the largest record's payload, bytes
+  // Byte positions (they only grow): the consumer's released `head`, and the
+  // producer's published `tail` -- exact from the producer's handle; from the
+  // consumer's, the larger of what it has peeked and the producer's lazy hint.
+  std::uint64_t head = 0;
+  std::uint64_t tail = 0;
+  std::uint64_t used_bytes = 0;        // tail - head
+  std::uint64_t records_pushed = 0;    // records published (counter)
+  std::uint64_t records_released = 0;  // records the consumer released (counter)
+};
+
+}  // namespace shm
 
 namespace shm::detail {
 
@@ -34,7 +54,7 @@ class RingEndpoint {
   static constexpr const char* kGuardName = "an SPSC endpoint";
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
-  [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::uint64_t capacity_bytes() const noexcept { return capacity_; }
   [[nodiscard]] std::uint64_t max_payload() const noexcept { return max_payload_; }
   // Refreshes this endpoint's heartbeat in the attachment table (no syscall).
   void heartbeat() noexcept { attachment_.heartbeat(); }
@@ -49,6 +69,20 @@ class RingEndpoint {
   RingEndpoint& operator=(RingEndpoint&& other) noexcept;
   ~RingEndpoint() = default;
   [[nodiscard]] static Result<void> bind(RingEndpoint& e, Segment segment, const RoleSpec& role);
+  // The snapshot with `tail` as the handle knows it.
+  [[nodiscard]] RingSnapshot snapshot_at(std::uint64_t tail) const noexcept {
+    RingSnapshot s;
+    s.capacity_bytes = capacity_;
+    s.max_payload = max_payload_;
+    // acquire: pairs with [spsc.C], the consumer's release store of head.
+    s.head = control_->consumer.head.load(std::memory_order_acquire);
+    s.tail = std::max(tail, s.head);
+    s.used_bytes = s.tail - s.head;
+    // relaxed: statistics counters, each written by its own side only.
+    s.records_pushed = control_->producer.records.load(std::memory_order_relaxed);
+    s.records_released = control_->consumer.records.load(std::memory_order_relaxed);
+    return s;
+  }
 
   [[nodiscard]] std::byte* at(std::uint64_t pos) const noexcept { return buffer_ + (pos & mask_); }
   [[nodiscard]] std::uint32_t lap(std::uint64_t pos) const noexcept {

@@ -99,12 +99,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace shm {
 
 struct RingParams {
-  std::uint64_t capacity = 0;  // bytes, a power of two in [64, 2^40]; 0 on open = accept any
+  std::uint64_t capacity_bytes = 0;  // a power of two in [64, 2^40]; 0 on open = accept any
 };
 
 namespace ring {
@@ -150,6 +151,7 @@ enum class SlotState : std::uint8_t {
   Current,  // a header of lap(P): a record, still to be checked
   Foreign,  // anything else: impossible for a correct producer
 };
+[[nodiscard]] std::string_view to_string(SlotState v) noexcept;
 [[nodiscard]] constexpr SlotState classify_slot(std::uint64_t word, std::uint32_t lap) noexcept {
   if (word == 0) return SlotState::Empty;
   const RecordHeader h = unpack(word);
@@ -272,6 +274,7 @@ enum class RecordCheck : std::uint8_t {
   BadType,     // neither data nor padding
   BadLength,   // a data record longer than max_payload, the limit or the buffer end
 };
+[[nodiscard]] std::string_view to_string(RecordCheck v) noexcept;
 [[nodiscard]] constexpr RecordCheck check_record(const RecordHeader& rec, std::uint64_t offset,
                                                  std::uint64_t available, std::uint64_t capacity,
                                                  std::uint64_t max_payload) noexcept {
@@ -288,14 +291,25 @@ enum class RecordCheck : std::uint8_t {
 [[nodiscard]] Result<void> validate(const RingParams& params);
 // The KindSpec for create (params exact) or open (capacity 0 = any).
 [[nodiscard]] KindSpec kind_spec(const RingParams& params, ParamBlock& storage);
+// The segment's size against its own capacity (SizeMismatch).
+[[nodiscard]] Result<void> check_geometry(const Segment& seg);
+// What attach(Segment) checks of a segment it is given: kind, layout,
+// parameters and size.
+[[nodiscard]] Result<void> check_adopted(const Segment& seg);
 
 }  // namespace ring
 
-// Creates a ring segment (no attachment). Mostly useful to tools and tests;
-// RingProducer::create() creates and attaches in one step.
+// The setup helpers (docs/idioms.md, "Lifecycle"): create_ring makes the
+// segment and open_ring opens it, neither attaches; RingProducer/RingConsumer
+// ::attach(segment) adopts the result. X::create / X::open do both in one step.
 [[nodiscard]] Result<Segment> create_ring(std::string_view name, const RingParams& params,
                                           const CreateOptions& options = {});
 [[nodiscard]] Result<Segment> open_ring(std::string_view name, const RingParams& expected = {},
                                         const OpenOptions& options = {});
 
+}  // namespace shm
+
+// to_string of the enums above is reachable as shm::to_string too.
+namespace shm {
+using ring::to_string;
 }  // namespace shm

@@ -24,6 +24,9 @@ class RingProducer : public detail::RingEndpoint {
   [[nodiscard]] static Result<RingProducer> open(std::string_view name,
                                                  const RingParams& expected = {},
                                                  const OpenOptions& options = {});
+  // Adopts a segment opened or created already (open_ring, create_ring) and
+  // attaches as its producer; KindMismatch / SizeMismatch when it is not a ring.
+  [[nodiscard]] static Result<RingProducer> attach(Segment segment);
 
   // Reserves room for an n-byte record past every earlier reservation; nullopt
   // when the ring is full. Nothing is visible to the consumer until commit().
@@ -55,8 +58,11 @@ class RingProducer : public detail::RingEndpoint {
       std::span<const std::span<const std::byte>> records);
 
   [[nodiscard]] std::uint64_t published_position() const noexcept { return tail_; }
+  // Positions and counters now (never blocks; `tail` is this producer's own).
+  [[nodiscard]] RingSnapshot snapshot() const noexcept { return snapshot_at(tail_); }
 
  private:
+  [[nodiscard]] static Result<RingProducer> adopt(Segment segment);
   // try_reserve() and commit() for a caller that already holds the endpoint
   // guard (the batch paths take it once, not once per record).
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded(std::size_t n);
