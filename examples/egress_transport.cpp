@@ -2,19 +2,24 @@
 // Unix datagram socket to a receiver process, with a lossy link and a
 // transport that is killed -9 and replaced.
 //
-//   egress_transport demo [--count N] [--loss P] [--kill-every K] [--seed S]
+//   egress_transport demo [--count N] [--loss P] [--kill-every K] [--seed S] [--keep]
 //
 // The parent creates the egress "egress-demo", forks a receiver, a producer
 // (N payloads) and a transport; every K acknowledged payloads it kills the
-// transport and starts another (which reconnects and replays the dead one's
-// window). The link drops and duplicates data packets and loses acks with
-// probability P each. At the end it prints what was retried, parked and
-// exhausted, and exits 0 when the receiver got every sequence once, in order.
+// transport (SIGKILL) and starts another (which reconnects and replays the
+// dead one's window). The link drops and duplicates data packets and loses
+// acks with probability P each. The receiver delivers each sequence once, in
+// order, checks its payload, drops the duplicates and replays, and reports to
+// the parent when it has all N. At the end the parent prints what was
+// retried, parked and exhausted, and exits 0 when every payload was
+// acknowledged and the receiver got every one once, in order, intact. The
+// egress is removed at the end unless --keep is given.
 #include <shm/egress/egress.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -50,13 +55,29 @@ int bound(const std::string& path) {
   return fd;
 }
 
-// Delivers in sequence order, exactly once; acknowledges cumulatively (next expected).
-[[noreturn]] void receiver(const std::string& dir, double loss, unsigned seed) {
+std::string payload_of(std::uint64_t i) {
+  return fmt::format("payload {}", i);
+}
+
+// What the receiver reports (through a pipe) once it has every payload.
+struct Receipt {
+  std::uint64_t delivered = 0;   // sequences delivered, each once, in order
+  std::uint64_t duplicates = 0;  // packets of a sequence it had already
+  std::uint64_t corrupt = 0;     // packets whose payload is not the producer's
+};
+
+// Delivers in sequence order, exactly once; acknowledges cumulatively (next
+// expected). Writes its Receipt to `report` when all `count` are delivered,
+// then keeps acknowledging (acks get lost) until it is killed.
+[[noreturn]] void receiver(const std::string& dir, double loss, unsigned seed, std::uint64_t count,
+                           int report) {
   const int fd = bound(dir + "/recv.sock");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> coin(0, 1);
   std::uint64_t expected = 0;
   std::map<std::uint64_t, bool> early;
+  Receipt receipt;
+  bool reported = false;
   char pkt[256];
   for (;;) {
     pollfd p{fd, POLLIN, 0};
@@ -67,9 +88,21 @@ int bound(const std::string& path) {
     if (n < 8) continue;
     std::uint64_t seq = 0;
     std::memcpy(&seq, pkt, 8);
-    if (seq > expected) early[seq] = true;
-    if (seq == expected)
-      for (++expected; early.erase(expected) == 1;) ++expected;
+    const std::string expect = payload_of(seq);
+    if (static_cast<std::size_t>(n) - 8 != expect.size() ||
+        std::memcmp(pkt + 8, expect.data(), expect.size()) != 0) {
+      ++receipt.corrupt;
+    } else if (seq < expected || early.contains(seq)) {
+      ++receipt.duplicates;
+    } else {
+      if (seq > expected) early[seq] = true;
+      if (seq == expected)
+        for (++expected; early.erase(expected) == 1;) ++expected;
+    }
+    if (!reported && expected >= count) {
+      receipt.delivered = expected;
+      reported = ::write(report, &receipt, sizeof receipt) == static_cast<ssize_t>(sizeof receipt);
+    }
     if (coin(rng) >= loss)
       (void)::sendto(fd, &expected, sizeof expected, 0, reinterpret_cast<sockaddr*>(&from), len);
   }
@@ -79,7 +112,7 @@ int bound(const std::string& path) {
   auto e = shm::Egress::open(kName);
   if (!e) std::_Exit(2);
   for (std::uint64_t i = 0; i < count; ++i) {
-    const std::string p = fmt::format("payload {}", i);
+    const std::string p = payload_of(i);
     for (;;) {
       auto r = e->enqueue(std::as_bytes(std::span(p.data(), p.size())), 10s);
       if (!r) std::_Exit(2);
@@ -140,7 +173,7 @@ pid_t spawn(F&& f) {
   return pid;
 }
 
-int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned seed) {
+int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned seed, bool keep) {
   shm::EgressParams params;
   params.max_payloads = 1024;
   params.slot_bytes = 64;
@@ -153,7 +186,10 @@ int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned se
   if (!e) return std::fprintf(stderr, "%s\n", e.error().what().c_str()), 1;
   char tmpl[] = "/tmp/egress-demo-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
-  const pid_t recv = spawn([&] { receiver(dir, loss, seed); });
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC | O_NONBLOCK) != 0) return std::perror("pipe2"), 1;
+  const pid_t recv = spawn([&] { receiver(dir, loss, seed, count, report[1]); });
+  ::close(report[1]);
   const pid_t prod = spawn([&] { producer(count); });
   unsigned incarnation = 0;
   pid_t tr = spawn([&] { transport(dir, loss, seed + ++incarnation); });
@@ -169,12 +205,25 @@ int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned se
     if (!done && kill_every != 0 && acked >= next_kill) {
       ::kill(tr, SIGKILL);
       ::waitpid(tr, nullptr, 0);
+      std::printf("killed transport %d (SIGKILL) at %llu of %llu acknowledged\n", tr,
+                  static_cast<unsigned long long>(acked), static_cast<unsigned long long>(count));
+      std::fflush(stdout);
       ++kills;
       next_kill += kill_every;
       ++incarnation;
       tr = spawn([&] { transport(dir, loss, seed + incarnation); });
     }
   }
+  // The receiver reported before it acknowledged the last payload; wait a
+  // little for its report all the same.
+  Receipt receipt;
+  bool have_receipt = false;
+  if (done) {
+    pollfd p{report[0], POLLIN, 0};
+    have_receipt = ::poll(&p, 1, 5000) == 1 && ::read(report[0], &receipt, sizeof receipt) ==
+                                                   static_cast<ssize_t>(sizeof receipt);
+  }
+  ::close(report[0]);
   for (pid_t pid : {tr, recv}) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
@@ -194,10 +243,23 @@ int demo(std::uint64_t count, double loss, std::uint64_t kill_every, unsigned se
       static_cast<unsigned long long>(rd(s.retries)),
       static_cast<unsigned long long>(rd(s.exhausted)),
       static_cast<unsigned long long>(rd(s.stale)));
-  (void)e->segment().unlink();
+  const bool received = have_receipt && receipt.delivered == count && receipt.corrupt == 0;
+  if (have_receipt)
+    std::printf(
+        "receiver: %llu of %llu payloads delivered, each once and in order, %llu corrupt; "
+        "%llu duplicate packets dropped\n",
+        static_cast<unsigned long long>(receipt.delivered), static_cast<unsigned long long>(count),
+        static_cast<unsigned long long>(receipt.corrupt),
+        static_cast<unsigned long long>(receipt.duplicates));
+  else
+    std::printf("receiver: no report (it did not get all %llu payloads)\n",
+                static_cast<unsigned long long>(count));
+  if (!keep) (void)e->segment().unlink();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  return done && p && p->terminal == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  return done && received && p && p->terminal == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0
+             ? 0
+             : 1;
 }
 
 }  // namespace
@@ -213,7 +275,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.3));
   d->add_option("--kill-every", kill_every, "kill the transport every K acknowledged (0: never)");
   d->add_option("--seed", seed, "random seed");
+  bool keep = false;
+  d->add_flag("--keep", keep, "leave the egress in place at the end (for shmctl inspect)");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
-  return demo(count, loss, kill_every, seed);
+  return demo(count, loss, kill_every, seed, keep);
 }

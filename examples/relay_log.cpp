@@ -12,7 +12,7 @@
 //
 // Exits 0 when every line arrived once, in order, and the writer blocked.
 //
-//   relay_log --spill [--pause-ms 10000] [--spill-dir DIR] [--lines N]
+//   relay_log --spill [--pause-ms 10000] [--spill-dir DIR] [--lines N] [--keep]
 //
 // The same relay with the Spill overflow (docs/spill.md): the reader is
 // stopped for --pause-ms while the writer produces at least twice the relay's
@@ -21,6 +21,8 @@
 // the writer. The reader then drains everything: the cold pages in order,
 // then the hot head. Exits 0 when every line arrived once, in order, with its
 // CRC intact, the writer never blocked, and pages were sealed and removed.
+// With --keep the relay stays in place at the end (for shmctl and shm-sidecar:
+// scripts/demo.sh); by default it is removed.
 #include <shm/platform/crc32c.hpp>
 #include <shm/relay/relay.hpp>
 
@@ -73,7 +75,7 @@ int run_writer(std::uint64_t lines, bool spill) {
 }
 
 int run_spill(std::uint64_t lines, std::uint64_t high, std::uint64_t low, std::uint64_t pause_ms,
-              const std::string& dir) {
+              const std::string& dir, bool keep) {
   // A page holds about high-water lines (the pending ones at the seal) and a
   // relay keeps at most 64 cold pages: keep the run under 32 pages.
   high = std::max<std::uint64_t>(high, lines / 32 + 1);
@@ -134,7 +136,7 @@ int run_spill(std::uint64_t lines, std::uint64_t high, std::uint64_t low, std::u
       "{} of {} lines in order with their CRC: {}; {} pages sealed, {} acknowledged, {} "
       "left; writer blocked {} times\n",
       next, lines, ok, s.pages_sealed, s.pages_acked, s.cold_pages, s.blocked);
-  (void)reader->segment().unlink();
+  if (!keep) (void)reader->segment().unlink();
   return ok && next == lines && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
                  s.pages_sealed > 0 && s.pages_acked == s.pages_sealed && s.blocked == 0
              ? 0
@@ -159,10 +161,12 @@ int main(int argc, char** argv) {
   app.add_flag("--spill", spill, "Spill overflow: the reader pauses, the oldest lines go to disk");
   app.add_option("--pause-ms", pause_ms, "--spill: how long the reader stays stopped");
   app.add_option("--spill-dir", spill_dir, "--spill: the spill directory");
+  bool keep = false;
+  app.add_flag("--keep", keep, "leave the relay in place at the end (for shmctl inspect)");
   CLI11_PARSE(app, argc, argv);
 
   (void)shm::Segment::unlink("log");
-  if (spill) return run_spill(lines, high, low, pause_ms, spill_dir);
+  if (spill) return run_spill(lines, high, low, pause_ms, spill_dir, keep);
   shm::RelayConfig cfg;
   cfg.policy = shm::policy::kRawFifo;
   cfg.value_bytes = 64;
@@ -242,6 +246,6 @@ int main(int argc, char** argv) {
   const shm::RelaySnapshot s = reader->snapshot();
   fmt::print("{} lines shipped in order: {}; writer parked {} times, timed out {}; full now: {}\n",
              next, in_order, s.blocked, s.timed_out, s.is_full);
-  (void)reader->segment().unlink();
+  if (!keep) (void)reader->segment().unlink();
   return in_order && WIFEXITED(status) && WEXITSTATUS(status) == 0 && s.blocked > 0 ? 0 : 1;
 }

@@ -2,7 +2,7 @@
 // one reader drains at a fixed rate and always sees the latest price per
 // symbol. Memory is bounded by the symbol count, whatever the overload.
 //
-//   relay_ticker [--symbols 10000] [--writers 2] [--seconds 3] [--rate 10000]
+//   relay_ticker [--symbols 10000] [--writers 2] [--seconds 3] [--rate 10000] [--keep]
 //
 // Creates the relay "ticker" (lww, one entry per symbol, Conflate), forks the
 // writer processes, drains `rate` entries per second in the parent and folds
@@ -13,6 +13,8 @@
 // memory used. A drained entry may be older than one drained before: a writer
 // stamped it before the newer one was written and delivered (the relay keeps
 // no value once it is drained); the fold absorbs it, the count is printed.
+// The relay is removed at the end unless --keep is given (then shmctl and
+// shm-sidecar can still show it: scripts/demo.sh).
 #include <shm/relay/relay.hpp>
 
 #include <fmt/format.h>
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "how long the writers publish")->check(CLI::Range(1, 3600));
   app.add_option("--rate", rate, "entries the reader drains per second")
       ->check(CLI::Range(1, 100'000'000));
+  bool keep = false;
+  app.add_flag("--keep", keep, "leave the relay in place at the end (for shmctl inspect)");
   CLI11_PARSE(app, argc, argv);
 
   (void)shm::Segment::unlink("ticker");
@@ -167,7 +171,7 @@ int main(int argc, char** argv) {
       reader->segment().header().total_size / 1024);
   fmt::print("staleness of drained prices: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n", pct(0.5),
              pct(0.99), pct(1.0));
-  (void)reader->segment().unlink();
+  if (!keep) (void)reader->segment().unlink();
   // The newest write per symbol, over every writer, against the reader's view.
   std::uint64_t stale_symbols = 0;
   std::vector<std::uint64_t> newest(symbols, 0), newest_writer(symbols, 0);

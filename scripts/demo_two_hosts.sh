@@ -48,9 +48,11 @@ if [[ -z "$bin" ]]; then
   bash "$here/setup.sh"
   build="${LIBSHM_BUILD_ROOT:-$repo/build}/demo"
   section "build (Release, examples + tools) in $build"
+  # The bridge explicitly: scripts/demo.sh shares this build directory and
+  # turns it off there.
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLIBSHM_BUILD_TESTS=OFF -DLIBSHM_BUILD_BENCH=OFF \
-    -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON >/dev/null
+    -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON -DLIBSHM_BUILD_BRIDGE=ON >/dev/null
   timeout 3600 cmake --build "$build" --parallel "${LIBSHM_JOBS:-2}"
   bin="$build/bin"
 fi

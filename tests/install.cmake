@@ -5,8 +5,10 @@
 # installed header alone and all together, and a Debug program (no NDEBUG) run
 # as a ring user and as a channel producer and consumer in two processes. The
 # same program is then built once more with nothing but the compiler and
-# `pkg-config --cflags --libs libshm`, and run. The steps are in
-# outside_project/check_install.cmake.
+# `pkg-config --cflags --libs libshm`, and run. The example programs must be
+# installed in <prefix>/${CMAKE_INSTALL_LIBEXECDIR}/libshm, and the installed
+# egress_transport runs there (a producer, a receiver and a transport killed
+# -9 and replaced). The steps are in outside_project/check_install.cmake.
 include(GNUInstallDirs)
 
 # A sanitizer build's libshm.a calls into the sanitizer runtime, so whatever
@@ -35,6 +37,10 @@ if(TARGET shmctl)
 else()
   set(SHM_OUTSIDE_EXPECT_SHMCTL OFF)
 endif()
+# The example programs this build installs (examples/CMakeLists.txt), comma
+# separated: empty when LIBSHM_BUILD_EXAMPLES is off.
+get_property(SHM_OUTSIDE_EXAMPLES GLOBAL PROPERTY SHM_EXAMPLE_PROGRAMS)
+string(REPLACE ";" "," SHM_OUTSIDE_EXAMPLES "${SHM_OUTSIDE_EXAMPLES}")
 
 add_test(NAME install_find_package
   COMMAND ${CMAKE_COMMAND}
@@ -49,6 +55,8 @@ add_test(NAME install_find_package
     -DSHM_LIBRARY_NDEBUG=${SHM_OUTSIDE_LIBRARY_NDEBUG}
     -DSHM_CHECK_HEADERS=${SHM_OUTSIDE_CHECK_HEADERS}
     -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
+    -DSHM_INSTALL_LIBEXECDIR=${CMAKE_INSTALL_LIBEXECDIR}
+    "-DSHM_EXPECT_EXAMPLES=${SHM_OUTSIDE_EXAMPLES}"
     -P ${CMAKE_CURRENT_SOURCE_DIR}/outside_project/check_install.cmake)
 # COST: started first, as the soak (tests/sidecar.cmake): one of the longest entries.
 set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300 COST 900)

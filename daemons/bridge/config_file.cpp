@@ -100,6 +100,8 @@ const std::map<std::string, CommonSetter>& common_keys() {
       {"stream-replicas",
        [](CommonOptions& c, const json& v) { return take_uint(v, 1, 5, c.stream_replicas); }},
       {"add-subject", [](CommonOptions& c, const json& v) { return take_bool(v, c.add_subject); }},
+      {"stall-after",
+       [](CommonOptions& c, const json& v) { return take_uint(v, 1, 86400, c.stall_after_s); }},
   };
   return keys;
 }
@@ -120,8 +122,6 @@ const std::map<std::string, ExportSetter>& export_keys() {
        [](ExportOptions& o, const json& v) {
          return take_uint(v, 10, 600000, o.publish_timeout_ms);
        }},
-      {"stall-after",
-       [](ExportOptions& o, const json& v) { return take_uint(v, 1, 86400, o.stall_after_s); }},
   };
   return keys;
 }

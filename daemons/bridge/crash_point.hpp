@@ -11,6 +11,14 @@
 // not yet committed into the ring), import_after_commit (the message is in
 // the ring, `applied` not yet advanced), import_before_ack (applied, not yet
 // acknowledged to JetStream).
+//
+// Pause points (the same build condition): with SHM_BRIDGE_PAUSE=<point>:<ms>
+// the bridge prints "PAUSED <point>" on stderr the first time it passes
+// <point> and sleeps <ms> milliseconds there, so that a test can change the
+// world (kill nats-server) at that exact place. Points: export_connected,
+// import_connected (the first connection made, nothing asked of JetStream
+// yet), import_before_subscribe (the stream found or created, the durable
+// consumer not yet made).
 #pragma once
 
 #include <string_view>
@@ -18,8 +26,12 @@
 #ifdef SHM_BRIDGE_CRASH_POINTS
 #include <signal.h>
 #include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #endif
 
 namespace shm::bridge {
@@ -43,6 +55,28 @@ inline void crash_point([[maybe_unused]] std::string_view point) noexcept {
   }();
   if (config.remaining > 0 && point == config.point && --config.remaining == 0)
     ::kill(::getpid(), SIGKILL);
+#endif
+}
+
+inline void pause_point([[maybe_unused]] std::string_view point) noexcept {
+#ifdef SHM_BRIDGE_CRASH_POINTS
+  // "<point>:<ms>", split once; `ms` is taken by the first thread to pass the
+  // point (the routes of a config file run on threads of their own).
+  static const std::string config = [] {
+    const char* env = std::getenv("SHM_BRIDGE_PAUSE");
+    return std::string(env != nullptr ? env : "");
+  }();
+  static std::atomic<long> ms{[] {
+    const auto colon = config.rfind(':');
+    return colon == std::string::npos ? 0L : std::strtol(config.c_str() + colon + 1, nullptr, 10);
+  }()};
+  const auto colon = config.rfind(':');
+  if (colon == std::string::npos || point != std::string_view(config).substr(0, colon)) return;
+  const long wait = ms.exchange(0, std::memory_order_relaxed);  // once
+  if (wait <= 0) return;
+  std::fprintf(stderr, "PAUSED %.*s\n", static_cast<int>(point.size()), point.data());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(wait));
 #endif
 }
 

@@ -1,6 +1,7 @@
 // The export route: ring or channel -> egress -> JetStream. See routes.hpp and
 // docs/bridge.md (model, crash cases).
 #include "bridge/crash_point.hpp"
+#include "bridge/created_segments.hpp"
 #include "bridge/local_endpoint.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/segment_errors.hpp"
@@ -124,6 +125,40 @@ struct StreamPosition {
   std::string id;              // its message id as found ("" when it has none)
 };
 
+// nats-server 2.9 registers a new stream in its account before it sets up
+// the stream's store, and a last-message request in between dereferences the
+// missing store: the server panics (a nil pointer in jsMsgGetRequest). Its
+// stream info request reads the creation time and the store under the one
+// lock that setupStore holds while it sets both, so an answer with a
+// creation time is an answer given after the store exists (during the
+// window the time is zero). The first read of a stream's last message waits
+// for such an answer (up to 10 s); then the stream is not created any more,
+// by this process or another.
+Outcome<void> wait_for_stream_store(NatsLink& link, const std::string& stream) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 2000;
+    jsStreamInfo* si = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_GetStreamInfo(&si, link.js(), stream.c_str(), &jo, &code);
+    const bool ready = s == NATS_OK && si != nullptr && si->Created > 0;
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    if (ready) return {};
+    if (std::chrono::steady_clock::now() >= deadline || !link.connected())
+      return failure(kExitRuntime,
+                     fmt::format("stream {}: no stream information with a creation time: {} "
+                                 "(JetStream error {})",
+                                 stream, s == NATS_OK ? "created at 0" : nats_error(s),
+                                 static_cast<int>(code)));
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+// The last message of `subject`, read from the stream's store. A request
+// that timed out, or met a cluster still electing a leader, is tried again
+// (three tries in all).
 Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& stream,
                                              const std::string& subject,
                                              std::uint64_t incarnation) {
@@ -133,9 +168,17 @@ Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& 
   natsMsg* m = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = NATS_OK;
-  {
-    const std::lock_guard lock(stream_admin_mutex());  // never beside a stream's creation
-    s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+  for (int attempt = 1;; ++attempt) {
+    code = static_cast<jsErrCode>(0);
+    {
+      const std::lock_guard lock(stream_admin_mutex());  // never beside a stream's creation
+      s = js_GetLastMsg(&m, link.js(), stream.c_str(), subject.c_str(), &jo, &code);
+    }
+    const bool transient = s == NATS_TIMEOUT || code == JSClusterNotAvailErr;
+    if (!transient || attempt == 3 || !link.connected()) break;
+    if (m != nullptr) natsMsg_Destroy(m);
+    m = nullptr;
+    std::this_thread::sleep_for(250ms);
   }
   StreamPosition p;
   if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) {
@@ -177,16 +220,20 @@ Failure fenced(const std::string& egress, std::uint64_t generation) {
                                  egress, generation)};
 }
 
+// `created` receives the segments this start makes (removed again when it
+// fails before READY).
 Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
-                          RouteStatus& live) {
+                          RouteStatus& live, CreatedSegments& created) {
   const std::string& root = o.common.root;
   const std::string state_segment = state_name(o);
   auto state = StateSegment::attach(state_segment, Route::Export, root);
   if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
+  if (state->created()) created.add("state", state_segment);
   StateData& sd = state->data();
 
   auto source = ExportSource::open(o);
   if (!source) return std::unexpected(source.error());
+  if (source->created()) created.add("source", o.source);
   const std::string source_kind(to_string(source->kind()));
 
   EgressParams ep;
@@ -196,9 +243,10 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   ep.retry_budget = ~std::uint32_t{0} - 1;  // never dead-letter: retry until acknowledged
   ep.retry_base = 50ms;
   ep.retry_ceiling = 2s;
-  if (auto created = Egress::create(o.egress, ep, CreateOptions{.root = root});
-      !created && created.error().code != Errc::AlreadyExists)
-    return std::unexpected(segment_failure("egress", o.egress, created.error()));
+  if (auto made = Egress::create(o.egress, ep, CreateOptions{.root = root}); made)
+    created.add("egress", o.egress);
+  else if (made.error().code != Errc::AlreadyExists)
+    return std::unexpected(segment_failure("egress", o.egress, made.error()));
   auto attached = attach_transport(o.egress, root);
   if (!attached) return std::unexpected(attached.error());
   // An optional, replaced by reset() + emplace(): the egress handles'
@@ -211,8 +259,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   auto link = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Automatic,
                                 &on_publish_ack, &results, std::int64_t{o.window} * 4);
   if (!link) return std::unexpected(link.error());
+  pause_point("export_connected");
+  // A request that fails because the server went away meanwhile is exit 3.
+  const auto at_start = [&](Failure f) {
+    return std::unexpected((*link)->at_start(std::move(f), o.common.connection));
+  };
   auto stream = (*link)->stream_for(o.common.subject);
-  if (!stream) return std::unexpected(stream.error());
+  if (!stream) return at_start(stream.error());
   if (!*stream) {
     if (o.common.create_stream.empty())
       return failure(kExitNoStream,
@@ -222,7 +275,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     if (auto ok = (*link)->create_stream(o.common.create_stream, o.common.subject,
                                          o.common.stream_replicas, o.common.add_subject);
         !ok)
-      return std::unexpected(ok.error());
+      return at_start(ok.error());
     *stream = o.common.create_stream;
   }
 
@@ -280,7 +333,17 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   // A last message of another publisher is an error once the route has
   // anything acknowledged. False when the stream could not be read (tried
   // again at the next refusal).
+  bool store_seen = false;  // wait_for_stream_store() answered once
   auto resync = [&](std::string_view reason) -> Outcome<bool> {
+    if (!store_seen) {
+      if (auto ready = wait_for_stream_store(**link, **stream); !ready) {
+        live.set_error(0, ready.error().message);
+        log("warn", "resync_failed",
+            fmt::format("route=export reason={} message=\"{}\"", reason, ready.error().message));
+        return false;
+      }
+      store_seen = true;
+    }
     auto pos = read_stream_position(**link, **stream, o.common.subject, incarnation);
     if (!pos) {
       live.set_error(0, pos.error().message);
@@ -330,7 +393,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                     skipped));
     return true;
   };
-  if (auto r = resync("start"); !r) return std::unexpected(r.error());
+  if (auto r = resync("start"); !r) return at_start(r.error());
 
   log("info", "ready",
       fmt::format("route=export source={} source_kind={} egress={} subject={} stream={} "
@@ -340,6 +403,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                   transport->replayed(), next_seq));
   live.connected.store((*link)->connected(), std::memory_order_relaxed);
   live.ready.store(true, std::memory_order_relaxed);
+  created.keep();  // running: what this start made stays
   std::fputs("READY export\n", stdout);
   std::fflush(stdout);
 
@@ -354,12 +418,22 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   bool failing = false;
   std::chrono::steady_clock::time_point failing_since{};
   bool stream_full = false;  // the last failure: the stream refuses new messages (discard new)
+  // The start of the current run of trouble (failing publishes, or the
+  // connection down): past --stall-after the route is `stalled`.
+  bool troubled = false;
+  std::chrono::steady_clock::time_point troubled_since{};
   bool source_end_logged = false;
+  bool was_connected = true;
   while (!stop.load(std::memory_order_relaxed)) {
     bool idle = true;
     transport->egress().heartbeat();
     const bool connected = (*link)->connected();
     live.connected.store(connected, std::memory_order_relaxed);
+    if (was_connected && !connected) {
+      live.set_error(0, "lost the connection to the NATS server (the client reconnects)");
+      live.failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    was_connected = connected;
     // The client reconnects by itself, but gives up on a server that refuses
     // the credentials twice in a row: publishing into a closed connection
     // would fail forever, so the route stops and says why.
@@ -368,14 +442,21 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     live.egress_backlog.store(next_seq - acked_next, std::memory_order_relaxed);
     {
       const auto now = std::chrono::steady_clock::now();
+      if (connected && !failing) {
+        troubled = false;
+      } else if (!troubled) {
+        troubled = true;
+        troubled_since = failing ? std::min(failing_since, now) : now;
+      }
+      const bool long_troubled =
+          troubled && now - troubled_since >= std::chrono::seconds(o.common.stall_after_s);
       RouteCondition c = RouteCondition::Idle;
       if (!connected)
-        c = RouteCondition::Disconnected;
+        c = long_troubled ? RouteCondition::Stalled : RouteCondition::Disconnected;
       else if (failing && stream_full)
         c = RouteCondition::StreamFull;
       else if (failing)
-        c = now - failing_since >= std::chrono::seconds(o.stall_after_s) ? RouteCondition::Stalled
-                                                                         : RouteCondition::Retrying;
+        c = long_troubled ? RouteCondition::Stalled : RouteCondition::Retrying;
       else if (next_seq != acked_next ||
                wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
         c = RouteCondition::Moving;
@@ -588,6 +669,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
             return std::unexpected(fenced(o.egress, f->current_generation));
         }
         sd.retries.fetch_add(in_flight.size(), std::memory_order_relaxed);
+        live.failures.fetch_add(1, std::memory_order_relaxed);
         // The first failure of a run, then every tenth, with the reason.
         if (failed_batches++ % 10 == 0)
           log("warn", "publish_failed",
@@ -620,9 +702,11 @@ std::string state_name(const ExportOptions& o) {
 
 int run_export(const ExportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
                RouteStatus& live) {
-  auto r = export_main(o, stop, log, live);
+  CreatedSegments created(o.common.root);
+  auto r = export_main(o, stop, log, live, created);
   live.ready.store(false, std::memory_order_relaxed);
   if (r) return kExitOk;
+  created.remove(log);  // a failed start leaves the root as it found it
   log("error", "failed",
       fmt::format("route=export exit_code={} message=\"{}\"", r.error().code, r.error().message));
   return r.error().code;

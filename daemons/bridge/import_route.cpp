@@ -1,6 +1,7 @@
 // The import route: a durable JetStream pull consumer -> ring or channel. See
 // routes.hpp and docs/bridge.md (model, crash cases).
 #include "bridge/crash_point.hpp"
+#include "bridge/created_segments.hpp"
 #include "bridge/local_endpoint.hpp"
 #include "bridge/routes.hpp"
 #include "bridge/segment_errors.hpp"
@@ -217,16 +218,20 @@ Outcome<std::string> subscribe(NatsLink& link, const ImportOptions& o, const std
                          .count());
 }
 
+// `created` receives the segments this start makes (removed again when it
+// fails before READY).
 Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
-                          RouteStatus& live) {
+                          RouteStatus& live, CreatedSegments& created) {
   const std::string& root = o.common.root;
   const std::string state_segment = state_name(o);
   auto state = StateSegment::attach(state_segment, Route::Import, root);
   if (!state) return std::unexpected(segment_failure("state", state_segment, state.error()));
+  if (state->created()) created.add("state", state_segment);
   StateData& sd = state->data();
 
   auto dest = ImportDest::open(o);
   if (!dest) return std::unexpected(dest.error());
+  if (dest->created()) created.add("dest", o.dest);
   const std::string dest_kind(to_string(dest->kind()));
 
   // Recovery of the JetStream -> ring/channel hand-over (state.hpp): a
@@ -266,8 +271,14 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   auto connected = NatsLink::connect(o.common.connection, NatsLink::Reconnect::Never);
   if (!connected) return std::unexpected(connected.error());
   std::unique_ptr<NatsLink> link = std::move(*connected);
+  pause_point("import_connected");
+  // A request that fails because the server went away meanwhile is exit 3
+  // (it was exit 1: issue 36).
+  const auto at_start = [&](Failure f) {
+    return std::unexpected(link->at_start(std::move(f), o.common.connection));
+  };
   auto stream = link->stream_for(o.common.subject);
-  if (!stream) return std::unexpected(stream.error());
+  if (!stream) return at_start(stream.error());
   if (!*stream) {
     if (o.common.create_stream.empty())
       return failure(kExitNoStream,
@@ -277,7 +288,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     if (auto ok = link->create_stream(o.common.create_stream, o.common.subject,
                                       o.common.stream_replicas, o.common.add_subject);
         !ok)
-      return std::unexpected(ok.error());
+      return at_start(ok.error());
     *stream = o.common.create_stream;
   }
   // A new state (the host's shared memory was wiped, or the first run) takes
@@ -297,8 +308,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t applied_inc = sd.applied_src_incarnation.load(std::memory_order_relaxed);
   std::uint64_t applied_src = sd.applied_src_seq.load(std::memory_order_relaxed);
   Subscription sub;
-  if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok)
-    return std::unexpected(ok.error());
+  pause_point("import_before_subscribe");
+  if (auto ok = subscribe(*link, o, **stream, applied + 1, sub); !ok) return at_start(ok.error());
   live.set_stream(**stream);
   log("info", "ready",
       fmt::format("route=import dest={} dest_kind={} durable={} subject={} stream={} servers={} "
@@ -307,6 +318,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                   describe_servers(o.common.connection.servers), applied));
   live.connected.store(link->connected(), std::memory_order_relaxed);
   live.ready.store(true, std::memory_order_relaxed);
+  created.keep();  // running: what this start made stays
   std::fputs("READY import\n", stdout);
   std::fflush(stdout);
 
@@ -324,27 +336,54 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
   std::uint64_t fetch_errors = 0;
   std::uint64_t resubscribe_failures = 0;
   bool gap_passed = false;  // the message in hand was checked for a gap already
-  std::optional<std::chrono::steady_clock::time_point> gap_at;  // the last gap found
-  while (!stop.load(std::memory_order_relaxed)) {
-    live.connected.store(link->connected(), std::memory_order_relaxed);
-    {
-      RouteCondition c = RouteCondition::Idle;
-      if (!link->connected())
-        c = RouteCondition::Disconnected;
-      else if (need_reset || fetch_errors != 0)
-        c = RouteCondition::Retrying;
-      else if (gap_at && std::chrono::steady_clock::now() - *gap_at < 10s)
-        c = RouteCondition::Gap;
-      else if (list.Count != 0 ||
-               wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
-        c = RouteCondition::Moving;
-      live.condition.store(c, std::memory_order_relaxed);
+  // The last gap found (a flag and a time rather than an optional: g++ 12
+  // at -O1, the TSan lane, warns that an optional time may be used
+  // uninitialized).
+  bool gap_found = false;
+  std::chrono::steady_clock::time_point gap_at{};
+  // The start of the current run of trouble: the connection down, or
+  // fetches or the consumer's re-creation failing. Past --stall-after the
+  // route is `stalled`.
+  bool troubled = false;
+  std::chrono::steady_clock::time_point troubled_since{};
+  const auto update_condition = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    const bool down = !link || !link->connected();
+    const bool failing = need_reset || fetch_errors != 0;
+    live.connected.store(!down, std::memory_order_relaxed);
+    if (!down && !failing) {
+      troubled = false;
+    } else if (!troubled) {
+      troubled = true;
+      troubled_since = now;
     }
+    RouteCondition c = RouteCondition::Idle;
+    if (troubled && now - troubled_since >= std::chrono::seconds(o.common.stall_after_s))
+      c = RouteCondition::Stalled;
+    else if (down)
+      c = RouteCondition::Disconnected;
+    else if (failing)
+      c = RouteCondition::Retrying;
+    else if (gap_found && now - gap_at < 10s)
+      c = RouteCondition::Gap;
+    else if (list.Count != 0 ||
+             wall_ms() - live.last_success_ms.load(std::memory_order_relaxed) < 2000)
+      c = RouteCondition::Moving;
+    live.condition.store(c, std::memory_order_relaxed);
+  };
+  // The first failure of a run, then every tenth, is logged with its reason.
+  const auto worth_logging = [](std::uint64_t failures) {
+    return failures == 1 || failures % 10 == 0;
+  };
+  while (!stop.load(std::memory_order_relaxed)) {
+    update_condition();
     if (list.Count == 0 && !link->connected()) {
       // Lost: close, destroy the subscription, then the connection (in that
       // order: the client's threads are done with both), and connect again
       // until a server answers or the bridge is stopped.
       log("warn", "disconnected", fmt::format("route=import applied_stream_sequence={}", applied));
+      live.set_error(0, "lost the connection to the NATS server");
+      live.failures.fetch_add(1, std::memory_order_relaxed);
       link->close();
       sub.reset();
       link.reset();
@@ -355,10 +394,13 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
           break;
         }
         if (again.error().code == kExitAuth) return std::unexpected(again.error());
-        if (attempt <= 3 || attempt % 25 == 0)
+        live.set_error(0, again.error().message);
+        live.failures.fetch_add(1, std::memory_order_relaxed);
+        if (worth_logging(attempt))
           log("warn", "reconnect_failed",
               fmt::format("route=import attempt={} message=\"{}\"", attempt,
                           again.error().message));
+        update_condition();
         std::this_thread::sleep_for(200ms);
       }
       if (!link) break;  // stopped
@@ -373,11 +415,13 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
           // Every failure of the first few, then every tenth: a resubscription
           // that keeps failing must show in the log.
           live.set_error(0, ok.error().message);
+          live.failures.fetch_add(1, std::memory_order_relaxed);
           ++resubscribe_failures;
-          if (resubscribe_failures <= 3 || resubscribe_failures % 10 == 0)
+          if (worth_logging(resubscribe_failures))
             log("warn", "resubscribe_failed",
                 fmt::format("route=import attempt={} connected={} message=\"{}\"",
                             resubscribe_failures, link->connected(), ok.error().message));
+          update_condition();
           std::this_thread::sleep_for(200ms);
           continue;
         }
@@ -395,10 +439,13 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
         natsMsgList_Destroy(&list);
         list = natsMsgList{};
         if (!link->connected()) continue;  // the reconnection above takes over
-        live.set_error(static_cast<int>(code), fmt::format("fetch: {}", natsStatus_GetText(s)));
-        if (fetch_errors++ == 0)
+        const std::string why = nats_error(s);
+        live.set_error(static_cast<int>(code), fmt::format("fetch: {}", why));
+        live.failures.fetch_add(1, std::memory_order_relaxed);
+        if (worth_logging(++fetch_errors))
           log("warn", "fetch_failed",
-              fmt::format("route=import status=\"{}\"", natsStatus_GetText(s)));
+              fmt::format("route=import failures={} error_code={} error=\"{}\" stream={}",
+                          fetch_errors, static_cast<int>(code), why, **stream));
         need_reset = true;  // a message may have been lost in transit: redeliver from applied + 1
         std::this_thread::sleep_for(100ms);
         continue;
@@ -445,6 +492,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
           const std::uint64_t count = id->sequence - from;
           live.gaps.fetch_add(1, std::memory_order_relaxed);
           live.missing.fetch_add(count, std::memory_order_relaxed);
+          gap_found = true;
           gap_at = std::chrono::steady_clock::now();
           const std::string what = fmt::format(
               "stream {}: messages {}-{} through {}-{} ({}) are gone from the stream before the "
@@ -519,9 +567,11 @@ std::string state_name(const ImportOptions& o) {
 
 int run_import(const ImportOptions& o, const std::atomic<bool>& stop, const LogFn& log,
                RouteStatus& live) {
-  auto r = import_main(o, stop, log, live);
+  CreatedSegments created(o.common.root);
+  auto r = import_main(o, stop, log, live, created);
   live.ready.store(false, std::memory_order_relaxed);
   if (r) return kExitOk;
+  created.remove(log);  // a failed start leaves the root as it found it
   log("error", "failed",
       fmt::format("route=import exit_code={} message=\"{}\"", r.error().code, r.error().message));
   return r.error().code;

@@ -93,26 +93,33 @@ Outcome<Resolved> resolve(std::string_view what, const std::string& name, const 
 
 // Opens the channel `name` as E (ChannelConsumer / ChannelProducer),
 // creating it first when `create` (or opening what a racing creator made).
+// `created` says whether this call made it.
 template <class E>
 Outcome<Result<E>> open_channel_endpoint(std::string_view what, const std::string& name,
-                                         const CommonOptions& c, bool create) {
+                                         const CommonOptions& c, bool create, bool& created) {
+  created = false;
   if (!create) return E::open(name, {}, OpenOptions{.root = c.root});
   auto params = channel_params(what, name, c.create_channel);
   if (!params) return std::unexpected(params.error());
   auto made = E::create(name, *params, CreateOptions{.root = c.root});
   if (!made && made.error().code == Errc::AlreadyExists)
     return E::open(name, {}, OpenOptions{.root = c.root});
+  created = made.has_value();
   return made;
 }
 
 // Opens the ring `name` as E (RingConsumer / RingProducer), creating it
 // first when `create` (or opening what a racing creator made meanwhile).
+// `created` says whether this call made it.
 template <class E>
-Result<E> open_ring_endpoint(const std::string& name, const CommonOptions& c, bool create) {
+Result<E> open_ring_endpoint(const std::string& name, const CommonOptions& c, bool create,
+                             bool& created) {
+  created = false;
   if (!create) return E::open(name, {}, OpenOptions{.root = c.root});
   auto made = E::create(name, RingParams{c.create_ring}, CreateOptions{.root = c.root});
   if (!made && made.error().code == Errc::AlreadyExists)
     return E::open(name, {}, OpenOptions{.root = c.root});
+  created = made.has_value();
   return made;
 }
 
@@ -137,12 +144,12 @@ Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
     return s;
   }
   if (kind == LocalKind::Ring) {
-    auto ring = open_ring_endpoint<RingConsumer>(o.source, c, create);
+    auto ring = open_ring_endpoint<RingConsumer>(o.source, c, create, s.created_);
     if (!ring) return std::unexpected(segment_failure(what, o.source, ring.error()));
     s.ring_.emplace(std::move(*ring));
     return s;
   }
-  auto ch = open_channel_endpoint<ChannelConsumer>(what, o.source, c, create);
+  auto ch = open_channel_endpoint<ChannelConsumer>(what, o.source, c, create, s.created_);
   if (!ch) return std::unexpected(ch.error());
   if (!*ch) return std::unexpected(segment_failure(what, o.source, ch->error()));
   s.channel_ = std::make_unique<ChannelConsumer>(std::move(**ch));
@@ -266,12 +273,12 @@ Outcome<ImportDest> ImportDest::open(const ImportOptions& o) {
   d.root_ = c.root;
   const std::string what = fmt::format("destination {}", to_string(kind));
   if (kind == LocalKind::Ring) {
-    auto ring = open_ring_endpoint<RingProducer>(o.dest, c, create);
+    auto ring = open_ring_endpoint<RingProducer>(o.dest, c, create, d.created_);
     if (!ring) return std::unexpected(segment_failure(what, o.dest, ring.error()));
     d.ring_.emplace(std::move(*ring));
     return d;
   }
-  auto opened = open_channel_endpoint<ChannelProducer>(what, o.dest, c, create);
+  auto opened = open_channel_endpoint<ChannelProducer>(what, o.dest, c, create, d.created_);
   if (!opened) return std::unexpected(opened.error());
   Result<ChannelProducer>& ch = *opened;
   if (ch) {

@@ -49,6 +49,9 @@ class ExportSource {
   [[nodiscard]] static Outcome<ExportSource> open(const ExportOptions& o);
 
   [[nodiscard]] LocalKind kind() const noexcept { return kind_; }
+  // open() created it (--create-ring / --create-channel; not one a racing
+  // process made first).
+  [[nodiscard]] bool created() const noexcept { return created_; }
   // The next record, held until release() or put_back(); nullopt when none
   // is there now (or the channel ended: see ended()). A held channel lease
   // is handed out again.
@@ -76,6 +79,7 @@ class ExportSource {
   static constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
 
   LocalKind kind_ = LocalKind::Ring;
+  bool created_ = false;
   std::string name_;
   std::optional<RingConsumer> ring_;
   std::optional<RelayReader> relay_;
@@ -96,6 +100,9 @@ class ImportDest {
   [[nodiscard]] static Outcome<ImportDest> open(const ImportOptions& o);
 
   [[nodiscard]] LocalKind kind() const noexcept { return kind_; }
+  // open() created it (--create-ring / --create-channel; not one a racing
+  // process made first).
+  [[nodiscard]] bool created() const noexcept { return created_; }
   // Records committed so far (a ring's published tail, a channel's
   // published descriptors, or an ended channel's final tail).
   [[nodiscard]] std::uint64_t published_position() const noexcept;
@@ -117,6 +124,7 @@ class ImportDest {
 
  private:
   LocalKind kind_ = LocalKind::Ring;
+  bool created_ = false;
   std::string name_;
   std::string root_;
   std::optional<RingProducer> ring_;

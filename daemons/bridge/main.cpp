@@ -88,6 +88,11 @@ void add_common(CLI::App& app, shm::bridge::CommonOptions& c, std::string& liste
   app.add_option("--stream-replicas", c.stream_replicas,
                  "replicas of the stream --create-stream creates (a JetStream cluster; default 1)")
       ->check(CLI::Range(1u, 5u));
+  app.add_option("--stall-after", c.stall_after_s,
+                 "seconds of failing publishes or fetches, or of a lost connection, after which "
+                 "/status says the route is stalled")
+      ->check(CLI::Range(1u, 86400u))
+      ->capture_default_str();
   app.add_option("--listen", listen,
                  "serve GET /status (JSON) and /metrics (Prometheus) on this loopback "
                  "HOST:PORT (port 0: any free port, printed in the log)");
@@ -136,10 +141,6 @@ int main(int argc, char** argv) {
   exp->add_option("--publish-timeout", ex.publish_timeout_ms,
                   "milliseconds to wait for a publish acknowledgement")
       ->check(CLI::Range(10u, 600000u))
-      ->capture_default_str();
-  exp->add_option("--stall-after", ex.stall_after_s,
-                  "seconds of failing publishes after which /status says the route is stalled")
-      ->check(CLI::Range(1u, 86400u))
       ->capture_default_str();
   CLI::App* imp =
       app.add_subcommand("import", "JetStream durable pull consumer -> local ring or channel");

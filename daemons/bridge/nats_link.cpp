@@ -136,6 +136,14 @@ std::optional<Failure> NatsLink::gave_up(const ConnectionOptions& o) const {
   return f;
 }
 
+Failure NatsLink::at_start(Failure f, const ConnectionOptions& o) const {
+  if (connected()) return f;
+  if (auto given_up = gave_up(o); given_up && given_up->code == kExitAuth) return *given_up;
+  return {kExitUnreachable,
+          fmt::format("lost the connection to the NATS server at {} while the route started: {}",
+                      describe_servers(o.servers), f.message)};
+}
+
 void NatsLink::close() noexcept {
   if (nc_ != nullptr) natsConnection_Close(nc_);
 }
@@ -237,7 +245,7 @@ Outcome<std::optional<std::string>> NatsLink::stream_for(const std::string& subj
                                                 static_cast<int>(request.size()), 5000);
     if (s == NATS_NO_RESPONDERS)
       return failure(kExitNoStream, "the NATS server has no JetStream (start it with -js)");
-    if (s == NATS_TIMEOUT && !last_try) continue;
+    if (s == NATS_TIMEOUT && !last_try && connected()) continue;  // else: the server is lost
     if (s != NATS_OK)
       return failure(kExitRuntime,
                      fmt::format("listing the streams for subject {}: {}", subject, nats_error(s)));

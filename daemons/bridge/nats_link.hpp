@@ -71,6 +71,11 @@ class NatsLink {
   // reports it (exit 4 for a refusal); nullopt while the connection is up or
   // being re-established.
   [[nodiscard]] std::optional<Failure> gave_up(const ConnectionOptions& o) const;
+  // A step of a route's start (a request to JetStream) failed with `f`: when
+  // the connection is down by then, the server was lost while the route
+  // started, which is exit 3 like a server that never answered (exit 4 when
+  // the client gave up on refused credentials); else `f` as it is.
+  [[nodiscard]] Failure at_start(Failure f, const ConnectionOptions& o) const;
   // Closes the connection (idempotent): the client's threads stop using it and
   // its subscriptions, which may then be destroyed, before the link is.
   void close() noexcept;

@@ -24,10 +24,17 @@ enum class RouteCondition : std::uint8_t {
   Moving,        // something went through in the last few seconds
   Idle,          // nothing to move, nothing failing
   Retrying,      // publishes (export) or fetches (import) are failing, for less than stall_after
-  Stalled,       // failing for stall_after or longer
-  Disconnected,  // the NATS connection is down
+  Stalled,       // failing, or disconnected, for stall_after or longer
+  Disconnected,  // the NATS connection is down (for less than stall_after)
   Gap,           // the import found messages gone from the stream (in the last 10 s)
   StreamFull,    // the stream refuses new messages (a limit with discard new)
+};
+
+// Every condition, in the order /metrics lists them.
+inline constexpr RouteCondition kRouteConditions[] = {
+    RouteCondition::Starting, RouteCondition::Moving,     RouteCondition::Idle,
+    RouteCondition::Retrying, RouteCondition::Stalled,    RouteCondition::Disconnected,
+    RouteCondition::Gap,      RouteCondition::StreamFull,
 };
 
 [[nodiscard]] constexpr std::string_view to_string(RouteCondition c) noexcept {
@@ -75,6 +82,10 @@ struct RouteStatus {
   // wall_ms() of the last message JetStream stored (export) or the last one
   // committed locally (import); 0: none in this process yet.
   std::atomic<std::int64_t> last_success_ms{0};
+  // Failures in this process: failed publish windows (export); lost
+  // connections, failed reconnections, fetches and consumer re-creations
+  // (import).
+  std::atomic<std::uint64_t> failures{0};
   // Import: gaps found in this process, and the messages they miss.
   std::atomic<std::uint64_t> gaps{0};
   std::atomic<std::uint64_t> missing{0};

@@ -44,6 +44,9 @@ struct CommonOptions {
   // The largest payload: create the local channel when missing (0: it must
   // exist). Excludes create_ring.
   std::uint64_t create_channel = 0;
+  // Failing this long (publishes or fetches refused, or the connection
+  // down): `stalled` on /status.
+  std::uint32_t stall_after_s = 30;
 };
 
 struct ExportOptions {
@@ -54,7 +57,6 @@ struct ExportOptions {
   std::uint32_t max_message = 4096;  // the egress slot size: the largest record
   std::uint32_t window = 256;        // publishes awaiting their ack at most
   std::uint32_t publish_timeout_ms = 2000;
-  std::uint32_t stall_after_s = 30;  // failing this long: `stalled` on /status
 };
 
 struct ImportOptions {

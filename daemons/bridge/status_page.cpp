@@ -66,6 +66,7 @@ nlohmann::json route_json(const StatusSource& s) {
                        {"age_seconds", static_cast<double>(now - detail.last_error_ms) / 1000.0}};
   else
     j["last_error"] = nullptr;
+  j["failures"] = live.failures.load(std::memory_order_relaxed);
   j["bytes_moved"] = live.bytes_moved.load(std::memory_order_relaxed);
   if (s.route == Route::Export)
     j["egress_backlog"] = live.egress_backlog.load(std::memory_order_relaxed);
@@ -93,17 +94,38 @@ daemons::HttpResponse status_json(std::span<const StatusSource> sources) {
           j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
 }
 
-// One sample per route for each family; HELP and TYPE once per family.
+// One sample per route for each family (one per route and condition for
+// shm_bridge_route_state); HELP and TYPE once per family.
 daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
   struct Sample {
     std::string labels;
-    std::uint64_t value;
+    std::string value;
   };
   struct Family {
     const char* name;
     const char* type;
     const char* help;
     std::vector<Sample> samples;
+  };
+  enum : std::size_t {
+    kUp,
+    kConnected,
+    kBytesMoved,
+    kEgressBacklog,
+    kStreamPending,
+    kMoved,
+    kAcknowledged,
+    kRetries,
+    kReconnects,
+    kDuplicates,
+    kRecovered,
+    kRouteState,
+    kLastErrorCode,
+    kGaps,
+    kMissing,
+    kLastSuccessAge,
+    kLastErrorAge,
+    kFailures,
   };
   std::vector<Family> families{
       {"shm_bridge_up", "gauge", "1 while the route runs (after READY)", {}},
@@ -131,8 +153,8 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
        {}},
       {"shm_bridge_route_state",
        "gauge",
-       "1 for the route's state (label condition: starting, moving, idle, retrying, stalled, "
-       "stream_full, gap, disconnected)",
+       "the route's state, one-hot: 1 for the label condition the route is in (starting, moving, "
+       "idle, retrying, stalled, disconnected, gap, stream_full), 0 for the others",
        {}},
       {"shm_bridge_last_error_code",
        "gauge",
@@ -146,40 +168,65 @@ daemons::HttpResponse metrics(std::span<const StatusSource> sources) {
        "counter",
        "messages gone from the stream before the import received them (this process)",
        {}},
+      {"shm_bridge_last_success_age_seconds",
+       "gauge",
+       "seconds since JetStream stored one of the export's messages or the import committed one "
+       "(no sample before the first)",
+       {}},
+      {"shm_bridge_last_error_age_seconds",
+       "gauge",
+       "seconds since the route's last error (no sample before the first)",
+       {}},
+      {"shm_bridge_failures_total",
+       "counter",
+       "failures in this process: failed publish windows (export); lost connections, failed "
+       "reconnections, fetches and consumer re-creations (import)",
+       {}},
+  };
+  const std::int64_t now = wall_ms();
+  const auto seconds_since = [now](std::int64_t ms) {
+    return fmt::format("{:.3f}", static_cast<double>(std::max<std::int64_t>(0, now - ms)) / 1000.0);
   };
   for (const StatusSource& s : sources) {
     const RouteStatus& live = *s.live;
+    const RouteStatus::Detail detail = live.detail();
     // The root too: two routes may use one ring name (so one state segment
     // name) under different roots, and a scrape refuses repeated series.
     const std::string labels =
         fmt::format("route=\"{}\",state=\"{}\",root=\"{}\"", to_string(s.route), label(s.state),
                     label(s.root.empty() ? default_root() : s.root));
     auto add = [&](std::size_t family, std::uint64_t v) {
-      families[family].samples.push_back({labels, v});
+      families[family].samples.push_back({labels, std::to_string(v)});
     };
-    add(0, live.ready.load(std::memory_order_relaxed) ? 1 : 0);
-    add(1, live.connected.load(std::memory_order_relaxed) ? 1 : 0);
-    add(2, live.bytes_moved.load(std::memory_order_relaxed));
+    add(kUp, live.ready.load(std::memory_order_relaxed) ? 1 : 0);
+    add(kConnected, live.connected.load(std::memory_order_relaxed) ? 1 : 0);
+    add(kBytesMoved, live.bytes_moved.load(std::memory_order_relaxed));
     if (s.route == Route::Export)
-      add(3, live.egress_backlog.load(std::memory_order_relaxed));
+      add(kEgressBacklog, live.egress_backlog.load(std::memory_order_relaxed));
     else {
-      add(4, live.stream_pending.load(std::memory_order_relaxed));
-      add(13, live.gaps.load(std::memory_order_relaxed));
-      add(14, live.missing.load(std::memory_order_relaxed));
+      add(kStreamPending, live.stream_pending.load(std::memory_order_relaxed));
+      add(kGaps, live.gaps.load(std::memory_order_relaxed));
+      add(kMissing, live.missing.load(std::memory_order_relaxed));
     }
     if (auto c = read_counters(s)) {
-      add(5, c->moved);
-      add(6, c->acknowledged);
-      add(7, c->retries);
-      add(8, c->reconnects);
-      add(9, c->duplicates);
-      add(10, c->recovered);
+      add(kMoved, c->moved);
+      add(kAcknowledged, c->acknowledged);
+      add(kRetries, c->retries);
+      add(kReconnects, c->reconnects);
+      add(kDuplicates, c->duplicates);
+      add(kRecovered, c->recovered);
     }
-    families[11].samples.push_back(
-        {fmt::format("{},condition=\"{}\"", labels,
-                     to_string(live.condition.load(std::memory_order_relaxed))),
-         1});
-    add(12, static_cast<std::uint64_t>(std::max(0, live.detail().last_error_code)));
+    const RouteCondition condition = live.condition.load(std::memory_order_relaxed);
+    for (const RouteCondition c : kRouteConditions)
+      families[kRouteState].samples.push_back(
+          {fmt::format("{},condition=\"{}\"", labels, to_string(c)), c == condition ? "1" : "0"});
+    add(kLastErrorCode, static_cast<std::uint64_t>(std::max(0, detail.last_error_code)));
+    if (const std::int64_t success = live.last_success_ms.load(std::memory_order_relaxed);
+        success != 0)
+      families[kLastSuccessAge].samples.push_back({labels, seconds_since(success)});
+    if (!detail.last_error.empty())
+      families[kLastErrorAge].samples.push_back({labels, seconds_since(detail.last_error_ms)});
+    add(kFailures, live.failures.load(std::memory_order_relaxed));
   }
   std::string out;
   for (const Family& f : families) {

@@ -2,7 +2,7 @@
 # `cmake -P`: install the build tree into a fresh prefix, build this directory's
 # project against that prefix only, and run it.
 foreach(var SHM_BUILD_DIR SHM_PROJECT_DIR SHM_WORK_DIR SHM_GENERATOR SHM_CXX_COMPILER
-            SHM_INSTALL_LIBDIR)
+            SHM_INSTALL_LIBDIR SHM_INSTALL_LIBEXECDIR)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "check_install.cmake: ${var} is not set")
   endif()
@@ -27,6 +27,41 @@ if(SHM_EXPECT_SHMCTL)
     message(FATAL_ERROR "install test: ${prefix}/bin/shmctl was not installed")
   endif()
   run_step("installed shmctl --help" ${prefix}/bin/shmctl --help OUTPUT_QUIET)
+endif()
+
+# The example programs (SHM_EXPECT_EXAMPLES: their names, comma separated;
+# empty when the build makes none) are installed in libexec/libshm, and one
+# runs from there: egress_transport, a producer, a receiver and a transport
+# killed -9 and replaced, as processes of the installed program.
+if(NOT "${SHM_EXPECT_EXAMPLES}" STREQUAL "")
+  set(examples_dir ${prefix}/${SHM_INSTALL_LIBEXECDIR}/libshm)
+  string(REPLACE "," ";" expected_examples "${SHM_EXPECT_EXAMPLES}")
+  foreach(program ${expected_examples})
+    if(NOT EXISTS ${examples_dir}/${program})
+      message(FATAL_ERROR "install test: the example ${program} was not installed in ${examples_dir}")
+    endif()
+  endforeach()
+  list(LENGTH expected_examples example_count)
+  message(STATUS "install test: ${example_count} example programs installed in ${examples_dir}: ok")
+  list(FIND expected_examples egress_transport at)  # (IN_LIST needs a policy in -P scripts)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "install test: egress_transport, the example run from the install, is not "
+                        "among the examples: ${SHM_EXPECT_EXAMPLES}")
+  endif()
+  string(RANDOM LENGTH 8 suffix)
+  set(root /dev/shm/libshm-install-test-${suffix})
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LIBSHM_ROOT=${root}
+      ${examples_dir}/egress_transport demo --count 300 --kill-every 150
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT 120)
+  file(REMOVE_RECURSE ${root})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install test: installed egress_transport failed (${rc}):\n${out}")
+  endif()
+  if(NOT out MATCHES "complete: 300 payloads, 300 acknowledged")
+    message(FATAL_ERROR "install test: installed egress_transport did not report 300 of 300 "
+                        "acknowledged:\n${out}")
+  endif()
+  message(STATUS "install test: installed egress_transport demo ran from ${examples_dir}: ok")
 endif()
 
 # The exported package must not depend on fmt (compiled into the library):

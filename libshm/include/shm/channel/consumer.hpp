@@ -1,38 +1,39 @@
-// The consuming end of a Channel (move-only; one per channel).
-//
-// try_receive() hands out a ChannelLease: a zero-copy view of the next payload
-// inside its page, with its sequence and epoch. The lease must be given back
-// (release(), or its destructor) before the consumer receives again: receiving
-// with a lease held is refused (Errc::InvalidArgument, and an assert in debug
-// builds). That rule is what makes page reuse safe: the consumer releases an
-// epoch (released_epoch [chan.E]) only inside a receive, so no lease can point into
-// a page the producer is about to rebind. Do not move a consumer while one of
-// its leases is alive (the lease points back at it).
-//
-// Outcomes: Received (a lease), Empty (nothing published yet: back-pressure,
-// not an error), End (the producer finished and everything it published was
-// committed). Every integrity violation is a terminal error (Errc::Corrupt)
-// that marks the channel FAULTED; a producer that is gone without finishing is
-// Errc::ProducerDied once everything it published has been received; later
-// calls repeat the terminal error. The "is the producer alive" probe is a
-// syscall, so it only runs when the channel looks empty: in receive() before
-// parking and at least every kLivenessSlice while parked, in try_receive() at
-// most once per kProbeInterval.
-//
-// Receive coalescing (off by default; set_coalescing()): like a network
-// card's interrupt moderation (rx-frames / rx-usecs), a consumer may leave a
-// few waiting payloads alone until `descriptors` of them have gathered or
-// `max_delay` has passed since it first saw them. While it waits it reads no
-// descriptor, cell or payload line, so the producer fills whole cache lines
-// undisturbed; without it, a consumer that keeps up reads every line the
-// producer is about to write next, and both sides pay a cache-line transfer
-// per line per message (bench/RESULTS.md, Channel). Coalescing trades up to
-// max_delay of latency for that throughput. A finished or faulted stream and
-// a blocking receive about to park are never held back; the last payloads of
-// a producer that died wait at most until the next liveness probe.
-//
-// A consumer that dies may be replaced: open() resumes at the first payload
-// whose lease was not given back (at-least-once for the lease in hand).
+/// @file
+/// The consuming end of a Channel (move-only; one per channel).
+///
+/// try_receive() hands out a ChannelLease: a zero-copy view of the next payload
+/// inside its page, with its sequence and epoch. The lease must be given back
+/// (release(), or its destructor) before the consumer receives again: receiving
+/// with a lease held is refused (Errc::InvalidArgument, and an assert in debug
+/// builds). That rule is what makes page reuse safe: the consumer releases an
+/// epoch (released_epoch [chan.E]) only inside a receive, so no lease can point into
+/// a page the producer is about to rebind. Do not move a consumer while one of
+/// its leases is alive (the lease points back at it).
+///
+/// Outcomes: Received (a lease), Empty (nothing published yet: back-pressure,
+/// not an error), End (the producer finished and everything it published was
+/// committed). Every integrity violation is a terminal error (Errc::Corrupt)
+/// that marks the channel FAULTED; a producer that is gone without finishing is
+/// Errc::ProducerDied once everything it published has been received; later
+/// calls repeat the terminal error. The "is the producer alive" probe is a
+/// syscall, so it only runs when the channel looks empty: in receive() before
+/// parking and at least every kLivenessSlice while parked, in try_receive() at
+/// most once per kProbeInterval.
+///
+/// Receive coalescing (off by default; set_coalescing()): like a network
+/// card's interrupt moderation (rx-frames / rx-usecs), a consumer may leave a
+/// few waiting payloads alone until `descriptors` of them have gathered or
+/// `max_delay` has passed since it first saw them. While it waits it reads no
+/// descriptor, cell or payload line, so the producer fills whole cache lines
+/// undisturbed; without it, a consumer that keeps up reads every line the
+/// producer is about to write next, and both sides pay a cache-line transfer
+/// per line per message (bench/RESULTS.md, Channel). Coalescing trades up to
+/// max_delay of latency for that throughput. A finished or faulted stream and
+/// a blocking receive about to park are never held back; the last payloads of
+/// a producer that died wait at most until the next liveness probe.
+///
+/// A consumer that dies may be replaced: open() resumes at the first payload
+/// whose lease was not given back (at-least-once for the lease in hand).
 #pragma once
 
 #include "shm/channel/endpoint.hpp"
@@ -49,25 +50,34 @@ namespace shm {
 
 class ChannelConsumer;
 
-enum class ReceiveStatus : std::uint8_t { Received, Empty, End };
+/// What a receive found (terminal problems are errors, not statuses).
+enum class ReceiveStatus : std::uint8_t {
+  Received,  ///< a payload
+  Empty,     ///< nothing published yet: back-pressure, not an error
+  End        ///< the producer finished and everything it published was received
+};
+/// "received", "empty" or "end", for messages and tools.
 [[nodiscard]] std::string_view to_string(ReceiveStatus s) noexcept;
 
-// A payload on loan from its page (move-only). Valid until released: after
-// release() (or a move out of it) the lease is empty, like a default one:
-// bytes() is empty, data() is null, sequence() and epoch() are 0. The bytes
-// of a released payload may belong to another epoch at any moment (the slot
-// is rebound once the consumer moves past its page), so they are not exposed.
-// release() takes the consumer's endpoint guard: give a lease back from the
-// thread that uses the consumer (or one that takes turns with it).
+/// A payload on loan from its page (move-only). Valid until released: after
+/// release() (or a move out of it) the lease is empty, like a default one:
+/// bytes() is empty, data() is null, sequence() and epoch() are 0. The bytes
+/// of a released payload may belong to another epoch at any moment (the slot
+/// is rebound once the consumer moves past its page), so they are not exposed.
+/// release() takes the consumer's endpoint guard: give a lease back from the
+/// thread that uses the consumer (or one that takes turns with it).
 class ChannelLease {
  public:
+  /// Empty: holds nothing.
   ChannelLease() = default;
+  /// Takes over `o`'s payload; `o` is empty afterwards.
   ChannelLease(ChannelLease&& o) noexcept
       : owner_(std::exchange(o.owner_, nullptr)),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         sequence_(std::exchange(o.sequence_, 0)),
         epoch_(std::exchange(o.epoch_, 0)) {}
+  /// Gives back what this lease holds, then takes over `o`'s payload.
   ChannelLease& operator=(ChannelLease&& o) noexcept {
     if (this != &o) {
       release();
@@ -83,19 +93,26 @@ class ChannelLease {
   ChannelLease& operator=(const ChannelLease&) = delete;
   ~ChannelLease() { release(); }
 
+  /// The payload, inside its page (read-only); empty once given back.
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  /// The payload's first byte; null once given back.
   [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+  /// The payload's length in bytes; 0 once given back.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The payload's sequence (from 0, one per payload sent).
   [[nodiscard]] std::uint64_t sequence() const noexcept { return sequence_; }
+  /// The epoch of the page that holds it.
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
+  /// The generation its descriptor carried: the epoch truncated to 32 bits.
   [[nodiscard]] std::uint32_t generation() const noexcept {
     return static_cast<std::uint32_t>(epoch_);
   }
-  // True until given back.
+  /// True until given back.
   [[nodiscard]] bool held() const noexcept { return owner_ != nullptr; }
+  /// held().
   explicit operator bool() const noexcept { return held(); }
-  // Gives the payload back (idempotent): the consumer may advance past it,
-  // and this lease becomes empty.
+  /// Gives the payload back (idempotent): the consumer may advance past it,
+  /// and this lease becomes empty.
   inline void release() noexcept;
 
  private:
@@ -111,113 +128,136 @@ class ChannelLease {
   std::uint64_t epoch_ = 0;
 };
 
+/// A receive's outcome: a lease on the payload when Received.
 struct Received {
-  ReceiveStatus status = ReceiveStatus::Empty;
-  ChannelLease lease;  // when Received
+  ReceiveStatus status = ReceiveStatus::Empty;  ///< what the receive found
+  ChannelLease lease;                           ///< when Received
 
+  /// status == Received.
   explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
 };
 
-// A payload copied out (receive_into): already given back.
+/// A payload copied out (receive_into): already given back.
 struct Copied {
-  ReceiveStatus status = ReceiveStatus::Empty;
-  std::size_t size = 0;        // when Received: bytes written to the buffer
-  std::uint64_t sequence = 0;  // when Received
-  std::uint64_t epoch = 0;     // when Received
+  ReceiveStatus status = ReceiveStatus::Empty;  ///< what the receive found
+  std::size_t size = 0;                         ///< when Received: bytes written to the buffer
+  std::uint64_t sequence = 0;                   ///< when Received
+  std::uint64_t epoch = 0;                      ///< when Received
 
+  /// status == Received.
   explicit operator bool() const noexcept { return status == ReceiveStatus::Received; }
 };
 
-// See "Receive coalescing" above. descriptors == 1 (the default) turns it off.
-// At most min(ring capacity, (P - 1) x descriptors per page) can ever wait at
-// once, so `descriptors` is refused above that; with payloads so large that a
-// page fills by bytes first, fewer can, and every batch then waits max_delay:
-// choose N below what P - 1 pages hold.
+/// See "Receive coalescing" in the file comment. descriptors == 1 (the default) turns it off.
+/// At most min(ring capacity, (P - 1) x descriptors per page) can ever wait at
+/// once, so `descriptors` is refused above that; with payloads so large that a
+/// page fills by bytes first, fewer can, and every batch then waits max_delay:
+/// choose N below what P - 1 pages hold.
 struct Coalescing {
-  std::uint32_t descriptors = 1;          // deliver once this many wait: [1, see above]
-  std::chrono::nanoseconds max_delay{0};  // ... or once the first waited this long: [0, 1 s]
+  std::uint32_t descriptors = 1;          ///< deliver once this many wait: [1, see above]
+  std::chrono::nanoseconds max_delay{0};  ///< ... or once the first waited this long: [0, 1 s]
 };
 
+/// The consuming end of a Channel: leases (try_receive / receive) or copies
+/// (try_receive_into / receive_into), in sequence order, every payload
+/// checked. From its endpoint base: segment(), attachment(), the geometry
+/// (pages() ... max_payload()), state(), fault(), snapshot(), heartbeat().
 class ChannelConsumer : public detail::ChannelEndpoint {
  public:
-  // A parked consumer re-probes the producer's liveness this often.
+  /// A parked consumer re-probes the producer's liveness this often.
   static constexpr std::chrono::milliseconds kLivenessSlice{20};
-  // try_receive() on an empty channel probes liveness at most this often.
+  /// try_receive() on an empty channel probes liveness at most this often.
   static constexpr std::chrono::milliseconds kProbeInterval{1};
 
+  /// Attached to nothing: only assignment is valid.
   ChannelConsumer() = default;
+  /// Takes over the attachment (never with a lease alive: it points back here).
   ChannelConsumer(ChannelConsumer&&) noexcept = default;
+  /// Detaches this consumer, then takes over `other`'s attachment.
   ChannelConsumer& operator=(ChannelConsumer&&) noexcept = default;
   ~ChannelConsumer() = default;
 
-  // Opens a channel and attaches as its consumer (resuming a dead predecessor).
+  /// Opens a channel and attaches as its consumer (resuming a dead predecessor).
   [[nodiscard]] static Result<ChannelConsumer> open(std::string_view name,
                                                     const ChannelParams& expected = {},
                                                     const OpenOptions& options = {});
-  // Creates the channel and attaches as its consumer (for a consumer that starts first).
+  /// Creates the channel and attaches as its consumer (for a consumer that starts first).
   [[nodiscard]] static Result<ChannelConsumer> create(std::string_view name,
                                                       const ChannelParams& params,
                                                       const CreateOptions& options = {});
-  // Adopts a segment opened or created already (open_channel,
-  // create_channel) and attaches as its consumer; KindMismatch / SizeMismatch
-  // when it is not a channel.
+  /// Adopts a segment opened or created already (open_channel,
+  /// create_channel) and attaches as its consumer; KindMismatch / SizeMismatch
+  /// when it is not a channel.
   [[nodiscard]] static Result<ChannelConsumer> attach(Segment segment);
 
+  /// The next payload on loan (Received), Empty, or End; Corrupt /
+  /// ProducerDied are terminal errors, InvalidArgument while a lease is held.
+  /// Never blocks.
   [[nodiscard]] Result<Received> try_receive();
-  // Blocking receive: spins, then parks until a payload, the end of the stream
-  // or a terminal outcome arrives, or `timeout` passes (then Empty).
+  /// Blocking receive: spins, then parks until a payload, the end of the stream
+  /// or a terminal outcome arrives, or `timeout` passes (then Empty).
   [[nodiscard]] Result<Received> receive(std::chrono::nanoseconds timeout);
 
-  // Copying variants: the payload is copied into `out` while its CRC32C is
-  // checked (one pass) and given back at once. A payload larger than `out`
-  // is Errc::TooLarge and stays in the channel. The same checks as above;
-  // a checksum failure is terminal (what was written to `out` is garbage).
+  /// @name Copying variants
+  /// The payload is copied into `out` while its CRC32C is checked (one pass)
+  /// and given back at once. A payload larger than `out` is Errc::TooLarge
+  /// and stays in the channel. The same checks as above; a checksum failure
+  /// is terminal (what was written to `out` is garbage).
+  ///@{
+
+  /// As try_receive, copying (never blocks).
   [[nodiscard]] Result<Copied> try_receive_into(std::span<std::byte> out);
+  /// As receive, copying: waits up to `timeout` (then Empty).
   [[nodiscard]] Result<Copied> receive_into(std::span<std::byte> out,
                                             std::chrono::nanoseconds timeout);
+  ///@}
 
-  // Errc::InvalidArgument when a field is outside its range (nothing changes then).
+  /// Sets receive coalescing (see the file comment).
+  /// Errc::InvalidArgument when a field is outside its range (nothing changes then).
   [[nodiscard]] Result<void> set_coalescing(const Coalescing& c);
+  /// The coalescing in force.
   [[nodiscard]] const Coalescing& coalescing() const noexcept { return coalescing_; }
 
+  /// True while a lease from this consumer is not given back (receives are refused).
   [[nodiscard]] bool lease_held() const noexcept { return lease_held_; }
-  // The sequence the next payload must carry (== payloads committed).
+  /// The sequence the next payload must carry (== payloads committed).
   [[nodiscard]] std::uint64_t next_sequence() const noexcept { return head_; }
+  /// The epoch of the page being consumed (from 0).
   [[nodiscard]] std::uint64_t current_epoch() const noexcept { return epoch_; }
-  // Payloads committed (given back) in the current epoch.
+  /// Payloads committed (given back) in the current epoch.
   [[nodiscard]] std::uint64_t committed_in_epoch() const noexcept { return committed_; }
 
  private:
   friend class ChannelLease;
   friend class detail::ChannelTesting;
 
-  // Where the channel stands for a receive: a descriptor waits at head_
-  // (Ready), nothing yet (Empty), or the stream ended cleanly (End). Never
-  // consumes; terminal problems are errors. `probe_producer` allows the
-  // liveness syscall when the channel looks empty.
+  /// Where the channel stands for a receive: a descriptor waits at head_
+  /// (Ready), nothing yet (Empty), or the stream ended cleanly (End). Never
+  /// consumes; terminal problems are errors. `probe_producer` allows the
+  /// liveness syscall when the channel looks empty.
   enum class Wait : std::uint8_t { Ready, Empty, End };
-  // Whether a refresh of the tail may leave a partial batch waiting (coalescing).
+  /// Whether a refresh of the tail may leave a partial batch waiting (coalescing).
   enum class Batch : std::uint8_t { MayHold, Flush };
   [[nodiscard]] Result<Wait> ready(bool probe_producer, Batch batch);
   [[nodiscard]] Result<Wait> on_empty(bool probe_producer);
   [[nodiscard]] Result<Wait> clean_end();
   [[nodiscard]] std::unexpected<Error> producer_died();
-  // try_receive() once the cached tail is exhausted.
+  /// try_receive() once the cached tail is exhausted.
   [[nodiscard]] Result<Wait> ready_slow();
-  // Validates the descriptor at head_ (requires head_ < cached_tail_) up to
-  // the payload checksum; returns its cell.
+  /// Validates the descriptor at head_ (requires head_ < cached_tail_) up to
+  /// the payload checksum; returns its cell.
   [[nodiscard]] Result<page::Cell> check_next(channel::Descriptor& d);
-  // Takes the payload at head_: as a lease, or copied into `out`.
+  /// Takes the payload at head_: as a lease, or copied into `out`.
   [[nodiscard]] Result<Received> next();
   [[nodiscard]] Result<Copied> next_into(std::span<std::byte> out);
-  // The non-blocking path shared by try_receive() and try_receive_into().
+  /// The non-blocking path shared by try_receive() and try_receive_into().
   template <class T, class Take>
   [[nodiscard]] Result<T> try_with(Take take);
-  // The blocking loop shared by receive() and receive_into().
+  /// The blocking loop shared by receive() and receive_into().
   template <class T, class Take>
   [[nodiscard]] Result<T> receive_with(std::chrono::nanoseconds timeout, Take take);
   [[nodiscard]] std::optional<Error> refuse() const;
-  // True when a descriptor waits at head_ (and, with Batch::MayHold, coalescing lets it go).
+  /// True when a descriptor waits at head_ (and, with Batch::MayHold, coalescing lets it go).
   [[nodiscard]] Result<bool> refresh_tail(Batch batch = Batch::Flush);
   [[nodiscard]] bool holds(std::uint64_t tail) noexcept;
   [[nodiscard]] Result<void> cross_seam(const channel::Descriptor& d);
@@ -229,28 +269,28 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] std::unexpected<Error> lease_misuse() const;
   [[nodiscard]] std::string too_small_message(std::size_t length, std::size_t room) const;
   [[nodiscard]] bool probe_due() noexcept;
-  // Binds the consumer role on a segment just created or opened, then resume().
+  /// Binds the consumer role on a segment just created or opened, then resume().
   [[nodiscard]] static Result<ChannelConsumer> adopt(Result<Segment> seg);
   [[nodiscard]] Result<void> resume();
   void bind_epoch(std::uint64_t epoch) noexcept;
   void give_back() noexcept;
-  // ChannelLease::release(): give_back() under the endpoint guard.
+  /// ChannelLease::release(): give_back() under the endpoint guard.
   void release_lease() noexcept;
 
-  std::uint64_t head_ = 0;              // descriptors committed (mirror of control.consumer.head)
-  std::uint64_t cached_tail_ = 0;       // producer's tail as last taken; refreshed when empty
-  std::uint64_t seen_tail_ = 0;         // producer's tail as last read (>= cached_tail_)
-  std::uint64_t epoch_ = 0;             // current page epoch
-  std::uint32_t generation_ = 0;        // epoch_ as u32
-  page::PageView page_{};               // the current epoch's slot
-  std::uint64_t first_sequence_ = 0;    // sequence of the current page's cell 0
-  std::uint64_t committed_ = 0;         // leases given back in the current epoch
-  std::uint32_t cached_published_ = 0;  // current page's published count as last read
-  std::uint64_t next_offset_ = 0;       // arena offset the next cell must have
+  std::uint64_t head_ = 0;              ///< descriptors committed (mirror of control.consumer.head)
+  std::uint64_t cached_tail_ = 0;       ///< producer's tail as last taken; refreshed when empty
+  std::uint64_t seen_tail_ = 0;         ///< producer's tail as last read (>= cached_tail_)
+  std::uint64_t epoch_ = 0;             ///< current page epoch
+  std::uint32_t generation_ = 0;        ///< epoch_ as u32
+  page::PageView page_{};               ///< the current epoch's slot
+  std::uint64_t first_sequence_ = 0;    ///< sequence of the current page's cell 0
+  std::uint64_t committed_ = 0;         ///< leases given back in the current epoch
+  std::uint32_t cached_published_ = 0;  ///< current page's published count as last read
+  std::uint64_t next_offset_ = 0;       ///< arena offset the next cell must have
   std::uint64_t last_probe_ns_ = 0;
   Coalescing coalescing_{};
-  std::uint64_t held_since_ns_ = 0;  // when a partial batch was first left waiting (0: none)
-  std::optional<Error> sticky_;      // the terminal error, repeated by later calls
+  std::uint64_t held_since_ns_ = 0;  ///< when a partial batch was first left waiting (0: none)
+  std::optional<Error> sticky_;      ///< the terminal error, repeated by later calls
   bool lease_held_ = false;
   bool ended_ = false;
 };

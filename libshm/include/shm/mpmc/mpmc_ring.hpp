@@ -1,42 +1,43 @@
-// MpmcRing: process-local handles (move-only) on a bounded multi-producer
-// multi-consumer ring of fixed-size cells shared by any number of processes.
-// The shared layout and its protocol are described in mpmc/layout.hpp.
-//
-// Handles. The type says what a handle may do: an MpmcProducer only pushes,
-// an MpmcConsumer only pops (a consumer call on a producer does not compile),
-// and an MpmcRing is a peer that does both (a worker that re-queues). Each
-// kind has create() and open(); the attachment table shows the role
-// (producer, consumer, peer).
-//
-// Slots. Every handle attaches to one shared slot of the segment's attachment
-// table (kSharedSlots = 256 handles per ring at once; the 257th gets
-// Errc::NoFreeSlot): the limit is per handle, not per process. The
-// slot gives the kernel liveness (OFD lock) that makes a crashed process's
-// half-done push or pop repairable, and lets the sidecar and shmctl see who
-// uses the ring.
-//
-// Threads. A handle is used by one thread at a time (open one handle per
-// thread; it is cheap). A second thread that enters a handle while another
-// is inside (a blocking push or pop included, and between try_reserve() and
-// commit(), or try_peek() and release(), each call on its own) is refused
-// with an abort naming the misuse, in every build
-// (shm/platform/endpoint_guard.hpp).
-//
-// Outcomes. Full and Empty are ordinary outcomes (false / nullopt); errors are
-// TooLarge (payload or buffer), Corrupt (an impossible sequence, length or
-// position in the mapping) and the open/attach errors.
-//
-// Dead peers. A producer killed between claiming a cell and publishing it
-// leaves that cell "claimed, unpublished": consumers stop in front of it —
-// try_pop() returns nullopt (never spins), pop(timeout) waits and times out —
-// until it is repaired, which happens when (a) a blocked/polling handle has seen
-// the same held cell for 1 ms and every slot that may hold it is dead, (b) any
-// handle opens the ring, or (c) the sidecar reclaims the dead slot. The repair
-// publishes a tombstone that consumers skip. A consumer killed between claiming
-// and releasing a cell loses that one item; repair releases the cell so
-// producers can reuse it. While the holder is alive (e.g. SIGSTOPped) nothing
-// is repaired: consumers see Empty and producers Full behind it. `verify`
-// reports a held cell whose holder is dead, naming the slot, pid and position.
+/// @file
+/// MpmcRing: process-local handles (move-only) on a bounded multi-producer
+/// multi-consumer ring of fixed-size cells shared by any number of processes.
+/// The shared layout and its protocol are described in mpmc/layout.hpp.
+///
+/// Handles. The type says what a handle may do: an MpmcProducer only pushes,
+/// an MpmcConsumer only pops (a consumer call on a producer does not compile),
+/// and an MpmcRing is a peer that does both (a worker that re-queues). Each
+/// kind has create() and open(); the attachment table shows the role
+/// (producer, consumer, peer).
+///
+/// Slots. Every handle attaches to one shared slot of the segment's attachment
+/// table (kSharedSlots = 256 handles per ring at once; the 257th gets
+/// Errc::NoFreeSlot): the limit is per handle, not per process. The
+/// slot gives the kernel liveness (OFD lock) that makes a crashed process's
+/// half-done push or pop repairable, and lets the sidecar and shmctl see who
+/// uses the ring.
+///
+/// Threads. A handle is used by one thread at a time (open one handle per
+/// thread; it is cheap). A second thread that enters a handle while another
+/// is inside (a blocking push or pop included, and between try_reserve() and
+/// commit(), or try_peek() and release(), each call on its own) is refused
+/// with an abort naming the misuse, in every build
+/// (shm/platform/endpoint_guard.hpp).
+///
+/// Outcomes. Full and Empty are ordinary outcomes (false / nullopt); errors are
+/// TooLarge (payload or buffer), Corrupt (an impossible sequence, length or
+/// position in the mapping) and the open/attach errors.
+///
+/// Dead peers. A producer killed between claiming a cell and publishing it
+/// leaves that cell "claimed, unpublished": consumers stop in front of it —
+/// try_pop() returns nullopt (never spins), pop(timeout) waits and times out —
+/// until it is repaired, which happens when (a) a blocked/polling handle has seen
+/// the same held cell for 1 ms and every slot that may hold it is dead, (b) any
+/// handle opens the ring, or (c) the sidecar reclaims the dead slot. The repair
+/// publishes a tombstone that consumers skip. A consumer killed between claiming
+/// and releasing a cell loses that one item; repair releases the cell so
+/// producers can reuse it. While the holder is alive (e.g. SIGSTOPped) nothing
+/// is repaired: consumers see Empty and producers Full behind it. `verify`
+/// reports a held cell whose holder is dead, naming the slot, pid and position.
 #pragma once
 
 #include "shm/mpmc/layout.hpp"
@@ -57,104 +58,121 @@ namespace detail {
 inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
 }  // namespace detail
 
-// What an MPMC handle's snapshot() reads: positions and counters, relaxed
-// loads, never waiting for another handle (a hint under concurrency).
+/// What an MPMC handle's snapshot() reads: positions and counters, relaxed
+/// loads, never waiting for another handle (a hint under concurrency).
 struct MpmcSnapshot {
-  std::uint64_t ring_cells = 0;
-  std::uint64_t slot_bytes = 0;  // the largest payload
-  std::uint64_t head = 0;        // positions claimed by pops (they only grow)
-  std::uint64_t tail = 0;        // positions claimed by pushes
-  std::uint64_t depth = 0;       // tail - head: items published or in flight
-  std::uint64_t orphans = 0;     // kept items of dead takers waiting for adoption
-  std::uint64_t abandoned_pushes = 0, lost_pops = 0, tombstones_skipped = 0, cancelled_pushes = 0,
-                parks = 0, wakeups = 0, adopted = 0;  // counters
+  std::uint64_t ring_cells = 0;        ///< cells in the ring
+  std::uint64_t slot_bytes = 0;        ///< the largest payload
+  std::uint64_t head = 0;              ///< positions claimed by pops (they only grow)
+  std::uint64_t tail = 0;              ///< positions claimed by pushes
+  std::uint64_t depth = 0;             ///< tail - head: items published or in flight
+  std::uint64_t orphans = 0;           ///< kept items of dead takers waiting for adoption
+  std::uint64_t abandoned_pushes = 0,  ///< tombstones written for dead producers
+      lost_pops = 0,                   ///< cells released for dead consumers
+      tombstones_skipped = 0,          ///< tombstones consumed by consumers
+      cancelled_pushes = 0,            ///< reservations cancelled by their producer
+      parks = 0,                       ///< times a handle went to wait
+      wakeups = 0,                     ///< futex wakes issued
+      adopted = 0;                     ///< orphans adopted by a consumer
 };
 
-// A peer handle: pushes and pops. MpmcProducer and MpmcConsumer (below) are
-// the same handle with only one side's calls.
+/// A peer handle: pushes and pops. MpmcProducer and MpmcConsumer (below) are
+/// the same handle with only one side's calls.
 class MpmcRing {
  public:
+  /// Attached to nothing: only assignment is valid.
   MpmcRing() = default;
+  /// Takes over the attachment (and any outstanding reservation or peek).
   MpmcRing(MpmcRing&&) noexcept = default;
-  // Detaches this handle's attachment while its mapping is still there, then
-  // takes the other's: the order of the destructor (attachment_, then
-  // segment_). A defaulted one would unmap first and detach into freed memory.
+  /// Detaches this handle's attachment while its mapping is still there, then
+  /// takes the other's: the order of the destructor (attachment_, then
+  /// segment_). A defaulted one would unmap first and detach into freed memory.
   MpmcRing& operator=(MpmcRing&& other) noexcept;
   MpmcRing(const MpmcRing&) = delete;
   MpmcRing& operator=(const MpmcRing&) = delete;
   ~MpmcRing() = default;
 
-  // Creates the ring segment and attaches to it as a peer.
+  /// Creates the ring segment and attaches to it as a peer.
   [[nodiscard]] static Result<MpmcRing> create(std::string_view name, const MpmcParams& params,
                                                const CreateOptions& options = {});
-  // Opens an existing ring (0 fields of `expected` accept any value) and
-  // attaches as a peer; repairs what dead handles left held.
+  /// Opens an existing ring (0 fields of `expected` accept any value) and
+  /// attaches as a peer; repairs what dead handles left held.
   [[nodiscard]] static Result<MpmcRing> open(std::string_view name, const MpmcParams& expected = {},
                                              const OpenOptions& options = {});
-  // Adopts a segment opened or created already (open_mpmc_ring,
-  // create_mpmc_ring) and attaches as a peer; KindMismatch / SizeMismatch
-  // when it is not an MPMC ring.
+  /// Adopts a segment opened or created already (open_mpmc_ring,
+  /// create_mpmc_ring) and attaches as a peer; KindMismatch / SizeMismatch
+  /// when it is not an MPMC ring.
   [[nodiscard]] static Result<MpmcRing> attach(Segment segment);
 
-  // Copies `payload` into the next cell: true when pushed, false when full.
+  /// Copies `payload` into the next cell: true when pushed, false when full.
   [[nodiscard]] Result<bool> try_push(std::span<const std::byte> payload);
-  // Blocking push: spins briefly, then parks until a cell frees or `timeout` passes.
+  /// Blocking push: spins briefly, then parks until a cell frees or `timeout` passes.
   [[nodiscard]] Result<bool> push(std::span<const std::byte> payload,
                                   std::chrono::nanoseconds timeout);
-  // Copies the oldest item into `out`: its length, or nullopt when empty. An
-  // item longer than `out` is TooLarge and stays in the ring.
+  /// Copies the oldest item into `out`: its length, or nullopt when empty. An
+  /// item longer than `out` is TooLarge and stays in the ring.
   [[nodiscard]] Result<std::optional<std::size_t>> try_pop(std::span<std::byte> out);
+  /// Blocking pop: spins briefly, then parks until an item arrives or
+  /// `timeout` passes (then nullopt).
   [[nodiscard]] Result<std::optional<std::size_t>> pop(std::span<std::byte> out,
                                                        std::chrono::nanoseconds timeout);
 
-  // Zero-copy push: claims the next cell and returns its slot_bytes() bytes, or
-  // nullopt when full. Publish it with commit(n) or cancel() (a tombstone that
-  // consumers skip). Nothing is visible to consumers until then.
+  /// Zero-copy push: claims the next cell and returns its slot_bytes() bytes, or
+  /// nullopt when full. Publish it with commit(n) or cancel() (a tombstone that
+  /// consumers skip). Nothing is visible to consumers until then.
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve();
+  /// Publishes the reserved cell with its first `n` bytes (n <= slot_bytes()).
   void commit(std::size_t n) noexcept;
+  /// Publishes the reserved cell as a tombstone: consumers skip it.
   void cancel() noexcept;
-  // Zero-copy pop: claims the oldest item and returns it in place, or nullopt
-  // when empty; release() frees the cell. A process that dies in between loses
-  // that one item (repair releases the cell).
+  /// Zero-copy pop: claims the oldest item and returns it in place, or nullopt
+  /// when empty; release() frees the cell. A process that dies in between loses
+  /// that one item (repair releases the cell).
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_peek();
+  /// Frees the cell of the item from try_peek() or try_take(): producers may reuse it.
   void release() noexcept;
-  // Zero-copy kept take (at-least-once): as try_peek(), but a handle that dies
-  // before release() does not lose the item: repair keeps it as an orphan and
-  // the next consumer of this ring (any pop, peek or take) gets it again,
-  // before newer items. One outstanding take or peek per handle.
+  /// Zero-copy kept take (at-least-once): as try_peek(), but a handle that dies
+  /// before release() does not lose the item: repair keeps it as an orphan and
+  /// the next consumer of this ring (any pop, peek or take) gets it again,
+  /// before newer items. One outstanding take or peek per handle.
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> try_take();
 
-  // Repairs cells held by dead handles now (normally automatic, see above).
+  /// Repairs cells held by dead handles now (normally automatic, see above).
   [[nodiscard]] mpmc::RepairReport repair() const;
 
+  /// Cells in the ring (the most items it holds).
   [[nodiscard]] std::uint64_t ring_cells() const noexcept { return v_.capacity; }
+  /// Bytes per cell: the largest payload.
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return v_.slot_bytes; }
-  // tail - head as seen now: items published or in flight. A hint under concurrency.
+  /// tail - head as seen now: items published or in flight. A hint under concurrency.
   [[nodiscard]] std::uint64_t size_hint() const noexcept;
-  // Positions and counters now (never blocks).
+  /// Positions and counters now (never blocks).
   [[nodiscard]] MpmcSnapshot snapshot() const noexcept;
-  // True when some push has claimed a position no consumer has claimed yet
-  // (published or still in flight), or an orphan waits for adoption.
-  // Sequentially consistent: see PriorityFanout.
+  /// True when some push has claimed a position no consumer has claimed yet
+  /// (published or still in flight), or an orphan waits for adoption.
+  /// Sequentially consistent: see PriorityFanout.
   [[nodiscard]] bool has_claimed_items() const noexcept;
-  // After a successful pop: true when no push has claimed a position after it
-  // (the ring was empty right after this pop). A hint: reads the producers'
-  // tail, not the next cell, whose line is usually cold.
+  /// After a successful pop: true when no push has claimed a position after it
+  /// (the ring was empty right after this pop). A hint: reads the producers'
+  /// tail, not the next cell, whose line is usually cold.
   [[nodiscard]] bool popped_last() const noexcept {
     // Relaxed: a stale answer only costs a needless clear-and-recheck or a stale bit.
     return v_.control->producer.tail.load(std::memory_order_relaxed) == peeked_pos_ + 1;
   }
+  /// The segment this handle keeps mapped.
   [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
+  /// This handle's slot in the attachment table.
   [[nodiscard]] const Attachment& attachment() const noexcept { return attachment_; }
+  /// Refreshes this handle's heartbeat in the attachment table (no syscall).
   void heartbeat() noexcept { attachment_.heartbeat(); }
 
  private:
   friend class PriorityFanout;
   friend class MpmcProducer;
   friend class MpmcConsumer;
-  // create / open / attach for every handle type: the segment (or its
-  // error) attached under `role` (mpmc::kProducerRole, kConsumerRole or
-  // kPeerRole); attach_checked() first checks a segment it was given.
+  /// create / open / attach for every handle type: the segment (or its
+  /// error) attached under `role` (mpmc::kProducerRole, kConsumerRole or
+  /// kPeerRole); attach_checked() first checks a segment it was given.
   [[nodiscard]] static Result<MpmcRing> adopt(Result<Segment> seg, const RoleSpec& role);
   [[nodiscard]] static Result<MpmcRing> attach_checked(Segment segment, const RoleSpec& role);
   struct Stuck {
@@ -164,29 +182,29 @@ class MpmcRing {
   };
 
   [[nodiscard]] static Result<MpmcRing> bind(Segment segment, const RoleSpec& role);
-  // Called after this handle repaired a cell it was stuck behind (note_stuck):
-  // the priority fanout sets it on its rings, whose drainers sleep on the
-  // fanout's bitmap, which a ring's own wake does not reach.
+  /// Called after this handle repaired a cell it was stuck behind (note_stuck):
+  /// the priority fanout sets it on its rings, whose drainers sleep on the
+  /// fanout's bitmap, which a ring's own wake does not reach.
   using RepairHook = void (*)(void* context, std::uint32_t tag, const MpmcRing& ring) noexcept;
   void set_repair_hook(RepairHook hook, void* context, std::uint32_t tag) noexcept {
     repair_hook_ = hook;
     repair_context_ = context;
     repair_tag_ = tag;
   }
-  // The calls' bodies, without the thread guard (the public calls hold it).
+  /// The calls' bodies, without the thread guard (the public calls hold it).
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded();
   void commit_unguarded(std::size_t n) noexcept;
   void release_unguarded() noexcept;
   [[nodiscard]] Result<bool> push_unguarded(std::span<const std::byte> payload);
   [[nodiscard]] Result<std::optional<std::size_t>> pop_unguarded(std::span<std::byte> out);
-  // Claims the oldest item (an orphan first, see layout.hpp): its length, or
-  // nullopt when empty. `keep`: a kept take (kKeepIntent in the intent).
+  /// Claims the oldest item (an orphan first, see layout.hpp): its length, or
+  /// nullopt when empty. `keep`: a kept take (kKeepIntent in the intent).
   [[nodiscard]] Result<std::optional<std::uint32_t>> claim_pop(std::size_t room, bool keep = false);
   [[nodiscard]] Result<std::optional<std::uint32_t>> adopt_orphan(std::size_t room);
-  // try_peek() (keep false) and try_take() (keep true) without the guard.
+  /// try_peek() (keep false) and try_take() (keep true) without the guard.
   [[nodiscard]] Result<std::optional<std::span<const std::byte>>> claim_view(bool keep);
-  // Slow paths: classify a sequence that is not the expected one. A value is
-  // the position to retry at; nullopt = full (push) / empty (pop).
+  /// Slow paths: classify a sequence that is not the expected one. A value is
+  /// the position to retry at; nullopt = full (push) / empty (pop).
   [[nodiscard]] Result<std::optional<std::uint64_t>> push_slow(std::uint64_t pos,
                                                                std::uint64_t seq);
   [[nodiscard]] Result<std::optional<std::uint64_t>> pop_slow(std::uint64_t pos, std::uint64_t seq);
@@ -195,11 +213,11 @@ class MpmcRing {
   [[nodiscard]] std::unexpected<Error> corrupt_length(std::uint64_t pos, std::uint32_t len) const;
   [[nodiscard]] std::unexpected<Error> too_small(std::uint32_t len, std::size_t room) const;
   [[nodiscard]] std::unexpected<Error> too_large(std::size_t n) const;
-  // Records that `pos` looks held; repairs it once it stayed held kStuckGraceNs.
+  /// Records that `pos` looks held; repairs it once it stayed held kStuckGraceNs.
   void note_stuck(mpmc::Side side, std::uint64_t pos) noexcept;
   void wake_consumers() noexcept;
   void wake_producers() noexcept;
-  // Parks on `signal` until attempt() reports done (or an error) or the deadline.
+  /// Parks on `signal` until attempt() reports done (or an error) or the deadline.
   template <class Attempt, class Busy>
   [[nodiscard]] Result<bool> wait(std::atomic<std::uint32_t>& signal, mpmc::ParkedSet& waiting,
                                   std::chrono::steady_clock::time_point deadline, Attempt&& attempt,
@@ -208,23 +226,23 @@ class MpmcRing {
   Segment segment_;
   Attachment attachment_;
   mpmc::View v_{};
-  mpmc::Control::Intent* intent_ = nullptr;  // this handle's slot's intent words
-  std::uint32_t slot_ = 0;                   // this handle's attachment slot (its waiter bit)
-  std::uint64_t reserved_pos_ = 0;           // claimed by try_reserve(), until commit()/cancel()
-  std::uint64_t peeked_pos_ = 0;             // claimed by try_peek(), until release()
-  bool reserved_ = false;
-  bool peeked_ = false;
-  bool wake_consumers_ = false;  // a consumer was waiting when we claimed reserved_pos_
-  bool wake_producers_ = false;  // a producer was waiting when we claimed peeked_pos_
+  mpmc::Control::Intent* intent_ = nullptr;  ///< this handle's slot's intent words
+  std::uint32_t slot_ = 0;                   ///< this handle's attachment slot (its waiter bit)
+  std::uint64_t reserved_pos_ = 0;           ///< claimed by try_reserve(), until commit()/cancel()
+  std::uint64_t peeked_pos_ = 0;             ///< claimed by try_peek(), until release()
+  bool reserved_ = false;                    ///< a try_reserve() awaits commit() or cancel()
+  bool peeked_ = false;                      ///< a try_peek() or try_take() awaits release()
+  bool wake_consumers_ = false;  ///< a consumer was waiting when we claimed reserved_pos_
+  bool wake_producers_ = false;  ///< a producer was waiting when we claimed peeked_pos_
   Stuck stuck_{};
-  RepairHook repair_hook_ = nullptr;  // see set_repair_hook()
+  RepairHook repair_hook_ = nullptr;  ///< see set_repair_hook()
   void* repair_context_ = nullptr;
   std::uint32_t repair_tag_ = 0;
-  detail::EndpointGuard guard_;  // one thread at a time (see the note at the top)
+  detail::EndpointGuard guard_;  ///< one thread at a time (see the note at the top)
 };
 
 namespace detail {
-// What both one-sided MPMC handles expose: the accessors, no push, no pop.
+/// What both one-sided MPMC handles expose: the accessors, no push, no pop.
 class MpmcSide : protected MpmcRing {
  public:
   using MpmcRing::attachment;
@@ -242,18 +260,18 @@ class MpmcSide : protected MpmcRing {
 };
 }  // namespace detail
 
-// The pushing side of an MPMC ring: MpmcRing without the pop calls.
+/// The pushing side of an MPMC ring: MpmcRing without the pop calls.
 class MpmcProducer : public detail::MpmcSide {
  public:
   MpmcProducer() = default;
-  // Creates the ring segment and attaches as a producer.
+  /// Creates the ring segment and attaches as a producer.
   [[nodiscard]] static Result<MpmcProducer> create(std::string_view name, const MpmcParams& params,
                                                    const CreateOptions& options = {});
-  // Opens an existing ring and attaches as a producer (see MpmcRing::open).
+  /// Opens an existing ring and attaches as a producer (see MpmcRing::open).
   [[nodiscard]] static Result<MpmcProducer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
-  // Adopts a segment opened or created already and attaches as a producer.
+  /// Adopts a segment opened or created already and attaches as a producer.
   [[nodiscard]] static Result<MpmcProducer> attach(Segment segment);
 
   using MpmcRing::cancel;
@@ -266,18 +284,18 @@ class MpmcProducer : public detail::MpmcSide {
   explicit MpmcProducer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
 };
 
-// The popping side of an MPMC ring: MpmcRing without the push calls.
+/// The popping side of an MPMC ring: MpmcRing without the push calls.
 class MpmcConsumer : public detail::MpmcSide {
  public:
   MpmcConsumer() = default;
-  // Creates the ring segment and attaches as a consumer.
+  /// Creates the ring segment and attaches as a consumer.
   [[nodiscard]] static Result<MpmcConsumer> create(std::string_view name, const MpmcParams& params,
                                                    const CreateOptions& options = {});
-  // Opens an existing ring and attaches as a consumer (see MpmcRing::open).
+  /// Opens an existing ring and attaches as a consumer (see MpmcRing::open).
   [[nodiscard]] static Result<MpmcConsumer> open(std::string_view name,
                                                  const MpmcParams& expected = {},
                                                  const OpenOptions& options = {});
-  // Adopts a segment opened or created already and attaches as a consumer.
+  /// Adopts a segment opened or created already and attaches as a consumer.
   [[nodiscard]] static Result<MpmcConsumer> attach(Segment segment);
 
   using MpmcRing::pop;

@@ -1,5 +1,6 @@
-// The producing end of an SpscRing (move-only; one per ring, enforced by the
-// attachment table: a second live producer gets Errc::RoleTaken).
+/// @file
+/// The producing end of an SpscRing (move-only; one per ring, enforced by the
+/// attachment table: a second live producer gets Errc::RoleTaken).
 #pragma once
 
 #include "shm/spsc/endpoint.hpp"
@@ -11,79 +12,93 @@
 
 namespace shm {
 
+/// The producing end of an SpscRing: reserve and commit in place, or copy in
+/// with try_push / push. One thread at a time (the endpoint guard aborts a
+/// concurrent use). Also: segment(), attachment(), capacity_bytes(),
+/// max_payload(), heartbeat().
 class RingProducer : public detail::RingEndpoint {
  public:
+  /// Attached to nothing: only assignment is valid.
   RingProducer() = default;
+  /// Takes over the attachment and any open reservation.
   RingProducer(RingProducer&&) noexcept = default;
+  /// Detaches this producer, then takes over `other`'s attachment.
   RingProducer& operator=(RingProducer&&) noexcept = default;
 
-  // Creates the ring segment and attaches as its producer.
+  /// Creates the ring segment and attaches as its producer.
   [[nodiscard]] static Result<RingProducer> create(std::string_view name, const RingParams& params,
                                                    const CreateOptions& options = {});
-  // Opens an existing ring and attaches as its producer (taking over a dead one).
+  /// Opens an existing ring and attaches as its producer (taking over a dead one).
   [[nodiscard]] static Result<RingProducer> open(std::string_view name,
                                                  const RingParams& expected = {},
                                                  const OpenOptions& options = {});
-  // Adopts a segment opened or created already (open_ring, create_ring) and
-  // attaches as its producer; KindMismatch / SizeMismatch when it is not a ring.
+  /// Adopts a segment opened or created already (open_ring, create_ring) and
+  /// attaches as its producer; KindMismatch / SizeMismatch when it is not a ring.
   [[nodiscard]] static Result<RingProducer> attach(Segment segment);
 
-  // Reserves room for an n-byte record past every earlier reservation; nullopt
-  // when the ring is full. Nothing is visible to the consumer until commit().
+  /// Reserves room for an n-byte record past every earlier reservation; nullopt
+  /// when the ring is full. Nothing is visible to the consumer until commit().
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> try_reserve(std::size_t n);
-  // Blocking reserve: spins, then parks until space appears or `timeout` passes.
+  /// Blocking reserve: spins, then parks until space appears or `timeout` passes.
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve(
       std::size_t n, std::chrono::nanoseconds timeout);
-  // Publishes every record reserved since the last commit: one release store
-  // of the first record's header (see the protocol note in layout.hpp).
+  /// Publishes every record reserved since the last commit: one release store
+  /// of the first record's header (see the protocol note in layout.hpp).
   void commit() noexcept;
-  // Drops every reservation made since the last commit.
+  /// Drops every reservation made since the last commit.
   void abandon() noexcept {
     reserved_ = tail_;
     pending_records_ = 0;
     first_header_ = 0;
   }
 
-  // Copying conveniences: false when the ring is full (or the timeout passed).
-  // Its steady state is inline in the caller (always_inline: a call would
-  // save registers, stores that wait in the store buffer behind the record
-  // line's transfer); everything else is one call to push_slow().
+  /// @name Copying conveniences
+  /// Reserve, copy and commit one record; TooLarge beyond max_payload().
+  ///@{
+
+  /// Publishes a copy of `record`; false when the ring is full.
+  /// Its steady state is inline in the caller (always_inline: a call would
+  /// save registers, stores that wait in the store buffer behind the record
+  /// line's transfer); everything else is one call to push_slow().
   [[nodiscard, gnu::always_inline]] Result<bool> try_push(std::span<const std::byte> record);
+  /// As try_push, waiting as reserve() does; false when `timeout` passed first.
   [[nodiscard]] Result<bool> push(std::span<const std::byte> record,
                                   std::chrono::nanoseconds timeout);
-  // Pushes records in order until one does not fit; one commit for all.
-  // Returns how many were pushed. The endpoint guard is taken once for the
-  // whole batch, not once per record: the cheapest way to publish many.
+  ///@}
+  /// Pushes records in order until one does not fit; one commit for all.
+  /// Returns how many were pushed. The endpoint guard is taken once for the
+  /// whole batch, not once per record: the cheapest way to publish many.
   [[nodiscard]] Result<std::size_t> try_push_batch(
       std::span<const std::span<const std::byte>> records);
 
+  /// Byte position of the end of the last committed record (only grows).
   [[nodiscard]] std::uint64_t published_position() const noexcept { return tail_; }
-  // Positions and counters now (never blocks; `tail` is this producer's own).
+  /// Positions and counters now (never blocks; `tail` is this producer's own).
   [[nodiscard]] RingSnapshot snapshot() const noexcept { return snapshot_at(tail_); }
 
  private:
   [[nodiscard]] static Result<RingProducer> adopt(Segment segment);
-  // try_reserve() and commit() for a caller that already holds the endpoint
-  // guard (the batch paths take it once, not once per record).
+  /// try_reserve() and commit() for a caller that already holds the endpoint
+  /// guard (the batch paths take it once, not once per record).
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_unguarded(std::size_t n);
-  // The steady state of a reservation, inline: the payload of a new n-byte
-  // record when it fits before the buffer end and within the cached head,
-  // else nullptr (reserve_slow() then pads, refreshes head, or says TooLarge).
+  /// The steady state of a reservation, inline: the payload of a new n-byte
+  /// record when it fits before the buffer end and within the cached head,
+  /// else nullptr (reserve_slow() then pads, refreshes head, or says TooLarge).
   [[nodiscard]] std::byte* reserve_fast(std::size_t n) noexcept;
   [[nodiscard]] Result<std::optional<std::span<std::byte>>> reserve_slow(std::size_t n);
   void commit_unguarded() noexcept;
-  // try_push() past its inline path (guard held): a batch open, padding, a
-  // refresh of head, a full ring or TooLarge.
+  /// try_push() past its inline path (guard held): a batch open, padding, a
+  /// refresh of head, a full ring or TooLarge.
   [[nodiscard]] Result<bool> push_slow(std::span<const std::byte> record);
-  // After a publish of `count` records ending at tail_ (the header's release
-  // store done): the records counter, the lazy `tail` hint, then the
-  // consumer's parked flag.
+  /// After a publish of `count` records ending at tail_ (the header's release
+  /// store done): the records counter, the lazy `tail` hint, then the
+  /// consumer's parked flag.
   [[gnu::always_inline]] void after_publish(std::uint64_t old_tail, std::uint64_t count) noexcept;
   void publish_hint() noexcept;
   [[nodiscard]] Result<bool> refresh_head(std::uint64_t need_end);
   void wake_consumer() noexcept;
-  // Stores the header of the record at `pos`, or holds it back for commit()
-  // when it is the first of the batch (at the published end).
+  /// Stores the header of the record at `pos`, or holds it back for commit()
+  /// when it is the first of the batch (at the published end).
   void put_header(std::uint64_t pos, std::uint64_t word) noexcept {
     if (pos == tail_)
       first_header_ = word;
@@ -92,11 +107,11 @@ class RingProducer : public detail::RingEndpoint {
       detail::header_at(at(pos)).store(word, std::memory_order_relaxed);
   }
 
-  std::uint64_t tail_ = 0;         // published position (control_->producer.tail is its hint)
-  std::uint64_t reserved_ = 0;     // end of reservations, >= tail_
-  std::uint64_t cached_head_ = 0;  // consumer's head as last read; refreshed when full
-  std::uint64_t pending_records_ = 0;
-  std::uint64_t first_header_ = 0;  // the batch's first header, stored by commit()
+  std::uint64_t tail_ = 0;             ///< published position (control_->producer.tail is its hint)
+  std::uint64_t reserved_ = 0;         ///< end of reservations, >= tail_
+  std::uint64_t cached_head_ = 0;      ///< consumer's head as last read; refreshed when full
+  std::uint64_t pending_records_ = 0;  ///< records reserved since the last commit
+  std::uint64_t first_header_ = 0;     ///< the batch's first header, stored by commit()
 };
 
 // ---------------------------------------------------------------- inline hot path
