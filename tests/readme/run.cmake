@@ -1,35 +1,55 @@
-# Runs README programs for one ctest entry (tests/readme.cmake), as
-# `cmake -DSHM_README_BIN=DIR -DSHM_README_STEPS=STEPS -DSHM_README_TEST=NAME -P run.cmake`.
+# Runs the programs of README.md or a docs/ page for one ctest entry
+# (tests/readme.cmake), as `cmake -DSHM_README_BIN=DIR -DSHM_README_STEPS=STEPS
+# -DSHM_README_PREFIX=PREFIX -DSHM_README_TEST=NAME -P run.cmake`.
 # STEPS: steps separated by `,`, run one after the other; the programs of one
-# step are joined by `&` and run at the same time, each its own process. Every
-# program must exit 0 within the timeout. All of them share a fresh private
-# LIBSHM_ROOT under /dev/shm, removed afterwards.
-foreach(var SHM_README_BIN SHM_README_STEPS SHM_README_TEST)
+# step are joined by `&` and run at the same time, each its own process; a
+# program is NAME (the executable PREFIX NAME) or NAME:ARG (run with the one
+# argument ARG). Every program must exit 0 within the timeout. All of them
+# share a fresh private LIBSHM_ROOT under /dev/shm and LIBSHM_SPILL_DIR (a
+# relay's spill pages: on disk, beside BIN), both removed afterwards.
+foreach(var SHM_README_BIN SHM_README_STEPS SHM_README_PREFIX SHM_README_TEST)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "readme/run.cmake: ${var} is not set")
   endif()
 endforeach()
 string(RANDOM LENGTH 10 suffix)
-set(root /dev/shm/libshm-readme-${SHM_README_TEST}-${suffix})
+set(root /dev/shm/libshm-${SHM_README_TEST}-${suffix})
 set(logs ${SHM_README_BIN}/../logs/${SHM_README_TEST})
 file(REMOVE_RECURSE ${logs})
 file(MAKE_DIRECTORY ${logs})
 set(ENV{LIBSHM_ROOT} ${root})
+set(spill ${SHM_README_BIN}/../spill/${SHM_README_TEST}-${suffix})
+file(REMOVE_RECURSE ${spill})
+file(MAKE_DIRECTORY ${spill})
+set(ENV{LIBSHM_SPILL_DIR} ${spill})
 
 string(REPLACE "," ";" steps "${SHM_README_STEPS}")
 set(failed "")
 foreach(step ${steps})
   string(REPLACE "&" ";" programs "${step}")
   set(commands)
+  set(logs_of_step)
   foreach(program ${programs})
-    if(NOT EXISTS ${SHM_README_BIN}/readme_${program})
-      set(failed "readme_${program} was not built")
+    set(arg "")
+    if(program MATCHES "^([^:]+):(.+)$")
+      set(program ${CMAKE_MATCH_1})
+      set(arg ${CMAKE_MATCH_2})
+    endif()
+    set(exe ${SHM_README_BIN}/${SHM_README_PREFIX}${program})
+    if(NOT EXISTS ${exe})
+      set(failed "${SHM_README_PREFIX}${program} was not built")
       break()
     endif()
     # One process each; its output goes to its own log (a pipeline would feed
     # one program's stdout to the next).
-    list(APPEND commands COMMAND sh -c "exec \"$0\" >\"$1\" 2>&1"
-         ${SHM_README_BIN}/readme_${program} ${logs}/${program}.log)
+    if(arg STREQUAL "")
+      set(log ${logs}/${program}.log)
+      list(APPEND commands COMMAND sh -c "exec \"$0\" >\"$1\" 2>&1" ${exe} ${log})
+    else()
+      set(log ${logs}/${program}-${arg}.log)
+      list(APPEND commands COMMAND sh -c "exec \"$0\" \"$2\" >\"$1\" 2>&1" ${exe} ${log} ${arg})
+    endif()
+    list(APPEND logs_of_step ${log})
   endforeach()
   if(failed)
     break()
@@ -45,10 +65,12 @@ foreach(step ${steps})
   set(i 0)
   foreach(program ${programs})
     list(GET codes ${i} code)
-    file(READ ${logs}/${program}.log out)
-    message(STATUS "readme_${program} exited ${code}:\n${out}")
+    list(GET logs_of_step ${i} log)
+    file(READ ${log} out)
+    string(REPLACE ":" " " shown "${SHM_README_PREFIX}${program}")
+    message(STATUS "${shown} exited ${code}:\n${out}")
     if(NOT code STREQUAL "0")
-      set(failed "readme_${program} exited ${code}")
+      set(failed "${shown} exited ${code}")
     endif()
     math(EXPR i "${i} + 1")
   endforeach()
@@ -56,7 +78,7 @@ foreach(step ${steps})
     break()
   endif()
 endforeach()
-file(REMOVE_RECURSE ${root})
+file(REMOVE_RECURSE ${root} ${spill})
 if(failed)
   message(FATAL_ERROR "readme ${SHM_README_TEST}: ${failed}")
 endif()

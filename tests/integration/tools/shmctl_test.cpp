@@ -1242,7 +1242,7 @@ TEST_F(ShmctlTest, AnUnsafeOrRelativeRootIsRefusedByEveryCommand) {
 
 // gc removes a segment only when it is provably garbage: created ephemeral,
 // its creator dead and no attacher alive. A persistent segment (the default)
-// is kept whatever its liveness: the README's "create in a setup step, open
+// is kept whatever its liveness: docs/segment.md's "create in a setup step, open
 // later" leaves exactly a dead creator and no attacher.
 TEST_F(ShmctlTest, GcRemovesOnlySegmentsNobodyCanStillUse) {
   const test::TempSpillDir no_spill;  // gc also reads the spill base: an empty one
