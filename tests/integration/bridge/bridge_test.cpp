@@ -13,6 +13,7 @@
 #include "common/nats_credentials.hpp"
 #include "common/nats_server.hpp"
 #include "common/network_namespaces.hpp"
+#include "common/promtool.hpp"
 #include "common/ring_record.hpp"
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
@@ -1297,19 +1298,7 @@ TEST_F(BridgeTest, MetricsCarryTheStatusFiguresAndPassPromtoolWithoutAWarning) {
   EXPECT_THAT(body, HasSubstr("# TYPE shm_bridge_last_success_age_seconds gauge\n"));
   EXPECT_THAT(body, HasSubstr(fmt::format("shm_bridge_gaps_total{{{}}} 0\n", im)));
   const TempFile page(body);
-  // promtool comes with the prometheus package (scripts/setup.sh installs it).
-  FILE* check =
-      ::popen(fmt::format("promtool check metrics < '{}' 2>&1", page.path()).c_str(), "r");
-  ASSERT_NE(check, nullptr);
-  std::string said;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, check) != nullptr) said += buf;
-  const int status = ::pclose(check);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_NE(WEXITSTATUS(status), 127) << "promtool is not installed (scripts/setup.sh installs "
-                                         "the prometheus package)";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
-  EXPECT_EQ(said, "") << "promtool warned:\n" << body;
+  shm::test::expect_promtool_clean(page.path(), body);
   bridge->kill(SIGTERM);
   EXPECT_EQ(bridge->wait(30s), 0) << bridge->output();
 }

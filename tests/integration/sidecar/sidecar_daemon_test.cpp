@@ -1,6 +1,7 @@
 // The shm-sidecar binary as a user runs it: HTTP endpoints scraped with a real
 // TCP client on loopback, --once output, the single-instance lock, signals.
 #include "common/loopback_http.hpp"
+#include "common/promtool.hpp"
 #include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
@@ -343,18 +344,7 @@ TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
         << kind << " is not on the page";
   const std::string page = root.file("metrics.txt");
   std::ofstream(page) << reply->body;
-  // promtool comes with the prometheus package (scripts/setup.sh installs it).
-  FILE* check = ::popen(fmt::format("promtool check metrics < '{}' 2>&1", page).c_str(), "r");
-  ASSERT_NE(check, nullptr);
-  std::string said;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, check) != nullptr) said += buf;
-  const int status = ::pclose(check);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_NE(WEXITSTATUS(status), 127) << "promtool is not installed (scripts/setup.sh installs "
-                                         "the prometheus package)";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
-  EXPECT_EQ(said, "") << "promtool warned";
+  shm::test::expect_promtool_clean(page, reply->body);
   d.kill(SIGTERM);
   EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
