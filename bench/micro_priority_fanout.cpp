@@ -96,9 +96,9 @@ class FanoutContender {
     ok_ = true;
   }
   [[nodiscard]] bool ok() const { return ok_; }
-  void submit(std::uint8_t priority, std::uint32_t tag) {
+  void try_submit(std::uint8_t priority, std::uint32_t tag) {
     std::memcpy(job_.data(), &tag, sizeof tag);
-    auto r = f_.submit(priority, job_);
+    auto r = f_.try_submit(priority, job_);
     if (!r || !*r) [[unlikely]]
       fail();
   }
@@ -143,7 +143,7 @@ class MutexHeapContender {
     q_ = Queue(Queue::value_compare(), std::move(storage));
   }
   [[nodiscard]] bool ok() const { return true; }
-  void submit(std::uint8_t priority, std::uint32_t tag) {
+  void try_submit(std::uint8_t priority, std::uint32_t tag) {
     std::lock_guard lock(m_);
     q_.emplace(priority, tag);
   }
@@ -175,7 +175,7 @@ constexpr std::size_t kCycleBatch = 64;
 
 template <class C>
 void fill(C& c, std::size_t n, std::uint32_t& i) {
-  for (std::size_t k = 0; k < n; ++k, ++i) c.submit(priorities()[i & (kSequence - 1)], i);
+  for (std::size_t k = 0; k < n; ++k, ++i) c.try_submit(priorities()[i & (kSequence - 1)], i);
 }
 
 // Per-batch timings. On a shared machine a batch now and then includes a
@@ -257,7 +257,7 @@ void BM_Cycle(benchmark::State& state) {
   for (auto _ : state) {
     const std::uint64_t t0 = shm::bench::TickClock::ticks();
     for (std::size_t k = 0; k < kCycleBatch; ++k) {
-      c.submit(priorities()[i & (kSequence - 1)], i);
+      c.try_submit(priorities()[i & (kSequence - 1)], i);
       ++i;
       sink += c.drain();
     }

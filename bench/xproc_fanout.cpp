@@ -166,7 +166,7 @@ Measurement fanout_run(const Env& env, int consumers) {
     for (std::uint32_t p = 0; p < kPriorities; ++p) prefault(f->ring(p).segment().data(), true);
     for (std::uint64_t seq = 0; seq < o.jobs; ++seq) {
       const Job j = make_job(seq);
-      auto ok = f->submit(j.priority, std::as_bytes(std::span(&j, 1)));
+      auto ok = f->try_submit(j.priority, std::as_bytes(std::span(&j, 1)));
       if (!ok || !*ok) throw BenchError("pre-fill: submit failed");
     }
   }

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   auto fanout = must(shm::PriorityFanout::create(
                          "fanout", {.priorities = 2, .ring_cells = 4, .slot_bytes = 16}, create),
                      "fanout");
-  (void)must(fanout.submit(1, text("high")), "submit");
+  (void)must(fanout.try_submit(1, text("high")), "submit");
   // Ledger: a category, a bucket, a pool and a reservation.
   shm::LedgerConfig config{.params = {.global_limit = 1 << 20,
                                       .max_tickets = 8,

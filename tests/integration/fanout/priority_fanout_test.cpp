@@ -302,7 +302,7 @@ pid_t submitter_stopped_after_commit(const FanoutParams& params, std::uint32_t p
     });
     auto s = FanoutProducer::open("jobs", params);
     if (!s) ::_exit(2);
-    (void)s->submit(priority, std::as_bytes(std::span(payload)));
+    (void)s->try_submit(priority, std::as_bytes(std::span(payload)));
     ::_exit(3);  // the hook never returned: not reached
   }
   ::close(fds[1]);
@@ -446,8 +446,8 @@ TEST_F(PriorityFanoutProcessTest, ConsumerKilledBetweenTakeAndReleaseLosesNothin
   auto f = FanoutProducer::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
   for (const char* item : {"first", "second"})
-    ASSERT_TRUE(*f->submit(2, std::as_bytes(std::span(std::string_view(item)))));
-  ASSERT_TRUE(*f->submit(0, std::as_bytes(std::span(std::string_view("low")))));
+    ASSERT_TRUE(*f->try_submit(2, std::as_bytes(std::span(std::string_view(item)))));
+  ASSERT_TRUE(*f->try_submit(0, std::as_bytes(std::span(std::string_view("low")))));
   auto t = taker("taken 2 first");
   t->kill(SIGKILL);
   ASSERT_EQ(t->wait(10s), 128 + SIGKILL);
@@ -476,7 +476,7 @@ TEST_F(PriorityFanoutProcessTest, ConsumerKilledBetweenTakeAndReleaseLosesNothin
   EXPECT_EQ(mpmc_stat(f->ring(2).segment(), "orphans_adopted"), 1u);
   // The ring is whole again: a full lap of pushes and pops goes through the cell.
   for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(*f->submit(2, std::as_bytes(std::span(std::string_view("lap")))));
+    ASSERT_TRUE(*f->try_submit(2, std::as_bytes(std::span(std::string_view("lap")))));
     auto r = next->try_take_highest();
     ASSERT_TRUE(r && *r);
     next->release();
@@ -493,7 +493,7 @@ TEST_F(PriorityFanoutProcessTest, ParkedConsumerTakesTheItemOfAKilledTakerAfterR
   const FanoutParams params{.priorities = 4, .ring_cells = 4, .slot_bytes = 48};
   auto f = FanoutProducer::create("jobs", params);
   ASSERT_TRUE(f) << f.error().what();
-  ASSERT_TRUE(*f->submit(3, std::as_bytes(std::span(std::string_view("only")))));
+  ASSERT_TRUE(*f->try_submit(3, std::as_bytes(std::span(std::string_view("only")))));
   auto t = taker("taken 3 only");
   const Segment& ring = f->ring(3).segment();
   std::optional<SlotInfo> dead;

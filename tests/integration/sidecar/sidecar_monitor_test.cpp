@@ -297,9 +297,9 @@ TEST_F(SidecarMonitor, StatusShowsMpmcAndFanoutSegmentsWithTheirCounters) {
 
   auto fan = PriorityFanout::create("work", {.priorities = 4, .ring_cells = 16, .slot_bytes = 48});
   ASSERT_TRUE(fan) << fan.error().what();
-  ASSERT_TRUE(fan->submit(3, item).value_or(false));
-  ASSERT_TRUE(fan->submit(3, item).value_or(false));
-  ASSERT_TRUE(fan->submit(0, item).value_or(false));
+  ASSERT_TRUE(fan->try_submit(3, item).value_or(false));
+  ASSERT_TRUE(fan->try_submit(3, item).value_or(false));
+  ASSERT_TRUE(fan->try_submit(0, item).value_or(false));
   auto drained = fan->try_pop_highest(out);
   ASSERT_TRUE(drained && *drained);
   EXPECT_EQ((*drained)->priority, 3u);

@@ -42,9 +42,9 @@ class FanoutWakeProcessTest : public ::testing::Test {
   // Submits "kept" (and `more`) at priority 2 and has a taker process take
   // "kept" and die holding it. The drainer drains `more`: every bit is clear.
   void kill_a_taker(const char* more) {
-    ASSERT_TRUE(*submitter_->submit(2, bytes("kept")));
+    ASSERT_TRUE(*submitter_->try_submit(2, bytes("kept")));
     if (more != nullptr) {
-      ASSERT_TRUE(*submitter_->submit(2, bytes(more)));
+      ASSERT_TRUE(*submitter_->try_submit(2, bytes(more)));
     }
     Subprocess taker({test::helper_path("fanout_take_hold"), "wake"});
     ASSERT_TRUE(taker.wait_for_line("taken 2 kept", 30s)) << taker.output();
@@ -93,7 +93,7 @@ TEST_F(FanoutWakeProcessTest, DrainerWakesWhenAnOpenOrphansADeadTakersItem) {
 // and wake it, or it sleeps until its park round ends (kMaxParkNs).
 TEST_F(FanoutWakeProcessTest, DrainerWakesWhenASubmitterBlockedBehindADeadTakersCellRepairsIt) {
   kill_a_taker("more");
-  auto full = submitter_->submit(2, bytes("y"));
+  auto full = submitter_->try_submit(2, bytes("y"));
   ASSERT_TRUE(full);
   ASSERT_FALSE(*full) << "the next position's cell is the dead taker's";
   test::expect_woken(drainer_woken_by([&] {
@@ -133,7 +133,7 @@ TEST_F(FanoutWakeProcessTest, DrainerWakesWhenTheKindsReclaimResurfacesAStranded
 // bitmap's); the bitmap's reclaim that follows must see the orphan as an
 // item under a clear bit, set the bit and wake the parked drainer.
 TEST_F(FanoutWakeProcessTest, DrainerWakesWhenTheReclaimsOfRingAndBitmapOrphanADeadTakersItem) {
-  ASSERT_TRUE(*submitter_->submit(2, bytes("kept")));
+  ASSERT_TRUE(*submitter_->try_submit(2, bytes("kept")));
   Subprocess taker({test::helper_path("fanout_take_hold"), "wake"});
   ASSERT_TRUE(taker.wait_for_line("taken 2 kept", 30s)) << taker.output();
   std::optional<SlotInfo> in_ring, in_bitmap;

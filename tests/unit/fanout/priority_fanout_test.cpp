@@ -71,17 +71,17 @@ TEST_F(PriorityFanoutTest, BitmapStartsEmpty) {
 
 TEST_F(PriorityFanoutTest, SubmitSetsThePriorityBit) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(2, bytes("mid")));
+  ASSERT_TRUE(*f.try_submit(2, bytes("mid")));
   EXPECT_EQ(f.active_priorities(), 0b0100u);
-  ASSERT_TRUE(*f.submit(0, bytes("low")));
+  ASSERT_TRUE(*f.try_submit(0, bytes("low")));
   EXPECT_EQ(f.active_priorities(), 0b0101u);
 }
 
 TEST_F(PriorityFanoutTest, DrainsHighestPriorityFirst) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(0, bytes("low-prio")));
-  ASSERT_TRUE(*f.submit(2, bytes("med-prio")));
-  ASSERT_TRUE(*f.submit(3, bytes("high-prio")));
+  ASSERT_TRUE(*f.try_submit(0, bytes("low-prio")));
+  ASSERT_TRUE(*f.try_submit(2, bytes("med-prio")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("high-prio")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "high-prio"}));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "med-prio"}));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "low-prio"}));
@@ -94,7 +94,7 @@ TEST_F(PriorityFanoutTest, DrainsHighestPriorityFirst) {
 
 TEST_F(PriorityFanoutTest, FifoWithinAPriority) {
   auto f = make();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*f.submit(1, bytes("job" + std::to_string(i))));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*f.try_submit(1, bytes("job" + std::to_string(i))));
   for (int i = 0; i < 10; ++i)
     EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "job" + std::to_string(i)}));
 }
@@ -125,7 +125,7 @@ TEST_F(PriorityFanoutTest, HeartbeatStampsTheBitmapAndEveryRingAttachment) {
 
 TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
   auto f = make();
-  auto s = f.submit(4, bytes("x"));
+  auto s = f.try_submit(4, bytes("x"));
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::PriorityOutOfBounds);
   EXPECT_NE(s.error().message.find("priority 4 is out of bounds"), std::string::npos)
@@ -140,8 +140,8 @@ TEST_F(PriorityFanoutTest, OutOfBoundsPriorityIsRejected) {
 
 TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(3, bytes("urgent")));
-  ASSERT_TRUE(*f.submit(1, bytes("routine")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("urgent")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("routine")));
   auto worker = PriorityFanout::open("jobs", kParams);
   ASSERT_TRUE(worker);
   std::vector<std::byte> buf(48);
@@ -157,11 +157,11 @@ TEST_F(PriorityFanoutTest, DedicatedWorkerDrainsOnlyItsPriority) {
 
 TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
   auto f = make();
-  for (std::uint64_t i = 0; i < kParams.ring_cells; ++i) ASSERT_TRUE(*f.submit(2, bytes("x")));
-  auto full = f.submit(2, bytes("x"));
+  for (std::uint64_t i = 0; i < kParams.ring_cells; ++i) ASSERT_TRUE(*f.try_submit(2, bytes("x")));
+  auto full = f.try_submit(2, bytes("x"));
   ASSERT_TRUE(full) << full.error().what();
   EXPECT_FALSE(*full);
-  EXPECT_TRUE(*f.submit(1, bytes("other priorities have their own room")));
+  EXPECT_TRUE(*f.try_submit(1, bytes("other priorities have their own room")));
   auto timed = f.submit(2, bytes("x"), 5ms);
   ASSERT_TRUE(timed);
   EXPECT_FALSE(*timed);
@@ -169,16 +169,16 @@ TEST_F(PriorityFanoutTest, FullRingReturnsFullNotAnError) {
 
 TEST_F(PriorityFanoutTest, CapacityBoundary) {
   auto f = make({.priorities = 2, .ring_cells = 4, .slot_bytes = 8});
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(*f.submit(1, bytes(std::to_string(i))));
-  EXPECT_FALSE(*f.submit(1, bytes("4")));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(*f.try_submit(1, bytes(std::to_string(i))));
+  EXPECT_FALSE(*f.try_submit(1, bytes("4")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "0"}));
-  EXPECT_TRUE(*f.submit(1, bytes("4")));
-  EXPECT_FALSE(*f.submit(1, bytes("5")));
+  EXPECT_TRUE(*f.try_submit(1, bytes("4")));
+  EXPECT_FALSE(*f.try_submit(1, bytes("5")));
   for (int i = 1; i <= 4; ++i)
     EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, std::to_string(i)}));
   const std::string exact(8, 'e');
-  EXPECT_TRUE(*f.submit(0, bytes(exact)));
-  auto big = f.submit(0, bytes(exact + "!"));
+  EXPECT_TRUE(*f.try_submit(0, bytes(exact)));
+  auto big = f.try_submit(0, bytes(exact + "!"));
   ASSERT_FALSE(big);
   EXPECT_EQ(big.error().code, Errc::TooLarge);
   EXPECT_NE(big.error().message.find("9 bytes exceeds the ring's slot size of 8"),
@@ -190,22 +190,22 @@ TEST_F(PriorityFanoutTest, SubmitsAreVisibleThroughAnotherHandle) {
   auto a = make();
   auto b = PriorityFanout::open("jobs", kParams);
   ASSERT_TRUE(b) << b.error().what();
-  ASSERT_TRUE(*a.submit(1, bytes("from a")));
+  ASSERT_TRUE(*a.try_submit(1, bytes("from a")));
   EXPECT_EQ(b->active_priorities(), 0b0010u);
   EXPECT_EQ(drain(*b), (std::pair<std::uint32_t, std::string>{1, "from a"}));
-  ASSERT_TRUE(*b->submit(3, bytes("from b")));
+  ASSERT_TRUE(*b->try_submit(3, bytes("from b")));
   EXPECT_EQ(drain(a), (std::pair<std::uint32_t, std::string>{3, "from b"}));
 }
 
 TEST_F(PriorityFanoutTest, InterleavedSubmitAndDrainKeepPriorityOrder) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(1, bytes("a1")));
-  ASSERT_TRUE(*f.submit(0, bytes("a0")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("a1")));
+  ASSERT_TRUE(*f.try_submit(0, bytes("a0")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "a1"}));
-  ASSERT_TRUE(*f.submit(3, bytes("b3")));
-  ASSERT_TRUE(*f.submit(1, bytes("b1")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("b3")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("b1")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{3, "b3"}));
-  ASSERT_TRUE(*f.submit(2, bytes("c2")));
+  ASSERT_TRUE(*f.try_submit(2, bytes("c2")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "c2"}));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "b1"}));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "a0"}));
@@ -256,7 +256,7 @@ TEST_F(PriorityFanoutTest, ConcurrentProducersRouteToTheRightPriorities) {
 TEST_F(PriorityFanoutTest, FilesPersistAfterHandlesCloseAndUnlinkRemovesThem) {
   {
     auto f = make();
-    ASSERT_TRUE(*f.submit(2, bytes("persisted")));
+    ASSERT_TRUE(*f.try_submit(2, bytes("persisted")));
   }
   for (const char* file : {"jobs.bitmap", "jobs.prio0", "jobs.prio1", "jobs.prio2", "jobs.prio3"})
     EXPECT_TRUE(std::filesystem::exists(root_.file(file))) << file;
@@ -311,8 +311,8 @@ TEST_F(PriorityFanoutTest, CreateRejectsBadPriorityCounts) {
 
 TEST_F(PriorityFanoutTest, SixtyFourPrioritiesUseTheTopBit) {
   auto f = make({.priorities = 64, .ring_cells = 2, .slot_bytes = 8});
-  ASSERT_TRUE(*f.submit(0, bytes("bottom")));
-  ASSERT_TRUE(*f.submit(63, bytes("top")));
+  ASSERT_TRUE(*f.try_submit(0, bytes("bottom")));
+  ASSERT_TRUE(*f.try_submit(63, bytes("top")));
   EXPECT_EQ(f.active_priorities(), (1ull << 63) | 1u);
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{63, "top"}));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{0, "bottom"}));
@@ -352,8 +352,8 @@ TEST_F(PriorityFanoutTest, RingRecreatedOnItsOwnIsRefused) {
 
 TEST_F(PriorityFanoutTest, StaleBitIsClearedAndCounted) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(3, bytes("x")));
-  ASSERT_TRUE(*f.submit(3, bytes("y")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("x")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("y")));
   // Pops that bypass the fanout (a plain ring handle) leave bit 3 set over an empty ring.
   auto bypass = MpmcRing::open("jobs.prio3");
   ASSERT_TRUE(bypass);
@@ -361,7 +361,7 @@ TEST_F(PriorityFanoutTest, StaleBitIsClearedAndCounted) {
   ASSERT_TRUE(*bypass->try_pop(buf));
   ASSERT_TRUE(*bypass->try_pop(buf));
   EXPECT_EQ(f.active_priorities(), 0b1000u);
-  ASSERT_TRUE(*f.submit(1, bytes("y")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("y")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "y"}));
   EXPECT_EQ(f.active_priorities(), 0u)
       << "stale bit 3 cleared by the failed pop, bit 1 by the emptying pop";
@@ -378,7 +378,7 @@ TEST_F(PriorityFanoutTest, InFlightPushDoesNotHideLowerPriorities) {
   ASSERT_TRUE(held && *held);
   Raw raw = raw_bitmap();
   raw.ctl->hot.bitmap.fetch_or(1u << 3);  // as if another item of priority 3 had been announced
-  ASSERT_TRUE(*f.submit(1, bytes("low")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("low")));
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{1, "low"}));
   EXPECT_EQ(f.active_priorities() & 0b1000u, 0b1000u) << "kept: a push of priority 3 is in flight";
   EXPECT_TRUE(kFanoutBitmapDescriptor.verify(f.bitmap_segment()).empty());
@@ -450,7 +450,7 @@ TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
           if (u64(n, "drainers_waiting") == 1) break;
           std::this_thread::sleep_for(1ms);
         }
-        (void)f.submit(1, bytes("x"));
+        (void)f.try_submit(1, bytes("x"));
         t.join();  // reached only if the guard let the second thread in
       },
       "a PriorityFanout handle is used by two threads at once");
@@ -460,7 +460,7 @@ TEST_F(PriorityFanoutTest, SecondThreadOnABusyHandleAbortsInEveryBuild) {
 // a submit on a consumer) does not compile; a peer does both.
 template <class H>
 concept Submits = requires(H& h, std::span<const std::byte> in) {
-  h.submit(0, in);
+  h.try_submit(0, in);
 };
 template <class H>
 concept Drains = requires(H& h, std::span<std::byte> out) {
@@ -476,7 +476,7 @@ TEST_F(PriorityFanoutTest, TypedHandlesAttachUnderTheirRoles) {
   auto s = FanoutProducer::open("jobs", kParams);
   auto d = FanoutConsumer::open("jobs", kParams);
   ASSERT_TRUE(s && d) << (s ? d.error().what() : s.error().what());
-  ASSERT_TRUE(*s->submit(3, bytes("typed")));
+  ASSERT_TRUE(*s->try_submit(3, bytes("typed")));
   EXPECT_EQ(drain(*d), (std::pair<std::uint32_t, std::string>{3, "typed"}));
   auto roles_of = [](const Segment& seg) {
     Node n;
@@ -496,7 +496,7 @@ TEST_F(PriorityFanoutTest, TypedHandlesAttachUnderTheirRoles) {
 // Handing a handle from one thread to another (one at a time) is allowed.
 TEST_F(PriorityFanoutTest, AHandleMayMoveBetweenThreadsOneAtATime) {
   auto f = make();
-  std::thread t([&f] { ASSERT_TRUE(*f.submit(2, bytes("from t"))); });
+  std::thread t([&f] { ASSERT_TRUE(*f.try_submit(2, bytes("from t"))); });
   t.join();
   EXPECT_EQ(drain(f), (std::pair<std::uint32_t, std::string>{2, "from t"}));
 }
@@ -515,7 +515,7 @@ TEST_F(PriorityFanoutTest, BlockingDrainWakesOnSubmitFromAnotherHandle) {
       if (u64(n, "drainers_waiting") == 1) break;
       std::this_thread::sleep_for(1ms);
     }
-    ASSERT_TRUE(*submitter->submit(2, bytes("wake up")));
+    ASSERT_TRUE(*submitter->try_submit(2, bytes("wake up")));
   });
   std::vector<std::byte> buf(48);
   auto d = drainer.pop_highest(buf, 30s);
@@ -551,7 +551,7 @@ TEST_F(PriorityFanoutTest, TwoHundredFiftySixHandlesSubmitAndDrainThe257thGetsNo
   std::vector<std::pair<std::uint32_t, std::string>> expected, drained;
   for (std::size_t i = 0; i < handles.size(); ++i) {
     const auto prio = static_cast<std::uint32_t>(i % 2);
-    ASSERT_TRUE(*handles[i].submit(prio, bytes("h" + std::to_string(i)))) << i;
+    ASSERT_TRUE(*handles[i].try_submit(prio, bytes("h" + std::to_string(i)))) << i;
   }
   for (std::uint32_t prio : {1u, 0u})  // highest first, FIFO within a priority
     for (std::size_t i = prio; i < handles.size(); i += 2)
@@ -606,7 +606,7 @@ TEST_F(PriorityFanoutTest, DrainersParkedOnSlotsAbove64AreWokenBySubmits) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the drainers never parked";
     std::this_thread::sleep_for(1ms);
   }
-  for (const char* item : {"a", "b", "c"}) ASSERT_TRUE(*handles[0].submit(1, bytes(item)));
+  for (const char* item : {"a", "b", "c"}) ASSERT_TRUE(*handles[0].try_submit(1, bytes(item)));
   for (auto& t : threads) t.join();
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "c"}));
@@ -631,9 +631,9 @@ TEST_F(PriorityFanoutTest, BlockingDrainTimesOutWhenIdle) {
 
 TEST_F(PriorityFanoutTest, DescribeShowsBitmapAsBitsAndListWithPerPriorityDepth) {
   auto f = make();
-  ASSERT_TRUE(*f.submit(3, bytes("a")));
-  ASSERT_TRUE(*f.submit(1, bytes("b")));
-  ASSERT_TRUE(*f.submit(1, bytes("c")));
+  ASSERT_TRUE(*f.try_submit(3, bytes("a")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("b")));
+  ASSERT_TRUE(*f.try_submit(1, bytes("c")));
   Node n;
   describe_header(f.bitmap_segment(), n);
   kFanoutBitmapDescriptor.describe(f.bitmap_segment(), n);
@@ -659,7 +659,7 @@ TEST_F(PriorityFanoutTest, DescribeShowsBitmapAsBitsAndListWithPerPriorityDepth)
 TEST_F(PriorityFanoutTest, VerifyReportsBitsAboveKAndStrandedItems) {
   auto f = make();
   EXPECT_TRUE(kFanoutBitmapDescriptor.verify(f.bitmap_segment()).empty());
-  ASSERT_TRUE(*f.submit(2, bytes("x")));
+  ASSERT_TRUE(*f.try_submit(2, bytes("x")));
   Raw raw = raw_bitmap();
   raw.ctl->hot.bitmap.store(1u << 6);  // priority 2's bit lost, a bit beyond K set
   const auto bad = kFanoutBitmapDescriptor.verify(raw.seg);
@@ -690,7 +690,7 @@ TEST_F(PriorityFanoutTest, MoveAssignOverALiveFanoutDetachesBeforeUnmapping) {
   jobs = std::move(*other);
 
   EXPECT_TRUE(bitmap->slots().empty()) << "the old bitmap slot is still held";
-  ASSERT_TRUE(*jobs.submit(2, bytes("moved")));
+  ASSERT_TRUE(*jobs.try_submit(2, bytes("moved")));
   auto got = drain(jobs);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->second, "moved");

@@ -105,7 +105,7 @@ TEST_F(LifecycleTest, FanoutHelpersAndAttachForEveryHandleType) {
   auto peer = PriorityFanout::attach(*open_fanout("work", params));
   ASSERT_TRUE(peer) << peer.error().message;
   const std::byte one[1]{std::byte{7}};
-  ASSERT_TRUE(*producer->submit(2, one));
+  ASSERT_TRUE(*producer->try_submit(2, one));
   std::byte out[16];
   auto got = consumer->try_pop_highest(out);
   ASSERT_TRUE(got && *got);

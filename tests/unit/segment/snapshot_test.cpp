@@ -125,7 +125,7 @@ TEST_F(SnapshotTest, FanoutSnapshotFollowsSubmitAndPop) {
   EXPECT_EQ(s.bitmap, 0u);
   ASSERT_EQ(s.rings.size(), 3u);
 
-  ASSERT_TRUE(*producer->submit(2, kPayload));
+  ASSERT_TRUE(*producer->try_submit(2, kPayload));
   s = consumer->snapshot();
   EXPECT_EQ(s.bitmap, 0b100u);
   EXPECT_EQ(s.rings[2].depth, 1u);

@@ -38,7 +38,7 @@ class FanoutWakeTest : public ::testing::Test {
     return *reinterpret_cast<const mpmc::Control*>(parked_->ring(p).segment().data().data());
   }
   void submit(std::uint32_t p, const char* s, bool expected = true) {
-    auto r = other_->submit(p, bytes(s));
+    auto r = other_->try_submit(p, bytes(s));
     ASSERT_TRUE(r) << r.error().what();
     ASSERT_EQ(*r, expected);
   }

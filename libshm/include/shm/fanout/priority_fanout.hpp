@@ -156,7 +156,7 @@ class PriorityFanout {
 
   /// Pushes into ring `priority`, then sets its bit: true, or false when that
   /// ring is full (back-pressure, not an error).
-  [[nodiscard]] Result<bool> submit(std::uint32_t priority, std::span<const std::byte> payload);
+  [[nodiscard]] Result<bool> try_submit(std::uint32_t priority, std::span<const std::byte> payload);
   /// Blocking submit: waits up to `timeout` for room in ring `priority`.
   [[nodiscard]] Result<bool> submit(std::uint32_t priority, std::span<const std::byte> payload,
                                     std::chrono::nanoseconds timeout);
@@ -314,6 +314,7 @@ class FanoutProducer : public detail::FanoutSide {
   [[nodiscard]] static Result<FanoutProducer> attach(FanoutSegments segments);
 
   using PriorityFanout::submit;
+  using PriorityFanout::try_submit;
 
  private:
   explicit FanoutProducer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
@@ -391,8 +392,8 @@ inline void PriorityFanout::announce(std::uint32_t priority) noexcept {
     wake_drainers();
 }
 
-inline Result<bool> PriorityFanout::submit(std::uint32_t priority,
-                                           std::span<const std::byte> payload) {
+inline Result<bool> PriorityFanout::try_submit(std::uint32_t priority,
+                                               std::span<const std::byte> payload) {
   const detail::EndpointGuard::Scope scope(guard_, detail::kFanoutGuardName);
   if (priority >= k_) [[unlikely]]
     return out_of_bounds(priority);
