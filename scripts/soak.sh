@@ -473,9 +473,22 @@ while ((SECONDS - start_s < DURATION)); do
   sleep "0.$(printf '%03d' $((RANDOM % 300)))"
   echo "R $victim $(now_ns)" >>"$WORK/events.log"
   [[ $victim == sidecar ]] && SIDECAR_LINES=$(wc -l <"$WORK/sidecar.out")
+  LAST_VICTIM=$victim
+  LAST_VICTIM_LINES=-1
+  [[ -f "$WORK/$victim.log" ]] && LAST_VICTIM_LINES=$(wc -l <"$WORK/$victim.log")
   start_proc "$victim"
 done
 END_NS=$(now_ns)
+# The last restarted process must be past its start before the clean stop:
+# its log has grown since the restart, so its SIGTERM handler is installed
+# (it is, before the log opens). A SIGTERM before that meets the default
+# action (status 143), and under load a start can outlast any fixed pause.
+if [[ -n "${LAST_VICTIM:-}" ]] && ((LAST_VICTIM_LINES >= 0)); then
+  for ((i = 0; i < 200; i++)); do
+    (($(wc -l <"$WORK/$LAST_VICTIM.log") > LAST_VICTIM_LINES)) && break
+    sleep 0.05
+  done
+fi
 sleep 0.5  # let the last restarted process attach
 # A sidecar restarted by the chaos must be listening again before /metrics is
 # asked: "ready" after its last start (slow under sanitizers and load).
