@@ -5,7 +5,8 @@
 # beside them under nice 19 (see build_lane below), so the build takes the CPU
 # the tests leave idle and never the CPU a test wants.
 #
-#   normal  RelWithDebInfo (-O2 -DNDEBUG), everything (tests, examples, tools, benchmarks built)
+#   normal  RelWithDebInfo (-O2 -DNDEBUG), everything (tests, examples, tools, benchmarks built;
+#           the programs' own code at -O0: LIBSHM_PROGRAMS_AT_O0)
 #   asan    -DLIBSHM_SANITIZE=address,undefined, -O1, benchmarks off, and
 #           WITHOUT -DNDEBUG: the library's contract asserts are on, and the
 #           tests' EXPECT_DEATH checks of them (compiled only without NDEBUG) run
@@ -216,7 +217,7 @@ lane_fail() {  # lane, message
 
 # Configures lane $1 and builds it, output in <dir>/build.log.
 build_lane() {
-  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG"
+  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF
   dir=$(lane_dir "$lane")
   if [[ "$lane" == fuzz ]]; then
     bounded "$(remaining)" bash "$here/fuzz.sh" --build-only --build-dir "$dir" --jobs "$jobs"
@@ -226,7 +227,7 @@ build_lane() {
     return $rc
   fi
   case "$lane" in
-    normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON ;;
+    normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON; programs_o0=ON ;;
     asan) sanitize="address,undefined" cxx_flags="-O1 -g1" ;;  # asserts on (no NDEBUG)
     tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" ;;
   esac
@@ -238,7 +239,8 @@ build_lane() {
   bounded "$(remaining)" cmake -S "$repo" -B "$dir" -G Ninja "${linker[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
-    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON ||
+    -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON \
+    -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 ||
     { echo "test.sh: configure failed"; return 1; }
   bounded "$(remaining)" cmake --build "$dir" --parallel "$jobs"
   local rc=$?
