@@ -238,7 +238,7 @@ add_test(NAME readme_length
 set_tests_properties(readme_length PROPERTIES LABELS "unit;readme" TIMEOUT 60)
 
 # install_readme_tour: README.md's programs built outside the tree against a
-# fresh install with find_package, and each run as the README runs it
+# fresh install, with find_package and with pkg-config, and each run as the README runs it
 # (tests/readme/outside.cmake). The normal lane runs it; what a user copies is
 # the same in every lane.
 if(LIBSHM_SANITIZE STREQUAL "")
@@ -250,6 +250,7 @@ if(LIBSHM_SANITIZE STREQUAL "")
       -DSHM_TOUR_DIR=${SHM_README_OUT}/readme
       -DSHM_GENERATOR=${CMAKE_GENERATOR}
       -DSHM_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+      -DSHM_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
       -P ${CMAKE_CURRENT_SOURCE_DIR}/readme/outside.cmake)
   # COST: started early, as install_find_package: it builds the tour's programs.
   set_tests_properties(install_readme_tour PROPERTIES LABELS "install;readme" TIMEOUT 600 COST 800)

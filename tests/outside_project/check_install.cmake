@@ -1,24 +1,14 @@
 # Run by the ctest entry install_find_package (tests/install.cmake) as
 # `cmake -P`: install the build tree into a fresh prefix, build this directory's
 # project against that prefix only, and run it.
-foreach(var SHM_BUILD_DIR SHM_PROJECT_DIR SHM_WORK_DIR SHM_GENERATOR SHM_CXX_COMPILER
-            SHM_INSTALL_LIBDIR SHM_INSTALL_LIBEXECDIR)
-  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
-    message(FATAL_ERROR "check_install.cmake: ${var} is not set")
-  endif()
-endforeach()
+set(SHM_STEP_WHO "install test")
+include(${CMAKE_CURRENT_LIST_DIR}/../common/script_steps.cmake)
+shm_require_vars(check_install.cmake SHM_BUILD_DIR SHM_PROJECT_DIR SHM_WORK_DIR SHM_GENERATOR
+  SHM_CXX_COMPILER SHM_INSTALL_LIBDIR SHM_INSTALL_LIBEXECDIR)
 
 set(prefix ${SHM_WORK_DIR}/prefix)
 set(build ${SHM_WORK_DIR}/build)
 file(REMOVE_RECURSE ${SHM_WORK_DIR})
-
-function(run_step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "install test: ${what} failed (${rc}): ${ARGN}")
-  endif()
-  message(STATUS "install test: ${what}: ok")
-endfunction()
 
 # 1. Install the build tree.
 run_step("cmake --install" ${CMAKE_COMMAND} --install ${SHM_BUILD_DIR} --prefix ${prefix})

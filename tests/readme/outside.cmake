@@ -1,27 +1,16 @@
 # Run by the ctest entry install_readme_tour (tests/readme.cmake) as `cmake -P`:
 # installs the build tree into a fresh prefix, builds README.md's tour
-# programs against that prefix through find_package(libshm) (the project in
-# outside/), and runs each test as the README runs it (tests/readme/run.cmake:
-# its processes one after the other or side by side). A build with nothing but
-# the compiler and `pkg-config --cflags --libs libshm` is install_find_package's
-# (tests/install.cmake): the flags are the same for every program, so building
-# the tour a second time that way checked nothing more.
-foreach(var SHM_BUILD_DIR SHM_WORK_DIR SHM_TOUR_DIR SHM_GENERATOR SHM_CXX_COMPILER)
-  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
-    message(FATAL_ERROR "readme/outside.cmake: ${var} is not set")
-  endif()
-endforeach()
+# programs against that prefix twice, through find_package(libshm) (the
+# project in outside/) and with nothing but the compiler and
+# `pkg-config --cflags --libs libshm`, and runs each test as the README runs
+# it (tests/readme/run.cmake: its processes one after the other or side by side).
+set(SHM_STEP_WHO "README tour")
+include(${CMAKE_CURRENT_LIST_DIR}/../common/script_steps.cmake)
+shm_require_vars(readme/outside.cmake SHM_BUILD_DIR SHM_WORK_DIR SHM_TOUR_DIR SHM_GENERATOR
+  SHM_CXX_COMPILER SHM_INSTALL_LIBDIR)
 set(prefix ${SHM_WORK_DIR}/prefix)
 set(build ${SHM_WORK_DIR}/build)
 file(REMOVE_RECURSE ${SHM_WORK_DIR})
-
-function(run_step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "README tour: ${what} failed (${rc}): ${ARGN}")
-  endif()
-  message(STATUS "README tour: ${what}: ok")
-endfunction()
 
 # What runs: SHM_PAGE_TESTS, "TEST=STEPS;...", written by tests/readme.cmake.
 include(${SHM_TOUR_DIR}/tests.cmake)
@@ -37,7 +26,7 @@ function(run_tour how bin)
   endforeach()
 endfunction()
 
-# Install, then build with find_package against the prefix alone.
+# 1. Install, then build with find_package against the prefix alone.
 run_step("cmake --install" ${CMAKE_COMMAND} --install ${SHM_BUILD_DIR} --prefix ${prefix})
 run_step("configure (find_package)" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/outside
   -B ${build} -G ${SHM_GENERATOR} -DCMAKE_CXX_COMPILER=${SHM_CXX_COMPILER}
@@ -46,4 +35,47 @@ run_step("configure (find_package)" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR
 run_step("build (find_package)" ${CMAKE_COMMAND} --build ${build} --parallel 2)
 run_tour("find_package" ${build})
 
-message(STATUS "README tour: built against ${prefix} with find_package, every test ran: ok")
+# 2. The compiler and pkg-config alone (only the installed libshm.pc visible).
+find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
+set(pc_env ${CMAKE_COMMAND} -E env PKG_CONFIG_LIBDIR=${prefix}/${SHM_INSTALL_LIBDIR}/pkgconfig
+  PKG_CONFIG_PATH=)
+foreach(part cflags libs)
+  execute_process(COMMAND ${pc_env} ${PKG_CONFIG} --${part} libshm
+    OUTPUT_VARIABLE pc_${part} OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "README tour: pkg-config --${part} libshm failed (${rc})")
+  endif()
+  separate_arguments(pc_${part} UNIX_COMMAND "${pc_${part}}")
+endforeach()
+file(GLOB tour_sources ${SHM_TOUR_DIR}/*.cpp)
+set(bin ${build}/pkgconfig)
+file(MAKE_DIRECTORY ${bin})
+# Two compilers at a time: execute_process runs its COMMANDs side by side.
+set(pending)
+foreach(source ${tour_sources})
+  get_filename_component(name ${source} NAME_WE)
+  list(APPEND pending "${name}")
+endforeach()
+while(pending)
+  set(commands)
+  set(names)
+  foreach(i RANGE 1)
+    list(LENGTH pending left)
+    if(left EQUAL 0)
+      break()
+    endif()
+    list(POP_FRONT pending name)
+    list(APPEND names ${name})
+    list(APPEND commands COMMAND ${SHM_CXX_COMPILER} -g -Wall -Wextra -Wno-missing-field-initializers
+      ${pc_cflags} ${SHM_TOUR_DIR}/${name}.cpp -o ${bin}/tour_${name} ${pc_libs})
+  endforeach()
+  execute_process(${commands} RESULTS_VARIABLE codes)
+  foreach(name code IN ZIP_LISTS names codes)
+    if(NOT code EQUAL 0)
+      message(FATAL_ERROR "README tour: building ${name} with pkg-config failed (${code})")
+    endif()
+    message(STATUS "README tour: build ${name} (pkg-config): ok")
+  endforeach()
+endwhile()
+run_tour("pkg-config" ${bin})
+message(STATUS "README tour: built against ${prefix} both ways, every test ran: ok")
