@@ -9,6 +9,10 @@
 //     conflating relay), against `RingProducer::try_push` of the same bytes.
 //     Both sides time batches of writes and pushes only; the ring is emptied
 //     between batches, untimed. Target: relay / ring <= 1.5x per op.
+//     Peers (issue 38): a Boost.Interprocess unordered_map in managed shared
+//     memory behind interprocess_mutex, and behind a robust process-shared
+//     pthread mutex, doing the same keyed sum and lww writes over the same
+//     keys (target: relay <= 0.5x the interprocess_mutex map).
 //
 //  2. Overload, two processes: a writer process (pinned to the peer CPU)
 //     publishes lww prices for 10,000 keys at --rate ops/s; the reader (this
@@ -32,11 +36,19 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
 #include <time.h>
+
+#include <boost/interprocess/allocators/allocator.hpp>
+#include <boost/interprocess/managed_shared_memory.hpp>
+#include <boost/interprocess/sync/interprocess_mutex.hpp>
+#include <boost/interprocess/sync/scoped_lock.hpp>
+#include <boost/unordered_map.hpp>
 
 namespace {
 
@@ -224,6 +236,95 @@ Measurement ring_push_run(const Options& o, bool lww) {
       .set("cpu_ns_op", static_cast<double>(cpu) / static_cast<double>(o.ops));
 }
 
+// The peer a user would write instead (issue 38): a Boost.Interprocess
+// boost::unordered_map in a managed shared-memory segment, behind a
+// boost::interprocess::interprocess_mutex, or behind a pthread mutex made
+// robust and process-shared (what survives a holder's kill -9, as the
+// relay's does), doing the same keyed writes over the same 1024 keys: sum
+// adds, lww keeps the larger (timestamp, writer) and copies the 64 bytes.
+namespace bip = boost::interprocess;
+using Price = std::array<std::byte, 16 + kLwwPayload>;
+template <class V>
+using ShmMap = boost::unordered_map<
+    std::uint64_t, V, boost::hash<std::uint64_t>, std::equal_to<std::uint64_t>,
+    bip::allocator<std::pair<const std::uint64_t, V>, bip::managed_shared_memory::segment_manager>>;
+
+struct RobustMutex {
+  pthread_mutex_t m;
+  RobustMutex() {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&m, &a);
+    pthread_mutexattr_destroy(&a);
+  }
+  void lock() {
+    if (pthread_mutex_lock(&m) == EOWNERDEAD) pthread_mutex_consistent(&m);
+  }
+  void unlock() { pthread_mutex_unlock(&m); }
+};
+
+template <class Mutex, class V>
+Measurement boost_map_run(const Options& o, bool lww) {
+  const std::string name = fresh_name("boost");
+  bip::shared_memory_object::remove(name.c_str());
+  bip::managed_shared_memory seg(bip::create_only, name.c_str(), 8u << 20);
+  bip::shared_memory_object::remove(name.c_str());  // unlinked; the mapping stays
+  auto* mutex = seg.construct<Mutex>("mutex")();
+  auto* map =
+      seg.construct<ShmMap<V>>("map")(kWriteKeys * 2, boost::hash<std::uint64_t>(),
+                                      std::equal_to<std::uint64_t>(), seg.get_segment_manager());
+  std::vector<std::byte> value(lww ? 16 + kLwwPayload : 8);
+  std::uint64_t changed = 0;
+  auto write = [&](std::uint64_t key) {
+    std::lock_guard<Mutex> hold(*mutex);
+    if constexpr (std::is_same_v<V, std::uint64_t>) {
+      std::uint64_t add = 0;
+      std::memcpy(&add, value.data(), 8);
+      (*map)[key] += add;
+      ++changed;
+    } else {
+      auto [it, fresh] = map->try_emplace(key);
+      V& cur = it->second;
+      std::uint64_t ts = 0, cur_ts = 0, wr = 0, cur_wr = 0;
+      std::memcpy(&ts, value.data(), 8);
+      std::memcpy(&wr, value.data() + 8, 8);
+      std::memcpy(&cur_ts, cur.data(), 8);
+      std::memcpy(&cur_wr, cur.data() + 8, 8);
+      if (fresh || ts > cur_ts || (ts == cur_ts && wr > cur_wr)) {
+        std::memcpy(cur.data(), value.data(), cur.size());
+        ++changed;
+      }
+    }
+  };
+  std::uint64_t i = 0;
+  for (; i < 4 * kWriteKeys; ++i) {  // the same warm-up as the relay
+    make_value(value, i, lww);
+    write(i % kWriteKeys);
+  }
+  static const TickClock clock;
+  std::uint64_t ticks = 0, cpu = 0;
+  changed = 0;
+  const std::uint64_t end = i + o.ops;
+  while (i < end) {
+    const std::uint64_t batch_end = std::min<std::uint64_t>(end, i + kBatch);
+    const std::uint64_t c0 = thread_cpu_ns();
+    const std::uint64_t t0 = TickClock::ticks();
+    for (; i < batch_end; ++i) {
+      make_value(value, i, lww);
+      write(i % kWriteKeys);
+    }
+    ticks += TickClock::ticks() - t0;
+    cpu += thread_cpu_ns() - c0;
+  }
+  if (changed != o.ops || map->size() != kWriteKeys)
+    throw BenchError("the Boost map peer did not change every key as the relay does");
+  return Measurement()
+      .set("ns_op", clock.to_ns(ticks) / static_cast<double>(o.ops))
+      .set("cpu_ns_op", static_cast<double>(cpu) / static_cast<double>(o.ops));
+}
+
 Comparison write_comparison(const Options& o) {
   Comparison c(fmt::format("Uncontended write, one process on CPU {} ({} ops per run, "
                            "{} keys open, timed in batches of {})",
@@ -234,6 +335,14 @@ Comparison write_comparison(const Options& o) {
   c.add_case("ring try_push 8 B", [&o] { return ring_push_run(o, false); });
   c.add_case("relay lww write 64 B", [&o] { return relay_write_run(o, true); });
   c.add_case("ring try_push 64 B", [&o] { return ring_push_run(o, true); });
+  c.add_case("boost map sum 8 B",
+             [&o] { return boost_map_run<bip::interprocess_mutex, std::uint64_t>(o, false); });
+  c.add_case("boost map lww 64 B",
+             [&o] { return boost_map_run<bip::interprocess_mutex, Price>(o, true); });
+  c.add_case("boost map robust sum 8 B",
+             [&o] { return boost_map_run<RobustMutex, std::uint64_t>(o, false); });
+  c.add_case("boost map robust lww 64 B",
+             [&o] { return boost_map_run<RobustMutex, Price>(o, true); });
   c.add_ratio({"relay sum write / ring try_push, 8 B (ns/op)", "relay sum write 8 B", "ns_op",
                "ring try_push 8 B", "ns_op", Target{Goal::AtMost, 1.5}});
   c.add_ratio({"relay lww write / ring try_push, 64 B (ns/op)", "relay lww write 64 B", "ns_op",
@@ -242,6 +351,23 @@ Comparison write_comparison(const Options& o) {
                "ring try_push 8 B", "cpu_ns_op", std::nullopt});
   c.add_ratio({"same, 64 B, on thread CPU time", "relay lww write 64 B", "cpu_ns_op",
                "ring try_push 64 B", "cpu_ns_op", std::nullopt});
+  // The peer a user would write instead (issue 38's target: relay <= 0.5x it).
+  c.add_ratio({"relay sum write / boost map sum, 8 B (ns/op)", "relay sum write 8 B", "ns_op",
+               "boost map sum 8 B", "ns_op", Target{Goal::AtMost, 0.5}});
+  c.add_ratio({"relay lww write / boost map lww, 64 B (ns/op)", "relay lww write 64 B", "ns_op",
+               "boost map lww 64 B", "ns_op", Target{Goal::AtMost, 0.5}});
+  c.add_ratio({"boost map sum / ring try_push, 8 B (ns/op)", "boost map sum 8 B", "ns_op",
+               "ring try_push 8 B", "ns_op", std::nullopt});
+  c.add_ratio({"boost map lww / ring try_push, 64 B (ns/op)", "boost map lww 64 B", "ns_op",
+               "ring try_push 64 B", "ns_op", std::nullopt});
+  c.add_ratio({"boost map robust sum / ring try_push, 8 B (ns/op)", "boost map robust sum 8 B",
+               "ns_op", "ring try_push 8 B", "ns_op", std::nullopt});
+  c.add_ratio({"boost map robust lww / ring try_push, 64 B (ns/op)", "boost map robust lww 64 B",
+               "ns_op", "ring try_push 64 B", "ns_op", std::nullopt});
+  c.add_ratio({"relay sum write / boost map robust sum, 8 B (ns/op)", "relay sum write 8 B",
+               "ns_op", "boost map robust sum 8 B", "ns_op", std::nullopt});
+  c.add_ratio({"relay lww write / boost map robust lww, 64 B (ns/op)", "relay lww write 64 B",
+               "ns_op", "boost map robust lww 64 B", "ns_op", std::nullopt});
   return c;
 }
 

@@ -161,6 +161,8 @@ std::string_view to_string(HeadIntent v) noexcept {
       return "commit";
     case HeadIntent::DropAppend:
       return "drop_append";
+    case HeadIntent::Remember:
+      return "remember";
   }
   return "unknown";
 }

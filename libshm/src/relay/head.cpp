@@ -41,6 +41,8 @@ std::string block_problem(const ParamBlock& p) {
   if (p.index_capacity != want)
     return shm::detail::format("index_capacity {} is not {} (2 x capacity {}, a power of two)",
                                p.index_capacity, want, p.capacity);
+  if (p.remembered > kMaxCapacity)
+    return shm::detail::format("remembered keys {} outside [0, {}]", p.remembered, kMaxCapacity);
   return {};
 }
 
@@ -54,7 +56,8 @@ KindSpec kind_spec(const ParamBlock& p, bool any, ParamBlock& storage) {
       },
       [](const ParamBlock& f, const ParamBlock& e, shm::detail::FieldCheck& check) {
         check.field("value_size", f.value_bytes, e.value_bytes)
-            .field("capacity", f.capacity, e.capacity);
+            .field("capacity", f.capacity, e.capacity)
+            .field("remembered_keys", f.remembered, e.remembered);
       });
 }
 
@@ -65,6 +68,8 @@ View view_over(const ParamBlock& p, std::byte* base) noexcept {
   v.control = reinterpret_cast<Control*>(base);
   v.entries = base + v.geometry.entries;
   v.index = reinterpret_cast<std::atomic<std::uint32_t>*>(base + v.geometry.index);
+  v.memory = base + v.geometry.memory;
+  v.memory_index = reinterpret_cast<std::atomic<std::uint32_t>*>(base + v.geometry.memory_index);
   v.spill = reinterpret_cast<SpillArea*>(base + v.geometry.spill);
   return v;
 }
@@ -337,7 +342,7 @@ bool rebuild_derived(const View& v, std::string& why) {
   st(c.in_hand, in_hand);
   st(c.is_draining, in_hand > 0 ? 1u : 0u);
   refresh_oldest(v);
-  return true;
+  return rebuild_memory(v, why);
 }
 
 void note_repair(Control& c) noexcept {
@@ -459,6 +464,9 @@ bool repair_held(const View& v, std::string& why) {
     case HeadIntent::DropAppend:
       ok = roll_drop_append_forward(v, why);
       break;
+    case HeadIntent::Remember:
+      ok = roll_remember_forward(v, why);
+      break;
     default:
       why = shm::detail::format("intent state {} is not a head intent (0 to {})", intent,
                                 kLastHeadIntent);
@@ -551,6 +559,8 @@ RelaySnapshot read_snapshot(const View& v) {
     s.pending_keys = ld(c.pending_keys);
     s.lag = ld(c.pending_ops);
     s.in_hand = ld(c.in_hand);
+    s.max_remembered = v.params.remembered;
+    s.remembered = ld(c.remembered);
     const std::uint64_t oldest = ld(c.oldest_ns);
     const std::uint64_t now = monotonic_ns();
     s.oldest_age_ns = oldest == 0 || oldest > now ? 0 : now - oldest;
@@ -574,6 +584,8 @@ RelaySnapshot read_snapshot(const View& v) {
     s.retunes = ld(k.retunes);
     s.reconfigures = ld(k.reconfigures);
     s.notifies = ld(k.notifies);
+    s.forgotten = ld(k.forgotten);
+    s.remembered_unchanged = ld(k.remembered_unchanged);
     const SpillArea& a = *v.spill;
     s.spill_enabled = ld(a.enabled) != 0;
     s.spill_page_size = ld(a.page_bytes);
@@ -708,6 +720,7 @@ std::vector<std::string> verify_tables(const View& v) {
   if (ld(c.intent_state) > kLastHeadIntent)
     out.push_back(shm::detail::format("intent state {} is not a head intent (0 to {})",
                                       ld(c.intent_state), kLastHeadIntent));
+  verify_memory(v, out);
   if (ld(c.low_water) >= ld(c.high_water))
     out.push_back(shm::detail::format("low_water {} is not below high_water {}", ld(c.low_water),
                                       ld(c.high_water)));

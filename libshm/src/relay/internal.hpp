@@ -115,6 +115,26 @@ void index_insert(const View& v, std::uint64_t key, std::uint32_t i) noexcept;
 void index_erase(const View& v, std::uint64_t key) noexcept;
 void refresh_oldest(const View& v) noexcept;
 
+// ---- the delivered-value memory (memory.cpp; the protocol in layout.hpp) ----
+// True when the relay has a memory and its policy is keyed, associative and idempotent.
+[[nodiscard]] bool memory_on(const View& v) noexcept;
+[[nodiscard]] bool memory_commutative(const View& v) noexcept;
+// The slot remembering `key`, or kNone.
+[[nodiscard]] std::uint32_t memory_find(const View& v, std::uint64_t key) noexcept;
+// Under the mutex, inside a write section: folds `value` (given to the
+// reader, or recorded in a page it will read) into `key`'s remembered value,
+// taking a slot by CLOCK for a new key (inside the Remember intent).
+void remember(const View& v, const MergePolicy& p, std::uint64_t key,
+              std::span<const std::byte> value) noexcept;
+// Under the mutex: forgets `key` (one store; always safe).
+void forget(const View& v, std::uint64_t key) noexcept;
+// Under the mutex: forgets every key (a merge swap).
+void clear_memory(const View& v) noexcept;
+// Repair: the Remember intent, and the memory's index and projection.
+[[nodiscard]] bool roll_remember_forward(const View& v, std::string& why);
+[[nodiscard]] bool rebuild_memory(const View& v, std::string& why);
+void verify_memory(const View& v, std::vector<std::string>& out);
+
 // The level of the configured dimension.
 [[nodiscard]] std::uint64_t level(const Control& c, std::uint64_t now_ns) noexcept;
 // Hysteresis: sets is_full at high water, clears it at low water (logging

@@ -64,6 +64,13 @@ void describe(const Segment& seg, Node& out) {
   k.counter("retunes", s.retunes);
   k.counter("reconfigures", s.reconfigures);
   k.counter("notifies", s.notifies);
+  if (s.max_remembered != 0) {
+    Node& mem = out.object("memory");
+    mem.gauge("max_remembered", s.max_remembered);
+    mem.gauge("remembered", s.remembered);
+    mem.counter("forgotten", s.forgotten);
+    mem.counter("remembered_unchanged", s.remembered_unchanged);
+  }
   if (s.spill_enabled) {
     Node& sp = out.object("spill");
     sp.set("dir", s.spill_dir);

@@ -135,6 +135,9 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
     return fail(Errc::InvalidArgument,
                 shm::detail::format("policy {} needs values of {} bytes, value_bytes is {}", p.name,
                                     need, cfg.value_bytes));
+  if (cfg.remembered_keys != RelayConfig::kRememberAsEntries && cfg.remembered_keys > kMaxCapacity)
+    return fail(Errc::InvalidArgument, shm::detail::format("remembered_keys {} outside [0, {}]",
+                                                           cfg.remembered_keys, kMaxCapacity));
   if (auto ok = validate(cfg.backpressure, cfg.max_entries, cfg.value_bytes); !ok) return ok;
   if (cfg.backpressure.dimension == Dimension::Keys && !p.keyed)
     return fail(Errc::InvalidArgument,
@@ -165,9 +168,17 @@ Result<void> validate_config(const RelayConfig& cfg, const MergePolicy& p) {
                            /*has_spill_store=*/cfg.spill.enabled});
 }
 
-ParamBlock block_for(const RelayConfig& cfg) {
+// The memory's slots: the declared number, or by default one per entry for
+// a policy that uses it (keyed, associative, idempotent) and none otherwise.
+std::uint32_t remembered_for(const RelayConfig& cfg, const MergePolicy& p) {
+  if (cfg.remembered_keys != RelayConfig::kRememberAsEntries) return cfg.remembered_keys;
+  return p.keyed && p.flags.associative && p.flags.idempotent ? cfg.max_entries : 0;
+}
+
+ParamBlock block_for(const RelayConfig& cfg, const MergePolicy& p) {
   return ParamBlock{cfg.value_bytes, cfg.max_entries,
-                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.max_entries)), 0};
+                    std::bit_ceil(std::max<std::uint32_t>(2, 2 * cfg.max_entries)),
+                    remembered_for(cfg, p)};
 }
 
 Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
@@ -176,7 +187,7 @@ Result<Segment> create_segment(std::string_view name, const RelayConfig& cfg,
   if (!p) return std::unexpected(p.error());
   if (auto ok = validate_config(cfg, **p); !ok)
     return fail(ok.error().code, shm::detail::format("relay {}: {}", name, ok.error().message));
-  const ParamBlock block = block_for(cfg);
+  const ParamBlock block = block_for(cfg, **p);
   ParamBlock storage{};
   const KindSpec spec = kind_spec(block, false, storage);
   const MergeFlags flags = (*p)->flags;
@@ -281,6 +292,16 @@ RelaySnapshot Handle::snapshot() const {
   return read_snapshot(view_);
 }
 
+Result<std::optional<std::vector<std::byte>>> Handle::delivered(std::uint64_t key) {
+  if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+  Held held(*view_.control);
+  const std::uint32_t s = memory_find(view_, key);
+  if (s == kNone) return std::optional<std::vector<std::byte>>{};
+  const std::uint32_t len = std::min(ld(view_.slot(s).len), view_.params.value_bytes);
+  const auto* b = reinterpret_cast<const std::byte*>(view_.slot_value(s));
+  return std::optional<std::vector<std::byte>>(std::vector<std::byte>(b, b + len));
+}
+
 bool Handle::can_reconfigure() const {
   const RelaySnapshot s = snapshot();
   return s.depth == 0 && s.in_hand == 0 && s.cold_pages == 0;
@@ -340,6 +361,7 @@ Result<void> Handle::reconfigure(PolicyId id, Overflow overflow) {
                                    ld(c.spill_dedup) != 0, ld(view_.spill->enabled) != 0});
       !ok)
     return ok;
+  clear_memory(view_);  // what was delivered under the old merge means nothing under the new
   st(c.policy, id);
   st(c.policy_flags, to_bits(np.flags));
   st(c.overflow, static_cast<std::uint32_t>(overflow));
@@ -450,6 +472,7 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
   // thread's page buffer is lent to it and taken back on every return: a
   // fresh buffer per seal would cost its page faults.
   std::unique_ptr<SealJob> job;
+  std::array<std::byte, kMaxValueSize> fold;  // a new entry's first value (see `first`)
   thread_local spill::PageBuilder t_seal_page;
   struct GiveBack {
     std::unique_ptr<SealJob>& job;
@@ -485,12 +508,35 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
         bump(c.counters.writes);
         counted = true;
       }
+      // What a new entry starts from: the op, or the op folded into the
+      // value the reader was last given for the key (the memory).
+      std::span<const std::byte> first = op;
       if (p.keyed) {
         if (is_identity(p, op)) {
           bump(c.counters.unchanged);
           return WriteOutcome{WriteStatus::Unchanged, 0};
         }
         const std::uint32_t e = index_find(view_, key);
+        if (e == kNone && memory_on(view_)) {
+          if (const std::uint32_t s = memory_find(view_, key); s != kNone) {
+            const std::uint32_t len = ld(view_.slot(s).len);
+            if (len > view_.params.value_bytes)
+              return corrupt(
+                  path, shm::detail::format("memory slot {} holds a {}-byte value (value size {})",
+                                            s, len, view_.params.value_bytes));
+            auto had = std::span<const std::byte>(
+                reinterpret_cast<const std::byte*>(view_.slot_value(s)), len);
+            auto n = shm::combine(p, had, op, std::span(fold.data(), view_.params.value_bytes));
+            if (!n) return std::unexpected(n.error());
+            if (*n == len && shm::detail::equal_short(fold.data(), had.data(), len)) {
+              // The reader has it already: nothing to deliver, nobody to wake.
+              bump(c.counters.unchanged);
+              bump(c.counters.remembered_unchanged);
+              return WriteOutcome{WriteStatus::Unchanged, 0};
+            }
+            first = std::span<const std::byte>(fold.data(), *n);
+          }
+        }
         if (e != kNone) {
           EntryHead& h = view_.entry(e);
           const std::uint32_t len = ld(h.len);
@@ -584,9 +630,9 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
             // from here until the op is published leaves repair to finish
             // both (the protocol note in layout.hpp), never the drop alone.
             st(c.intent_entry, victim);
-            st(c.intent_len, op.size());
+            st(c.intent_len, first.size());
             ::shm::detail::store_crash_tick();  // a value copy counts as one store
-            shm::detail::copy_short(c.intent_value, op.data(), op.size());
+            shm::detail::copy_short(c.intent_value, first.data(), first.size());
             st(c.intent_last_seq, ld(c.next_seq));  // the append below takes this sequence
             st(c.intent_op_count, key);
             std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -702,9 +748,9 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
         const std::uint64_t order = ld(c.next_order);
         st(c.next_order, order + 1);
         st(h.key, key);
-        st(h.len, op.size());
+        st(h.len, first.size());
         ::shm::detail::store_crash_tick();  // a value copy counts as one store
-        shm::detail::copy_short(view_.value(i), op.data(), op.size());
+        shm::detail::copy_short(view_.value(i), first.data(), first.size());
         st(h.first_seq, seq);
         st(h.last_seq, seq);
         st(h.op_count, 1u);
@@ -721,7 +767,7 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
           bump(c.pending_keys);
         }
         bump(c.depth);
-        bump(c.bytes, op.size());
+        bump(c.bytes, first.size());
         bump(c.pending_ops);
         if (ld(c.head) == i) st(c.oldest_ns, now);
         if (outcome == WriteStatus::Displaced) {
@@ -853,6 +899,14 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   // next take delivers it (the hot head is taken only up to the oldest page).
   const ManifestSlot* older = ld(view_.spill->enabled) != 0 ? oldest_slot(view_) : nullptr;
   const bool keyed = ld(c.policy) != policy::kRawFifo;
+  // The delivered-value memory: every entry handed out is folded into its
+  // key's remembered value; a redelivered one of a non-commutative policy
+  // (keep_latest) forgets the key instead (a newer value of it may have gone
+  // to a page since it was first taken).
+  const MergePolicy* remembering = nullptr;
+  if (memory_on(view_))
+    if (auto pol = policy_now(); pol) remembering = *pol;
+  const bool commutative = remembering != nullptr && memory_commutative(view_);
   while (taken_.size() < n_max) {
     const std::uint32_t i = ld(c.head);
     if (i == kNone) break;
@@ -891,6 +945,12 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
     taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),
                                 ld(h.last_seq), ld(h.op_count), sealed});
     taken_index_.push_back(i);
+    if (remembering != nullptr) {
+      if (sealed && !commutative)
+        forget(view_, ld(h.key));
+      else
+        remember(view_, *remembering, ld(h.key), std::span<const std::byte>(dst, len));
+    }
   }
   if (!taken_.empty()) st(c.is_draining, 1u);
   refresh_oldest(view_);

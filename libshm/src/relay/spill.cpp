@@ -529,9 +529,15 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   // Closed to merges: the page holds the values copied above; a write to one
   // of these keys opens a new entry, which drains after the page.
   const bool keyed = ld(c.policy) != policy::kRawFifo;
+  // A keep_latest key whose value goes to a page is forgotten: the reader's
+  // value for it is the page's once the page is read, which the memory does
+  // not follow (a commutative policy remembers the page's values when it is
+  // recorded, finish_seal).
+  const bool forgetting = memory_on(v) && !memory_commutative(v);
   for (std::uint32_t i : job.chosen) {
     EntryHead& e = v.entry(i);
     const std::uint32_t f = ld(e.flags);
+    if (forgetting) forget(v, ld(e.key));
     if (keyed && !closed_to_merges(f)) {
       index_erase(v, ld(e.key));
       st(c.pending_keys, ld(c.pending_keys) - 1);
@@ -584,12 +590,22 @@ bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
   st(slot->state, static_cast<std::uint32_t>(SlotState::Sealed));  // the commit point
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ::shm::detail::spill_crash_point(CrashPoint::ManifestUpdated);
+  // A commutative, idempotent policy remembers what the page will give the
+  // reader (the protocol's delivered-value memory): a later write at or
+  // below it changes nothing the reader will have.
+  const MergePolicy* remembering = nullptr;
+  if (memory_on(v) && memory_commutative(v))
+    if (auto p = find_merge(ld(c.policy)); p) remembering = *p;
   for (std::uint32_t i : job.chosen) {
     EntryHead& e = v.entry(i);
     // Only what is still this seal's: nothing else frees a spilling entry
     // (a drop_oldest skips them, the reader stops at them), but the check
     // costs nothing and keeps a foreign entry from being freed.
     if (!is_spilling(e)) continue;
+    if (remembering != nullptr && ld(e.len) <= v.params.value_bytes)
+      remember(
+          v, *remembering, ld(e.key),
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), ld(e.len)));
     list_unlink(v, i);
     st(c.depth, ld(c.depth) - 1);
     st(c.bytes, ld(c.bytes) - ld(e.len));

@@ -488,5 +488,77 @@ TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedWithSpillSumLoses
   run_chaos("chaos-spill-sum", policy::kSum, Overflow::Spill, 15, root_.path());
 }
 
+// Two writer processes write lww values whose timestamps wander back and
+// forth over 16 keys while this reader drains a few entries at a time: the
+// delivered-value memory keeps every entry the reader receives newer than
+// the last one it received for that key (an older write is Unchanged even
+// after the key was drained), and the reader's fold is every key's newest
+// write.
+TEST_F(RelayProcessTest, LwwReaderNeverReceivesAValueOlderThanOneItHas) {
+  constexpr std::uint64_t kKeys = 16, kCount = 3000;
+  RelayConfig cfg;
+  cfg.policy = policy::kLww;
+  cfg.value_bytes = 24;
+  cfg.max_entries = 64;
+  cfg.backpressure = {Dimension::Keys, 48, 16, Overflow::Conflate};
+  auto reader = RelayReader::create("lww-memory", cfg);
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto lww = find_merge(policy::kLww);
+  ASSERT_TRUE(lww);
+  std::vector<Subprocess> writers;
+  for (int id = 1; id <= 2; ++id)
+    writers.push_back(relay_peer(
+        {"lww", "lww-memory", std::to_string(id), std::to_string(kCount), std::to_string(kKeys)}));
+  std::map<std::uint64_t, std::vector<std::byte>> have;
+  std::uint64_t older = 0, entries = 0;
+  auto drain_some = [&] {
+    auto n = reader->drain(3, [&](const RelayEntry& e) {
+      ++entries;
+      std::vector<std::byte> v(e.value.begin(), e.value.end());
+      auto it = have.find(e.key);
+      if (it != have.end()) {
+        std::vector<std::byte> out(cfg.value_bytes);
+        auto len = combine(**lww, it->second, v, out);
+        out.resize(len ? *len : 0);
+        if (out != v || v == it->second) ++older;  // the new one must win, strictly
+      }
+      have[e.key] = v;
+    });
+    EXPECT_TRUE(n) << n.error().what();
+    return n ? *n : 0;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  for (Subprocess& w : writers) {
+    while (!w.wait_for_line("done", 1ms) && std::chrono::steady_clock::now() < deadline)
+      (void)drain_some();
+    EXPECT_EQ(w.wait(10s), 0) << w.output();
+  }
+  while (drain_some() != 0) {
+  }
+  EXPECT_EQ(older, 0u) << "of " << entries << " entries";
+  // The newest write of every key, whoever wrote it.
+  for (std::uint64_t key = 0; key < kKeys; ++key) {
+    std::vector<std::byte> best;
+    for (std::uint64_t id = 1; id <= 2; ++id)
+      for (std::uint64_t i = key; i < kCount; i += kKeys) {
+        std::vector<std::byte> v = lww_value((i * 7919 + id * 13) % 1000, id, u64_value(i));
+        if (best.empty()) {
+          best = v;
+          continue;
+        }
+        std::vector<std::byte> out(cfg.value_bytes);
+        auto len = combine(**lww, best, v, out);
+        ASSERT_TRUE(len);
+        out.resize(*len);
+        best = out;
+      }
+    EXPECT_EQ(have[key], best) << "key " << key;
+  }
+  const RelaySnapshot s = reader->snapshot();
+  EXPECT_GT(s.remembered_unchanged, 0u);
+  EXPECT_EQ(s.remembered, kKeys);
+  EXPECT_EQ(s.forgotten, 0u);
+}
+
 }  // namespace
 }  // namespace shm

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -55,7 +56,19 @@ struct Case {
   std::function<std::vector<std::byte>(std::uint64_t key)> initial;
   // The operation in the child: true when its outcome is the expected one.
   std::function<bool(std::size_t k)> op;
+  // Slots of the delivered-value memory (RelayConfig::remembered_keys); when
+  // not 0, a reader drained older values of the five keys first, so the
+  // operation's take updates remembered keys and evicts one (CLOCK).
+  std::uint32_t remembered = 0;
 };
+
+bool take_commit(std::size_t n) {
+  auto r = RelayReader::open(kName);
+  if (!r) return false;
+  auto got = r->take(n);
+  if (!got || got->size() != n) return false;
+  return r->commit().has_value();
+}
 
 bool write_is(std::uint64_t key, const std::vector<std::byte>& v, WriteStatus want) {
   auto w = RelayWriter::open(kName);
@@ -81,14 +94,16 @@ const Case kCases[] = {
      [](std::size_t k) { return write_is(90 + k, val(9, 0x99), WriteStatus::Displaced); }},
     // A reader takes the first 1, 3 or 5 entries and commits them.
     {"take_commit", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
-     [](std::size_t k) {
-       auto r = RelayReader::open(kName);
-       if (!r) return false;
-       auto got = r->take(kTarget[k] + 1);
-       if (!got || got->size() != kTarget[k] + 1) return false;
-       return r->commit().has_value();
-     }},
+     [](std::size_t k) { return take_commit(kTarget[k] + 1); }},
+    // lww with a memory of 4 keys holding older values of 15, 14, 13 and 11:
+    // the take of the first two entries remembers 11 (a remembered key: its
+    // slot gets the new value) and 12 (a new key: the CLOCK evicts one), each
+    // inside the Remember intent. One position only (instantiated below).
+    {"take_remember", policy::kLww, Overflow::Block, 8,
+     [](std::uint64_t k) { return lww_value(100 + k, 1); },
+     [](std::size_t) { return take_commit(2); }, 4},
 };
+constexpr int kPositionedCases = 5;  // the cases above take_remember: at three positions
 
 RelayConfig config(const Case& c) {
   RelayConfig cfg;
@@ -96,6 +111,7 @@ RelayConfig config(const Case& c) {
   cfg.value_bytes = 16;
   cfg.max_entries = 8;
   cfg.backpressure = Backpressure{Dimension::Count, c.high_water, 1, c.overflow};
+  cfg.remembered_keys = c.remembered;
   return cfg;
 }
 
@@ -112,6 +128,15 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
     (void)Segment::unlink(kName);
     auto w = RelayWriter::create(kName, config(c));
     ASSERT_TRUE(w) << w.error().what();
+    if (c.remembered != 0) {  // older values of four keys, delivered: the memory is full
+      for (std::uint64_t key : {15, 14, 13, 11}) {
+        ASSERT_TRUE(w->write(key, lww_value(key, 1), shm::forever));
+      }
+      auto r = RelayReader::open(kName);
+      ASSERT_TRUE(r) << r.error().what();
+      ASSERT_TRUE(r->drain(100, [](const RelayEntry&) {}));
+      ASSERT_EQ(r->snapshot().remembered, c.remembered);
+    }
     for (std::uint64_t key : kKeys) {
       ASSERT_TRUE(w->write(key, c.initial(key), shm::forever));
     }
@@ -122,6 +147,18 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
     }
   };
   auto op = [&] { return c.op(k); };
+  // The delivered-value memory of the five keys, as the reader's handle sees it.
+  using Memory = std::vector<std::optional<std::vector<std::byte>>>;
+  Memory pre, post;  // of the last drained(): before and after its drain
+  auto memory = [&](RelayReader& r, std::string& problem) {
+    Memory m;
+    for (std::uint64_t key : kKeys) {
+      auto had = r.delivered(key);
+      if (!had) problem = had.error().what();
+      m.push_back(had ? *had : std::nullopt);
+    }
+    return m;
+  };
   // What the next reader drains (it repairs first), and the relay's health.
   auto drained = [&](std::string& problem) {
     std::vector<Drained> out;
@@ -130,6 +167,7 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
       problem = r.error().what();
       return out;
     }
+    pre = memory(*r, problem);
     const RelaySnapshot s = r->snapshot();
     if (s.faulted || !s.consistent) problem = "faulted or inconsistent";
     if (auto seg = Segment::open_any(kName, {})) {
@@ -141,24 +179,51 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
                             std::vector<std::byte>(e.value.begin(), e.value.end())});
     });
     if (!n) problem = n.error().what();
+    post = memory(*r, problem);
     return out;
   };
 
   std::string problem;
   fresh();
   const std::vector<Drained> before = drained(problem);
+  const Memory pre_before = pre, post_before = post;
   ASSERT_EQ(problem, "");
   fresh();
   ASSERT_TRUE(op()) << c.name << ": the operation's outcome without a kill";
   const std::vector<Drained> after = drained(problem);
+  const Memory pre_after = pre, post_after = post;
   ASSERT_EQ(problem, "");
   ASSERT_NE(before, after) << c.name;
+  // Each key's remembered value is the one before or the one after (a take
+  // remembers entry by entry, so keys may differ in which), or none (a key
+  // the take evicted to remember another one, before that one's turn came),
+  // never torn; after the full drain, a remembered value is what the reader
+  // was last given (which key the CLOCK evicted may differ).
+  auto check_memory = [&](std::uint64_t n, const std::vector<Drained>& now) {
+    for (std::size_t i = 0; i < kKeys.size(); ++i) {
+      // take_remember: the key's older value (primed) or the take's entry.
+      const bool known =
+          c.remembered != 0 && (pre[i] == lww_value(kKeys[i], 1) || pre[i] == c.initial(kKeys[i]));
+      EXPECT_TRUE(!pre[i] || known || pre[i] == pre_before[i] || pre[i] == pre_after[i])
+          << c.name << " killed at store " << n << ": key " << kKeys[i];
+      std::optional<std::vector<std::byte>> last;
+      for (const Drained& d : now)
+        if (d.key == kKeys[i]) last = d.value;
+      EXPECT_TRUE(!post[i] || post[i] == post_before[i] || post[i] == post_after[i] ||
+                  post[i] == last)
+          << c.name << " killed at store " << n << ": key " << kKeys[i];
+    }
+  };
+  if (c.remembered != 0) {
+    ASSERT_NE(pre_before, pre_after) << c.name << ": the take remembered nothing";
+  }
 
   std::uint64_t back = 0, forward = 0;
   const test::StoreCrashRun run = test::kill_at_every_store(fresh, op, [&](std::uint64_t n) {
     std::string why;
     const std::vector<Drained> now = drained(why);
     EXPECT_EQ(why, "") << c.name << " killed at store " << n;
+    check_memory(n, now);
     back += now == before;
     forward += now == after;
     EXPECT_TRUE(now == before || now == after)
@@ -178,11 +243,14 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<int, std::size_t
   return test::position_name(kCases[std::get<0>(info.param)].name, std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryOperation, RelayStoreCrashTest,
-    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kCases))),
-                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{2})),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(EveryOperation, RelayStoreCrashTest,
+                         ::testing::Combine(::testing::Range(0, kPositionedCases),
+                                            ::testing::Values(std::size_t{0}, std::size_t{1},
+                                                              std::size_t{2})),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(DeliveredMemory, RelayStoreCrashTest,
+                         ::testing::Values(std::make_tuple(kPositionedCases, std::size_t{0})),
+                         case_name);
 
 }  // namespace
 }  // namespace shm::relay_store_crash_test

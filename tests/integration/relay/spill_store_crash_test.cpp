@@ -11,7 +11,7 @@
 // run without the kill gives from the state before or after the change (or,
 // for the write that seals, after its seal and before its append: the seal is
 // a change of its own): nothing lost, nothing delivered twice, each page
-// counted once. A keyed sum
+// counted once. A keyed max
 // seals entries holding several ops each, so ops_spilled differs from
 // entries_spilled and a roll-forward that counts the wrong one shows.
 #include "common/flip_byte.hpp"
@@ -29,6 +29,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,10 +79,17 @@ RelayConfig fifo() {
   return c;
 }
 
-RelayConfig keyed_sum() {
+RelayConfig keyed_max() {
   RelayConfig c = fifo();
-  c.policy = policy::kSum;
+  c.policy = policy::kMax;
   return c;
+}
+
+// Six keys of three ops each (values growing with the op: max merges them).
+void six_keys(RelayWriter& w, std::uint64_t base) {
+  for (std::uint64_t key = 1; key <= 6; ++key)
+    for (std::uint64_t i = 0; i < 3; ++i)
+      ASSERT_TRUE(w.write(key, u64_value(base + key * 10 + i), 0ns));
 }
 
 RelayConfig ttl() {
@@ -131,13 +139,11 @@ const Case kCases[] = {
     // four oldest entries into a page, then appends.
     {"seal_fifo", fifo, [](RelayWriter& w) { ops_0_to(w, 6); }, nullptr,
      [] { return write_ok(0, 6); }, true},
-    // The same with six keys of three ops each: the page holds 4 entries, 12 ops.
-    {"seal_keyed_sum", keyed_sum,
-     [](RelayWriter& w) {
-       for (std::uint64_t key = 1; key <= 6; ++key)
-         for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(w.write(key, u64_value(key), 0ns));
-     },
-     nullptr, [] { return write_ok(7, 70); }, true},
+    // The same with six keys of three ops each, on max: the page holds 4
+    // entries, 12 ops, and recording it puts their values into the
+    // delivered-value memory (finish_seal), each inside the Remember intent.
+    {"seal_keyed_max", keyed_max, [](RelayWriter& w) { six_keys(w, 0); }, nullptr,
+     [] { return write_ok(7, 70); }, true},
     // 14 ops: three pages and two hot entries; the reader acknowledges the first page.
     {"ack", fifo, [](RelayWriter& w) { ops_0_to(w, 14); }, nullptr,
      [] { return take_and_commit(4); }},
@@ -208,6 +214,25 @@ TEST_P(SpillStoreCrashTest, KilledAtEveryStoreTheNextReaderGetsTheStateBeforeOrA
       if (!n && n.error().code == Errc::Corrupt && ++refusals == 1) continue;  // the damaged page
       if (!n) problem = n.error().what();
       if (!n || *n == 0) break;
+    }
+    // The delivered-value memory: a key it remembers holds what the reader
+    // was last given for it (the fold of what it drained), never a torn value.
+    if (auto p = find_merge(r->snapshot().policy); p && r->snapshot().max_remembered != 0) {
+      std::map<std::uint64_t, std::uint64_t> fold;
+      for (const Drained& d : o.drained) {
+        auto it = fold.find(d.key);
+        if (it == fold.end() || (*p)->id == policy::kKeepLatest || d.value > it->second)
+          fold[d.key] = d.value;
+      }
+      for (const auto& [key, value] : fold) {
+        auto had = r->delivered(key);
+        if (!had) {
+          problem = had.error().what();
+        } else if (*had && u64_of(**had) != value) {
+          problem = "key " + std::to_string(key) + " remembered as " +
+                    std::to_string(u64_of(**had)) + ", delivered " + std::to_string(value);
+        }
+      }
     }
     const RelaySnapshot after = r->snapshot();
     o.pages_sealed = after.pages_sealed;

@@ -71,6 +71,12 @@ void expect_state(const RelaySnapshot& s, const json& want, const std::string& w
     if (c.contains("timed_out")) {
       EXPECT_EQ(s.timed_out, c["timed_out"].get<std::uint64_t>());
     }
+    if (c.contains("remembered")) {
+      EXPECT_EQ(s.remembered, c["remembered"].get<std::uint64_t>());
+    }
+    if (c.contains("forgotten")) {
+      EXPECT_EQ(s.forgotten, c["forgotten"].get<std::uint64_t>());
+    }
   }
 }
 
@@ -86,6 +92,8 @@ void run_case(const json& c, const std::string& file) {
   if (jc.contains("egress"))
     cfg.egress = jc["egress"] == "reordering" ? EgressOrder::Reordering : EgressOrder::Arrival;
   cfg.spill_dedup = jc.value("spill_dedup", false);
+  if (jc.contains("remembered_keys"))
+    cfg.remembered_keys = jc["remembered_keys"].get<std::uint32_t>();
 
   auto w = RelayWriter::create(name, cfg);
   const json& create = c.at("create");
@@ -155,6 +163,11 @@ void run_case(const json& c, const std::string& file) {
       FAIL() << "unknown step " << where;
     }
     expect_state(w->snapshot(), step.at("state"), where);
+    if (step.contains("fold")) {  // the reader's fold so far (the converged value)
+      ASSERT_EQ(fold.size(), step["fold"].size()) << where;
+      for (const auto& [key, value] : step["fold"].items())
+        EXPECT_EQ(fold[std::stoull(key)], encode(value)) << where << ": fold of key " << key;
+    }
   }
   const json& want_fold = c.at("egress_fold");
   if (!(*p)->keyed) {

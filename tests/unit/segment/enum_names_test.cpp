@@ -73,7 +73,7 @@ TEST(EnumNames, EveryEnumeratorOfEveryPublicEnumHasADistinctName) {
   check("Traffic", Traffic::State, Traffic::Events);
   check("relay::EventKind", relay::EventKind::Dropped, relay::EventKind::PageExpired);
   check("relay::EntryState", relay::EntryState::Free, relay::EntryState::InHand);
-  check("relay::HeadIntent", relay::HeadIntent::None, relay::HeadIntent::DropAppend);
+  check("relay::HeadIntent", relay::HeadIntent::None, relay::HeadIntent::Remember);
   check("relay::SlotState", relay::SlotState::Free, relay::SlotState::Acked);
   check("relay::SpillIntent", relay::SpillIntent::None, relay::SpillIntent::Refuse);
   check("relay::SpillMode", relay::SpillMode::AppendCompact, relay::SpillMode::CompactOnWrite);

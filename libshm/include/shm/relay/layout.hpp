@@ -42,6 +42,21 @@
 /// cannot come from a crash (a state, length or index out of range) marks the
 /// relay faulted: every later operation fails with Corrupt.
 ///
+/// Delivered-value memory. For a keyed, associative, idempotent policy (keep_latest,
+/// lww, max, min, bit_or) the segment keeps, per key, the value last given
+/// to the reader (`remembered` MemSlots after the key index, with their own
+/// key index of memory_index_capacity() cells, derived like the head's). A
+/// take folds each entry it hands out into its key's slot (a sealed page's
+/// entries too, for a commutative policy, when the page is recorded; a
+/// keep_latest key is forgotten when its entry goes to a page or is
+/// delivered again). A write to a key with no open entry whose op, folded
+/// into the remembered value, leaves it as it is changes nothing (Unchanged);
+/// otherwise its new entry starts from that fold. A new key takes a free
+/// slot or evicts one by CLOCK (second chance; Counters::forgotten). Each
+/// slot change is one intent (HeadIntent::Remember: slot, key, value, len),
+/// rolled forward by repair; a free is one state store; forgetting is always
+/// safe (a write is then judged as if the key had never been delivered).
+///
 /// Unlocked readers (snapshot(), shmctl, sidecar metrics, verify) read the
 /// atomics with relaxed loads framed by the seqlock `version` (odd while a
 /// holder mutates): [relay.V1]/[relay.V2] in begin_write/end_write pair with
@@ -109,7 +124,7 @@ struct ParamBlock {
   std::uint32_t value_bytes;     ///< largest value in bytes, [1, kMaxValueSize]
   std::uint32_t capacity;        ///< entries in the pool, [kMinCapacity, kMaxCapacity]
   std::uint32_t index_capacity;  ///< key index cells: the power of two >= 2 x capacity
-  std::uint32_t reserved;        ///< zero
+  std::uint32_t remembered;      ///< slots of the delivered-value memory, [0, kMaxCapacity]
 };
 static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 16);
 
@@ -130,6 +145,30 @@ struct EntryHead {
 };
 static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
 static_assert(std::is_standard_layout_v<EntryHead>);
+
+/// One slot of the delivered-value memory (MemSlot + value_bytes bytes of
+/// value, stride memory_stride()): the last value the reader was given for
+/// `key` (see "Delivered-value memory" in the protocol note).
+struct MemSlot {
+  std::atomic<std::uint32_t> state;     ///< 0 free, 1 remembers `key`; the publishing store
+  std::atomic<std::uint32_t> ref;       ///< CLOCK bit: set when the key is delivered again
+  std::atomic<std::uint32_t> len;       ///< value bytes in use, <= value_bytes
+  std::atomic<std::uint32_t> reserved;  ///< zero
+  std::atomic<std::uint64_t> key;       ///< the key remembered
+};
+static_assert(sizeof(MemSlot) == 24 && alignof(MemSlot) == 8);
+
+/// Bytes per memory slot: MemSlot plus `value_bytes`, rounded up to 8.
+[[nodiscard]] constexpr std::uint64_t memory_stride(std::uint32_t value_bytes) noexcept {
+  return round_up(sizeof(MemSlot) + value_bytes, 8);
+}
+/// Cells of the memory's key index: the power of two >= 2 x remembered (0 without a memory).
+[[nodiscard]] constexpr std::uint32_t memory_index_capacity(std::uint32_t remembered) noexcept {
+  if (remembered == 0) return 0;
+  std::uint32_t n = 2;
+  while (n < 2 * remembered) n *= 2;
+  return n;
+}
 
 /// Bytes per entry: EntryHead plus `value_bytes`, rounded up to 8.
 [[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
@@ -185,6 +224,8 @@ struct Counters {
   std::atomic<std::uint64_t> reconfigures;  ///< policy swaps
   std::atomic<std::uint64_t> notifies;      ///< writes that signalled the reader's data word
   std::atomic<std::uint64_t> events;        ///< next event number
+  std::atomic<std::uint64_t> forgotten;     ///< keys the delivered-value memory evicted (CLOCK)
+  std::atomic<std::uint64_t> remembered_unchanged;  ///< writes found Unchanged by the memory
 };
 
 /// What the head intent holds (Control::intent_state). Each is stored after
@@ -196,11 +237,12 @@ enum class HeadIntent : std::uint32_t {
   Commit = 2,      ///< the reader's commit: every InHand entry is freed
   DropAppend = 3,  ///< DropOldest: entry intent_entry is dropped and the op (key intent_op_count,
                    ///< intent_value / len, sequence intent_last_seq) appended
+  Remember = 4,    ///< memory slot intent_entry remembers key intent_last_seq: intent_value / len
 };
 /// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(HeadIntent v) noexcept;
 /// The largest valid HeadIntent value (repair refuses a larger one as damage).
-inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::DropAppend);
+inline constexpr std::uint32_t kLastHeadIntent = static_cast<std::uint32_t>(HeadIntent::Remember);
 
 /// The control block at the start of the data area: the mutex, the relay's
 /// configuration, its projections and links, and the head intent.
@@ -229,15 +271,16 @@ struct Control {
   std::atomic<std::uint64_t> oldest_ns;     ///< created_ns of the oldest pending entry, 0 if none
   std::atomic<std::uint32_t> is_full;       ///< hysteresis: set at high water, cleared at low
   std::atomic<std::uint32_t> is_draining;   ///< the reader holds entries (take .. commit)
+  std::atomic<std::uint64_t> remembered;    ///< memory slots in use (derived)
   ///@}
   /// @name Derived links
   ///@{
-  std::atomic<std::uint32_t> head;        ///< oldest pending entry, or kNone
-  std::atomic<std::uint32_t> tail;        ///< newest pending entry, or kNone
-  std::atomic<std::uint32_t> free_head;   ///< first entry of the free list, or kNone
-  std::atomic<std::uint32_t> reserved0;   ///< zero
-  std::atomic<std::uint64_t> next_seq;    ///< op sequences start at 1
-  std::atomic<std::uint64_t> next_order;  ///< entry order stamps start at 1
+  std::atomic<std::uint32_t> head;           ///< oldest pending entry, or kNone
+  std::atomic<std::uint32_t> tail;           ///< newest pending entry, or kNone
+  std::atomic<std::uint32_t> free_head;      ///< first entry of the free list, or kNone
+  std::atomic<std::uint32_t> remember_hand;  ///< the memory's CLOCK hand (next slot to look at)
+  std::atomic<std::uint64_t> next_seq;       ///< op sequences start at 1
+  std::atomic<std::uint64_t> next_order;     ///< entry order stamps start at 1
   ///@}
   Counters counters;  ///< lifetime counters
   /// @name Futex words, each on its own cache line
@@ -472,46 +515,54 @@ static_assert(std::is_standard_layout_v<SpillArea>);
 
 /// Offsets of the data area.
 struct Geometry {
-  std::uint64_t entries = 0;    ///< after Control
-  std::uint64_t index = 0;      ///< u32 cells
-  std::uint64_t spill = 0;      ///< SpillArea
-  std::uint64_t data_size = 0;  ///< bytes of the whole data area
+  std::uint64_t entries = 0;       ///< after Control
+  std::uint64_t index = 0;         ///< u32 cells
+  std::uint64_t memory = 0;        ///< memory slots (ParamBlock::remembered)
+  std::uint64_t memory_index = 0;  ///< u32 cells (memory_index_capacity)
+  std::uint64_t spill = 0;         ///< SpillArea
+  std::uint64_t data_size = 0;     ///< bytes of the whole data area
 };
 /// The Geometry of a relay with parameters `p`.
 [[nodiscard]] constexpr Geometry geometry(const ParamBlock& p) noexcept {
   Geometry g;
   g.entries = round_up(sizeof(Control), kFalseSharingRange);
   g.index = round_up(g.entries + entry_stride(p.value_bytes) * p.capacity, kFalseSharingRange);
-  g.spill = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
+  g.memory = round_up(g.index + std::uint64_t{4} * p.index_capacity, kFalseSharingRange);
+  g.memory_index =
+      round_up(g.memory + memory_stride(p.value_bytes) * p.remembered, kFalseSharingRange);
+  g.spill = round_up(g.memory_index + std::uint64_t{4} * memory_index_capacity(p.remembered),
+                     kFalseSharingRange);
   g.data_size = g.spill + sizeof(SpillArea);
   return g;
 }
 
 /// The segment fingerprint of this layout.
-inline constexpr std::uint64_t kFingerprint = layout_fingerprint({2,  // 2: HeadIntent
-                                                                  sizeof(Control),
-                                                                  sizeof(EntryHead),
-                                                                  sizeof(Event),
-                                                                  sizeof(Counters),
-                                                                  offsetof(Control, policy),
-                                                                  offsetof(Control, high_water),
-                                                                  offsetof(Control, depth),
-                                                                  offsetof(Control, head),
-                                                                  offsetof(Control, counters),
-                                                                  offsetof(Control, space_word),
-                                                                  offsetof(Control, data_word),
-                                                                  offsetof(Control, intent_state),
-                                                                  offsetof(Control, events),
-                                                                  offsetof(EntryHead, key),
-                                                                  offsetof(EntryHead, created_ns),
-                                                                  kEventRing,
-                                                                  kMaxValueSize,
-                                                                  sizeof(SpillArea),
-                                                                  sizeof(ManifestSlot),
-                                                                  offsetof(SpillArea, cursor_page),
-                                                                  offsetof(SpillArea, counters),
-                                                                  offsetof(SpillArea, slots),
-                                                                  kManifestSlots});
+inline constexpr std::uint64_t kFingerprint =
+    layout_fingerprint({3,  // 3: the delivered-value memory
+                        sizeof(Control),
+                        sizeof(EntryHead),
+                        sizeof(MemSlot),
+                        sizeof(Event),
+                        sizeof(Counters),
+                        offsetof(Control, policy),
+                        offsetof(Control, high_water),
+                        offsetof(Control, depth),
+                        offsetof(Control, head),
+                        offsetof(Control, counters),
+                        offsetof(Control, space_word),
+                        offsetof(Control, data_word),
+                        offsetof(Control, intent_state),
+                        offsetof(Control, events),
+                        offsetof(EntryHead, key),
+                        offsetof(EntryHead, created_ns),
+                        kEventRing,
+                        kMaxValueSize,
+                        sizeof(SpillArea),
+                        sizeof(ManifestSlot),
+                        offsetof(SpillArea, cursor_page),
+                        offsetof(SpillArea, counters),
+                        offsetof(SpillArea, slots),
+                        kManifestSlots});
 
 }  // namespace shm::relay
 

@@ -70,6 +70,12 @@ struct RelayConfig {
       EgressOrder::Arrival;  ///< how the egress is consumed (validate_pair() checks it)
   bool spill_dedup = false;  ///< declared: the reader drops redelivered ops by first_seq
   SpillPolicy spill;         ///< Overflow::Spill needs spill.enabled
+  /// Keys whose delivered value the relay remembers (docs/relay.md,
+  /// "Delivered-value memory"), [0, 2^22]; 0: no memory. kRememberAsEntries:
+  /// max_entries for a keyed, associative, idempotent policy, 0 for the others.
+  std::uint32_t remembered_keys = kRememberAsEntries;
+  /// The default of remembered_keys (see there).
+  static constexpr std::uint32_t kRememberAsEntries = 0xFFFF'FFFFu;
 };
 
 /// What a write did. Only Appended, Merged and Displaced change the head (and
@@ -130,6 +136,10 @@ struct RelaySnapshot {
   std::uint64_t lag = 0;                      ///< ops accepted and not yet drained
   std::uint64_t in_hand = 0;                  ///< entries the reader took and has not committed
   std::uint64_t oldest_age_ns = 0;            ///< age of the oldest pending op, ns
+  std::uint32_t max_remembered = 0;           ///< slots of the delivered-value memory (0: none)
+  std::uint64_t remembered = 0;               ///< keys whose delivered value is remembered
+  std::uint64_t forgotten = 0;             ///< keys the memory evicted (CLOCK) to remember others
+  std::uint64_t remembered_unchanged = 0;  ///< writes the memory found Unchanged (in `unchanged`)
   bool is_full = false;      ///< backpressure: set at high water, cleared at low water
   bool is_spilling = false;  ///< cold pages wait on disk
   bool is_draining = false;  ///< the reader holds a taken batch
@@ -211,6 +221,15 @@ struct View {
   SpillArea* spill = nullptr;
   std::byte* entries = nullptr;
   std::atomic<std::uint32_t>* index = nullptr;
+  std::byte* memory = nullptr;                         ///< the memory slots
+  std::atomic<std::uint32_t>* memory_index = nullptr;  ///< their key index
+  [[nodiscard]] MemSlot& slot(std::uint32_t i) const noexcept {
+    return *reinterpret_cast<MemSlot*>(memory + memory_stride(params.value_bytes) * i);
+  }
+  [[nodiscard]] unsigned char* slot_value(std::uint32_t i) const noexcept {
+    return reinterpret_cast<unsigned char*>(memory + memory_stride(params.value_bytes) * i +
+                                            sizeof(MemSlot));
+  }
   [[nodiscard]] EntryHead& entry(std::uint32_t i) const noexcept {
     return *reinterpret_cast<EntryHead*>(entries + entry_stride(params.value_bytes) * i);
   }
@@ -240,6 +259,10 @@ class Handle {
   }
 
   [[nodiscard]] RelaySnapshot snapshot() const;
+  /// The value the reader was last given for `key` as the delivered-value
+  /// memory holds it (docs/relay.md); nullopt when the key is not remembered
+  /// (never delivered, evicted, or a relay without a memory).
+  [[nodiscard]] Result<std::optional<std::vector<std::byte>>> delivered(std::uint64_t key);
   /// True while the head is empty (nothing pending, nothing in hand).
   [[nodiscard]] bool can_reconfigure() const;
   /// Swaps the merge policy (and optionally the overflow action); refused
