@@ -100,13 +100,16 @@ class WaitSet {
   /// options out of range.
   [[nodiscard]] static Result<WaitSet> make(const WaitSetOptions& options = {});
 
-  WaitSet(WaitSet&&) noexcept;
-  WaitSet& operator=(WaitSet&&) noexcept;
-  WaitSet(const WaitSet&) = delete;
-  WaitSet& operator=(const WaitSet&) = delete;
+  /// Takes over `other`'s members, helper thread and descriptor; `other` is left empty
+  /// (its calls return InvalidArgument).
+  WaitSet(WaitSet&& other) noexcept;
+  /// Closes this set (as the destructor does), then takes over `other`'s.
+  WaitSet& operator=(WaitSet&& other) noexcept;
+  WaitSet(const WaitSet&) = delete;             ///< one owner
+  WaitSet& operator=(const WaitSet&) = delete;  ///< one owner
   /// Closes the set: a wait() in another thread returns Closed, and the
-  /// destructor returns once it has left. Members' parked flags are cleared;
-  /// the handles are untouched.
+  /// destructor returns once it has left. The handles are untouched (a
+  /// parked flag the set left up costs its waker one needless wake).
   ~WaitSet();
 
   /// @name Members
@@ -116,10 +119,16 @@ class WaitSet {
   /// set). Producers name the payload size they mean to write: Room means a
   /// payload of that size fits now (TooLarge beyond the structure's limit).
   ///@{
+
+  /// A ring consumer: Data when try_peek() / try_pop() would return a record.
   [[nodiscard]] Result<void> attach(RingConsumer& consumer, std::uint64_t tag);
+  /// A ring producer: Room when a record of `payload_bytes` fits now.
   [[nodiscard]] Result<void> attach(RingProducer& producer, std::uint64_t tag,
                                     std::size_t payload_bytes);
+  /// A channel consumer: Data when try_receive() would return a payload,
+  /// Closed at the end of the stream, PeerDied when the producer died.
   [[nodiscard]] Result<void> attach(ChannelConsumer& consumer, std::uint64_t tag);
+  /// A channel producer: Room when try_send() of `payload_bytes` would be admitted now.
   [[nodiscard]] Result<void> attach(ChannelProducer& producer, std::uint64_t tag,
                                     std::size_t payload_bytes);
   /// Removes the member with `tag` (NotFound when there is none) and clears
@@ -139,7 +148,9 @@ class WaitSet {
 
   /// A file descriptor that is readable when wait() would return at once:
   /// when readable, call wait() (a zero timeout is enough) and handle what it
-  /// returns; a wait() that returns TimedOut re-arms it. The first call
+  /// returns; a wait() that returns TimedOut re-arms it. It may be readable
+  /// with nothing ready (a peer's wake that was not for new data, such as a
+  /// producer's attach): wait() then returns TimedOut and re-arms. The first call
   /// starts a helper thread that sleeps in futex_waitv for the set (its cost:
   /// docs/waitset.md); the descriptor belongs to the set (do not close it).
   [[nodiscard]] Result<int> fd();
