@@ -159,6 +159,49 @@ TEST_F(WaitSetProcessTest, ChannelProducerWakesForRoomFreedByAnotherProcess) {
   EXPECT_EQ(c.wait(10s), 0) << c.output();
 }
 
+// The other way a channel producer waits: the page quota. Room comes back
+// when the consumer crosses into the next page and releases the oldest one
+// ([chan.E]), not when it merely gives a payload back.
+TEST_F(WaitSetProcessTest, ChannelProducerWakesWhenTheConsumerReleasesAPage) {
+  auto prod = ChannelProducer::create(
+      "chan", {.pages = 2, .page_bytes = 64, .descriptors_per_page = 8, .ring_cells = 64});
+  ASSERT_TRUE(prod) << prod.error().what();
+  const char payload[] = "0123456789abcdef0123456";  // 24 bytes: two fill a page
+  SendStatus last = SendStatus::Ok;
+  int sent = 0;
+  while ((last = prod->try_send(bytes(payload))->status) == SendStatus::Ok) ++sent;
+  ASSERT_EQ(last, SendStatus::PageQuotaExhausted);
+  ASSERT_EQ(sent, 4);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 6, 24));
+  auto r = set.wait(0ns);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, WaitStatus::TimedOut);
+  // Two receives give payloads back (each wakes the parked set, which finds
+  // no room yet); the third is the first of the second page: page 0 is
+  // released and the set has room.
+  auto c = peer("channel-consumer", "chan",
+                {"go:" + go_, "receive", "receive", "sleep:50", "receive", "sleep:200"});
+  ASSERT_TRUE(c.wait_for_line("READY", 30s)) << c.output();
+  std::vector<ReadyEvent> got;
+  const auto probe = test::probe_wake(
+      [&] {
+        auto w = set.wait(10s);
+        ASSERT_TRUE(w);
+        got.assign(w->ready.begin(), w->ready.end());
+      },
+      [&] { return set.snapshot().parks > 0; }, [&] { go(); });
+  EXPECT_FALSE(probe.returned_early);
+  ASSERT_GE(probe.latency.count(), 50) << "room before the page was released";
+  EXPECT_LE(probe.latency, 50ms + test::kWakeBound);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].reason, ReadyReason::Room);
+  auto ok = prod->try_send(bytes(payload));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, SendStatus::Ok);
+  EXPECT_EQ(c.wait(10s), 0) << c.output();
+}
+
 TEST_F(WaitSetProcessTest, ChannelConsumerReportsClosedWhenTheProducerFinishes) {
   auto cons = ChannelConsumer::create("chan", tiny_channel());
   ASSERT_TRUE(cons);

@@ -164,6 +164,13 @@ TEST(WaitSet, ReportsEachReadyMemberWithItsTagAndReason) {
   ASSERT_EQ(r->ready.size(), 1u);
   EXPECT_EQ(r->ready[0].tag, 20u);
   EXPECT_EQ(r->ready[0].reason, ReadyReason::Closed);
+  // The producer that finished is Closed too.
+  ASSERT_TRUE(set->attach(*cp, 30, 8));
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->ready.size(), 2u);
+  EXPECT_EQ(r->ready[1].tag, 30u);
+  EXPECT_EQ(r->ready[1].reason, ReadyReason::Closed);
 }
 
 TEST(WaitSet, AMovedFromSetRefusesCalls) {
