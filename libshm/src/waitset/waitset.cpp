@@ -569,14 +569,16 @@ static Result<void> attach_member(WaitSet::State* s, Handle& h, std::uint64_t ta
     if (m.handle == static_cast<void*>(&h))
       return fail(Errc::InvalidArgument,
                   detail::format("this handle is already in the WaitSet (tag {})", m.tag));
+  // Before any look at its control block: a default-constructed or
+  // moved-from handle has none.
+  if (h.segment().mutable_header() == nullptr)
+    return fail(Errc::InvalidArgument, "a handle attached to nothing cannot join a WaitSet");
   WaitSet::State::Member m;
   m.tag = tag;
   m.kind = kind;
   m.handle = &h;
   m.payload_bytes = payload_bytes;
   m.w = detail::WaitSetAccess::words(h);
-  if (m.w.segment->data().empty())
-    return fail(Errc::InvalidArgument, "a handle attached to nothing cannot join a WaitSet");
   s->members.push_back(m);
   if (s->event_fd >= 0) {
     s->disarm();
@@ -604,7 +606,7 @@ static Result<void> check_payload(Producer& p, std::size_t payload_bytes) {
 }
 
 Result<void> WaitSet::attach(RingProducer& producer, std::uint64_t tag, std::size_t payload_bytes) {
-  if (state_ && !producer.segment().data().empty()) {
+  if (state_ && producer.segment().mutable_header() != nullptr) {
     if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
   }
   return attach_member(state_.get(), producer, tag, MemberKind::RingProducer, payload_bytes);
@@ -612,7 +614,7 @@ Result<void> WaitSet::attach(RingProducer& producer, std::uint64_t tag, std::siz
 
 Result<void> WaitSet::attach(ChannelProducer& producer, std::uint64_t tag,
                              std::size_t payload_bytes) {
-  if (state_ && !producer.segment().data().empty()) {
+  if (state_ && producer.segment().mutable_header() != nullptr) {
     if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
   }
   return attach_member(state_.get(), producer, tag, MemberKind::ChannelProducer, payload_bytes);

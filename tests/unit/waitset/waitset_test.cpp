@@ -102,6 +102,29 @@ TEST(WaitSet, RefusesDuplicateTagsTheSameHandleTwiceAFullSetAndUnknownDetach) {
   EXPECT_EQ(set->size(), 0u);
 }
 
+TEST(WaitSet, RefusesAHandleAttachedToNothing) {
+  test::TempRoot root;
+  auto set = WaitSet::make();
+  ASSERT_TRUE(set);
+  ChannelConsumer none;
+  auto r = set->attach(none, 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  EXPECT_NE(r.error().message.find("attached to nothing"), std::string::npos) << r.error().message;
+  ChannelProducer no_producer;
+  r = set->attach(no_producer, 2, 8);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  auto ring = RingConsumer::create("r", {.capacity_bytes = 1024});
+  ASSERT_TRUE(ring);
+  RingConsumer moved = std::move(*ring);
+  r = set->attach(*ring, 3);  // NOLINT(bugprone-use-after-move): the point of the test
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  EXPECT_TRUE(set->attach(moved, 3));
+  EXPECT_EQ(set->size(), 1u);
+}
+
 TEST(WaitSet, RefusesRoomForMoreThanTheLargestPayload) {
   test::TempRoot root;
   auto ring = RingProducer::create("r", {.capacity_bytes = 64});
