@@ -3,7 +3,10 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstdint>
 #include <ctime>
 
 namespace shm {
@@ -33,6 +36,50 @@ WaitResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expe
     default:
       return WaitResult::Interrupted;
   }
+}
+
+WaitResult futex_wait_any(const FutexWaitEntry* entries, std::size_t count,
+                          std::uint64_t timeout_ns) noexcept {
+  if (count == 0 || count > kFutexWaitMany) return WaitResult::Interrupted;
+  std::array<futex_waitv, kFutexWaitMany> v{};
+  for (std::size_t i = 0; i < count; ++i) {
+    v[i].val = entries[i].expected;
+    v[i].uaddr = reinterpret_cast<std::uintptr_t>(entries[i].word);
+    // Shared (no FUTEX_PRIVATE_FLAG): a word in a MAP_SHARED file mapping is
+    // keyed on inode + offset, so the waker's FUTEX_WAKE in another process
+    // meets it; a word in private memory is keyed on this process alone.
+    v[i].flags = FUTEX_32;
+  }
+  // futex_waitv takes an absolute deadline on the clock it is given.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const std::uint64_t cap = 3600ull * 1'000'000'000ull * 24 * 365;  // a year: "forever"
+  const std::uint64_t ns = std::min(timeout_ns, cap) + static_cast<std::uint64_t>(now.tv_nsec);
+  timespec abs{};
+  abs.tv_sec = now.tv_sec + static_cast<time_t>(ns / 1'000'000'000ull);
+  abs.tv_nsec = static_cast<long>(ns % 1'000'000'000ull);
+  const long r =
+      ::syscall(SYS_futex_waitv, v.data(), static_cast<unsigned>(count), 0u, &abs, CLOCK_MONOTONIC);
+  if (r >= 0) return WaitResult::Woken;
+  switch (errno) {
+    case EAGAIN:
+    case EFAULT:  // a word's page is gone: the caller re-checks what it watches
+      return WaitResult::ValueChanged;
+    case ETIMEDOUT:
+      return WaitResult::TimedOut;
+    default:
+      return WaitResult::Interrupted;
+  }
+}
+
+bool futex_wait_any_supported() noexcept {
+  // No entries: a kernel with the call refuses the count (EINVAL); one
+  // without it (or a filter) says ENOSYS / EPERM.
+  static const bool supported = [] {
+    const long r = ::syscall(SYS_futex_waitv, nullptr, 0u, 0u, nullptr, CLOCK_MONOTONIC);
+    return r < 0 && errno == EINVAL;
+  }();
+  return supported;
 }
 
 int futex_wake(const std::atomic<std::uint32_t>& word, int count) noexcept {

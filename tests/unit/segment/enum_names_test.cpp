@@ -45,6 +45,9 @@ TEST(EnumNames, EveryEnumeratorOfEveryPublicEnumHasADistinctName) {
   check("Node::Metric", Node::Metric::None, Node::Metric::Gauge);
   check("LockProbe", LockProbe::Free, LockProbe::Held);
   check("WaitResult", WaitResult::Woken, WaitResult::Interrupted);
+  // waitset
+  check("ReadyReason", ReadyReason::Data, ReadyReason::Closed);
+  check("WaitStatus", WaitStatus::Ready, WaitStatus::Closed);
   // ring
   check("ring::SlotState", ring::SlotState::Empty, ring::SlotState::Foreign);
   check("ring::RecordCheck", ring::RecordCheck::Data, ring::RecordCheck::BadLength);

@@ -46,6 +46,10 @@
 #include <span>
 #include <utility>
 
+namespace shm::detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace shm::detail
+
 namespace shm {
 
 class ChannelConsumer;
@@ -228,6 +232,7 @@ class ChannelConsumer : public detail::ChannelEndpoint {
   [[nodiscard]] std::uint64_t committed_in_epoch() const noexcept { return committed_; }
 
  private:
+  friend struct detail::WaitSetAccess;
   friend class ChannelLease;
   friend class detail::ChannelTesting;
 

@@ -19,6 +19,10 @@
 #include <span>
 #include <utility>
 
+namespace shm::detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace shm::detail
+
 namespace shm {
 
 /// Whether a send or a reservation was admitted; refusals are back-pressure.
@@ -172,6 +176,7 @@ class ChannelProducer : public detail::ChannelEndpoint {
   [[nodiscard]] bool has_reservation() const noexcept { return reserving_; }
 
  private:
+  friend struct detail::WaitSetAccess;
   friend class detail::ChannelTesting;
   friend class Reservation;
 

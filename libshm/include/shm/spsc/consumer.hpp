@@ -16,6 +16,10 @@
 #include <optional>
 #include <span>
 
+namespace shm::detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace shm::detail
+
 namespace shm {
 
 /// The consuming end of an SpscRing: peek and release in place, or copy out
@@ -91,6 +95,7 @@ class RingConsumer : public detail::RingEndpoint {
   }
 
  private:
+  friend struct detail::WaitSetAccess;
   [[nodiscard]] static Result<RingConsumer> adopt(Segment segment);
   /// try_peek() and release() for a caller that already holds the endpoint
   /// guard (drain and try_pop take it once).

@@ -10,6 +10,10 @@
 #include <optional>
 #include <span>
 
+namespace shm::detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace shm::detail
+
 namespace shm {
 
 /// The producing end of an SpscRing: reserve and commit in place, or copy in
@@ -77,6 +81,7 @@ class RingProducer : public detail::RingEndpoint {
   [[nodiscard]] RingSnapshot snapshot() const noexcept { return snapshot_at(tail_); }
 
  private:
+  friend struct detail::WaitSetAccess;
   [[nodiscard]] static Result<RingProducer> adopt(Segment segment);
   /// try_reserve() and commit() for a caller that already holds the endpoint
   /// guard (the batch paths take it once, not once per record).

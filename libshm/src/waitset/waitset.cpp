@@ -1,0 +1,692 @@
+// WaitSet: the members' checks (WaitSetAccess), the park loop over
+// futex_waitv, and the helper thread behind fd(). The protocol per member
+// and its lost-wake argument are in docs/waitset.md.
+#include "shm/waitset/waitset.hpp"
+
+#include "format/format.hpp"
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/platform/clock.hpp"
+#include "shm/platform/cpu_relax.hpp"
+#include "shm/platform/futex.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+#include "shm/testing/waitset.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace shm {
+
+std::string_view to_string(ReadyReason v) noexcept {
+  switch (v) {
+    case ReadyReason::Data:
+      return "data";
+    case ReadyReason::Room:
+      return "room";
+    case ReadyReason::PeerDied:
+      return "peer_died";
+    case ReadyReason::Faulted:
+      return "faulted";
+    case ReadyReason::Closed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(WaitStatus v) noexcept {
+  switch (v) {
+    case WaitStatus::Ready:
+      return "ready";
+    case WaitStatus::TimedOut:
+      return "timed_out";
+    case WaitStatus::Closed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+// What the set needs of a member, type-erased.
+enum class MemberKind : std::uint8_t {
+  RingConsumer,
+  RingProducer,
+  ChannelConsumer,
+  ChannelProducer
+};
+
+namespace {
+
+// Test hook (shm/testing/waitset.hpp): make() sees no futex_waitv.
+std::atomic<bool> g_pretend_no_waitv{false};
+
+// The heavy half of the ring's asymmetric barrier ([spsc.D'], see
+// shm/spsc/layout.hpp): every running thread of every registered process
+// executes a full barrier before it returns.
+bool heavy_barrier() noexcept {
+  return ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+// Spin budget of a wait (member checks in total, across all members) before it parks.
+constexpr int kSpinChecks = 4096;
+// Longest sleep when the heavy barrier failed (a waker may have relied on it).
+constexpr std::uint64_t kFencelessSleepNs = 1'000'000;
+constexpr std::uint64_t kForeverNs = 3600ull * 1'000'000'000ull;
+
+}  // namespace
+
+namespace detail {
+
+// The members' state, read through the handles' private members (each handle
+// names this struct a friend). Every check runs in the thread that uses the
+// set, which must be the handle's thread: the member's endpoint guard is
+// taken around it, so a second thread inside the handle aborts.
+struct WaitSetAccess {
+  using Reason = std::optional<ReadyReason>;
+
+  // ---- ring consumer: the header word at the peek position.
+  static Reason check(RingConsumer& c) {
+    const EndpointGuard::Scope scope(c.guard_, RingEndpoint::kGuardName);
+    std::byte* slot = c.at(c.peek_pos_);
+    // [spsc.P'] acquire: pairs with the producer's [spsc.P]; the record's
+    // checks are the consumer's own next peek.
+    const std::uint64_t word = header_at(slot).load(std::memory_order_acquire);
+    switch (ring::classify_slot(word, c.lap(c.peek_pos_))) {
+      case ring::SlotState::Current:
+        return ReadyReason::Data;
+      case ring::SlotState::Foreign:
+        return ReadyReason::Faulted;
+      case ring::SlotState::Empty:
+      case ring::SlotState::Stale:
+        break;
+    }
+    return std::nullopt;
+  }
+  // ---- ring producer: room for a record of `n` payload bytes at the
+  // reservation end, as reserve() computes it.
+  static Reason check(RingProducer& p, std::size_t n) {
+    const EndpointGuard::Scope scope(p.guard_, RingEndpoint::kGuardName);
+    // [spsc.C'] acquire: pairs with the consumer's [spsc.C].
+    const std::uint64_t head = p.control_->consumer.head.load(std::memory_order_acquire);
+    if (head < p.cached_head_ || head > p.tail_ || !ring::position_aligned(head))
+      return ReadyReason::Faulted;  // the producer's next reserve reports Corrupt
+    const std::uint64_t need = ring::record_size(n);
+    const std::uint64_t contiguous = p.capacity_ - (p.reserved_ & p.mask_);
+    const std::uint64_t padding = need <= contiguous ? 0 : contiguous;
+    if (p.reserved_ + padding + need - head <= p.capacity_) return ReadyReason::Room;
+    return std::nullopt;
+  }
+  // ---- channel consumer: the consumer's own "is there anything" (it never
+  // consumes; it may probe the producer's liveness and end the stream).
+  static Reason check(ChannelConsumer& c, bool probe) {
+    const EndpointGuard::Scope scope(c.guard_, "a channel endpoint");
+    if (c.sticky_) return reason_of(c.sticky_->code);
+    auto w = c.ready(probe, ChannelConsumer::Batch::Flush);
+    if (!w) return reason_of(w.error().code);
+    switch (*w) {
+      case ChannelConsumer::Wait::Ready:
+        return ReadyReason::Data;
+      case ChannelConsumer::Wait::End:
+        return ReadyReason::Closed;
+      case ChannelConsumer::Wait::Empty:
+        break;
+    }
+    return std::nullopt;
+  }
+  // ---- channel producer: would reserve_once(n) admit now? (Read only.)
+  static Reason check(ChannelProducer& p, std::size_t n) {
+    const EndpointGuard::Scope scope(p.guard_, "a channel endpoint");
+    if (p.reserving_) return ReadyReason::Room;  // the reservation is the room
+    if (p.finished_) return ReadyReason::Closed;
+    // [chan.T'] acquire: pairs with [chan.T] of the side that changed the word.
+    switch (channel::state_of(p.control().terminal.word.load(std::memory_order_acquire))) {
+      case ChannelState::Open:
+        break;
+      case ChannelState::Clean:
+        return ReadyReason::Closed;
+      case ChannelState::Faulted:
+      case ChannelState::Corrupt:
+        return ReadyReason::Faulted;
+    }
+    // [chan.C'] acquire: pairs with the consumer's [chan.C].
+    const std::uint64_t head = p.control().consumer.head.load(std::memory_order_acquire);
+    if (head < p.cached_head_ || head > p.tail_) return ReadyReason::Faulted;
+    if (p.tail_ - head >= p.view_.params.ring_cells) return std::nullopt;
+    if (p.page_.fits(n)) return ReadyReason::Room;
+    // [chan.A] acquire: pairs with the consumer's [chan.E].
+    const std::uint64_t released =
+        p.control().release.released_epoch.load(std::memory_order_acquire);
+    if (p.page_.epoch() + 1 < released + p.view_.params.pages) return ReadyReason::Room;
+    return std::nullopt;
+  }
+
+  static ReadyReason reason_of(Errc code) noexcept {
+    return code == Errc::ProducerDied ? ReadyReason::PeerDied : ReadyReason::Faulted;
+  }
+
+  // ---- the words: (futex word, parked flag, peer's slot) per member kind.
+  struct Words {
+    const std::atomic<std::uint32_t>* word;
+    std::atomic<std::uint32_t>* parked;
+    const Segment* segment;
+    std::size_t peer_slot;
+  };
+  static Words words(RingConsumer& c) {
+    return {&c.control_->waiters.data_signal, &c.control_->producer.consumer_parked, &c.segment_,
+            ring::kProducerRole.id};
+  }
+  static Words words(RingProducer& p) {
+    return {&p.control_->waiters.space_signal, &p.control_->consumer.producer_parked, &p.segment_,
+            ring::kConsumerRole.id};
+  }
+  static Words words(ChannelConsumer& c) {
+    return {&c.control().waiters.data_signal, &c.control().waiters.consumer_parked, &c.segment_,
+            channel::kProducerRole.id};
+  }
+  static Words words(ChannelProducer& p) {
+    return {&p.control().waiters.space_signal, &p.control().waiters.producer_parked, &p.segment_,
+            channel::kConsumerRole.id};
+  }
+  // The announcement's tail for the channel (the seq_cst loads that pair with
+  // the waker's seq_cst stores; see [chan.D1'] / [chan.D2']).
+  static void announced(ChannelConsumer& c) {
+    (void)c.control().producer.tail.load(std::memory_order_seq_cst);
+    (void)c.control().terminal.word.load(std::memory_order_seq_cst);
+  }
+  static void announced(ChannelProducer& p) {
+    (void)p.control().consumer.head.load(std::memory_order_seq_cst);
+    (void)p.control().release.released_epoch.load(std::memory_order_seq_cst);
+    (void)p.control().terminal.word.load(std::memory_order_seq_cst);
+  }
+  static std::uint64_t max_payload(RingProducer& p) { return p.max_payload_; }
+  static std::uint64_t max_payload(ChannelProducer& p) { return p.view_.params.max_payload; }
+  static const std::string& path(RingProducer& p) { return p.segment_.path(); }
+  static const std::string& path(ChannelProducer& p) { return p.segment_.path(); }
+};
+
+}  // namespace detail
+
+struct WaitSet::State {
+  struct Member {
+    std::uint64_t tag = 0;
+    MemberKind kind{};
+    void* handle = nullptr;
+    std::size_t payload_bytes = 0;
+    detail::WaitSetAccess::Words w{};
+  };
+
+  WaitSetOptions options;
+  std::vector<Member> members;
+  std::vector<ReadyEvent> events;          // wait()'s answer
+  std::vector<FutexWaitEntry> entries;     // one park round's words + the set's own
+  std::atomic<std::uint32_t> own_word{0};  // bumped by close(): wakes a waiter
+  std::atomic<bool> closed{false};
+  std::atomic<int> waiters{0};  // threads inside wait() (the destructor waits for 0)
+  detail::EndpointGuard guard;
+  std::uint64_t last_probe_ns = 0;
+  std::atomic<std::uint64_t> waits{0};
+  std::atomic<std::uint64_t> parks{0};
+  std::atomic<std::uint64_t> probes{0};
+
+  // fd(): the eventfd and the helper thread that sleeps for the set.
+  int event_fd = -1;
+  std::thread helper;
+  std::atomic<std::uint32_t> helper_word{0};  // bumped on arm / disarm / stop
+  std::mutex helper_mutex;
+  std::vector<FutexWaitEntry> armed_entries;  // under helper_mutex
+  std::uint64_t armed_timeout_ns = 0;         // under helper_mutex
+  std::uint64_t arm_generation = 0;           // under helper_mutex
+  bool armed = false;                         // under helper_mutex
+  bool stop = false;                          // under helper_mutex
+  std::atomic<std::uint64_t> fd_signals{0};
+
+  // The members' parked flags are left as they are: a handle may be gone
+  // already, and a flag left up costs its waker one needless wake.
+  ~State() {
+    stop_helper();
+    if (event_fd >= 0) ::close(event_fd);
+  }
+
+  [[nodiscard]] Member* find(std::uint64_t tag) noexcept {
+    for (auto& m : members)
+      if (m.tag == tag) return &m;
+    return nullptr;
+  }
+
+  [[nodiscard]] bool has_peers() const noexcept { return !members.empty(); }
+  [[nodiscard]] std::uint64_t interval_ns() const noexcept {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options.liveness_interval).count());
+  }
+  [[nodiscard]] bool probe_due() noexcept {
+    const std::uint64_t now = monotonic_ns();
+    if (now - last_probe_ns < interval_ns()) return false;
+    last_probe_ns = now;
+    return true;
+  }
+
+  // One member's readiness now; `probe` allows the liveness system call.
+  std::optional<ReadyReason> check(Member& m, bool probe) {
+    using A = detail::WaitSetAccess;
+    std::optional<ReadyReason> r;
+    switch (m.kind) {
+      case MemberKind::RingConsumer:
+        r = A::check(*static_cast<RingConsumer*>(m.handle));
+        break;
+      case MemberKind::RingProducer:
+        r = A::check(*static_cast<RingProducer*>(m.handle), m.payload_bytes);
+        break;
+      case MemberKind::ChannelConsumer:
+        if (probe) probes.fetch_add(1, std::memory_order_relaxed);  // statistics
+        return A::check(*static_cast<ChannelConsumer*>(m.handle), probe);
+      case MemberKind::ChannelProducer:
+        r = A::check(*static_cast<ChannelProducer*>(m.handle), m.payload_bytes);
+        break;
+    }
+    if (r || !probe) return r;
+    // Nothing to take and no room: a dead peer will never change that.
+    probes.fetch_add(1, std::memory_order_relaxed);  // statistics
+    if (m.w.segment->liveness(m.w.peer_slot) == Liveness::Dead) return ReadyReason::PeerDied;
+    return std::nullopt;
+  }
+
+  // Fills `events`; true when any member is ready.
+  bool collect(bool probe) {
+    events.clear();
+    for (auto& m : members)
+      if (auto r = check(m, probe)) events.push_back(ReadyEvent{m.tag, *r});
+    return !events.empty();
+  }
+
+  // Announces the set in every member's parked flag, then the barriers that
+  // make each flag store and the re-check that follows a Dekker pair with
+  // the waker's publish and flag load (docs/waitset.md). Returns false when
+  // the heavy barrier failed (sleeps are then bounded).
+  bool announce() {
+    bool rings = false;
+    for (auto& m : members) {
+      // [ws.D'] seq_cst: the same store as the member's own blocking call
+      // ([spsc.D'] / [chan.D1'] / [chan.D2']).
+      m.w.parked->store(1, std::memory_order_seq_cst);
+      switch (m.kind) {
+        case MemberKind::RingConsumer:
+        case MemberKind::RingProducer:
+          rings = true;
+          break;
+        case MemberKind::ChannelConsumer:
+          detail::WaitSetAccess::announced(*static_cast<ChannelConsumer*>(m.handle));
+          break;
+        case MemberKind::ChannelProducer:
+          detail::WaitSetAccess::announced(*static_cast<ChannelProducer*>(m.handle));
+          break;
+      }
+    }
+    // One heavy barrier covers every ring member's flag.
+    return !rings || heavy_barrier();
+  }
+
+  void withdraw() noexcept {
+    // relaxed: a hint; a waker that still sees it issues one needless wake.
+    for (auto& m : members) m.w.parked->store(0, std::memory_order_relaxed);
+  }
+
+  WaitOutcome ready_outcome() const noexcept {
+    return WaitOutcome{WaitStatus::Ready, std::span<const ReadyEvent>(events)};
+  }
+
+  Result<WaitOutcome> wait(std::chrono::nanoseconds timeout) {
+    waits.fetch_add(1, std::memory_order_relaxed);  // statistics
+    events.clear();
+    if (event_fd >= 0) drain_fd();
+    if (closed.load(std::memory_order_acquire)) return WaitOutcome{WaitStatus::Closed, {}};
+    const auto deadline = detail::deadline_after(timeout);
+    if (collect(probe_due())) return signalled(ready_outcome());
+    if (timeout <= std::chrono::nanoseconds::zero() && event_fd < 0)
+      return WaitOutcome{WaitStatus::TimedOut, {}};
+    if (timeout > std::chrono::nanoseconds::zero()) {
+      const int rounds = std::max<int>(16, kSpinChecks / static_cast<int>(members.size() + 1));
+      for (int i = 0; i < rounds; ++i) {
+        if (collect(false)) return signalled(ready_outcome());
+        detail::cpu_relax();
+      }
+    }
+    for (;;) {
+      // Read each futex word before announcing: a wake after this load
+      // changes it, and futex_waitv then returns at once. acquire: pairs
+      // with the waker's release increment of the word ([spsc.W], channel).
+      entries.clear();
+      for (auto& m : members)
+        entries.push_back(FutexWaitEntry{m.w.word, m.w.word->load(std::memory_order_acquire)});
+      const std::uint32_t own = own_word.load(std::memory_order_acquire);
+      const bool fenced = announce();
+      if (collect(probe_due())) {
+        withdraw();
+        return signalled(ready_outcome());
+      }
+      if (closed.load(std::memory_order_acquire)) {
+        withdraw();
+        return WaitOutcome{WaitStatus::Closed, {}};
+      }
+      const auto now = std::chrono::steady_clock::now();
+      std::uint64_t sleep_ns = has_peers() ? interval_ns() : kForeverNs;
+      if (!fenced) sleep_ns = std::min(sleep_ns, kFencelessSleepNs);
+      if (now >= deadline) {
+        // The flags stay up while fd() is armed: the helper sleeps on these words.
+        if (event_fd >= 0)
+          arm(sleep_ns);
+        else
+          withdraw();
+        return WaitOutcome{WaitStatus::TimedOut, {}};
+      }
+      sleep_ns = std::min<std::uint64_t>(
+          sleep_ns,
+          static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count()));
+      entries.push_back(FutexWaitEntry{&own_word, own});
+      parks.fetch_add(1, std::memory_order_relaxed);  // statistics
+      (void)futex_wait_any(entries.data(), entries.size(), sleep_ns);
+      // A round after a wake looks first: what the waker published is there.
+      if (collect(probe_due())) {
+        withdraw();
+        return signalled(ready_outcome());
+      }
+    }
+  }
+
+  // ---- fd()
+
+  // With fd() in use, a wait() that finds members ready leaves the
+  // descriptor readable, so an event loop comes back while they stay ready
+  // (level-triggered); the wait() that finds none re-arms the helper.
+  WaitOutcome signalled(WaitOutcome o) noexcept {
+    if (event_fd >= 0) write_fd();
+    return o;
+  }
+  void write_fd() noexcept {
+    const std::uint64_t one = 1;
+    (void)!::write(event_fd, &one, sizeof one);
+  }
+  void drain_fd() noexcept {
+    std::uint64_t n = 0;
+    (void)!::read(event_fd, &n, sizeof n);  // non-blocking: EAGAIN when not readable
+  }
+
+  // Hands the words of the round just announced to the helper thread.
+  void arm(std::uint64_t timeout_ns) {
+    {
+      const std::lock_guard lock(helper_mutex);
+      armed_entries.assign(entries.begin(), entries.end());
+      armed_timeout_ns = timeout_ns;
+      ++arm_generation;
+      armed = true;
+    }
+    kick_helper();
+  }
+  void disarm() {
+    {
+      const std::lock_guard lock(helper_mutex);
+      armed = false;
+    }
+    kick_helper();
+  }
+  void kick_helper() noexcept {
+    // release: the helper's acquire load of the word sees the state set above (under the mutex
+    // as well; the word is what ends its sleep).
+    helper_word.fetch_add(1, std::memory_order_release);
+    (void)futex_wake_all(helper_word);
+  }
+  void stop_helper() noexcept {
+    if (!helper.joinable()) return;
+    {
+      const std::lock_guard lock(helper_mutex);
+      stop = true;
+    }
+    kick_helper();
+    helper.join();
+  }
+
+  void helper_main() {
+    std::vector<FutexWaitEntry> local;
+    local.reserve(WaitSet::kMaxMembers + 1);
+    for (;;) {
+      // acquire: pairs with kick_helper()'s release increment.
+      const std::uint32_t seen = helper_word.load(std::memory_order_acquire);
+      std::uint64_t generation = 0;
+      std::uint64_t timeout_ns = 0;
+      bool is_armed = false;
+      {
+        const std::lock_guard lock(helper_mutex);
+        if (stop) return;
+        is_armed = armed;
+        if (is_armed) {
+          local.assign(armed_entries.begin(), armed_entries.end());
+          generation = arm_generation;
+          timeout_ns = armed_timeout_ns;
+        }
+      }
+      if (!is_armed) {
+        (void)futex_wait(helper_word, seen, kForeverNs);
+        continue;
+      }
+      local.push_back(FutexWaitEntry{&helper_word, seen});
+      (void)futex_wait_any(local.data(), local.size(), timeout_ns);
+      // acquire: as above. A changed word: re-armed, disarmed or stopping.
+      if (helper_word.load(std::memory_order_acquire) != seen) continue;
+      {
+        const std::lock_guard lock(helper_mutex);
+        if (arm_generation == generation) armed = false;
+      }
+      fd_signals.fetch_add(1, std::memory_order_relaxed);  // statistics
+      write_fd();
+    }
+  }
+};
+
+Result<WaitSet> WaitSet::make(const WaitSetOptions& options) {
+  if (options.max_members == 0 || options.max_members > kMaxMembers)
+    return fail(Errc::InvalidArgument, detail::format("WaitSet max_members {} must be in [1, {}]",
+                                                      options.max_members, kMaxMembers));
+  if (options.liveness_interval < std::chrono::milliseconds(1) ||
+      options.liveness_interval > std::chrono::seconds(10))
+    return fail(Errc::InvalidArgument,
+                detail::format("WaitSet liveness_interval {} ms must be in [1, 10000] ms",
+                               options.liveness_interval.count()));
+  if (g_pretend_no_waitv.load(std::memory_order_relaxed) || !futex_wait_any_supported())
+    return fail(Errc::SystemError,
+                "WaitSet needs the futex_waitv system call (Linux 5.16 or newer); this kernel "
+                "(or a seccomp filter) refuses it. Wait on each endpoint in its own thread "
+                "instead (the blocking calls need no futex_waitv)");
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->members.reserve(options.max_members);
+  state->events.reserve(options.max_members);
+  state->entries.reserve(options.max_members + 1);
+  state->last_probe_ns = monotonic_ns();
+  return WaitSet(std::move(state));
+}
+
+WaitSet::WaitSet(std::unique_ptr<State> state) noexcept : state_(std::move(state)) {}
+WaitSet::WaitSet(WaitSet&&) noexcept = default;
+WaitSet& WaitSet::operator=(WaitSet&& other) noexcept {
+  if (this != &other) {
+    close();
+    if (state_)
+      while (state_->waiters.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+WaitSet::~WaitSet() {
+  if (!state_) return;
+  close();
+  // seq_cst: after close()'s store of `closed`; a waiter inside sees it (or
+  // its wake) and leaves, then decrements.
+  while (state_->waiters.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+}
+
+void WaitSet::close() noexcept {
+  if (!state_) return;
+  State& s = *state_;
+  s.closed.store(true, std::memory_order_seq_cst);
+  // release: the waiter's acquire load of own_word before its re-check.
+  s.own_word.fetch_add(1, std::memory_order_release);
+  (void)futex_wake_all(s.own_word);
+  if (s.event_fd >= 0) s.write_fd();  // an event loop learns it through wait()
+}
+
+namespace {
+
+std::unexpected<Error> moved_from() {
+  return fail(Errc::InvalidArgument, "a moved-from WaitSet has no members and cannot wait");
+}
+
+}  // namespace
+
+template <class Handle>
+static Result<void> attach_member(WaitSet::State* s, Handle& h, std::uint64_t tag, MemberKind kind,
+                                  std::size_t payload_bytes) {
+  if (s == nullptr) return moved_from();
+  const detail::EndpointGuard::Scope scope(s->guard, "a WaitSet");
+  if (s->members.size() >= s->options.max_members)
+    return fail(Errc::InvalidArgument,
+                detail::format("WaitSet is full: {} members (max_members)", s->members.size()));
+  if (s->find(tag) != nullptr)
+    return fail(Errc::InvalidArgument,
+                detail::format("WaitSet already has a member with tag {}", tag));
+  for (const auto& m : s->members)
+    if (m.handle == static_cast<void*>(&h))
+      return fail(Errc::InvalidArgument,
+                  detail::format("this handle is already in the WaitSet (tag {})", m.tag));
+  // Before any look at its control block: a default-constructed or
+  // moved-from handle has none.
+  if (h.segment().mutable_header() == nullptr)
+    return fail(Errc::InvalidArgument, "a handle attached to nothing cannot join a WaitSet");
+  WaitSet::State::Member m;
+  m.tag = tag;
+  m.kind = kind;
+  m.handle = &h;
+  m.payload_bytes = payload_bytes;
+  m.w = detail::WaitSetAccess::words(h);
+  s->members.push_back(m);
+  if (s->event_fd >= 0) {
+    s->disarm();
+    s->write_fd();  // the loop calls wait(), which arms with the new member
+  }
+  return {};
+}
+
+Result<void> WaitSet::attach(RingConsumer& consumer, std::uint64_t tag) {
+  return attach_member(state_.get(), consumer, tag, MemberKind::RingConsumer, 0);
+}
+
+Result<void> WaitSet::attach(ChannelConsumer& consumer, std::uint64_t tag) {
+  return attach_member(state_.get(), consumer, tag, MemberKind::ChannelConsumer, 0);
+}
+
+template <class Producer>
+static Result<void> check_payload(Producer& p, std::size_t payload_bytes) {
+  const std::uint64_t max = detail::WaitSetAccess::max_payload(p);
+  if (payload_bytes > max)
+    return fail(Errc::TooLarge,
+                detail::format("{}: WaitSet room for {} bytes: the largest payload is {} bytes",
+                               detail::WaitSetAccess::path(p), payload_bytes, max));
+  return {};
+}
+
+Result<void> WaitSet::attach(RingProducer& producer, std::uint64_t tag, std::size_t payload_bytes) {
+  if (state_ && producer.segment().mutable_header() != nullptr) {
+    if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), producer, tag, MemberKind::RingProducer, payload_bytes);
+}
+
+Result<void> WaitSet::attach(ChannelProducer& producer, std::uint64_t tag,
+                             std::size_t payload_bytes) {
+  if (state_ && producer.segment().mutable_header() != nullptr) {
+    if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), producer, tag, MemberKind::ChannelProducer, payload_bytes);
+}
+
+Result<void> WaitSet::detach(std::uint64_t tag) {
+  if (!state_) return moved_from();
+  State& s = *state_;
+  const detail::EndpointGuard::Scope scope(s.guard, "a WaitSet");
+  const auto it = std::find_if(s.members.begin(), s.members.end(),
+                               [&](const State::Member& m) { return m.tag == tag; });
+  if (it == s.members.end())
+    return fail(Errc::NotFound, detail::format("WaitSet has no member with tag {}", tag));
+  if (s.event_fd >= 0) s.disarm();
+  it->w.parked->store(0, std::memory_order_relaxed);  // a hint: at worst one needless wake
+  s.members.erase(it);
+  if (s.event_fd >= 0) s.write_fd();  // re-armed by the next wait()
+  return {};
+}
+
+std::size_t WaitSet::size() const noexcept {
+  return state_ ? state_->members.size() : 0;
+}
+
+Result<WaitOutcome> WaitSet::wait(std::chrono::nanoseconds timeout) {
+  if (!state_) return moved_from();
+  State& s = *state_;
+  // seq_cst: pairs with the destructor's load after its store of `closed`.
+  s.waiters.fetch_add(1, std::memory_order_seq_cst);
+  Result<WaitOutcome> r = [&] {
+    const detail::EndpointGuard::Scope scope(s.guard, "a WaitSet");
+    return s.wait(timeout);
+  }();
+  if (r && r->status == WaitStatus::Ready && s.closed.load(std::memory_order_seq_cst))
+    r = WaitOutcome{WaitStatus::Closed, {}};
+  // The last touch of the set: the destructor may free it once this is 0.
+  s.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  return r;
+}
+
+Result<int> WaitSet::fd() {
+  if (!state_) return moved_from();
+  State& s = *state_;
+  const detail::EndpointGuard::Scope scope(s.guard, "a WaitSet");
+  if (s.event_fd >= 0) return s.event_fd;
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0)
+    return fail(Errc::SystemError,
+                detail::format("WaitSet fd(): eventfd: {}", std::strerror(errno)));
+  s.event_fd = efd;
+  s.helper = std::thread([&s] { s.helper_main(); });
+  s.write_fd();  // readable at once: the first wait() arms the helper
+  return efd;
+}
+
+WaitSetSnapshot WaitSet::snapshot() const noexcept {
+  WaitSetSnapshot out;
+  if (!state_) return out;
+  const State& s = *state_;
+  out.members = s.members.size();
+  out.max_members = s.options.max_members;
+  // relaxed: statistics counters.
+  out.waits = s.waits.load(std::memory_order_relaxed);
+  out.parks = s.parks.load(std::memory_order_relaxed);
+  out.probes = s.probes.load(std::memory_order_relaxed);
+  out.fd_active = s.event_fd >= 0;
+  out.fd_signals = s.fd_signals.load(std::memory_order_relaxed);
+  return out;
+}
+
+void test_hooks::pretend_no_futex_waitv(bool on) noexcept {
+  g_pretend_no_waitv.store(on, std::memory_order_relaxed);
+}
+
+}  // namespace shm

@@ -1,0 +1,142 @@
+// The other side of a WaitSet member, in its own process, driven by
+// tests/integration/waitset/waitset_process_test.cpp.
+//
+//   waitset_peer ROLE NAME STEP...
+// ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer
+// (opened by NAME; prints "READY" once attached), then each STEP in order:
+//   go:FILE        wait until FILE exists
+//   sleep:MS       sleep
+//   push:TEXT      ring producer: push TEXT (waits for room)
+//   pop            ring consumer: pop one record (waits for one)
+//   send:TEXT      channel producer: send TEXT (waits for room)
+//   receive        channel consumer: receive one payload (waits for one)
+//   finish         channel producer: finish() the stream
+//   die            SIGKILL itself (no detach, no wake owed)
+//   stress:N:SEED  ring producer: push N 8-byte records (their index), with
+//                  random pauses (none, a spin, or up to 200 us of sleep)
+//   poke:OFFSET:HEX write the 8-byte value HEX at byte OFFSET of the
+//                  segment file (a hostile or buggy process; no wake)
+// After the steps it prints "DONE" and exits 0 (detaching cleanly).
+// Exit codes: 2 usage, 3 library error.
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/platform/cpu_relax.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+
+namespace {
+
+[[noreturn]] void die(int code, const std::string& msg) {
+  std::fprintf(stderr, "waitset_peer: %s\n", msg.c_str());
+  std::_Exit(code);
+}
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::span<const std::byte> bytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+template <class T>
+T need(shm::Result<T> r) {
+  if (!r) die(3, r.error().what());
+  return std::move(*r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace std::chrono_literals;
+  if (argc < 3) die(2, "usage: waitset_peer ROLE NAME STEP...");
+  const std::string role = argv[1];
+  const std::string name = argv[2];
+  std::optional<shm::RingProducer> rp;
+  std::optional<shm::RingConsumer> rc;
+  std::optional<shm::ChannelProducer> cp;
+  std::optional<shm::ChannelConsumer> cc;
+  if (role == "ring-producer")
+    rp.emplace(need(shm::RingProducer::open(name)));
+  else if (role == "ring-consumer")
+    rc.emplace(need(shm::RingConsumer::open(name)));
+  else if (role == "channel-producer")
+    cp.emplace(need(shm::ChannelProducer::open(name)));
+  else if (role == "channel-consumer")
+    cc.emplace(need(shm::ChannelConsumer::open(name)));
+  else
+    die(2, "unknown role " + role);
+  const std::string path = (rp   ? rp->segment()
+                            : rc ? rc->segment()
+                            : cp ? cp->segment()
+                                 : cc->segment())
+                               .path();
+  say("READY");
+  for (int i = 3; i < argc; ++i) {
+    const std::string step = argv[i];
+    const auto colon = step.find(':');
+    const std::string verb = step.substr(0, colon);
+    const std::string arg = colon == std::string::npos ? "" : step.substr(colon + 1);
+    if (verb == "go") {
+      while (!std::filesystem::exists(arg)) ::usleep(200);
+    } else if (verb == "sleep") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(arg)));
+    } else if (verb == "push" && rp) {
+      if (!need(rp->push(bytes(arg), 10s))) die(3, "push timed out");
+    } else if (verb == "pop" && rc) {
+      std::byte buf[4096];
+      if (!need(rc->pop(buf, 10s))) die(3, "pop timed out");
+    } else if (verb == "send" && cp) {
+      if (need(cp->send(bytes(arg), 10s)).status != shm::SendStatus::Ok) die(3, "send refused");
+    } else if (verb == "receive" && cc) {
+      std::byte buf[4096];
+      if (need(cc->receive_into(buf, 10s)).status != shm::ReceiveStatus::Received)
+        die(3, "receive got nothing");
+    } else if (verb == "finish" && cp) {
+      if (auto ok = cp->finish(); !ok) die(3, ok.error().what());
+    } else if (verb == "die") {
+      ::raise(SIGKILL);
+    } else if (verb == "stress" && rp) {
+      const auto sep = arg.find(':');
+      const std::uint64_t n = std::stoull(arg.substr(0, sep));
+      std::mt19937_64 rng(std::stoull(arg.substr(sep + 1)));
+      for (std::uint64_t k = 0; k < n; ++k) {
+        if (!need(rp->push(std::as_bytes(std::span(&k, 1)), 10s))) die(3, "stress push timed out");
+        switch (rng() % 4) {
+          case 0:
+            break;
+          case 1:
+            for (int s = static_cast<int>(rng() % 2000); s > 0; --s) shm::detail::cpu_relax();
+            break;
+          default:
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+        }
+      }
+    } else if (verb == "poke") {
+      const auto sep = arg.find(':');
+      const auto offset = static_cast<off_t>(std::stoull(arg.substr(0, sep)));
+      const std::uint64_t value = std::stoull(arg.substr(sep + 1), nullptr, 16);
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::pwrite(fd, &value, sizeof value, offset) != sizeof value)
+        die(3, "poke " + path + ": " + std::strerror(errno));
+      ::close(fd);
+    } else {
+      die(2, "step " + step + " does not fit role " + role);
+    }
+  }
+  say("DONE");
+  return 0;
+}

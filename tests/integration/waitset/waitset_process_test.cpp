@@ -1,0 +1,504 @@
+// WaitSet across processes: every member kind (ring and channel, consumer and
+// producer) x every reason (data, room, peer died, faulted, closed), made by a
+// peer in another process (tests/helpers/waitset/waitset_peer.cpp) while the
+// set is parked; a lost-wake stress; fd() in poll(); close() and destruction
+// while another thread waits.
+//
+// Wake-ups that a peer's publish must deliver run with a liveness interval
+// of 10 s, so only a real futex wake returns within test::kWakeBound. Deaths
+// and scribbles wake nobody: the set sees them at its next liveness slice
+// (20 ms here), also well within the bound.
+#include "common/subprocess.hpp"
+#include "common/temp_root.hpp"
+#include "common/wake_probe.hpp"
+#include "shm/channel/consumer.hpp"
+#include "shm/channel/producer.hpp"
+#include "shm/segment/header.hpp"
+#include "shm/spsc/consumer.hpp"
+#include "shm/spsc/producer.hpp"
+#include "shm/waitset/waitset.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace shm::waitset_process_test {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+constexpr std::uint64_t kDataOffset = kHeaderSize;  // the data area follows the header
+// A ring's buffer follows its control block (3 lines of 128 bytes).
+constexpr std::uint64_t kRingBuffer = kDataOffset + 3 * 128;
+constexpr std::uint64_t kRingHead = kDataOffset + 128;
+// A channel's terminal word: the fifth line of its control block.
+constexpr std::uint64_t kChannelTerminal = kDataOffset + 4 * 128;
+
+std::span<const std::byte> bytes(const char* s) {
+  return std::as_bytes(std::span<const char>(s, std::char_traits<char>::length(s)));
+}
+
+ChannelParams tiny_channel() {
+  return ChannelParams{.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 2};
+}
+
+class WaitSetProcessTest : public ::testing::Test {
+ protected:
+  Subprocess peer(const std::string& role, const std::string& name,
+                  std::vector<std::string> steps) {
+    std::vector<std::string> argv{test::helper_path("waitset_peer"), role, name};
+    argv.insert(argv.end(), steps.begin(), steps.end());
+    return Subprocess(argv);
+  }
+  static WaitSet make_set(std::chrono::milliseconds liveness) {
+    auto set = WaitSet::make({.liveness_interval = liveness});
+    EXPECT_TRUE(set) << set.error().what();
+    return std::move(*set);
+  }
+  void go() { std::ofstream(go_).put('1'); }
+
+  // Parks `set` on a thread, runs `change`, and expects the wait to return
+  // within the bound with `want` among the ready members.
+  void expect_wake(WaitSet& set, ReadyEvent want, const std::function<void()>& change) {
+    std::vector<ReadyEvent> got;
+    WaitStatus status = WaitStatus::TimedOut;
+    const std::uint64_t parks = set.snapshot().parks;
+    const auto probe = test::probe_wake(
+        [&] {
+          auto r = set.wait(10s);
+          ASSERT_TRUE(r) << r.error().what();
+          status = r->status;
+          got.assign(r->ready.begin(), r->ready.end());
+        },
+        [&] { return set.snapshot().parks > parks; }, change);
+    test::expect_woken(probe);
+    ASSERT_EQ(status, WaitStatus::Ready) << to_string(status);
+    bool found = false;
+    for (const auto& e : got) found = found || (e.tag == want.tag && e.reason == want.reason);
+    std::string seen;
+    for (const auto& e : got)
+      seen += std::to_string(e.tag) + ":" + std::string(to_string(e.reason)) + " ";
+    EXPECT_TRUE(found) << "wanted " << want.tag << ":" << to_string(want.reason) << ", got "
+                       << seen;
+  }
+
+  test::TempRoot root_;
+  std::string go_ = root_.file("go");
+};
+
+// ---------------------------------------------------------------- data and room
+
+TEST_F(WaitSetProcessTest, RingConsumerWakesForARecordPushedByAnotherProcess) {
+  auto c = RingConsumer::create("ring", {.capacity_bytes = 1024});
+  ASSERT_TRUE(c);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  auto p = peer("ring-producer", "ring", {"go:" + go_, "push:hello"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {1, ReadyReason::Data}, [&] { go(); });
+  std::byte buf[16];
+  auto r = c->try_pop(buf);
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ(**r, 5u);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+TEST_F(WaitSetProcessTest, RingProducerWakesForRoomFreedByAnotherProcess) {
+  auto prod = RingProducer::create("ring", {.capacity_bytes = 64});
+  ASSERT_TRUE(prod);
+  while (*prod->try_push(bytes("12345678"))) {
+  }
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 2, 8));
+  auto c = peer("ring-consumer", "ring", {"go:" + go_, "pop"});
+  ASSERT_TRUE(c.wait_for_line("READY", 30s)) << c.output();
+  expect_wake(set, {2, ReadyReason::Room}, [&] { go(); });
+  auto pushed = prod->try_push(bytes("12345678"));
+  ASSERT_TRUE(pushed);
+  EXPECT_TRUE(*pushed);
+  EXPECT_EQ(c.wait(10s), 0) << c.output();
+}
+
+TEST_F(WaitSetProcessTest, ChannelConsumerWakesForAPayloadSentByAnotherProcess) {
+  auto cons = ChannelConsumer::create("chan", tiny_channel());
+  ASSERT_TRUE(cons) << cons.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*cons, 3));
+  auto p = peer("channel-producer", "chan", {"go:" + go_, "send:hello", "sleep:200"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {3, ReadyReason::Data}, [&] { go(); });
+  std::byte buf[64];
+  auto r = cons->try_receive_into(buf);
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r->status, ReceiveStatus::Received);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+TEST_F(WaitSetProcessTest, ChannelProducerWakesForRoomFreedByAnotherProcess) {
+  auto prod = ChannelProducer::create("chan", tiny_channel());
+  ASSERT_TRUE(prod) << prod.error().what();
+  while (prod->try_send(bytes("12345678"))->status == SendStatus::Ok) {
+  }
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 4, 8));
+  auto c = peer("channel-consumer", "chan", {"go:" + go_, "receive", "sleep:200"});
+  ASSERT_TRUE(c.wait_for_line("READY", 30s)) << c.output();
+  expect_wake(set, {4, ReadyReason::Room}, [&] { go(); });
+  auto sent = prod->try_send(bytes("12345678"));
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->status, SendStatus::Ok);
+  EXPECT_EQ(c.wait(10s), 0) << c.output();
+}
+
+// The other way a channel producer waits: the page quota. Room comes back
+// when the consumer crosses into the next page and releases the oldest one
+// ([chan.E]), not when it merely gives a payload back.
+TEST_F(WaitSetProcessTest, ChannelProducerWakesWhenTheConsumerReleasesAPage) {
+  auto prod = ChannelProducer::create(
+      "chan", {.pages = 2, .page_bytes = 64, .descriptors_per_page = 8, .ring_cells = 64});
+  ASSERT_TRUE(prod) << prod.error().what();
+  const char payload[] = "0123456789abcdef0123456";  // 24 bytes: two fill a page
+  SendStatus last = SendStatus::Ok;
+  int sent = 0;
+  while ((last = prod->try_send(bytes(payload))->status) == SendStatus::Ok) ++sent;
+  ASSERT_EQ(last, SendStatus::PageQuotaExhausted);
+  ASSERT_EQ(sent, 4);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 6, 24));
+  auto r = set.wait(0ns);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, WaitStatus::TimedOut);
+  // Two receives give payloads back (each wakes the parked set, which finds
+  // no room yet); the third is the first of the second page: page 0 is
+  // released and the set has room.
+  auto c = peer("channel-consumer", "chan",
+                {"go:" + go_, "receive", "receive", "sleep:50", "receive", "sleep:200"});
+  ASSERT_TRUE(c.wait_for_line("READY", 30s)) << c.output();
+  std::vector<ReadyEvent> got;
+  const auto probe = test::probe_wake(
+      [&] {
+        auto w = set.wait(10s);
+        ASSERT_TRUE(w);
+        got.assign(w->ready.begin(), w->ready.end());
+      },
+      [&] { return set.snapshot().parks > 0; }, [&] { go(); });
+  EXPECT_FALSE(probe.returned_early);
+  ASSERT_GE(probe.latency.count(), 50) << "room before the page was released";
+  EXPECT_LE(probe.latency, 50ms + test::kWakeBound);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].reason, ReadyReason::Room);
+  auto ok = prod->try_send(bytes(payload));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, SendStatus::Ok);
+  EXPECT_EQ(c.wait(10s), 0) << c.output();
+}
+
+TEST_F(WaitSetProcessTest, ChannelConsumerReportsClosedWhenTheProducerFinishes) {
+  auto cons = ChannelConsumer::create("chan", tiny_channel());
+  ASSERT_TRUE(cons);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*cons, 5));
+  auto p = peer("channel-producer", "chan", {"go:" + go_, "finish"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {5, ReadyReason::Closed}, [&] { go(); });
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// ---------------------------------------------------------------- peer died
+
+TEST_F(WaitSetProcessTest, EachMemberReportsItsPeerKilled) {
+  auto rc = RingConsumer::create("rc", {.capacity_bytes = 1024});
+  auto rp = RingProducer::create("rp", {.capacity_bytes = 64});
+  auto cc = ChannelConsumer::create("cc", tiny_channel());
+  auto cp = ChannelProducer::create("cp", tiny_channel());
+  ASSERT_TRUE(rc && rp && cc && cp);
+  while (*rp->try_push(bytes("12345678"))) {
+  }
+  while (cp->try_send(bytes("12345678"))->status == SendStatus::Ok) {
+  }
+  struct Case {
+    std::uint64_t tag;
+    const char* role;
+    const char* name;
+  };
+  const std::vector<Case> cases{{11, "ring-producer", "rc"},
+                                {12, "ring-consumer", "rp"},
+                                {13, "channel-producer", "cc"},
+                                {14, "channel-consumer", "cp"}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.role);
+    auto set = make_set(20ms);
+    switch (k.tag) {
+      case 11:
+        ASSERT_TRUE(set.attach(*rc, k.tag));
+        break;
+      case 12:
+        ASSERT_TRUE(set.attach(*rp, k.tag, 8));
+        break;
+      case 13:
+        ASSERT_TRUE(set.attach(*cc, k.tag));
+        break;
+      default:
+        ASSERT_TRUE(set.attach(*cp, k.tag, 8));
+    }
+    auto p = peer(k.role, k.name, {"go:" + go_, "die"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {k.tag, ReadyReason::PeerDied}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 128 + SIGKILL);
+    std::filesystem::remove(go_);
+  }
+}
+
+TEST_F(WaitSetProcessTest, APeerThatDetachesCleanlyIsNotReportedDead) {
+  auto c = RingConsumer::create("ring", {.capacity_bytes = 1024});
+  ASSERT_TRUE(c);
+  auto set = make_set(5ms);
+  ASSERT_TRUE(set.attach(*c, 1));
+  auto p = peer("ring-producer", "ring", {});
+  EXPECT_EQ(p.wait(30s), 0) << p.output();
+  auto r = set.wait(100ms);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_GT(set.snapshot().probes, 0u);
+}
+
+// ---------------------------------------------------------------- faulted
+
+TEST_F(WaitSetProcessTest, EachMemberReportsAStructureScribbledByAnotherProcess) {
+  auto rc = RingConsumer::create("rc", {.capacity_bytes = 1024});
+  auto rp = RingProducer::create("rp", {.capacity_bytes = 64});
+  auto cc = ChannelConsumer::create("cc", tiny_channel());
+  auto cp = ChannelProducer::create("cp", tiny_channel());
+  ASSERT_TRUE(rc && rp && cc && cp);
+  while (*rp->try_push(bytes("12345678"))) {
+  }
+  while (cp->try_send(bytes("12345678"))->status == SendStatus::Ok) {
+  }
+  const std::string faulted = "poke:" + std::to_string(kChannelTerminal) + ":544C5546";
+  struct Case {
+    std::uint64_t tag;
+    const char* role;
+    const char* name;
+    std::string poke;
+  };
+  const std::vector<Case> cases{
+      // a header word of no type at the consumer's peek position
+      {21, "ring-producer", "rc", "poke:" + std::to_string(kRingBuffer) + ":FFFFFFFFFFFFFFFF"},
+      // a head that is not on a record boundary
+      {22, "ring-consumer", "rp", "poke:" + std::to_string(kRingHead) + ":3"},
+      // the terminal word FAULTED, stored by no library call
+      {23, "channel-producer", "cc", faulted},
+      {24, "channel-consumer", "cp", faulted}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.role);
+    auto set = make_set(20ms);
+    switch (k.tag) {
+      case 21:
+        ASSERT_TRUE(set.attach(*rc, k.tag));
+        break;
+      case 22:
+        ASSERT_TRUE(set.attach(*rp, k.tag, 8));
+        break;
+      case 23:
+        ASSERT_TRUE(set.attach(*cc, k.tag));
+        break;
+      default:
+        ASSERT_TRUE(set.attach(*cp, k.tag, 8));
+    }
+    auto p = peer(k.role, k.name, {"go:" + go_, k.poke, "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {k.tag, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::filesystem::remove(go_);
+  }
+}
+
+// ---------------------------------------------------------------- fd()
+
+TEST_F(WaitSetProcessTest, FdBecomesReadableWhenAnotherProcessPushes) {
+  auto c = RingConsumer::create("ring", {.capacity_bytes = 1024});
+  ASSERT_TRUE(c);
+  // The peer attaches first: a producer's attach wakes a parked consumer
+  // (the takeover wake), which would make the descriptor readable early.
+  auto p = peer("ring-producer", "ring", {"go:" + go_, "push:hello"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  auto fd = set.fd();
+  ASSERT_TRUE(fd) << fd.error().what();
+  pollfd pfd{*fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 0), 1) << "fd() starts readable: the first wait() arms it";
+  auto r = set.wait(0ns);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_EQ(::poll(&pfd, 1, 20), 0) << "readable with nothing ready";
+  const auto changed = std::chrono::steady_clock::now();
+  go();
+  // Readable, then wait(0) has the record (a spurious readiness would
+  // return TimedOut and re-arm: look again).
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() - changed < 10s) {
+    ASSERT_EQ(::poll(&pfd, 1, 10'000), 1);
+    r = set.wait(0ns);
+    ASSERT_TRUE(r);
+    ready = r->status == WaitStatus::Ready;
+  }
+  ASSERT_TRUE(ready);
+  EXPECT_LE(std::chrono::steady_clock::now() - changed, test::kWakeBound);
+  EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+  EXPECT_GE(set.snapshot().fd_signals, 1u);
+  std::byte buf[16];
+  ASSERT_TRUE(c->try_pop(buf));
+  // A wait() that found something leaves the descriptor readable; the next
+  // finds nothing and re-arms; the descriptor goes quiet.
+  EXPECT_EQ(::poll(&pfd, 1, 0), 1);
+  r = set.wait(0ns);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_EQ(::poll(&pfd, 1, 50), 0);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// ---------------------------------------------------------------- close, destroy
+
+TEST_F(WaitSetProcessTest, CloseFromAnotherThreadEndsAWait) {
+  auto c = RingConsumer::create("ring", {.capacity_bytes = 1024});
+  ASSERT_TRUE(c);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  WaitStatus status = WaitStatus::TimedOut;
+  const auto probe = test::probe_wake(
+      [&] {
+        auto r = set.wait(10s);
+        ASSERT_TRUE(r);
+        status = r->status;
+      },
+      [&] { return set.snapshot().parks > 0; }, [&] { set.close(); });
+  test::expect_woken(probe);
+  EXPECT_EQ(status, WaitStatus::Closed);
+  auto again = set.wait(0ns);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, WaitStatus::Closed);
+}
+
+TEST_F(WaitSetProcessTest, DestroyingTheSetEndsAWaitInAnotherThread) {
+  auto c = RingConsumer::create("ring", {.capacity_bytes = 1024});
+  ASSERT_TRUE(c);
+  auto set = std::make_unique<WaitSet>(make_set(10s));
+  ASSERT_TRUE(set->attach(*c, 1));
+  std::atomic<bool> parked{false};
+  WaitStatus status = WaitStatus::TimedOut;
+  WaitSet* raw = set.get();
+  const auto probe = test::probe_wake(
+      [&] {
+        auto r = raw->wait(10s);
+        ASSERT_TRUE(r);
+        status = r->status;
+      },
+      [&] { return parked.exchange(raw->snapshot().parks > 0) || raw->snapshot().parks > 0; },
+      [&] { set.reset(); });
+  test::expect_woken(probe);
+  EXPECT_EQ(status, WaitStatus::Closed);
+  // The ring is untouched: its producer can still push and it can still pop.
+  auto p = RingProducer::open("ring");
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(p->try_push(bytes("x")));
+  std::byte buf[4];
+  auto r = c->try_pop(buf);
+  ASSERT_TRUE(r && *r);
+}
+
+// ---------------------------------------------------------------- the example
+
+// examples/waitset_service: one thread, a Boost.Asio loop on fd(), two rings
+// fed by two ring_producer processes, stopped by SIGTERM with everything taken.
+TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsAndStopsOnSigterm) {
+#if !SHM_EXPECT_EXAMPLES
+  GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
+#endif
+  Subprocess service(
+      {test::bin_path("waitset_service"), "--create", "--rings", "wa,wb", "--capacity", "65536"});
+  ASSERT_TRUE(service.wait_for_line("serving 2 endpoints", 30s)) << service.output();
+  Subprocess a({test::bin_path("ring_producer"), "--name", "wa", "--count", "2000"});
+  Subprocess b({test::bin_path("ring_producer"), "--name", "wb", "--count", "3000"});
+  ASSERT_EQ(a.wait(60s), 0) << a.output();
+  ASSERT_EQ(b.wait(60s), 0) << b.output();
+  // The producers' last records are taken once the loop has run; then stop it.
+  std::this_thread::sleep_for(200ms);
+  service.kill(SIGTERM);
+  ASSERT_EQ(service.wait(30s), 0) << service.output();
+  // ring_producer ends its stream with one more record (end of stream).
+  EXPECT_NE(service.output().find("wa: 2001 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("wb: 3001 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("signal 15: stopping"), std::string::npos) << service.output();
+}
+
+// ---------------------------------------------------------------- lost-wake stress
+
+// Three producer processes push 5000 records each with random pauses (none,
+// a spin, a sleep of up to 200 us) into small rings, so both sides park and
+// wake thousands of times; the set drains them all in order. The liveness
+// slice is 10 s: a wake lost by the set shows as a 2 s wait that times out.
+TEST_F(WaitSetProcessTest, NoWakeIsLostUnderRandomizedRacesAcrossProcesses) {
+  constexpr int kRings = 3;
+  constexpr std::uint64_t kRecords = 5000;
+  std::vector<RingConsumer> rings;
+  auto set = make_set(10s);
+  std::vector<Subprocess> peers;
+  for (int i = 0; i < kRings; ++i) {
+    auto c = RingConsumer::create("s" + std::to_string(i), {.capacity_bytes = 256});
+    ASSERT_TRUE(c);
+    rings.push_back(std::move(*c));
+  }
+  for (int i = 0; i < kRings; ++i) ASSERT_TRUE(set.attach(rings[i], i));
+  for (int i = 0; i < kRings; ++i) {
+    peers.push_back(
+        peer("ring-producer", "s" + std::to_string(i),
+             {"go:" + go_, "stress:" + std::to_string(kRecords) + ":" + std::to_string(1234 + i)}));
+    ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  }
+  go();
+  std::vector<std::uint64_t> next(kRings, 0);
+  std::uint64_t done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (done < kRings * kRecords) {
+    auto r = set.wait(2s);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, WaitStatus::Ready)
+        << "a wake was lost: " << done << " records taken, next " << next[0] << "/" << next[1]
+        << "/" << next[2];
+    std::vector<ReadyEvent> events(r->ready.begin(), r->ready.end());
+    for (const auto& e : events) {
+      ASSERT_EQ(e.reason, ReadyReason::Data);
+      for (;;) {
+        std::uint64_t v = 0;
+        auto got = rings[e.tag].try_pop(std::as_writable_bytes(std::span(&v, 1)));
+        ASSERT_TRUE(got) << got.error().what();
+        if (!*got) break;
+        ASSERT_EQ(v, next[e.tag]) << "ring " << e.tag;
+        ++next[e.tag];
+        ++done;
+      }
+    }
+  }
+  for (auto& p : peers) EXPECT_EQ(p.wait(10s), 0) << p.output();
+  EXPECT_GT(set.snapshot().parks, 0u);
+  std::printf("stress: %llu records in %lld ms, %llu parks\n",
+              static_cast<unsigned long long>(done),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count()),
+              static_cast<unsigned long long>(set.snapshot().parks));
+}
+
+}  // namespace
+}  // namespace shm::waitset_process_test
