@@ -25,3 +25,4 @@
 #include "shm/spill/page.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
