@@ -441,6 +441,8 @@ void LoanedSample::reset() noexcept {
   bytes_ = {};
   if (core == nullptr) return;
   --core->outstanding;
+  // A forked child's copy: the loan is the parent's.
+  if (core->attachment.copied_by_fork()) return;
   const topic::View& v = core->v;
   if (!topic::detail::lock(core->segment, v)) return;  // repair takes the loan back later
   std::atomic<std::uint32_t>& loan = v.control->publisher.loans[loan_];
@@ -470,6 +472,8 @@ void Sample::release() noexcept {
   bytes_ = {};
   if (core == nullptr) return;
   --core->outstanding;
+  // A forked child's copy: the sample is the parent's to release.
+  if (core->attachment.copied_by_fork()) return;
   const topic::View& v = core->v;
   if (!topic::detail::lock(core->segment, v)) return;  // repair releases it later
   std::atomic<std::uint32_t>& held = v.held(core->record)[held_];
@@ -496,7 +500,8 @@ TopicPublisher& TopicPublisher::operator=(TopicPublisher&& other) noexcept {
 
 TopicPublisher::~TopicPublisher() {
   if (!core_) return;
-  if (core_->outstanding != 0) topic::contract("a LoanedSample outlived its TopicPublisher");
+  if (core_->outstanding != 0 && !core_->attachment.copied_by_fork())
+    topic::contract("a LoanedSample outlived its TopicPublisher");
   const topic::View& v = core_->v;
   if (!core_->attachment.copied_by_fork() && topic::detail::lock(core_->segment, v)) {
     auto& pub = v.control->publisher;
@@ -776,7 +781,8 @@ TopicSubscriber& TopicSubscriber::operator=(TopicSubscriber&& other) noexcept {
 
 TopicSubscriber::~TopicSubscriber() {
   if (!core_) return;
-  if (core_->outstanding != 0) topic::contract("a Sample outlived its TopicSubscriber");
+  if (core_->outstanding != 0 && !core_->attachment.copied_by_fork())
+    topic::contract("a Sample outlived its TopicSubscriber");
   const topic::View& v = core_->v;
   if (!core_->attachment.copied_by_fork() && topic::detail::lock(core_->segment, v)) {
     topic::SubscriberRecord& r = v.record(core_->record);

@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -295,6 +298,26 @@ TEST_F(TopicTest, DescribeShowsEachSubscribersQueueHeldMissedAndVerifyIsClean) {
   EXPECT_TRUE(kTopicDescriptor.verify(seg).empty());
   EXPECT_EQ(find_kind(kTopicKind), &kTopicDescriptor);
   EXPECT_EQ(test::audit_topic(seg).error, "");
+}
+
+TEST_F(TopicTest, AForkedChildDroppingItsCopyOfASampleLeavesTheParentsSampleHeld) {
+  auto pub = must(TopicPublisher::create("t", params(4)));
+  auto sub = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));
+  send(pub, "mine");
+  auto s = must(sub.try_receive());
+  ASSERT_TRUE(s);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    { Sample copy = std::move(*s); }  // the child's copy goes: not the parent's sample
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(pub.snapshot().free_chunks, 3u) << "the parent still holds its sample";
+  EXPECT_EQ(text(*s), "mine");
+  s->release();
+  EXPECT_EQ(pub.snapshot().free_chunks, 4u);
 }
 
 TEST_F(TopicTest, EnumsHaveNames) {
