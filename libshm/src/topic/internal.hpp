@@ -24,7 +24,10 @@ struct Core {
   std::size_t record = 0;  // subscriber record (slot - kExclusiveSlots)
   TopicOverflow overflow = TopicOverflow::DropOldest;
   std::uint32_t incarnation = 0;  // the publisher's
-  std::uint32_t outstanding = 0;  // loans or held samples alive in this process
+  // Loans or held samples alive in this process. Atomic: a sample may be
+  // dropped on another thread than the handle's (relaxed: a count, the
+  // mutex orders what the drop does in the segment).
+  std::atomic<std::uint32_t> outstanding{0};
   shm::detail::EndpointGuard guard;
 };
 

@@ -440,7 +440,7 @@ void LoanedSample::reset() noexcept {
   topic::detail::Core* core = std::exchange(core_, nullptr);
   bytes_ = {};
   if (core == nullptr) return;
-  --core->outstanding;
+  core->outstanding.fetch_sub(1, std::memory_order_relaxed);
   // A forked child's copy: the loan is the parent's.
   if (core->attachment.copied_by_fork()) return;
   const topic::View& v = core->v;
@@ -471,7 +471,7 @@ void Sample::release() noexcept {
   topic::detail::Core* core = std::exchange(core_, nullptr);
   bytes_ = {};
   if (core == nullptr) return;
-  --core->outstanding;
+  core->outstanding.fetch_sub(1, std::memory_order_relaxed);
   // A forked child's copy: the sample is the parent's to release.
   if (core->attachment.copied_by_fork()) return;
   const topic::View& v = core->v;
@@ -500,7 +500,8 @@ TopicPublisher& TopicPublisher::operator=(TopicPublisher&& other) noexcept {
 
 TopicPublisher::~TopicPublisher() {
   if (!core_) return;
-  if (core_->outstanding != 0 && !core_->attachment.copied_by_fork())
+  if (core_->outstanding.load(std::memory_order_relaxed) != 0 &&
+      !core_->attachment.copied_by_fork())
     topic::contract("a LoanedSample outlived its TopicPublisher");
   const topic::View& v = core_->v;
   if (!core_->attachment.copied_by_fork() && topic::detail::lock(core_->segment, v)) {
@@ -558,11 +559,12 @@ Result<std::optional<LoanedSample>> TopicPublisher::try_loan(std::size_t bytes) 
   if (bytes > v.p.max_sample_bytes)
     return fail(Errc::TooLarge, shm::detail::format("{}: loan of {} bytes, max_sample_bytes is {}",
                                                     c.segment.path(), bytes, v.p.max_sample_bytes));
-  if (c.outstanding >= topic::kMaxLoans)
-    return fail(Errc::HeldLimit,
-                shm::detail::format("{}: the publisher already holds {} loans (the limit); publish "
-                                    "or drop one first",
-                                    c.segment.path(), c.outstanding));
+  if (c.outstanding.load(std::memory_order_relaxed) >= topic::kMaxLoans)
+    return fail(
+        Errc::HeldLimit,
+        shm::detail::format("{}: the publisher already holds {} loans (the limit); publish "
+                            "or drop one first",
+                            c.segment.path(), c.outstanding.load(std::memory_order_relaxed)));
   if (auto ok = topic::detail::lock(c.segment, v); !ok) return std::unexpected(ok.error());
   auto& pub = v.control->publisher;
   const std::uint32_t n = ld(v.control->pool.free_count);
@@ -590,7 +592,7 @@ Result<std::optional<LoanedSample>> TopicPublisher::try_loan(std::size_t bytes) 
   st(v.meta[chunk].length, bytes);
   st(pub.loans[k], chunk + 1);
   topic::detail::unlock(v);
-  ++c.outstanding;
+  c.outstanding.fetch_add(1, std::memory_order_relaxed);
   LoanedSample s;
   s.core_ = &c;
   s.chunk_ = chunk;
@@ -684,7 +686,7 @@ Result<PublishOutcome> TopicPublisher::try_publish(LoanedSample&& sample) {
   if (!last) return std::unexpected(last.error());
   sample.core_ = nullptr;
   sample.bytes_ = {};
-  --c.outstanding;
+  c.outstanding.fetch_sub(1, std::memory_order_relaxed);
   topic::wake_subscribers(v);
   return out;
 }
@@ -781,7 +783,8 @@ TopicSubscriber& TopicSubscriber::operator=(TopicSubscriber&& other) noexcept {
 
 TopicSubscriber::~TopicSubscriber() {
   if (!core_) return;
-  if (core_->outstanding != 0 && !core_->attachment.copied_by_fork())
+  if (core_->outstanding.load(std::memory_order_relaxed) != 0 &&
+      !core_->attachment.copied_by_fork())
     topic::contract("a Sample outlived its TopicSubscriber");
   const topic::View& v = core_->v;
   if (!core_->attachment.copied_by_fork() && topic::detail::lock(core_->segment, v)) {
@@ -876,11 +879,12 @@ Result<std::optional<Sample>> TopicSubscriber::try_receive() {
   topic::detail::Core& c = *core_;
   shm::detail::EndpointGuard::Scope scope(c.guard, "a TopicSubscriber");
   const topic::View& v = c.v;
-  if (c.outstanding >= v.p.max_held)
+  if (c.outstanding.load(std::memory_order_relaxed) >= v.p.max_held)
     return fail(Errc::HeldLimit,
                 shm::detail::format("{}: subscriber slot {} already holds {} samples (max_held); "
                                     "drop one before receiving another",
-                                    c.segment.path(), c.attachment.slot(), c.outstanding));
+                                    c.segment.path(), c.attachment.slot(),
+                                    c.outstanding.load(std::memory_order_relaxed)));
   topic::SubscriberRecord& r = v.record(c.record);
   // [topic.Q] a lock-free look first: an empty queue costs no lock.
   if (r.tail.load(std::memory_order_seq_cst) == r.head.load(std::memory_order_relaxed))
@@ -928,7 +932,7 @@ Result<std::optional<Sample>> TopicSubscriber::try_receive() {
   s.incarnation_ = ld(m.incarnation);
   s.bytes_ = {v.chunk(*chunk), length};
   topic::detail::unlock(v);
-  ++c.outstanding;
+  c.outstanding.fetch_add(1, std::memory_order_relaxed);
   topic::wake_publisher(v);  // room for a Block publisher
   return std::optional<Sample>(std::move(s));
 }
@@ -993,7 +997,7 @@ TopicSnapshot TopicSubscriber::snapshot() const noexcept {
   const std::uint64_t head = r.head.load(std::memory_order_relaxed);
   const std::uint64_t tail = r.tail.load(std::memory_order_relaxed);
   s.queued = tail >= head ? tail - head : 0;
-  s.held = core_->outstanding;
+  s.held = core_->outstanding.load(std::memory_order_relaxed);
   s.received = r.received.load(std::memory_order_relaxed);
   s.missed = head >= s.received ? head - s.received : 0;
   return s;
