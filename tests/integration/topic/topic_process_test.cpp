@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -248,6 +250,31 @@ TEST_F(TopicProcessTest, APublisherProcessWaitingForAChunkWakesWithin100msOfARel
   ASSERT_TRUE(waiting.wait_for_line("loaned", kLine)) << waiting.output();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 100ms);
   EXPECT_EQ(waiting.wait(kLine), 0);
+}
+
+TEST_F(TopicProcessTest, ShmctlInspectShowsEachSubscriberAndVerifyIsClean) {
+  if (::access(test::bin_path("shmctl").c_str(), X_OK) != 0) {
+#if SHM_EXPECT_TOOLS
+    FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
+#else
+    GTEST_SKIP() << "shmctl is not built: LIBSHM_BUILD_TOOLS is OFF";
+#endif
+  }
+  auto pub = must(TopicPublisher::create("t", params(8, 2, 64)));
+  auto sub = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));
+  for (int i = 0; i < 3; ++i) {
+    auto loan = must(pub.try_loan(8));
+    ASSERT_TRUE(loan);
+    (void)must(pub.try_publish(std::move(*loan)));
+  }
+  Subprocess inspect({test::bin_path("shmctl"), "inspect", "t", "--json"});
+  EXPECT_EQ(inspect.wait(kLine), 0) << inspect.output();
+  const std::string& out = inspect.output();
+  for (const char* field : {"\"kind\": \"topic\"", "\"overflow\": \"drop_oldest\"", "\"missed\": 1",
+                            "\"queue\": 2", "\"free_chunks\": 6"})
+    EXPECT_NE(out.find(field), std::string::npos) << field << " not in\n" << out;
+  Subprocess verify({test::bin_path("shmctl"), "verify", "t"});
+  EXPECT_EQ(verify.wait(kLine), 0) << verify.output();
 }
 
 }  // namespace
