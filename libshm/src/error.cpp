@@ -69,6 +69,8 @@ std::string_view to_string(Errc code) noexcept {
       return "UnknownPolicy";
     case Errc::OutOfOrder:
       return "OutOfOrder";
+    case Errc::HeldLimit:
+      return "HeldLimit";
   }
   return "Unknown";
 }

@@ -14,9 +14,11 @@
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -161,6 +163,24 @@ int main(int argc, char** argv) {
   im.intent_stream_seq = 6;
   im.moved = 5;
   im.duplicates = 1;
+  // Topic: samples published to a DropOldest subscriber that missed some,
+  // one received and held, one in history.
+  auto topic_pub =
+      must(shm::TopicPublisher::create(
+               "topic-samples",
+               {.max_sample_bytes = 16, .chunks = 4, .queue_depth = 2, .history = 1, .max_held = 1},
+               create),
+           "topic");
+  auto topic_sub =
+      must(shm::TopicSubscriber::open("topic-samples", shm::TopicOverflow::DropOldest, {}, open),
+           "topic subscriber");
+  for (auto s : {"s0", "s11", "s222"}) {
+    auto loan = must(topic_pub.try_loan(std::string_view(s).size()), "topic loan");
+    if (!loan) return 1;
+    std::memcpy(loan->bytes().data(), s, loan->size());
+    (void)must(topic_pub.try_publish(std::move(*loan)), "topic publish");
+  }
+  auto topic_held = must(topic_sub.try_receive(), "topic receive");
 
   std::error_code ec;
   fs::create_directories(out, ec);

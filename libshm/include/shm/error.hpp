@@ -54,6 +54,8 @@ enum class Errc : std::uint8_t {
   UnknownPolicy,  ///< a merge policy id not registered in this process
   // calls
   OutOfOrder,  ///< a call its protocol does not allow now (take() again before commit())
+  // topics
+  HeldLimit,  ///< a handle already holds as many samples as it may (a topic's max_held, loans)
 };
 
 /// The enumerator's name ("InvalidName"), for messages and logs.

@@ -25,4 +25,5 @@
 #include "shm/spill/page.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 #include "shm/waitset/waitset.hpp"

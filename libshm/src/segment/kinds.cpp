@@ -11,9 +11,10 @@
 namespace shm {
 namespace {
 // The kind table. One line per kind.
-constexpr std::array<const KindDescriptor*, 8> kKinds = {
-    &kSpscRingDescriptor,     &kChannelDescriptor, &kLedgerDescriptor, &kMpmcRingDescriptor,
-    &kFanoutBitmapDescriptor, &kRelayDescriptor,   &kEgressDescriptor, &kBridgeStateDescriptor,
+constexpr std::array<const KindDescriptor*, 9> kKinds = {
+    &kSpscRingDescriptor, &kChannelDescriptor,      &kLedgerDescriptor,
+    &kMpmcRingDescriptor, &kFanoutBitmapDescriptor, &kRelayDescriptor,
+    &kEgressDescriptor,   &kBridgeStateDescriptor,  &kTopicDescriptor,
 };
 }  // namespace
 

@@ -33,7 +33,7 @@ void check(const char* what, E first, E last) {
 }
 
 TEST(EnumNames, EveryEnumeratorOfEveryPublicEnumHasADistinctName) {
-  check("Errc", Errc::InvalidName, Errc::OutOfOrder);
+  check("Errc", Errc::InvalidName, Errc::HeldLimit);
   // segment
   check("EventType", EventType::Created, EventType::Reclaimed);
   check("SegmentState", SegmentState::Initializing, SegmentState::Ready);
@@ -56,6 +56,9 @@ TEST(EnumNames, EveryEnumeratorOfEveryPublicEnumHasADistinctName) {
   check("ReceiveStatus", ReceiveStatus::Received, ReceiveStatus::End);
   check("ChannelFault", ChannelFault::None, ChannelFault::ProducerDied);
   check("ChannelState", ChannelState::Open, ChannelState::Corrupt);
+  // topic
+  check("TopicOverflow", TopicOverflow::DropOldest, TopicOverflow::Block);
+  check("PublishStatus", PublishStatus::Published, PublishStatus::Full);
   // mpmc
   check("mpmc::Side", mpmc::Side::Push, mpmc::Side::Pop);
   check("mpmc::RepairStatus", mpmc::RepairStatus::NotHeld, mpmc::RepairStatus::Repaired);

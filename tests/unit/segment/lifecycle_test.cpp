@@ -92,6 +92,23 @@ TEST_F(LifecycleTest, MpmcHelpersAndAttachForEveryHandleType) {
   ASSERT_TRUE(got && *got);
 }
 
+TEST_F(LifecycleTest, TopicHelpersAndAttachForEveryHandleType) {
+  const TopicParams params{.max_sample_bytes = 16, .chunks = 4, .queue_depth = 2, .max_held = 1};
+  ASSERT_TRUE(create_topic("frames", params));
+  auto seg = open_topic("frames");
+  ASSERT_TRUE(seg);
+  EXPECT_EQ(attached(*seg), 0u) << "the helpers attach nothing";
+  auto pub = TopicPublisher::attach(*open_topic("frames"));
+  auto sub = TopicSubscriber::attach(*open_topic("frames", params), TopicOverflow::Block);
+  ASSERT_TRUE(pub && sub);
+  EXPECT_EQ(attached(*seg), 2u);
+  auto loan = pub->try_loan(1);
+  ASSERT_TRUE(loan && *loan);
+  ASSERT_TRUE(pub->try_publish(std::move(**loan)));
+  auto got = sub->try_receive();
+  ASSERT_TRUE(got && *got);
+}
+
 TEST_F(LifecycleTest, FanoutHelpersAndAttachForEveryHandleType) {
   const FanoutParams params{.priorities = 3, .ring_cells = 8, .slot_bytes = 16};
   auto made = create_fanout("work", params);
@@ -182,6 +199,14 @@ TEST_F(LifecycleTest, EveryHandleTypeRefusesASegmentOfAnotherKind) {
   expect_refuses_other_kind<RelayReader>();
   expect_refuses_other_kind<Egress>();
   expect_refuses_other_kind<EgressTransport>();
+  expect_refuses_other_kind<TopicPublisher>();
+  {
+    auto other = create_ring("other-topic-subscriber", RingParams{4096});
+    ASSERT_TRUE(other);
+    auto h = TopicSubscriber::attach(std::move(*other), TopicOverflow::DropOldest);
+    ASSERT_FALSE(h);
+    EXPECT_EQ(h.error().code, Errc::KindMismatch) << h.error().message;
+  }
   // And a ring handle a segment of another kind.
   ASSERT_TRUE(create_mpmc_ring("not-a-ring", MpmcParams{16, 32}));
   auto p = RingProducer::attach(*open_mpmc_ring("not-a-ring"));
@@ -196,6 +221,9 @@ TEST_F(LifecycleTest, AttachOfAnEmptySegmentIsAnError) {
   auto l = Ledger::attach(Segment{});
   ASSERT_FALSE(l);
   EXPECT_EQ(l.error().code, Errc::InvalidArgument) << l.error().message;
+  auto t = TopicSubscriber::attach(Segment{}, TopicOverflow::Block);
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code, Errc::InvalidArgument) << t.error().message;
 }
 
 }  // namespace

@@ -130,6 +130,7 @@ extern const KindDescriptor kRelayDescriptor;         ///< kRelayKind
 extern const KindDescriptor kEgressDescriptor;        ///< kEgressKind
 /// kBridgeStateKind, written by shm-bridge (daemons/bridge).
 extern const KindDescriptor kBridgeStateDescriptor;
+extern const KindDescriptor kTopicDescriptor;  ///< kTopicKind
 ///@}
 
 }  // namespace shm

@@ -24,11 +24,12 @@ inline constexpr KindId kSpillPageKind = 8;
 /// The state segment of an shm-bridge route (daemons/bridge/state.hpp): the
 /// bridge's crash-recovery intents and its last applied stream sequence.
 inline constexpr KindId kBridgeStateKind = 9;
+inline constexpr KindId kTopicKind = 10;  ///< zero-copy publish-subscribe (shm/topic)
 
 /// Every kind id above, checked unique and nonzero at compile time.
-inline constexpr std::array kAllKindIds{kSpscRingKind,     kChannelKind,   kMpmcRingKind,
-                                        kFanoutBitmapKind, kLedgerKind,    kRelayKind,
-                                        kEgressKind,       kSpillPageKind, kBridgeStateKind};
+inline constexpr std::array kAllKindIds{
+    kSpscRingKind, kChannelKind, kMpmcRingKind,  kFanoutBitmapKind, kLedgerKind,
+    kRelayKind,    kEgressKind,  kSpillPageKind, kBridgeStateKind,  kTopicKind};
 
 namespace detail {
 consteval bool kind_ids_are_unique_and_nonzero() {
