@@ -80,6 +80,12 @@ bool write_is(std::uint64_t key, const std::vector<std::byte>& v, WriteStatus wa
 const Case kCases[] = {
     {"merge_sum", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
      [](std::size_t k) { return write_is(kKeys[kTarget[k]], u64_value(7), WriteStatus::Merged); }},
+    // max: a larger value over the key's open entry (with sum, the merges
+    // the lock-free merge path is to take: docs/relay.md).
+    {"merge_max", policy::kMax, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
+     [](std::size_t k) {
+       return write_is(kKeys[kTarget[k]], u64_value(1000), WriteStatus::Merged);
+     }},
     // keep_latest: a shorter value over a longer one (the entry's length shrinks)
     {"merge_shrink", policy::kKeepLatest, Overflow::Block, 8,
      [](std::uint64_t k) { return val(16, static_cast<unsigned char>(k)); },
@@ -103,7 +109,7 @@ const Case kCases[] = {
      [](std::uint64_t k) { return lww_value(100 + k, 1); },
      [](std::size_t) { return take_commit(2); }, 4},
 };
-constexpr int kPositionedCases = 5;  // the cases above take_remember: at three positions
+constexpr int kPositionedCases = 6;  // the cases above take_remember: at three positions
 
 RelayConfig config(const Case& c) {
   RelayConfig cfg;
