@@ -421,6 +421,27 @@ TopicSnapshot read_snapshot(const topic::View& v) noexcept {
   return s;
 }
 
+// Gives back the reference a process-local handle (a loan, a held sample)
+// holds on `chunk`: under the mutex, the record word `slot_of` names still
+// says chunk + 1 (a repair may have taken it back already), so it is cleared
+// and the chunk unreferenced; then a publisher waiting for room is woken. A
+// forked child's copy gives back nothing (the reference is the parent's); a
+// failed lock leaves the record to the repair.
+template <class SlotOf>
+void give_back(topic::detail::Core& core, std::uint32_t chunk, SlotOf slot_of) noexcept {
+  core.outstanding.fetch_sub(1, std::memory_order_relaxed);
+  if (core.attachment.copied_by_fork()) return;
+  const topic::View& v = core.v;
+  if (!topic::detail::lock(core.segment, v)) return;
+  std::atomic<std::uint32_t>& slot = slot_of(v, core);
+  if (ld(slot) == chunk + 1) {
+    st(slot, 0);
+    (void)topic::unref(v, chunk);
+  }
+  topic::detail::unlock(v);
+  topic::wake_publisher(v);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- samples
@@ -440,18 +461,11 @@ void LoanedSample::reset() noexcept {
   topic::detail::Core* core = std::exchange(core_, nullptr);
   bytes_ = {};
   if (core == nullptr) return;
-  core->outstanding.fetch_sub(1, std::memory_order_relaxed);
   // A forked child's copy: the loan is the parent's.
-  if (core->attachment.copied_by_fork()) return;
-  const topic::View& v = core->v;
-  if (!topic::detail::lock(core->segment, v)) return;  // repair takes the loan back later
-  std::atomic<std::uint32_t>& loan = v.control->publisher.loans[loan_];
-  if (ld(loan) == chunk_ + 1) {
-    st(loan, 0);
-    (void)topic::unref(v, chunk_);
-  }
-  topic::detail::unlock(v);
-  topic::wake_publisher(v);
+  give_back(
+      *core, chunk_, [this](const topic::View& v, const topic::detail::Core&) -> auto& {
+        return v.control->publisher.loans[loan_];
+      });
 }
 
 Sample& Sample::operator=(Sample&& other) noexcept {
@@ -471,18 +485,11 @@ void Sample::release() noexcept {
   topic::detail::Core* core = std::exchange(core_, nullptr);
   bytes_ = {};
   if (core == nullptr) return;
-  core->outstanding.fetch_sub(1, std::memory_order_relaxed);
   // A forked child's copy: the sample is the parent's to release.
-  if (core->attachment.copied_by_fork()) return;
-  const topic::View& v = core->v;
-  if (!topic::detail::lock(core->segment, v)) return;  // repair releases it later
-  std::atomic<std::uint32_t>& held = v.held(core->record)[held_];
-  if (ld(held) == chunk_ + 1) {
-    st(held, 0);
-    (void)topic::unref(v, chunk_);
-  }
-  topic::detail::unlock(v);
-  topic::wake_publisher(v);
+  give_back(
+      *core, chunk_, [this](const topic::View& v, const topic::detail::Core& c) -> auto& {
+        return v.held(c.record)[held_];
+      });
 }
 
 // ---------------------------------------------------------------- publisher
