@@ -12,6 +12,8 @@
 // p50/p99 and the set / baseline ratio of p50 are printed as Markdown.
 //
 //   xproc_waitset [--samples 2000] [--gap-us 1000] [--members 64] [--rounds 3] [--cpus A,B]
+//   xproc_waitset --quick    1 round of 500 samples
+//   xproc_waitset --smoke    1 round of 50 samples, 8 members (ctest: keeps it running)
 #include "harness/harness.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/spsc/consumer.hpp"
@@ -130,9 +132,24 @@ std::vector<double> run(Mode mode, const Args& a, const shm::bench::CpuPair& cpu
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    const std::string v = argv[i + 1];
+    if (k == "--smoke") {
+      a.rounds = 1;
+      a.samples = 50;
+      a.members = 8;
+      continue;
+    }
+    if (k == "--quick") {
+      a.rounds = 1;
+      a.samples = 500;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fmt::print(stderr, "xproc_waitset: unknown argument or missing value: '{}'\n", k);
+      return 2;
+    }
+    const std::string v = argv[++i];
     if (k == "--samples")
       a.samples = std::stoi(v);
     else if (k == "--gap-us")
@@ -143,6 +160,10 @@ int main(int argc, char** argv) {
       a.rounds = std::stoi(v);
     else if (k == "--cpus")
       a.cpus = v;
+    else {
+      fmt::print(stderr, "xproc_waitset: unknown option '{}'\n", k);
+      return 2;
+    }
   }
   shm::bench::ScratchRoot root;
   const auto cpus = shm::bench::choose_cpus(a.cpus);

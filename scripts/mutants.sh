@@ -40,7 +40,7 @@ revert() { [[ -n "$applied" ]] && git apply -R "$applied" && applied=""; }
 trap 'revert' EXIT
 trap 'revert; exit 130' INT TERM
 
-targets=(shm_unit_tests shm_integration_tests shmctl shm-sidecar)
+targets=(shm_unit_tests shm_integration_tests shm_process_tests shmctl shm-sidecar)
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
@@ -69,7 +69,8 @@ for m in "${mutants[@]}"; do
   fi
   ran=0
   failed=0
-  for bin in "$build/tests/shm_unit_tests" "$build/tests/shm_integration_tests"; do
+  for bin in "$build/tests/shm_unit_tests" "$build/tests/shm_integration_tests" \
+    "$build/tests/shm_process_tests"; do
     out=$(timeout 600 "$bin" --gtest_filter="$filter" --gtest_brief=1 2>&1)
     rc=$?
     n=$(grep -oE '^\[==========\] [0-9]+ tests? from' <<<"$out" | tail -1 | grep -oE '[0-9]+' | head -1)

@@ -10,7 +10,10 @@
 #   asan    -DLIBSHM_SANITIZE=address,undefined, -O1, benchmarks off, and
 #           WITHOUT -DNDEBUG: the library's contract asserts are on, and the
 #           tests' EXPECT_DEATH checks of them (compiled only without NDEBUG) run
-#   tsan    -DLIBSHM_SANITIZE=thread, -O1, benchmarks off
+#   tsan    -DLIBSHM_SANITIZE=thread, -O1, benchmarks off, and only the tests in
+#           which several threads of one process use the library
+#           (LIBSHM_TESTS_THREADED_ONLY: TSan sees one process's threads, not
+#           the protocol between processes; tests/CMakeLists.txt)
 #   fuzz    scripts/fuzz.sh: the libFuzzer targets (clang, ASan + UBSan), each
 #           run for LIBSHM_FUZZ_SECONDS (default 20) from the seed corpus; a
 #           crash, sanitizer report or hang fails the lane and leaves the
@@ -217,7 +220,7 @@ lane_fail() {  # lane, message
 
 # Configures lane $1 and builds it, output in <dir>/build.log.
 build_lane() {
-  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF
+  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF threaded_only=OFF
   dir=$(lane_dir "$lane")
   if [[ "$lane" == fuzz ]]; then
     bounded "$(remaining)" bash "$here/fuzz.sh" --build-only --build-dir "$dir" --jobs "$jobs"
@@ -229,7 +232,7 @@ build_lane() {
   case "$lane" in
     normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON; programs_o0=ON ;;
     asan) sanitize="address,undefined" cxx_flags="-O1 -g1" ;;  # asserts on (no NDEBUG)
-    tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" ;;
+    tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" threaded_only=ON ;;
   esac
   # lld links the lane's ~90 programs with 2.5x less CPU than GNU ld (the
   # largest test binary: 1.1 s against 2.7 s under ASan).
@@ -240,7 +243,7 @@ build_lane() {
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
     -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON \
-    -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 ||
+    -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 -DLIBSHM_TESTS_THREADED_ONLY=$threaded_only ||
     { echo "test.sh: configure failed"; return 1; }
   bounded "$(remaining)" cmake --build "$dir" --parallel "$jobs"
   local rc=$?
