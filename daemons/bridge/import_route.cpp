@@ -81,7 +81,7 @@ jsOptions api_options(std::int64_t wait_ms) {
 // The durable consumer as the route finds it.
 enum class ConsumerState : std::uint8_t {
   Missing,  // JetStream says there is none
-  AsAsked,  // filtered on the route's subject, explicit acks, delivering from
+  AsAsked,  // filtered on the route's subject, cumulative acks, delivering from
             // `start`, nothing delivered yet: what `subscribe` would create
   Other,    // another position or configuration, or it delivered already
   Unknown,  // no answer (the request timed out or failed)
@@ -117,9 +117,10 @@ ConsumerState consumer_state(NatsLink& link, const ImportOptions& o, const std::
         start <= 1 ? c.DeliverPolicy == js_DeliverAll
                    : c.DeliverPolicy == js_DeliverByStartSequence && c.OptStartSeq == start;
     // Nothing delivered: the consumer's delivered stream sequence is still
-    // the one before its start (0 for DeliverAll).
-    const bool as_asked = from_start && c.AckPolicy == js_AckExplicit &&
-                          c.FilterSubject != nullptr && o.common.subject == c.FilterSubject &&
+    // the one before its start (0 for DeliverAll). A consumer of an earlier
+    // bridge (explicit acks) is Other: recreated from applied + 1.
+    const bool as_asked = from_start && c.AckPolicy == js_AckAll && c.FilterSubject != nullptr &&
+                          o.common.subject == c.FilterSubject &&
                           ci->Delivered.Stream < std::max<std::uint64_t>(start, 1);
     state = as_asked ? ConsumerState::AsAsked : ConsumerState::Other;
   }
@@ -187,7 +188,9 @@ Outcome<std::string> subscribe(NatsLink& link, const ImportOptions& o, const std
     cc.Durable = o.durable.c_str();
     cc.DeliverPolicy = start <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
     cc.OptStartSeq = start <= 1 ? 0 : start;
-    cc.AckPolicy = js_AckExplicit;
+    // Cumulative: one ack per fetched batch, on its last applied message
+    // (see import_main), covers the messages before it.
+    cc.AckPolicy = js_AckAll;
     cc.AckWait = static_cast<std::int64_t>(o.ack_wait_ms) * 1'000'000;
     cc.FilterSubject = o.common.subject.c_str();
     cc.MaxAckPending = static_cast<std::int64_t>(o.batch) * 4;
@@ -332,6 +335,18 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
   } list_guard{list};
   int next = 0;
+  // The last message of the batch in hand that is applied (or a duplicate)
+  // and not yet acknowledged. The consumer acknowledges cumulatively
+  // (AckAll): one ack on it, after its local commit, covers the batch's
+  // messages before it, so the server handles one ack per batch instead of
+  // one per message. Sent when the pass over the batch ends (done, a full
+  // destination, a stop, a gap), before the batch is given back.
+  natsMsg* unacked = nullptr;
+  const auto ack_applied = [&] {
+    if (unacked == nullptr) return;
+    (void)natsMsg_Ack(unacked, nullptr);
+    unacked = nullptr;
+  };
   bool need_reset = false;
   std::uint64_t fetch_errors = 0;
   std::uint64_t resubscribe_failures = 0;
@@ -474,7 +489,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
           applied = sseq;
           sd.applied_stream_seq.store(sseq, std::memory_order_release);
         }
-        (void)natsMsg_Ack(m, nullptr);
+        unacked = m;
         sd.duplicates.fetch_add(1, std::memory_order_relaxed);
         live.stream_pending.store(pending, std::memory_order_relaxed);
         ++next;
@@ -505,8 +520,10 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                           "missing_last={} missing={} stream_sequence={} action={}",
                           **stream, id->incarnation, from, id->sequence - 1, count, sseq,
                           o.stop_on_gap ? "stop" : "continue"));
-          if (o.stop_on_gap)
+          if (o.stop_on_gap) {
+            ack_applied();  // what came before the gap is applied
             return failure(kExitGap, what + " (--on-gap continue goes on past it)");
+          }
         }
       }
       gap_passed = false;
@@ -536,8 +553,8 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       sd.applied_src_seq.store(applied_src, std::memory_order_relaxed);
       applied = sseq;
       sd.applied_stream_seq.store(sseq, std::memory_order_release);
-      crash_point("import_before_ack");
-      (void)natsMsg_Ack(m, nullptr);  // after the local commit
+      crash_point("import_before_ack");  // applied, the ack not sent yet
+      unacked = m;  // acknowledged after the local commit, with the batch (ack_applied)
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       sd.acknowledged.fetch_add(1, std::memory_order_relaxed);
       live.bytes_moved.fetch_add(static_cast<std::uint64_t>(len), std::memory_order_relaxed);
@@ -545,6 +562,7 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
       ++next;
     }
+    ack_applied();
     if (next >= list.Count && list.Count != 0) {
       natsMsgList_Destroy(&list);
       list = natsMsgList{};
