@@ -332,13 +332,27 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   if (intent_seq != kNone) {
     const std::uint64_t head = sd.export_intent_head.load(std::memory_order_relaxed);
     if (next_seq > intent_seq) {
+      // The records from `head` enqueued as intent_seq, intent_seq + 1, ...:
+      // one, or (a source that holds many) the pass's records enqueued
+      // before the bridge died.
+      const std::uint64_t enqueued = source->holds_many() ? next_seq - intent_seq : 1;
       auto rec = source->try_next();
       if (!rec) return std::unexpected(rec.error());
       if (*rec && source->position() == head) {
+        for (std::uint64_t k = 1; k < enqueued; ++k) {
+          auto more = source->try_next();
+          if (!more) return std::unexpected(more.error());
+          if (!*more)
+            return failure(kExitRuntime,
+                           fmt::format("source {} {}: the records from position {} that the "
+                                       "egress holds as sequences {} to {} end after {}",
+                                       source_kind, o.source, head, intent_seq, next_seq - 1, k));
+        }
         if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
-        sd.recovered.fetch_add(1, std::memory_order_relaxed);
+        sd.recovered.fetch_add(enqueued, std::memory_order_relaxed);
         log("info", "recovered",
-            fmt::format("route=export source_position={} sequence={}", head, intent_seq));
+            fmt::format("route=export source_position={} sequence={} records={}", head, intent_seq,
+                        enqueued));
       } else if (*rec) {
         source->put_back();
       } else if (source->kind() != LocalKind::Relay && source->position() == head) {
@@ -545,7 +559,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     // 1. Source -> egress, while the egress has room (its Full stops the
     // drain, which pushes back on the application through the ring or
     // channel).
+    // A ring source holds the records of the pass and gives them back
+    // together after their enqueues (holds_many: one wake of a producer
+    // waiting for room per pass, not one per record); the intent then names
+    // the pass's first record and sequence, and a bridge killed before the
+    // release finds next_sequence - intent records of it in the egress.
     bool source_empty = false;
+    std::uint64_t held = 0;  // enqueued this pass, not yet given back (holds_many)
     for (int i = 0; i < 256; ++i) {
       auto rec = source->try_next();
       if (!rec) return std::unexpected(rec.error());
@@ -560,9 +580,11 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         break;
       }
       // [bridge.I] the intent: validity cleared first, stored last (release).
-      sd.export_intent_seq.store(kNone, std::memory_order_release);
-      sd.export_intent_head.store(source->position(), std::memory_order_relaxed);
-      sd.export_intent_seq.store(next_seq, std::memory_order_release);
+      if (held == 0) {
+        sd.export_intent_seq.store(kNone, std::memory_order_release);
+        sd.export_intent_head.store(source->position(), std::memory_order_relaxed);
+        sd.export_intent_seq.store(next_seq, std::memory_order_release);
+      }
       auto e = transport->egress().try_enqueue(**rec);
       if (!e) {
         if (e.error().code == Errc::TooLarge)
@@ -574,7 +596,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       }
       if (e->status == egress::EnqueueStatus::Full) {
         source->put_back();
-        sd.export_intent_seq.store(kNone, std::memory_order_release);
+        if (held == 0) sd.export_intent_seq.store(kNone, std::memory_order_release);
         break;
       }
       if (e->sequence != next_seq)
@@ -583,11 +605,16 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                               o.egress, e->sequence, next_seq));
       crash_point("export_after_enqueue");
       live.bytes_moved.fetch_add((*rec)->size(), std::memory_order_relaxed);
-      if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
+      if (source->holds_many())
+        ++held;
+      else if (auto ok = source->release(); !ok)
+        return std::unexpected(ok.error());
       ++next_seq;
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       idle = false;
     }
+    if (held != 0)
+      if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
 
     // 2. Egress -> JetStream, a sliding window: claim and publish
     // asynchronously while fewer than --window messages await their
