@@ -126,6 +126,10 @@ class ImportDest {
   [[nodiscard]] Outcome<std::optional<std::span<std::byte>>> reserve(
       std::size_t n, std::chrono::milliseconds timeout);
   [[nodiscard]] Outcome<void> commit();
+  // A ring: several reservations can be filled before one commit() publishes
+  // them all (one store of the ring's tail, one wake of a consumer waiting
+  // for records). A channel takes one reservation per commit().
+  [[nodiscard]] bool holds_many() const noexcept { return ring_.has_value(); }
   // A clean stop: a channel is finished (its readers see End).
   void finish() noexcept;
 
