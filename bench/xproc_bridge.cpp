@@ -1,4 +1,5 @@
-// shm-bridge against the plain NATS C client (issue 16's benchmark): the same
+// shm-bridge against the plain NATS C client (issue 16's benchmark; issue 36
+// raised its throughput target from 0.8x to 1.0x): the same
 // payloads through the same nats-server, cases interleaved round by round
 // (harness Comparison), ratios taken inside a round and summarised as median
 // (p10–p90) over rounds.
@@ -1022,7 +1023,7 @@ Comparison size_comparison(Bench& bench, std::size_t size) {
   c.add_case("bridge", [&bench, size] { return bench.bridge_run(size); });
   c.add_case("plain C client", [&bench, size] { return bench.plain_run(size); });
   c.add_ratio({fmt::format("bridge / plain throughput, {} B", size), "bridge", "msg_s",
-               "plain C client", "msg_s", Target{Goal::AtLeast, 0.8}});
+               "plain C client", "msg_s", Target{Goal::AtLeast, 1.0}});
   c.add_ratio({fmt::format("bridge / plain latency p50, {} B", size), "bridge", "p50_us",
                "plain C client", "p50_us", std::nullopt});
   c.add_ratio({fmt::format("bridge / plain latency p99, {} B", size), "bridge", "p99_us",

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -79,12 +80,27 @@ void on_publish_ack(jsCtx* /*js*/, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae,
 
 // The published, not yet acknowledged messages of the window, oldest first:
 // their sequences are contiguous, from the egress's next unacknowledged one.
+//
+// Not every message asks for an acknowledgement. The window is published in
+// groups; only the last message of a group (its tail) carries a reply
+// subject and gets JetStream's acknowledgement, the ones before it are
+// plain publishes (no reply: JetStream stores them and answers nothing).
+// Every message expects its predecessor as the stream's last message (the
+// first of a window the subject's last stream sequence), so a message stored
+// proves its predecessor was stored right before it, and so on down to the
+// window's first: a positive acknowledgement of any message is one for every
+// message before it in the window. A message refused (or lost) makes every
+// later one refused (its successor's expectation fails), so the tail's
+// refusal covers its group. The server sends, and the bridge handles, one
+// acknowledgement per group instead of one per message.
 struct InFlight {
   std::uint64_t sequence;
   std::chrono::steady_clock::time_point deadline;  // no outcome by then: failed
   std::int8_t state = 0;                           // 0 unknown, 1 stored, -1 failed
-  std::uint64_t stream_sequence = 0;               // stored: where JetStream holds it
-  int error_code = 0;                              // failed: JetStream's code and text
+  bool tail = true;                                // published with a reply subject
+  bool inferred = false;              // state from a later message's outcome (the tail's)
+  std::uint64_t stream_sequence = 0;  // stored, not inferred: where JetStream holds it
+  int error_code = 0;                 // failed: JetStream's code and text
   std::string error;
 };
 
@@ -93,6 +109,8 @@ struct InFlight {
 // flight (a late answer to a failed attempt that was published again) are
 // dropped: the new attempt gets its own. A late positive outcome of an
 // earlier attempt of an in-flight sequence counts: its message id was stored.
+// A positive outcome also stores every message before it in the window (see
+// InFlight), a negative one fails the untold messages of its group.
 void collect_outcomes(PublishResults& results, std::deque<InFlight>& in_flight,
                       std::chrono::microseconds wait) {
   std::unique_lock lock(results.mutex);
@@ -102,12 +120,30 @@ void collect_outcomes(PublishResults& results, std::deque<InFlight>& in_flight,
     const std::uint64_t first = in_flight.front().sequence;
     for (PublishResult& r : results.outcomes) {
       if (r.sequence < first || r.sequence - first >= in_flight.size()) continue;
-      InFlight& m = in_flight[r.sequence - first];
-      if (m.state == 1) continue;
-      m.state = r.stored ? 1 : -1;
-      m.stream_sequence = r.stream_sequence;
+      const std::size_t at = r.sequence - first;
+      InFlight& m = in_flight[at];
+      if (m.state == 1 && !m.inferred) continue;
+      if (r.stored) {
+        m.state = 1;
+        m.inferred = false;
+        m.stream_sequence = r.stream_sequence;
+        for (std::size_t i = at; i-- > 0 && !(in_flight[i].state == 1);) {
+          in_flight[i].state = 1;
+          in_flight[i].inferred = true;
+        }
+        continue;
+      }
+      if (m.state == 1) continue;  // stored, as a later message's outcome says
+      m.state = -1;
+      m.inferred = false;
       m.error_code = r.error_code;
-      m.error = std::move(r.error);
+      m.error = r.error;
+      for (std::size_t i = at; i-- > 0 && !in_flight[i].tail && in_flight[i].state == 0;) {
+        in_flight[i].state = -1;
+        in_flight[i].inferred = true;
+        in_flight[i].error_code = r.error_code;
+        in_flight[i].error = r.error;
+      }
     }
   }
   results.outcomes.clear();
@@ -296,13 +332,27 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   if (intent_seq != kNone) {
     const std::uint64_t head = sd.export_intent_head.load(std::memory_order_relaxed);
     if (next_seq > intent_seq) {
+      // The records from `head` enqueued as intent_seq, intent_seq + 1, ...:
+      // one, or (a source that holds many) the pass's records enqueued
+      // before the bridge died.
+      const std::uint64_t enqueued = source->holds_many() ? next_seq - intent_seq : 1;
       auto rec = source->try_next();
       if (!rec) return std::unexpected(rec.error());
       if (*rec && source->position() == head) {
+        for (std::uint64_t k = 1; k < enqueued; ++k) {
+          auto more = source->try_next();
+          if (!more) return std::unexpected(more.error());
+          if (!*more)
+            return failure(kExitRuntime,
+                           fmt::format("source {} {}: the records from position {} that the "
+                                       "egress holds as sequences {} to {} end after {}",
+                                       source_kind, o.source, head, intent_seq, next_seq - 1, k));
+        }
         if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
-        sd.recovered.fetch_add(1, std::memory_order_relaxed);
+        sd.recovered.fetch_add(enqueued, std::memory_order_relaxed);
         log("info", "recovered",
-            fmt::format("route=export source_position={} sequence={}", head, intent_seq));
+            fmt::format("route=export source_position={} sequence={} records={}", head, intent_seq,
+                        enqueued));
       } else if (*rec) {
         source->put_back();
       } else if (source->kind() != LocalKind::Relay && source->position() == head) {
@@ -407,7 +457,28 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   std::fputs("READY export\n", stdout);
   std::fflush(stdout);
 
-  std::vector<std::byte> payload;
+  // The window's claims, one egress lock per batch; their payloads are
+  // copied into `claimed_payloads` (valid until the next claim).
+  std::vector<egress::Envelope> claimed;
+  std::vector<std::byte> claimed_payloads;
+  // Message ids "<incarnation>-<sequence>", formatted in place: the prefix
+  // once, the sequence per message (no allocation per publish).
+  const std::string id_prefix = fmt::format("{}-", incarnation);
+  char id[64];
+  char previous[64];
+  std::memcpy(id, id_prefix.data(), id_prefix.size());
+  std::memcpy(previous, id_prefix.data(), id_prefix.size());
+  const auto format_id = [&](char* buf, std::uint64_t seq) {
+    *std::to_chars(buf + id_prefix.size(), buf + sizeof id - 1, seq).ptr = '\0';
+  };
+  // Publishes per acknowledgement (see InFlight): a quarter of the window,
+  // so that groups keep arriving while the oldest is acknowledged; one while
+  // publishes fail (each message then has JetStream's own answer, its error
+  // code and text) and for the retry after a group was refused (which says
+  // only that the stream's last message was not the expected one: the
+  // message-by-message retry finds which one and why).
+  const std::uint32_t ack_group = std::max<std::uint32_t>(1, o.window / 4);
+  bool per_message = false;
   const auto publish_deadline = std::chrono::milliseconds(o.publish_timeout_ms) + 1s;
   bool recovering = false;  // records parked after a failed batch: claim nothing until they return
   std::uint64_t seen_reconnects = (*link)->reconnects();
@@ -488,7 +559,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     // 1. Source -> egress, while the egress has room (its Full stops the
     // drain, which pushes back on the application through the ring or
     // channel).
+    // A ring source holds the records of the pass and gives them back
+    // together after their enqueues (holds_many: one wake of a producer
+    // waiting for room per pass, not one per record); the intent then names
+    // the pass's first record and sequence, and a bridge killed before the
+    // release finds next_sequence - intent records of it in the egress.
     bool source_empty = false;
+    std::uint64_t held = 0;  // enqueued this pass, not yet given back (holds_many)
     for (int i = 0; i < 256; ++i) {
       auto rec = source->try_next();
       if (!rec) return std::unexpected(rec.error());
@@ -503,9 +580,11 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         break;
       }
       // [bridge.I] the intent: validity cleared first, stored last (release).
-      sd.export_intent_seq.store(kNone, std::memory_order_release);
-      sd.export_intent_head.store(source->position(), std::memory_order_relaxed);
-      sd.export_intent_seq.store(next_seq, std::memory_order_release);
+      if (held == 0) {
+        sd.export_intent_seq.store(kNone, std::memory_order_release);
+        sd.export_intent_head.store(source->position(), std::memory_order_relaxed);
+        sd.export_intent_seq.store(next_seq, std::memory_order_release);
+      }
       auto e = transport->egress().try_enqueue(**rec);
       if (!e) {
         if (e.error().code == Errc::TooLarge)
@@ -517,7 +596,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
       }
       if (e->status == egress::EnqueueStatus::Full) {
         source->put_back();
-        sd.export_intent_seq.store(kNone, std::memory_order_release);
+        if (held == 0) sd.export_intent_seq.store(kNone, std::memory_order_release);
         break;
       }
       if (e->sequence != next_seq)
@@ -526,11 +605,16 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                                               o.egress, e->sequence, next_seq));
       crash_point("export_after_enqueue");
       live.bytes_moved.fetch_add((*rec)->size(), std::memory_order_relaxed);
-      if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
+      if (source->holds_many())
+        ++held;
+      else if (auto ok = source->release(); !ok)
+        return std::unexpected(ok.error());
       ++next_seq;
       sd.moved.fetch_add(1, std::memory_order_relaxed);
       idle = false;
     }
+    if (held != 0)
+      if (auto ok = source->release(); !ok) return std::unexpected(ok.error());
 
     // 2. Egress -> JetStream, a sliding window: claim and publish
     // asynchronously while fewer than --window messages await their
@@ -551,48 +635,80 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
     bool publish_failed = false;
     std::string publish_error;
     bool out_of_order = false;
-    while (!recovering && in_flight.size() < o.window) {
-      auto c = transport->try_claim(payload);
+    while (!recovering && !publish_failed && !out_of_order && in_flight.size() < o.window) {
+      auto c = transport->try_claim_batch(o.window - in_flight.size(), claimed, claimed_payloads);
       if (!c)
         return failure(kExitRuntime, fmt::format("egress {}: {}", o.egress, c.error().what()));
       if (c->status == egress::ClaimStatus::StaleGeneration)
         return std::unexpected(fenced(o.egress, c->current_generation));
-      if (c->status != egress::ClaimStatus::Claimed) break;
-      const egress::Envelope& env = c->envelope;
+      if (claimed.empty()) break;
       idle = false;
-      in_flight.push_back({env.sequence, std::chrono::steady_clock::now() + publish_deadline});
-      if (env.sequence != acked_next + in_flight.size() - 1) {
-        out_of_order = true;  // not the egress's next: fail what is in flight, retry in order
-        break;
+      const std::uint32_t group = failing || per_message ? 1 : ack_group;
+      std::uint32_t in_group = 0;
+      const auto now = std::chrono::steady_clock::now();
+      for (std::size_t k = 0; k < claimed.size(); ++k) {
+        const egress::Envelope& env = claimed[k];
+        in_flight.push_back({env.sequence, now + publish_deadline});
+        // After a failure in this batch, the rest is claimed but not sent:
+        // in flight, so that the failure below fails it too.
+        if (publish_failed || out_of_order) continue;
+        if (env.sequence != acked_next + in_flight.size() - 1) {
+          out_of_order = true;  // not the egress's next: fail what is in flight, retry in order
+          continue;
+        }
+        format_id(id, env.sequence);
+        // The stream must hold this message right after the previous one: a
+        // message sent after a hole (one lost with a connection while the next
+        // ones were buffered and resent) is refused, so the stream's order is
+        // the egress's order and the window is retried from the hole.
+        // JetStream checks the message id for duplicates before this
+        // expectation, so a retried message already stored is acknowledged.
+        // The first of a window expects the subject's last stream sequence
+        // (`anchor`), which survives a server restart; the others their
+        // predecessor's message id.
+        const bool first_of_window = env.sequence == acked_next && anchor.has_value();
+        const bool expect_previous = !first_of_window && env.sequence != 0;
+        if (expect_previous) format_id(previous, env.sequence - 1);
+        // The tail of a group (and the last one claimed) asks for an
+        // acknowledgement.
+        const bool tail = ++in_group == group || k + 1 == claimed.size();
+        if (tail) in_group = 0;
+        in_flight.back().tail = tail;
+        natsStatus ps = NATS_OK;
+        if (tail) {
+          jsPubOptions po;
+          jsPubOptions_Init(&po);
+          po.MsgId = id;
+          if (first_of_window) po.ExpectLastSubjectSeq = *anchor;  // 0: the subject has none
+          if (expect_previous) po.ExpectLastMsgId = previous;
+          po.MaxWait = o.publish_timeout_ms;
+          ps = js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
+                               static_cast<int>(env.payload.size()), &po);
+        } else {
+          // The same message and headers as js_PublishAsync's, without a
+          // reply subject.
+          natsMsg* m = nullptr;
+          ps = natsMsg_Create(&m, o.common.subject.c_str(), nullptr,
+                              reinterpret_cast<const char*>(env.payload.data()),
+                              static_cast<int>(env.payload.size()));
+          if (ps == NATS_OK) ps = natsMsgHeader_Set(m, "Nats-Msg-Id", id);
+          if (ps == NATS_OK && first_of_window && *anchor > 0) {
+            char last[24];
+            *std::to_chars(last, last + sizeof last - 1, *anchor).ptr = '\0';
+            ps = natsMsgHeader_Set(m, "Nats-Expected-Last-Subject-Sequence", last);
+          }
+          if (ps == NATS_OK && expect_previous)
+            ps = natsMsgHeader_Set(m, "Nats-Expected-Last-Msg-Id", previous);
+          if (ps == NATS_OK) ps = natsConnection_PublishMsg((*link)->connection(), m);
+          natsMsg_Destroy(m);
+        }
+        if (ps != NATS_OK) {
+          publish_failed = true;
+          publish_error = nats_error(ps);
+        }
       }
-      const std::string id = fmt::format("{}-{}", incarnation, env.sequence);
-      // The stream must hold this message right after the previous one: a
-      // message sent after a hole (one lost with a connection while the next
-      // ones were buffered and resent) is refused, so the stream's order is
-      // the egress's order and the window is retried from the hole.
-      // JetStream checks the message id for duplicates before this
-      // expectation, so a retried message already stored is acknowledged.
-      // The first of a window expects the subject's last stream sequence
-      // (`anchor`), which survives a server restart; the others their
-      // predecessor's message id.
-      const bool first_of_window = env.sequence == acked_next && anchor.has_value();
-      const std::string previous = first_of_window || env.sequence == 0
-                                       ? std::string()
-                                       : fmt::format("{}-{}", incarnation, env.sequence - 1);
-      jsPubOptions po;
-      jsPubOptions_Init(&po);
-      po.MsgId = id.c_str();
-      if (first_of_window) po.ExpectLastSubjectSeq = *anchor;  // 0: the subject has no message
-      if (!previous.empty()) po.ExpectLastMsgId = previous.c_str();
-      po.MaxWait = o.publish_timeout_ms;
-      if (const natsStatus ps =
-              js_PublishAsync((*link)->js(), o.common.subject.c_str(), env.payload.data(),
-                              static_cast<int>(env.payload.size()), &po);
-          ps != NATS_OK) {
-        publish_failed = true;
-        publish_error = nats_error(ps);
-        break;
-      }
+      if (c->status != egress::ClaimStatus::Claimed)
+        break;  // the window is full, or nothing pending
     }
     if (!in_flight.empty()) {
       // Nothing else to do this pass: wait a little for an acknowledgement
@@ -614,6 +730,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         in_flight.erase(in_flight.begin(), in_flight.begin() + static_cast<std::ptrdiff_t>(stored));
         sd.acknowledged.fetch_add(stored, std::memory_order_relaxed);
         live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
+        per_message = false;
         if (failed_batches != 0) {
           log("info", "publishing",
               fmt::format("route=export after_failed_batches={}", failed_batches));
@@ -630,6 +747,12 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         // Why, for the log and /status: JetStream's code and text, a
         // publish the client refused, or no answer in time.
         const InFlight& head = in_flight.front();
+        // Refused as part of a group: the tail's refusal says only that the
+        // stream's last message was not the one it expected. The group is
+        // retried message by message, whose answers are the route's
+        // failure (or success) to report.
+        const bool group_refused =
+            head.state == -1 && head.inferred && !publish_failed && !out_of_order;
         int code = 0;
         std::string why;
         if (head.state == -1) {
@@ -642,9 +765,13 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
         } else {
           why = fmt::format("no acknowledgement within {} ms", o.publish_timeout_ms);
         }
-        live.set_error(code, why);
-        // A limit with discard new: "maximum messages/bytes exceeded".
-        stream_full = code == kStreamStoreFailed && why.find("maximum") != std::string::npos;
+        if (group_refused) {
+          per_message = true;
+        } else {
+          live.set_error(code, why);
+          // A limit with discard new: "maximum messages/bytes exceeded".
+          stream_full = code == kStreamStoreFailed && why.find("maximum") != std::string::npos;
+        }
         const std::uint64_t first = head.sequence;
         const std::uint64_t last = in_flight.back().sequence;
         // The stream's last message is not the one expected (a server that
@@ -657,7 +784,7 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
           if (!r) return std::unexpected(r.error());
         }
         if (in_flight.empty()) continue;  // the stream held the whole window
-        if (!failing) {
+        if (!failing && !group_refused) {
           failing = true;
           failing_since = std::chrono::steady_clock::now();
         }
@@ -669,6 +796,9 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
             return std::unexpected(fenced(o.egress, f->current_generation));
         }
         sd.retries.fetch_add(in_flight.size(), std::memory_order_relaxed);
+        in_flight.clear();
+        recovering = true;
+        if (group_refused) continue;
         live.failures.fetch_add(1, std::memory_order_relaxed);
         // The first failure of a run, then every tenth, with the reason.
         if (failed_batches++ % 10 == 0)
@@ -676,8 +806,6 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
               fmt::format("route=export first={} last={} failed_batches={} error_code={} "
                           "error=\"{}\" stream={}",
                           first, last, failed_batches, code, why, **stream));
-        in_flight.clear();
-        recovering = true;
       }
     }
 

@@ -81,7 +81,7 @@ jsOptions api_options(std::int64_t wait_ms) {
 // The durable consumer as the route finds it.
 enum class ConsumerState : std::uint8_t {
   Missing,  // JetStream says there is none
-  AsAsked,  // filtered on the route's subject, explicit acks, delivering from
+  AsAsked,  // filtered on the route's subject, cumulative acks, delivering from
             // `start`, nothing delivered yet: what `subscribe` would create
   Other,    // another position or configuration, or it delivered already
   Unknown,  // no answer (the request timed out or failed)
@@ -117,9 +117,10 @@ ConsumerState consumer_state(NatsLink& link, const ImportOptions& o, const std::
         start <= 1 ? c.DeliverPolicy == js_DeliverAll
                    : c.DeliverPolicy == js_DeliverByStartSequence && c.OptStartSeq == start;
     // Nothing delivered: the consumer's delivered stream sequence is still
-    // the one before its start (0 for DeliverAll).
-    const bool as_asked = from_start && c.AckPolicy == js_AckExplicit &&
-                          c.FilterSubject != nullptr && o.common.subject == c.FilterSubject &&
+    // the one before its start (0 for DeliverAll). A consumer of an earlier
+    // bridge (explicit acks) is Other: recreated from applied + 1.
+    const bool as_asked = from_start && c.AckPolicy == js_AckAll && c.FilterSubject != nullptr &&
+                          o.common.subject == c.FilterSubject &&
                           ci->Delivered.Stream < std::max<std::uint64_t>(start, 1);
     state = as_asked ? ConsumerState::AsAsked : ConsumerState::Other;
   }
@@ -187,7 +188,9 @@ Outcome<std::string> subscribe(NatsLink& link, const ImportOptions& o, const std
     cc.Durable = o.durable.c_str();
     cc.DeliverPolicy = start <= 1 ? js_DeliverAll : js_DeliverByStartSequence;
     cc.OptStartSeq = start <= 1 ? 0 : start;
-    cc.AckPolicy = js_AckExplicit;
+    // Cumulative: one ack per fetched batch, on its last applied message
+    // (see import_main), covers the messages before it.
+    cc.AckPolicy = js_AckAll;
     cc.AckWait = static_cast<std::int64_t>(o.ack_wait_ms) * 1'000'000;
     cc.FilterSubject = o.common.subject.c_str();
     cc.MaxAckPending = static_cast<std::int64_t>(o.batch) * 4;
@@ -332,6 +335,55 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
     }
   } list_guard{list};
   int next = 0;
+  // The last message of the batch in hand that is applied (or a duplicate)
+  // and not yet acknowledged. The consumer acknowledges cumulatively
+  // (AckAll): one ack on it, after its local commit, covers the batch's
+  // messages before it, so the server handles one ack per batch instead of
+  // one per message. Sent when the pass over the batch ends (done, a full
+  // destination, a stop, a gap), before the batch is given back.
+  natsMsg* unacked = nullptr;
+  const auto ack_applied = [&] {
+    if (unacked == nullptr) return;
+    (void)natsMsg_Ack(unacked, nullptr);
+    unacked = nullptr;
+  };
+  // The records of the batch in hand reserved in the destination and not
+  // yet committed (a ring holds many: holds_many), committed together by
+  // commit_applied() with one intent: the ring's tail before the commit and
+  // the last applied message (stream sequence, message id). A bridge killed
+  // before the commit left none of them visible (delivered again from
+  // applied + 1), after it all of them (the recovery applies the intent).
+  // `applied`, applied_inc and applied_src run ahead of the state segment
+  // while records are uncommitted; the crash points are passed once per
+  // record, as when each record was committed alone.
+  std::uint64_t uncommitted = 0;
+  std::uint64_t uncommitted_bytes = 0;
+  natsMsg* last_uncommitted = nullptr;  // the last message of the commit (or a duplicate after it)
+  const auto commit_applied = [&]() -> Outcome<void> {
+    if (uncommitted == 0) return {};
+    // [bridge.I] the intent, its validity word last (release); see state.hpp.
+    sd.intent_ring_tail.store(dest->published_position(), std::memory_order_relaxed);
+    sd.intent_src_incarnation.store(applied_inc, std::memory_order_relaxed);
+    sd.intent_src_seq.store(applied_src, std::memory_order_relaxed);
+    sd.intent_stream_seq.store(applied, std::memory_order_release);
+    for (std::uint64_t k = 0; k < uncommitted; ++k) crash_point("import_after_intent");
+    if (auto ok = dest->commit(); !ok) return std::unexpected(ok.error());
+    for (std::uint64_t k = 0; k < uncommitted; ++k) crash_point("import_after_commit");
+    sd.applied_src_incarnation.store(applied_inc, std::memory_order_relaxed);
+    sd.applied_src_seq.store(applied_src, std::memory_order_relaxed);
+    sd.applied_stream_seq.store(applied, std::memory_order_release);
+    // Applied, the ack not sent yet.
+    for (std::uint64_t k = 0; k < uncommitted; ++k) crash_point("import_before_ack");
+    unacked = last_uncommitted;  // acknowledged after the local commit (ack_applied)
+    sd.moved.fetch_add(uncommitted, std::memory_order_relaxed);
+    sd.acknowledged.fetch_add(uncommitted, std::memory_order_relaxed);
+    live.bytes_moved.fetch_add(uncommitted_bytes, std::memory_order_relaxed);
+    live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
+    uncommitted = 0;
+    uncommitted_bytes = 0;
+    last_uncommitted = nullptr;
+    return {};
+  };
   bool need_reset = false;
   std::uint64_t fetch_errors = 0;
   std::uint64_t resubscribe_failures = 0;
@@ -472,9 +524,10 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
       if (redelivered || republished) {
         if (republished) {
           applied = sseq;
-          sd.applied_stream_seq.store(sseq, std::memory_order_release);
+          // Not before the reserved records ahead of it are committed.
+          if (uncommitted == 0) sd.applied_stream_seq.store(sseq, std::memory_order_release);
         }
-        (void)natsMsg_Ack(m, nullptr);
+        (uncommitted != 0 ? last_uncommitted : unacked) = m;
         sd.duplicates.fetch_add(1, std::memory_order_relaxed);
         live.stream_pending.store(pending, std::memory_order_relaxed);
         ++next;
@@ -505,46 +558,45 @@ Outcome<void> import_main(const ImportOptions& o, const std::atomic<bool>& stop,
                           "missing_last={} missing={} stream_sequence={} action={}",
                           **stream, id->incarnation, from, id->sequence - 1, count, sseq,
                           o.stop_on_gap ? "stop" : "continue"));
-          if (o.stop_on_gap)
+          if (o.stop_on_gap) {
+            // What came before the gap is applied.
+            if (auto ok = commit_applied(); !ok) return std::unexpected(ok.error());
+            ack_applied();
             return failure(kExitGap, what + " (--on-gap continue goes on past it)");
+          }
         }
       }
       gap_passed = false;
       const int len = natsMsg_GetDataLength(m);
-      auto slot = dest->reserve(static_cast<std::size_t>(len), 20ms);
+      auto slot = dest->reserve(static_cast<std::size_t>(len), uncommitted != 0 ? 0ms : 20ms);
       if (!slot)
         return failure(kExitRuntime, fmt::format("{} (a message of {} bytes, stream sequence {})",
                                                  slot.error().message, len, sseq));
       if (!*slot) {
         gap_passed = true;  // this message's gap is counted: not again when it is retried
-        break;              // full: back-pressure
+        if (uncommitted != 0) {
+          // Full of this pass's own records: publish them, then wait for room.
+          if (auto ok = commit_applied(); !ok) return std::unexpected(ok.error());
+          continue;
+        }
+        break;  // full: back-pressure
       }
       if (len > 0) std::memcpy((*slot)->data(), natsMsg_GetData(m), static_cast<std::size_t>(len));
-      // [bridge.I] the intent, its validity word last (release); see state.hpp.
-      sd.intent_ring_tail.store(dest->published_position(), std::memory_order_relaxed);
-      sd.intent_src_incarnation.store(id ? id->incarnation : 0, std::memory_order_relaxed);
-      sd.intent_src_seq.store(id ? id->sequence : 0, std::memory_order_relaxed);
-      sd.intent_stream_seq.store(sseq, std::memory_order_release);
-      crash_point("import_after_intent");
-      if (auto ok = dest->commit(); !ok) return std::unexpected(ok.error());
-      crash_point("import_after_commit");
       if (id) {
         applied_inc = id->incarnation;
         applied_src = id->sequence;
       }
-      sd.applied_src_incarnation.store(applied_inc, std::memory_order_relaxed);
-      sd.applied_src_seq.store(applied_src, std::memory_order_relaxed);
       applied = sseq;
-      sd.applied_stream_seq.store(sseq, std::memory_order_release);
-      crash_point("import_before_ack");
-      (void)natsMsg_Ack(m, nullptr);  // after the local commit
-      sd.moved.fetch_add(1, std::memory_order_relaxed);
-      sd.acknowledged.fetch_add(1, std::memory_order_relaxed);
-      live.bytes_moved.fetch_add(static_cast<std::uint64_t>(len), std::memory_order_relaxed);
+      ++uncommitted;
+      uncommitted_bytes += static_cast<std::uint64_t>(len);
+      last_uncommitted = m;
       live.stream_pending.store(pending, std::memory_order_relaxed);
-      live.last_success_ms.store(wall_ms(), std::memory_order_relaxed);
       ++next;
+      if (!dest->holds_many())
+        if (auto ok = commit_applied(); !ok) return std::unexpected(ok.error());
     }
+    if (auto ok = commit_applied(); !ok) return std::unexpected(ok.error());
+    ack_applied();
     if (next >= list.Count && list.Count != 0) {
       natsMsgList_Destroy(&list);
       list = natsMsgList{};

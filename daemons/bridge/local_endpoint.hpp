@@ -54,16 +54,22 @@ class ExportSource {
   [[nodiscard]] bool created() const noexcept { return created_; }
   // The next record, held until release() or put_back(); nullopt when none
   // is there now (or the channel ended: see ended()). A held channel lease
-  // is handed out again.
+  // is handed out again. A ring (holds_many()) hands out the record after
+  // the ones it holds, and holds them all.
   [[nodiscard]] Outcome<std::optional<std::span<const std::byte>>> try_next();
+  // A ring: several records can be held at once and release() gives them
+  // back together (one store of the ring's head, one wake of a producer
+  // waiting for room). A channel or a relay holds one.
+  [[nodiscard]] bool holds_many() const noexcept { return ring_.has_value(); }
   // The position of the next record try_next() hands out (or the held one):
   // a ring's released position, a channel's next sequence, the held relay
   // entry's first op sequence (kNoPosition when none is held).
   [[nodiscard]] std::uint64_t position() const noexcept;
-  // The held record stays in the source for the next pass.
+  // The last record handed out stays in the source for the next pass (a
+  // ring keeps holding the ones before it).
   void put_back() noexcept;
-  // The held record is done with: the source may reuse its space (a relay
-  // commits the taken entry, which can fail).
+  // The held records are done with: the source may reuse their space (a
+  // relay commits the taken entry, which can fail).
   [[nodiscard]] Outcome<void> release();
   // Waits up to `timeout` for a record (one may be held afterwards).
   [[nodiscard]] Outcome<void> wait(std::chrono::milliseconds timeout);
@@ -82,6 +88,7 @@ class ExportSource {
   bool created_ = false;
   std::string name_;
   std::optional<RingConsumer> ring_;
+  std::size_t ring_held_ = 0;  // records peeked and not released
   std::optional<RelayReader> relay_;
   std::optional<std::uint64_t> relay_held_;  // the taken entry's first op sequence
   std::vector<std::byte> relay_record_;      // its record (key + value, or value)
@@ -119,6 +126,10 @@ class ImportDest {
   [[nodiscard]] Outcome<std::optional<std::span<std::byte>>> reserve(
       std::size_t n, std::chrono::milliseconds timeout);
   [[nodiscard]] Outcome<void> commit();
+  // A ring: several reservations can be filled before one commit() publishes
+  // them all (one store of the ring's tail, one wake of a consumer waiting
+  // for records). A channel takes one reservation per commit().
+  [[nodiscard]] bool holds_many() const noexcept { return ring_.has_value(); }
   // A clean stop: a channel is finished (its readers see End).
   void finish() noexcept;
 
