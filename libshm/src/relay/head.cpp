@@ -280,6 +280,150 @@ void wake_writers(Control& c) noexcept {
   }
 }
 
+// ---------------------------------------------------------------- merge word
+
+Word read_word(const View& v, std::uint32_t i) noexcept {
+  Word w;
+  for (int attempt = 0; attempt < 64; ++attempt)
+    if (load_word(v, i, w)) return w;
+  // Fast writers keep landing: a compare-exchange of the word with a guess
+  // returns it as it is (and changes nothing when the guess was right).
+  Word same = w;
+  (void)cas_word(v, i, w, same);
+  return w;
+}
+
+bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept {
+  return id == policy::kSum || id == policy::kMax || id == policy::kMin ||
+         (id == policy::kBitOr && value_bytes == 8);
+}
+
+bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
+                std::uint64_t seq) noexcept {
+  Control& c = *v.control;
+  EntryHead& h = v.entry(i);
+  const std::uint32_t gen = word_gen(w.ctl) + 1;
+  const std::uint64_t ops = word_ops(w.ctl);
+  const std::uint64_t op = seq != 0 ? 1 : 0;  // the caller's op, folded into `value`
+  const Word next{word_ctl(gen, 0, 0), value};
+  if (ops == 0 && word_rseq(w.ctl) == 0 && op == 0) {
+    // Nothing to fold: the bump alone. A kill before base_gen follows
+    // leaves fast writers to the mutex path, and repair to set it.
+    if (!cas_word(v, i, w, next)) return false;
+    ::shm::detail::store_crash_tick();
+    h.base_gen.store(gen, std::memory_order_release);  // pairs with the fast writer's acquire
+    return true;
+  }
+  const std::uint64_t count = ld(h.op_count) + ops + op;
+  const std::uint64_t last = std::max(ld(h.last_seq) + word_rseq(w.ctl), seq);
+  st(c.rebase_entry, i);
+  st(c.rebase_gen, gen);
+  st(c.rebase_op_count, count);
+  st(c.rebase_last_seq, last);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(c.rebase_state, 1u);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (!cas_word(v, i, w, next)) {  // a fast writer landed: the caller folds again
+    st(c.rebase_state, 0u);
+    return false;
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(h.op_count, count);
+  st(h.last_seq, last);
+  ::shm::detail::store_crash_tick();
+  // release: the bases are visible before their generation (pairs with the
+  // fast writer's acquire load of base_gen).
+  h.base_gen.store(gen, std::memory_order_release);
+  // A pending entry's ops are in pending_ops from now (the sum of bases).
+  if (ld(h.state) == static_cast<std::uint32_t>(EntryState::Pending)) bump(c.pending_ops, ops + op);
+  bump(c.counters.merged, ops + op);
+  bump(c.counters.conflated, ops + op);
+  bump(c.counters.writes, ops);  // the caller's write counted itself
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(c.rebase_state, 0u);
+  return true;
+}
+
+std::uint64_t rebase(const View& v, std::uint32_t i) noexcept {
+  for (;;) {
+    const Word w = read_word(v, i);
+    if (try_rebase(v, i, w, w.value, 0)) return word_ops(w.ctl);
+  }
+}
+
+void init_word(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept {
+  std::uint64_t packed = 0;
+  std::memcpy(&packed, value.data(), std::min<std::size_t>(value.size(), 8));
+  Word w = read_word(v, i);
+  std::uint32_t gen = word_gen(w.ctl) + 1;
+  while (!cas_word(v, i, w, Word{word_ctl(gen, 0, 0), packed})) gen = word_gen(w.ctl) + 1;
+  ::shm::detail::store_crash_tick();
+  v.entry(i).base_gen.store(gen, std::memory_order_release);
+}
+
+void set_word_value(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept {
+  std::uint64_t packed = 0;
+  std::memcpy(&packed, value.data(), std::min<std::size_t>(value.size(), 8));
+  Word w = read_word(v, i);
+  while (!cas_word(v, i, w, Word{w.ctl, packed})) {
+  }
+}
+
+void repair_words(const View& v) noexcept {
+  Control& c = *v.control;
+  if (ld(c.rebase_state) != 0) {
+    // The rebase landed when the word has its generation: the bases follow.
+    const std::uint32_t i = ld(c.rebase_entry);
+    if (i < v.params.capacity &&
+        word_gen(read_word(v, i).ctl) == static_cast<std::uint32_t>(ld(c.rebase_gen))) {
+      EntryHead& h = v.entry(i);
+      st(h.op_count, ld(c.rebase_op_count));
+      st(h.last_seq, ld(c.rebase_last_seq));
+      ::shm::detail::store_crash_tick();
+      h.base_gen.store(static_cast<std::uint32_t>(ld(c.rebase_gen)), std::memory_order_release);
+    }
+    st(c.rebase_state, 0u);
+  }
+  if (!word_policy(ld(c.policy), v.params.value_bytes)) return;
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    EntryHead& h = v.entry(i);
+    const bool open = ld(h.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
+                      !closed_to_merges(ld(h.flags));
+    if (!open) {
+      // A holder may have died between a close and its bump: ops a stale
+      // writer landed since are folded, and no other can land.
+      (void)rebase(v, i);
+    } else if (const std::uint32_t gen = word_gen(read_word(v, i).ctl);
+               h.base_gen.load(std::memory_order_relaxed) != gen) {
+      // A bump whose base_gen store was lost: nothing merged since (fast
+      // writers need the two equal), so the bases are the word's.
+      ::shm::detail::store_crash_tick();
+      h.base_gen.store(gen, std::memory_order_release);
+    }
+  }
+}
+
+void raise_next_seq(Control& c, std::uint64_t at_least) noexcept {
+  std::uint64_t cur = c.next_seq.load(std::memory_order_relaxed);
+  while (cur < at_least) {
+    ::shm::detail::store_crash_tick();
+    if (c.next_seq.compare_exchange_weak(cur, at_least, std::memory_order_relaxed)) return;
+  }
+}
+
+std::uint64_t word_ops_pending(const View& v) noexcept {
+  const Control& c = *v.control;
+  std::uint64_t ops = 0;
+  std::uint32_t i = ld(c.head);
+  const std::uint64_t depth = std::min<std::uint64_t>(ld(c.depth), v.params.capacity);
+  for (std::uint64_t n = 0; n < depth && i < v.params.capacity; ++n) {
+    const EntryHead& e = v.entry(i);
+    ops += word_ops(e.ctl.load(std::memory_order_relaxed));
+    i = ld(e.next);
+  }
+  return ops;
+}
+
 // ---------------------------------------------------------------- repair
 
 bool rebuild_derived(const View& v, std::string& why) {
@@ -385,6 +529,18 @@ bool roll_merge_forward(const View& v, std::string& why) {
     return false;
   }
   EntryHead& e = v.entry(i);
+  if (word_policy(ld(c.policy), v.params.value_bytes)) {
+    // bit_or into a shorter value (the only merge of a word relay that takes
+    // the intent): its length is stored last, and from a length of 8 fast
+    // writers merge into the word; a length of 8 therefore means applied.
+    if (len == 8 && ld(e.len) == 8) return true;
+    set_word_value(
+        v, i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(c.intent_value), len));
+    st(e.last_seq, ld(c.intent_last_seq));
+    st(e.op_count, ld(c.intent_op_count));
+    st(e.len, len);
+    return true;
+  }
   std::memcpy(v.value(i), c.intent_value, len);
   st(e.len, len);
   st(e.last_seq, ld(c.intent_last_seq));
@@ -420,7 +576,11 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
   for (std::uint32_t i = 0; i < v.params.capacity; ++i)
     if (ld(v.entry(i).state) == kPending && ld(v.entry(i).first_seq) == seq) published = i;
   EntryHead& old = v.entry(victim);
-  if (victim != published && ld(old.state) == kPending) st(old.state, kFree);
+  if (victim != published && ld(old.state) == kPending) {
+    st(old.state, kFree);
+    // Closed, then bumped: ops a stale writer landed go with the drop.
+    if (word_policy(ld(c.policy), v.params.value_bytes)) (void)rebase(v, victim);
+  }
   if (published == kNone) {
     std::uint32_t i = 0;
     while (i < v.params.capacity && ld(v.entry(i).state) != kFree) ++i;
@@ -433,7 +593,12 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
     st(c.next_order, order + 1);
     st(e.key, ld(c.intent_op_count));
     st(e.len, len);
-    std::memcpy(v.value(i), c.intent_value, len);
+    if (word_policy(ld(c.policy), v.params.value_bytes))
+      init_word(
+          v, i,
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(c.intent_value), len));
+    else
+      std::memcpy(v.value(i), c.intent_value, len);
     st(e.first_seq, seq);
     st(e.last_seq, seq);
     st(e.op_count, 1u);
@@ -442,7 +607,7 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
     st(e.flags, 0u);
     st(e.state, kPending);
   }
-  if (ld(c.next_seq) <= seq) st(c.next_seq, seq + 1);
+  raise_next_seq(c, seq + 1);
   return true;
 }
 
@@ -450,6 +615,9 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
 
 bool repair_held(const View& v, std::string& why) {
   Control& c = *v.control;
+  // The merge words first: the rebase record, and every closed entry's
+  // word folded and bumped before anything reads its bases.
+  repair_words(v);
   const std::uint32_t intent = ld(c.intent_state);
   bool ok = true;
   switch (static_cast<HeadIntent>(intent)) {
@@ -586,6 +754,18 @@ RelaySnapshot read_snapshot(const View& v) {
     s.notifies = ld(k.notifies);
     s.forgotten = ld(k.forgotten);
     s.remembered_unchanged = ld(k.remembered_unchanged);
+    // The lock-free merge path's counts: Unchanged writes it judged, and the
+    // ops in the pending entries' merge words (counted when folded).
+    const std::uint64_t fast_unchanged = ld(c.fast_unchanged);
+    s.writes += fast_unchanged;
+    s.unchanged += fast_unchanged;
+    if (word_policy(s.policy, v.params.value_bytes)) {
+      const std::uint64_t in_words = word_ops_pending(v);
+      s.lag += in_words;
+      s.writes += in_words;
+      s.merged += in_words;
+      s.conflated += in_words;
+    }
     const SpillArea& a = *v.spill;
     s.spill_enabled = ld(a.enabled) != 0;
     s.spill_page_size = ld(a.page_bytes);
@@ -664,9 +844,18 @@ std::vector<std::string> verify_tables(const View& v) {
   const Control& c = *v.control;
   if (ld(c.faulted) != 0) out.push_back("the relay is FAULTED: a repair found damage");
   std::uint64_t pending = 0, in_hand = 0, bytes = 0, ops = 0, keys = 0;
+  const bool words = word_policy(ld(c.policy), v.params.value_bytes);
   for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
     const EntryHead& e = v.entry(i);
     const std::uint32_t s = ld(e.state);
+    // The merge word: its bases belong to its generation (a rebase, a
+    // close or a creation stores base_gen after the bump, in one section).
+    if (words) {
+      const std::uint64_t ctl = e.ctl.load(std::memory_order_relaxed);
+      if (ld(e.base_gen) != word_gen(ctl))
+        out.push_back(shm::detail::format("entry {}: merge word generation {}, bases of {}", i,
+                                          word_gen(ctl), ld(e.base_gen)));
+    }
     if (s > static_cast<std::uint32_t>(EntryState::InHand)) {
       out.push_back(
           shm::detail::format("entry {}: state {} is not free, pending or in hand", i, s));

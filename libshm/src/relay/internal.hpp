@@ -12,9 +12,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);  // the TSan runtime's annotations
+extern "C" void __tsan_release(void* addr);
+#endif
 
 namespace shm::detail {
 
@@ -88,6 +94,125 @@ class Held {
  private:
   Control& c_;
 };
+
+// ---- the merge word (the lock-free merge path; protocol in layout.hpp) ----
+// {ctl, value}: EntryHead::ctl and the value's first 8 bytes, one 16-byte,
+// 16-aligned word, changed only by cas_word (lock cmpxchg16b). Not
+// std::atomic<unsigned __int128>: g++ 12 compiles its compare-exchange to a
+// call of libatomic, whose fallback is a per-process lock table, and TSan's
+// runtime implements its 16-byte atomics with a per-process lock too (no
+// cmpxchg16b in libtsan): neither is atomic between processes. The TSan
+// build models the instruction as the acquire-release operation it is.
+struct Word {
+  std::uint64_t ctl = 0;
+  std::uint64_t value = 0;
+  friend bool operator==(const Word&, const Word&) = default;
+};
+[[nodiscard, gnu::always_inline]] inline std::uint32_t word_gen(std::uint64_t ctl) noexcept {
+  return static_cast<std::uint32_t>(ctl >> kWordGenShift);
+}
+[[nodiscard, gnu::always_inline]] inline std::uint64_t word_ops(std::uint64_t ctl) noexcept {
+  return (ctl >> kWordOpsShift) & kWordOpsMax;
+}
+[[nodiscard, gnu::always_inline]] inline std::uint64_t word_rseq(std::uint64_t ctl) noexcept {
+  return ctl & kWordRseqMax;
+}
+[[nodiscard, gnu::always_inline]] inline std::uint64_t word_ctl(std::uint32_t gen,
+                                                                std::uint64_t ops,
+                                                                std::uint64_t rseq) noexcept {
+  return (std::uint64_t{gen} << kWordGenShift) | (ops << kWordOpsShift) | rseq;
+}
+[[nodiscard, gnu::always_inline]] inline std::uint64_t* word_value(const View& v,
+                                                                   std::uint32_t i) noexcept {
+  return reinterpret_cast<std::uint64_t*>(v.value(i));
+}
+// Two 8-byte loads framed by ctl: equal ctl before and after means a pair
+// the word held at one instant (every CAS changes ctl and ctl never repeats
+// within 2^32 generations). False when a CAS landed in between.
+[[nodiscard, gnu::always_inline]] inline bool load_word(const View& v, std::uint32_t i,
+                                                        Word& w) noexcept {
+  EntryHead& h = v.entry(i);
+  // acquire (all three): a word loaded after a closer's bump shows the close
+  // (pairs with cas_word's release); the value and the second ctl are not
+  // read before the first ctl, nor the second ctl before the value.
+  w.ctl = h.ctl.load(std::memory_order_acquire);
+  w.value = __atomic_load_n(word_value(v, i), __ATOMIC_ACQUIRE);
+  return h.ctl.load(std::memory_order_acquire) == w.ctl;
+}
+// The 16-byte compare-exchange (acquire-release; seq_cst on x86). On
+// failure `expected` holds the word found. Counts as one store of the
+// store-crash hook.
+[[gnu::always_inline]] inline bool cas_word(const View& v, std::uint32_t i, Word& expected,
+                                            const Word& desired) noexcept {
+  ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
+  void* addr = &v.entry(i).ctl;
+#if defined(__SANITIZE_THREAD__)
+  __tsan_release(addr);
+#endif
+  struct alignas(16) Pair {
+    std::uint64_t ctl, value;
+  };
+  bool ok = false;
+  asm volatile("lock cmpxchg16b %1"
+               : "=@ccz"(ok), "+m"(*static_cast<Pair*>(addr)), "+a"(expected.ctl),
+                 "+d"(expected.value)
+               : "b"(desired.ctl), "c"(desired.value)
+               : "memory");
+#if defined(__SANITIZE_THREAD__)
+  __tsan_acquire(addr);
+#endif
+  return ok;
+}
+// Under the mutex: the word as it is now (a CAS of the word with itself
+// when the framed load keeps failing).
+[[nodiscard]] Word read_word(const View& v, std::uint32_t i) noexcept;
+// The policies whose ops merge into the word: sum, max, min (8-byte
+// values), and bit_or when the relay's values are 8 bytes.
+[[nodiscard]] bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept;
+// The fold of a word policy's 8-byte op into an 8-byte value.
+[[nodiscard, gnu::always_inline]] inline std::uint64_t word_fold(PolicyId id, std::uint64_t cur,
+                                                                 std::uint64_t op) noexcept {
+  switch (id) {
+    case policy::kSum:
+      return cur + op;
+    case policy::kMax:
+      return cur > op ? cur : op;
+    case policy::kMin:
+      return cur < op ? cur : op;
+    default:  // kBitOr
+      return cur | op;
+  }
+}
+// Under the mutex, inside a write section, for a relay with a word policy:
+// folds entry i's word into its bases (op_count, last_seq) inside the
+// rebase record, and bumps its generation, so no op merged before lands
+// after. A closer calls it after the close (state, flags, index); the
+// ops it folds are counted (merged, conflated, writes). Returns them.
+std::uint64_t rebase(const View& v, std::uint32_t i) noexcept;
+// The same with an op of the caller (sequence `seq`, nonzero) folded in:
+// from the word `w` read before, the word becomes {value, gen + 1, 0, 0}
+// and the bases take the op too (counted merged and conflated; writes
+// only for the word's ops). False, with nothing changed, when the word is
+// no longer `w` (a fast writer landed: fold again).
+[[nodiscard]] bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
+                              std::uint64_t seq) noexcept;
+// Under the mutex, for a relay with a word policy: entry i (Free, not yet
+// published) gets value `value` (len <= 8 bytes, zero padded) under a new
+// generation, and its bases' generation.
+void init_word(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept;
+// Under the mutex, for a relay with a word policy: the word's value
+// becomes `value` (zero padded), its ctl unchanged (a merge of the intent
+// path, which fast writers stay out of).
+void set_word_value(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept;
+// Repair: the rebase record, and every entry not open to merges folded
+// and bumped (a holder may have died between a close and its bump).
+void repair_words(const View& v) noexcept;
+// next_seq = max(next_seq, at_least): a CAS loop (fast writers move it).
+void raise_next_seq(Control& c, std::uint64_t at_least) noexcept;
+// The ops merged into the words of the pending entries and not yet folded
+// into their bases (lag, merged, conflated and writes add them on read).
+// Unlocked, seqlock-framed: walks the pending list, at most `depth` steps.
+[[nodiscard]] std::uint64_t word_ops_pending(const View& v) noexcept;
 
 [[nodiscard]] std::unexpected<Error> corrupt(std::string_view path, std::string what);
 

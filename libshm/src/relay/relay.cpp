@@ -264,6 +264,73 @@ Result<Segment> open_segment(std::string_view name, const OpenOptions& options, 
   return seg;
 }
 
+// The lock-free merge path (docs/relay.md, "Lock-free merge path"): an
+// 8-byte op of a word policy into its key's open entry, by one 16-byte
+// compare-exchange of the entry's merge word, with its sequence from one
+// fetch_add. Returns true with `out` when it answered; false when the
+// write takes the mutex path, with `carried` the sequence it already took
+// (0: none), which the mutex path uses instead of taking another.
+bool fast_merge(const View& v, std::uint64_t key, std::span<const std::byte> op, WriteOutcome& out,
+                std::uint64_t& carried) noexcept {
+  Control& c = *v.control;
+  const PolicyId id = ld(c.policy);
+  if (op.size() != 8 || !word_policy(id, v.params.value_bytes) || ld(c.faulted) != 0) return false;
+  std::uint64_t value = 0;
+  std::memcpy(&value, op.data(), 8);
+  if (value == (id == policy::kMin ? ~std::uint64_t{0} : 0)) {  // the policy's identity
+    c.fast_unchanged.fetch_add(1, std::memory_order_relaxed);   // a lifetime counter
+    out = WriteOutcome{WriteStatus::Unchanged, 0};
+    return true;
+  }
+  // Index cells change only under the mutex; a probe that races a change
+  // may miss (the mutex path then decides), and a hit is validated below.
+  const std::uint32_t e = index_find(v, key);
+  if (e == kNone) return false;
+  EntryHead& h = v.entry(e);
+  std::uint64_t seq = 0;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    Word w;
+    if (!load_word(v, e, w)) continue;
+    // The word first, then the entry: a word at its current generation
+    // (the CAS below checks that) shows every close before its bump.
+    // acquire: a published entry's fields are visible (pairs with the
+    // release store of its state).
+    if (h.state.load(std::memory_order_acquire) !=
+            static_cast<std::uint32_t>(EntryState::Pending) ||
+        ld(h.flags) != 0 || ld(h.key) != key || ld(h.len) != 8 || ld(c.policy) != id)
+      break;
+    const std::uint32_t gen = word_gen(w.ctl);
+    // acquire: the bases of this generation are visible (pairs with the
+    // release store of base_gen after them); unequal: a rebase in progress.
+    if (h.base_gen.load(std::memory_order_acquire) != gen) break;
+    const std::uint64_t merged = word_fold(id, w.value, value);
+    if (merged == w.value) {  // changes nothing the entry holds
+      c.fast_unchanged.fetch_add(1, std::memory_order_relaxed);
+      out = WriteOutcome{WriteStatus::Unchanged, 0};
+      carried = seq;  // taken by a lost race: a gap in the sequence, never a repeat
+      return true;
+    }
+    const std::uint64_t ops = word_ops(w.ctl);
+    if (ops >= kWordOpsMax) break;  // the mutex path rebases
+    if (seq == 0) {
+      ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
+      seq = c.next_seq.fetch_add(1, std::memory_order_relaxed);
+    }
+    const std::uint64_t base = ld(h.last_seq);
+    std::uint64_t rseq = word_rseq(w.ctl);
+    if (seq > base) {
+      if (seq - base > kWordRseqMax) break;  // the mutex path rebases
+      rseq = std::max(rseq, seq - base);
+    }
+    if (cas_word(v, e, w, Word{word_ctl(gen, ops + 1, rseq), merged})) {
+      out = WriteOutcome{WriteStatus::Merged, seq};
+      return true;
+    }
+  }
+  carried = seq;
+  return false;
+}
+
 }  // namespace
 
 namespace relay::detail {
@@ -486,6 +553,19 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
     if (!d) return std::unexpected(d.error());
     dir = *d;
   }
+  // The lock-free merge path; `carried`: a sequence it took and did not use.
+  std::uint64_t carried = 0;
+  {
+    WriteOutcome fast;
+    if (fast_merge(view_, key, op, fast, carried)) return fast;
+  }
+  // A sequence for an op about to be published (the carried one first).
+  auto take_seq = [&] {
+    if (carried != 0) return std::exchange(carried, 0);
+    ::shm::detail::store_crash_tick();                          // test-only kill at the Nth store
+    return c.next_seq.fetch_add(1, std::memory_order_relaxed);  // fast writers take them too
+  };
+  std::uint64_t drop_seq = 0;  // DropOldest: the sequence its intent holds for the append
   for (;;) {
     if (auto ok = lock(view_, path); !ok) return std::unexpected(ok.error());
     std::uint32_t park_word = 0;
@@ -544,6 +624,31 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
             return corrupt(
                 path, shm::detail::format("entry {} holds a {}-byte value (value size {})", e, len,
                                           view_.params.value_bytes));
+          const bool word = word_policy(p.id, view_.params.value_bytes);
+          if (word && len == 8) {
+            // Through the merge word, as a fast writer does (they merge
+            // meanwhile). A shorter bit_or op is the same op zero padded.
+            std::uint64_t value = 0;
+            std::memcpy(&value, op.data(), std::min<std::size_t>(op.size(), 8));
+            // Inside the rebase record, the word's ops folded into the
+            // entry with this op: any sequence distance fits.
+            std::uint64_t seq = 0;
+            for (;;) {
+              const Word w = read_word(view_, e);
+              const std::uint64_t merged = word_fold(p.id, w.value, value);
+              if (merged == w.value) {
+                bump(c.counters.unchanged);  // (a sequence taken by a lost race: a gap)
+                return WriteOutcome{WriteStatus::Unchanged, 0};
+              }
+              if (seq == 0) seq = take_seq();
+              if (try_rebase(view_, e, w, merged, seq)) break;
+            }
+            update_full(view_, static_cast<Dimension>(ld(c.dimension)) == Dimension::Age
+                                   ? monotonic_ns()
+                                   : 0);  // only the age level reads the time
+            notify_reader(c);
+            return WriteOutcome{WriteStatus::Merged, seq};
+          }
           std::array<std::byte, kMaxValueSize> out;
           auto cur =
               std::span<const std::byte>(reinterpret_cast<const std::byte*>(view_.value(e)), len);
@@ -553,8 +658,7 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
             bump(c.counters.unchanged);
             return WriteOutcome{WriteStatus::Unchanged, 0};
           }
-          const std::uint64_t seq = ld(c.next_seq);
-          st(c.next_seq, seq + 1);
+          const std::uint64_t seq = take_seq();
           const std::uint64_t ops = ld(h.op_count) + 1;
           // The intent: the entry's whole new state, valid before it is applied.
           st(c.intent_entry, e);
@@ -570,15 +674,25 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
           st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::Merge));
           std::atomic_signal_fence(std::memory_order_seq_cst);
           ::shm::detail::relay_crash_point(CrashPoint::MergeIntentValid);
-          const std::size_t half = *n / 2;
-          ::shm::detail::store_crash_tick();  // a value copy counts as one store
-          shm::detail::copy_short(view_.value(e), out.data(), half);
-          ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
-          ::shm::detail::store_crash_tick();  // a value copy counts as one store
-          shm::detail::copy_short(view_.value(e) + half, out.data() + half, *n - half);
-          st(h.len, *n);
-          st(h.last_seq, seq);
-          st(h.op_count, ops);
+          if (word) {
+            // bit_or into a shorter value: the value through the word, the
+            // length last (from a length of 8 fast writers merge into it).
+            set_word_value(view_, e, std::span<const std::byte>(out.data(), *n));
+            ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
+            st(h.last_seq, seq);
+            st(h.op_count, ops);
+            st(h.len, *n);
+          } else {
+            const std::size_t half = *n / 2;
+            ::shm::detail::store_crash_tick();  // a value copy counts as one store
+            shm::detail::copy_short(view_.value(e), out.data(), half);
+            ::shm::detail::relay_crash_point(CrashPoint::MergeMidValue);
+            ::shm::detail::store_crash_tick();  // a value copy counts as one store
+            shm::detail::copy_short(view_.value(e) + half, out.data() + half, *n - half);
+            st(h.len, *n);
+            st(h.last_seq, seq);
+            st(h.op_count, ops);
+          }
           st(c.bytes, ld(c.bytes) - len + *n);
           bump(c.pending_ops);
           ::shm::detail::relay_crash_point(CrashPoint::MergeApplied);
@@ -633,7 +747,8 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
             st(c.intent_len, first.size());
             ::shm::detail::store_crash_tick();  // a value copy counts as one store
             shm::detail::copy_short(c.intent_value, first.data(), first.size());
-            st(c.intent_last_seq, ld(c.next_seq));  // the append below takes this sequence
+            if (drop_seq == 0) drop_seq = take_seq();
+            st(c.intent_last_seq, drop_seq);  // the append below takes this sequence
             st(c.intent_op_count, key);
             std::atomic_signal_fence(std::memory_order_seq_cst);
             st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::DropAppend));
@@ -646,6 +761,8 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
             st(c.bytes, ld(c.bytes) - ld(vh.len));
             st(c.pending_ops, ld(c.pending_ops) - ld(vh.op_count));
             if (was_indexed) st(c.pending_keys, ld(c.pending_keys) - 1);
+            // Closed, then bumped: ops merged before go with the drop.
+            if (word_policy(p.id, view_.params.value_bytes)) (void)rebase(view_, victim);
             st(vh.next, ld(c.free_head));
             st(c.free_head, victim);
             bump(c.counters.dropped, ld(vh.op_count));
@@ -743,14 +860,17 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
           return damaged(
               shm::detail::format("free list names entry {} in state {}", i, ld(h.state)));
         st(c.free_head, ld(h.next));
-        const std::uint64_t seq = ld(c.next_seq);
-        st(c.next_seq, seq + 1);
+        const std::uint64_t seq = outcome == WriteStatus::Displaced ? drop_seq : take_seq();
         const std::uint64_t order = ld(c.next_order);
         st(c.next_order, order + 1);
         st(h.key, key);
         st(h.len, first.size());
-        ::shm::detail::store_crash_tick();  // a value copy counts as one store
-        shm::detail::copy_short(view_.value(i), first.data(), first.size());
+        if (word_policy(p.id, view_.params.value_bytes)) {
+          init_word(view_, i, first);  // a new generation: stale fast writers fail
+        } else {
+          ::shm::detail::store_crash_tick();  // a value copy counts as one store
+          shm::detail::copy_short(view_.value(i), first.data(), first.size());
+        }
         st(h.first_seq, seq);
         st(h.last_seq, seq);
         st(h.op_count, 1u);
@@ -759,7 +879,10 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
         st(h.flags, 0u);
         ::shm::detail::relay_crash_point(CrashPoint::AppendFilled);
         std::atomic_signal_fence(std::memory_order_seq_cst);
-        st(h.state, static_cast<std::uint32_t>(EntryState::Pending));
+        ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
+        // release: the fields above are visible to a fast writer that sees
+        // the entry published (pairs with its acquire load of the state).
+        h.state.store(static_cast<std::uint32_t>(EntryState::Pending), std::memory_order_release);
         ::shm::detail::relay_crash_point(CrashPoint::AppendPublished);
         list_append(view_, i);
         if (p.keyed) {
@@ -907,6 +1030,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
   if (memory_on(view_))
     if (auto pol = policy_now(); pol) remembering = *pol;
   const bool commutative = remembering != nullptr && memory_commutative(view_);
+  const bool words = word_policy(ld(c.policy), view_.params.value_bytes);
   while (taken_.size() < n_max) {
     const std::uint32_t i = ld(c.head);
     if (i == kNone) break;
@@ -940,6 +1064,9 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
     st(c.bytes, ld(c.bytes) - len);
     st(c.pending_ops, ld(c.pending_ops) - ld(h.op_count));
     bump(c.in_hand);
+    // Closed, then bumped: every op merged into the word before is folded
+    // into the entry, and no later one lands.
+    if (words) (void)rebase(view_, i);
     std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_bytes;
     std::memcpy(dst, view_.value(i), len);
     taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),

@@ -505,7 +505,6 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   }
   if (job.chosen.empty())
     return fall_back(EventKind::SpillFallback, 0);  // all in the reader's hands
-  add_records(v, job);
   // The seal mutex: free, since no seal is in flight; a sealer that died
   // after clearing its record but before releasing it left OwnerDied, with
   // nothing to repair.
@@ -526,7 +525,7 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   // flight; pairs with the relay mutex's acquisition by whoever reads it.
   a.seal_state.store(1u, std::memory_order_release);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  // Closed to merges: the page holds the values copied above; a write to one
+  // Closed to merges: the page holds the values copied below; a write to one
   // of these keys opens a new entry, which drains after the page.
   const bool keyed = ld(c.policy) != policy::kRawFifo;
   // A keep_latest key whose value goes to a page is forgotten: the reader's
@@ -544,6 +543,13 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
     }
     st(e.flags, f | kSpilling);
   }
+  // Closed, then bumped: ops merged into an entry's word before are folded
+  // into it (the page holds them), and no later one lands. Then the page
+  // is built from the entries as they are now (process-local: nothing
+  // shared changes).
+  if (word_policy(ld(c.policy), v.params.value_bytes))
+    for (std::uint32_t i : job.chosen) (void)rebase(v, i);
+  add_records(v, job);
   return SealStart::Started;
 }
 

@@ -7,6 +7,7 @@
 #include "common/temp_root.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/kind.hpp"
+#include "shm/testing/relay_crash.hpp"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +32,7 @@ constexpr std::uint64_t kWritesPerThread = 20'000;
 constexpr auto kWriteBudget = 500ms;
 
 struct Tally {
-  std::array<std::uint64_t, kKeys> sum{};  // per key: the fold of the ops written (sum) or the max
+  std::array<std::uint64_t, kKeys> sum{};  // per key: the fold of the ops written
   std::uint64_t ops = 0;                   // ops accepted (Merged or Appended)
   std::vector<std::uint64_t> seqs;         // their sequences
   std::string problem;
@@ -47,6 +48,17 @@ class RelayMergeStressTest : public ::testing::TestWithParam<Case> {
  protected:
   test::TempRoot root_;
 };
+
+// The policy's fold of two values, and its identity (the fold of nothing).
+std::uint64_t fold_of(PolicyId p, std::uint64_t a, std::uint64_t b) {
+  if (p == policy::kSum) return a + b;
+  if (p == policy::kMax) return std::max(a, b);
+  if (p == policy::kMin) return std::min(a, b);
+  return a | b;  // bit_or
+}
+std::uint64_t identity_of(PolicyId p) {
+  return p == policy::kMin ? ~std::uint64_t{0} : 0;
+}
 
 TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   const Case& c = GetParam();
@@ -73,13 +85,20 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
         return;
       }
       mine.seqs.reserve(kWritesPerThread);
+      mine.sum.fill(identity_of(c.policy));
       const auto until = std::chrono::steady_clock::now() + kWriteBudget;
       for (std::uint64_t i = 0; i < kWritesPerThread; ++i) {
         if ((i & 255) == 0 && std::chrono::steady_clock::now() > until) break;
         const std::size_t k = static_cast<std::size_t>((i + static_cast<std::uint64_t>(t)) % kKeys);
-        // sum: small nonzero addends (never the identity); max: a rising
-        // value per thread, so most ops change the key's open entry.
-        const std::uint64_t v = is_sum ? (i % 7) + 1 : i * 8 + static_cast<std::uint64_t>(t) + 1;
+        // sum: small nonzero addends (never the identity); max (min): a
+        // rising (falling) value per thread, so most ops change the key's
+        // open entry; bit_or: one bit each, so ops change it until the
+        // entry is taken.
+        const std::uint64_t up = i * 8 + static_cast<std::uint64_t>(t) + 1;
+        const std::uint64_t v = is_sum                     ? (i % 7) + 1
+                                : c.policy == policy::kMax ? up
+                                : c.policy == policy::kMin ? ~up
+                                                           : std::uint64_t{1} << ((i * 5 + t) % 64);
         auto r = w->write(100 + k, u64_value(v), 1s);
         if (!r) {
           mine.problem = r.error().what();
@@ -96,7 +115,7 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
           mine.problem = std::string("write status ") + std::string(to_string(r->status));
           break;
         }
-        mine.sum[k] = is_sum ? mine.sum[k] + v : std::max(mine.sum[k], v);
+        mine.sum[k] = fold_of(c.policy, mine.sum[k], v);
         ++mine.ops;
         mine.seqs.push_back(r->seq);
       }
@@ -105,6 +124,7 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   }
 
   std::array<std::uint64_t, kKeys> fold{};
+  fold.fill(identity_of(c.policy));
   std::uint64_t drained_ops = 0;
   std::string problem;
   auto take_some = [&] {
@@ -120,7 +140,7 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
         return false;
       }
       const std::size_t k = static_cast<std::size_t>(e.key - 100);
-      fold[k] = is_sum ? fold[k] + u64_of(e.value) : std::max(fold[k], u64_of(e.value));
+      fold[k] = fold_of(c.policy, fold[k], u64_of(e.value));
       drained_ops += e.op_count;
     }
     if (auto ok = reader->commit(); !ok) {
@@ -138,12 +158,12 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   ASSERT_EQ(problem, "");
 
   std::array<std::uint64_t, kKeys> want{};
+  want.fill(identity_of(c.policy));
   std::uint64_t ops = 0;
   std::vector<std::uint64_t> seqs;
   for (const Tally& m : tally) {
     ASSERT_EQ(m.problem, "");
-    for (std::size_t k = 0; k < kKeys; ++k)
-      want[k] = is_sum ? want[k] + m.sum[k] : std::max(want[k], m.sum[k]);
+    for (std::size_t k = 0; k < kKeys; ++k) want[k] = fold_of(c.policy, want[k], m.sum[k]);
     ops += m.ops;
     seqs.insert(seqs.end(), m.seqs.begin(), m.seqs.end());
   }
@@ -161,6 +181,7 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   EXPECT_EQ(s.appended + s.merged, ops);
   EXPECT_EQ(s.drained_ops, ops);
   EXPECT_EQ(s.merged, s.conflated);
+  EXPECT_EQ(s.writes, s.appended + s.merged + s.unchanged) << c.name;
   std::printf("%s: %llu ops, %llu merged into an open entry, %llu appended\n", c.name,
               static_cast<unsigned long long>(ops), static_cast<unsigned long long>(s.merged),
               static_cast<unsigned long long>(s.appended));
@@ -170,6 +191,96 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
 }
 
+// The lock-free merge path: while one writer holds the relay's mutex
+// (stopped inside an append by the test-only crash hook), merges of sum,
+// max, min and bit_or into keys already open still complete, with their
+// sequences, and the reader then finds every one of them.
+std::atomic<int> g_stop_state{0};  // 0 idle, 1 a writer is stopped inside, 2 release it
+void stop_inside_append(test_hooks::RelayCrashPoint point) {
+  if (point != test_hooks::RelayCrashPoint::AppendFilled) return;
+  g_stop_state.store(1);
+  while (g_stop_state.load() != 2) std::this_thread::sleep_for(1ms);
+}
+
+class RelayFastMergeTest : public ::testing::TestWithParam<PolicyId> {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_P(RelayFastMergeTest, MergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
+  const PolicyId p = GetParam();
+  (void)Segment::unlink(kName);
+  RelayConfig cfg;
+  cfg.policy = p;
+  cfg.value_bytes = 8;
+  cfg.max_entries = 16;
+  cfg.backpressure = Backpressure{Dimension::Count, 16, 1, Overflow::Block};
+  auto reader = RelayReader::create(kName, cfg);
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto w = RelayWriter::open(kName);
+  ASSERT_TRUE(w) << w.error().what();
+  // Keys 1 and 2 open, each with one op that every later op changes.
+  const std::uint64_t first = p == policy::kMin ? 1000 : 1;
+  for (std::uint64_t k : {1, 2}) {
+    ASSERT_TRUE(w->write(k, u64_value(first), 1s));
+  }
+  g_stop_state.store(0);
+  test_hooks::set_relay_crash_hook(&stop_inside_append);
+  std::thread holder([&] {
+    auto h = RelayWriter::open(kName);
+    if (h) (void)h->write(3, u64_value(first), 1s);  // a new key: stops holding the mutex
+  });
+  while (g_stop_state.load() != 1) std::this_thread::sleep_for(1ms);
+  std::uint64_t want[2] = {first, first};
+  std::vector<std::uint64_t> seqs;
+  constexpr std::uint64_t kOps = 50;
+  for (std::uint64_t i = 0; i < kOps; ++i) {
+    const std::uint64_t v = p == policy::kSum   ? 3
+                            : p == policy::kMax ? 2 + i
+                            : p == policy::kMin ? 999 - i
+                                                : std::uint64_t{2} << i;
+    const std::size_t k = i % 2;
+    auto r = w->write(1 + k, u64_value(v), 1s);  // would wait for the mutex without the fast path
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->status, WriteStatus::Merged) << "op " << i;
+    seqs.push_back(r->seq);
+    want[k] = fold_of(p, want[k], v);
+  }
+  // An op that changes nothing answers Unchanged, also with no lock.
+  auto same = w->write(1, u64_value(p == policy::kMin ? 1000 : p == policy::kSum ? 0 : 2), 1s);
+  ASSERT_TRUE(same) << same.error().what();
+  EXPECT_EQ(same->status, WriteStatus::Unchanged);
+  EXPECT_EQ(g_stop_state.load(), 1) << "the mutex holder went on";
+  g_stop_state.store(2);
+  holder.join();
+  test_hooks::set_relay_crash_hook(nullptr);
+  EXPECT_EQ(reader->snapshot().lag, 3 + kOps) << "the words' ops count in the lag";
+  std::sort(seqs.begin(), seqs.end());
+  EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end());
+  std::uint64_t got[2] = {0, 0}, ops = 0;
+  auto n = reader->drain(16, [&](const RelayEntry& e) {
+    if (e.key == 1 || e.key == 2) got[e.key - 1] = u64_of(e.value);
+    ops += e.op_count;
+  });
+  ASSERT_TRUE(n) << n.error().what();
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[1]);
+  EXPECT_EQ(ops, 3 + kOps);
+  const RelaySnapshot s = reader->snapshot();
+  EXPECT_EQ(s.lag, 0u);
+  EXPECT_EQ(s.merged, kOps);
+  EXPECT_EQ(s.writes, 3 + kOps + 1);
+  EXPECT_EQ(s.unchanged, 1u);
+  auto seg = Segment::open_any(kName, {});
+  ASSERT_TRUE(seg) << seg.error().what();
+  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+}
+
+INSTANTIATE_TEST_SUITE_P(WordPolicies, RelayFastMergeTest,
+                         ::testing::Values(policy::kSum, policy::kMax, policy::kMin,
+                                           policy::kBitOr));
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
 }
@@ -177,7 +288,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(Policies, RelayMergeStressTest,
                          ::testing::Values(Case{"sum_2", policy::kSum, 2},
                                            Case{"sum_4", policy::kSum, 4},
-                                           Case{"max_3", policy::kMax, 3}),
+                                           Case{"max_3", policy::kMax, 3},
+                                           Case{"min_2", policy::kMin, 2},
+                                           Case{"bit_or_2", policy::kBitOr, 2}),
                          case_name);
 
 }  // namespace

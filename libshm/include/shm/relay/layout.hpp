@@ -57,6 +57,17 @@
 /// rolled forward by repair; a free is one state store; forgetting is always
 /// safe (a write is then judged as if the key had never been delivered).
 ///
+/// Lock-free merge path (docs/relay.md). For sum, max, min and (8-byte
+/// values) bit_or, an entry's value lives in its merge word {ctl, value},
+/// 16-aligned at EntryHead::ctl, changed only by a 16-byte compare-exchange;
+/// op_count and last_seq are its bases (base_gen: the word generation they
+/// belong to) and ctl counts the ops and the last sequence past them. A
+/// write to an open key folds its op into the word with no mutex (sequence
+/// by fetch_add of next_seq). Whoever ends an entry's openness (take, seal,
+/// DropOldest, repair) closes it first, then bumps the generation and folds
+/// the word into the bases, inside the rebase record (Control::rebase_*),
+/// rolled forward by repair when the word shows the new generation.
+///
 /// Unlocked readers (snapshot(), shmctl, sidecar metrics, verify) read the
 /// atomics with relaxed loads framed by the seqlock `version` (odd while a
 /// holder mutates): [relay.V1]/[relay.V2] in begin_write/end_write pair with
@@ -130,20 +141,38 @@ static_assert(std::is_trivially_copyable_v<ParamBlock> && sizeof(ParamBlock) == 
 
 /// One entry of the pool; `value_bytes` bytes of value follow (stride: entry_stride()).
 struct EntryHead {
-  std::atomic<std::uint32_t> state;       ///< EntryState; the publishing store of a new entry
-  std::atomic<std::uint32_t> flags;       ///< kSealed, kSpilling, kClosed bits
-  std::atomic<std::uint32_t> len;         ///< value bytes in use, <= value_bytes
-  std::atomic<std::uint32_t> prev;        ///< derived: pending list, or kNone
-  std::atomic<std::uint32_t> next;        ///< derived: pending list or free list, or kNone
-  std::atomic<std::uint32_t> reserved;    ///< zero
+  std::atomic<std::uint32_t> state;  ///< EntryState; the publishing store of a new entry
+  std::atomic<std::uint32_t> flags;  ///< kSealed, kSpilling, kClosed bits
+  std::atomic<std::uint32_t> len;    ///< value bytes in use, <= value_bytes
+  std::atomic<std::uint32_t> prev;   ///< derived: pending list, or kNone
+  std::atomic<std::uint32_t> next;   ///< derived: pending list or free list, or kNone
+  /// The merge word's generation the bases (op_count, last_seq) belong to
+  /// (the lock-free merge path below); stored after them, release.
+  std::atomic<std::uint32_t> base_gen;
   std::atomic<std::uint64_t> key;         ///< the key ops were written under
   std::atomic<std::uint64_t> first_seq;   ///< sequence of the first op merged in
   std::atomic<std::uint64_t> last_seq;    ///< sequence of the last op merged in
   std::atomic<std::uint64_t> op_count;    ///< ops merged in (1 for raw_fifo)
   std::atomic<std::uint64_t> order;       ///< creation stamp: the drain order
   std::atomic<std::uint64_t> created_ns;  ///< monotonic time of the first op (age, staleness)
+  std::atomic<std::uint64_t> reserved;    ///< zero
+  /// The merge word's control half: gen:32 | ops:12 | rseq:20 (kWordOps...).
+  /// With the value's first 8 bytes, which follow it, it is one 16-byte,
+  /// 16-aligned word changed only by a 16-byte compare-exchange (the
+  /// lock-free merge path in the protocol note).
+  std::atomic<std::uint64_t> ctl;
 };
-static_assert(sizeof(EntryHead) == 72 && alignof(EntryHead) == 8);
+static_assert(sizeof(EntryHead) == 88 && alignof(EntryHead) == 8);
+static_assert(offsetof(EntryHead, ctl) % 16 == 0 &&
+              offsetof(EntryHead, ctl) + 8 == sizeof(EntryHead));
+
+/// @name The merge word's control half (EntryHead::ctl)
+///@{
+inline constexpr unsigned kWordGenShift = 32;  ///< gen: bumped by every close, rebase, creation
+inline constexpr unsigned kWordOpsShift = 20;  ///< ops merged into the word since the bases
+inline constexpr std::uint64_t kWordOpsMax = 0xFFF;     ///< most ops the word holds
+inline constexpr std::uint64_t kWordRseqMax = 0xFFFFF;  ///< largest sequence past the base last_seq
+///@}
 static_assert(std::is_standard_layout_v<EntryHead>);
 
 /// One slot of the delivered-value memory (MemSlot + value_bytes bytes of
@@ -170,9 +199,10 @@ static_assert(sizeof(MemSlot) == 24 && alignof(MemSlot) == 8);
   return n;
 }
 
-/// Bytes per entry: EntryHead plus `value_bytes`, rounded up to 8.
+/// Bytes per entry: EntryHead plus `value_bytes`, rounded up to 16 (the
+/// merge word {ctl, value} is 16-aligned).
 [[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
-  return round_up(sizeof(EntryHead) + value_bytes, 8);
+  return round_up(sizeof(EntryHead) + value_bytes, 16);
 }
 
 /// Event::kind: what happened; Event::key and Event::count say more.
@@ -300,8 +330,20 @@ struct Control {
   /// Merge: the entry's last_seq; DropAppend: the op's sequence.
   std::atomic<std::uint64_t> intent_last_seq;
   std::atomic<std::uint64_t> intent_op_count;  ///< Merge: the entry's; DropAppend: the op's key
-  unsigned char intent_value[kMaxValueSize];   ///< under the mutex only
+  /// @name The rebase record (the lock-free merge path): a fold of an
+  /// entry's merge word into its bases, valid while rebase_state is 1.
+  ///@{
+  std::atomic<std::uint32_t> rebase_state;     ///< 1: entry rebase_entry is being rebased
+  std::atomic<std::uint32_t> rebase_entry;     ///< the entry
+  std::atomic<std::uint64_t> rebase_gen;       ///< the word's generation after the rebase
+  std::atomic<std::uint64_t> rebase_op_count;  ///< the entry's op_count after it
+  std::atomic<std::uint64_t> rebase_last_seq;  ///< the entry's last_seq after it
   ///@}
+  unsigned char intent_value[kMaxValueSize];  ///< under the mutex only
+  ///@}
+  /// Unchanged writes judged by the lock-free merge path (no mutex): added
+  /// to writes and unchanged on read.
+  alignas(kFalseSharingRange) std::atomic<std::uint64_t> fast_unchanged;
   /// The event ring: event n is in events[n % kEventRing].
   alignas(kFalseSharingRange) Event events[kEventRing];
 };
@@ -538,7 +580,7 @@ struct Geometry {
 
 /// The segment fingerprint of this layout.
 inline constexpr std::uint64_t kFingerprint =
-    layout_fingerprint({3,  // 3: the delivered-value memory
+    layout_fingerprint({4,  // 4: the merge word (lock-free merge path)
                         sizeof(Control),
                         sizeof(EntryHead),
                         sizeof(MemSlot),
@@ -555,6 +597,9 @@ inline constexpr std::uint64_t kFingerprint =
                         offsetof(Control, events),
                         offsetof(EntryHead, key),
                         offsetof(EntryHead, created_ns),
+                        offsetof(EntryHead, ctl),
+                        offsetof(Control, rebase_state),
+                        offsetof(Control, fast_unchanged),
                         kEventRing,
                         kMaxValueSize,
                         sizeof(SpillArea),
