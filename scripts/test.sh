@@ -6,14 +6,16 @@
 # the tests leave idle and never the CPU a test wants.
 #
 #   normal  RelWithDebInfo (-O2 -DNDEBUG), everything (tests, examples, tools, benchmarks built;
-#           the programs' own code at -O0: LIBSHM_PROGRAMS_AT_O0)
-#   asan    -DLIBSHM_SANITIZE=address,undefined, -O1, benchmarks off, and
-#           WITHOUT -DNDEBUG: the library's contract asserts are on, and the
-#           tests' EXPECT_DEATH checks of them (compiled only without NDEBUG) run
+#           the programs' and benchmarks' own code at -O0: LIBSHM_PROGRAMS_AT_O0)
+#           but the README/docs blocks, and the install checks
 #   tsan    -DLIBSHM_SANITIZE=thread, -O1, benchmarks off, and only the tests in
 #           which several threads of one process use the library
 #           (LIBSHM_TESTS_THREADED_ONLY: TSan sees one process's threads, not
 #           the protocol between processes; tests/CMakeLists.txt)
+#   asan    -DLIBSHM_SANITIZE=address,undefined, -O1, benchmarks off, and
+#           WITHOUT -DNDEBUG: the library's contract asserts are on, and the
+#           tests' EXPECT_DEATH checks of them (compiled only without NDEBUG) run;
+#           the README/docs blocks
 #   fuzz    scripts/fuzz.sh: the libFuzzer targets (clang, ASan + UBSan), each
 #           run for LIBSHM_FUZZ_SECONDS (default 20) from the seed corpus; a
 #           crash, sanitizer report or hang fails the lane and leaves the
@@ -33,8 +35,9 @@
 #
 # What runs where: the install checks (install_find_package,
 # install_readme_tour) run in the normal lane only, since what is installed is
-# the same in every lane; the TSan lane builds and runs no README/docs block
-# (programs of one thread: nothing for ThreadSanitizer to find). Programs link
+# the same in every lane; the README/docs blocks are built and run in the
+# asan lane only (programs of one thread; the normal lane builds README.md's
+# against the installed package; tests/readme.cmake). Programs link
 # with lld when it is installed. The summary gives each phase's CPU seconds:
 # on 2 cores, the CPU of all phases together bounds this command.
 #
@@ -80,7 +83,7 @@ while (($#)); do
       [[ $# -ge 2 ]] || { echo "test.sh: --lane needs a value" >&2; exit 2; }
       case "$2" in
         normal | asan | tsan | fuzz) lanes+=("$2") ;;
-        all) lanes+=(normal asan tsan fuzz) ;;
+        all) lanes+=(normal tsan asan fuzz) ;;
         *) echo "test.sh: unknown lane '$2' (normal, asan, tsan, fuzz, all)" >&2; exit 2 ;;
       esac
       shift 2 ;;
@@ -90,7 +93,11 @@ while (($#)); do
     *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#lanes[@]})) || lanes=(normal asan tsan fuzz)
+# The order: the TSan lane's tests (few, and mostly waiting on the daemons and
+# nats-server) leave a core idle longer than any other lane's, so the largest
+# build, ASan + UBSan, runs beside them; the fuzz build runs beside the asan
+# lane's tests.
+((${#lanes[@]})) || lanes=(normal tsan asan fuzz)
 
 bash "$here/setup.sh" || exit 1
 
@@ -220,7 +227,7 @@ lane_fail() {  # lane, message
 
 # Configures lane $1 and builds it, output in <dir>/build.log.
 build_lane() {
-  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF threaded_only=OFF
+  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF threaded_only=OFF page_programs=OFF
   dir=$(lane_dir "$lane")
   if [[ "$lane" == fuzz ]]; then
     bounded "$(remaining)" bash "$here/fuzz.sh" --build-only --build-dir "$dir" --jobs "$jobs"
@@ -231,7 +238,7 @@ build_lane() {
   fi
   case "$lane" in
     normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON; programs_o0=ON ;;
-    asan) sanitize="address,undefined" cxx_flags="-O1 -g1" ;;  # asserts on (no NDEBUG)
+    asan) sanitize="address,undefined" cxx_flags="-O1 -g1" page_programs=ON ;;  # asserts on (no NDEBUG)
     tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" threaded_only=ON ;;
   esac
   # lld links the lane's ~90 programs with 2.5x less CPU than GNU ld (the
@@ -243,7 +250,8 @@ build_lane() {
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$cxx_flags" \
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
     -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON \
-    -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 -DLIBSHM_TESTS_THREADED_ONLY=$threaded_only ||
+    -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 -DLIBSHM_TESTS_THREADED_ONLY=$threaded_only \
+    -DLIBSHM_BUILD_PAGE_PROGRAMS=$page_programs ||
     { echo "test.sh: configure failed"; return 1; }
   bounded "$(remaining)" cmake --build "$dir" --parallel "$jobs"
   local rc=$?
