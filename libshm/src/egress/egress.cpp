@@ -161,8 +161,11 @@ Result<void> lock(const State& s, std::string_view path) {
     case detail::LockResult::Unrecoverable:
       return fail(Errc::Faulted,
                   shm::detail::format("{}: the egress mutex is not recoverable", path));
+    case detail::LockResult::DeadOwnerUnregistered:
+      return detail::fail_dead_owner(path, "egress", c.lock.mutex);
     case detail::LockResult::Failed:
-    case detail::LockResult::Busy:  // try_lock only
+    case detail::LockResult::Busy:      // try_lock only
+    case detail::LockResult::TimedOut:  // lock_until only
       return fail(Errc::Corrupt, shm::detail::format("{}: the egress mutex word is damaged", path));
   }
   if (ld(c.lock.faulted) != 0) {
