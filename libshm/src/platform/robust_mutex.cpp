@@ -179,6 +179,10 @@ LockResult RobustMutex::lock_slow(int rc, Clock::time_point deadline) noexcept {
   bool suspect = false;
   std::uint32_t suspect_tid = 0;
   Clock::time_point suspect_since{};
+  // A timed caller waits at least one slice: a deadline of "now" must not
+  // turn an ordinary microsecond hold into TimedOut.
+  const Clock::time_point start = Clock::now();
+  if (deadline < start + kLockSlice) deadline = start + kLockSlice;
   for (;;) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return LockResult::TimedOut;

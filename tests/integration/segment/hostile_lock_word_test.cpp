@@ -10,6 +10,7 @@
 #include "shm/egress/egress.hpp"
 #include "shm/egress/layout.hpp"
 #include "shm/ledger/ledger.hpp"
+#include "shm/platform/robust_mutex.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/header.hpp"
 #include "shm/topic/layout.hpp"
@@ -19,6 +20,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
@@ -221,6 +223,77 @@ TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
   });
   EXPECT_EQ(rc, 0);
   expect_shmctl_reports("news");
+}
+
+// A live process holding the egress mutex (stopped inside, say) keeps the
+// ordinary semantics: the timed calls answer their timeout outcome within
+// their timeout (plus a slice), and work again as soon as it lets go.
+TEST(LiveLockHolderTest, EgressTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProcessHoldsTheMutex) {
+  test::TempRoot root;
+  EgressParams p;
+  p.max_payloads = 8;
+  p.slot_bytes = 16;
+  p.inflight_limit = 8;
+  auto transport = EgressTransport::create("held", p);
+  ASSERT_TRUE(transport) << transport.error().what();
+  auto producer = Egress::open("held");
+  ASSERT_TRUE(producer) << producer.error().what();
+  // The holder: another process mapping the file, locking the mutex at the
+  // data area's start, holding it until its pipe closes.
+  int go[2];
+  int held[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(held), 0);
+  const std::string path = root.file("held");
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    ::close(go[1]);
+    ::close(held[0]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    void* map =
+        fd < 0 ? MAP_FAILED
+               : ::mmap(nullptr, kHeaderSize + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) ::_exit(1);
+    auto* m = reinterpret_cast<detail::RobustMutex*>(static_cast<std::byte*>(map) + kHeaderSize);
+    if (m->lock() != detail::LockResult::Acquired) ::_exit(2);
+    (void)!::write(held[1], "h", 1);
+    char c = 0;
+    (void)!::read(go[0], &c, 1);  // until the parent closes its end
+    m->unlock();
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ::close(held[1]);
+  char c = 0;
+  ASSERT_EQ(::read(held[0], &c, 1), 1);
+  const std::byte payload[4]{};
+  std::vector<std::byte> buf;
+  auto start = std::chrono::steady_clock::now();
+  auto claimed = transport->claim(buf, 300ms);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(claimed) << claimed.error().what();
+  EXPECT_EQ(claimed->status, egress::ClaimStatus::Empty);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  start = std::chrono::steady_clock::now();
+  auto enq = producer->enqueue(payload, 300ms);
+  took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(enq) << enq.error().what();
+  EXPECT_EQ(enq->status, egress::EnqueueStatus::Full);
+  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  // Released: the same calls go through.
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::close(held[0]);
+  enq = producer->enqueue(payload, 1s);
+  ASSERT_TRUE(enq) << enq.error().what();
+  EXPECT_EQ(enq->status, egress::EnqueueStatus::Enqueued);
+  claimed = transport->claim(buf, 1s);
+  ASSERT_TRUE(claimed) << claimed.error().what();
+  EXPECT_EQ(claimed->status, egress::ClaimStatus::Claimed);
 }
 
 }  // namespace

@@ -49,7 +49,9 @@ enum class LockResult : std::uint8_t {
   /// the caller itself) and that the kernel never marked dead: a corrupt or
   /// hostile lock word (owner_tid() tells which id). Waiting would never end.
   DeadOwnerUnregistered,
-  TimedOut,  ///< lock_until only: a live holder kept it past the deadline
+  /// lock_until only: a live holder kept it past the deadline, and for at
+  /// least kLockSlice (ordinary microsecond holds never refuse a timed call).
+  TimedOut,
 };
 
 /// The enumerator's name, for logs and tool output.
@@ -75,7 +77,10 @@ class RobustMutex {
       return LockResult::Acquired;
     return lock_slow(rc, std::chrono::steady_clock::time_point::max());
   }
-  /// lock(), but TimedOut once `deadline` passes while a live thread holds it.
+  /// lock(), but TimedOut once `deadline` passes while a live thread holds it
+  /// (and not before the mutex was held through one kLockSlice: a timed call
+  /// whose deadline is now still gets a mutex held for microseconds). Returns
+  /// at most kLockSlice after `deadline`.
   [[nodiscard]] LockResult lock_until(std::chrono::steady_clock::time_point deadline) noexcept {
     const int rc = ::pthread_mutex_trylock(&m_);
     if (rc == 0) [[likely]]
