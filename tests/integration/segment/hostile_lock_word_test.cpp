@@ -5,7 +5,9 @@
 // never a wait for ever; shmctl verify reports it (exit 3) and inspect does
 // not hang. One case per kind with a robust mutex. The calls run in a forked
 // child (a fresh process: it opens the file itself) with a deadline.
+#include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
 #include "shm/egress/egress.hpp"
 #include "shm/egress/layout.hpp"
@@ -175,6 +177,44 @@ TEST_F(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
   });
   EXPECT_EQ(rc, 0);
   expect_shmctl_reports("rates");
+}
+
+// The spill's seal mutex is only ever tried: a forged owner there makes the
+// write that would seal a page answer Corrupt naming it, at once.
+TEST_F(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt) {
+  test::TempSpillDir spill_dir;  // LIBSHM_SPILL_DIR/<relay>
+  const std::string path = root_.file("spilled");
+  std::size_t offset = 0;
+  {
+    auto w = RelayWriter::create("spilled", test::small_spill_fifo(""));
+    ASSERT_TRUE(w) << w.error().what();
+    offset =
+        static_cast<std::size_t>(reinterpret_cast<const std::byte*>(&w->view().spill->seal_mutex) -
+                                 w->segment().data().data());
+  }
+  forge_owner(path, offset, gone_tid());
+  const int rc = run_in_child([&] {
+    auto w = RelayWriter::open("spilled");
+    if (!w) {
+      std::fprintf(stderr, "RelayWriter::open: %s\n", w.error().what().c_str());
+      return 3;
+    }
+    for (std::uint64_t i = 0; i < 16; ++i) {
+      auto r = w->try_write(std::as_bytes(std::span(&i, 1)));
+      if (r) continue;
+      const Error& e = r.error();
+      const bool named = e.message.find("seal mutex's lock word is corrupt") != std::string::npos;
+      if (e.code != Errc::Corrupt || !named) {
+        std::fprintf(stderr, "try_write %llu: %s\n", static_cast<unsigned long long>(i),
+                     e.what().c_str());
+        return 2;
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "16 writes and no seal refused\n");
+    return 1;
+  });
+  EXPECT_EQ(rc, 0);
 }
 
 TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
