@@ -2,6 +2,7 @@
 
 #include "format/format.hpp"
 
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -170,9 +171,25 @@ bool RobustMutex::owner_missing() const noexcept {
 #endif
 }
 
+void RobustMutex::release_unrecoverable() noexcept {
+#if defined(__GLIBC__)
+  const std::uint32_t word = lock_word(m_);
+  if ((word & kFutexTidMask) != static_cast<std::uint32_t>(self_tid())) return;
+  // What pthread_mutex_lock does on ENOTRECOVERABLE (lll_unlock): clear the
+  // word, wake one waiter (it meets ENOTRECOVERABLE in turn).
+  const auto old =
+      static_cast<std::uint32_t>(__atomic_exchange_n(&m_.__data.__lock, 0, __ATOMIC_RELEASE));
+  if ((old & kFutexWaiters) != 0)
+    (void)::syscall(SYS_futex, &m_.__data.__lock, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+#endif
+}
+
 LockResult RobustMutex::lock_slow(int rc, Clock::time_point deadline) noexcept {
   if (rc == EOWNERDEAD) return LockResult::OwnerDied;
-  if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+  if (rc == ENOTRECOVERABLE) {
+    release_unrecoverable();
+    return LockResult::Unrecoverable;
+  }
   if (rc != EBUSY && rc != EDEADLK) return LockResult::Failed;
   // An owner seen missing: its id and since when (a flag, no optional: GCC -O1
   // warns maybe-uninitialized on optional<time_point>).
@@ -190,7 +207,10 @@ LockResult RobustMutex::lock_slow(int rc, Clock::time_point deadline) noexcept {
     rc = wait_slice(&m_, slice_end);
     if (rc == 0) return LockResult::Acquired;
     if (rc == EOWNERDEAD) return LockResult::OwnerDied;
-    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+    if (rc == ENOTRECOVERABLE) {
+      release_unrecoverable();  // a no-op after clocklock, which released it
+      return LockResult::Unrecoverable;
+    }
     if (rc != ETIMEDOUT) return LockResult::Failed;
 #if defined(__GLIBC__)
     // A whole slice passed with the mutex held: is its owner alive?

@@ -94,7 +94,10 @@ class RobustMutex {
     if (rc == 0) return LockResult::Acquired;
     if (rc == EBUSY || rc == EDEADLK) return LockResult::Busy;
     if (rc == EOWNERDEAD) return LockResult::OwnerDied;
-    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+    if (rc == ENOTRECOVERABLE) {
+      release_unrecoverable();
+      return LockResult::Unrecoverable;
+    }
     return LockResult::Failed;
   }
   void mark_consistent() noexcept { (void)::pthread_mutex_consistent(&m_); }
@@ -125,6 +128,10 @@ class RobustMutex {
   }
 
  private:
+  // glibc's pthread_mutex_trylock answers ENOTRECOVERABLE with the lock word
+  // still naming the caller (pthread_mutex_lock releases it): every later
+  // locker would wait on it. Releases the word when it names this thread.
+  void release_unrecoverable() noexcept;
   [[nodiscard]] LockResult lock_slow(int first_rc,
                                      std::chrono::steady_clock::time_point deadline) noexcept;
 
