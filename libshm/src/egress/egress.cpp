@@ -129,9 +129,16 @@ std::string join(const std::vector<std::string>& lines) {
   return s;
 }
 
-Result<void> lock(const State& s, std::string_view path) {
+// `deadline` (timed calls): a live holder that keeps the mutex past it sets
+// *timed_out and fails; the caller answers its own timeout outcome instead.
+Result<void> lock(
+    const State& s, std::string_view path,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    bool* timed_out = nullptr) {
   Control& c = *s.control;
-  const detail::LockResult r = c.lock.mutex.lock();
+  const detail::LockResult r = deadline == std::chrono::steady_clock::time_point::max()
+                                   ? c.lock.mutex.lock()
+                                   : c.lock.mutex.lock_until(deadline);
   if (r == detail::LockResult::Acquired && ld(c.lock.faulted) == 0) [[likely]]
     return {};
   switch (r) {
@@ -161,6 +168,12 @@ Result<void> lock(const State& s, std::string_view path) {
     case detail::LockResult::Unrecoverable:
       return fail(Errc::Faulted,
                   shm::detail::format("{}: the egress mutex is not recoverable", path));
+    case detail::LockResult::DeadOwnerUnregistered:
+      return detail::fail_dead_owner(path, "egress", c.lock.mutex);
+    case detail::LockResult::TimedOut:
+      if (timed_out != nullptr) *timed_out = true;
+      return fail(Errc::SystemError,
+                  shm::detail::format("{}: the egress mutex stayed held past the deadline", path));
     case detail::LockResult::Failed:
     case detail::LockResult::Busy:  // try_lock only
       return fail(Errc::Corrupt, shm::detail::format("{}: the egress mutex word is damaged", path));
@@ -177,10 +190,14 @@ Result<void> lock(const State& s, std::string_view path) {
 
 // Runs f(core, wake) under the lock in a write section; then bumps the futex
 // words f asked for and wakes their announced waiters after unlocking.
+// With a `deadline` (timed calls), a mutex a live holder keeps past it sets
+// *timed_out and fails without running f.
 template <class F>
-auto locked(const State& s, std::string_view path, F&& f)
-    -> Result<std::invoke_result_t<F, EgressCore&, Wake&>> {
-  if (auto ok = lock(s, path); !ok) return std::unexpected(ok.error());
+auto locked(
+    const State& s, std::string_view path, F&& f,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    bool* timed_out = nullptr) -> Result<std::invoke_result_t<F, EgressCore&, Wake&>> {
+  if (auto ok = lock(s, path, deadline, timed_out); !ok) return std::unexpected(ok.error());
   Control& c = *s.control;
   begin_write(c);
   EgressCore core(s);
@@ -365,19 +382,27 @@ Result<EnqueueOutcome> Egress::enqueue(std::span<const std::byte> payload,
   bool announced = false;
   for (;;) {
     std::uint32_t seen = 0;
-    auto r = locked(state_, segment_.path(), [&](EgressCore& core, Wake& w) {
-      if (announced) st(c.wake.space_waiters, ld(c.wake.space_waiters) - 1);
-      announced = false;
-      auto out = core.enqueue(payload, monotonic_ns());
-      w.claim = out && out->status == EnqueueStatus::Enqueued;
-      if (out && out->status == EnqueueStatus::Full &&
-          std::chrono::steady_clock::now() < deadline) {
-        st(c.wake.space_waiters, ld(c.wake.space_waiters) + 1);  // [egress.W]
-        seen = ld(c.wake.space_word);
-        announced = true;
-      }
-      return out;
-    });
+    bool timed_out = false;
+    auto r = locked(
+        state_, segment_.path(),
+        [&](EgressCore& core, Wake& w) {
+          if (announced) st(c.wake.space_waiters, ld(c.wake.space_waiters) - 1);
+          announced = false;
+          auto out = core.enqueue(payload, monotonic_ns());
+          w.claim = out && out->status == EnqueueStatus::Enqueued;
+          if (out && out->status == EnqueueStatus::Full &&
+              std::chrono::steady_clock::now() < deadline) {
+            st(c.wake.space_waiters, ld(c.wake.space_waiters) + 1);  // [egress.W]
+            seen = ld(c.wake.space_word);
+            announced = true;
+          }
+          return out;
+        },
+        // Announced, it must lock to withdraw (space_waiters would stay one
+        // too high): then the holder is waited for as by an untimed call.
+        announced ? std::chrono::steady_clock::time_point::max() : deadline, &timed_out);
+    // A live holder kept the mutex past the deadline: the timeout's outcome.
+    if (timed_out) return EnqueueOutcome{EnqueueStatus::Full, 0};
     if (!r) return std::unexpected(r.error());
     if (!*r || (*r)->status == EnqueueStatus::Enqueued || !announced) return std::move(*r);
     const auto left = deadline - std::chrono::steady_clock::now();
@@ -588,23 +613,32 @@ Result<ClaimOutcome> EgressTransport::claim(std::vector<std::byte>& payload,
   for (;;) {
     std::uint32_t seen = 0;
     std::uint64_t due = kNoDue;
-    auto r = locked(egress_.state_, egress_.segment_.path(), [&](EgressCore& core, Wake&) {
-      if (announced) st(c.wake.claim_waiters, ld(c.wake.claim_waiters) - 1);
-      announced = false;
-      const std::uint64_t now = monotonic_ns();
-      if (core.generation() == generation_ && core.next_due() <= now)
-        (void)core.retry_due(generation_, now);
-      ClaimOutcome out = core.claim(generation_);
-      copy_payload(out, payload);
-      if ((out.status == ClaimStatus::Empty || out.status == ClaimStatus::WindowFull) &&
-          std::chrono::steady_clock::now() < deadline) {
-        st(c.wake.claim_waiters, ld(c.wake.claim_waiters) + 1);  // [egress.W]
-        seen = ld(c.wake.claim_word);
-        due = core.next_due();
-        announced = true;
-      }
-      return out;
-    });
+    bool timed_out = false;
+    auto r = locked(
+        egress_.state_, egress_.segment_.path(),
+        [&](EgressCore& core, Wake&) {
+          if (announced) st(c.wake.claim_waiters, ld(c.wake.claim_waiters) - 1);
+          announced = false;
+          const std::uint64_t now = monotonic_ns();
+          if (core.generation() == generation_ && core.next_due() <= now)
+            (void)core.retry_due(generation_, now);
+          ClaimOutcome out = core.claim(generation_);
+          copy_payload(out, payload);
+          if ((out.status == ClaimStatus::Empty || out.status == ClaimStatus::WindowFull) &&
+              std::chrono::steady_clock::now() < deadline) {
+            st(c.wake.claim_waiters, ld(c.wake.claim_waiters) + 1);  // [egress.W]
+            seen = ld(c.wake.claim_word);
+            due = core.next_due();
+            announced = true;
+          }
+          return out;
+        },
+        // Announced, it must lock to withdraw (claim_waiters would stay one
+        // too high): then the holder is waited for as by an untimed call.
+        announced ? std::chrono::steady_clock::time_point::max() : deadline, &timed_out);
+    // A live holder kept the mutex past the deadline: the timeout's outcome
+    // (nothing claimed).
+    if (timed_out) return ClaimOutcome{};
     if (!r) return std::unexpected(r.error());
     if (!announced) return std::move(*r);
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(

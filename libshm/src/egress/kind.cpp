@@ -109,6 +109,7 @@ std::vector<std::string> verify(const Segment& seg) {
   const Control& c = *s.control;
   if (c.lock.mutex.unrecoverable())
     return {"the egress is FAULTED: its mutex is not recoverable; re-create it"};
+  if (c.lock.mutex.owner_missing()) return {shm::detail::dead_owner_note("egress", c.lock.mutex)};
   if (c.lock.faulted.load(std::memory_order_relaxed) != 0)
     return {"the egress is FAULTED: a repair found damage; re-create it"};
   const EgressCore core(s);

@@ -144,6 +144,8 @@ std::vector<std::string> verify(const Segment& seg) {
         "the ledger is FAULTED: its mutex is not recoverable (a holder died inside and the "
         "next locker unlocked it without marking it consistent); every operation fails: "
         "re-create it"};
+  if (view->control->lock.mutex.owner_missing())
+    return {shm::detail::dead_owner_note("ledger", view->control->lock.mutex)};
   const std::vector<SlotInfo> slots = seg.slots();
   return verify_unlocked(*view, slots);
 }

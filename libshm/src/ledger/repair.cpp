@@ -94,8 +94,11 @@ Result<void> lock_slow(const View& v, std::string_view path, detail::LockResult 
                   shm::detail::format("{}: the ledger mutex is not recoverable (a repairer "
                                       "unlocked it without marking it consistent)",
                                       path));
+    case detail::LockResult::DeadOwnerUnregistered:
+      return detail::fail_dead_owner(path, "ledger", c.lock.mutex);
     case detail::LockResult::Failed:
-    case detail::LockResult::Busy:  // try_lock only
+    case detail::LockResult::Busy:      // try_lock only
+    case detail::LockResult::TimedOut:  // lock_until only
       return fail(Errc::Corrupt, shm::detail::format("{}: the ledger mutex word is damaged "
                                                      "(pthread_mutex_lock failed)",
                                                      path));

@@ -702,6 +702,8 @@ Result<void> lock(const View& v, std::string_view path) {
   if (r == ::shm::detail::LockResult::Unrecoverable)
     return fail(Errc::Faulted,
                 shm::detail::format("{}: the relay mutex is not recoverable; re-create it", path));
+  if (r == ::shm::detail::LockResult::DeadOwnerUnregistered)
+    return ::shm::detail::fail_dead_owner(path, "relay", c.mutex);
   return fail(Errc::SystemError, shm::detail::format("{}: locking the relay mutex failed", path));
 }
 
@@ -923,6 +925,7 @@ std::vector<std::string> verify_unlocked(const View& v) {
   const Control& c = *v.control;
   if (c.mutex.unrecoverable())
     return {"the relay is FAULTED: its mutex is not recoverable; re-create it"};
+  if (c.mutex.owner_missing()) return {::shm::detail::dead_owner_note("relay", c.mutex)};
   const auto start = steady_clock::now();
   constexpr int kAttempts = 200;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {

@@ -511,9 +511,10 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   const ::shm::detail::LockResult got = a.seal_mutex.try_lock();
   if (got == ::shm::detail::LockResult::OwnerDied) a.seal_mutex.mark_consistent();
   if (got != ::shm::detail::LockResult::Acquired && got != ::shm::detail::LockResult::OwnerDied)
-    return corrupt(path,
-                   "spill seal: the seal mutex is held or unusable while no seal is "
-                   "in flight");
+    return corrupt(path, a.seal_mutex.owner_missing()
+                             ? "spill seal: " + ::shm::detail::dead_owner_note("seal", a.seal_mutex)
+                             : std::string("spill seal: the seal mutex is held or unusable while "
+                                           "no seal is in flight"));
   job.page_id = ld(a.next_page_id);
   job.policy = ld(c.policy);
   st(a.next_page_id, job.page_id + 1);

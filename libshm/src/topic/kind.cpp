@@ -80,6 +80,8 @@ std::vector<std::string> verify(const Segment& seg) {
   const auto rl = [](const auto& a) { return a.load(std::memory_order_relaxed); };
   if (c.lock.mutex.unrecoverable())
     bad.push_back("the topic's mutex is unrecoverable (a repair failed): re-create the topic");
+  if (c.lock.mutex.owner_missing())
+    bad.push_back(shm::detail::dead_owner_note("topic", c.lock.mutex));
   const std::uint32_t free_count = rl(c.pool.free_count);
   if (free_count > v->p.chunks)
     bad.push_back(

@@ -304,8 +304,11 @@ Result<void> detail::lock(const Segment& segment, const View& v) {
     case shm::detail::LockResult::Unrecoverable:
       return fail(Errc::Faulted,
                   shm::detail::format("{}: the topic's mutex is unrecoverable", segment.path()));
+    case shm::detail::LockResult::DeadOwnerUnregistered:
+      return shm::detail::fail_dead_owner(segment.path(), "topic", m);
     case shm::detail::LockResult::Failed:
-    case shm::detail::LockResult::Busy:
+    case shm::detail::LockResult::Busy:      // try_lock only
+    case shm::detail::LockResult::TimedOut:  // lock_until only
       break;
   }
   return fail(Errc::Corrupt,

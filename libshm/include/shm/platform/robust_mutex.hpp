@@ -8,15 +8,33 @@
 /// half-updated, then call mark_consistent() before unlock(). Unlocking without
 /// mark_consistent() makes the mutex permanently unusable (Unrecoverable).
 ///
+/// A lock word can also name an owner the kernel will never mark dead: a
+/// corrupt or hostile file holding a garbage owner thread id (the robust list
+/// only covers threads that died while registered). pthread_mutex_lock would
+/// wait on it forever. lock() never does: it waits in slices of kLockSlice and,
+/// each time a slice ends without the mutex, reads the owner thread id from the
+/// lock word (glibc) and checks that the thread exists. An owner that does not
+/// exist (nor is the calling thread), still named by the word, unmarked, for
+/// kDeadOwnerGrace, gives LockResult::DeadOwnerUnregistered. The grace is for
+/// a holder in another pid namespace, whose id means nothing here: it holds
+/// the mutex for microseconds, not for a second. A garbage id that happens to
+/// name a live thread of this namespace (id reuse) waits like a live holder,
+/// until that thread ends or the caller's deadline (lock_until) passes.
+///
 /// Uncontended lock/unlock make no system call (glibc's robust fast path is a
-/// compare-and-swap on the owner word plus robust-list bookkeeping in user space).
+/// compare-and-swap on the owner word plus robust-list bookkeeping in user space);
+/// the slices, the clock and the liveness check run only when the mutex is held.
 #pragma once
 
 #include "shm/error.hpp"
 
 #include <pthread.h>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <expected>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace shm::detail {
@@ -27,21 +45,47 @@ enum class LockResult : std::uint8_t {
   Unrecoverable,  ///< not acquired: a repairer unlocked without marking it consistent
   Failed,         ///< not acquired: any other error (EINVAL on a damaged mutex word, ...)
   Busy,           ///< try_lock only: not acquired, a live holder has it
+  /// Not acquired: the lock word names an owner thread that does not exist (or
+  /// the caller itself) and that the kernel never marked dead: a corrupt or
+  /// hostile lock word (owner_tid() tells which id). Waiting would never end.
+  DeadOwnerUnregistered,
+  /// lock_until only: a live holder kept it past the deadline, and for at
+  /// least kLockSlice (ordinary microsecond holds never refuse a timed call).
+  TimedOut,
 };
+
+/// The enumerator's name, for logs and tool output.
+[[nodiscard]] const char* to_string(LockResult r) noexcept;
 
 class RobustMutex {
  public:
+  /// How long one timed wait lasts before lock() checks the owner's liveness.
+  static constexpr std::chrono::milliseconds kLockSlice{50};
+  /// How long an owner that does not exist must keep the word before lock()
+  /// gives up on it (see the file comment: a holder in another pid namespace).
+  static constexpr std::chrono::milliseconds kDeadOwnerGrace{1000};
+
   /// Initialises the mutex in place (process-shared, robust). Only the creator of
   /// the mapping calls it, before the mapping is published.
   [[nodiscard]] Result<void> init();
 
+  /// Waits while a live thread holds it; never waits on an owner that does not
+  /// exist (DeadOwnerUnregistered). No system call when uncontended.
   [[nodiscard]] LockResult lock() noexcept {
-    const int rc = ::pthread_mutex_lock(&m_);
+    const int rc = ::pthread_mutex_trylock(&m_);
     if (rc == 0) [[likely]]
       return LockResult::Acquired;
-    if (rc == EOWNERDEAD) return LockResult::OwnerDied;
-    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
-    return LockResult::Failed;
+    return lock_slow(rc, std::chrono::steady_clock::time_point::max());
+  }
+  /// lock(), but TimedOut once `deadline` passes while a live thread holds it
+  /// (and not before the mutex was held through one kLockSlice: a timed call
+  /// whose deadline is now still gets a mutex held for microseconds). Returns
+  /// at most kLockSlice after `deadline`.
+  [[nodiscard]] LockResult lock_until(std::chrono::steady_clock::time_point deadline) noexcept {
+    const int rc = ::pthread_mutex_trylock(&m_);
+    if (rc == 0) [[likely]]
+      return LockResult::Acquired;
+    return lock_slow(rc, deadline);
   }
   /// Never waits: Busy while a live thread holds it (the holder itself too).
   /// A holder that died is OwnerDied here as in lock(): the caller owns it.
@@ -50,7 +94,10 @@ class RobustMutex {
     if (rc == 0) return LockResult::Acquired;
     if (rc == EBUSY || rc == EDEADLK) return LockResult::Busy;
     if (rc == EOWNERDEAD) return LockResult::OwnerDied;
-    if (rc == ENOTRECOVERABLE) return LockResult::Unrecoverable;
+    if (rc == ENOTRECOVERABLE) {
+      release_unrecoverable();
+      return LockResult::Unrecoverable;
+    }
     return LockResult::Failed;
   }
   void mark_consistent() noexcept { (void)::pthread_mutex_consistent(&m_); }
@@ -67,13 +114,44 @@ class RobustMutex {
     return false;
 #endif
   }
+  /// Read-only probe: the thread id the lock word names as holder (glibc's
+  /// futex word, FUTEX_TID_MASK bits), 0 when free or where the word is not known.
+  [[nodiscard]] std::int32_t owner_tid() const noexcept;
+  /// Read-only probe for observers (verify, shmctl): true when the lock word
+  /// names a holder that is not a thread of this pid namespace and that the
+  /// kernel has not marked dead, so that lock() would end in
+  /// DeadOwnerUnregistered (after kDeadOwnerGrace). One look, no waiting; false
+  /// where the word is not known.
+  [[nodiscard]] bool owner_missing() const noexcept;
   void unlock() noexcept {
     (void)::pthread_mutex_unlock(&m_);
   }
 
  private:
+  // glibc's pthread_mutex_trylock answers ENOTRECOVERABLE with the lock word
+  // still naming the caller (pthread_mutex_lock releases it): every later
+  // locker would wait on it. Releases the word when it names this thread.
+  void release_unrecoverable() noexcept;
+  [[nodiscard]] LockResult lock_slow(int first_rc,
+                                     std::chrono::steady_clock::time_point deadline) noexcept;
+
   pthread_mutex_t m_;
 };
+
+/// The failure of a lock() that ended in DeadOwnerUnregistered: Errc::Corrupt,
+/// naming the segment (`path`), the mutex (`what`: "ledger", "relay seal", ...)
+/// and the owner thread id its word holds.
+[[nodiscard]] std::unexpected<Error> fail_dead_owner(std::string_view path, std::string_view what,
+                                                     const RobustMutex& m);
+
+/// verify's line for a mutex whose owner_missing() holds: names the mutex
+/// (`what`) and the owner thread id, says every locker fails with Corrupt.
+[[nodiscard]] std::string dead_owner_note(std::string_view what, const RobustMutex& m);
+
+/// Whether thread id `tid` names a live thread (or zombie) of this pid
+/// namespace: kill(tid, 0) (EPERM counts as alive), then /proc/<tid> (which
+/// also names threads that are not group leaders).
+[[nodiscard]] bool thread_exists(std::int32_t tid) noexcept;
 
 /// The mutex is part of a file layout: its size is pinned (glibc x86-64/aarch64).
 static_assert(std::is_standard_layout_v<RobustMutex>);

@@ -1,0 +1,340 @@
+// A segment whose robust mutex names an owner thread that does not exist (a
+// corrupt or hostile file: the kernel's robust-list recovery only covers
+// owners that died while registered) must give every call that locks a typed
+// Corrupt error naming the segment and its lock word, within a bounded time,
+// never a wait for ever; shmctl verify reports it (exit 3) and inspect does
+// not hang. One case per kind with a robust mutex. The calls run in a forked
+// child (a fresh process: it opens the file itself) with a deadline.
+#include "common/spill_config.hpp"
+#include "common/subprocess.hpp"
+#include "common/temp_dir.hpp"
+#include "common/temp_root.hpp"
+#include "shm/egress/egress.hpp"
+#include "shm/egress/layout.hpp"
+#include "shm/ledger/ledger.hpp"
+#include "shm/platform/robust_mutex.hpp"
+#include "shm/relay/relay.hpp"
+#include "shm/segment/header.hpp"
+#include "shm/topic/layout.hpp"
+#include "shm/topic/topic.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace shm::hostile_lock_word_test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kFutexWaiters = 0x80000000u;
+
+// The mutex sits first in each kind's control block, at the data area's start.
+static_assert(offsetof(egress::Control, lock) == 0);
+static_assert(offsetof(egress::Control::Lock, mutex) == 0);
+static_assert(offsetof(topic::Control, lock) == 0);
+static_assert(offsetof(topic::Control::Lock, mutex) == 0);
+
+int run_in_child(const std::function<int()>& body, std::chrono::milliseconds limit = 30s) {
+  const pid_t child = ::fork();
+  if (child < 0) return -2;
+  if (child == 0) ::_exit(body());
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      (void)::waitpid(child, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+pid_t gone_tid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  (void)::waitpid(child, &status, 0);
+  return child;
+}
+
+// Writes, as a hostile process would, a lock word naming `tid` (plus the
+// waiters bit) and glibc's owner field into the mutex at `offset` of the data area.
+void forge_owner(const std::string& path, std::size_t offset, pid_t tid) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  const std::size_t at = kHeaderSize + offset;
+  const std::uint32_t word = static_cast<std::uint32_t>(tid) | kFutexWaiters;
+  const int owner = tid;
+  ASSERT_EQ(::pwrite(fd, &word, sizeof word,
+                     static_cast<off_t>(at + offsetof(pthread_mutex_t, __data.__lock))),
+            static_cast<ssize_t>(sizeof word));
+  ASSERT_EQ(::pwrite(fd, &owner, sizeof owner,
+                     static_cast<off_t>(at + offsetof(pthread_mutex_t, __data.__owner))),
+            static_cast<ssize_t>(sizeof owner));
+  ::close(fd);
+}
+
+// 0 when `r` failed with Corrupt naming the segment and its lock word; the
+// child's stderr says what else it was.
+template <class T>
+int expect_corrupt(const Result<T>& r, const std::string& path, const char* call) {
+  if (r) {
+    std::fprintf(stderr, "%s succeeded on a forged lock word\n", call);
+    return 1;
+  }
+  const Error& e = r.error();
+  const bool named = e.message.find(path) != std::string::npos &&
+                     e.message.find("lock word is corrupt") != std::string::npos;
+  if (e.code != Errc::Corrupt || !named) {
+    std::fprintf(stderr, "%s: %s\n", call, e.what().c_str());
+    return 2;
+  }
+  return 0;
+}
+
+class HostileLockWordTest : public ::testing::Test {
+ protected:
+  // shmctl verify reports the forged word (exit 3, the word named) and
+  // inspect answers; neither locks, so neither waits.
+  void expect_shmctl_reports(const std::string& name) {
+    if (!std::filesystem::exists(test::bin_path("shmctl"))) {
+#if SHM_EXPECT_TOOLS
+      FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
+#else
+      return;
+#endif
+    }
+    test::Subprocess verify({test::bin_path("shmctl"), "verify", "--root", root_.path(), name});
+    EXPECT_EQ(verify.wait(20s), 3) << verify.output();
+    EXPECT_NE(verify.output().find("lock word is corrupt"), std::string::npos) << verify.output();
+    test::Subprocess inspect({test::bin_path("shmctl"), "inspect", "--root", root_.path(), name});
+    const int rc = inspect.wait(20s);
+    EXPECT_TRUE(rc == 0 || rc == 3) << rc << ": " << inspect.output();
+  }
+  test::TempRoot root_;
+};
+
+TEST_F(HostileLockWordTest, LedgerOpenAndLockingCallsAnswerCorrupt) {
+  const std::string path = root_.file("budget");
+  std::size_t offset = 0;
+  {
+    LedgerConfig cfg;
+    cfg.params.global_limit = 1000;
+    cfg.categories.push_back({"frames", 1000, Partition::Ordinary});
+    auto l = Ledger::create("budget", cfg);
+    ASSERT_TRUE(l) << l.error().what();
+    offset = static_cast<std::size_t>(
+        reinterpret_cast<const std::byte*>(&l->view().control->lock.mutex) -
+        l->segment().data().data());
+  }
+  forge_owner(path, offset, gone_tid());
+  const int rc = run_in_child([&] {
+    auto l = Ledger::open("budget");
+    if (!l) return expect_corrupt(l, path, "Ledger::open");
+    return expect_corrupt(l->open_pool({"conn", {{"all", 10, {}}}, 0}), path, "open_pool");
+  });
+  EXPECT_EQ(rc, 0);
+  expect_shmctl_reports("budget");
+}
+
+TEST_F(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
+  const std::string path = root_.file("rates");
+  std::size_t offset = 0;
+  {
+    auto w = RelayWriter::create("rates", RelayConfig{});
+    ASSERT_TRUE(w) << w.error().what();
+    offset = static_cast<std::size_t>(
+        reinterpret_cast<const std::byte*>(&w->view().control->mutex) - w->segment().data().data());
+  }
+  forge_owner(path, offset, gone_tid());
+  const int rc = run_in_child([&] {
+    const std::uint64_t v = 7;
+    auto w = RelayWriter::open("rates");
+    if (!w) return expect_corrupt(w, path, "RelayWriter::open");
+    if (int bad =
+            expect_corrupt(w->try_write(1, std::as_bytes(std::span(&v, 1))), path, "try_write");
+        bad != 0)
+      return bad;
+    auto r = RelayReader::open("rates");
+    if (!r) return expect_corrupt(r, path, "RelayReader::open");
+    return 0;
+  });
+  EXPECT_EQ(rc, 0);
+  expect_shmctl_reports("rates");
+}
+
+// The spill's seal mutex is only ever tried: a forged owner there makes the
+// write that would seal a page answer Corrupt naming it, at once.
+TEST_F(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt) {
+  test::TempSpillDir spill_dir;  // LIBSHM_SPILL_DIR/<relay>
+  const std::string path = root_.file("spilled");
+  std::size_t offset = 0;
+  {
+    auto w = RelayWriter::create("spilled", test::small_spill_fifo(""));
+    ASSERT_TRUE(w) << w.error().what();
+    offset =
+        static_cast<std::size_t>(reinterpret_cast<const std::byte*>(&w->view().spill->seal_mutex) -
+                                 w->segment().data().data());
+  }
+  forge_owner(path, offset, gone_tid());
+  const int rc = run_in_child([&] {
+    auto w = RelayWriter::open("spilled");
+    if (!w) {
+      std::fprintf(stderr, "RelayWriter::open: %s\n", w.error().what().c_str());
+      return 3;
+    }
+    for (std::uint64_t i = 0; i < 16; ++i) {
+      auto r = w->try_write(std::as_bytes(std::span(&i, 1)));
+      if (r) continue;
+      const Error& e = r.error();
+      const bool named = e.message.find("seal mutex's lock word is corrupt") != std::string::npos;
+      if (e.code != Errc::Corrupt || !named) {
+        std::fprintf(stderr, "try_write %llu: %s\n", static_cast<unsigned long long>(i),
+                     e.what().c_str());
+        return 2;
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "16 writes and no seal refused\n");
+    return 1;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
+  const std::string path = root_.file("out");
+  {
+    EgressParams p;
+    p.max_payloads = 8;
+    p.slot_bytes = 16;
+    p.inflight_limit = 8;
+    auto e = Egress::create("out", p);
+    ASSERT_TRUE(e) << e.error().what();
+  }
+  forge_owner(path, 0, gone_tid());
+  const int rc = run_in_child([&] {
+    const std::byte payload[4]{};
+    auto e = Egress::open("out");
+    if (!e) return expect_corrupt(e, path, "Egress::open");
+    return expect_corrupt(e->try_enqueue(payload), path, "try_enqueue");
+  });
+  EXPECT_EQ(rc, 0);
+  expect_shmctl_reports("out");
+}
+
+TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
+  const std::string path = root_.file("news");
+  {
+    TopicParams p;
+    p.max_sample_bytes = 64;
+    p.chunks = 8;
+    p.queue_depth = 4;
+    p.max_held = 2;
+    auto pub = TopicPublisher::create("news", p);
+    ASSERT_TRUE(pub) << pub.error().what();
+  }
+  forge_owner(path, 0, gone_tid());
+  const int rc = run_in_child([&] {
+    auto sub = TopicSubscriber::open("news", TopicOverflow::DropOldest);
+    if (!sub) {
+      if (int bad = expect_corrupt(sub, path, "TopicSubscriber::open"); bad != 0) return bad;
+    } else if (int bad = expect_corrupt(sub->try_receive(), path, "try_receive"); bad != 0) {
+      return bad;
+    }
+    auto pub = TopicPublisher::open("news");
+    if (!pub) return expect_corrupt(pub, path, "TopicPublisher::open");
+    return expect_corrupt(pub->try_loan(8), path, "try_loan");
+  });
+  EXPECT_EQ(rc, 0);
+  expect_shmctl_reports("news");
+}
+
+// A live process holding the egress mutex (stopped inside, say) keeps the
+// ordinary semantics: the timed calls answer their timeout outcome within
+// their timeout (plus a slice), and work again as soon as it lets go.
+TEST(LiveLockHolderTest, EgressTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProcessHoldsTheMutex) {
+  test::TempRoot root;
+  EgressParams p;
+  p.max_payloads = 8;
+  p.slot_bytes = 16;
+  p.inflight_limit = 8;
+  auto transport = EgressTransport::create("held", p);
+  ASSERT_TRUE(transport) << transport.error().what();
+  auto producer = Egress::open("held");
+  ASSERT_TRUE(producer) << producer.error().what();
+  // The holder: another process mapping the file, locking the mutex at the
+  // data area's start, holding it until its pipe closes.
+  int go[2];
+  int held[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(held), 0);
+  const std::string path = root.file("held");
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    ::close(go[1]);
+    ::close(held[0]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    void* map =
+        fd < 0 ? MAP_FAILED
+               : ::mmap(nullptr, kHeaderSize + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) ::_exit(1);
+    auto* m = reinterpret_cast<detail::RobustMutex*>(static_cast<std::byte*>(map) + kHeaderSize);
+    if (m->lock() != detail::LockResult::Acquired) ::_exit(2);
+    (void)!::write(held[1], "h", 1);
+    char c = 0;
+    (void)!::read(go[0], &c, 1);  // until the parent closes its end
+    m->unlock();
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  ::close(held[1]);
+  char c = 0;
+  ASSERT_EQ(::read(held[0], &c, 1), 1);
+  const std::byte payload[4]{};
+  std::vector<std::byte> buf;
+  auto start = std::chrono::steady_clock::now();
+  auto claimed = transport->claim(buf, 300ms);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(claimed) << claimed.error().what();
+  EXPECT_EQ(claimed->status, egress::ClaimStatus::Empty);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  start = std::chrono::steady_clock::now();
+  auto enq = producer->enqueue(payload, 300ms);
+  took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(enq) << enq.error().what();
+  EXPECT_EQ(enq->status, egress::EnqueueStatus::Full);
+  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  // Released: the same calls go through.
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::close(held[0]);
+  enq = producer->enqueue(payload, 1s);
+  ASSERT_TRUE(enq) << enq.error().what();
+  EXPECT_EQ(enq->status, egress::EnqueueStatus::Enqueued);
+  claimed = transport->claim(buf, 1s);
+  ASSERT_TRUE(claimed) << claimed.error().what();
+  EXPECT_EQ(claimed->status, egress::ClaimStatus::Claimed);
+}
+
+}  // namespace
+}  // namespace shm::hostile_lock_word_test
