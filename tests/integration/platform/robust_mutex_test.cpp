@@ -6,6 +6,7 @@
 // killed while registered still hands over with OwnerDied. Each lock runs in a
 // forked child with a deadline, so a hang fails the test.
 #include "shm/platform/robust_mutex.hpp"
+#include "common/forked_child.hpp"
 #include "shm/platform/clock.hpp"
 
 #include <gtest/gtest.h>
@@ -56,33 +57,8 @@ class RobustMutexTest : public ::testing::Test {
   Shared* shared_ = nullptr;
 };
 
-// Runs `body` in a forked child; its return value is the exit status. -1 when
-// the child still runs after `limit` (it is killed: a hang fails the test).
-int run_in_child(const std::function<int()>& body, std::chrono::milliseconds limit = 20s) {
-  const pid_t child = ::fork();
-  if (child < 0) return -2;
-  if (child == 0) ::_exit(body());
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(child, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      (void)::waitpid(child, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// The id of a thread that existed and is gone: a child that exited and was reaped.
-pid_t gone_tid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  (void)::waitpid(child, &status, 0);
-  return child;
-}
+using test::gone_tid;
+using test::run_in_child;
 
 // What a corrupt file holds: the lock word names `tid` as owner (with the
 // waiters bit, as a contended word has), the kernel never marked it dead.

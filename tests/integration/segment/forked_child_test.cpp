@@ -3,6 +3,7 @@
 // copies in the child must leave the parent's attachment slots, tickets and
 // background threads alone, and must not hang: each test forks a child that
 // drops its copies and exits, then checks the parent's handles still work.
+#include "common/forked_child.hpp"
 #include "common/spill_config.hpp"
 #include "common/temp_dir.hpp"
 #include "common/temp_root.hpp"
@@ -34,27 +35,14 @@ using namespace std::chrono_literals;
 // throws). Returns the child's exit status, or -1 when it was still running
 // after 20 s (it is killed then: a hang fails the test instead of blocking).
 int run_in_child(const std::function<void()>& drop) {
-  const pid_t child = ::fork();
-  if (child < 0) return -2;
-  if (child == 0) {
+  return test::run_in_child([&] {
     try {
       drop();
     } catch (...) {
-      ::_exit(1);
+      return 1;
     }
-    ::_exit(0);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  int status = 0;
-  while (::waitpid(child, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      (void)::waitpid(child, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return 0;
+  });
 }
 
 std::span<const std::byte> bytes_of(const std::uint64_t& v) {

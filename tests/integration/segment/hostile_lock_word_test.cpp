@@ -5,6 +5,7 @@
 // never a wait for ever; shmctl verify reports it (exit 3) and inspect does
 // not hang. One case per kind with a robust mutex. The calls run in a forked
 // child (a fresh process: it opens the file itself) with a deadline.
+#include "common/forked_child.hpp"
 #include "common/spill_config.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_dir.hpp"
@@ -48,29 +49,10 @@ static_assert(offsetof(egress::Control::Lock, mutex) == 0);
 static_assert(offsetof(topic::Control, lock) == 0);
 static_assert(offsetof(topic::Control::Lock, mutex) == 0);
 
-int run_in_child(const std::function<int()>& body, std::chrono::milliseconds limit = 30s) {
-  const pid_t child = ::fork();
-  if (child < 0) return -2;
-  if (child == 0) ::_exit(body());
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(child, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      (void)::waitpid(child, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using test::gone_tid;
 
-pid_t gone_tid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  (void)::waitpid(child, &status, 0);
-  return child;
+int run_in_child(const std::function<int()>& body) {
+  return test::run_in_child(body, 30s);
 }
 
 // Writes, as a hostile process would, a lock word naming `tid` (plus the
