@@ -12,6 +12,8 @@
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/testing/waitset.hpp"
+#include "shm/topic/topic.hpp"
+#include "topic/internal.hpp"
 
 #include <linux/membarrier.h>
 #include <sys/eventfd.h>
@@ -63,7 +65,8 @@ enum class MemberKind : std::uint8_t {
   RingConsumer,
   RingProducer,
   ChannelConsumer,
-  ChannelProducer
+  ChannelProducer,
+  TopicSubscriber
 };
 
 namespace {
@@ -171,6 +174,24 @@ struct WaitSetAccess {
     return std::nullopt;
   }
 
+  // ---- topic subscriber: its own ready() (tail != head), plus its record
+  // still being its own (repair or a reclaim drops it; a scribble changes it).
+  static Reason check(TopicSubscriber& s) {
+    topic::detail::Core& c = *s.core_;
+    const EndpointGuard::Scope scope(c.guard, "a TopicSubscriber");
+    const topic::SubscriberRecord& r = c.v.record(c.record);
+    // relaxed: written under the topic's mutex; a record that is no longer
+    // this handle's makes the next try_receive report Corrupt.
+    if (r.active.load(std::memory_order_relaxed) != 1 ||
+        r.generation.load(std::memory_order_relaxed) != c.attachment.generation())
+      return ReadyReason::Faulted;
+    // [topic.W] seq_cst: the re-check of the Dekker pair (the subscriber's
+    // own ready() in receive()); head is only compared.
+    if (r.tail.load(std::memory_order_seq_cst) != r.head.load(std::memory_order_relaxed))
+      return ReadyReason::Data;
+    return std::nullopt;
+  }
+
   static ReadyReason reason_of(Errc code) noexcept {
     return code == Errc::ProducerDied ? ReadyReason::PeerDied : ReadyReason::Faulted;
   }
@@ -181,6 +202,9 @@ struct WaitSetAccess {
     std::atomic<std::uint32_t>* parked;
     const Segment* segment;
     std::size_t peer_slot;
+    // A count of parked parties instead of a flag (the topic's
+    // subscribers_parked): `parked` is then the record's own flag for repair.
+    std::atomic<std::uint32_t>* count = nullptr;
   };
   static Words words(RingConsumer& c) {
     return {&c.control_->waiters.data_signal, &c.control_->producer.consumer_parked, &c.segment_,
@@ -198,6 +222,18 @@ struct WaitSetAccess {
     return {&p.control().waiters.space_signal, &p.control().waiters.producer_parked, &p.segment_,
             channel::kConsumerRole.id};
   }
+  static Words words(TopicSubscriber& s) {
+    topic::detail::Core& c = *s.core_;
+    return {&c.v.control->waiters.data_signal, &c.v.record(c.record).parked, &c.segment,
+            topic::kPublisherRole.id, &c.v.control->waiters.subscribers_parked};
+  }
+  // Whether a handle is attached to anything (a default-constructed or
+  // moved-from handle has no control block).
+  template <class Handle>
+  static bool attached(Handle& h) {
+    return h.segment().mutable_header() != nullptr;
+  }
+  static bool attached(TopicSubscriber& s) { return s.core_ != nullptr; }
   // The announcement's tail for the channel (the seq_cst loads that pair with
   // the waker's seq_cst stores; see [chan.D1'] / [chan.D2']).
   static void announced(ChannelConsumer& c) {
@@ -224,6 +260,7 @@ struct WaitSet::State {
     void* handle = nullptr;
     std::size_t payload_bytes = 0;
     detail::WaitSetAccess::Words w{};
+    bool counted = false;  // w.count holds this set's +1 (a topic subscriber)
   };
 
   WaitSetOptions options;
@@ -251,10 +288,14 @@ struct WaitSet::State {
   bool stop = false;                          // under helper_mutex
   std::atomic<std::uint64_t> fd_signals{0};
 
-  // The members' parked flags are left as they are: a handle may be gone
-  // already, and a flag left up costs its waker one needless wake.
+  // The members' parked flags are left as they are (a flag left up costs its
+  // waker one needless wake). A count (a topic subscriber's) is taken back:
+  // left up, it would cost every later publish a wake. The handle is still
+  // there: a member must not be destroyed while it is attached.
   ~State() {
     stop_helper();
+    for (auto& m : members)
+      if (m.counted) withdraw(m);
     if (event_fd >= 0) ::close(event_fd);
   }
 
@@ -293,6 +334,9 @@ struct WaitSet::State {
       case MemberKind::ChannelProducer:
         r = A::check(*static_cast<ChannelProducer*>(m.handle), m.payload_bytes);
         break;
+      case MemberKind::TopicSubscriber:
+        r = A::check(*static_cast<TopicSubscriber*>(m.handle));
+        break;
     }
     if (r || !probe) return r;
     // Nothing to take and no room: a dead peer will never change that.
@@ -316,6 +360,20 @@ struct WaitSet::State {
   bool announce() {
     bool rings = false;
     for (auto& m : members) {
+      if (m.w.count != nullptr) {
+        // A count: announced once, kept up until withdrawn (a later round
+        // finds it in place). [topic.W] seq_cst: the same increment as the
+        // subscriber's own receive(); its re-check is check()'s seq_cst load
+        // of tail, so no barrier follows.
+        if (!m.counted) {
+          m.w.count->fetch_add(1, std::memory_order_seq_cst);
+          // relaxed: for repair only, as in receive() (a dead parked party's
+          // +1 is taken back by the topic's repair).
+          m.w.parked->store(1, std::memory_order_relaxed);
+          m.counted = true;
+        }
+        continue;
+      }
       // [ws.D'] seq_cst: the same store as the member's own blocking call
       // ([spsc.D'] / [chan.D1'] / [chan.D2']).
       m.w.parked->store(1, std::memory_order_seq_cst);
@@ -330,6 +388,8 @@ struct WaitSet::State {
         case MemberKind::ChannelProducer:
           detail::WaitSetAccess::announced(*static_cast<ChannelProducer*>(m.handle));
           break;
+        case MemberKind::TopicSubscriber:
+          break;  // a count (above)
       }
     }
     // One heavy barrier covers every ring member's flag.
@@ -337,8 +397,19 @@ struct WaitSet::State {
   }
 
   void withdraw() noexcept {
+    for (auto& m : members) withdraw(m);
+  }
+  static void withdraw(Member& m) noexcept {
+    if (m.w.count != nullptr) {
+      if (!m.counted) return;
+      m.w.parked->store(0, std::memory_order_relaxed);  // for repair only
+      // seq_cst as every change of the count ([topic.W]).
+      m.w.count->fetch_sub(1, std::memory_order_seq_cst);
+      m.counted = false;
+      return;
+    }
     // relaxed: a hint; a waker that still sees it issues one needless wake.
-    for (auto& m : members) m.w.parked->store(0, std::memory_order_relaxed);
+    m.w.parked->store(0, std::memory_order_relaxed);
   }
 
   WaitOutcome ready_outcome() const noexcept {
@@ -571,7 +642,7 @@ static Result<void> attach_member(WaitSet::State* s, Handle& h, std::uint64_t ta
                   detail::format("this handle is already in the WaitSet (tag {})", m.tag));
   // Before any look at its control block: a default-constructed or
   // moved-from handle has none.
-  if (h.segment().mutable_header() == nullptr)
+  if (!detail::WaitSetAccess::attached(h))
     return fail(Errc::InvalidArgument, "a handle attached to nothing cannot join a WaitSet");
   WaitSet::State::Member m;
   m.tag = tag;
@@ -593,6 +664,10 @@ Result<void> WaitSet::attach(RingConsumer& consumer, std::uint64_t tag) {
 
 Result<void> WaitSet::attach(ChannelConsumer& consumer, std::uint64_t tag) {
   return attach_member(state_.get(), consumer, tag, MemberKind::ChannelConsumer, 0);
+}
+
+Result<void> WaitSet::attach(TopicSubscriber& subscriber, std::uint64_t tag) {
+  return attach_member(state_.get(), subscriber, tag, MemberKind::TopicSubscriber, 0);
 }
 
 template <class Producer>
@@ -629,7 +704,7 @@ Result<void> WaitSet::detach(std::uint64_t tag) {
   if (it == s.members.end())
     return fail(Errc::NotFound, detail::format("WaitSet has no member with tag {}", tag));
   if (s.event_fd >= 0) s.disarm();
-  it->w.parked->store(0, std::memory_order_relaxed);  // a hint: at worst one needless wake
+  State::withdraw(*it);  // a flag: a hint (at worst one needless wake); a count: exact
   s.members.erase(it);
   if (s.event_fd >= 0) s.write_fd();  // re-armed by the next wait()
   return {};

@@ -2,7 +2,8 @@
 // tests/integration/waitset/waitset_process_test.cpp.
 //
 //   waitset_peer ROLE NAME STEP...
-// ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer
+// ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer |
+//       topic-publisher
 // (opened by NAME; prints "READY" once attached), then each STEP in order:
 //   go:FILE        wait until FILE exists
 //   sleep:MS       sleep
@@ -11,9 +12,12 @@
 //   send:TEXT      channel producer: send TEXT (waits for room)
 //   receive        channel consumer: receive one payload (waits for one)
 //   finish         channel producer: finish() the stream
+//   publish:TEXT   topic publisher: loan and publish TEXT (waits for a chunk
+//                  and for Block subscribers' room)
 //   die            SIGKILL itself (no detach, no wake owed)
-//   stress:N:SEED  ring producer: push N 8-byte records (their index), with
-//                  random pauses (none, a spin, or up to 200 us of sleep)
+//   stress:N:SEED  ring producer or topic publisher: push / publish N 8-byte
+//                  records (their index), with random pauses (none, a spin,
+//                  or up to 200 us of sleep)
 //   poke:OFFSET:HEX write the 8-byte value HEX at byte OFFSET of the
 //                  segment file (a hostile or buggy process; no wake)
 // After the steps it prints "DONE" and exits 0 (detaching cleanly).
@@ -23,6 +27,7 @@
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -69,6 +74,8 @@ int main(int argc, char** argv) {
   std::optional<shm::RingConsumer> rc;
   std::optional<shm::ChannelProducer> cp;
   std::optional<shm::ChannelConsumer> cc;
+  std::optional<shm::TopicPublisher> tp;
+  std::string topic_path;
   if (role == "ring-producer")
     rp.emplace(need(shm::RingProducer::open(name)));
   else if (role == "ring-consumer")
@@ -77,13 +84,25 @@ int main(int argc, char** argv) {
     cp.emplace(need(shm::ChannelProducer::open(name)));
   else if (role == "channel-consumer")
     cc.emplace(need(shm::ChannelConsumer::open(name)));
-  else
+  else if (role == "topic-publisher") {
+    shm::Segment seg = need(shm::open_topic(name));
+    topic_path = seg.path();
+    tp.emplace(need(shm::TopicPublisher::attach(std::move(seg))));
+  } else
     die(2, "unknown role " + role);
-  const std::string path = (rp   ? rp->segment()
-                            : rc ? rc->segment()
-                            : cp ? cp->segment()
-                                 : cc->segment())
-                               .path();
+  const std::string path = tp   ? topic_path
+                           : rp ? rp->segment().path()
+                           : rc ? rc->segment().path()
+                           : cp ? cp->segment().path()
+                                : cc->segment().path();
+  // Publishes `payload` (waiting for a chunk and for Block subscribers).
+  auto publish = [&](std::span<const std::byte> payload) {
+    auto loan = need(tp->loan(payload.size(), 10s));
+    if (!loan) die(3, "loan timed out");
+    std::memcpy(loan->bytes().data(), payload.data(), payload.size());
+    if (need(tp->publish(std::move(*loan), 10s)).status != shm::PublishStatus::Published)
+      die(3, "publish refused");
+  };
   say("READY");
   for (int i = 3; i < argc; ++i) {
     const std::string step = argv[i];
@@ -107,14 +126,19 @@ int main(int argc, char** argv) {
         die(3, "receive got nothing");
     } else if (verb == "finish" && cp) {
       if (auto ok = cp->finish(); !ok) die(3, ok.error().what());
+    } else if (verb == "publish" && tp) {
+      publish(bytes(arg));
     } else if (verb == "die") {
       ::raise(SIGKILL);
-    } else if (verb == "stress" && rp) {
+    } else if (verb == "stress" && (rp || tp)) {
       const auto sep = arg.find(':');
       const std::uint64_t n = std::stoull(arg.substr(0, sep));
       std::mt19937_64 rng(std::stoull(arg.substr(sep + 1)));
       for (std::uint64_t k = 0; k < n; ++k) {
-        if (!need(rp->push(std::as_bytes(std::span(&k, 1)), 10s))) die(3, "stress push timed out");
+        if (tp)
+          publish(std::as_bytes(std::span(&k, 1)));
+        else if (!need(rp->push(std::as_bytes(std::span(&k, 1)), 10s)))
+          die(3, "stress push timed out");
         switch (rng() % 4) {
           case 0:
             break;

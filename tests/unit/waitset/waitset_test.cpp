@@ -7,6 +7,8 @@
 #include "shm/channel/producer.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/layout.hpp"
+#include "shm/topic/topic.hpp"
 #include "shm/waitset/waitset.hpp"
 
 #include <gtest/gtest.h>
@@ -194,6 +196,91 @@ TEST(WaitSet, ReportsEachReadyMemberWithItsTagAndReason) {
   ASSERT_EQ(r->ready.size(), 2u);
   EXPECT_EQ(r->ready[1].tag, 30u);
   EXPECT_EQ(r->ready[1].reason, ReadyReason::Closed);
+}
+
+// ---------------------------------------------------------------- topic subscriber
+
+TopicParams small_topic() {
+  return TopicParams{
+      .max_sample_bytes = 64, .chunks = 16, .queue_depth = 4, .history = 0, .max_held = 2};
+}
+
+// The topic's count of parked subscribers, read from the segment.
+std::uint32_t parked_subscribers(const Segment& seg) {
+  auto v = topic::view(seg);
+  EXPECT_TRUE(v);
+  return v ? v->control->waiters.subscribers_parked.load() : 0;
+}
+
+TEST(WaitSet, TopicSubscriberIsReadyWhileItsQueueHoldsASample) {
+  test::TempRoot root;
+  auto sub = TopicSubscriber::create("t", small_topic(), TopicOverflow::DropOldest);
+  ASSERT_TRUE(sub) << sub.error().what();
+  auto pub = TopicPublisher::open("t");
+  ASSERT_TRUE(pub) << pub.error().what();
+  auto set = WaitSet::make();
+  ASSERT_TRUE(set);
+  TopicSubscriber empty;
+  auto bad = set->attach(empty, 1);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::InvalidArgument);
+  ASSERT_TRUE(set->attach(*sub, 7));
+  auto r = set->wait(1ms);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  for (int i = 0; i < 2; ++i) {
+    auto loan = pub->try_loan(4);
+    ASSERT_TRUE(loan && *loan);
+    ASSERT_TRUE(pub->try_publish(std::move(**loan)));
+  }
+  for (int i = 0; i < 2; ++i) {  // level-triggered: ready until both are taken
+    r = set->wait(1s);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, WaitStatus::Ready);
+    ASSERT_EQ(r->ready.size(), 1u);
+    EXPECT_EQ(r->ready[0].tag, 7u);
+    EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+    auto s = sub->try_receive();
+    ASSERT_TRUE(s && *s);
+  }
+  r = set->wait(1ms);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+}
+
+// The topic counts parked subscribers (the publisher wakes while the count is
+// not zero): every way out of the set takes the set's +1 back.
+TEST(WaitSet, TopicSubscriberAnnouncementIsTakenBack) {
+  test::TempRoot root;
+  auto sub = TopicSubscriber::create("t", small_topic(), TopicOverflow::DropOldest);
+  ASSERT_TRUE(sub) << sub.error().what();
+  auto seg = open_topic("t");
+  ASSERT_TRUE(seg) << seg.error().what();
+  {
+    auto set = WaitSet::make();
+    ASSERT_TRUE(set);
+    ASSERT_TRUE(set->attach(*sub, 1));
+    auto r = set->wait(2ms);  // parks, times out
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, WaitStatus::TimedOut);
+    EXPECT_GT(set->snapshot().parks, 0u);
+    EXPECT_EQ(parked_subscribers(*seg), 0u);
+    ASSERT_TRUE(set->fd());
+    r = set->wait(0ns);  // armed for fd(): the announcement stays up
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, WaitStatus::TimedOut);
+    EXPECT_EQ(parked_subscribers(*seg), 1u);
+    r = set->wait(0ns);  // announced once, however many rounds
+    ASSERT_TRUE(r);
+    EXPECT_EQ(parked_subscribers(*seg), 1u);
+    ASSERT_TRUE(set->detach(1));
+    EXPECT_EQ(parked_subscribers(*seg), 0u);
+    ASSERT_TRUE(set->attach(*sub, 2));
+    r = set->wait(0ns);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(parked_subscribers(*seg), 1u);
+  }  // the set's destruction
+  EXPECT_EQ(parked_subscribers(*seg), 0u);
 }
 
 TEST(WaitSet, AMovedFromSetRefusesCalls) {

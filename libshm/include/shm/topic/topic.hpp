@@ -82,6 +82,9 @@ struct TopicSnapshot {
 namespace topic::detail {
 struct Core;
 }  // namespace topic::detail
+namespace detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace detail
 
 /// A chunk loaned by the publisher: write the sample in bytes(), then
 /// publish it. Dropped unpublished, the chunk returns to the pool.
@@ -252,6 +255,7 @@ class TopicSubscriber {
   [[nodiscard]] const Attachment& attachment() const noexcept;
 
  private:
+  friend struct detail::WaitSetAccess;
   std::unique_ptr<topic::detail::Core> core_;
 };
 

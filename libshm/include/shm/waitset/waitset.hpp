@@ -3,7 +3,7 @@
 /// ready and why (docs/waitset.md).
 ///
 /// A member is a handle of this process (a ring or channel consumer or
-/// producer) with a user tag. wait(timeout) parks on every member's futex
+/// producer, a topic subscriber) with a user tag. wait(timeout) parks on every member's futex
 /// word with one futex_waitv system call (Linux 5.16 and newer) and returns
 /// the tags that are ready and the reason. The set waits as each member's own
 /// blocking call does: it announces itself in the member's parked flag (so
@@ -32,6 +32,7 @@ class RingConsumer;
 class RingProducer;
 class ChannelConsumer;
 class ChannelProducer;
+class TopicSubscriber;
 
 /// Why a member is ready.
 enum class ReadyReason : std::uint8_t {
@@ -131,6 +132,11 @@ class WaitSet {
   /// A channel producer: Room when try_send() of `payload_bytes` would be admitted now.
   [[nodiscard]] Result<void> attach(ChannelProducer& producer, std::uint64_t tag,
                                     std::size_t payload_bytes);
+  /// A topic subscriber: Data when its queue holds a sample (try_receive()
+  /// returns it, or HeldLimit while this subscriber holds max_held samples),
+  /// PeerDied when the publisher's process died with nothing queued (until a
+  /// new publisher attaches), Faulted when its record was dropped or scribbled.
+  [[nodiscard]] Result<void> attach(TopicSubscriber& subscriber, std::uint64_t tag);
   /// Removes the member with `tag` (NotFound when there is none) and clears
   /// the parked flag the set may have left in its structure.
   [[nodiscard]] Result<void> detach(std::uint64_t tag);
