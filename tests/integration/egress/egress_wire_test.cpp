@@ -11,7 +11,7 @@
 // must stay within a few seconds on a loaded 2-core CI machine. The issue's
 // size is one environment variable away (payloads per producer, two
 // producers; bench/RESULTS.md records such a run):
-//   SHM_EGRESS_WIRE_PER_PRODUCER=500000 shm_integration_tests --gtest_filter='EgressWire*'
+//   SHM_EGRESS_WIRE_PER_PRODUCER=500000 shm_process_tests --gtest_filter='EgressWire*'
 #include "common/scale.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
