@@ -54,6 +54,38 @@ ChannelParams tiny_channel() {
   return ChannelParams{.pages = 2, .page_bytes = 64, .descriptors_per_page = 2, .ring_cells = 2};
 }
 
+// One waiting end of each kind, as the peer-death and scribble tests run them
+// through the same event: a ring and a channel consumer (waiting for data) and
+// a ring and a channel producer, both full (waiting for room). attach(set, i,
+// tag) attaches the i-th: 0 ring consumer "rc", 1 ring producer "rp", 2
+// channel consumer "cc", 3 channel producer "cp".
+struct FourEnds {
+  Result<RingConsumer> rc = RingConsumer::create("rc", {.capacity_bytes = 1024});
+  Result<RingProducer> rp = RingProducer::create("rp", {.capacity_bytes = 64});
+  Result<ChannelConsumer> cc = ChannelConsumer::create("cc", tiny_channel());
+  Result<ChannelProducer> cp = ChannelProducer::create("cp", tiny_channel());
+
+  [[nodiscard]] bool created() const { return rc && rp && cc && cp; }
+  void fill_producers() {
+    while (*rp->try_push(bytes("12345678"))) {
+    }
+    while (cp->try_send(bytes("12345678"))->status == SendStatus::Ok) {
+    }
+  }
+  [[nodiscard]] Result<void> attach(WaitSet& set, std::size_t i, std::uint64_t tag) {
+    switch (i) {
+      case 0:
+        return set.attach(*rc, tag);
+      case 1:
+        return set.attach(*rp, tag, 8);
+      case 2:
+        return set.attach(*cc, tag);
+      default:
+        return set.attach(*cp, tag, 8);
+    }
+  }
+};
+
 class WaitSetProcessTest : public ::testing::Test {
  protected:
   Subprocess peer(const std::string& role, const std::string& name,
@@ -219,40 +251,24 @@ TEST_F(WaitSetProcessTest, ChannelConsumerReportsClosedWhenTheProducerFinishes) 
 // ---------------------------------------------------------------- peer died
 
 TEST_F(WaitSetProcessTest, EachMemberReportsItsPeerKilled) {
-  auto rc = RingConsumer::create("rc", {.capacity_bytes = 1024});
-  auto rp = RingProducer::create("rp", {.capacity_bytes = 64});
-  auto cc = ChannelConsumer::create("cc", tiny_channel());
-  auto cp = ChannelProducer::create("cp", tiny_channel());
-  ASSERT_TRUE(rc && rp && cc && cp);
-  while (*rp->try_push(bytes("12345678"))) {
-  }
-  while (cp->try_send(bytes("12345678"))->status == SendStatus::Ok) {
-  }
+  FourEnds ends;
+  ASSERT_TRUE(ends.created());
+  ends.fill_producers();
   struct Case {
     std::uint64_t tag;
     const char* role;
     const char* name;
   };
+  // In FourEnds' order: each end's peer.
   const std::vector<Case> cases{{11, "ring-producer", "rc"},
                                 {12, "ring-consumer", "rp"},
                                 {13, "channel-producer", "cc"},
                                 {14, "channel-consumer", "cp"}};
-  for (const auto& k : cases) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
     SCOPED_TRACE(k.role);
     auto set = make_set(20ms);
-    switch (k.tag) {
-      case 11:
-        ASSERT_TRUE(set.attach(*rc, k.tag));
-        break;
-      case 12:
-        ASSERT_TRUE(set.attach(*rp, k.tag, 8));
-        break;
-      case 13:
-        ASSERT_TRUE(set.attach(*cc, k.tag));
-        break;
-      default:
-        ASSERT_TRUE(set.attach(*cp, k.tag, 8));
-    }
+    ASSERT_TRUE(ends.attach(set, i, k.tag));
     auto p = peer(k.role, k.name, {"go:" + go_, "die"});
     ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
     expect_wake(set, {k.tag, ReadyReason::PeerDied}, [&] { go(); });
@@ -277,15 +293,9 @@ TEST_F(WaitSetProcessTest, APeerThatDetachesCleanlyIsNotReportedDead) {
 // ---------------------------------------------------------------- faulted
 
 TEST_F(WaitSetProcessTest, EachMemberReportsAStructureScribbledByAnotherProcess) {
-  auto rc = RingConsumer::create("rc", {.capacity_bytes = 1024});
-  auto rp = RingProducer::create("rp", {.capacity_bytes = 64});
-  auto cc = ChannelConsumer::create("cc", tiny_channel());
-  auto cp = ChannelProducer::create("cp", tiny_channel());
-  ASSERT_TRUE(rc && rp && cc && cp);
-  while (*rp->try_push(bytes("12345678"))) {
-  }
-  while (cp->try_send(bytes("12345678"))->status == SendStatus::Ok) {
-  }
+  FourEnds ends;
+  ASSERT_TRUE(ends.created());
+  ends.fill_producers();
   const std::string faulted = "poke:" + std::to_string(kChannelTerminal) + ":544C5546";
   struct Case {
     std::uint64_t tag;
@@ -301,22 +311,11 @@ TEST_F(WaitSetProcessTest, EachMemberReportsAStructureScribbledByAnotherProcess)
       // the terminal word FAULTED, stored by no library call
       {23, "channel-producer", "cc", faulted},
       {24, "channel-consumer", "cp", faulted}};
-  for (const auto& k : cases) {
+  for (std::size_t i = 0; i < cases.size(); ++i) {  // in FourEnds' order
+    const Case& k = cases[i];
     SCOPED_TRACE(k.role);
     auto set = make_set(20ms);
-    switch (k.tag) {
-      case 21:
-        ASSERT_TRUE(set.attach(*rc, k.tag));
-        break;
-      case 22:
-        ASSERT_TRUE(set.attach(*rp, k.tag, 8));
-        break;
-      case 23:
-        ASSERT_TRUE(set.attach(*cc, k.tag));
-        break;
-      default:
-        ASSERT_TRUE(set.attach(*cp, k.tag, 8));
-    }
+    ASSERT_TRUE(ends.attach(set, i, k.tag));
     auto p = peer(k.role, k.name, {"go:" + go_, k.poke, "sleep:300"});
     ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
     expect_wake(set, {k.tag, ReadyReason::Faulted}, [&] { go(); });
