@@ -4,6 +4,7 @@
 // record table. After each kill the next locker repairs, and the state must
 // be exactly the one before or the one after the operation (the same history
 // run without a kill), never faulted, and the invariant check clean.
+#include "common/must.hpp"
 #include "common/store_crash.hpp"
 #include "common/temp_root.hpp"
 #include "shm/egress/egress.hpp"
@@ -63,11 +64,7 @@ std::string show(const Same& s) {
   return out;
 }
 
-template <class T>
-T must(Result<T> r) {
-  if (!r) throw std::runtime_error(r.error().what());
-  return std::move(*r);
-}
+using test::must;
 
 // The retained range after the prelude: sequences 5..9 in slots 5, 6, 7, 0, 1.
 constexpr std::array<std::uint64_t, 3> kTarget{5, 7, 9};

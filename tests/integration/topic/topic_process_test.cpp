@@ -2,6 +2,7 @@
 // publisher and several subscribers, DropOldest against Block, dead
 // subscribers and publishers giving their chunks back, and parked handles
 // woken by the other side's publish, receive or release.
+#include "common/must.hpp"
 #include "common/subprocess.hpp"
 #include "common/temp_root.hpp"
 #include "common/topic_audit.hpp"
@@ -37,11 +38,7 @@ TopicParams params(std::uint64_t chunks, std::uint64_t depth, std::uint64_t byte
   return p;
 }
 
-template <class T>
-T must(Result<T> r) {
-  if (!r) throw std::runtime_error(r.error().what());
-  return std::move(*r);
-}
+using test::must;
 
 Subprocess peer(std::vector<std::string> args) {
   args.insert(args.begin(), test::helper_path("topic_peer"));

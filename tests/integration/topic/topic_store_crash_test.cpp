@@ -7,6 +7,7 @@
 // none freed twice), and the parent's own subscribers see the operation
 // before or after, with every sample either received intact or counted
 // missed.
+#include "common/must.hpp"
 #include "common/store_crash.hpp"
 #include "common/temp_root.hpp"
 #include "common/topic_audit.hpp"
@@ -35,11 +36,7 @@ TopicParams params() {
   return p;
 }
 
-template <class T>
-T must(Result<T> r) {
-  if (!r) throw std::runtime_error(r.error().what());
-  return std::move(*r);
-}
+using test::must;
 
 void publish(TopicPublisher& pub, std::uint64_t seq) {
   auto loan = must(pub.try_loan(8));

@@ -2,6 +2,7 @@
 // every sample, zero copy, chunk accounting, DropOldest and Block, the held
 // limit, history for late joiners, parameters and kind checks, wakes.
 #include "shm/topic/topic.hpp"
+#include "common/must.hpp"
 #include "common/node_fields.hpp"
 #include "common/temp_root.hpp"
 #include "common/text.hpp"
@@ -37,11 +38,7 @@ TopicParams params(std::uint64_t chunks = 8, std::uint64_t depth = 4, std::uint6
   return p;
 }
 
-template <class T>
-T must(Result<T> r) {
-  if (!r) throw std::runtime_error(r.error().what());
-  return std::move(*r);
-}
+using test::must;
 
 // Publishes "s<seq>" and returns its outcome.
 PublishOutcome send(TopicPublisher& pub, const std::string& text) {
