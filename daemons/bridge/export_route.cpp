@@ -192,6 +192,29 @@ Outcome<void> wait_for_stream_store(NatsLink& link, const std::string& stream) {
   }
 }
 
+// The stream's last sequence, whatever the subject.
+Outcome<std::uint64_t> stream_last_sequence(NatsLink& link, const std::string& stream) {
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 5000;
+  jsStreamInfo* si = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus s = NATS_OK;
+  {
+    const std::lock_guard lock(stream_admin_mutex());
+    s = js_GetStreamInfo(&si, link.js(), stream.c_str(), &jo, &code);
+  }
+  if (s != NATS_OK || si == nullptr) {
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    return failure(kExitRuntime,
+                   fmt::format("reading the information of stream {}: {} (JetStream error {})",
+                               stream, nats_error(s), static_cast<int>(code)));
+  }
+  const std::uint64_t last = si->State.LastSeq;
+  jsStreamInfo_Destroy(si);
+  return last;
+}
+
 // The last message of `subject`, read from the stream's store. A request
 // that timed out, or met a cluster still electing a leader, is tried again
 // (three tries in all).
@@ -375,6 +398,16 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
   // holds across a server restart after any quiet period. The publishes
   // behind it in the window expect their predecessor's message id.
   std::optional<std::uint64_t> anchor;
+  // Other publishers write into the stream (another route, an application
+  // on another subject): a message id expected as the stream's last one is
+  // then at times someone else's, and the window is refused from there. The
+  // resync acknowledges what the stream holds of it and the rest is retried:
+  // nothing is lost or reordered (the window's first message expects its
+  // subject's last sequence, which no other subject changes), but the route
+  // spends retries. Found when a publish is refused for the wrong last
+  // message id while the stream holds a message after the subject's last
+  // one; shown on /status and logged once.
+  bool shared_stream = false;
   // Resolves the route's position from the stream itself: its last message
   // on the subject. The route's own messages through that one are stored
   // (each publish expects its predecessor, so the stream holds a prefix of
@@ -782,6 +815,19 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
           auto r = resync(code == JSStreamWrongLastMsgIDErr ? "wrong_last_msg_id"
                                                             : "wrong_last_sequence");
           if (!r) return std::unexpected(r.error());
+          if (code == JSStreamWrongLastMsgIDErr && *r && !shared_stream && anchor.has_value()) {
+            auto stream_last = stream_last_sequence(**link, **stream);
+            if (stream_last && *stream_last > *anchor) {
+              shared_stream = true;
+              live.shared_stream.store(true, std::memory_order_relaxed);
+              log("warn", "shared_stream",
+                  fmt::format("route=export stream={} subject={} subject_last_sequence={} "
+                              "stream_last_sequence={} message=\"other publishers write into "
+                              "the stream: windows they interleave are refused and retried "
+                              "(give the route a stream of its own to spare the retries)\"",
+                              **stream, o.common.subject, *anchor, *stream_last));
+            }
+          }
         }
         if (in_flight.empty()) continue;  // the stream held the whole window
         if (!failing && !group_refused) {

@@ -75,6 +75,10 @@ struct RouteStatus {
   std::atomic<std::uint64_t> bytes_moved{0};
   // Export: records taken into the egress and not yet stored by JetStream.
   std::atomic<std::uint64_t> egress_backlog{0};
+  // Export: other publishers write into the route's stream, whose messages
+  // interleaved with a window make it refused and retried (export_route.cpp,
+  // `shared_stream`).
+  std::atomic<bool> shared_stream{false};
   // Import: messages of the stream after the last one applied, as JetStream
   // reported with that message (its pending count for the consumer).
   std::atomic<std::uint64_t> stream_pending{0};

@@ -68,9 +68,10 @@ nlohmann::json route_json(const StatusSource& s) {
     j["last_error"] = nullptr;
   j["failures"] = live.failures.load(std::memory_order_relaxed);
   j["bytes_moved"] = live.bytes_moved.load(std::memory_order_relaxed);
-  if (s.route == Route::Export)
+  if (s.route == Route::Export) {
     j["egress_backlog"] = live.egress_backlog.load(std::memory_order_relaxed);
-  else {
+    j["shared_stream"] = live.shared_stream.load(std::memory_order_relaxed);
+  } else {
     j["stream_pending"] = live.stream_pending.load(std::memory_order_relaxed);
     j["gaps"] = live.gaps.load(std::memory_order_relaxed);
     j["missing"] = live.missing.load(std::memory_order_relaxed);
