@@ -366,15 +366,18 @@ failed_tests_report() {
 }
 
 # The fuzz lane's test phase: scripts/fuzz.sh runs the targets built by
-# build_lane for $fuzz_seconds each; every target is one test.
+# build_lane for $fuzz_seconds each, all side by side (the last phase of the
+# command, with nothing beside it: three targets two at a time left a core
+# idle for a third of the phase); every target is one test.
 test_fuzz_lane() {
-  local dir t0=$SECONDS log rc passed failed cpu0
+  local dir t0=$SECONDS log rc passed failed cpu0 targets
   children_cpu
   cpu0=$cpu_now
   dir=$(lane_dir fuzz)
   log="$dir/fuzz-lane.log"
+  targets=$(ls "$repo"/tests/fuzz/*_target.cpp | wc -l)
   bounded "$(remaining)" bash "$here/fuzz.sh" --run-only --seconds "$fuzz_seconds" \
-    --build-dir "$dir" --jobs "$jobs" 2>&1 | tee "$log"
+    --build-dir "$dir" --jobs "$((targets > jobs ? targets : jobs))" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   passed=$(grep -c '^fuzz: .* PASS' "$log")
   failed=$(grep -c '^fuzz: .* FAIL' "$log")
