@@ -202,8 +202,13 @@ LockResult RobustMutex::lock_slow(int rc, Clock::time_point deadline) noexcept {
   if (deadline < start + kLockSlice) deadline = start + kLockSlice;
   for (;;) {
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) return LockResult::TimedOut;
-    const Clock::time_point slice_end = deadline - now > kLockSlice ? now + kLockSlice : deadline;
+    // Past the deadline a timed caller stops waiting for a live owner; an
+    // owner seen missing is waited out to its grace, so that the caller learns
+    // the lock word is damaged (DeadOwnerUnregistered) instead of timing out
+    // at every call for ever.
+    if (now >= deadline && !suspect) return LockResult::TimedOut;
+    const Clock::time_point slice_end =
+        now >= deadline || deadline - now > kLockSlice ? now + kLockSlice : deadline;
     rc = wait_slice(&m_, slice_end);
     if (rc == 0) return LockResult::Acquired;
     if (rc == EOWNERDEAD) return LockResult::OwnerDied;

@@ -674,9 +674,11 @@ std::uint64_t return_in_hand(const View& v) {
   return n;
 }
 
-Result<void> lock(const View& v, std::string_view path) {
+namespace {
+
+// What lock() and lock_for() do once the mutex answered `r`.
+Result<void> locked(const View& v, std::string_view path, ::shm::detail::LockResult r) {
   Control& c = *v.control;
-  const ::shm::detail::LockResult r = c.mutex.lock();
   if (r == ::shm::detail::LockResult::Acquired) [[likely]] {
     if (ld(c.faulted) == 0) [[likely]]
       return {};
@@ -705,6 +707,19 @@ Result<void> lock(const View& v, std::string_view path) {
   if (r == ::shm::detail::LockResult::DeadOwnerUnregistered)
     return ::shm::detail::fail_dead_owner(path, "relay", c.mutex);
   return fail(Errc::SystemError, shm::detail::format("{}: locking the relay mutex failed", path));
+}
+
+}  // namespace
+
+Result<void> lock(const View& v, std::string_view path) {
+  return locked(v, path, v.control->mutex.lock());
+}
+
+Result<bool> lock_for(const View& v, std::string_view path, std::chrono::nanoseconds timeout) {
+  const ::shm::detail::LockResult r = v.control->mutex.lock_for(timeout);
+  if (r == ::shm::detail::LockResult::TimedOut) return false;
+  if (auto ok = locked(v, path, r); !ok) return std::unexpected(ok.error());
+  return true;
 }
 
 // ---------------------------------------------------------------- observers

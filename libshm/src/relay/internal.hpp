@@ -10,6 +10,7 @@
 #include "format/format.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -224,6 +225,11 @@ void raise_next_seq(Control& c, std::uint64_t at_least) noexcept;
 // Locks the mutex; on EOWNERDEAD repairs and marks it consistent. Fails
 // (mutex released) when the relay is faulted or the mutex unusable.
 [[nodiscard]] Result<void> lock(const View& v, std::string_view path);
+// lock(), for a timed call: false (nothing locked) when a live holder kept
+// the mutex past `timeout` (RobustMutex::lock_for: at most one lock slice
+// more; a zero timeout still waits out one slice of a held mutex).
+[[nodiscard]] Result<bool> lock_for(const View& v, std::string_view path,
+                                    std::chrono::nanoseconds timeout);
 // Under the mutex, inside a write section: rolls a valid intent forward and
 // rebuilds every derived field from the entry table. False (and `faulted`
 // set) when the table holds damage a crash cannot explain; `why` says what.

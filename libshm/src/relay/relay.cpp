@@ -566,8 +566,18 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
     return c.next_seq.fetch_add(1, std::memory_order_relaxed);  // fast writers take them too
   };
   std::uint64_t drop_seq = 0;  // DropOldest: the sequence its intent holds for the append
+  // The mutex within what is left of the timeout: a live holder stopped
+  // inside it (SIGSTOP, a debugger) makes this write TimedOut, not a wait for
+  // ever. (Not counted in counters.timed_out, which only the holder writes.)
+  auto lock_in_time = [&]() -> Result<bool> {
+    const std::uint64_t spent = start == 0 ? 0 : monotonic_ns() - start;
+    return lock_for(view_, path, std::chrono::nanoseconds(budget > spent ? budget - spent : 0));
+  };
   for (;;) {
-    if (auto ok = lock(view_, path); !ok) return std::unexpected(ok.error());
+    if (auto got = lock_in_time(); !got || !*got) {
+      if (!got) return std::unexpected(got.error());
+      return WriteOutcome{WriteStatus::TimedOut, 0};
+    }
     std::uint32_t park_word = 0;
     bool park = false;
     bool seal_now = false;
@@ -910,9 +920,10 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
     if (seal_now) {
       // The file I/O with the relay unlocked (the seal mutex held).
       const Result<spill::SealInfo> written = write_seal(*dir, *job);
-      if (auto ok = lock(view_, path); !ok) {
+      if (auto got = lock_in_time(); !got || !*got) {
         abandon_seal(view_);  // the next locker rolls it back
-        return std::unexpected(ok.error());
+        if (!got) return std::unexpected(got.error());
+        return WriteOutcome{WriteStatus::TimedOut, 0};
       }
       {
         Held held(c);
@@ -1597,7 +1608,13 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
   const std::uint64_t budget =
       timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
   for (;;) {
-    if (auto ok = lock(view_, segment_.path()); !ok) return std::unexpected(ok.error());
+    // Within the timeout: a live holder stopped inside the mutex makes this
+    // wait false, not a wait for ever.
+    const std::uint64_t spent = monotonic_ns() - start;
+    auto got = lock_for(view_, segment_.path(),
+                        std::chrono::nanoseconds(budget > spent ? budget - spent : 0));
+    if (!got) return std::unexpected(got.error());
+    if (!*got) return false;
     std::uint32_t word = 0;
     {
       Held held(c);

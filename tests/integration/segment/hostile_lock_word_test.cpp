@@ -247,6 +247,64 @@ TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
   expect_shmctl_reports("news");
 }
 
+// A live process holding the mutex at the start of a segment's data area
+// (the egress's, the relay's and the topic's are there) until release() or
+// the end of the object.
+class LiveHolder {
+ public:
+  explicit LiveHolder(const std::string& path) {
+    int go[2];
+    int held[2];
+    if (::pipe(go) != 0 || ::pipe(held) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(go[1]);
+      ::close(held[0]);
+      const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      void* map =
+          fd < 0 ? MAP_FAILED
+                 : ::mmap(nullptr, kHeaderSize + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (map == MAP_FAILED) ::_exit(1);
+      auto* m = reinterpret_cast<detail::RobustMutex*>(static_cast<std::byte*>(map) + kHeaderSize);
+      if (m->lock() != detail::LockResult::Acquired) ::_exit(2);
+      (void)!::write(held[1], "h", 1);
+      char c = 0;
+      (void)!::read(go[0], &c, 1);  // until the parent closes its end
+      m->unlock();
+      ::_exit(0);
+    }
+    ::close(go[0]);
+    ::close(held[1]);
+    go_ = go[1];
+    char c = 0;
+    holding_ = pid_ > 0 && ::read(held[0], &c, 1) == 1;
+    ::close(held[0]);
+  }
+  LiveHolder(const LiveHolder&) = delete;
+  LiveHolder& operator=(const LiveHolder&) = delete;
+  ~LiveHolder() { (void)release(); }
+  [[nodiscard]] bool holding() const { return holding_; }
+  // Lets go and reaps the holder: true when it exited 0.
+  bool release() {
+    if (pid_ <= 0) return false;
+    ::close(go_);
+    int status = 0;
+    const bool ok =
+        ::waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    pid_ = -1;
+    return ok;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+  bool holding_ = false;
+};
+
+// How long a timed call may take while a live process holds the mutex: its
+// timeout, a lock slice of waiting for it, and scheduling slack.
+constexpr auto kTimedCallBound = 2 * detail::RobustMutex::kLockSlice + 200ms;
+
 // A live process holding the egress mutex (stopped inside, say) keeps the
 // ordinary semantics: the timed calls answer their timeout outcome within
 // their timeout (plus a slice), and work again as soon as it lets go.
@@ -260,35 +318,8 @@ TEST(LiveLockHolderTest, EgressTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProc
   ASSERT_TRUE(transport) << transport.error().what();
   auto producer = Egress::open("held");
   ASSERT_TRUE(producer) << producer.error().what();
-  // The holder: another process mapping the file, locking the mutex at the
-  // data area's start, holding it until its pipe closes.
-  int go[2];
-  int held[2];
-  ASSERT_EQ(::pipe(go), 0);
-  ASSERT_EQ(::pipe(held), 0);
-  const std::string path = root.file("held");
-  const pid_t holder = ::fork();
-  ASSERT_GE(holder, 0);
-  if (holder == 0) {
-    ::close(go[1]);
-    ::close(held[0]);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    void* map =
-        fd < 0 ? MAP_FAILED
-               : ::mmap(nullptr, kHeaderSize + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) ::_exit(1);
-    auto* m = reinterpret_cast<detail::RobustMutex*>(static_cast<std::byte*>(map) + kHeaderSize);
-    if (m->lock() != detail::LockResult::Acquired) ::_exit(2);
-    (void)!::write(held[1], "h", 1);
-    char c = 0;
-    (void)!::read(go[0], &c, 1);  // until the parent closes its end
-    m->unlock();
-    ::_exit(0);
-  }
-  ::close(go[0]);
-  ::close(held[1]);
-  char c = 0;
-  ASSERT_EQ(::read(held[0], &c, 1), 1);
+  LiveHolder holder(root.file("held"));
+  ASSERT_TRUE(holder.holding());
   const std::byte payload[4]{};
   std::vector<std::byte> buf;
   auto start = std::chrono::steady_clock::now();
@@ -297,25 +328,69 @@ TEST(LiveLockHolderTest, EgressTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProc
   ASSERT_TRUE(claimed) << claimed.error().what();
   EXPECT_EQ(claimed->status, egress::ClaimStatus::Empty);
   EXPECT_GE(took, 300ms);
-  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  EXPECT_LT(took, 300ms + kTimedCallBound);
   start = std::chrono::steady_clock::now();
   auto enq = producer->enqueue(payload, 300ms);
   took = std::chrono::steady_clock::now() - start;
   ASSERT_TRUE(enq) << enq.error().what();
   EXPECT_EQ(enq->status, egress::EnqueueStatus::Full);
-  EXPECT_LT(took, 300ms + 2 * detail::RobustMutex::kLockSlice + 200ms);
+  EXPECT_LT(took, 300ms + kTimedCallBound);
   // Released: the same calls go through.
-  ::close(go[1]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  ::close(held[0]);
+  ASSERT_TRUE(holder.release());
   enq = producer->enqueue(payload, 1s);
   ASSERT_TRUE(enq) << enq.error().what();
   EXPECT_EQ(enq->status, egress::EnqueueStatus::Enqueued);
   claimed = transport->claim(buf, 1s);
   ASSERT_TRUE(claimed) << claimed.error().what();
   EXPECT_EQ(claimed->status, egress::ClaimStatus::Claimed);
+}
+
+// The same for the relay: write(timeout) and try_write answer TimedOut, and
+// the reader's wait(timeout) false, within their timeout while a live
+// process holds the relay's mutex; they waited for ever before.
+TEST(LiveLockHolderTest, RelayTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProcessHoldsTheMutex) {
+  test::TempRoot root;
+  RelayConfig rc;
+  rc.policy = policy::kSum;
+  rc.value_bytes = 8;
+  rc.max_entries = 16;
+  rc.backpressure = Backpressure{Dimension::Count, 12, 4, Overflow::Block};
+  auto reader = RelayReader::create("held", rc);
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto writer = RelayWriter::open("held");
+  ASSERT_TRUE(writer) << writer.error().what();
+  const std::uint64_t one = 1;
+  const auto op = std::as_bytes(std::span(&one, 1));
+  LiveHolder holder(root.file("held"));
+  ASSERT_TRUE(holder.holding());
+  // A new key takes the mutex (an open key's sum could take the lock-free path).
+  auto start = std::chrono::steady_clock::now();
+  auto wrote = writer->write(7, op, 300ms);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(wrote) << wrote.error().what();
+  EXPECT_EQ(wrote->status, WriteStatus::TimedOut);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 300ms + kTimedCallBound);
+  start = std::chrono::steady_clock::now();
+  wrote = writer->try_write(8, op);
+  took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(wrote) << wrote.error().what();
+  EXPECT_EQ(wrote->status, WriteStatus::TimedOut);
+  EXPECT_LT(took, kTimedCallBound);
+  start = std::chrono::steady_clock::now();
+  auto waited = reader->wait(300ms);
+  took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(waited) << waited.error().what();
+  EXPECT_FALSE(*waited);
+  EXPECT_LT(took, 300ms + kTimedCallBound);
+  // Released: the same calls go through.
+  ASSERT_TRUE(holder.release());
+  wrote = writer->write(7, op, 1s);
+  ASSERT_TRUE(wrote) << wrote.error().what();
+  EXPECT_EQ(wrote->status, WriteStatus::Appended);
+  waited = reader->wait(1s);
+  ASSERT_TRUE(waited) << waited.error().what();
+  EXPECT_TRUE(*waited);
 }
 
 }  // namespace

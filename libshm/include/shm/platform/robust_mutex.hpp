@@ -80,12 +80,25 @@ class RobustMutex {
   /// lock(), but TimedOut once `deadline` passes while a live thread holds it
   /// (and not before the mutex was held through one kLockSlice: a timed call
   /// whose deadline is now still gets a mutex held for microseconds). Returns
-  /// at most kLockSlice after `deadline`.
+  /// at most kLockSlice after `deadline`, unless the owner was seen missing
+  /// (see lock()): that one is waited out to DeadOwnerUnregistered, at most
+  /// kDeadOwnerGrace and a slice later.
   [[nodiscard]] LockResult lock_until(std::chrono::steady_clock::time_point deadline) noexcept {
     const int rc = ::pthread_mutex_trylock(&m_);
     if (rc == 0) [[likely]]
       return LockResult::Acquired;
     return lock_slow(rc, deadline);
+  }
+  /// lock_until(now + timeout), the clock read only when the mutex is held
+  /// (uncontended, it is one trylock, as lock()). A timeout of a year or more
+  /// waits as lock().
+  [[nodiscard]] LockResult lock_for(std::chrono::nanoseconds timeout) noexcept {
+    const int rc = ::pthread_mutex_trylock(&m_);
+    if (rc == 0) [[likely]]
+      return LockResult::Acquired;
+    return lock_slow(rc, timeout >= std::chrono::hours(24 * 365)
+                             ? std::chrono::steady_clock::time_point::max()
+                             : std::chrono::steady_clock::now() + timeout);
   }
   /// Never waits: Busy while a live thread holds it (the holder itself too).
   /// A holder that died is OwnerDied here as in lock(): the caller owns it.

@@ -87,7 +87,8 @@ enum class WriteStatus : std::uint8_t {
   Displaced,  ///< DropOldest: the oldest entry was dropped (counted, logged), the op appended
   Dropped,    ///< DropNewest: the op was dropped (counted, logged)
   Full,       ///< no free entry (Conflate past capacity, or every entry is held): nothing written
-  TimedOut,   ///< Block: the relay stayed full for the whole timeout; nothing written
+  TimedOut,   ///< Block: the relay stayed full for the whole timeout, or a live process held
+              ///< its mutex through it (try_write: through one lock slice); nothing written
 };
 /// The enumerator's name, for logs and tool output.
 [[nodiscard]] std::string_view to_string(WriteStatus o) noexcept;
@@ -411,7 +412,8 @@ class RelayReader : public relay::detail::Handle {
     if (auto ok = commit(); !ok) return std::unexpected(ok.error());
     return got->size();
   }
-  /// Waits until an entry is pending or a cold page waits (true), or the timeout passes (false).
+  /// Waits until an entry is pending or a cold page waits (true), or the timeout passes (false;
+  /// also when a live process holds the relay's mutex through it).
   [[nodiscard]] Result<bool> wait(std::chrono::nanoseconds timeout);
 
   /// Conflated: while two or more cold pages wait, a take folds the oldest of
