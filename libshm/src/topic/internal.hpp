@@ -51,6 +51,11 @@ template <class T>
 // Faulted when the mutex is unrecoverable, Corrupt when repair found the
 // references impossible (the mutex is then released).
 [[nodiscard]] Result<void> lock(const Segment& segment, const View& v);
+// lock() for the try_ calls: false (nothing locked) when a live process
+// holds the mutex through one lock slice (stopped inside it, say), which the
+// caller answers as "nothing now" (no chunk, Full, no sample) instead of
+// waiting for ever; its timed form waits on and retries within its timeout.
+[[nodiscard]] Result<bool> lock_briefly(const Segment& segment, const View& v);
 inline void unlock(const View& v) noexcept {
   v.control->lock.mutex.unlock();
 }

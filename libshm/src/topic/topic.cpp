@@ -287,9 +287,12 @@ Result<RepairReport> repair_locked(const Segment& segment, const View& v,
   return report;
 }
 
-Result<void> detail::lock(const Segment& segment, const View& v) {
+namespace {
+
+// What lock() and lock_briefly() do once the mutex answered `r`.
+Result<void> locked(const Segment& segment, const View& v, shm::detail::LockResult r) {
   auto& m = v.control->lock.mutex;
-  switch (m.lock()) {
+  switch (r) {
     case shm::detail::LockResult::Acquired:
       return {};
     case shm::detail::LockResult::OwnerDied: {
@@ -308,11 +311,24 @@ Result<void> detail::lock(const Segment& segment, const View& v) {
       return shm::detail::fail_dead_owner(segment.path(), "topic", m);
     case shm::detail::LockResult::Failed:
     case shm::detail::LockResult::Busy:      // try_lock only
-    case shm::detail::LockResult::TimedOut:  // lock_until only
+    case shm::detail::LockResult::TimedOut:  // lock_for only, answered by lock_briefly
       break;
   }
   return fail(Errc::Corrupt,
               shm::detail::format("{}: the topic's mutex could not be locked", segment.path()));
+}
+
+}  // namespace
+
+Result<void> detail::lock(const Segment& segment, const View& v) {
+  return locked(segment, v, v.control->lock.mutex.lock());
+}
+
+Result<bool> detail::lock_briefly(const Segment& segment, const View& v) {
+  const shm::detail::LockResult r = v.control->lock.mutex.lock_for(std::chrono::nanoseconds(0));
+  if (r == shm::detail::LockResult::TimedOut) return false;
+  if (auto ok = locked(segment, v, r); !ok) return std::unexpected(ok.error());
+  return true;
 }
 
 namespace {
@@ -575,7 +591,10 @@ Result<std::optional<LoanedSample>> TopicPublisher::try_loan(std::size_t bytes) 
         shm::detail::format("{}: the publisher already holds {} loans (the limit); publish "
                             "or drop one first",
                             c.segment.path(), c.outstanding.load(std::memory_order_relaxed)));
-  if (auto ok = topic::detail::lock(c.segment, v); !ok) return std::unexpected(ok.error());
+  if (auto got = topic::detail::lock_briefly(c.segment, v); !got || !*got) {
+    if (!got) return std::unexpected(got.error());
+    return std::optional<LoanedSample>{};  // a live holder kept the mutex: nothing now
+  }
   auto& pub = v.control->publisher;
   const std::uint32_t n = ld(v.control->pool.free_count);
   std::size_t k = 0;
@@ -622,7 +641,10 @@ Result<PublishOutcome> TopicPublisher::try_publish(LoanedSample&& sample) {
   shm::detail::EndpointGuard::Scope scope(c.guard, "a TopicPublisher");
   const topic::View& v = c.v;
   const std::uint64_t depth = v.p.queue_depth;
-  if (auto ok = topic::detail::lock(c.segment, v); !ok) return std::unexpected(ok.error());
+  if (auto got = topic::detail::lock_briefly(c.segment, v); !got || !*got) {
+    if (!got) return std::unexpected(got.error());
+    return PublishOutcome{PublishStatus::Full};  // a live holder kept the mutex: nothing changed
+  }
   auto& pub = v.control->publisher;
   // A repair (a dead subscriber's) may have run: our loan must still be ours.
   if (ld(pub.loans[sample.loan_]) != sample.chunk_ + 1) {
@@ -724,7 +746,9 @@ auto publisher_wait(topic::detail::Core& c, std::chrono::nanoseconds timeout, At
     if (now >= deadline) break;
     if (monotonic_ns() - last_repair >= topic::kPublisherParkNs) {
       last_repair = monotonic_ns();
-      if (topic::detail::lock(c.segment, c.v)) {
+      // Briefly: a live holder stopped inside the mutex must not hold this
+      // timed call past its timeout.
+      if (auto got = topic::detail::lock_briefly(c.segment, c.v); got && *got) {
         (void)topic::repair_locked(c.segment, c.v, std::nullopt);
         topic::detail::unlock(c.v);
       }
@@ -899,7 +923,10 @@ Result<std::optional<Sample>> TopicSubscriber::try_receive() {
   // [topic.Q] a lock-free look first: an empty queue costs no lock.
   if (r.tail.load(std::memory_order_seq_cst) == r.head.load(std::memory_order_relaxed))
     return std::optional<Sample>{};
-  if (auto ok = topic::detail::lock(c.segment, v); !ok) return std::unexpected(ok.error());
+  if (auto got = topic::detail::lock_briefly(c.segment, v); !got || !*got) {
+    if (!got) return std::unexpected(got.error());
+    return std::optional<Sample>{};  // a live holder kept the mutex: nothing now
+  }
   if (ld(r.active) != 1 || ld(r.generation) != c.attachment.generation()) {
     topic::detail::unlock(v);
     return fail(Errc::Corrupt,
@@ -960,6 +987,9 @@ Result<std::optional<Sample>> TopicSubscriber::receive(std::chrono::nanoseconds 
     if (ready() || i == 0) {
       auto got = try_receive();
       if (!got || *got) return got;
+      // Queued but not taken: a live holder kept the mutex through a lock
+      // slice. The loop below retries within the deadline.
+      if (ready()) break;
     }
     detail::cpu_relax();
   }

@@ -393,5 +393,64 @@ TEST(LiveLockHolderTest, RelayTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProce
   EXPECT_TRUE(*waited);
 }
 
+// The same for the topic: its try_ calls answer "nothing now" (no chunk,
+// Full, no sample) after one lock slice, and the timed ones their timeout
+// outcome within their timeout, while a live process holds the topic's
+// mutex; they waited for ever before.
+TEST(LiveLockHolderTest, TopicCallsAnswerNothingNowWhileALiveProcessHoldsTheMutex) {
+  test::TempRoot root;
+  TopicParams p;
+  p.max_sample_bytes = 64;
+  p.chunks = 8;
+  p.queue_depth = 4;
+  p.max_held = 2;
+  auto pub = TopicPublisher::create("held", p);
+  ASSERT_TRUE(pub) << pub.error().what();
+  auto sub = TopicSubscriber::open("held", TopicOverflow::Block);
+  ASSERT_TRUE(sub) << sub.error().what();
+  auto first = pub->try_loan(8);
+  ASSERT_TRUE(first && first->has_value());
+  auto published = pub->try_publish(std::move(**first));
+  ASSERT_TRUE(published && published->status == PublishStatus::Published);
+  auto second = pub->try_loan(8);
+  ASSERT_TRUE(second && second->has_value());
+  LoanedSample sample = std::move(**second);
+  LiveHolder holder(root.file("held"));
+  ASSERT_TRUE(holder.holding());
+  auto timed = [](auto&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = call();
+    return std::make_pair(std::move(r), std::chrono::steady_clock::now() - start);
+  };
+  auto [loaned, took] = timed([&] { return pub->try_loan(8); });
+  ASSERT_TRUE(loaned) << loaned.error().what();
+  EXPECT_FALSE(loaned->has_value());
+  EXPECT_LT(took, kTimedCallBound);
+  std::tie(loaned, took) = timed([&] { return pub->loan(8, 300ms); });
+  ASSERT_TRUE(loaned) << loaned.error().what();
+  EXPECT_FALSE(loaned->has_value());
+  EXPECT_LT(took, 300ms + kTimedCallBound);
+  auto [out, took_publish] = timed([&] { return pub->try_publish(std::move(sample)); });
+  ASSERT_TRUE(out) << out.error().what();
+  EXPECT_EQ(out->status, PublishStatus::Full);
+  EXPECT_LT(took_publish, kTimedCallBound);
+  std::tie(out, took_publish) = timed([&] { return pub->publish(std::move(sample), 300ms); });
+  ASSERT_TRUE(out) << out.error().what();
+  EXPECT_EQ(out->status, PublishStatus::Full);
+  EXPECT_LT(took_publish, 300ms + kTimedCallBound);
+  auto [got, took_receive] = timed([&] { return sub->receive(300ms); });
+  ASSERT_TRUE(got) << got.error().what();
+  EXPECT_FALSE(got->has_value());
+  EXPECT_LT(took_receive, 300ms + kTimedCallBound);
+  // Released: the same calls go through (the caller kept its sample).
+  ASSERT_TRUE(holder.release());
+  got = sub->try_receive();
+  ASSERT_TRUE(got) << got.error().what();
+  EXPECT_TRUE(got->has_value());
+  out = pub->try_publish(std::move(sample));
+  ASSERT_TRUE(out) << out.error().what();
+  EXPECT_EQ(out->status, PublishStatus::Published);
+}
+
 }  // namespace
 }  // namespace shm::hostile_lock_word_test

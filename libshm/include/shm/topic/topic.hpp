@@ -186,14 +186,16 @@ class TopicPublisher {
   [[nodiscard]] static Result<TopicPublisher> attach(Segment segment);
 
   /// A writable chunk of `bytes` (TooLarge above max_sample_bytes), or
-  /// nullopt when the pool is empty; HeldLimit when kMaxLoans are out.
+  /// nullopt when the pool is empty (or a live process held the topic's
+  /// mutex through a 50 ms lock slice); HeldLimit when kMaxLoans are out.
   [[nodiscard]] Result<std::optional<LoanedSample>> try_loan(std::size_t bytes);
   /// As try_loan, waiting up to `timeout` for a chunk to come back.
   [[nodiscard]] Result<std::optional<LoanedSample>> loan(std::size_t bytes,
                                                          std::chrono::nanoseconds timeout);
   /// Hands the sample to every subscriber's queue. On Published `sample` is
-  /// emptied; on Full (a Block subscriber's queue is full) nothing changed
-  /// and the caller keeps it.
+  /// emptied; on Full (a Block subscriber's queue is full, or a live process
+  /// held the topic's mutex through a 50 ms lock slice) nothing changed and
+  /// the caller keeps it.
   [[nodiscard]] Result<PublishOutcome> try_publish(LoanedSample&& sample);
   /// As try_publish, waiting up to `timeout` for Block subscribers' room (a
   /// dead Block subscriber is dropped, not waited for).
@@ -239,7 +241,8 @@ class TopicSubscriber {
   /// Adopts a segment opened or created already.
   [[nodiscard]] static Result<TopicSubscriber> attach(Segment segment, TopicOverflow overflow);
 
-  /// The next sample, or nullopt when none is queued; HeldLimit when this
+  /// The next sample, or nullopt when none is queued (or a live process held
+  /// the topic's mutex through a 50 ms lock slice); HeldLimit when this
   /// subscriber already holds max_held samples (drop one first).
   [[nodiscard]] Result<std::optional<Sample>> try_receive();
   /// As try_receive, waiting up to `timeout` (spin, then park) for a publish.
