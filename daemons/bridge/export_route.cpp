@@ -192,11 +192,17 @@ Outcome<void> wait_for_stream_store(NatsLink& link, const std::string& stream) {
   }
 }
 
-// The stream's last sequence, whatever the subject.
-Outcome<std::uint64_t> stream_last_sequence(NatsLink& link, const std::string& stream) {
+// The options of a request about the stream (its info, a message): 5 s.
+jsOptions stream_request_options() {
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = 5000;
+  return jo;
+}
+
+// The stream's last sequence, whatever the subject.
+Outcome<std::uint64_t> stream_last_sequence(NatsLink& link, const std::string& stream) {
+  jsOptions jo = stream_request_options();
   jsStreamInfo* si = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = NATS_OK;
@@ -221,9 +227,7 @@ Outcome<std::uint64_t> stream_last_sequence(NatsLink& link, const std::string& s
 Outcome<StreamPosition> read_stream_position(NatsLink& link, const std::string& stream,
                                              const std::string& subject,
                                              std::uint64_t incarnation) {
-  jsOptions jo;
-  jsOptions_Init(&jo);
-  jo.Wait = 5000;
+  jsOptions jo = stream_request_options();
   natsMsg* m = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = NATS_OK;

@@ -51,6 +51,16 @@ static_assert(offsetof(topic::Control::Lock, mutex) == 0);
 
 using test::gone_tid;
 
+// A topic of 8 chunks of 64 bytes, queues of 4, 2 samples held at most.
+TopicParams small_topic() {
+  TopicParams p;
+  p.max_sample_bytes = 64;
+  p.chunks = 8;
+  p.queue_depth = 4;
+  p.max_held = 2;
+  return p;
+}
+
 int run_in_child(const std::function<int()>& body) {
   return test::run_in_child(body, 30s);
 }
@@ -223,12 +233,7 @@ TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
 TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
   const std::string path = root_.file("news");
   {
-    TopicParams p;
-    p.max_sample_bytes = 64;
-    p.chunks = 8;
-    p.queue_depth = 4;
-    p.max_held = 2;
-    auto pub = TopicPublisher::create("news", p);
+    auto pub = TopicPublisher::create("news", small_topic());
     ASSERT_TRUE(pub) << pub.error().what();
   }
   forge_owner(path, 0, gone_tid());
@@ -399,12 +404,7 @@ TEST(LiveLockHolderTest, RelayTimedCallsAnswerTheirTimeoutOutcomeWhileALiveProce
 // mutex; they waited for ever before.
 TEST(LiveLockHolderTest, TopicCallsAnswerNothingNowWhileALiveProcessHoldsTheMutex) {
   test::TempRoot root;
-  TopicParams p;
-  p.max_sample_bytes = 64;
-  p.chunks = 8;
-  p.queue_depth = 4;
-  p.max_held = 2;
-  auto pub = TopicPublisher::create("held", p);
+  auto pub = TopicPublisher::create("held", small_topic());
   ASSERT_TRUE(pub) << pub.error().what();
   auto sub = TopicSubscriber::open("held", TopicOverflow::Block);
   ASSERT_TRUE(sub) << sub.error().what();
