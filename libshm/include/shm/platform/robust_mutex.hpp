@@ -27,6 +27,7 @@
 #pragma once
 
 #include "shm/error.hpp"
+#include "shm/platform/clock.hpp"
 
 #include <pthread.h>
 #include <cerrno>
@@ -89,16 +90,14 @@ class RobustMutex {
       return LockResult::Acquired;
     return lock_slow(rc, deadline);
   }
-  /// lock_until(now + timeout), the clock read only when the mutex is held
-  /// (uncontended, it is one trylock, as lock()). A timeout of a year or more
-  /// waits as lock().
+  /// lock_until(deadline_after(timeout)), the clock read only when the mutex
+  /// is held (uncontended, it is one trylock, as lock()); `forever` waits as
+  /// lock() (the deadline saturates).
   [[nodiscard]] LockResult lock_for(std::chrono::nanoseconds timeout) noexcept {
     const int rc = ::pthread_mutex_trylock(&m_);
     if (rc == 0) [[likely]]
       return LockResult::Acquired;
-    return lock_slow(rc, timeout >= std::chrono::hours(24 * 365)
-                             ? std::chrono::steady_clock::time_point::max()
-                             : std::chrono::steady_clock::now() + timeout);
+    return lock_slow(rc, deadline_after(timeout));
   }
   /// Never waits: Busy while a live thread holds it (the holder itself too).
   /// A holder that died is OwnerDied here as in lock(): the caller owns it.
