@@ -34,11 +34,13 @@ std::optional<std::string> numeric(const Node::Value& v) {
       v);
 }
 
-// An array element's identity: its "name", "label" or "id" member (a string
-// or an integer), if it has one.
+// An array element's identity: its "name", "label", "id" or "slot" member (a
+// string or an integer), if it has one. A slot (a topic's subscriber, a
+// ledger ticket owner) keeps its series when the elements before it come
+// and go, which its index in the array would not.
 std::optional<std::string> element_id(const Node& element) {
   if (element.type() != Node::Type::Object) return std::nullopt;
-  for (std::string_view key : {"name", "label", "id"}) {
+  for (std::string_view key : {"name", "label", "id", "slot"}) {
     const Node* n = element.find(key);
     if (n == nullptr || n->type() != Node::Type::Value) continue;
     const Node::Value& v = n->value();

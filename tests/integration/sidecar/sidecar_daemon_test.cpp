@@ -14,6 +14,7 @@
 #include "shm/mpmc/layout.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -301,6 +302,68 @@ TEST_F(SidecarDaemon, MetricsEndpointFollowsAnEgressWindowAndGeneration) {
   EXPECT_EQ(d.wait(30s), 0) << d.output();
 }
 
+// A topic scraped by the real daemon: per subscriber (labelled by its
+// attachment slot) the queue, the samples it holds and what a DropOldest
+// subscriber missed; the publisher's count and the free chunks. A receive
+// shows on a later scrape.
+TEST_F(SidecarDaemon, MetricsEndpointFollowsATopicsSubscribers) {
+  auto publisher = TopicPublisher::create(
+      "frames",
+      {.max_sample_bytes = 64, .chunks = 8, .queue_depth = 2, .history = 0, .max_held = 2});
+  ASSERT_TRUE(publisher) << publisher.error().what();
+  auto lossy = TopicSubscriber::open("frames", TopicOverflow::DropOldest);
+  ASSERT_TRUE(lossy) << lossy.error().what();
+  auto holder = TopicSubscriber::open("frames", TopicOverflow::DropOldest);
+  ASSERT_TRUE(holder) << holder.error().what();
+  const auto publish = [&] {
+    auto loan = publisher->try_loan(16);
+    ASSERT_TRUE(loan && *loan);
+    ASSERT_TRUE(publisher->try_publish(std::move(**loan)));
+  };
+  for (int i = 0; i < 3; ++i) publish();  // queue depth 2: each subscriber misses one
+  auto held = holder->try_receive();
+  ASSERT_TRUE(held && *held);
+
+  Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
+  const std::uint16_t port = start(d);
+  ASSERT_NE(port, 0) << d.output();
+  auto reply = get(port, "/metrics");
+  ASSERT_TRUE(reply) << d.output();
+  const Exposition e = parse_exposition(reply->body);
+  EXPECT_TRUE(e.errors.empty()) << e.errors.front();
+  const auto of = [](const TopicSubscriber& s, const std::string& name) {
+    return fmt::format("libshm_topic_subscribers_{}{{segment=\"frames\",subscribers=\"{}\"}}", name,
+                       s.attachment().slot());
+  };
+  const auto sample = [](const Exposition& x, const std::string& series) {
+    const auto it = x.samples.find(series);
+    return it == x.samples.end() ? -1.0 : it->second;
+  };
+  EXPECT_EQ(e.types.at("libshm_topic_subscribers_queue"), "gauge");
+  EXPECT_EQ(e.types.at("libshm_topic_subscribers_missed_total"), "counter");
+  EXPECT_EQ(sample(e, of(*lossy, "queue")), 2.0) << reply->body;
+  EXPECT_EQ(sample(e, of(*lossy, "missed_total")), 1.0) << reply->body;
+  EXPECT_EQ(sample(e, of(*lossy, "held")), 0.0) << reply->body;
+  EXPECT_EQ(sample(e, of(*holder, "queue")), 1.0) << reply->body;
+  EXPECT_EQ(sample(e, of(*holder, "held")), 1.0) << reply->body;
+  EXPECT_EQ(sample(e, of(*holder, "received_total")), 1.0) << reply->body;
+  EXPECT_EQ(sample(e, "libshm_topic_publisher_published_total{segment=\"frames\"}"), 3.0)
+      << reply->body;
+  EXPECT_EQ(e.samples.at("libshm_segment_up{segment=\"frames\",kind=\"topic\"}"), 1.0);
+
+  // The lossy subscriber takes both queued samples; the scrape follows.
+  for (int i = 0; i < 2; ++i) {
+    auto s = lossy->try_receive();
+    ASSERT_TRUE(s && *s);
+  }
+  const Polled queue = poll_metric(port, of(*lossy, "queue"), [](double v) { return v == 0.0; });
+  EXPECT_EQ(queue.value, 0.0) << "the queue never followed the subscriber:\n" << queue.body;
+  EXPECT_EQ(sample(parse_exposition(queue.body), of(*lossy, "received_total")), 2.0) << queue.body;
+
+  d.kill(SIGTERM);
+  EXPECT_EQ(d.wait(30s), 0) << d.output();
+}
+
 // The page a Prometheus server scrapes, with a segment of every kind (a
 // relay with a spill store, an egress with records in flight), passes
 // `promtool check metrics` with no warning: names in base units (seconds,
@@ -332,6 +395,12 @@ TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
       "egress", EgressParams{.max_payloads = 16, .slot_bytes = 32, .inflight_limit = 8});
   ASSERT_TRUE(egress) << egress.error().what();
   ASSERT_TRUE(egress->try_enqueue(std::vector<std::byte>(20, std::byte{5})));
+  auto topic = TopicPublisher::create(
+      "topic",
+      {.max_sample_bytes = 64, .chunks = 4, .queue_depth = 2, .history = 0, .max_held = 1});
+  ASSERT_TRUE(topic) << topic.error().what();
+  auto subscriber = TopicSubscriber::open("topic", TopicOverflow::DropOldest);
+  ASSERT_TRUE(subscriber) << subscriber.error().what();
 
   Subprocess d = sidecar(root.path(), {"--listen", "127.0.0.1:0", "--interval", "20"});
   const std::uint16_t port = start(d);
@@ -339,7 +408,7 @@ TEST_F(SidecarDaemon, MetricsOfEveryKindPassPromtoolWithoutAWarning) {
   auto reply = get(port, "/metrics");
   ASSERT_TRUE(reply) << d.output();
   for (const char* kind :
-       {"spsc_ring", "channel", "mpmc_ring", "fanout_bitmap", "ledger", "relay", "egress"})
+       {"spsc_ring", "channel", "mpmc_ring", "fanout_bitmap", "ledger", "relay", "egress", "topic"})
     EXPECT_NE(reply->body.find(fmt::format("kind=\"{}", kind)), std::string::npos)
         << kind << " is not on the page";
   const std::string page = root.file("metrics.txt");
