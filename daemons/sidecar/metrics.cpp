@@ -1,6 +1,7 @@
 #include "sidecar/metrics.hpp"
 
 #include "display_text.hpp"
+#include "node_render.hpp"
 
 #include <fmt/format.h>
 
@@ -32,23 +33,6 @@ std::optional<std::string> numeric(const Node::Value& v) {
           return std::nullopt;
       },
       v);
-}
-
-// An array element's identity: its "name", "label", "id" or "slot" member (a
-// string or an integer), if it has one. A slot (a topic's subscriber, a
-// ledger ticket owner) keeps its series when the elements before it come
-// and go, which its index in the array would not.
-std::optional<std::string> element_id(const Node& element) {
-  if (element.type() != Node::Type::Object) return std::nullopt;
-  for (std::string_view key : {"name", "label", "id", "slot"}) {
-    const Node* n = element.find(key);
-    if (n == nullptr || n->type() != Node::Type::Value) continue;
-    const Node::Value& v = n->value();
-    if (const auto* s = std::get_if<std::string>(&v); s != nullptr && !s->empty()) return *s;
-    if (const auto* u = std::get_if<std::uint64_t>(&v)) return fmt::format("{}", *u);
-    if (const auto* d = std::get_if<std::int64_t>(&v)) return fmt::format("{}", *d);
-  }
-  return std::nullopt;
 }
 
 // # HELP text: backslash and newline escaped.
@@ -208,7 +192,7 @@ void MetricsWriter::walk(const std::string& name, const Node& node, Labels& labe
         if (l.first == label) label += "_";
       std::size_t i = 0;
       for (const Node& e : node.elements()) {
-        labels.emplace_back(label, element_id(e).value_or(fmt::format("{}", i)));
+        labels.emplace_back(label, tools::element_id(e).value_or(fmt::format("{}", i)));
         ++i;
         walk(name, e, labels, key, kind_path + "[]");
         labels.pop_back();

@@ -53,6 +53,19 @@ nlohmann::ordered_json to_json(const Node& node) {
   return o;
 }
 
+std::optional<std::string> element_id(const Node& element) {
+  if (element.type() != Node::Type::Object) return std::nullopt;
+  for (std::string_view key : {"name", "label", "id", "slot"}) {
+    const Node* n = element.find(key);
+    if (n == nullptr || n->type() != Node::Type::Value) continue;
+    const Node::Value& v = n->value();
+    if (const auto* s = std::get_if<std::string>(&v); s != nullptr && !s->empty()) return *s;
+    if (const auto* u = std::get_if<std::uint64_t>(&v)) return fmt::format("{}", *u);
+    if (const auto* d = std::get_if<std::int64_t>(&v)) return fmt::format("{}", *d);
+  }
+  return std::nullopt;
+}
+
 std::string to_text(const Node& node, int indent) {
   std::string out;
   const std::string pad(static_cast<std::size_t>(indent), ' ');

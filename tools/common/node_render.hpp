@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace shm::tools {
@@ -17,5 +18,10 @@ namespace shm::tools {
 [[nodiscard]] std::string value_text(const Node::Value& v);
 // Indented text, one "key: value" per line; arrays of objects as "- " items.
 [[nodiscard]] std::string to_text(const Node& node, int indent = 0);
+// An array element's identity: its "name", "label", "id" or "slot" member (a
+// string or an integer), if it has one. A slot (a topic's subscriber, a
+// ledger ticket owner) keeps naming the same element when the elements
+// before it come and go, which its index in the array would not.
+[[nodiscard]] std::optional<std::string> element_id(const Node& element);
 
 }  // namespace shm::tools

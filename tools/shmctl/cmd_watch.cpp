@@ -3,6 +3,7 @@
 // the deltas of the kind's counters between two refreshes, and attachers.
 // Text output clears the screen between refreshes on a terminal; --json
 // prints one JSON document per refresh (JSON Lines).
+#include "node_render.hpp"
 #include "output.hpp"
 #include "segment_access.hpp"
 
@@ -46,6 +47,18 @@ void collect_metrics(const Node& node, const std::string& prefix, Sample& s) {
     const std::string path = prefix.empty() ? key : prefix + "." + key;
     if (child.type() == Node::Type::Object) {
       collect_metrics(child, path, s);
+      continue;
+    }
+    if (child.type() == Node::Type::Array) {
+      // Each element by its identity (a topic's subscribers by slot:
+      // "subscribers[2].queue"), else its position.
+      std::size_t i = 0;
+      for (const Node& e : child.elements()) {
+        if (e.type() == Node::Type::Object)
+          collect_metrics(
+              e, fmt::format("{}[{}]", path, tools::element_id(e).value_or(std::to_string(i))), s);
+        ++i;
+      }
       continue;
     }
     if (child.type() != Node::Type::Value) continue;

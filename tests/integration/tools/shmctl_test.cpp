@@ -18,6 +18,7 @@
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/testing/channel.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -1878,6 +1879,48 @@ TEST_F(ShmctlTest, WatchShowsAnEgressWindowAndOperationRates) {
   ASSERT_EQ(text.code, 0) << text;
   EXPECT_TRUE(text.says("next_sequence=")) << text;
   EXPECT_TRUE(text.says("operations.enqueued=")) << text;
+}
+
+// A topic: watch shows each subscriber's queue, held samples and misses by
+// its attachment slot (an array of the description, element by element),
+// beside the pool's free chunks and the publisher's loans.
+TEST_F(ShmctlTest, WatchShowsATopicsSubscribersBySlot) {
+  auto publisher = TopicPublisher::create(
+      "frames",
+      {.max_sample_bytes = 32, .chunks = 8, .queue_depth = 2, .history = 0, .max_held = 2});
+  ASSERT_TRUE(publisher) << publisher.error().what();
+  auto lossy = TopicSubscriber::open("frames", TopicOverflow::DropOldest);
+  ASSERT_TRUE(lossy) << lossy.error().what();
+  auto holder = TopicSubscriber::open("frames", TopicOverflow::DropOldest);
+  ASSERT_TRUE(holder) << holder.error().what();
+  for (int i = 0; i < 3; ++i) {  // queue depth 2: each subscriber misses one
+    auto loan = publisher->try_loan(8);
+    ASSERT_TRUE(loan && *loan);
+    ASSERT_TRUE(publisher->try_publish(std::move(**loan)));
+  }
+  auto held = holder->try_receive();
+  ASSERT_TRUE(held && *held);
+
+  const CliResult js = run({"watch", "frames", "--interval", "50", "--count", "1", "--json"});
+  const CliResult text = run({"watch", "frames", "--interval", "50", "--count", "1", "--wide"});
+  ASSERT_EQ(js.code, 0) << js;
+  const std::vector<json> lines = json_lines(js.out);
+  ASSERT_EQ(lines.size(), 1u) << js;
+  const json& seg = lines[0]["segments"][0];
+  EXPECT_EQ(seg["kind"], "topic");
+  const auto sub = [](const TopicSubscriber& s, const char* field) {
+    return fmt::format("subscribers[{}].{}", s.attachment().slot(), field);
+  };
+  EXPECT_EQ(seg["gauges"][sub(*lossy, "queue")], 2) << seg;
+  EXPECT_EQ(seg["gauges"][sub(*lossy, "held")], 0) << seg;
+  EXPECT_EQ(seg["counters"][sub(*lossy, "missed")], 1) << seg;
+  EXPECT_EQ(seg["gauges"][sub(*holder, "queue")], 1) << seg;
+  EXPECT_EQ(seg["gauges"][sub(*holder, "held")], 1) << seg;
+  EXPECT_EQ(seg["counters"][sub(*holder, "received")], 1) << seg;
+  EXPECT_TRUE(seg["gauges"].contains("free_chunks")) << seg;
+  EXPECT_EQ(seg["counters"]["publisher.published"], 3) << seg;
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_TRUE(text.says(sub(*holder, "held") + "=1")) << text;
 }
 
 TEST_F(ShmctlTest, WatchWithoutSegmentsKeepsRefreshing) {
