@@ -33,6 +33,15 @@
 # one unit per area (src/relay, src/spsc, ...: libshm/CMakeLists.txt): 67 s
 # of CPU for the whole library at -O2 instead of 113 s.
 #
+# In the sanitizer lanes a ctest entry is a whole GoogleTest suite
+# (LIBSHM_TESTS_BY_SUITE, tests/CMakeLists.txt): starting and stopping a
+# sanitized test binary costs about 0.3 s of CPU (ASan registering the
+# binary's globals, LeakSanitizer's scan at exit), more than most tests take,
+# and one start per test was about 300 s of the ASan lane's 724 s of test CPU.
+# Each suite writes its results to <lane>/gtest-results/, from which the
+# summary counts the tests passed, failed and skipped, by name. The library's
+# standard headers are precompiled in every lane (LIBSHM_LIBRARY_PCH).
+#
 # What runs where: the install checks (install_find_package,
 # install_readme_tour) run in the normal lane only, since what is installed is
 # the same in every lane; the README/docs blocks are built and run in the
@@ -189,10 +198,11 @@ done < <(cat "$expected_skips_file" 2>/dev/null)
 
 # Lists the tests ctest reported as skipped in the log $1 ("N - Suite.Test
 # (Skipped)" in its "did not run" list: gtest_discover_tests sets
-# SKIP_REGULAR_EXPRESSION to gtest's "[  SKIPPED ]" marker). Sets skipped and
-# unexpected (how many of them tests/expected_skips.txt does not name).
+# SKIP_REGULAR_EXPRESSION to gtest's "[  SKIPPED ]" marker), and those named
+# in the file $2 (one per line: the skips inside suite entries). Sets skipped
+# and unexpected (how many of them tests/expected_skips.txt does not name).
 check_skips() {
-  local log=$1 name
+  local log=$1 suite_skips=${2:-} name
   skipped=0
   unexpected=0
   while IFS= read -r name; do
@@ -204,8 +214,30 @@ check_skips() {
       echo "test.sh: skipped UNEXPECTEDLY: $name (not in tests/expected_skips.txt): FAIL" >&2
       unexpected=$((unexpected + 1))
     fi
-  done < <(sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \((Skipped|Disabled)\)[[:space:]]*$/\1/p' "$log" | sort -u)
+  done < <({ sed -nE 's/^[[:space:]]*[0-9]+ - (.+) \((Skipped|Disabled)\)[[:space:]]*$/\1/p' "$log"
+    [[ -z "$suite_skips" ]] || cat "$suite_skips"; } | sort -u)
   ((skipped)) || echo "test.sh: no test was skipped"
+}
+
+# The tests of a lane whose ctest entries are whole GoogleTest suites
+# (LIBSHM_TESTS_BY_SUITE: tests/CMakeLists.txt), from the gtest XML each
+# suite's run wrote to the directory $1: one "PASSED|FAILED|SKIPPED Suite.Test"
+# line per test.
+suite_results() {
+  local file
+  for file in "$1"/*.xml; do
+    [[ -f "$file" ]] || continue
+    awk '
+      function attr(line, key,   m) {
+        if (match(line, " " key "=\"[^\"]*\"")) { m = substr(line, RSTART + length(key) + 3, RLENGTH - length(key) - 4); return m }
+        return ""
+      }
+      function emit() { print (failed ? "FAILED" : (result == "skipped" ? "SKIPPED" : "PASSED")), cls "." name; open = 0 }
+      /<testcase / { name = attr($0, "name"); cls = attr($0, "classname"); result = attr($0, "result"); failed = 0
+                     if ($0 ~ /\/>[[:space:]]*$/) emit(); else open = 1; next }
+      open && /<failure/ { failed = 1 }
+      open && /<\/testcase>/ { emit() }' "$file"
+  done
 }
 
 # A lane is a build phase and a test phase. The build of the next lane runs
@@ -227,7 +259,7 @@ lane_fail() {  # lane, message
 
 # Configures lane $1 and builds it, output in <dir>/build.log.
 build_lane() {
-  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF threaded_only=OFF page_programs=OFF
+  local lane=$1 dir sanitize="" bench=OFF cxx_flags="-O2 -g1 -DNDEBUG" programs_o0=OFF threaded_only=OFF page_programs=OFF by_suite=OFF
   dir=$(lane_dir "$lane")
   if [[ "$lane" == fuzz ]]; then
     bounded "$(remaining)" bash "$here/fuzz.sh" --build-only --build-dir "$dir" --jobs "$jobs"
@@ -238,8 +270,8 @@ build_lane() {
   fi
   case "$lane" in
     normal) [[ -f "$repo/bench/CMakeLists.txt" ]] && bench=ON; programs_o0=ON ;;
-    asan) sanitize="address,undefined" cxx_flags="-O1 -g1" page_programs=ON ;;  # asserts on (no NDEBUG)
-    tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" threaded_only=ON ;;
+    asan) sanitize="address,undefined" cxx_flags="-O1 -g1" page_programs=ON by_suite=ON ;;  # asserts on (no NDEBUG)
+    tsan) sanitize="thread" cxx_flags="-O1 -g1 -DNDEBUG" threaded_only=ON by_suite=ON ;;
   esac
   # lld links the lane's ~90 programs with 2.5x less CPU than GNU ld (the
   # largest test binary: 1.1 s against 2.7 s under ASan).
@@ -251,7 +283,8 @@ build_lane() {
     -DLIBSHM_BUILD_TESTS=ON -DLIBSHM_BUILD_EXAMPLES=ON -DLIBSHM_BUILD_TOOLS=ON \
     -DLIBSHM_BUILD_BENCH=$bench -DLIBSHM_SANITIZE="$sanitize" -DCMAKE_UNITY_BUILD=ON \
     -DLIBSHM_PROGRAMS_AT_O0=$programs_o0 -DLIBSHM_TESTS_THREADED_ONLY=$threaded_only \
-    -DLIBSHM_BUILD_PAGE_PROGRAMS=$page_programs ||
+    -DLIBSHM_BUILD_PAGE_PROGRAMS=$page_programs -DLIBSHM_TESTS_BY_SUITE=$by_suite \
+    -DLIBSHM_LIBRARY_PCH=ON ||
     { echo "test.sh: configure failed"; return 1; }
   bounded "$(remaining)" cmake --build "$dir" --parallel "$jobs"
   local rc=$?
@@ -308,6 +341,7 @@ test_lane() {
 
   # Test: every test, no label excluded.
   log="$dir/ctest.log"
+  rm -rf "$dir/gtest-results"
   t0=$SECONDS
   local cpu0
   children_cpu
@@ -318,7 +352,7 @@ test_lane() {
   rc=${PIPESTATUS[0]}
   t_test=$((SECONDS - t0))
 
-  local summary passed=0 failed=0 total skipped unexpected
+  local summary passed=0 failed=0 total skipped unexpected skipped_in_suites
   summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
   if [[ "$summary" =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
     failed=${BASH_REMATCH[1]}
@@ -330,9 +364,24 @@ test_lane() {
     ((failed > 0)) || failed=1
   fi
   [[ -n "$summary" ]] || { summary="ctest exited $rc without a summary"; failed=1; }
+  # Entries that are whole suites (their names end in ".*") count as the
+  # tests they ran: a failed suite counts as at least one failed test.
+  local suites="$dir/gtest-results.txt" suite_entries suite_failed_entries suite_passed suite_failed
+  suite_results "$dir/gtest-results" >"$suites"
+  suite_entries=$(grep -cE 'Test +#[0-9]+: .+\.\* ' "$log")
+  suite_failed_entries=$(sed -n '/^The following tests FAILED:/,$p' "$log" | grep -cE '^[[:space:]]*[0-9]+ - .+\.\* ')
+  suite_passed=$(grep -c '^PASSED ' "$suites")
+  suite_failed=$(grep -c '^FAILED ' "$suites")
+  if ((suite_entries > 0)); then
+    passed=$((passed - (suite_entries - suite_failed_entries) + suite_passed))
+    failed=$((failed - suite_failed_entries + (suite_failed > suite_failed_entries ? suite_failed : suite_failed_entries)))
+    summary+="; $suite_entries suite entries ran $((suite_passed + suite_failed + $(grep -c '^SKIPPED ' "$suites"))) tests"
+  fi
   # ctest counts a skipped test as passed: it is neither here.
-  check_skips "$log"
-  passed=$((passed > skipped ? passed - skipped : 0))
+  sed -n 's/^SKIPPED //p' "$suites" >"$dir/gtest-skipped.txt"
+  check_skips "$log" "$dir/gtest-skipped.txt"
+  ((suite_entries > 0)) && skipped_in_suites=$(grep -c '^SKIPPED ' "$suites") || skipped_in_suites=0
+  passed=$((passed > skipped - skipped_in_suites ? passed - (skipped - skipped_in_suites) : 0))
   failed=$((failed + unexpected))
   ((skipped == 0)) || summary+="; $skipped skipped ($unexpected unexpected)"
   total_passed=$((total_passed + passed))
