@@ -13,6 +13,8 @@
 #include "common/wake_probe.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/relay/layout.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/segment/header.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -25,6 +27,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -507,6 +510,151 @@ TEST_F(WaitSetProcessTest, TopicSubscriberReportsItsRecordScribbledByAnotherProc
   EXPECT_EQ(p.wait(10s), 0) << p.output();
 }
 
+// ---------------------------------------------------------------- relay
+
+// A FIFO relay of 8 entries that blocks writers at 4 pending (high water)
+// until a take brings it to 1 (low water).
+RelayConfig small_relay() {
+  RelayConfig c;
+  c.policy = policy::kRawFifo;
+  c.value_bytes = 8;
+  c.max_entries = 8;
+  c.backpressure = Backpressure{Dimension::Count, 4, 1, Overflow::Block};
+  return c;
+}
+
+// The relay's `faulted` word (Control starts the data area), as a 4-byte poke.
+std::string relay_fault_poke() {
+  return "poke32:" + std::to_string(kDataOffset + offsetof(relay::Control, faulted)) + ":1";
+}
+
+// Writes until the relay is full (Block answers TimedOut at once).
+void fill_relay(RelayWriter& w) {
+  for (std::uint64_t k = 0;; ++k) {
+    auto r = w.try_write(k, std::as_bytes(std::span(&k, 1)));
+    ASSERT_TRUE(r) << r.error().what();
+    if (r->status == WriteStatus::TimedOut) return;
+    ASSERT_EQ(r->status, WriteStatus::Appended);
+  }
+}
+
+TEST_F(WaitSetProcessTest, RelayReaderWakesForAWriteByAnotherProcess) {
+  auto reader = RelayReader::create("relay", small_relay());
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*reader, 41));
+  auto idle = set.wait(0ns);
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, WaitStatus::TimedOut);
+  auto w = peer("relay-writer", "relay", {"go:" + go_, "write:7", "sleep:200"});
+  ASSERT_TRUE(w.wait_for_line("READY", 30s)) << w.output();
+  expect_wake(set, {41, ReadyReason::Data}, [&] { go(); });
+  auto got = reader->take(8);
+  ASSERT_TRUE(got) << got.error().what();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].key, 7u);
+  ASSERT_TRUE(reader->commit());
+  // Level-triggered: nothing is left to take.
+  auto after = set.wait(0ns);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, WaitStatus::TimedOut);
+  EXPECT_EQ(w.wait(10s), 0) << w.output();
+}
+
+TEST_F(WaitSetProcessTest, RelayWriterWakesForRoomFreedByAnotherProcess) {
+  auto writer = RelayWriter::create("relay", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(10s);
+  auto too_large = set.attach(*writer, 43, 9);
+  ASSERT_FALSE(too_large);
+  EXPECT_EQ(too_large.error().code, Errc::TooLarge);
+  ASSERT_TRUE(set.attach(*writer, 42, 8));
+  auto full = set.wait(0ns);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, WaitStatus::TimedOut);
+  // The take brings the level from 4 to 0 (low water 1): is_full clears.
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "take:8", "sleep:200"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  expect_wake(set, {42, ReadyReason::Room}, [&] { go(); });
+  const std::uint64_t v = 99;
+  auto wrote = writer->try_write(99, std::as_bytes(std::span(&v, 1)));
+  ASSERT_TRUE(wrote) << wrote.error().what();
+  EXPECT_EQ(wrote->status, WriteStatus::Appended);
+  EXPECT_EQ(r.wait(10s), 0) << r.output();
+}
+
+// Every entry in the reader's hands: the level is low, but no entry is free
+// until the reader's commit. The take wakes the set (is_full clears), which
+// finds no room and parks again; the commit 100 ms later is what makes room.
+TEST_F(WaitSetProcessTest, RelayWriterWakesWhenTheReaderCommitsInAnotherProcess) {
+  RelayConfig config = small_relay();
+  config.backpressure = Backpressure{Dimension::Count, 8, 7, Overflow::Block};
+  auto writer = RelayWriter::create("relay", config);
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*writer, 44, 8));
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "take:8:100", "sleep:200"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  std::vector<ReadyEvent> got;
+  const auto probe = test::probe_wake(
+      [&] {
+        auto w = set.wait(10s);
+        ASSERT_TRUE(w) << w.error().what();
+        got.assign(w->ready.begin(), w->ready.end());
+      },
+      [&] { return set.snapshot().parks > 0; }, [&] { go(); });
+  EXPECT_FALSE(probe.returned_early);
+  ASSERT_GE(probe.latency.count(), 100) << "room before the reader committed";
+  EXPECT_LE(probe.latency, 100ms + test::kWakeBound);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].reason, ReadyReason::Room);
+  EXPECT_EQ(r.wait(10s), 0) << r.output();
+}
+
+TEST_F(WaitSetProcessTest, RelayWriterReportsItsReaderKilled) {
+  auto writer = RelayWriter::create("relay", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(20ms);
+  ASSERT_TRUE(set.attach(*writer, 45, 8));
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "die"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  expect_wake(set, {45, ReadyReason::PeerDied}, [&] { go(); });
+  EXPECT_EQ(r.wait(10s), 128 + SIGKILL);
+}
+
+TEST_F(WaitSetProcessTest, RelayReaderAndWriterReportTheRelayFaultedByAnotherProcess) {
+  {
+    SCOPED_TRACE("reader");
+    auto reader = RelayReader::create("rf", small_relay());
+    ASSERT_TRUE(reader) << reader.error().what();
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*reader, 46));
+    auto w = peer("relay-writer", "rf", {"go:" + go_, relay_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(w.wait_for_line("READY", 30s)) << w.output();
+    expect_wake(set, {46, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(w.wait(10s), 0) << w.output();
+    auto taken = reader->take(1);
+    ASSERT_FALSE(taken);
+    EXPECT_EQ(taken.error().code, Errc::Faulted);
+  }
+  std::filesystem::remove(go_);
+  {
+    SCOPED_TRACE("writer");
+    auto writer = RelayWriter::create("wf", small_relay());
+    ASSERT_TRUE(writer) << writer.error().what();
+    fill_relay(*writer);
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*writer, 47, 8));
+    auto r = peer("relay-reader", "wf", {"go:" + go_, relay_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+    expect_wake(set, {47, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(r.wait(10s), 0) << r.output();
+  }
+}
+
 // ---------------------------------------------------------------- lost-wake stress
 
 // Three producer processes push 5000 records each with random pauses (none,
@@ -617,6 +765,84 @@ TEST_F(WaitSetProcessTest, NoTopicWakeIsLostUnderRandomizedRacesAcrossProcesses)
         ASSERT_EQ(v, next[e.tag]) << "topic " << e.tag;
         ++next[e.tag];
         ++done;
+      }
+    }
+  }
+  for (auto& p : peers) EXPECT_EQ(p.wait(10s), 0) << p.output();
+  EXPECT_GT(set.snapshot().parks, 0u);
+}
+
+// As above for relays, both ways: two writer processes write 5000 values
+// each with random pauses into two Block relays of 4 (the set reads them
+// with take and commit), and the set writes 5000 values into a third relay
+// of 4 that a reader process drains, so writers park for room, the set
+// parks for data and for room, thousands of times each.
+TEST_F(WaitSetProcessTest, NoRelayWakeIsLostUnderRandomizedRacesAcrossProcesses) {
+  constexpr int kRead = 2;  // relays the set reads; the next one it writes
+  constexpr std::uint64_t kValues = 5000;
+  std::vector<RelayReader> readers;
+  auto set = make_set(10s);
+  std::vector<Subprocess> peers;
+  for (int i = 0; i < kRead; ++i) {
+    auto r = RelayReader::create("r" + std::to_string(i), small_relay());
+    ASSERT_TRUE(r) << r.error().what();
+    readers.push_back(std::move(*r));
+  }
+  auto writer = RelayWriter::create("rw", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  for (int i = 0; i < kRead; ++i) ASSERT_TRUE(set.attach(readers[i], i));
+  ASSERT_TRUE(set.attach(*writer, kRead, 8));
+  for (int i = 0; i < kRead; ++i) {
+    peers.push_back(
+        peer("relay-writer", "r" + std::to_string(i),
+             {"go:" + go_, "stress:" + std::to_string(kValues) + ":" + std::to_string(55 + i)}));
+    ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  }
+  peers.push_back(
+      peer("relay-reader", "rw", {"go:" + go_, "stress:" + std::to_string(kValues) + ":9"}));
+  ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  go();
+  std::vector<std::uint64_t> next(kRead, 0);
+  std::uint64_t read = 0, written = 0;
+  while (read < kRead * kValues || written < kValues) {
+    const auto before = std::chrono::steady_clock::now();
+    auto r = set.wait(2s);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, WaitStatus::Ready)
+        << "a wake was lost: " << read << " values read, " << written << " written";
+    ASSERT_LT(std::chrono::steady_clock::now() - before, 1s)
+        << "a wake was lost (found at the deadline): " << read << " read, " << written
+        << " written";
+    std::vector<ReadyEvent> events(r->ready.begin(), r->ready.end());
+    for (const auto& e : events) {
+      if (e.tag == kRead) {
+        ASSERT_EQ(e.reason, ReadyReason::Room);
+        while (written < kValues) {
+          auto w = writer->try_write(0, std::as_bytes(std::span(&written, 1)));
+          ASSERT_TRUE(w) << w.error().what();
+          if (w->status == WriteStatus::TimedOut) break;
+          ASSERT_EQ(w->status, WriteStatus::Appended);
+          ++written;
+        }
+        if (written == kValues) {
+          ASSERT_TRUE(set.detach(kRead));
+        }
+        continue;
+      }
+      ASSERT_EQ(e.reason, ReadyReason::Data);
+      for (;;) {
+        auto got = readers[e.tag].take(3);
+        ASSERT_TRUE(got) << got.error().what();
+        if (got->empty()) break;
+        for (const RelayEntry& entry : *got) {
+          std::uint64_t v = 0;
+          ASSERT_EQ(entry.value.size(), sizeof v);
+          std::memcpy(&v, entry.value.data(), sizeof v);
+          ASSERT_EQ(v, next[e.tag]) << "relay " << e.tag;
+          ++next[e.tag];
+          ++read;
+        }
+        ASSERT_TRUE(readers[e.tag].commit());
       }
     }
   }
