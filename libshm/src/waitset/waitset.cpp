@@ -3,9 +3,11 @@
 // and its lost-wake argument are in docs/waitset.md.
 #include "shm/waitset/waitset.hpp"
 
+#include "egress/waitset_hooks.hpp"
 #include "format/format.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/platform/futex.hpp"
@@ -69,7 +71,9 @@ enum class MemberKind : std::uint8_t {
   ChannelProducer,
   TopicSubscriber,
   RelayReader,
-  RelayWriter
+  RelayWriter,
+  EgressTransport,
+  EgressSender
 };
 
 namespace {
@@ -225,6 +229,49 @@ struct WaitSetAccess {
     return std::nullopt;
   }
 
+  // ---- egress transport / sender: the look a claim / an enqueue makes
+  // first, under the egress's mutex (egress/waitset_hooks.hpp); announced in
+  // the same look (the set's +1 in claim_waiters / space_waiters, kept up
+  // until withdrawn). A round that does not announce looks first without the
+  // mutex (relaxed loads: a hint) and locks only when the hint shows something.
+  static Reason check(EgressTransport& t, bool exact, bool announce, bool& counted,
+                      std::uint64_t& due) {
+    const egress::Control& c = *t.egress().state().control;
+    if (!exact && c.lock.faulted.load(std::memory_order_relaxed) == 0 &&
+        c.state.generation.load(std::memory_order_relaxed) == t.generation() &&
+        c.state.counts[static_cast<int>(egress::RecordState::Pending)].load(
+            std::memory_order_relaxed) == 0 &&
+        c.state.next_due.load(std::memory_order_relaxed) > monotonic_ns())
+      return std::nullopt;
+    auto got = egress::internal::look_for_set(t, announce, counted, due);
+    return egress_reason(got);
+  }
+  static Reason check(Egress& e, bool exact, bool announce, bool& counted) {
+    const egress::Control& c = *e.state().control;
+    if (!exact && c.lock.faulted.load(std::memory_order_relaxed) == 0 &&
+        c.state.next_sequence.load(std::memory_order_relaxed) -
+                c.state.head.load(std::memory_order_relaxed) >=
+            e.state().params.capacity)
+      return std::nullopt;
+    auto got = egress::internal::look_for_set(e, announce, counted);
+    Reason r = egress_reason(got);
+    if (r == ReadyReason::Data) r = ReadyReason::Room;
+    return r;
+  }
+  static Reason egress_reason(const Result<egress::internal::SetLook>& got) {
+    if (!got) return ReadyReason::Faulted;  // the next call reports it
+    switch (*got) {
+      case egress::internal::SetLook::Ready:
+        return ReadyReason::Data;
+      case egress::internal::SetLook::Fenced:
+        return ReadyReason::Closed;  // its claims answer StaleGeneration
+      case egress::internal::SetLook::Nothing:
+      case egress::internal::SetLook::Busy:
+        break;
+    }
+    return std::nullopt;
+  }
+
   static ReadyReason reason_of(Errc code) noexcept {
     return code == Errc::ProducerDied ? ReadyReason::PeerDied : ReadyReason::Faulted;
   }
@@ -270,6 +317,17 @@ struct WaitSetAccess {
     relay::Control& c = *w.view_.control;
     return {&c.space_word, &c.writers_waiting, &w.segment_, relay::kReaderRole.id};
   }
+  // The egress's transport has producers, any number, and no one peer (no
+  // probe: segment null); a sender's peer is the transport, which acks.
+  // `parked` is the waiter count; the set changes it only under the mutex.
+  static Words words(EgressTransport& t) {
+    egress::Control& c = *t.egress().state().control;
+    return {&c.wake.claim_word, &c.wake.claim_waiters, nullptr, 0};
+  }
+  static Words words(Egress& e) {
+    egress::Control& c = *e.state().control;
+    return {&c.wake.space_word, &c.wake.space_waiters, &e.segment(), egress::kTransportRole.id};
+  }
   // Whether a handle is attached to anything (a default-constructed or
   // moved-from handle has no control block).
   template <class Handle>
@@ -279,6 +337,8 @@ struct WaitSetAccess {
   static bool attached(TopicSubscriber& s) { return s.core_ != nullptr; }
   static bool attached(RelayReader& r) { return r.view_.control != nullptr; }
   static bool attached(RelayWriter& w) { return w.view_.control != nullptr; }
+  static bool attached(EgressTransport& t) { return t.egress().state().control != nullptr; }
+  static bool attached(Egress& e) { return e.state().control != nullptr; }
   // The announcement's tail for the channel (the seq_cst loads that pair with
   // the waker's seq_cst stores; see [chan.D1'] / [chan.D2']).
   static void announced(ChannelConsumer& c) {
@@ -293,9 +353,11 @@ struct WaitSetAccess {
   static std::uint64_t max_payload(RingProducer& p) { return p.max_payload_; }
   static std::uint64_t max_payload(ChannelProducer& p) { return p.view_.params.max_payload; }
   static std::uint64_t max_payload(RelayWriter& w) { return w.view_.params.value_bytes; }
+  static std::uint64_t max_payload(Egress& e) { return e.state().params.slot_bytes; }
   static const std::string& path(RingProducer& p) { return p.segment_.path(); }
   static const std::string& path(ChannelProducer& p) { return p.segment_.path(); }
   static const std::string& path(RelayWriter& w) { return w.segment_.path(); }
+  static const std::string& path(Egress& e) { return e.segment().path(); }
 };
 
 }  // namespace detail
@@ -307,7 +369,8 @@ struct WaitSet::State {
     void* handle = nullptr;
     std::size_t payload_bytes = 0;
     detail::WaitSetAccess::Words w{};
-    bool counted = false;  // w.count holds this set's +1 (a topic subscriber)
+    bool counted = false;          // w.count holds this set's +1 (a topic subscriber, an egress)
+    std::uint64_t due_ns = ~0ull;  // an egress transport: its earliest parked record's due time
   };
 
   WaitSetOptions options;
@@ -393,6 +456,13 @@ struct WaitSet::State {
       case MemberKind::RelayWriter:
         r = A::check(*static_cast<RelayWriter*>(m.handle), exact, announcing);
         break;
+      case MemberKind::EgressTransport:
+        r = A::check(*static_cast<EgressTransport*>(m.handle), exact, announcing, m.counted,
+                     m.due_ns);
+        break;
+      case MemberKind::EgressSender:
+        r = A::check(*static_cast<Egress*>(m.handle), exact, announcing, m.counted);
+        break;
     }
     if (r || !probe || m.w.segment == nullptr) return r;
     // Nothing to take and no room: a dead peer will never change that.
@@ -432,7 +502,8 @@ struct WaitSet::State {
       }
       // The relay's flags are raised under its mutex, in the round's check
       // (collect with `announcing`): the relay's waker reads them under it.
-      if (m.kind == MemberKind::RelayReader || m.kind == MemberKind::RelayWriter) continue;
+      // The egress's counts likewise, under its mutex.
+      if (under_lock(m)) continue;
       // [ws.D'] seq_cst: the same store as the member's own blocking call
       // ([spsc.D'] / [chan.D1'] / [chan.D2']).
       m.w.parked->store(1, std::memory_order_seq_cst);
@@ -451,6 +522,8 @@ struct WaitSet::State {
           break;  // a count (above)
         case MemberKind::RelayReader:
         case MemberKind::RelayWriter:
+        case MemberKind::EgressTransport:
+        case MemberKind::EgressSender:
           break;  // not reached (above)
       }
     }
@@ -461,7 +534,24 @@ struct WaitSet::State {
   void withdraw() noexcept {
     for (auto& m : members) withdraw(m);
   }
+  // A member announced under its structure's mutex, in the round's check.
+  static bool under_lock(const Member& m) noexcept {
+    return m.kind == MemberKind::RelayReader || m.kind == MemberKind::RelayWriter ||
+           m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender;
+  }
   static void withdraw(Member& m) noexcept {
+    if (m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender) {
+      // The +1 is taken back under the mutex (left up, it would cost every
+      // later wake a FUTEX_WAKE). A live holder past a lock slice: it stays
+      // up and the next withdraw tries again.
+      if (!m.counted) return;
+      const Egress& e = m.kind == MemberKind::EgressTransport
+                            ? static_cast<EgressTransport*>(m.handle)->egress()
+                            : *static_cast<Egress*>(m.handle);
+      if (egress::internal::withdraw_for_set(e, m.kind == MemberKind::EgressTransport))
+        m.counted = false;
+      return;
+    }
     if (m.w.count != nullptr) {
       if (!m.counted) return;
       m.w.parked->store(0, std::memory_order_relaxed);  // for repair only
@@ -518,6 +608,13 @@ struct WaitSet::State {
       const auto now = std::chrono::steady_clock::now();
       std::uint64_t sleep_ns = has_peers() ? interval_ns() : kForeverNs;
       if (!fenced) sleep_ns = std::min(sleep_ns, kFencelessSleepNs);
+      // An egress transport's parked record becomes claimable at its due
+      // time, which no one wakes for (the transport's own claim sleeps until it).
+      for (const auto& m : members) {
+        if (m.kind != MemberKind::EgressTransport || m.due_ns == ~0ull) continue;
+        const std::uint64_t t = monotonic_ns();
+        sleep_ns = std::min(sleep_ns, m.due_ns > t ? m.due_ns - t : 0);
+      }
       if (now >= deadline) {
         // The flags stay up while fd() is armed: the helper sleeps on these words.
         if (event_fd >= 0)
@@ -741,6 +838,10 @@ Result<void> WaitSet::attach(RelayReader& reader, std::uint64_t tag) {
   return attach_member(state_.get(), reader, tag, MemberKind::RelayReader, 0);
 }
 
+Result<void> WaitSet::attach(EgressTransport& transport, std::uint64_t tag) {
+  return attach_member(state_.get(), transport, tag, MemberKind::EgressTransport, 0);
+}
+
 template <class Producer>
 static Result<void> check_payload(Producer& p, std::size_t payload_bytes) {
   const std::uint64_t max = detail::WaitSetAccess::max_payload(p);
@@ -771,6 +872,13 @@ Result<void> WaitSet::attach(RelayWriter& writer, std::uint64_t tag, std::size_t
     if (auto ok = check_payload(writer, value_bytes); !ok) return ok;
   }
   return attach_member(state_.get(), writer, tag, MemberKind::RelayWriter, value_bytes);
+}
+
+Result<void> WaitSet::attach(Egress& sender, std::uint64_t tag, std::size_t payload_bytes) {
+  if (state_ && detail::WaitSetAccess::attached(sender)) {
+    if (auto ok = check_payload(sender, payload_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), sender, tag, MemberKind::EgressSender, payload_bytes);
 }
 
 Result<void> WaitSet::detach(std::uint64_t tag) {

@@ -3,7 +3,8 @@
 //
 //   waitset_peer ROLE NAME STEP...
 // ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer |
-//       topic-publisher | relay-writer | relay-reader
+//       topic-publisher | relay-writer | relay-reader | egress-producer |
+//       egress-transport
 // (opened by NAME; prints "READY" once attached), then each STEP in order:
 //   go:FILE        wait until FILE exists
 //   sleep:MS       sleep
@@ -18,6 +19,10 @@
 //                  for room under Block)
 //   take:N[:MS]    relay reader: take up to N entries (after waiting up to
 //                  10 s for one), hold them MS ms (default 0), commit them
+//   enqueue:TEXT   egress producer: enqueue TEXT (waits for room)
+//   reconnect      egress producer: reconnect at the next generation (fences
+//                  the transport)
+//   claim-ack      egress transport: claim one record (waits for one), ack it
 //   die            SIGKILL itself (no detach, no wake owed)
 //   stress:N:SEED  ring producer, topic publisher or relay writer: push /
 //                  publish / write N 8-byte records (their index), with
@@ -31,6 +36,7 @@
 // Exit codes: 2 usage, 3 library error.
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
@@ -48,6 +54,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -85,6 +92,8 @@ int main(int argc, char** argv) {
   std::optional<shm::TopicPublisher> tp;
   std::optional<shm::RelayWriter> rw;
   std::optional<shm::RelayReader> rr;
+  std::optional<shm::Egress> ep;
+  std::optional<shm::EgressTransport> et;
   std::string topic_path;
   if (role == "ring-producer")
     rp.emplace(need(shm::RingProducer::open(name)));
@@ -102,9 +111,15 @@ int main(int argc, char** argv) {
     rw.emplace(need(shm::RelayWriter::open(name)));
   else if (role == "relay-reader")
     rr.emplace(need(shm::RelayReader::open(name)));
+  else if (role == "egress-producer")
+    ep.emplace(need(shm::Egress::open(name)));
+  else if (role == "egress-transport")
+    et.emplace(need(shm::EgressTransport::open(name)));
   else
     die(2, "unknown role " + role);
   const std::string path = tp   ? topic_path
+                           : ep ? ep->segment().path()
+                           : et ? et->egress().segment().path()
                            : rw ? rw->segment().path()
                            : rr ? rr->segment().path()
                            : rp ? rp->segment().path()
@@ -163,6 +178,17 @@ int main(int argc, char** argv) {
       const auto sep = arg.find(':');
       const int hold = sep == std::string::npos ? 0 : std::stoi(arg.substr(sep + 1));
       if (take(std::stoull(arg.substr(0, sep)), hold) == 0) die(3, "relay take got nothing");
+    } else if (verb == "enqueue" && ep) {
+      if (need(ep->enqueue(bytes(arg), 10s)).status != shm::egress::EnqueueStatus::Enqueued)
+        die(3, "enqueue timed out");
+    } else if (verb == "reconnect" && ep) {
+      const std::uint64_t g = need(ep->projection()).generation;
+      (void)need(ep->reconnect(g + 1));
+    } else if (verb == "claim-ack" && et) {
+      std::vector<std::byte> payload;
+      const auto c = need(et->claim(payload, 10s));
+      if (c.status != shm::egress::ClaimStatus::Claimed) die(3, "claim got nothing");
+      (void)need(et->ack(c.envelope.sequence));
     } else if (verb == "die") {
       ::raise(SIGKILL);
     } else if (verb == "stress" && (rp || tp || rw || rr)) {

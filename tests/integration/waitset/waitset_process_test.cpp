@@ -13,6 +13,8 @@
 #include "common/wake_probe.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
+#include "shm/egress/layout.hpp"
 #include "shm/relay/layout.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/header.hpp"
@@ -652,6 +654,167 @@ TEST_F(WaitSetProcessTest, RelayReaderAndWriterReportTheRelayFaultedByAnotherPro
     ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
     expect_wake(set, {47, ReadyReason::Faulted}, [&] { go(); });
     EXPECT_EQ(r.wait(10s), 0) << r.output();
+  }
+}
+
+// ---------------------------------------------------------------- egress
+
+// A pool of 2 slots of 16 bytes; a failed record waits 60 ms (then 120, ...).
+EgressParams small_egress() {
+  return EgressParams{.max_payloads = 2,
+                      .slot_bytes = 16,
+                      .inflight_limit = 2,
+                      .retry_budget = 3,
+                      .retry_base = std::chrono::milliseconds(60),
+                      .retry_ceiling = std::chrono::seconds(1)};
+}
+
+// The egress's `faulted` word (Control starts the data area), as a 4-byte poke.
+std::string egress_fault_poke() {
+  return "poke32:" +
+         std::to_string(kDataOffset + offsetof(egress::Control, lock) +
+                        offsetof(egress::Control::Lock, faulted)) +
+         ":1";
+}
+
+void fill_egress(Egress& e) {
+  for (;;) {
+    auto r = e.try_enqueue(bytes("12345678"));
+    ASSERT_TRUE(r) << r.error().what();
+    if (r->status == egress::EnqueueStatus::Full) return;
+  }
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportWakesForAPayloadEnqueuedByAnotherProcess) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 51));
+  auto idle = set.wait(0ns);
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, WaitStatus::TimedOut);
+  auto p = peer("egress-producer", "eg", {"go:" + go_, "enqueue:hello", "sleep:200"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {51, ReadyReason::Data}, [&] { go(); });
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c) << c.error().what();
+  EXPECT_EQ(c->status, egress::ClaimStatus::Claimed);
+  EXPECT_EQ(payload.size(), 5u);
+  // Level-triggered: the one record is in flight, nothing else to claim.
+  auto after = set.wait(0ns);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, WaitStatus::TimedOut);
+  // The set's +1 in claim_waiters is taken back when a wait returns.
+  EXPECT_EQ(t->egress().wake_counters().claim_waiters, 0u);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// A failed record is claimable again at its due time, which no one wakes
+// for: the set bounds its sleep by it, as the transport's own claim does.
+TEST_F(WaitSetProcessTest, EgressTransportWakesWhenAFailedRecordIsDue) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto p = Egress::open("eg");
+  ASSERT_TRUE(p) << p.error().what();
+  ASSERT_EQ(p->try_enqueue(bytes("x"))->status, egress::EnqueueStatus::Enqueued);
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c && c->status == egress::ClaimStatus::Claimed);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 52));
+  ASSERT_TRUE(t->fail(c->envelope.sequence));  // parked for 60 ms
+  const auto failed = std::chrono::steady_clock::now();
+  auto r = set.wait(10s);
+  const auto waited = std::chrono::steady_clock::now() - failed;
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_EQ(r->status, WaitStatus::Ready);
+  ASSERT_EQ(r->ready.size(), 1u);
+  EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+  EXPECT_GE(waited, 55ms) << "ready before the backoff elapsed";
+  EXPECT_LE(waited, 60ms + test::kWakeBound);
+  auto again = t->try_claim(payload);
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_EQ(again->status, egress::ClaimStatus::Claimed);
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportReportsClosedWhenFencedByAnotherProcess) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 53));
+  auto p = peer("egress-producer", "eg", {"go:" + go_, "reconnect", "sleep:200"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {53, ReadyReason::Closed}, [&] { go(); });
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c) << c.error().what();
+  EXPECT_EQ(c->status, egress::ClaimStatus::StaleGeneration);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+TEST_F(WaitSetProcessTest, EgressSenderWakesForRoomWhenAnotherProcessAcks) {
+  auto e = Egress::create("eg", small_egress());
+  ASSERT_TRUE(e) << e.error().what();
+  fill_egress(*e);
+  auto set = make_set(10s);
+  auto too_large = set.attach(*e, 55, 17);
+  ASSERT_FALSE(too_large);
+  EXPECT_EQ(too_large.error().code, Errc::TooLarge);
+  ASSERT_TRUE(set.attach(*e, 54, 8));
+  auto full = set.wait(0ns);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, WaitStatus::TimedOut);
+  auto t = peer("egress-transport", "eg", {"go:" + go_, "claim-ack", "sleep:200"});
+  ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+  expect_wake(set, {54, ReadyReason::Room}, [&] { go(); });
+  auto r = e->try_enqueue(bytes("12345678"));
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r->status, egress::EnqueueStatus::Enqueued);
+  EXPECT_EQ(e->wake_counters().space_waiters, 0u);
+  EXPECT_EQ(t.wait(10s), 0) << t.output();
+}
+
+TEST_F(WaitSetProcessTest, EgressSenderReportsItsTransportKilled) {
+  auto e = Egress::create("eg", small_egress());
+  ASSERT_TRUE(e) << e.error().what();
+  fill_egress(*e);
+  auto set = make_set(20ms);
+  ASSERT_TRUE(set.attach(*e, 56, 8));
+  auto t = peer("egress-transport", "eg", {"go:" + go_, "die"});
+  ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+  expect_wake(set, {56, ReadyReason::PeerDied}, [&] { go(); });
+  EXPECT_EQ(t.wait(10s), 128 + SIGKILL);
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportAndSenderReportTheEgressFaultedByAnotherProcess) {
+  {
+    SCOPED_TRACE("transport");
+    auto t = EgressTransport::create("ef", small_egress());
+    ASSERT_TRUE(t) << t.error().what();
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*t, 57));
+    auto p = peer("egress-producer", "ef", {"go:" + go_, egress_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {57, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::vector<std::byte> payload;
+    auto c = t->try_claim(payload);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, Errc::Faulted);
+  }
+  std::filesystem::remove(go_);
+  {
+    SCOPED_TRACE("sender");
+    auto e = Egress::create("sf", small_egress());
+    ASSERT_TRUE(e) << e.error().what();
+    fill_egress(*e);
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*e, 58, 8));
+    auto t = peer("egress-transport", "sf", {"go:" + go_, egress_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+    expect_wake(set, {58, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(t.wait(10s), 0) << t.output();
   }
 }
 

@@ -3,7 +3,8 @@
 /// ready and why (docs/waitset.md).
 ///
 /// A member is a handle of this process (a ring or channel consumer or
-/// producer, a topic subscriber, a relay reader or writer) with a user tag. wait(timeout) parks on
+/// producer, a topic subscriber, a relay reader or writer, an egress's
+/// transport or sender) with a user tag. wait(timeout) parks on
 /// every member's futex word with one futex_waitv system call (Linux 5.16 and newer) and returns
 /// the tags that are ready and the reason. The set waits as each member's own
 /// blocking call does: it announces itself in the member's parked flag (so
@@ -35,6 +36,8 @@ class ChannelProducer;
 class TopicSubscriber;
 class RelayReader;
 class RelayWriter;
+class Egress;
+class EgressTransport;
 
 /// Why a member is ready.
 enum class ReadyReason : std::uint8_t {
@@ -151,6 +154,16 @@ class WaitSet {
   /// (TooLarge beyond the relay's value size).
   [[nodiscard]] Result<void> attach(RelayWriter& writer, std::uint64_t tag,
                                     std::size_t value_bytes);
+  /// An egress transport: Data when a claim would return a record (a parked
+  /// record counts once its backoff has elapsed: the set wakes for its due
+  /// time), Closed once the transport is fenced (a newer transport took
+  /// over: its claims answer StaleGeneration), Faulted when the egress is.
+  [[nodiscard]] Result<void> attach(EgressTransport& transport, std::uint64_t tag);
+  /// An egress sender (a producer's Egress handle): Room when an enqueue of
+  /// `payload_bytes` would be admitted now (not Full; TooLarge beyond
+  /// slot_bytes), PeerDied when the transport's process died with the pool
+  /// full, Faulted when the egress is.
+  [[nodiscard]] Result<void> attach(Egress& sender, std::uint64_t tag, std::size_t payload_bytes);
   /// Removes the member with `tag` (NotFound when there is none) and clears
   /// the parked flag the set may have left in its structure.
   [[nodiscard]] Result<void> detach(std::uint64_t tag);
