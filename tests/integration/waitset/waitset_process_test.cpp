@@ -427,18 +427,28 @@ TEST_F(WaitSetProcessTest, DestroyingTheSetEndsAWaitInAnotherThread) {
 // ---------------------------------------------------------------- the example
 
 // examples/waitset_service: one thread, a Boost.Asio loop on fd(), two rings
-// fed by two ring_producer processes, stopped by SIGTERM with everything taken.
-TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsAndStopsOnSigterm) {
+// fed by two ring_producer processes, a relay fed by a writer process and an
+// egress fed by a producer process, stopped by SIGTERM with everything taken.
+TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsARelayAndAnEgressAndStopsOnSigterm) {
 #if !SHM_EXPECT_EXAMPLES
   GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
 #endif
-  Subprocess service(
-      {test::bin_path("waitset_service"), "--create", "--rings", "wa,wb", "--capacity", "65536"});
-  ASSERT_TRUE(service.wait_for_line("serving 2 endpoints", 30s)) << service.output();
+  Subprocess service({test::bin_path("waitset_service"), "--create", "--rings", "wa,wb",
+                      "--capacity", "65536", "--relay", "wr", "--egress", "we"});
+  ASSERT_TRUE(service.wait_for_line("serving 4 endpoints", 30s)) << service.output();
   Subprocess a({test::bin_path("ring_producer"), "--name", "wa", "--count", "2000"});
   Subprocess b({test::bin_path("ring_producer"), "--name", "wb", "--count", "3000"});
+  std::vector<std::string> writes, enqueues;
+  for (int i = 0; i < 40; ++i) {
+    writes.push_back("write:" + std::to_string(i));
+    enqueues.push_back("enqueue:e" + std::to_string(i));
+  }
+  auto w = peer("relay-writer", "wr", writes);
+  auto e = peer("egress-producer", "we", enqueues);
   ASSERT_EQ(a.wait(60s), 0) << a.output();
   ASSERT_EQ(b.wait(60s), 0) << b.output();
+  ASSERT_EQ(w.wait(60s), 0) << w.output();
+  ASSERT_EQ(e.wait(60s), 0) << e.output();
   // The producers' last records are taken once the loop has run; then stop it.
   std::this_thread::sleep_for(200ms);
   service.kill(SIGTERM);
@@ -446,6 +456,8 @@ TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsAndStopsOnSigterm) {
   // ring_producer ends its stream with one more record (end of stream).
   EXPECT_NE(service.output().find("wa: 2001 taken"), std::string::npos) << service.output();
   EXPECT_NE(service.output().find("wb: 3001 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("wr: 40 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("we: 40 taken"), std::string::npos) << service.output();
   EXPECT_NE(service.output().find("signal 15: stopping"), std::string::npos) << service.output();
 }
 
