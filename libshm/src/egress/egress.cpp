@@ -6,6 +6,7 @@
 #include "segment/size_check.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/futex.hpp"
+#include "waitset_hooks.hpp"
 
 #include "format/format.hpp"
 
@@ -662,5 +663,67 @@ Result<FailOutcome> EgressTransport::fail(std::uint64_t sequence) {
 Result<RetryOutcome> EgressTransport::retry_now(std::uint64_t sequence) {
   return egress_.retry_now(generation_, sequence);
 }
+
+// ---------------------------------------------------------------- WaitSet hooks
+
+namespace egress::internal {
+
+namespace {
+
+// Under the mutex, waiting out a live holder for one lock slice at most (a
+// deadline of now); `look` runs there. Busy when the holder kept it longer.
+template <class F>
+Result<SetLook> set_locked(const Egress& e, F&& look) {
+  bool timed_out = false;
+  auto r = locked(
+      e.state(), e.segment().path(), [&](EgressCore& core, Wake&) { return look(core); },
+      std::chrono::steady_clock::now(), &timed_out);
+  if (timed_out) return SetLook::Busy;
+  return r;
+}
+
+}  // namespace
+
+Result<SetLook> look_for_set(const EgressTransport& t, bool announce, bool& counted,
+                             std::uint64_t& due) {
+  Control& c = *t.egress().state().control;
+  return set_locked(t.egress(), [&](EgressCore& core) {
+    if (core.generation() != t.generation()) return SetLook::Fenced;
+    // As a claim does first: the parked records whose backoff elapsed go back to pending.
+    const std::uint64_t now = monotonic_ns();
+    if (core.next_due() <= now) (void)core.retry_due(t.generation(), now);
+    due = core.next_due();
+    if (core.claimable()) return SetLook::Ready;
+    if (announce && !counted) {
+      st(c.wake.claim_waiters, ld(c.wake.claim_waiters) + 1);  // [egress.W]
+      counted = true;
+    }
+    return SetLook::Nothing;
+  });
+}
+
+Result<SetLook> look_for_set(const Egress& e, bool announce, bool& counted) {
+  Control& c = *e.state().control;
+  return set_locked(e, [&](EgressCore& core) {
+    if (core.has_space()) return SetLook::Ready;
+    if (announce && !counted) {
+      st(c.wake.space_waiters, ld(c.wake.space_waiters) + 1);  // [egress.W]
+      counted = true;
+    }
+    return SetLook::Nothing;
+  });
+}
+
+bool withdraw_for_set(const Egress& e, bool transport) noexcept {
+  Control& c = *e.state().control;
+  auto r = set_locked(e, [&](EgressCore&) {
+    std::atomic<std::uint32_t>& n = transport ? c.wake.claim_waiters : c.wake.space_waiters;
+    if (ld(n) != 0) st(n, ld(n) - 1);
+    return SetLook::Nothing;
+  });
+  return r && *r != SetLook::Busy;
+}
+
+}  // namespace egress::internal
 
 }  // namespace shm

@@ -949,6 +949,24 @@ Result<WriteOutcome> RelayWriter::write(std::uint64_t key, std::span<const std::
   }
 }
 
+Result<std::optional<bool>> RelayWriter::room_for_set(bool announce) {
+  Control& c = *view_.control;
+  // A zero timeout: a live holder is waited out for one lock slice at most.
+  auto got = lock_for(view_, segment_.path(), std::chrono::nanoseconds::zero());
+  if (!got) return std::unexpected(got.error());
+  if (!*got) return std::optional<bool>{};
+  Held held(c);
+  // As a write re-evaluates the level before it looks at is_full (the age
+  // level grows with time; every other level is current already).
+  const bool by_age = static_cast<Dimension>(ld(c.dimension)) == Dimension::Age;
+  update_full(view_, by_age ? monotonic_ns() : 0);
+  const bool room = ld(c.is_full) == 0 && ld(c.free_head) != kNone;
+  // Raised under the mutex, as a parking write raises it: whoever makes room
+  // reads it under the mutex after bumping space_word (wake_writers).
+  if (!room && announce) st(c.writers_waiting, 1u);
+  return room;
+}
+
 // ---------------------------------------------------------------- reader
 
 Result<RelayReader> RelayReader::create(std::string_view name, const RelayConfig& config,
@@ -1602,6 +1620,47 @@ Result<void> RelayReader::abandon() {
   return {};
 }
 
+namespace {
+
+// Under the mutex (inside a write section): whether a take would return
+// something, as wait() and a WaitSet decide it. A head in a seal in flight is
+// not ready: its page will be (the sealer notifies); a dead sealer is reaped
+// here. A cold page is ready unless the seal in flight holds older entries
+// (its page, once recorded, goes first).
+Result<bool> ready_held(const View& v, std::string_view path) {
+  const Control& c = *v.control;
+  bool spilling = head_is_spilling(v);
+  if (spilling) {
+    if (auto ok = reap_sealer(v, path); !ok) return std::unexpected(ok.error());
+    spilling = head_is_spilling(v);
+  }
+  bool cold_ready = ld(v.spill->cold_pages) > 0;
+  if (cold_ready && spilling) {
+    const ManifestSlot* oldest = oldest_slot(v);
+    cold_ready = oldest != nullptr && ld(oldest->first_order) < ld(v.entry(ld(c.head)).order);
+  }
+  return (ld(c.depth) > 0 && !spilling) || cold_ready;
+}
+
+}  // namespace
+
+Result<std::optional<bool>> RelayReader::ready_for_set(bool announce) {
+  // A summary being delivered: take() answers from it without the relay.
+  if (summary_ != nullptr && taken_.empty()) return true;
+  Control& c = *view_.control;
+  // A zero timeout: a live holder is waited out for one lock slice at most.
+  auto got = lock_for(view_, segment_.path(), std::chrono::nanoseconds::zero());
+  if (!got) return std::unexpected(got.error());
+  if (!*got) return std::optional<bool>{};
+  Held held(c);
+  auto ready = ready_held(view_, segment_.path());
+  if (!ready) return std::unexpected(ready.error());
+  // Raised under the mutex, as wait() raises it: the writer's notify_reader
+  // reads it under the mutex after bumping data_word (docs/waitset.md).
+  if (!*ready && announce) st(c.reader_waiting, 1u);
+  return *ready;
+}
+
 Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
   Control& c = *view_.control;
   const std::uint64_t start = monotonic_ns();
@@ -1618,22 +1677,9 @@ Result<bool> RelayReader::wait(std::chrono::nanoseconds timeout) {
     std::uint32_t word = 0;
     {
       Held held(c);
-      // A head in a seal in flight is not ready: its page will be (the
-      // sealer notifies); a dead sealer is reaped here.
-      bool spilling = head_is_spilling(view_);
-      if (spilling) {
-        if (auto ok = reap_sealer(view_, segment_.path()); !ok) return std::unexpected(ok.error());
-        spilling = head_is_spilling(view_);
-      }
-      // A cold page is ready unless the seal in flight holds older entries
-      // (its page, once recorded, goes first).
-      bool cold_ready = ld(view_.spill->cold_pages) > 0;
-      if (cold_ready && spilling) {
-        const ManifestSlot* oldest = oldest_slot(view_);
-        cold_ready =
-            oldest != nullptr && ld(oldest->first_order) < ld(view_.entry(ld(c.head)).order);
-      }
-      if ((ld(c.depth) > 0 && !spilling) || cold_ready) {
+      auto ready = ready_held(view_, segment_.path());
+      if (!ready) return std::unexpected(ready.error());
+      if (*ready) {
         st(c.reader_waiting, 0u);
         return true;
       }

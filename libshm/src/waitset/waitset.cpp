@@ -3,12 +3,15 @@
 // and its lost-wake argument are in docs/waitset.md.
 #include "shm/waitset/waitset.hpp"
 
+#include "egress/waitset_hooks.hpp"
 #include "format/format.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/platform/futex.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/testing/waitset.hpp"
@@ -66,7 +69,11 @@ enum class MemberKind : std::uint8_t {
   RingProducer,
   ChannelConsumer,
   ChannelProducer,
-  TopicSubscriber
+  TopicSubscriber,
+  RelayReader,
+  RelayWriter,
+  EgressTransport,
+  EgressSender
 };
 
 namespace {
@@ -192,6 +199,79 @@ struct WaitSetAccess {
     return std::nullopt;
   }
 
+  // ---- relay reader: would take() return something? The relay's state is
+  // the mutex holder's: the answer (and the announcement) is made under the
+  // relay's mutex, as the reader's own wait() makes it. A round that does not
+  // announce looks first without the mutex (relaxed loads: a hint) and
+  // takes the mutex only when the hint shows something.
+  static Reason check(RelayReader& r, bool exact, bool announce) {
+    const relay::Control& c = *r.view_.control;
+    if (!exact && c.faulted.load(std::memory_order_relaxed) == 0 &&
+        c.depth.load(std::memory_order_relaxed) == 0 &&
+        r.view_.spill->cold_pages.load(std::memory_order_relaxed) == 0 && r.summary_ == nullptr)
+      return std::nullopt;
+    auto got = r.ready_for_set(announce);
+    if (!got) return ReadyReason::Faulted;  // the next take() reports it
+    if (*got && **got) return ReadyReason::Data;
+    return std::nullopt;  // nothing, or a live holder past a lock slice: the next round looks
+  }
+  // ---- relay writer: would a write needing a new entry be appended now
+  // (not full, an entry free)? Under the mutex, as above.
+  static Reason check(RelayWriter& w, bool exact, bool announce) {
+    const relay::Control& c = *w.view_.control;
+    if (!exact && c.faulted.load(std::memory_order_relaxed) == 0 &&
+        (c.is_full.load(std::memory_order_relaxed) != 0 ||
+         c.free_head.load(std::memory_order_relaxed) == relay::kNone))
+      return std::nullopt;
+    auto got = w.room_for_set(announce);
+    if (!got) return ReadyReason::Faulted;  // the next write reports it
+    if (*got && **got) return ReadyReason::Room;
+    return std::nullopt;
+  }
+
+  // ---- egress transport / sender: the look a claim / an enqueue makes
+  // first, under the egress's mutex (egress/waitset_hooks.hpp); announced in
+  // the same look (the set's +1 in claim_waiters / space_waiters, kept up
+  // until withdrawn). A round that does not announce looks first without the
+  // mutex (relaxed loads: a hint) and locks only when the hint shows something.
+  static Reason check(EgressTransport& t, bool exact, bool announce, bool& counted,
+                      std::uint64_t& due) {
+    const egress::Control& c = *t.egress().state().control;
+    if (!exact && c.lock.faulted.load(std::memory_order_relaxed) == 0 &&
+        c.state.generation.load(std::memory_order_relaxed) == t.generation() &&
+        c.state.counts[static_cast<int>(egress::RecordState::Pending)].load(
+            std::memory_order_relaxed) == 0 &&
+        c.state.next_due.load(std::memory_order_relaxed) > monotonic_ns())
+      return std::nullopt;
+    auto got = egress::internal::look_for_set(t, announce, counted, due);
+    return egress_reason(got);
+  }
+  static Reason check(Egress& e, bool exact, bool announce, bool& counted) {
+    const egress::Control& c = *e.state().control;
+    if (!exact && c.lock.faulted.load(std::memory_order_relaxed) == 0 &&
+        c.state.next_sequence.load(std::memory_order_relaxed) -
+                c.state.head.load(std::memory_order_relaxed) >=
+            e.state().params.capacity)
+      return std::nullopt;
+    auto got = egress::internal::look_for_set(e, announce, counted);
+    Reason r = egress_reason(got);
+    if (r == ReadyReason::Data) r = ReadyReason::Room;
+    return r;
+  }
+  static Reason egress_reason(const Result<egress::internal::SetLook>& got) {
+    if (!got) return ReadyReason::Faulted;  // the next call reports it
+    switch (*got) {
+      case egress::internal::SetLook::Ready:
+        return ReadyReason::Data;
+      case egress::internal::SetLook::Fenced:
+        return ReadyReason::Closed;  // its claims answer StaleGeneration
+      case egress::internal::SetLook::Nothing:
+      case egress::internal::SetLook::Busy:
+        break;
+    }
+    return std::nullopt;
+  }
+
   static ReadyReason reason_of(Errc code) noexcept {
     return code == Errc::ProducerDied ? ReadyReason::PeerDied : ReadyReason::Faulted;
   }
@@ -227,6 +307,27 @@ struct WaitSetAccess {
     return {&c.v.control->waiters.data_signal, &c.v.record(c.record).parked, &c.segment,
             topic::kPublisherRole.id, &c.v.control->waiters.subscribers_parked};
   }
+  // The relay's reader has many writers and no one peer (no PeerDied, no
+  // probe: segment null); a writer's peer is the reader, which drains.
+  static Words words(RelayReader& r) {
+    relay::Control& c = *r.view_.control;
+    return {&c.data_word, &c.reader_waiting, nullptr, 0};
+  }
+  static Words words(RelayWriter& w) {
+    relay::Control& c = *w.view_.control;
+    return {&c.space_word, &c.writers_waiting, &w.segment_, relay::kReaderRole.id};
+  }
+  // The egress's transport has producers, any number, and no one peer (no
+  // probe: segment null); a sender's peer is the transport, which acks.
+  // `parked` is the waiter count; the set changes it only under the mutex.
+  static Words words(EgressTransport& t) {
+    egress::Control& c = *t.egress().state().control;
+    return {&c.wake.claim_word, &c.wake.claim_waiters, nullptr, 0};
+  }
+  static Words words(Egress& e) {
+    egress::Control& c = *e.state().control;
+    return {&c.wake.space_word, &c.wake.space_waiters, &e.segment(), egress::kTransportRole.id};
+  }
   // Whether a handle is attached to anything (a default-constructed or
   // moved-from handle has no control block).
   template <class Handle>
@@ -234,6 +335,10 @@ struct WaitSetAccess {
     return h.segment().mutable_header() != nullptr;
   }
   static bool attached(TopicSubscriber& s) { return s.core_ != nullptr; }
+  static bool attached(RelayReader& r) { return r.view_.control != nullptr; }
+  static bool attached(RelayWriter& w) { return w.view_.control != nullptr; }
+  static bool attached(EgressTransport& t) { return t.egress().state().control != nullptr; }
+  static bool attached(Egress& e) { return e.state().control != nullptr; }
   // The announcement's tail for the channel (the seq_cst loads that pair with
   // the waker's seq_cst stores; see [chan.D1'] / [chan.D2']).
   static void announced(ChannelConsumer& c) {
@@ -247,8 +352,12 @@ struct WaitSetAccess {
   }
   static std::uint64_t max_payload(RingProducer& p) { return p.max_payload_; }
   static std::uint64_t max_payload(ChannelProducer& p) { return p.view_.params.max_payload; }
+  static std::uint64_t max_payload(RelayWriter& w) { return w.view_.params.value_bytes; }
+  static std::uint64_t max_payload(Egress& e) { return e.state().params.slot_bytes; }
   static const std::string& path(RingProducer& p) { return p.segment_.path(); }
   static const std::string& path(ChannelProducer& p) { return p.segment_.path(); }
+  static const std::string& path(RelayWriter& w) { return w.segment_.path(); }
+  static const std::string& path(Egress& e) { return e.segment().path(); }
 };
 
 }  // namespace detail
@@ -260,7 +369,8 @@ struct WaitSet::State {
     void* handle = nullptr;
     std::size_t payload_bytes = 0;
     detail::WaitSetAccess::Words w{};
-    bool counted = false;  // w.count holds this set's +1 (a topic subscriber)
+    bool counted = false;          // w.count holds this set's +1 (a topic subscriber, an egress)
+    std::uint64_t due_ns = ~0ull;  // an egress transport: its earliest parked record's due time
   };
 
   WaitSetOptions options;
@@ -318,7 +428,10 @@ struct WaitSet::State {
   }
 
   // One member's readiness now; `probe` allows the liveness system call.
-  std::optional<ReadyReason> check(Member& m, bool probe) {
+  // `exact`: a member whose state is read under a lock (the relay's) is
+  // read under it, not through its unlocked hint; `announcing`: the round
+  // announces, and such a member is announced in the same locked look.
+  std::optional<ReadyReason> check(Member& m, bool probe, bool exact, bool announcing) {
     using A = detail::WaitSetAccess;
     std::optional<ReadyReason> r;
     switch (m.kind) {
@@ -337,8 +450,21 @@ struct WaitSet::State {
       case MemberKind::TopicSubscriber:
         r = A::check(*static_cast<TopicSubscriber*>(m.handle));
         break;
+      case MemberKind::RelayReader:
+        r = A::check(*static_cast<RelayReader*>(m.handle), exact, announcing);
+        break;
+      case MemberKind::RelayWriter:
+        r = A::check(*static_cast<RelayWriter*>(m.handle), exact, announcing);
+        break;
+      case MemberKind::EgressTransport:
+        r = A::check(*static_cast<EgressTransport*>(m.handle), exact, announcing, m.counted,
+                     m.due_ns);
+        break;
+      case MemberKind::EgressSender:
+        r = A::check(*static_cast<Egress*>(m.handle), exact, announcing, m.counted);
+        break;
     }
-    if (r || !probe) return r;
+    if (r || !probe || m.w.segment == nullptr) return r;
     // Nothing to take and no room: a dead peer will never change that.
     probes.fetch_add(1, std::memory_order_relaxed);  // statistics
     if (m.w.segment->liveness(m.w.peer_slot) == Liveness::Dead) return ReadyReason::PeerDied;
@@ -346,10 +472,10 @@ struct WaitSet::State {
   }
 
   // Fills `events`; true when any member is ready.
-  bool collect(bool probe) {
+  bool collect(bool probe, bool exact, bool announcing = false) {
     events.clear();
     for (auto& m : members)
-      if (auto r = check(m, probe)) events.push_back(ReadyEvent{m.tag, *r});
+      if (auto r = check(m, probe, exact, announcing)) events.push_back(ReadyEvent{m.tag, *r});
     return !events.empty();
   }
 
@@ -374,6 +500,10 @@ struct WaitSet::State {
         }
         continue;
       }
+      // The relay's flags are raised under its mutex, in the round's check
+      // (collect with `announcing`): the relay's waker reads them under it.
+      // The egress's counts likewise, under its mutex.
+      if (under_lock(m)) continue;
       // [ws.D'] seq_cst: the same store as the member's own blocking call
       // ([spsc.D'] / [chan.D1'] / [chan.D2']).
       m.w.parked->store(1, std::memory_order_seq_cst);
@@ -390,6 +520,11 @@ struct WaitSet::State {
           break;
         case MemberKind::TopicSubscriber:
           break;  // a count (above)
+        case MemberKind::RelayReader:
+        case MemberKind::RelayWriter:
+        case MemberKind::EgressTransport:
+        case MemberKind::EgressSender:
+          break;  // not reached (above)
       }
     }
     // One heavy barrier covers every ring member's flag.
@@ -399,7 +534,24 @@ struct WaitSet::State {
   void withdraw() noexcept {
     for (auto& m : members) withdraw(m);
   }
+  // A member announced under its structure's mutex, in the round's check.
+  static bool under_lock(const Member& m) noexcept {
+    return m.kind == MemberKind::RelayReader || m.kind == MemberKind::RelayWriter ||
+           m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender;
+  }
   static void withdraw(Member& m) noexcept {
+    if (m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender) {
+      // The +1 is taken back under the mutex (left up, it would cost every
+      // later wake a FUTEX_WAKE). A live holder past a lock slice: it stays
+      // up and the next withdraw tries again.
+      if (!m.counted) return;
+      const Egress& e = m.kind == MemberKind::EgressTransport
+                            ? static_cast<EgressTransport*>(m.handle)->egress()
+                            : *static_cast<Egress*>(m.handle);
+      if (egress::internal::withdraw_for_set(e, m.kind == MemberKind::EgressTransport))
+        m.counted = false;
+      return;
+    }
     if (m.w.count != nullptr) {
       if (!m.counted) return;
       m.w.parked->store(0, std::memory_order_relaxed);  // for repair only
@@ -408,6 +560,10 @@ struct WaitSet::State {
       m.counted = false;
       return;
     }
+    // The relay's flags are left up: the relay clears them under its mutex
+    // when it wakes, and writers_waiting is shared with every parked writer
+    // of every process (a clear here could hide one from the next wake).
+    if (m.kind == MemberKind::RelayReader || m.kind == MemberKind::RelayWriter) return;
     // relaxed: a hint; a waker that still sees it issues one needless wake.
     m.w.parked->store(0, std::memory_order_relaxed);
   }
@@ -422,13 +578,13 @@ struct WaitSet::State {
     if (event_fd >= 0) drain_fd();
     if (closed.load(std::memory_order_acquire)) return WaitOutcome{WaitStatus::Closed, {}};
     const auto deadline = detail::deadline_after(timeout);
-    if (collect(probe_due())) return signalled(ready_outcome());
+    if (collect(probe_due(), true)) return signalled(ready_outcome());
     if (timeout <= std::chrono::nanoseconds::zero() && event_fd < 0)
       return WaitOutcome{WaitStatus::TimedOut, {}};
     if (timeout > std::chrono::nanoseconds::zero()) {
       const int rounds = std::max<int>(16, kSpinChecks / static_cast<int>(members.size() + 1));
       for (int i = 0; i < rounds; ++i) {
-        if (collect(false)) return signalled(ready_outcome());
+        if (collect(false, false)) return signalled(ready_outcome());
         detail::cpu_relax();
       }
     }
@@ -441,7 +597,7 @@ struct WaitSet::State {
         entries.push_back(FutexWaitEntry{m.w.word, m.w.word->load(std::memory_order_acquire)});
       const std::uint32_t own = own_word.load(std::memory_order_acquire);
       const bool fenced = announce();
-      if (collect(probe_due())) {
+      if (collect(probe_due(), true, true)) {
         withdraw();
         return signalled(ready_outcome());
       }
@@ -452,6 +608,13 @@ struct WaitSet::State {
       const auto now = std::chrono::steady_clock::now();
       std::uint64_t sleep_ns = has_peers() ? interval_ns() : kForeverNs;
       if (!fenced) sleep_ns = std::min(sleep_ns, kFencelessSleepNs);
+      // An egress transport's parked record becomes claimable at its due
+      // time, which no one wakes for (the transport's own claim sleeps until it).
+      for (const auto& m : members) {
+        if (m.kind != MemberKind::EgressTransport || m.due_ns == ~0ull) continue;
+        const std::uint64_t t = monotonic_ns();
+        sleep_ns = std::min(sleep_ns, m.due_ns > t ? m.due_ns - t : 0);
+      }
       if (now >= deadline) {
         // The flags stay up while fd() is armed: the helper sleeps on these words.
         if (event_fd >= 0)
@@ -467,8 +630,9 @@ struct WaitSet::State {
       entries.push_back(FutexWaitEntry{&own_word, own});
       parks.fetch_add(1, std::memory_order_relaxed);  // statistics
       (void)futex_wait_any(entries.data(), entries.size(), sleep_ns);
-      // A round after a wake looks first: what the waker published is there.
-      if (collect(probe_due())) {
+      // A round after a wake looks first: what the waker published is there
+      // (a relay member through its hint; the next round looks under the mutex).
+      if (collect(probe_due(), false)) {
         withdraw();
         return signalled(ready_outcome());
       }
@@ -670,6 +834,14 @@ Result<void> WaitSet::attach(TopicSubscriber& subscriber, std::uint64_t tag) {
   return attach_member(state_.get(), subscriber, tag, MemberKind::TopicSubscriber, 0);
 }
 
+Result<void> WaitSet::attach(RelayReader& reader, std::uint64_t tag) {
+  return attach_member(state_.get(), reader, tag, MemberKind::RelayReader, 0);
+}
+
+Result<void> WaitSet::attach(EgressTransport& transport, std::uint64_t tag) {
+  return attach_member(state_.get(), transport, tag, MemberKind::EgressTransport, 0);
+}
+
 template <class Producer>
 static Result<void> check_payload(Producer& p, std::size_t payload_bytes) {
   const std::uint64_t max = detail::WaitSetAccess::max_payload(p);
@@ -693,6 +865,20 @@ Result<void> WaitSet::attach(ChannelProducer& producer, std::uint64_t tag,
     if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
   }
   return attach_member(state_.get(), producer, tag, MemberKind::ChannelProducer, payload_bytes);
+}
+
+Result<void> WaitSet::attach(RelayWriter& writer, std::uint64_t tag, std::size_t value_bytes) {
+  if (state_ && detail::WaitSetAccess::attached(writer)) {
+    if (auto ok = check_payload(writer, value_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), writer, tag, MemberKind::RelayWriter, value_bytes);
+}
+
+Result<void> WaitSet::attach(Egress& sender, std::uint64_t tag, std::size_t payload_bytes) {
+  if (state_ && detail::WaitSetAccess::attached(sender)) {
+    if (auto ok = check_payload(sender, payload_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), sender, tag, MemberKind::EgressSender, payload_bytes);
 }
 
 Result<void> WaitSet::detach(std::uint64_t tag) {

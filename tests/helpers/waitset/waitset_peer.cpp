@@ -3,7 +3,8 @@
 //
 //   waitset_peer ROLE NAME STEP...
 // ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer |
-//       topic-publisher
+//       topic-publisher | relay-writer | relay-reader | egress-producer |
+//       egress-transport
 // (opened by NAME; prints "READY" once attached), then each STEP in order:
 //   go:FILE        wait until FILE exists
 //   sleep:MS       sleep
@@ -14,17 +15,30 @@
 //   finish         channel producer: finish() the stream
 //   publish:TEXT   topic publisher: loan and publish TEXT (waits for a chunk
 //                  and for Block subscribers' room)
+//   write:KEY      relay writer: write the 8-byte value 1 under KEY (waits
+//                  for room under Block)
+//   take:N[:MS]    relay reader: take up to N entries (after waiting up to
+//                  10 s for one), hold them MS ms (default 0), commit them
+//   enqueue:TEXT   egress producer: enqueue TEXT (waits for room)
+//   reconnect      egress producer: reconnect at the next generation (fences
+//                  the transport)
+//   claim-ack      egress transport: claim one record (waits for one), ack it
 //   die            SIGKILL itself (no detach, no wake owed)
-//   stress:N:SEED  ring producer or topic publisher: push / publish N 8-byte
-//                  records (their index), with random pauses (none, a spin,
-//                  or up to 200 us of sleep)
+//   stress:N:SEED  ring producer, topic publisher or relay writer: push /
+//                  publish / write N 8-byte records (their index), with
+//                  random pauses (none, a spin, or up to 200 us of sleep);
+//                  relay reader: take and commit N entries, one take of up
+//                  to 3 at a time, with the same pauses
 //   poke:OFFSET:HEX write the 8-byte value HEX at byte OFFSET of the
 //                  segment file (a hostile or buggy process; no wake)
+//   poke32:OFFSET:HEX the same with a 4-byte value
 // After the steps it prints "DONE" and exits 0 (detaching cleanly).
 // Exit codes: 2 usage, 3 library error.
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
 #include "shm/platform/cpu_relax.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/topic/topic.hpp"
@@ -40,6 +54,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -75,6 +90,10 @@ int main(int argc, char** argv) {
   std::optional<shm::ChannelProducer> cp;
   std::optional<shm::ChannelConsumer> cc;
   std::optional<shm::TopicPublisher> tp;
+  std::optional<shm::RelayWriter> rw;
+  std::optional<shm::RelayReader> rr;
+  std::optional<shm::Egress> ep;
+  std::optional<shm::EgressTransport> et;
   std::string topic_path;
   if (role == "ring-producer")
     rp.emplace(need(shm::RingProducer::open(name)));
@@ -88,9 +107,21 @@ int main(int argc, char** argv) {
     shm::Segment seg = need(shm::open_topic(name));
     topic_path = seg.path();
     tp.emplace(need(shm::TopicPublisher::attach(std::move(seg))));
-  } else
+  } else if (role == "relay-writer")
+    rw.emplace(need(shm::RelayWriter::open(name)));
+  else if (role == "relay-reader")
+    rr.emplace(need(shm::RelayReader::open(name)));
+  else if (role == "egress-producer")
+    ep.emplace(need(shm::Egress::open(name)));
+  else if (role == "egress-transport")
+    et.emplace(need(shm::EgressTransport::open(name)));
+  else
     die(2, "unknown role " + role);
   const std::string path = tp   ? topic_path
+                           : ep ? ep->segment().path()
+                           : et ? et->egress().segment().path()
+                           : rw ? rw->segment().path()
+                           : rr ? rr->segment().path()
                            : rp ? rp->segment().path()
                            : rc ? rc->segment().path()
                            : cp ? cp->segment().path()
@@ -102,6 +133,19 @@ int main(int argc, char** argv) {
     std::memcpy(loan->bytes().data(), payload.data(), payload.size());
     if (need(tp->publish(std::move(*loan), 10s)).status != shm::PublishStatus::Published)
       die(3, "publish refused");
+  };
+  // Writes `value` under `key` (waiting for room under Block).
+  auto write = [&](std::uint64_t key, std::uint64_t value) {
+    auto w = need(rw->write(key, std::as_bytes(std::span(&value, 1)), 10s));
+    if (w.status == shm::WriteStatus::TimedOut) die(3, "relay write timed out");
+  };
+  // Takes up to `credit` entries (waiting for one) and commits them.
+  auto take = [&](std::size_t credit, int hold_ms) -> std::size_t {
+    if (!need(rr->wait(10s))) die(3, "relay wait timed out");
+    const std::size_t n = need(rr->take(credit)).size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+    if (auto ok = rr->commit(); !ok) die(3, ok.error().what());
+    return n;
   };
   say("READY");
   for (int i = 3; i < argc; ++i) {
@@ -128,17 +172,41 @@ int main(int argc, char** argv) {
       if (auto ok = cp->finish(); !ok) die(3, ok.error().what());
     } else if (verb == "publish" && tp) {
       publish(bytes(arg));
+    } else if (verb == "write" && rw) {
+      write(std::stoull(arg), 1);
+    } else if (verb == "take" && rr) {
+      const auto sep = arg.find(':');
+      const int hold = sep == std::string::npos ? 0 : std::stoi(arg.substr(sep + 1));
+      if (take(std::stoull(arg.substr(0, sep)), hold) == 0) die(3, "relay take got nothing");
+    } else if (verb == "enqueue" && ep) {
+      if (need(ep->enqueue(bytes(arg), 10s)).status != shm::egress::EnqueueStatus::Enqueued)
+        die(3, "enqueue timed out");
+    } else if (verb == "reconnect" && ep) {
+      const std::uint64_t g = need(ep->projection()).generation;
+      (void)need(ep->reconnect(g + 1));
+    } else if (verb == "claim-ack" && et) {
+      std::vector<std::byte> payload;
+      const auto c = need(et->claim(payload, 10s));
+      if (c.status != shm::egress::ClaimStatus::Claimed) die(3, "claim got nothing");
+      (void)need(et->ack(c.envelope.sequence));
     } else if (verb == "die") {
       ::raise(SIGKILL);
-    } else if (verb == "stress" && (rp || tp)) {
+    } else if (verb == "stress" && (rp || tp || rw || rr)) {
       const auto sep = arg.find(':');
       const std::uint64_t n = std::stoull(arg.substr(0, sep));
       std::mt19937_64 rng(std::stoull(arg.substr(sep + 1)));
-      for (std::uint64_t k = 0; k < n; ++k) {
+      for (std::uint64_t k = 0; k < n;) {
+        if (rr) {
+          k += take(3, 0);
+          continue;  // no pause: the set's side pauses
+        }
         if (tp)
           publish(std::as_bytes(std::span(&k, 1)));
+        else if (rw)
+          write(0, k);
         else if (!need(rp->push(std::as_bytes(std::span(&k, 1)), 10s)))
           die(3, "stress push timed out");
+        ++k;
         switch (rng() % 4) {
           case 0:
             break;
@@ -149,12 +217,15 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
         }
       }
-    } else if (verb == "poke") {
+    } else if (verb == "poke" || verb == "poke32") {
       const auto sep = arg.find(':');
       const auto offset = static_cast<off_t>(std::stoull(arg.substr(0, sep)));
       const std::uint64_t value = std::stoull(arg.substr(sep + 1), nullptr, 16);
+      const std::uint32_t value32 = static_cast<std::uint32_t>(value);
+      const void* data = verb == "poke" ? static_cast<const void*>(&value) : &value32;
+      const std::size_t size = verb == "poke" ? sizeof value : sizeof value32;
       const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::pwrite(fd, &value, sizeof value, offset) != sizeof value)
+      if (fd < 0 || ::pwrite(fd, data, size, offset) != static_cast<ssize_t>(size))
         die(3, "poke " + path + ": " + std::strerror(errno));
       ::close(fd);
     } else {

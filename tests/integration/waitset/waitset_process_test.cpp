@@ -13,6 +13,10 @@
 #include "common/wake_probe.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/egress/egress.hpp"
+#include "shm/egress/layout.hpp"
+#include "shm/relay/layout.hpp"
+#include "shm/relay/relay.hpp"
 #include "shm/segment/header.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -25,6 +29,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -422,18 +427,28 @@ TEST_F(WaitSetProcessTest, DestroyingTheSetEndsAWaitInAnotherThread) {
 // ---------------------------------------------------------------- the example
 
 // examples/waitset_service: one thread, a Boost.Asio loop on fd(), two rings
-// fed by two ring_producer processes, stopped by SIGTERM with everything taken.
-TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsAndStopsOnSigterm) {
+// fed by two ring_producer processes, a relay fed by a writer process and an
+// egress fed by a producer process, stopped by SIGTERM with everything taken.
+TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsARelayAndAnEgressAndStopsOnSigterm) {
 #if !SHM_EXPECT_EXAMPLES
   GTEST_SKIP() << "LIBSHM_BUILD_EXAMPLES is OFF";
 #endif
-  Subprocess service(
-      {test::bin_path("waitset_service"), "--create", "--rings", "wa,wb", "--capacity", "65536"});
-  ASSERT_TRUE(service.wait_for_line("serving 2 endpoints", 30s)) << service.output();
+  Subprocess service({test::bin_path("waitset_service"), "--create", "--rings", "wa,wb",
+                      "--capacity", "65536", "--relay", "wr", "--egress", "we"});
+  ASSERT_TRUE(service.wait_for_line("serving 4 endpoints", 30s)) << service.output();
   Subprocess a({test::bin_path("ring_producer"), "--name", "wa", "--count", "2000"});
   Subprocess b({test::bin_path("ring_producer"), "--name", "wb", "--count", "3000"});
+  std::vector<std::string> writes, enqueues;
+  for (int i = 0; i < 40; ++i) {
+    writes.push_back("write:" + std::to_string(i));
+    enqueues.push_back("enqueue:e" + std::to_string(i));
+  }
+  auto w = peer("relay-writer", "wr", writes);
+  auto e = peer("egress-producer", "we", enqueues);
   ASSERT_EQ(a.wait(60s), 0) << a.output();
   ASSERT_EQ(b.wait(60s), 0) << b.output();
+  ASSERT_EQ(w.wait(60s), 0) << w.output();
+  ASSERT_EQ(e.wait(60s), 0) << e.output();
   // The producers' last records are taken once the loop has run; then stop it.
   std::this_thread::sleep_for(200ms);
   service.kill(SIGTERM);
@@ -441,6 +456,8 @@ TEST_F(WaitSetProcessTest, ServiceExampleServesTwoRingsAndStopsOnSigterm) {
   // ring_producer ends its stream with one more record (end of stream).
   EXPECT_NE(service.output().find("wa: 2001 taken"), std::string::npos) << service.output();
   EXPECT_NE(service.output().find("wb: 3001 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("wr: 40 taken"), std::string::npos) << service.output();
+  EXPECT_NE(service.output().find("we: 40 taken"), std::string::npos) << service.output();
   EXPECT_NE(service.output().find("signal 15: stopping"), std::string::npos) << service.output();
 }
 
@@ -505,6 +522,312 @@ TEST_F(WaitSetProcessTest, TopicSubscriberReportsItsRecordScribbledByAnotherProc
   ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
   expect_wake(set, {33, ReadyReason::Faulted}, [&] { go(); });
   EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// ---------------------------------------------------------------- relay
+
+// A FIFO relay of 8 entries that blocks writers at 4 pending (high water)
+// until a take brings it to 1 (low water).
+RelayConfig small_relay() {
+  RelayConfig c;
+  c.policy = policy::kRawFifo;
+  c.value_bytes = 8;
+  c.max_entries = 8;
+  c.backpressure = Backpressure{Dimension::Count, 4, 1, Overflow::Block};
+  return c;
+}
+
+// The relay's `faulted` word (Control starts the data area), as a 4-byte poke.
+std::string relay_fault_poke() {
+  return "poke32:" + std::to_string(kDataOffset + offsetof(relay::Control, faulted)) + ":1";
+}
+
+// Writes until the relay is full (Block answers TimedOut at once).
+void fill_relay(RelayWriter& w) {
+  for (std::uint64_t k = 0;; ++k) {
+    auto r = w.try_write(k, std::as_bytes(std::span(&k, 1)));
+    ASSERT_TRUE(r) << r.error().what();
+    if (r->status == WriteStatus::TimedOut) return;
+    ASSERT_EQ(r->status, WriteStatus::Appended);
+  }
+}
+
+TEST_F(WaitSetProcessTest, RelayReaderWakesForAWriteByAnotherProcess) {
+  auto reader = RelayReader::create("relay", small_relay());
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*reader, 41));
+  auto idle = set.wait(0ns);
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, WaitStatus::TimedOut);
+  auto w = peer("relay-writer", "relay", {"go:" + go_, "write:7", "sleep:200"});
+  ASSERT_TRUE(w.wait_for_line("READY", 30s)) << w.output();
+  expect_wake(set, {41, ReadyReason::Data}, [&] { go(); });
+  auto got = reader->take(8);
+  ASSERT_TRUE(got) << got.error().what();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].key, 7u);
+  ASSERT_TRUE(reader->commit());
+  // Level-triggered: nothing is left to take.
+  auto after = set.wait(0ns);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, WaitStatus::TimedOut);
+  EXPECT_EQ(w.wait(10s), 0) << w.output();
+}
+
+TEST_F(WaitSetProcessTest, RelayWriterWakesForRoomFreedByAnotherProcess) {
+  auto writer = RelayWriter::create("relay", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(10s);
+  auto too_large = set.attach(*writer, 43, 9);
+  ASSERT_FALSE(too_large);
+  EXPECT_EQ(too_large.error().code, Errc::TooLarge);
+  ASSERT_TRUE(set.attach(*writer, 42, 8));
+  auto full = set.wait(0ns);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, WaitStatus::TimedOut);
+  // The take brings the level from 4 to 0 (low water 1): is_full clears.
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "take:8", "sleep:200"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  expect_wake(set, {42, ReadyReason::Room}, [&] { go(); });
+  const std::uint64_t v = 99;
+  auto wrote = writer->try_write(99, std::as_bytes(std::span(&v, 1)));
+  ASSERT_TRUE(wrote) << wrote.error().what();
+  EXPECT_EQ(wrote->status, WriteStatus::Appended);
+  EXPECT_EQ(r.wait(10s), 0) << r.output();
+}
+
+// Every entry in the reader's hands: the level is low, but no entry is free
+// until the reader's commit. The take wakes the set (is_full clears), which
+// finds no room and parks again; the commit 100 ms later is what makes room.
+TEST_F(WaitSetProcessTest, RelayWriterWakesWhenTheReaderCommitsInAnotherProcess) {
+  RelayConfig config = small_relay();
+  config.backpressure = Backpressure{Dimension::Count, 8, 7, Overflow::Block};
+  auto writer = RelayWriter::create("relay", config);
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*writer, 44, 8));
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "take:8:100", "sleep:200"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  std::vector<ReadyEvent> got;
+  const auto probe = test::probe_wake(
+      [&] {
+        auto w = set.wait(10s);
+        ASSERT_TRUE(w) << w.error().what();
+        got.assign(w->ready.begin(), w->ready.end());
+      },
+      [&] { return set.snapshot().parks > 0; }, [&] { go(); });
+  EXPECT_FALSE(probe.returned_early);
+  ASSERT_GE(probe.latency.count(), 100) << "room before the reader committed";
+  EXPECT_LE(probe.latency, 100ms + test::kWakeBound);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].reason, ReadyReason::Room);
+  EXPECT_EQ(r.wait(10s), 0) << r.output();
+}
+
+TEST_F(WaitSetProcessTest, RelayWriterReportsItsReaderKilled) {
+  auto writer = RelayWriter::create("relay", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  fill_relay(*writer);
+  auto set = make_set(20ms);
+  ASSERT_TRUE(set.attach(*writer, 45, 8));
+  auto r = peer("relay-reader", "relay", {"go:" + go_, "die"});
+  ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+  expect_wake(set, {45, ReadyReason::PeerDied}, [&] { go(); });
+  EXPECT_EQ(r.wait(10s), 128 + SIGKILL);
+}
+
+TEST_F(WaitSetProcessTest, RelayReaderAndWriterReportTheRelayFaultedByAnotherProcess) {
+  {
+    SCOPED_TRACE("reader");
+    auto reader = RelayReader::create("rf", small_relay());
+    ASSERT_TRUE(reader) << reader.error().what();
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*reader, 46));
+    auto w = peer("relay-writer", "rf", {"go:" + go_, relay_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(w.wait_for_line("READY", 30s)) << w.output();
+    expect_wake(set, {46, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(w.wait(10s), 0) << w.output();
+    auto taken = reader->take(1);
+    ASSERT_FALSE(taken);
+    EXPECT_EQ(taken.error().code, Errc::Faulted);
+  }
+  std::filesystem::remove(go_);
+  {
+    SCOPED_TRACE("writer");
+    auto writer = RelayWriter::create("wf", small_relay());
+    ASSERT_TRUE(writer) << writer.error().what();
+    fill_relay(*writer);
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*writer, 47, 8));
+    auto r = peer("relay-reader", "wf", {"go:" + go_, relay_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(r.wait_for_line("READY", 30s)) << r.output();
+    expect_wake(set, {47, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(r.wait(10s), 0) << r.output();
+  }
+}
+
+// ---------------------------------------------------------------- egress
+
+// A pool of 2 slots of 16 bytes; a failed record waits 60 ms (then 120, ...).
+EgressParams small_egress() {
+  return EgressParams{.max_payloads = 2,
+                      .slot_bytes = 16,
+                      .inflight_limit = 2,
+                      .retry_budget = 3,
+                      .retry_base = std::chrono::milliseconds(60),
+                      .retry_ceiling = std::chrono::seconds(1)};
+}
+
+// The egress's `faulted` word (Control starts the data area), as a 4-byte poke.
+std::string egress_fault_poke() {
+  return "poke32:" +
+         std::to_string(kDataOffset + offsetof(egress::Control, lock) +
+                        offsetof(egress::Control::Lock, faulted)) +
+         ":1";
+}
+
+void fill_egress(Egress& e) {
+  for (;;) {
+    auto r = e.try_enqueue(bytes("12345678"));
+    ASSERT_TRUE(r) << r.error().what();
+    if (r->status == egress::EnqueueStatus::Full) return;
+  }
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportWakesForAPayloadEnqueuedByAnotherProcess) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 51));
+  auto idle = set.wait(0ns);
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, WaitStatus::TimedOut);
+  auto p = peer("egress-producer", "eg", {"go:" + go_, "enqueue:hello", "sleep:200"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {51, ReadyReason::Data}, [&] { go(); });
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c) << c.error().what();
+  EXPECT_EQ(c->status, egress::ClaimStatus::Claimed);
+  EXPECT_EQ(payload.size(), 5u);
+  // Level-triggered: the one record is in flight, nothing else to claim.
+  auto after = set.wait(0ns);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, WaitStatus::TimedOut);
+  // The set's +1 in claim_waiters is taken back when a wait returns.
+  EXPECT_EQ(t->egress().wake_counters().claim_waiters, 0u);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// A failed record is claimable again at its due time, which no one wakes
+// for: the set bounds its sleep by it, as the transport's own claim does.
+TEST_F(WaitSetProcessTest, EgressTransportWakesWhenAFailedRecordIsDue) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto p = Egress::open("eg");
+  ASSERT_TRUE(p) << p.error().what();
+  ASSERT_EQ(p->try_enqueue(bytes("x"))->status, egress::EnqueueStatus::Enqueued);
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c && c->status == egress::ClaimStatus::Claimed);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 52));
+  ASSERT_TRUE(t->fail(c->envelope.sequence));  // parked for 60 ms
+  const auto failed = std::chrono::steady_clock::now();
+  auto r = set.wait(10s);
+  const auto waited = std::chrono::steady_clock::now() - failed;
+  ASSERT_TRUE(r) << r.error().what();
+  ASSERT_EQ(r->status, WaitStatus::Ready);
+  ASSERT_EQ(r->ready.size(), 1u);
+  EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+  EXPECT_GE(waited, 55ms) << "ready before the backoff elapsed";
+  EXPECT_LE(waited, 60ms + test::kWakeBound);
+  auto again = t->try_claim(payload);
+  ASSERT_TRUE(again) << again.error().what();
+  EXPECT_EQ(again->status, egress::ClaimStatus::Claimed);
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportReportsClosedWhenFencedByAnotherProcess) {
+  auto t = EgressTransport::create("eg", small_egress());
+  ASSERT_TRUE(t) << t.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*t, 53));
+  auto p = peer("egress-producer", "eg", {"go:" + go_, "reconnect", "sleep:200"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {53, ReadyReason::Closed}, [&] { go(); });
+  std::vector<std::byte> payload;
+  auto c = t->try_claim(payload);
+  ASSERT_TRUE(c) << c.error().what();
+  EXPECT_EQ(c->status, egress::ClaimStatus::StaleGeneration);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+TEST_F(WaitSetProcessTest, EgressSenderWakesForRoomWhenAnotherProcessAcks) {
+  auto e = Egress::create("eg", small_egress());
+  ASSERT_TRUE(e) << e.error().what();
+  fill_egress(*e);
+  auto set = make_set(10s);
+  auto too_large = set.attach(*e, 55, 17);
+  ASSERT_FALSE(too_large);
+  EXPECT_EQ(too_large.error().code, Errc::TooLarge);
+  ASSERT_TRUE(set.attach(*e, 54, 8));
+  auto full = set.wait(0ns);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, WaitStatus::TimedOut);
+  auto t = peer("egress-transport", "eg", {"go:" + go_, "claim-ack", "sleep:200"});
+  ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+  expect_wake(set, {54, ReadyReason::Room}, [&] { go(); });
+  auto r = e->try_enqueue(bytes("12345678"));
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r->status, egress::EnqueueStatus::Enqueued);
+  EXPECT_EQ(e->wake_counters().space_waiters, 0u);
+  EXPECT_EQ(t.wait(10s), 0) << t.output();
+}
+
+TEST_F(WaitSetProcessTest, EgressSenderReportsItsTransportKilled) {
+  auto e = Egress::create("eg", small_egress());
+  ASSERT_TRUE(e) << e.error().what();
+  fill_egress(*e);
+  auto set = make_set(20ms);
+  ASSERT_TRUE(set.attach(*e, 56, 8));
+  auto t = peer("egress-transport", "eg", {"go:" + go_, "die"});
+  ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+  expect_wake(set, {56, ReadyReason::PeerDied}, [&] { go(); });
+  EXPECT_EQ(t.wait(10s), 128 + SIGKILL);
+}
+
+TEST_F(WaitSetProcessTest, EgressTransportAndSenderReportTheEgressFaultedByAnotherProcess) {
+  {
+    SCOPED_TRACE("transport");
+    auto t = EgressTransport::create("ef", small_egress());
+    ASSERT_TRUE(t) << t.error().what();
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*t, 57));
+    auto p = peer("egress-producer", "ef", {"go:" + go_, egress_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {57, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::vector<std::byte> payload;
+    auto c = t->try_claim(payload);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error().code, Errc::Faulted);
+  }
+  std::filesystem::remove(go_);
+  {
+    SCOPED_TRACE("sender");
+    auto e = Egress::create("sf", small_egress());
+    ASSERT_TRUE(e) << e.error().what();
+    fill_egress(*e);
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*e, 58, 8));
+    auto t = peer("egress-transport", "sf", {"go:" + go_, egress_fault_poke(), "sleep:300"});
+    ASSERT_TRUE(t.wait_for_line("READY", 30s)) << t.output();
+    expect_wake(set, {58, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(t.wait(10s), 0) << t.output();
+  }
 }
 
 // ---------------------------------------------------------------- lost-wake stress
@@ -617,6 +940,84 @@ TEST_F(WaitSetProcessTest, NoTopicWakeIsLostUnderRandomizedRacesAcrossProcesses)
         ASSERT_EQ(v, next[e.tag]) << "topic " << e.tag;
         ++next[e.tag];
         ++done;
+      }
+    }
+  }
+  for (auto& p : peers) EXPECT_EQ(p.wait(10s), 0) << p.output();
+  EXPECT_GT(set.snapshot().parks, 0u);
+}
+
+// As above for relays, both ways: two writer processes write 5000 values
+// each with random pauses into two Block relays of 4 (the set reads them
+// with take and commit), and the set writes 5000 values into a third relay
+// of 4 that a reader process drains, so writers park for room, the set
+// parks for data and for room, thousands of times each.
+TEST_F(WaitSetProcessTest, NoRelayWakeIsLostUnderRandomizedRacesAcrossProcesses) {
+  constexpr int kRead = 2;  // relays the set reads; the next one it writes
+  constexpr std::uint64_t kValues = 5000;
+  std::vector<RelayReader> readers;
+  auto set = make_set(10s);
+  std::vector<Subprocess> peers;
+  for (int i = 0; i < kRead; ++i) {
+    auto r = RelayReader::create("r" + std::to_string(i), small_relay());
+    ASSERT_TRUE(r) << r.error().what();
+    readers.push_back(std::move(*r));
+  }
+  auto writer = RelayWriter::create("rw", small_relay());
+  ASSERT_TRUE(writer) << writer.error().what();
+  for (int i = 0; i < kRead; ++i) ASSERT_TRUE(set.attach(readers[i], i));
+  ASSERT_TRUE(set.attach(*writer, kRead, 8));
+  for (int i = 0; i < kRead; ++i) {
+    peers.push_back(
+        peer("relay-writer", "r" + std::to_string(i),
+             {"go:" + go_, "stress:" + std::to_string(kValues) + ":" + std::to_string(55 + i)}));
+    ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  }
+  peers.push_back(
+      peer("relay-reader", "rw", {"go:" + go_, "stress:" + std::to_string(kValues) + ":9"}));
+  ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  go();
+  std::vector<std::uint64_t> next(kRead, 0);
+  std::uint64_t read = 0, written = 0;
+  while (read < kRead * kValues || written < kValues) {
+    const auto before = std::chrono::steady_clock::now();
+    auto r = set.wait(2s);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, WaitStatus::Ready)
+        << "a wake was lost: " << read << " values read, " << written << " written";
+    ASSERT_LT(std::chrono::steady_clock::now() - before, 1s)
+        << "a wake was lost (found at the deadline): " << read << " read, " << written
+        << " written";
+    std::vector<ReadyEvent> events(r->ready.begin(), r->ready.end());
+    for (const auto& e : events) {
+      if (e.tag == kRead) {
+        ASSERT_EQ(e.reason, ReadyReason::Room);
+        while (written < kValues) {
+          auto w = writer->try_write(0, std::as_bytes(std::span(&written, 1)));
+          ASSERT_TRUE(w) << w.error().what();
+          if (w->status == WriteStatus::TimedOut) break;
+          ASSERT_EQ(w->status, WriteStatus::Appended);
+          ++written;
+        }
+        if (written == kValues) {
+          ASSERT_TRUE(set.detach(kRead));
+        }
+        continue;
+      }
+      ASSERT_EQ(e.reason, ReadyReason::Data);
+      for (;;) {
+        auto got = readers[e.tag].take(3);
+        ASSERT_TRUE(got) << got.error().what();
+        if (got->empty()) break;
+        for (const RelayEntry& entry : *got) {
+          std::uint64_t v = 0;
+          ASSERT_EQ(entry.value.size(), sizeof v);
+          std::memcpy(&v, entry.value.data(), sizeof v);
+          ASSERT_EQ(v, next[e.tag]) << "relay " << e.tag;
+          ++next[e.tag];
+          ++read;
+        }
+        ASSERT_TRUE(readers[e.tag].commit());
       }
     }
   }

@@ -213,6 +213,9 @@ struct RelaySnapshot {
 namespace relay::internal {
 class CatchUpSummary;  ///< relay/catch_up.hpp (private)
 }  // namespace relay::internal
+namespace detail {
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
+}  // namespace detail
 
 namespace relay::detail {
 struct View {
@@ -355,6 +358,13 @@ class RelayWriter : public relay::detail::Handle {
   [[nodiscard]] SealMode seal_mode() const noexcept;
 
  private:
+  friend struct detail::WaitSetAccess;
+  /// For a WaitSet (docs/waitset.md): under the mutex, whether a write that
+  /// needs a new entry would be appended without the overflow action (not
+  /// full, an entry free); when not and `announce`, raises writers_waiting
+  /// as a parking write does. nullopt when a live holder kept the mutex
+  /// past one lock slice; an error when the relay is faulted.
+  [[nodiscard]] Result<std::optional<bool>> room_for_set(bool announce);
   [[nodiscard]] static Result<RelayWriter> adopt(Result<Segment> seg);
   std::unique_ptr<relay::internal::Sealer> sealer_;
 };
@@ -431,6 +441,12 @@ class RelayReader : public relay::detail::Handle {
   [[nodiscard]] CatchUp catch_up() const noexcept { return catch_up_; }
 
  private:
+  friend struct detail::WaitSetAccess;
+  /// For a WaitSet (docs/waitset.md): whether take() would return something
+  /// (as wait() decides it, under the mutex); when not and `announce`,
+  /// raises reader_waiting as wait() does. nullopt when a live holder kept
+  /// the mutex past one lock slice; an error when the relay is faulted.
+  [[nodiscard]] Result<std::optional<bool>> ready_for_set(bool announce);
   [[nodiscard]] static Result<RelayReader> adopt(Result<Segment> seg);
   [[nodiscard]] Result<std::span<const RelayEntry>> take_cold(std::size_t credit, bool& taken);
   /// Folds the oldest cold pages into summary_ (false: not this time).

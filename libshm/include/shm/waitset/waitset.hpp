@@ -3,8 +3,9 @@
 /// ready and why (docs/waitset.md).
 ///
 /// A member is a handle of this process (a ring or channel consumer or
-/// producer, a topic subscriber) with a user tag. wait(timeout) parks on every member's futex
-/// word with one futex_waitv system call (Linux 5.16 and newer) and returns
+/// producer, a topic subscriber, a relay reader or writer, an egress's
+/// transport or sender) with a user tag. wait(timeout) parks on
+/// every member's futex word with one futex_waitv system call (Linux 5.16 and newer) and returns
 /// the tags that are ready and the reason. The set waits as each member's own
 /// blocking call does: it announces itself in the member's parked flag (so
 /// the peer's publish wakes it), re-checks, then sleeps; the peer's side pays
@@ -33,6 +34,10 @@ class RingProducer;
 class ChannelConsumer;
 class ChannelProducer;
 class TopicSubscriber;
+class RelayReader;
+class RelayWriter;
+class Egress;
+class EgressTransport;
 
 /// Why a member is ready.
 enum class ReadyReason : std::uint8_t {
@@ -137,6 +142,28 @@ class WaitSet {
   /// PeerDied when the publisher's process died with nothing queued (until a
   /// new publisher attaches), Faulted when its record was dropped or scribbled.
   [[nodiscard]] Result<void> attach(TopicSubscriber& subscriber, std::uint64_t tag);
+  /// A relay reader: Data when take() would return something (an entry
+  /// pending outside a seal in flight, a cold page, a summary being
+  /// delivered), Faulted when the relay is faulted.
+  [[nodiscard]] Result<void> attach(RelayReader& reader, std::uint64_t tag);
+  /// A relay writer: Room when a write that needs a new entry would be
+  /// appended now, not met by the overflow action (the relay is not full and
+  /// an entry is free; a write that merges into an open key never waits);
+  /// PeerDied when the reader's process died with no room; Faulted when the
+  /// relay is faulted. `value_bytes`: the largest value it means to write
+  /// (TooLarge beyond the relay's value size).
+  [[nodiscard]] Result<void> attach(RelayWriter& writer, std::uint64_t tag,
+                                    std::size_t value_bytes);
+  /// An egress transport: Data when a claim would return a record (a parked
+  /// record counts once its backoff has elapsed: the set wakes for its due
+  /// time), Closed once the transport is fenced (a newer transport took
+  /// over: its claims answer StaleGeneration), Faulted when the egress is.
+  [[nodiscard]] Result<void> attach(EgressTransport& transport, std::uint64_t tag);
+  /// An egress sender (a producer's Egress handle): Room when an enqueue of
+  /// `payload_bytes` would be admitted now (not Full; TooLarge beyond
+  /// slot_bytes), PeerDied when the transport's process died with the pool
+  /// full, Faulted when the egress is.
+  [[nodiscard]] Result<void> attach(Egress& sender, std::uint64_t tag, std::size_t payload_bytes);
   /// Removes the member with `tag` (NotFound when there is none) and clears
   /// the parked flag the set may have left in its structure.
   [[nodiscard]] Result<void> detach(std::uint64_t tag);
