@@ -17,10 +17,12 @@
 //       ("e KEY FIRST LAST COUNT VALUE CHECK", CHECK the XOR of the five) to LOG before it commits.
 //       With "final": drains until the head is empty, prints "drained" and exits; otherwise runs
 //       until killed. Prints "started" after attaching.
-//   test_relay_peer lww NAME ID COUNT KEYS
+//   test_relay_peer lww NAME ID COUNT KEYS [PAYLOAD]
 //       Writes COUNT lww ops of writer ID over keys 0..KEYS-1 whose
 //       timestamps jump back and forth (lww_op()), so many are older than
-//       what the reader already has; prints "done" and exits 0.
+//       what the reader already has; prints "done" and exits 0. The payload
+//       is the op number (u64), then PAYLOAD - 8 bytes (default 0) each equal
+//       to the op number's low byte (a torn value shows).
 //   test_relay_peer open NAME
 //       Opens a writer and prints "opened" or "error: <code>: <message>".
 //   test_relay_peer records NAME COUNT MIN MAX
@@ -36,6 +38,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -199,13 +202,16 @@ int run_reader(const std::string& name, const std::string& log, unsigned seed, b
   }
 }
 
-int run_lww(const std::string& name, std::uint64_t id, std::uint64_t count, std::uint64_t keys) {
+int run_lww(const std::string& name, std::uint64_t id, std::uint64_t count, std::uint64_t keys,
+            std::uint64_t payload) {
   RelayWriter w = must(RelayWriter::open(name), "open writer");
   for (std::uint64_t i = 0; i < count; ++i) {
     // A timestamp that wanders: a permutation of 0..999 (so half the ops of a
     // key are older than the one before), the op number as the payload.
     const std::uint64_t ts = (i * 7919 + id * 13) % 1000;
-    auto r = w.write(i % keys, lww_value(ts, id, u64_value(i)), 30s);
+    std::vector<std::byte> body = u64_value(i);
+    body.resize(std::max<std::uint64_t>(payload, 8), static_cast<std::byte>(i & 0xFF));
+    auto r = w.write(i % keys, lww_value(ts, id, body), 30s);
     if (!r) die(fmt::format("write {}: {}", i, r.error().what()));
   }
   say("done");
@@ -248,8 +254,9 @@ int main(int argc, char** argv) {
   if ((a.size() == 4 || a.size() == 5) && a[0] == "reader")
     return run_reader(a[1], a[2], static_cast<unsigned>(std::stoul(a[3])), a.size() == 5);
   if (a.size() == 2 && a[0] == "open") return run_open(a[1]);
-  if (a.size() == 5 && a[0] == "lww")
-    return run_lww(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]));
+  if ((a.size() == 5 || a.size() == 6) && a[0] == "lww")
+    return run_lww(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]),
+                   a.size() == 6 ? std::stoull(a[5]) : 8);
   if (a.size() == 5 && a[0] == "records")
     return run_records(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]));
   die("usage: see the comment at the top of relay_peer.cpp");
