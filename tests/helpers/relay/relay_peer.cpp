@@ -5,7 +5,8 @@
 //       test_hooks::RelayCrashPoint) with the test-only hook installed; the
 //       hook prints "inside" and sleeps until the process is killed -9. The
 //       relay must hold keys 1 (0xAA) and 3 (0xCC), 64-byte keep_latest values,
-//       capacity 8, high water 5, DropOldest, and no live reader.
+//       capacity 8, high water 5, DropOldest, and no live reader. The merge
+//       points write 40 bytes of 0xBB over key 1.
 //   test_relay_peer writer NAME ID COUNT LOG
 //       Writes ops START..COUNT-1 of writer ID (see op_for()); before each
 //       write appends "t I" to LOG, after the write is acknowledged "a I". On
@@ -111,7 +112,9 @@ int run_crash(const std::string& name, int point) {
     case P::MergeIntentValid:
     case P::MergeMidValue:
     case P::MergeApplied:
-      (void)w.write(1, bytes64(0xBB), shm::forever);
+      // 40 bytes over 64: another length takes the mutex path's merge (a
+      // same-length keep_latest write is a copy merge, with no crash point).
+      (void)w.write(1, std::vector<std::byte>(40, std::byte{0xBB}), shm::forever);
       break;
     case P::AppendFilled:
     case P::AppendPublished:
