@@ -297,11 +297,6 @@ Word read_word(const View& v, std::uint32_t i) noexcept {
   return w;
 }
 
-bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept {
-  return id == policy::kSum || id == policy::kMax || id == policy::kMin ||
-         (id == policy::kBitOr && value_bytes == 8);
-}
-
 bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
                 std::uint64_t seq) noexcept {
   Control& c = *v.control;

@@ -169,7 +169,11 @@ struct Word {
 [[nodiscard]] Word read_word(const View& v, std::uint32_t i) noexcept;
 // The policies whose ops merge into the word: sum, max, min (8-byte
 // values), and bit_or when the relay's values are 8 bytes.
-[[nodiscard]] bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept;
+[[nodiscard, gnu::always_inline]] inline bool word_policy(PolicyId id,
+                                                          std::uint32_t value_bytes) noexcept {
+  return id == policy::kSum || id == policy::kMax || id == policy::kMin ||
+         (id == policy::kBitOr && value_bytes == 8);
+}
 // The fold of a word policy's 8-byte op into an 8-byte value.
 [[nodiscard, gnu::always_inline]] inline std::uint64_t word_fold(PolicyId id, std::uint64_t cur,
                                                                  std::uint64_t op) noexcept {

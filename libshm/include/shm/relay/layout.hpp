@@ -6,7 +6,8 @@
 ///
 /// Protocol. Everything that changes the head runs under one robust
 /// process-shared mutex (Control::mutex). The head is a pool of `capacity`
-/// entries of fixed stride (EntryHead + value_bytes bytes, rounded to 8):
+/// entries of fixed stride (entry_stride(): EntryHead, the merge word's
+/// second half, two value buffers):
 ///   - the entry table is the source of truth: each entry's state (Free,
 ///     Pending, InHand), key, value, first/last op sequence, op count and its
 ///     order stamp (monotonic, assigned when the entry is created);
