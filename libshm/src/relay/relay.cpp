@@ -421,10 +421,14 @@ Fast fast_copy(const View& v, std::uint64_t key, std::span<const std::byte> op, 
     store_value(v.buffer(e, cur ^ 1), mine.data(), n);
     Word at = claimed;
     // Nothing else changes a live writer's claim (read_word's CAS of the
-    // word with itself aside), so this lands.
-    while (!cas_word(v, e, at, Word{word_ctl(gen, ops + 1, rseq), cur ^ 1})) {
-      if (at != claimed) break;
+    // word with itself aside), so this lands; were the claim ever undone
+    // (its owner judged dead), the op did not land and the mutex path
+    // writes it.
+    bool published = false;
+    while (!(published = cas_word(v, e, at, Word{word_ctl(gen, ops + 1, rseq), cur ^ 1})) &&
+           at == claimed) {
     }
+    if (!published) break;
     out_seq = seq;
     return Fast::Merged;
   }
