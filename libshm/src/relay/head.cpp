@@ -4,6 +4,7 @@
 #include "internal.hpp"
 #include "segment/kind_spec.hpp"
 #include "shm/platform/clock.hpp"
+#include "shm/platform/file.hpp"
 #include "shm/platform/futex.hpp"
 
 #include "format/format.hpp"
@@ -98,7 +99,10 @@ Result<View> make_view(const Segment& seg) {
                 shm::detail::format("{}: size: data area has {} bytes, its relay parameters "
                                     "need {}",
                                     seg.path(), seg.data().size(), geometry(p).data_size));
-  return view_over(p, seg.data().data());
+  View v = view_over(p, seg.data().data());
+  v.header = &seg.header();
+  v.fd = seg.fd();
+  return v;
 }
 
 // ---------------------------------------------------------------- derived structures
@@ -293,11 +297,6 @@ Word read_word(const View& v, std::uint32_t i) noexcept {
   return w;
 }
 
-bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept {
-  return id == policy::kSum || id == policy::kMax || id == policy::kMin ||
-         (id == policy::kBitOr && value_bytes == 8);
-}
-
 bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
                 std::uint64_t seq) noexcept {
   Control& c = *v.control;
@@ -345,6 +344,7 @@ bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
 }
 
 std::uint64_t rebase(const View& v, std::uint32_t i) noexcept {
+  if (copy_policy(ld(v.control->policy))) return rebase_copy(v, i, true);
   for (;;) {
     const Word w = read_word(v, i);
     if (try_rebase(v, i, w, w.value, 0)) return word_ops(w.ctl);
@@ -369,6 +369,116 @@ void set_word_value(const View& v, std::uint32_t i, std::span<const std::byte> v
   }
 }
 
+void store_value(unsigned char* dst, const void* src, std::size_t n) noexcept {
+  ::shm::detail::store_crash_tick();  // a value copy counts as one store
+  auto* to = reinterpret_cast<std::uint64_t*>(dst);
+  const auto* from = static_cast<const unsigned char*>(src);
+  for (std::size_t k = 0; k * 8 < n; ++k) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, from + k * 8, std::min<std::size_t>(8, n - k * 8));
+    __atomic_store_n(to + k, w, __ATOMIC_RELAXED);  // fast writers read it framed by the word
+  }
+}
+
+bool owner_alive(const View& v, std::uint64_t control) noexcept {
+  const std::size_t slot = (control >> kCopyOwnerShift) & 0xFFFF;
+  const auto generation = static_cast<std::uint32_t>(control >> kCopyGenShift);
+  if (v.header == nullptr || v.fd < 0 || slot >= kMaxAttachments) return false;
+  // [seg.A'] acquire: pairs with attach()'s release [seg.A].
+  if (v.header->slots[slot].generation.load(std::memory_order_acquire) != generation) return false;
+  auto probe = probe_byte(v.fd, slot_lock_offset(slot));
+  return !probe || *probe == LockProbe::Held;  // a failed probe: wait and ask again
+}
+
+std::uint64_t rebase_copy(const View& v, std::uint32_t i, bool reopen_it) noexcept {
+  Control& c = *v.control;
+  EntryHead& h = v.entry(i);
+  for (unsigned spins = 0;; ++spins) {
+    Word w = read_word(v, i);
+    if ((w.value & kCopyClaimed) != 0) {
+      // A writer is filling the other buffer (a few hundred ns): wait for
+      // its publish, unless the kernel says it died (its claim is undone
+      // below: the current buffer was never touched).
+      if (spins < 64) continue;
+      if (owner_alive(v, w.value)) {
+        std::this_thread::yield();
+        continue;
+      }
+    }
+    const std::uint64_t cur = w.value & kCopyBuffer;
+    const std::uint32_t gen = word_gen(w.ctl) + 1;
+    const std::uint64_t ops = word_ops(w.ctl);
+    const bool fold = ops != 0 || word_rseq(w.ctl) != 0;
+    const std::uint64_t count = ld(h.op_count) + ops;
+    const std::uint64_t last = ld(h.last_seq) + word_rseq(w.ctl);
+    if (fold) {
+      st(c.rebase_entry, i);
+      st(c.rebase_gen, gen);
+      st(c.rebase_op_count, count);
+      st(c.rebase_last_seq, last);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      st(c.rebase_state, 1u);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    const Word next{word_ctl(gen, 0, 0), cur};
+    if (!cas_word(v, i, w, next)) {
+      if (fold) st(c.rebase_state, 0u);
+      continue;
+    }
+    if (cur != 0) {
+      // The value is in the second buffer: back to the first. Fast writers
+      // stay out meanwhile (the bases' generation is behind the word's).
+      store_value(v.buffer(i, 0), v.buffer(i, 1), buffer_stride(v.params.value_bytes));
+      Word at = next;
+      while (!cas_word(v, i, at, Word{next.ctl, 0})) {
+      }
+    }
+    if (fold) {
+      st(h.op_count, count);
+      st(h.last_seq, last);
+    }
+    if (reopen_it) {
+      ::shm::detail::store_crash_tick();
+      // release: the bases and the first buffer are visible before their
+      // generation (pairs with the fast writer's acquire load of base_gen).
+      h.base_gen.store(gen, std::memory_order_release);
+    }
+    if (fold) {
+      if (ld(h.state) == static_cast<std::uint32_t>(EntryState::Pending)) bump(c.pending_ops, ops);
+      bump(c.counters.merged, ops);
+      bump(c.counters.conflated, ops);
+      bump(c.counters.writes, ops);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      st(c.rebase_state, 0u);
+    }
+    return ops;
+  }
+}
+
+void reopen(const View& v, std::uint32_t i) noexcept {
+  ::shm::detail::store_crash_tick();
+  v.entry(i).base_gen.store(word_gen(read_word(v, i).ctl), std::memory_order_release);
+}
+
+void init_copy(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept {
+  store_value(v.buffer(i, 0), value.data(), value.size());
+  Word w = read_word(v, i);
+  std::uint32_t gen = word_gen(w.ctl) + 1;
+  while (!cas_word(v, i, w, Word{word_ctl(gen, 0, 0), 0})) gen = word_gen(w.ctl) + 1;
+  ::shm::detail::store_crash_tick();
+  v.entry(i).base_gen.store(gen, std::memory_order_release);
+}
+
+void reset_words(const View& v) noexcept {
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
+    Word w = read_word(v, i);
+    std::uint32_t gen = word_gen(w.ctl) + 1;
+    while (!cas_word(v, i, w, Word{word_ctl(gen, 0, 0), 0})) gen = word_gen(w.ctl) + 1;
+    ::shm::detail::store_crash_tick();
+    v.entry(i).base_gen.store(gen, std::memory_order_release);
+  }
+}
+
 void repair_words(const View& v) noexcept {
   Control& c = *v.control;
   if (ld(c.rebase_state) != 0) {
@@ -383,6 +493,13 @@ void repair_words(const View& v) noexcept {
       h.base_gen.store(static_cast<std::uint32_t>(ld(c.rebase_gen)), std::memory_order_release);
     }
     st(c.rebase_state, 0u);
+  }
+  if (copy_policy(ld(c.policy))) {
+    // Every entry: a dead writer's claim undone, a value in the second
+    // buffer moved back to the first, the word folded (an open entry's
+    // too: the bases then hold its ops), the bases' generation set.
+    for (std::uint32_t i = 0; i < v.params.capacity; ++i) (void)rebase_copy(v, i, true);
+    return;
   }
   if (!word_policy(ld(c.policy), v.params.value_bytes)) return;
   for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
@@ -529,6 +646,16 @@ bool roll_merge_forward(const View& v, std::string& why) {
     return false;
   }
   EntryHead& e = v.entry(i);
+  if (copy_policy(ld(c.policy))) {
+    // The mutex path's merge holds the entry (its bases' generation behind
+    // the word: no fast writer lands) from before the intent until after
+    // it is cleared, and the repair rolls it forward before reopening.
+    store_value(v.buffer(i, 0), c.intent_value, len);
+    st(e.len, len);
+    st(e.last_seq, ld(c.intent_last_seq));
+    st(e.op_count, ld(c.intent_op_count));
+    return true;
+  }
   if (word_policy(ld(c.policy), v.params.value_bytes)) {
     // bit_or into a shorter value (the only merge of a word relay that takes
     // the intent): its length is stored last, and from a length of 8 fast
@@ -579,7 +706,7 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
   if (victim != published && ld(old.state) == kPending) {
     st(old.state, kFree);
     // Closed, then bumped: ops a stale writer landed go with the drop.
-    if (word_policy(ld(c.policy), v.params.value_bytes)) (void)rebase(v, victim);
+    if (merge_words(ld(c.policy), v.params.value_bytes)) (void)rebase(v, victim);
   }
   if (published == kNone) {
     std::uint32_t i = 0;
@@ -593,7 +720,11 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
     st(c.next_order, order + 1);
     st(e.key, ld(c.intent_op_count));
     st(e.len, len);
-    if (word_policy(ld(c.policy), v.params.value_bytes))
+    if (copy_policy(ld(c.policy)))
+      init_copy(
+          v, i,
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(c.intent_value), len));
+    else if (word_policy(ld(c.policy), v.params.value_bytes))
       init_word(
           v, i,
           std::span<const std::byte>(reinterpret_cast<const std::byte*>(c.intent_value), len));
@@ -616,8 +747,25 @@ bool roll_drop_append_forward(const View& v, std::string& why) {
 bool repair_held(const View& v, std::string& why) {
   Control& c = *v.control;
   // The merge words first: the rebase record, and every closed entry's
-  // word folded and bumped before anything reads its bases.
-  repair_words(v);
+  // word folded and bumped before anything reads its bases. For a copy
+  // policy the intents go first: a Merge intent's entry is held (no fast
+  // writer lands) until its value is rolled forward, and repair_words
+  // reopens it.
+  const bool copy = copy_policy(ld(c.policy));
+  if (copy) {
+    // The rebase record only (the entries are rebased after the intents).
+    if (ld(c.rebase_state) != 0) {
+      const std::uint32_t i = ld(c.rebase_entry);
+      if (i < v.params.capacity &&
+          word_gen(read_word(v, i).ctl) == static_cast<std::uint32_t>(ld(c.rebase_gen))) {
+        st(v.entry(i).op_count, ld(c.rebase_op_count));
+        st(v.entry(i).last_seq, ld(c.rebase_last_seq));
+      }
+      st(c.rebase_state, 0u);
+    }
+  } else {
+    repair_words(v);
+  }
   const std::uint32_t intent = ld(c.intent_state);
   bool ok = true;
   switch (static_cast<HeadIntent>(intent)) {
@@ -641,6 +789,7 @@ bool repair_held(const View& v, std::string& why) {
       return false;
   }
   if (!ok) return false;
+  if (copy) repair_words(v);
   const bool rolled = intent != 0;
   st(c.intent_state, static_cast<std::uint32_t>(HeadIntent::None));
   if (!repair_spill(v, why)) return false;
@@ -776,7 +925,7 @@ RelaySnapshot read_snapshot(const View& v) {
     const std::uint64_t fast_unchanged = ld(c.fast_unchanged);
     s.writes += fast_unchanged;
     s.unchanged += fast_unchanged;
-    if (word_policy(s.policy, v.params.value_bytes)) {
+    if (merge_words(s.policy, v.params.value_bytes)) {
       const std::uint64_t in_words = word_ops_pending(v);
       s.lag += in_words;
       s.writes += in_words;
@@ -861,7 +1010,7 @@ std::vector<std::string> verify_tables(const View& v) {
   const Control& c = *v.control;
   if (ld(c.faulted) != 0) out.push_back("the relay is FAULTED: a repair found damage");
   std::uint64_t pending = 0, in_hand = 0, bytes = 0, ops = 0, keys = 0;
-  const bool words = word_policy(ld(c.policy), v.params.value_bytes);
+  const bool words = merge_words(ld(c.policy), v.params.value_bytes);
   for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
     const EntryHead& e = v.entry(i);
     const std::uint32_t s = ld(e.state);

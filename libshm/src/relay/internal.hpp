@@ -169,7 +169,11 @@ struct Word {
 [[nodiscard]] Word read_word(const View& v, std::uint32_t i) noexcept;
 // The policies whose ops merge into the word: sum, max, min (8-byte
 // values), and bit_or when the relay's values are 8 bytes.
-[[nodiscard]] bool word_policy(PolicyId id, std::uint32_t value_bytes) noexcept;
+[[nodiscard, gnu::always_inline]] inline bool word_policy(PolicyId id,
+                                                          std::uint32_t value_bytes) noexcept {
+  return id == policy::kSum || id == policy::kMax || id == policy::kMin ||
+         (id == policy::kBitOr && value_bytes == 8);
+}
 // The fold of a word policy's 8-byte op into an 8-byte value.
 [[nodiscard, gnu::always_inline]] inline std::uint64_t word_fold(PolicyId id, std::uint64_t cur,
                                                                  std::uint64_t op) noexcept {
@@ -206,8 +210,52 @@ void init_word(const View& v, std::uint32_t i, std::span<const std::byte> value)
 // path, which fast writers stay out of).
 void set_word_value(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept;
 // Repair: the rebase record, and every entry not open to merges folded
-// and bumped (a holder may have died between a close and its bump).
+// and bumped (a holder may have died between a close and its bump); for a
+// copy policy every entry (claims of dead writers undone, values moved
+// back to the first buffer).
 void repair_words(const View& v) noexcept;
+
+// ---- the copy merge (lww, keep_latest; protocol in layout.hpp) ----
+// The policies whose open entries take the copy merge: the word's second
+// half is the copy control, the value is in one of two buffers.
+[[nodiscard, gnu::always_inline]] inline bool copy_policy(PolicyId id) noexcept {
+  return id == policy::kLww || id == policy::kKeepLatest;
+}
+// The policies with a live merge word (the word or the copy merge).
+[[nodiscard]] inline bool merge_words(PolicyId id, std::uint32_t value_bytes) noexcept {
+  return word_policy(id, value_bytes) || copy_policy(id);
+}
+// Entry i's value as the mutex holder reads and writes it: the first
+// buffer for a copy policy (a rebase moved it there), else at the word.
+[[nodiscard]] inline unsigned char* value_at(const View& v, std::uint32_t i) noexcept {
+  return copy_policy(ld(v.control->policy)) ? v.buffer(i, 0) : v.value(i);
+}
+// Copies n bytes into a value buffer by relaxed 8-byte atomic stores (the
+// last word zero padded; the buffer is a multiple of 8): fast writers read
+// buffers unlocked. Counts as one store of the store-crash hook.
+void store_value(unsigned char* dst, const void* src, std::size_t n) noexcept;
+// The copy control naming a writer (its attachment slot and generation) as claimer.
+[[nodiscard]] inline std::uint64_t copy_owner(std::size_t slot, std::uint32_t generation) noexcept {
+  return (std::uint64_t{generation} << kCopyGenShift) |
+         (static_cast<std::uint64_t>(slot) << kCopyOwnerShift);
+}
+// Whether the claimer a copy control names is alive (its slot's kernel lock
+// held, at the same generation).
+[[nodiscard]] bool owner_alive(const View& v, std::uint64_t control) noexcept;
+// Under the mutex, for a copy policy: waits out a live claimer's claim
+// (undoing a dead one's), folds the word into the bases inside the rebase
+// record, bumps the generation and moves a value in the second buffer back
+// to the first. With `reopen` false the bases' generation stays behind the
+// word, so fast writers stay out until reopen(): the mutex path's merge.
+std::uint64_t rebase_copy(const View& v, std::uint32_t i, bool reopen) noexcept;
+void reopen(const View& v, std::uint32_t i) noexcept;
+// Under the mutex, for a copy policy: entry i (Free, not yet published)
+// gets `value` in its first buffer under a new generation.
+void init_copy(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept;
+// Under the mutex: every entry's word starts a new generation with an
+// empty control (a merge swap: the word's second half means something else
+// under the new policy).
+void reset_words(const View& v) noexcept;
 // next_seq = max(next_seq, at_least): a CAS loop (fast writers move it).
 void raise_next_seq(Control& c, std::uint64_t at_least) noexcept;
 // The ops merged into the words of the pending entries and not yet folded

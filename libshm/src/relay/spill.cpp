@@ -388,7 +388,7 @@ spill::PageRecord record_of(const View& v, std::uint32_t i) noexcept {
 }
 
 std::span<const std::byte> value_of(const View& v, std::uint32_t i, std::uint32_t len) noexcept {
-  return {reinterpret_cast<const std::byte*>(v.value(i)), len};
+  return {reinterpret_cast<const std::byte*>(value_at(v, i)), len};
 }
 
 // The policy CompactOnWrite merges with, or null when the page is written
@@ -548,7 +548,7 @@ Result<SealStart> begin_seal(const View& v, bool log, std::string_view path, Sea
   // into it (the page holds them), and no later one lands. Then the page
   // is built from the entries as they are now (process-local: nothing
   // shared changes).
-  if (word_policy(ld(c.policy), v.params.value_bytes))
+  if (merge_words(ld(c.policy), v.params.value_bytes))
     for (std::uint32_t i : job.chosen) (void)rebase(v, i);
   add_records(v, job);
   return SealStart::Started;
@@ -610,9 +610,9 @@ bool finish_seal(const View& v, const spill::SpillDir& dir, const SealJob& job,
     // costs nothing and keeps a foreign entry from being freed.
     if (!is_spilling(e)) continue;
     if (remembering != nullptr && ld(e.len) <= v.params.value_bytes)
-      remember(
-          v, *remembering, ld(e.key),
-          std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.value(i)), ld(e.len)));
+      remember(v, *remembering, ld(e.key),
+               std::span<const std::byte>(reinterpret_cast<const std::byte*>(value_at(v, i)),
+                                          ld(e.len)));
     list_unlink(v, i);
     st(c.depth, ld(c.depth) - 1);
     st(c.bytes, ld(c.bytes) - ld(e.len));

@@ -5,7 +5,8 @@
 //       test_hooks::RelayCrashPoint) with the test-only hook installed; the
 //       hook prints "inside" and sleeps until the process is killed -9. The
 //       relay must hold keys 1 (0xAA) and 3 (0xCC), 64-byte keep_latest values,
-//       capacity 8, high water 5, DropOldest, and no live reader.
+//       capacity 8, high water 5, DropOldest, and no live reader. The merge
+//       points write 40 bytes of 0xBB over key 1.
 //   test_relay_peer writer NAME ID COUNT LOG
 //       Writes ops START..COUNT-1 of writer ID (see op_for()); before each
 //       write appends "t I" to LOG, after the write is acknowledged "a I". On
@@ -17,10 +18,12 @@
 //       ("e KEY FIRST LAST COUNT VALUE CHECK", CHECK the XOR of the five) to LOG before it commits.
 //       With "final": drains until the head is empty, prints "drained" and exits; otherwise runs
 //       until killed. Prints "started" after attaching.
-//   test_relay_peer lww NAME ID COUNT KEYS
+//   test_relay_peer lww NAME ID COUNT KEYS [PAYLOAD]
 //       Writes COUNT lww ops of writer ID over keys 0..KEYS-1 whose
 //       timestamps jump back and forth (lww_op()), so many are older than
-//       what the reader already has; prints "done" and exits 0.
+//       what the reader already has; prints "done" and exits 0. The payload
+//       is the op number (u64), then PAYLOAD - 8 bytes (default 0) each equal
+//       to the op number's low byte (a torn value shows).
 //   test_relay_peer open NAME
 //       Opens a writer and prints "opened" or "error: <code>: <message>".
 //   test_relay_peer records NAME COUNT MIN MAX
@@ -36,6 +39,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -108,7 +112,9 @@ int run_crash(const std::string& name, int point) {
     case P::MergeIntentValid:
     case P::MergeMidValue:
     case P::MergeApplied:
-      (void)w.write(1, bytes64(0xBB), shm::forever);
+      // 40 bytes over 64: another length takes the mutex path's merge (a
+      // same-length keep_latest write is a copy merge, with no crash point).
+      (void)w.write(1, std::vector<std::byte>(40, std::byte{0xBB}), shm::forever);
       break;
     case P::AppendFilled:
     case P::AppendPublished:
@@ -199,13 +205,16 @@ int run_reader(const std::string& name, const std::string& log, unsigned seed, b
   }
 }
 
-int run_lww(const std::string& name, std::uint64_t id, std::uint64_t count, std::uint64_t keys) {
+int run_lww(const std::string& name, std::uint64_t id, std::uint64_t count, std::uint64_t keys,
+            std::uint64_t payload) {
   RelayWriter w = must(RelayWriter::open(name), "open writer");
   for (std::uint64_t i = 0; i < count; ++i) {
     // A timestamp that wanders: a permutation of 0..999 (so half the ops of a
     // key are older than the one before), the op number as the payload.
     const std::uint64_t ts = (i * 7919 + id * 13) % 1000;
-    auto r = w.write(i % keys, lww_value(ts, id, u64_value(i)), 30s);
+    std::vector<std::byte> body = u64_value(i);
+    body.resize(std::max<std::uint64_t>(payload, 8), static_cast<std::byte>(i & 0xFF));
+    auto r = w.write(i % keys, lww_value(ts, id, body), 30s);
     if (!r) die(fmt::format("write {}: {}", i, r.error().what()));
   }
   say("done");
@@ -248,8 +257,9 @@ int main(int argc, char** argv) {
   if ((a.size() == 4 || a.size() == 5) && a[0] == "reader")
     return run_reader(a[1], a[2], static_cast<unsigned>(std::stoul(a[3])), a.size() == 5);
   if (a.size() == 2 && a[0] == "open") return run_open(a[1]);
-  if (a.size() == 5 && a[0] == "lww")
-    return run_lww(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]));
+  if ((a.size() == 5 || a.size() == 6) && a[0] == "lww")
+    return run_lww(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]),
+                   a.size() == 6 ? std::stoull(a[5]) : 8);
   if (a.size() == 5 && a[0] == "records")
     return run_records(a[1], std::stoull(a[2]), std::stoull(a[3]), std::stoull(a[4]));
   die("usage: see the comment at the top of relay_peer.cpp");

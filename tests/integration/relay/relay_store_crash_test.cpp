@@ -66,7 +66,18 @@ struct Case {
   // Fewest stores the operation makes (a merge by the lock-free path: its
   // sequence's fetch_add and the word's compare-exchange).
   std::uint64_t min_stores = 3;
+  // The relay's value size.
+  std::uint32_t value_bytes = 16;
+  // When set, written to each of the five keys after its first value (a
+  // copy merge: the value then lives in the entry's second buffer).
+  std::function<std::vector<std::byte>(std::uint64_t key)> second = nullptr;
 };
+
+// A 64-byte lww value (timestamp, writer, 48 payload bytes all equal `fill`):
+// a torn value mixes two fills or a fill with another timestamp.
+std::vector<std::byte> lww64(std::uint64_t ts, std::uint64_t writer, unsigned char fill) {
+  return lww_value(ts, writer, val(48, fill));
+}
 
 bool take_commit(std::size_t n) {
   auto r = RelayReader::open(kName);
@@ -119,6 +130,45 @@ const Case kCases[] = {
     {"merge_rebase", policy::kSum, Overflow::Block, 8, [](std::uint64_t k) { return u64_value(k); },
      [](std::size_t k) { return write_is(kKeys[kTarget[k]], u64_value(7), WriteStatus::Merged); },
      0, relay::kWordOpsMax},
+    // lww into an open key (64-byte values): the copy merge of the lock-free
+    // path, four stores (the sequence, the claim, the value into the other
+    // buffer, the publishing compare-exchange).
+    {"merge_lww", policy::kLww, Overflow::Block, 8,
+     [](std::uint64_t k) { return lww64(100 + k, 1, static_cast<unsigned char>(k)); },
+     [](std::size_t k) {
+       return write_is(kKeys[kTarget[k]], lww64(500, 2, 0x5A), WriteStatus::Merged);
+     },
+     0, 0, 4, 64},
+    // The same after one copy merge into each key: the value is in the
+    // entry's second buffer and the write fills the first.
+    {"merge_lww_again", policy::kLww, Overflow::Block, 8,
+     [](std::uint64_t k) { return lww64(100 + k, 1, static_cast<unsigned char>(k)); },
+     [](std::size_t k) {
+       return write_is(kKeys[kTarget[k]], lww64(500, 2, 0x5A), WriteStatus::Merged);
+     },
+     0, 0, 4, 64,
+     [](std::uint64_t k) { return lww64(200 + k, 3, static_cast<unsigned char>(0x80 + k)); }},
+    // keep_latest, same length: the copy merge.
+    {"merge_keep_latest", policy::kKeepLatest, Overflow::Block, 8,
+     [](std::uint64_t k) { return val(64, static_cast<unsigned char>(k)); },
+     [](std::size_t k) { return write_is(kKeys[kTarget[k]], val(64, 0xEE), WriteStatus::Merged); },
+     0, 0, 4, 64, [](std::uint64_t k) { return val(64, static_cast<unsigned char>(0x40 + k)); }},
+    // lww of another length into a key whose value is in the second
+    // buffer: the mutex path holds the entry (its word folded, the value
+    // moved back to the first buffer), merges inside the intent, reopens.
+    {"merge_lww_locked", policy::kLww, Overflow::Block, 8,
+     [](std::uint64_t k) { return lww64(100 + k, 1, static_cast<unsigned char>(k)); },
+     [](std::size_t k) {
+       return write_is(kKeys[kTarget[k]], lww_value(600, 2, val(8, 0x77)), WriteStatus::Merged);
+     },
+     0, 0, 3, 64,
+     [](std::uint64_t k) { return lww64(200 + k, 3, static_cast<unsigned char>(0x80 + k)); }},
+    // A take of lww entries whose values are in the second buffer: each
+    // rebase moves the value back to the first before it is copied out.
+    {"take_lww_merged", policy::kLww, Overflow::Block, 8,
+     [](std::uint64_t k) { return lww64(100 + k, 1, static_cast<unsigned char>(k)); },
+     [](std::size_t k) { return take_commit(kTarget[k] + 1); }, 0, 0, 3, 64,
+     [](std::uint64_t k) { return lww64(200 + k, 3, static_cast<unsigned char>(0x80 + k)); }},
     // lww with a memory of 4 keys holding older values of 15, 14, 13 and 11:
     // the take of the first two entries remembers 11 (a remembered key: its
     // slot gets the new value) and 12 (a new key: the CLOCK evicts one), each
@@ -127,12 +177,12 @@ const Case kCases[] = {
      [](std::uint64_t k) { return lww_value(100 + k, 1); },
      [](std::size_t) { return take_commit(2); }, 4},
 };
-constexpr int kPositionedCases = 8;  // the cases above take_remember: at three positions
+constexpr int kPositionedCases = 13;  // the cases above take_remember: at three positions
 
 RelayConfig config(const Case& c) {
   RelayConfig cfg;
   cfg.policy = c.policy;
-  cfg.value_bytes = 16;
+  cfg.value_bytes = c.value_bytes;
   cfg.max_entries = 8;
   cfg.backpressure = Backpressure{Dimension::Count, c.high_water, 1, c.overflow};
   cfg.remembered_keys = c.remembered;
@@ -164,6 +214,11 @@ TEST_P(RelayStoreCrashTest, KilledAtEveryStoreLeavesTheStateBeforeOrAfter) {
     for (std::uint64_t key : kKeys) {
       ASSERT_TRUE(w->write(key, c.initial(key), shm::forever));
     }
+    if (c.second)
+      for (std::uint64_t key : kKeys) {
+        auto r = w->write(key, c.second(key), shm::forever);
+        ASSERT_TRUE(r && r->status == WriteStatus::Merged) << c.name;
+      }
     for (std::uint64_t key : kKeys)
       for (std::uint64_t i = 0; i < c.merges_first; ++i) {
         ASSERT_TRUE(w->write(key, u64_value(1), shm::forever));

@@ -17,8 +17,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace shm::relay_merge_stress_test {
@@ -281,9 +283,245 @@ INSTANTIATE_TEST_SUITE_P(WordPolicies, RelayFastMergeTest,
                          ::testing::Values(policy::kSum, policy::kMax, policy::kMin,
                                            policy::kBitOr));
 
+// lww and keep_latest (the copy merge): writer threads write 64-byte values
+// into the same four open keys while a reader takes and commits. A value's
+// payload is a function of its (timestamp, writer), so a torn value shows.
+// lww: every entry the reader receives for a key is strictly newer than the
+// last one it received (the delivered-value memory), and each key ends with
+// the largest (timestamp, writer) written. keep_latest: each key ends with
+// the last value one of the writers wrote to it. Both: every accepted op is
+// delivered once, sequences unique, counters agree, verify clean.
+constexpr std::uint32_t kCopyBytes = 64;
+std::vector<std::byte> copy_value(std::uint64_t ts, std::uint64_t writer) {
+  return lww_value(ts, writer,
+                   std::vector<std::byte>(kCopyBytes - 16,
+                                          static_cast<std::byte>((ts * 31 + writer * 7) & 0xFF)));
+}
+
+class RelayCopyStressTest : public ::testing::TestWithParam<Case> {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_P(RelayCopyStressTest, NoTornValueAndTheNewestWins) {
+  const Case& c = GetParam();
+  const bool lww = c.policy == policy::kLww;
+  (void)Segment::unlink(kName);
+  RelayConfig cfg;
+  cfg.policy = c.policy;
+  cfg.value_bytes = kCopyBytes;
+  cfg.max_entries = 64;
+  cfg.backpressure = Backpressure{Dimension::Count, 48, 8, Overflow::Block};
+  auto reader = RelayReader::create(kName, cfg);
+  ASSERT_TRUE(reader) << reader.error().what();
+
+  struct CopyTally {
+    std::array<std::pair<std::uint64_t, std::uint64_t>, kKeys> newest{};  // (ts, writer) written
+    std::array<std::uint64_t, kKeys> last_ts{};                           // keep_latest: the last
+    std::uint64_t ops = 0;
+    std::vector<std::uint64_t> seqs;
+    std::string problem;
+  };
+  std::atomic<int> running{c.writers};
+  std::vector<CopyTally> tally(static_cast<std::size_t>(c.writers));
+  std::vector<std::thread> writers;
+  for (int t = 0; t < c.writers; ++t) {
+    writers.emplace_back([&, t] {
+      CopyTally& mine = tally[static_cast<std::size_t>(t)];
+      const std::uint64_t id = static_cast<std::uint64_t>(t) + 1;
+      auto w = RelayWriter::open(kName);
+      if (!w) {
+        mine.problem = w.error().what();
+        running.fetch_sub(1);
+        return;
+      }
+      mine.seqs.reserve(kWritesPerThread);
+      const auto until = std::chrono::steady_clock::now() + kWriteBudget;
+      for (std::uint64_t i = 0; i < kWritesPerThread; ++i) {
+        if ((i & 255) == 0 && std::chrono::steady_clock::now() > until) break;
+        const std::size_t k = static_cast<std::size_t>((i + id) % kKeys);
+        // Timestamps rise with i but wander (every 8th goes back 40): the
+        // writers tie and overtake each other, and some ops are older than
+        // the key's value (lww: Unchanged).
+        const std::uint64_t ts = 1000 + i / 2 - ((i % 8) == 7 ? 40 : 0);
+        auto r = w->write(100 + k, copy_value(ts, id), 1s);
+        if (!r) {
+          mine.problem = r.error().what();
+          break;
+        }
+        mine.newest[k] = std::max(mine.newest[k], std::make_pair(ts, id));
+        mine.last_ts[k] = ts;
+        if (r->status == WriteStatus::Unchanged) continue;
+        if (r->status != WriteStatus::Merged && r->status != WriteStatus::Appended) {
+          mine.problem = std::string("write status ") + std::string(to_string(r->status));
+          break;
+        }
+        ++mine.ops;
+        mine.seqs.push_back(r->seq);
+      }
+      running.fetch_sub(1);
+    });
+  }
+
+  std::array<std::pair<std::uint64_t, std::uint64_t>, kKeys> have{};  // the last delivered
+  std::uint64_t drained_ops = 0, older = 0;
+  std::string problem;
+  auto take_some = [&] {
+    auto got = reader->take(8);
+    if (!got) {
+      problem = got.error().what();
+      return false;
+    }
+    for (const RelayEntry& e : *got) {
+      std::uint64_t ts = 0, id = 0;
+      if (e.value.size() == kCopyBytes) {
+        std::memcpy(&ts, e.value.data(), 8);
+        std::memcpy(&id, e.value.data() + 8, 8);
+      }
+      const std::vector<std::byte> whole = copy_value(ts, id);
+      if (e.key < 100 || e.key >= 100 + kKeys || e.op_count == 0 || e.first_seq > e.last_seq ||
+          e.value.size() != kCopyBytes ||
+          !std::equal(e.value.begin(), e.value.end(), whole.begin(), whole.end())) {
+        problem = "a malformed or torn entry for key " + std::to_string(e.key);
+        return false;
+      }
+      const std::size_t k = static_cast<std::size_t>(e.key - 100);
+      if (lww && have[k].first != 0 && std::make_pair(ts, id) <= have[k]) ++older;
+      have[k] = {ts, id};
+      drained_ops += e.op_count;
+    }
+    if (auto ok = reader->commit(); !ok) {
+      problem = ok.error().what();
+      return false;
+    }
+    return !got->empty();
+  };
+  while (running.load() > 0 && problem.empty()) {
+    if (!take_some()) (void)reader->wait(1ms);
+  }
+  for (std::thread& t : writers) t.join();
+  while (problem.empty() && take_some()) {
+  }
+  ASSERT_EQ(problem, "");
+
+  std::uint64_t ops = 0;
+  std::vector<std::uint64_t> seqs;
+  for (const CopyTally& m : tally) {
+    ASSERT_EQ(m.problem, "");
+    ops += m.ops;
+    seqs.insert(seqs.end(), m.seqs.begin(), m.seqs.end());
+  }
+  ASSERT_GT(ops, 0u);
+  EXPECT_EQ(older, 0u) << c.name << ": a value older than one delivered for its key";
+  for (std::size_t k = 0; k < kKeys; ++k) {
+    if (lww) {
+      std::pair<std::uint64_t, std::uint64_t> want{0, 0};
+      for (const CopyTally& m : tally) want = std::max(want, m.newest[k]);
+      EXPECT_EQ(have[k], want) << c.name << ": key " << k << " ends with its newest write";
+    } else {
+      bool some = false;
+      for (std::size_t t = 0; t < tally.size(); ++t)
+        some = some || have[k] == std::make_pair(tally[t].last_ts[k], std::uint64_t{t + 1});
+      EXPECT_TRUE(some) << c.name << ": key " << k << " ends with a writer's last value";
+    }
+  }
+  EXPECT_EQ(drained_ops, ops) << c.name << ": every accepted op delivered once";
+  std::sort(seqs.begin(), seqs.end());
+  EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end()) << "a sequence given twice";
+
+  const RelaySnapshot s = reader->snapshot();
+  EXPECT_TRUE(s.consistent);
+  EXPECT_FALSE(s.faulted);
+  EXPECT_EQ(s.lag, 0u);
+  EXPECT_EQ(s.appended + s.merged, ops);
+  EXPECT_EQ(s.drained_ops, ops);
+  EXPECT_EQ(s.writes, s.appended + s.merged + s.unchanged) << c.name;
+  std::printf(
+      "%s: %llu ops, %llu merged into an open entry, %llu appended, %llu unchanged\n", c.name,
+      static_cast<unsigned long long>(ops), static_cast<unsigned long long>(s.merged),
+      static_cast<unsigned long long>(s.appended), static_cast<unsigned long long>(s.unchanged));
+  auto seg = Segment::open_any(kName, {});
+  ASSERT_TRUE(seg) << seg.error().what();
+  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+}
+
+// The copy merge is lock-free: while one writer holds the relay's mutex
+// (stopped inside an append), lww and keep_latest writes into open keys of
+// the same length still merge, a losing lww write is Unchanged, and the
+// reader then finds the last value of each.
+class RelayFastCopyTest : public ::testing::TestWithParam<PolicyId> {
+ protected:
+  test::TempRoot root_;
+};
+
+TEST_P(RelayFastCopyTest, CopyMergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
+  const PolicyId p = GetParam();
+  (void)Segment::unlink(kName);
+  RelayConfig cfg;
+  cfg.policy = p;
+  cfg.value_bytes = kCopyBytes;
+  cfg.max_entries = 16;
+  cfg.backpressure = Backpressure{Dimension::Count, 16, 1, Overflow::Block};
+  auto reader = RelayReader::create(kName, cfg);
+  ASSERT_TRUE(reader) << reader.error().what();
+  auto w = RelayWriter::open(kName);
+  ASSERT_TRUE(w) << w.error().what();
+  for (std::uint64_t k : {1, 2}) {
+    ASSERT_TRUE(w->write(k, copy_value(10, 1), 1s));
+  }
+  g_stop_state.store(0);
+  test_hooks::set_relay_crash_hook(&stop_inside_append);
+  std::thread holder([&] {
+    auto h = RelayWriter::open(kName);
+    if (h) (void)h->write(3, copy_value(10, 1), 1s);  // a new key: stops holding the mutex
+  });
+  while (g_stop_state.load() != 1) std::this_thread::sleep_for(1ms);
+  constexpr std::uint64_t kOps = 50;
+  for (std::uint64_t i = 0; i < kOps; ++i) {
+    auto r = w->write(1 + i % 2, copy_value(20 + i, 2), 1s);  // would wait for the mutex
+    ASSERT_TRUE(r) << r.error().what();
+    EXPECT_EQ(r->status, WriteStatus::Merged) << "op " << i;
+  }
+  auto same = w->write(1, p == policy::kLww ? copy_value(5, 9) : copy_value(20 + kOps - 2, 2), 1s);
+  ASSERT_TRUE(same) << same.error().what();
+  EXPECT_EQ(same->status, WriteStatus::Unchanged);
+  EXPECT_EQ(g_stop_state.load(), 1) << "the mutex holder went on";
+  g_stop_state.store(2);
+  holder.join();
+  test_hooks::set_relay_crash_hook(nullptr);
+  EXPECT_EQ(reader->snapshot().lag, 3 + kOps);
+  std::vector<std::byte> got[2];
+  std::uint64_t ops = 0;
+  auto n = reader->drain(16, [&](const RelayEntry& e) {
+    if (e.key == 1 || e.key == 2) got[e.key - 1].assign(e.value.begin(), e.value.end());
+    ops += e.op_count;
+  });
+  ASSERT_TRUE(n) << n.error().what();
+  EXPECT_EQ(got[0], copy_value(20 + kOps - 2, 2));
+  EXPECT_EQ(got[1], copy_value(20 + kOps - 1, 2));
+  EXPECT_EQ(ops, 3 + kOps);
+  const RelaySnapshot s = reader->snapshot();
+  EXPECT_EQ(s.merged, kOps);
+  EXPECT_EQ(s.unchanged, 1u);
+  auto seg = Segment::open_any(kName, {});
+  ASSERT_TRUE(seg) << seg.error().what();
+  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+}
+
+INSTANTIATE_TEST_SUITE_P(CopyPolicies, RelayFastCopyTest,
+                         ::testing::Values(policy::kLww, policy::kKeepLatest));
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.name;
 }
+
+INSTANTIATE_TEST_SUITE_P(Policies, RelayCopyStressTest,
+                         ::testing::Values(Case{"lww_2", policy::kLww, 2},
+                                           Case{"lww_4", policy::kLww, 4},
+                                           Case{"keep_latest_3", policy::kKeepLatest, 3}),
+                         case_name);
 
 INSTANTIATE_TEST_SUITE_P(Policies, RelayMergeStressTest,
                          ::testing::Values(Case{"sum_2", policy::kSum, 2},

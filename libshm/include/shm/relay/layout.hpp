@@ -6,7 +6,8 @@
 ///
 /// Protocol. Everything that changes the head runs under one robust
 /// process-shared mutex (Control::mutex). The head is a pool of `capacity`
-/// entries of fixed stride (EntryHead + value_bytes bytes, rounded to 8):
+/// entries of fixed stride (entry_stride(): EntryHead, the merge word's
+/// second half, two value buffers):
 ///   - the entry table is the source of truth: each entry's state (Free,
 ///     Pending, InHand), key, value, first/last op sequence, op count and its
 ///     order stamp (monotonic, assigned when the entry is created);
@@ -67,6 +68,20 @@
 /// DropOldest, repair) closes it first, then bumps the generation and folds
 /// the word into the bases, inside the rebase record (Control::rebase_*),
 /// rolled forward by repair when the word shows the new generation.
+///
+/// Copy merges (lww, keep_latest; docs/relay.md). Each entry has two value
+/// buffers after the word's second half (entry_stride()); for these policies
+/// that half is the copy control {buffer:1, claimed:1, owner slot:16 at bit
+/// 8, owner's slot generation:32 at bit 32} (kCopy...). A write to an open
+/// key of the same length reads the current buffer (framed by the word),
+/// claims the word (one CAS naming its attachment slot), writes its value
+/// into the other buffer, then publishes it with one CAS that also moves the
+/// op count and last sequence. A writer killed holding a claim leaves the
+/// current buffer whole: the mutex holder that needs the entry waits for a
+/// live claimer and undoes a dead one's claim (kernel-exact: the slot's
+/// lock and generation). Whoever closes an entry rebases it, which also
+/// copies a value in the second buffer back to the first, so everything
+/// under the mutex reads the first buffer.
 ///
 /// Unlocked readers (snapshot(), shmctl, sidecar metrics, verify) read the
 /// atomics with relaxed loads framed by the seqlock `version` (odd while a
@@ -173,6 +188,13 @@ inline constexpr unsigned kWordOpsShift = 20;  ///< ops merged into the word sin
 inline constexpr std::uint64_t kWordOpsMax = 0xFFF;     ///< most ops the word holds
 inline constexpr std::uint64_t kWordRseqMax = 0xFFFFF;  ///< largest sequence past the base last_seq
 ///@}
+/// @name The copy control (the word's second half for lww and keep_latest)
+///@{
+inline constexpr std::uint64_t kCopyBuffer = 1;   ///< the buffer holding the value (0 or 1)
+inline constexpr std::uint64_t kCopyClaimed = 2;  ///< a writer is filling the other buffer
+inline constexpr unsigned kCopyOwnerShift = 8;    ///< the claimer's attachment slot (16 bits)
+inline constexpr unsigned kCopyGenShift = 32;     ///< the claimer's slot generation (32 bits)
+///@}
 static_assert(std::is_standard_layout_v<EntryHead>);
 
 /// One slot of the delivered-value memory (MemSlot + value_bytes bytes of
@@ -199,10 +221,17 @@ static_assert(sizeof(MemSlot) == 24 && alignof(MemSlot) == 8);
   return n;
 }
 
-/// Bytes per entry: EntryHead plus `value_bytes`, rounded up to 16 (the
-/// merge word {ctl, value} is 16-aligned).
+/// Bytes of one value buffer of an entry: `value_bytes` rounded up to 8.
+[[nodiscard]] constexpr std::uint64_t buffer_stride(std::uint32_t value_bytes) noexcept {
+  return round_up(value_bytes, 8);
+}
+/// Bytes per entry: EntryHead, the merge word's second half (8 bytes), then
+/// two value buffers (the copy merge of lww and keep_latest), rounded up to
+/// 16 (the merge word {ctl, value} is 16-aligned). The other policies keep
+/// their value at the word's second half and use only what fits there and
+/// after it.
 [[nodiscard]] constexpr std::uint64_t entry_stride(std::uint32_t value_bytes) noexcept {
-  return round_up(sizeof(EntryHead) + value_bytes, 16);
+  return round_up(sizeof(EntryHead) + 8 + 2 * buffer_stride(value_bytes), 16);
 }
 
 /// Event::kind: what happened; Event::key and Event::count say more.
@@ -580,7 +609,7 @@ struct Geometry {
 
 /// The segment fingerprint of this layout.
 inline constexpr std::uint64_t kFingerprint =
-    layout_fingerprint({4,  // 4: the merge word (lock-free merge path)
+    layout_fingerprint({5,  // 5: two value buffers per entry (the copy merge)
                         sizeof(Control),
                         sizeof(EntryHead),
                         sizeof(MemSlot),
@@ -600,6 +629,8 @@ inline constexpr std::uint64_t kFingerprint =
                         offsetof(EntryHead, ctl),
                         offsetof(Control, rebase_state),
                         offsetof(Control, fast_unchanged),
+                        entry_stride(1),
+                        kCopyOwnerShift,
                         kEventRing,
                         kMaxValueSize,
                         sizeof(SpillArea),

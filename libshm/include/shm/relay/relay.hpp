@@ -241,6 +241,14 @@ struct View {
     return reinterpret_cast<unsigned char*>(entries + entry_stride(params.value_bytes) * i +
                                             sizeof(EntryHead));
   }
+  /// Value buffer `b` (0 or 1) of entry i (the copy merge of lww and keep_latest).
+  [[nodiscard]] unsigned char* buffer(std::uint32_t i, std::uint64_t b) const noexcept {
+    return value(i) + 8 + b * buffer_stride(params.value_bytes);
+  }
+  /// The segment's header and file, to ask the kernel whether a claimer of
+  /// a merge word is alive (null / -1 in a view without a segment).
+  const SegmentHeader* header = nullptr;
+  int fd = -1;
 };
 
 /// What both handles hold.
