@@ -460,8 +460,12 @@ void reopen(const View& v, std::uint32_t i) noexcept {
   v.entry(i).base_gen.store(word_gen(read_word(v, i).ctl), std::memory_order_release);
 }
 
-void init_copy(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept {
-  store_value(v.buffer(i, 0), value.data(), value.size());
+namespace {
+
+// Entry i's word moves to a new generation with no ops and value 0, then
+// base_gen names it (release: what was stored before is visible to a fast
+// writer that acquires base_gen).
+void fresh_word(const View& v, std::uint32_t i) noexcept {
   Word w = read_word(v, i);
   std::uint32_t gen = word_gen(w.ctl) + 1;
   while (!cas_word(v, i, w, Word{word_ctl(gen, 0, 0), 0})) gen = word_gen(w.ctl) + 1;
@@ -469,14 +473,15 @@ void init_copy(const View& v, std::uint32_t i, std::span<const std::byte> value)
   v.entry(i).base_gen.store(gen, std::memory_order_release);
 }
 
+}  // namespace
+
+void init_copy(const View& v, std::uint32_t i, std::span<const std::byte> value) noexcept {
+  store_value(v.buffer(i, 0), value.data(), value.size());
+  fresh_word(v, i);
+}
+
 void reset_words(const View& v) noexcept {
-  for (std::uint32_t i = 0; i < v.params.capacity; ++i) {
-    Word w = read_word(v, i);
-    std::uint32_t gen = word_gen(w.ctl) + 1;
-    while (!cas_word(v, i, w, Word{word_ctl(gen, 0, 0), 0})) gen = word_gen(w.ctl) + 1;
-    ::shm::detail::store_crash_tick();
-    v.entry(i).base_gen.store(gen, std::memory_order_release);
-  }
+  for (std::uint32_t i = 0; i < v.params.capacity; ++i) fresh_word(v, i);
 }
 
 void repair_words(const View& v) noexcept {

@@ -270,6 +270,39 @@ Result<Segment> open_segment(std::string_view name, const OpenOptions& options, 
 // forward on every fast write.
 enum class Fast : std::uint8_t { No, Unchanged, Merged };
 
+// A fast write that changes nothing: counted (a lifetime counter), no
+// sequence answered; one it already took (`seq`, lost to a race) is carried
+// out as a gap in the sequence, never a repeat.
+[[gnu::always_inline]] inline Fast fast_unchanged(Control& c, std::uint64_t seq,
+                                                  std::uint64_t& out_seq,
+                                                  std::uint64_t& carried) noexcept {
+  c.fast_unchanged.fetch_add(1, std::memory_order_relaxed);
+  out_seq = 0;
+  carried = seq;
+  return Fast::Unchanged;
+}
+
+// The write's sequence (taken on the first attempt that needs it and kept in
+// `seq` for the next) and the rseq of word `w` after this op, or nullopt
+// when the word cannot take one more op (4,095 ops, or the sequence more
+// than 2^20 past the base): the mutex path then rebases.
+[[gnu::always_inline]] inline std::optional<std::uint64_t> next_rseq(Control& c, const EntryHead& h,
+                                                                     const Word& w,
+                                                                     std::uint64_t& seq) noexcept {
+  if (word_ops(w.ctl) >= kWordOpsMax) return std::nullopt;
+  if (seq == 0) {
+    ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
+    seq = c.next_seq.fetch_add(1, std::memory_order_relaxed);
+  }
+  const std::uint64_t base = ld(h.last_seq);
+  std::uint64_t rseq = word_rseq(w.ctl);
+  if (seq > base) {
+    if (seq - base > kWordRseqMax) return std::nullopt;
+    rseq = std::max(rseq, seq - base);
+  }
+  return rseq;
+}
+
 // The lock-free merge path (docs/relay.md, "Lock-free merge path"): an
 // 8-byte op of a word policy into its key's open entry, by one 16-byte
 // compare-exchange of the entry's merge word, with its sequence from one
@@ -313,24 +346,12 @@ enum class Fast : std::uint8_t { No, Unchanged, Merged };
     // release store of base_gen after them); unequal: a rebase in progress.
     if (h.base_gen.load(std::memory_order_acquire) != gen) break;
     const std::uint64_t merged = word_fold(id, w.value, value);
-    if (merged == w.value) {  // changes nothing the entry holds
-      c.fast_unchanged.fetch_add(1, std::memory_order_relaxed);
-      out_seq = 0;
-      carried = seq;  // taken by a lost race: a gap in the sequence, never a repeat
-      return Fast::Unchanged;
-    }
+    if (merged == w.value)  // changes nothing the entry holds
+      return fast_unchanged(c, seq, out_seq, carried);
     const std::uint64_t ops = word_ops(w.ctl);
-    if (ops >= kWordOpsMax) break;  // the mutex path rebases
-    if (seq == 0) {
-      ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
-      seq = c.next_seq.fetch_add(1, std::memory_order_relaxed);
-    }
-    const std::uint64_t base = ld(h.last_seq);
-    std::uint64_t rseq = word_rseq(w.ctl);
-    if (seq > base) {
-      if (seq - base > kWordRseqMax) break;  // the mutex path rebases
-      rseq = std::max(rseq, seq - base);
-    }
+    const std::optional<std::uint64_t> next = next_rseq(c, h, w, seq);
+    if (!next) break;  // the mutex path rebases
+    const std::uint64_t rseq = *next;
     if (cas_word(v, e, w, Word{word_ctl(gen, ops + 1, rseq), merged})) {
       out_seq = seq;
       return Fast::Merged;
@@ -395,24 +416,11 @@ Fast fast_copy(const View& v, std::uint64_t key, std::span<const std::byte> op, 
     } else {
       change = std::memcmp(had.data(), mine.data(), n) != 0;
     }
-    if (!change) {
-      c.fast_unchanged.fetch_add(1, std::memory_order_relaxed);  // a lifetime counter
-      out_seq = 0;
-      carried = seq;  // taken by a lost race: a gap in the sequence, never a repeat
-      return Fast::Unchanged;
-    }
+    if (!change) return fast_unchanged(c, seq, out_seq, carried);
     const std::uint64_t ops = word_ops(w.ctl);
-    if (ops >= kWordOpsMax) break;  // the mutex path rebases
-    if (seq == 0) {
-      ::shm::detail::store_crash_tick();  // test-only kill at the Nth store
-      seq = c.next_seq.fetch_add(1, std::memory_order_relaxed);
-    }
-    const std::uint64_t base = ld(h.last_seq);
-    std::uint64_t rseq = word_rseq(w.ctl);
-    if (seq > base) {
-      if (seq - base > kWordRseqMax) break;  // the mutex path rebases
-      rseq = std::max(rseq, seq - base);
-    }
+    const std::optional<std::uint64_t> next = next_rseq(c, h, w, seq);
+    if (!next) break;  // the mutex path rebases
+    const std::uint64_t rseq = *next;
     // The claim: the other buffer is this writer's until it publishes. A
     // kill from here to the publish leaves the current buffer whole; the
     // mutex holder that needs the entry undoes the claim of a dead writer.
