@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -560,6 +561,44 @@ TEST_F(RelayProcessTest, FourWritersOneReaderKilledAndRestartedWithSpillSumLoses
   run_chaos("chaos-spill-sum", policy::kSum, Overflow::Spill, 15, root_.path());
 }
 
+// For the lww tests: whether value `v` of `key` fails to win strictly
+// against the last value delivered for that key (`have`, then updated).
+bool not_newer_than_delivered(const MergePolicy& lww,
+                              std::map<std::uint64_t, std::vector<std::byte>>& have,
+                              std::uint64_t key, std::span<const std::byte> v) {
+  std::vector<std::byte> value(v.begin(), v.end());
+  bool older = false;
+  if (auto it = have.find(key); it != have.end()) {
+    std::vector<std::byte> out(v.size());
+    auto len = combine(lww, it->second, value, out);
+    out.resize(len ? *len : 0);
+    older = out != value || value == it->second;  // the new one must win, strictly
+  }
+  have[key] = std::move(value);
+  return older;
+}
+
+// Drains `reader` three entries at a time (each to `each`) while the writer
+// processes run, until each printed "done" (within `budget` for all) and
+// exited 0, then what they left.
+template <class Each>
+void drain_until_writers_done(RelayReader& reader, std::vector<Subprocess>& writers,
+                              std::chrono::seconds budget, Each each) {
+  auto drain_some = [&] {
+    auto n = reader.drain(3, each);
+    EXPECT_TRUE(n) << n.error().what();
+    return n ? *n : 0;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (Subprocess& w : writers) {
+    while (!w.wait_for_line("done", 1ms) && std::chrono::steady_clock::now() < deadline)
+      (void)drain_some();
+    EXPECT_EQ(w.wait(10s), 0) << w.output();
+  }
+  while (drain_some() != 0) {
+  }
+}
+
 // Two writer processes write lww values whose timestamps wander back and
 // forth over 16 keys while this reader drains a few entries at a time: the
 // delivered-value memory keeps every entry the reader receives newer than
@@ -583,30 +622,10 @@ TEST_F(RelayProcessTest, LwwReaderNeverReceivesAValueOlderThanOneItHas) {
         {"lww", "lww-memory", std::to_string(id), std::to_string(kCount), std::to_string(kKeys)}));
   std::map<std::uint64_t, std::vector<std::byte>> have;
   std::uint64_t older = 0, entries = 0;
-  auto drain_some = [&] {
-    auto n = reader->drain(3, [&](const RelayEntry& e) {
-      ++entries;
-      std::vector<std::byte> v(e.value.begin(), e.value.end());
-      auto it = have.find(e.key);
-      if (it != have.end()) {
-        std::vector<std::byte> out(cfg.value_bytes);
-        auto len = combine(**lww, it->second, v, out);
-        out.resize(len ? *len : 0);
-        if (out != v || v == it->second) ++older;  // the new one must win, strictly
-      }
-      have[e.key] = v;
-    });
-    EXPECT_TRUE(n) << n.error().what();
-    return n ? *n : 0;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  for (Subprocess& w : writers) {
-    while (!w.wait_for_line("done", 1ms) && std::chrono::steady_clock::now() < deadline)
-      (void)drain_some();
-    EXPECT_EQ(w.wait(10s), 0) << w.output();
-  }
-  while (drain_some() != 0) {
-  }
+  drain_until_writers_done(*reader, writers, 30s, [&](const RelayEntry& e) {
+    ++entries;
+    if (not_newer_than_delivered(**lww, have, e.key, e.value)) ++older;
+  });
   EXPECT_EQ(older, 0u) << "of " << entries << " entries";
   // The newest write of every key, whoever wrote it.
   for (std::uint64_t key = 0; key < kKeys; ++key) {
@@ -636,7 +655,9 @@ TEST_F(RelayProcessTest, LwwReaderNeverReceivesAValueOlderThanOneItHas) {
     ASSERT_TRUE(w) << w.error().what();
     EXPECT_EQ(w->status, WriteStatus::Unchanged) << "key " << key;
   }
-  EXPECT_EQ(drain_some(), 0u);
+  auto rest = reader->drain(3, [](const RelayEntry&) {});
+  ASSERT_TRUE(rest) << rest.error().what();
+  EXPECT_EQ(*rest, 0u);
   const RelaySnapshot s = reader->snapshot();
   EXPECT_GE(s.remembered_unchanged, kKeys);
   EXPECT_EQ(s.remembered, kKeys);
@@ -669,43 +690,24 @@ TEST_F(RelayProcessTest, FourWriterProcessesMergingIntoTheSameOpenKeysLwwConverg
                     std::to_string(kKeys), std::to_string(kPayload)}));
   std::map<std::uint64_t, std::vector<std::byte>> have;
   std::uint64_t older = 0, torn = 0, entries = 0, ops = 0;
-  auto drain_some = [&] {
-    auto n = reader->drain(3, [&](const RelayEntry& e) {
-      ++entries;
-      ops += e.op_count;
-      std::vector<std::byte> v(e.value.begin(), e.value.end());
-      std::uint64_t ts = 0, id = 0, i = 0;
-      if (v.size() != cfg.value_bytes) {
-        ++torn;
-        return;
-      }
-      std::memcpy(&ts, v.data(), 8);
-      std::memcpy(&id, v.data() + 8, 8);
-      std::memcpy(&i, v.data() + 16, 8);
-      bool whole = ts == (i * 7919 + id * 13) % 1000 && i % kKeys == e.key;
-      for (std::size_t b = 24; b < v.size(); ++b)
-        whole = whole && v[b] == static_cast<std::byte>(i & 0xFF);
-      if (!whole) ++torn;
-      auto it = have.find(e.key);
-      if (it != have.end()) {
-        std::vector<std::byte> out(cfg.value_bytes);
-        auto len = combine(**lww, it->second, v, out);
-        out.resize(len ? *len : 0);
-        if (out != v || v == it->second) ++older;  // the new one must win, strictly
-      }
-      have[e.key] = v;
-    });
-    EXPECT_TRUE(n) << n.error().what();
-    return n ? *n : 0;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  for (Subprocess& w : writers) {
-    while (!w.wait_for_line("done", 1ms) && std::chrono::steady_clock::now() < deadline)
-      (void)drain_some();
-    EXPECT_EQ(w.wait(10s), 0) << w.output();
-  }
-  while (drain_some() != 0) {
-  }
+  drain_until_writers_done(*reader, writers, 60s, [&](const RelayEntry& e) {
+    ++entries;
+    ops += e.op_count;
+    std::span<const std::byte> v = e.value;
+    std::uint64_t ts = 0, id = 0, i = 0;
+    if (v.size() != cfg.value_bytes) {
+      ++torn;
+      return;
+    }
+    std::memcpy(&ts, v.data(), 8);
+    std::memcpy(&id, v.data() + 8, 8);
+    std::memcpy(&i, v.data() + 16, 8);
+    bool whole = ts == (i * 7919 + id * 13) % 1000 && i % kKeys == e.key;
+    for (std::size_t b = 24; b < v.size(); ++b)
+      whole = whole && v[b] == static_cast<std::byte>(i & 0xFF);
+    if (!whole) ++torn;
+    if (not_newer_than_delivered(**lww, have, e.key, v)) ++older;
+  });
   EXPECT_EQ(torn, 0u) << "of " << entries << " entries";
   EXPECT_EQ(older, 0u) << "of " << entries << " entries";
   for (std::uint64_t key = 0; key < kKeys; ++key) {

@@ -62,6 +62,39 @@ std::uint64_t identity_of(PolicyId p) {
   return p == policy::kMin ? ~std::uint64_t{0} : 0;
 }
 
+// The reader's side of a stress: takes and commits up to 8 entries at a time
+// while writers run (parking up to 1 ms when nothing came), then what they
+// left, handing each entry to `judge`, which returns "" or what is wrong.
+// Returns the first problem ("" when none); the writer threads are joined.
+template <class Judge>
+std::string take_while_writing(RelayReader& reader, const std::atomic<int>& running,
+                               std::vector<std::thread>& writers, Judge judge) {
+  std::string problem;
+  auto take_some = [&] {
+    auto got = reader.take(8);
+    if (!got) {
+      problem = got.error().what();
+      return false;
+    }
+    for (const RelayEntry& e : *got) {
+      problem = judge(e);
+      if (!problem.empty()) return false;
+    }
+    if (auto ok = reader.commit(); !ok) {
+      problem = ok.error().what();
+      return false;
+    }
+    return !got->empty();
+  };
+  while (running.load() > 0 && problem.empty()) {
+    if (!take_some()) (void)reader.wait(1ms);
+  }
+  for (std::thread& t : writers) t.join();
+  while (problem.empty() && take_some()) {
+  }
+  return problem;
+}
+
 TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   const Case& c = GetParam();
   const bool is_sum = c.policy == policy::kSum;
@@ -128,35 +161,16 @@ TEST_P(RelayMergeStressTest, TheReadersFoldEqualsWhatTheWritersWrote) {
   std::array<std::uint64_t, kKeys> fold{};
   fold.fill(identity_of(c.policy));
   std::uint64_t drained_ops = 0;
-  std::string problem;
-  auto take_some = [&] {
-    auto got = reader->take(8);
-    if (!got) {
-      problem = got.error().what();
-      return false;
-    }
-    for (const RelayEntry& e : *got) {
-      if (e.key < 100 || e.key >= 100 + kKeys || e.value.size() != 8 || e.op_count == 0 ||
-          e.first_seq > e.last_seq) {
-        problem = "a malformed entry for key " + std::to_string(e.key);
-        return false;
-      }
-      const std::size_t k = static_cast<std::size_t>(e.key - 100);
-      fold[k] = fold_of(c.policy, fold[k], u64_of(e.value));
-      drained_ops += e.op_count;
-    }
-    if (auto ok = reader->commit(); !ok) {
-      problem = ok.error().what();
-      return false;
-    }
-    return !got->empty();
-  };
-  while (running.load() > 0 && problem.empty()) {
-    if (!take_some()) (void)reader->wait(1ms);
-  }
-  for (std::thread& t : writers) t.join();
-  while (problem.empty() && take_some()) {
-  }
+  const std::string problem =
+      take_while_writing(*reader, running, writers, [&](const RelayEntry& e) -> std::string {
+        if (e.key < 100 || e.key >= 100 + kKeys || e.value.size() != 8 || e.op_count == 0 ||
+            e.first_seq > e.last_seq)
+          return "a malformed entry for key " + std::to_string(e.key);
+        const std::size_t k = static_cast<std::size_t>(e.key - 100);
+        fold[k] = fold_of(c.policy, fold[k], u64_of(e.value));
+        drained_ops += e.op_count;
+        return "";
+      });
   ASSERT_EQ(problem, "");
 
   std::array<std::uint64_t, kKeys> want{};
@@ -365,43 +379,24 @@ TEST_P(RelayCopyStressTest, NoTornValueAndTheNewestWins) {
 
   std::array<std::pair<std::uint64_t, std::uint64_t>, kKeys> have{};  // the last delivered
   std::uint64_t drained_ops = 0, older = 0;
-  std::string problem;
-  auto take_some = [&] {
-    auto got = reader->take(8);
-    if (!got) {
-      problem = got.error().what();
-      return false;
-    }
-    for (const RelayEntry& e : *got) {
-      std::uint64_t ts = 0, id = 0;
-      if (e.value.size() == kCopyBytes) {
-        std::memcpy(&ts, e.value.data(), 8);
-        std::memcpy(&id, e.value.data() + 8, 8);
-      }
-      const std::vector<std::byte> whole = copy_value(ts, id);
-      if (e.key < 100 || e.key >= 100 + kKeys || e.op_count == 0 || e.first_seq > e.last_seq ||
-          e.value.size() != kCopyBytes ||
-          !std::equal(e.value.begin(), e.value.end(), whole.begin(), whole.end())) {
-        problem = "a malformed or torn entry for key " + std::to_string(e.key);
-        return false;
-      }
-      const std::size_t k = static_cast<std::size_t>(e.key - 100);
-      if (lww && have[k].first != 0 && std::make_pair(ts, id) <= have[k]) ++older;
-      have[k] = {ts, id};
-      drained_ops += e.op_count;
-    }
-    if (auto ok = reader->commit(); !ok) {
-      problem = ok.error().what();
-      return false;
-    }
-    return !got->empty();
-  };
-  while (running.load() > 0 && problem.empty()) {
-    if (!take_some()) (void)reader->wait(1ms);
-  }
-  for (std::thread& t : writers) t.join();
-  while (problem.empty() && take_some()) {
-  }
+  const std::string problem =
+      take_while_writing(*reader, running, writers, [&](const RelayEntry& e) -> std::string {
+        std::uint64_t ts = 0, id = 0;
+        if (e.value.size() == kCopyBytes) {
+          std::memcpy(&ts, e.value.data(), 8);
+          std::memcpy(&id, e.value.data() + 8, 8);
+        }
+        const std::vector<std::byte> whole = copy_value(ts, id);
+        if (e.key < 100 || e.key >= 100 + kKeys || e.op_count == 0 || e.first_seq > e.last_seq ||
+            e.value.size() != kCopyBytes ||
+            !std::equal(e.value.begin(), e.value.end(), whole.begin(), whole.end()))
+          return "a malformed or torn entry for key " + std::to_string(e.key);
+        const std::size_t k = static_cast<std::size_t>(e.key - 100);
+        if (lww && have[k].first != 0 && std::make_pair(ts, id) <= have[k]) ++older;
+        have[k] = {ts, id};
+        drained_ops += e.op_count;
+        return "";
+      });
   ASSERT_EQ(problem, "");
 
   std::uint64_t ops = 0;
