@@ -119,6 +119,20 @@ std::uint32_t home(const View& v, std::uint64_t key) noexcept {
                    : static_cast<std::uint32_t>((key * 0x9E37'79B9'7F4A'7C15ull) >> (64 - bits));
 }
 
+// The rebase record (docs/relay.md, "The rebase record"): its fields, then
+// rebase_state = 1, each kill-ordered before the next (the fences keep the
+// compiler from reordering the stores a crash point counts).
+void record_rebase(Control& c, std::uint32_t i, std::uint32_t gen, std::uint64_t count,
+                   std::uint64_t last) noexcept {
+  st(c.rebase_entry, i);
+  st(c.rebase_gen, gen);
+  st(c.rebase_op_count, count);
+  st(c.rebase_last_seq, last);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  st(c.rebase_state, 1u);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
 bool indexed(const Control& c, const EntryHead& e) noexcept {
   return keyed_policy(c) && ld(e.state) == static_cast<std::uint32_t>(EntryState::Pending) &&
          !closed_to_merges(ld(e.flags));
@@ -315,13 +329,7 @@ bool try_rebase(const View& v, std::uint32_t i, Word w, std::uint64_t value,
   }
   const std::uint64_t count = ld(h.op_count) + ops + op;
   const std::uint64_t last = std::max(ld(h.last_seq) + word_rseq(w.ctl), seq);
-  st(c.rebase_entry, i);
-  st(c.rebase_gen, gen);
-  st(c.rebase_op_count, count);
-  st(c.rebase_last_seq, last);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  st(c.rebase_state, 1u);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  record_rebase(c, i, gen, count, last);
   if (!cas_word(v, i, w, next)) {  // a fast writer landed: the caller folds again
     st(c.rebase_state, 0u);
     return false;
@@ -411,15 +419,7 @@ std::uint64_t rebase_copy(const View& v, std::uint32_t i, bool reopen_it) noexce
     const bool fold = ops != 0 || word_rseq(w.ctl) != 0;
     const std::uint64_t count = ld(h.op_count) + ops;
     const std::uint64_t last = ld(h.last_seq) + word_rseq(w.ctl);
-    if (fold) {
-      st(c.rebase_entry, i);
-      st(c.rebase_gen, gen);
-      st(c.rebase_op_count, count);
-      st(c.rebase_last_seq, last);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      st(c.rebase_state, 1u);
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    }
+    if (fold) record_rebase(c, i, gen, count, last);
     const Word next{word_ctl(gen, 0, 0), cur};
     if (!cas_word(v, i, w, next)) {
       if (fold) st(c.rebase_state, 0u);
