@@ -218,6 +218,44 @@ void stop_inside_append(test_hooks::RelayCrashPoint point) {
   while (g_stop_state.load() != 2) std::this_thread::sleep_for(1ms);
 }
 
+// A second writer of this process stopped inside an append of key 3
+// (`value`), holding the relay's mutex until release() (or destruction).
+class MutexHeldByAStoppedAppend {
+ public:
+  explicit MutexHeldByAStoppedAppend(std::vector<std::byte> value) {
+    g_stop_state.store(0);
+    test_hooks::set_relay_crash_hook(&stop_inside_append);
+    holder_ = std::thread([v = std::move(value)] {
+      auto h = RelayWriter::open(kName);
+      if (h) (void)h->write(3, v, 1s);  // a new key: stops holding the mutex
+    });
+    while (g_stop_state.load() != 1) std::this_thread::sleep_for(1ms);
+  }
+  MutexHeldByAStoppedAppend(const MutexHeldByAStoppedAppend&) = delete;
+  MutexHeldByAStoppedAppend& operator=(const MutexHeldByAStoppedAppend&) = delete;
+  ~MutexHeldByAStoppedAppend() { release(); }
+
+  // True while the holder is still stopped inside its append.
+  [[nodiscard]] bool held() const { return g_stop_state.load() == 1; }
+  void release() {
+    if (!holder_.joinable()) return;
+    g_stop_state.store(2);
+    holder_.join();
+    test_hooks::set_relay_crash_hook(nullptr);
+  }
+
+ private:
+  std::thread holder_;
+};
+
+// The relay's own verify finds nothing wrong.
+void expect_verify_clean() {
+  auto seg = Segment::open_any(kName, {});
+  ASSERT_TRUE(seg) << seg.error().what();
+  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
+  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+}
+
 class RelayFastMergeTest : public ::testing::TestWithParam<PolicyId> {
  protected:
   test::TempRoot root_;
@@ -240,13 +278,7 @@ TEST_P(RelayFastMergeTest, MergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   for (std::uint64_t k : {1, 2}) {
     ASSERT_TRUE(w->write(k, u64_value(first), 1s));
   }
-  g_stop_state.store(0);
-  test_hooks::set_relay_crash_hook(&stop_inside_append);
-  std::thread holder([&] {
-    auto h = RelayWriter::open(kName);
-    if (h) (void)h->write(3, u64_value(first), 1s);  // a new key: stops holding the mutex
-  });
-  while (g_stop_state.load() != 1) std::this_thread::sleep_for(1ms);
+  MutexHeldByAStoppedAppend mutex_held(u64_value(first));
   std::uint64_t want[2] = {first, first};
   std::vector<std::uint64_t> seqs;
   constexpr std::uint64_t kOps = 50;
@@ -266,10 +298,8 @@ TEST_P(RelayFastMergeTest, MergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   auto same = w->write(1, u64_value(p == policy::kMin ? 1000 : p == policy::kSum ? 0 : 2), 1s);
   ASSERT_TRUE(same) << same.error().what();
   EXPECT_EQ(same->status, WriteStatus::Unchanged);
-  EXPECT_EQ(g_stop_state.load(), 1) << "the mutex holder went on";
-  g_stop_state.store(2);
-  holder.join();
-  test_hooks::set_relay_crash_hook(nullptr);
+  EXPECT_TRUE(mutex_held.held()) << "the mutex holder went on";
+  mutex_held.release();
   EXPECT_EQ(reader->snapshot().lag, 3 + kOps) << "the words' ops count in the lag";
   std::sort(seqs.begin(), seqs.end());
   EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end());
@@ -287,10 +317,7 @@ TEST_P(RelayFastMergeTest, MergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   EXPECT_EQ(s.merged, kOps);
   EXPECT_EQ(s.writes, 3 + kOps + 1);
   EXPECT_EQ(s.unchanged, 1u);
-  auto seg = Segment::open_any(kName, {});
-  ASSERT_TRUE(seg) << seg.error().what();
-  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
-  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+  expect_verify_clean();
 }
 
 INSTANTIATE_TEST_SUITE_P(WordPolicies, RelayFastMergeTest,
@@ -465,13 +492,7 @@ TEST_P(RelayFastCopyTest, CopyMergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   for (std::uint64_t k : {1, 2}) {
     ASSERT_TRUE(w->write(k, copy_value(10, 1), 1s));
   }
-  g_stop_state.store(0);
-  test_hooks::set_relay_crash_hook(&stop_inside_append);
-  std::thread holder([&] {
-    auto h = RelayWriter::open(kName);
-    if (h) (void)h->write(3, copy_value(10, 1), 1s);  // a new key: stops holding the mutex
-  });
-  while (g_stop_state.load() != 1) std::this_thread::sleep_for(1ms);
+  MutexHeldByAStoppedAppend mutex_held(copy_value(10, 1));
   constexpr std::uint64_t kOps = 50;
   for (std::uint64_t i = 0; i < kOps; ++i) {
     auto r = w->write(1 + i % 2, copy_value(20 + i, 2), 1s);  // would wait for the mutex
@@ -481,10 +502,8 @@ TEST_P(RelayFastCopyTest, CopyMergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   auto same = w->write(1, p == policy::kLww ? copy_value(5, 9) : copy_value(20 + kOps - 2, 2), 1s);
   ASSERT_TRUE(same) << same.error().what();
   EXPECT_EQ(same->status, WriteStatus::Unchanged);
-  EXPECT_EQ(g_stop_state.load(), 1) << "the mutex holder went on";
-  g_stop_state.store(2);
-  holder.join();
-  test_hooks::set_relay_crash_hook(nullptr);
+  EXPECT_TRUE(mutex_held.held()) << "the mutex holder went on";
+  mutex_held.release();
   EXPECT_EQ(reader->snapshot().lag, 3 + kOps);
   std::vector<std::byte> got[2];
   std::uint64_t ops = 0;
@@ -499,10 +518,7 @@ TEST_P(RelayFastCopyTest, CopyMergesIntoOpenKeysCompleteWhileTheMutexIsHeld) {
   const RelaySnapshot s = reader->snapshot();
   EXPECT_EQ(s.merged, kOps);
   EXPECT_EQ(s.unchanged, 1u);
-  auto seg = Segment::open_any(kName, {});
-  ASSERT_TRUE(seg) << seg.error().what();
-  const std::vector<std::string> damage = find_kind(kRelayKind)->verify(*seg);
-  EXPECT_TRUE(damage.empty()) << (damage.empty() ? std::string() : damage.front());
+  expect_verify_clean();
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyPolicies, RelayFastCopyTest,
