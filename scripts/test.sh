@@ -352,7 +352,7 @@ test_lane() {
   rc=${PIPESTATUS[0]}
   t_test=$((SECONDS - t0))
 
-  local summary passed=0 failed=0 total skipped unexpected skipped_in_suites
+  local summary passed=0 failed=0 total skipped unexpected
   summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
   if [[ "$summary" =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
     failed=${BASH_REMATCH[1]}
@@ -366,22 +366,22 @@ test_lane() {
   [[ -n "$summary" ]] || { summary="ctest exited $rc without a summary"; failed=1; }
   # Entries that are whole suites (their names end in ".*") count as the
   # tests they ran: a failed suite counts as at least one failed test.
-  local suites="$dir/gtest-results.txt" suite_entries suite_failed_entries suite_passed suite_failed
+  local suites="$dir/gtest-results.txt" suite_entries suite_failed_entries suite_passed suite_failed suite_skipped
   suite_results "$dir/gtest-results" >"$suites"
   suite_entries=$(grep -cE 'Test +#[0-9]+: .+\.\* ' "$log")
   suite_failed_entries=$(sed -n '/^The following tests FAILED:/,$p' "$log" | grep -cE '^[[:space:]]*[0-9]+ - .+\.\* ')
   suite_passed=$(grep -c '^PASSED ' "$suites")
   suite_failed=$(grep -c '^FAILED ' "$suites")
+  suite_skipped=$(grep -c '^SKIPPED ' "$suites")
   if ((suite_entries > 0)); then
     passed=$((passed - (suite_entries - suite_failed_entries) + suite_passed))
     failed=$((failed - suite_failed_entries + (suite_failed > suite_failed_entries ? suite_failed : suite_failed_entries)))
-    summary+="; $suite_entries suite entries ran $((suite_passed + suite_failed + $(grep -c '^SKIPPED ' "$suites"))) tests"
+    summary+="; $suite_entries suite entries ran $((suite_passed + suite_failed + suite_skipped)) tests"
   fi
   # ctest counts a skipped test as passed: it is neither here.
   sed -n 's/^SKIPPED //p' "$suites" >"$dir/gtest-skipped.txt"
   check_skips "$log" "$dir/gtest-skipped.txt"
-  ((suite_entries > 0)) && skipped_in_suites=$(grep -c '^SKIPPED ' "$suites") || skipped_in_suites=0
-  passed=$((passed > skipped - skipped_in_suites ? passed - (skipped - skipped_in_suites) : 0))
+  passed=$((passed > skipped - suite_skipped ? passed - (skipped - suite_skipped) : 0))
   failed=$((failed + unexpected))
   ((skipped == 0)) || summary+="; $skipped skipped ($unexpected unexpected)"
   total_passed=$((total_passed + passed))
