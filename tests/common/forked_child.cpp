@@ -1,9 +1,12 @@
 #include "common/forked_child.hpp"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 namespace shm::test {
@@ -31,6 +34,39 @@ pid_t gone_tid() {
   int status = 0;
   (void)::waitpid(child, &status, 0);
   return child;
+}
+
+Bystander::Bystander(void* unmap, std::size_t length) {
+  int ready[2];
+  if (::pipe(ready) != 0) return;
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    if (unmap != nullptr) ::munmap(unmap, length);
+    ::close(ready[0]);
+    ::close(ready[1]);  // the parent's read ends: the child no longer maps it
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  (void)!::read(ready[0], &c, 1);  // EOF once the child has unmapped
+  ::close(ready[0]);
+}
+
+Bystander::~Bystander() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  (void)::waitpid(pid_, &status, 0);
+}
+
+pid_t kernel_thread_tid() {
+  std::FILE* f = std::fopen("/proc/2/comm", "re");
+  if (f == nullptr) return 0;
+  char comm[32] = {};
+  const bool kthreadd =
+      std::fgets(comm, sizeof comm, f) != nullptr && std::strcmp(comm, "kthreadd\n") == 0;
+  std::fclose(f);
+  return kthreadd ? 2 : 0;
 }
 
 }  // namespace shm::test

@@ -1,7 +1,9 @@
 // Fuzz target: the consumers' read paths over a mapping of arbitrary bytes.
 // The header's kind id picks the consumer: SpscRing (peek, release), Channel
 // (receive, checksum, give back), MpmcRing (pop; the rings of a
-// PriorityFanout are MPMC rings) or the Ledger's view (snapshot and verify).
+// PriorityFanout are MPMC rings), the Ledger's view (snapshot and verify) or
+// a Topic (a subscriber attaches, receives, holds and drops samples; then a
+// publisher takes the role over, loans and publishes).
 // Each attaches as a consumer would, taking over whatever the bytes say a
 // dead predecessor left, and reads a bounded number of records. Any outcome is
 // fine except a crash, a hang or a sanitizer report.
@@ -12,9 +14,13 @@
 #include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/segment/kind_ids.hpp"
 #include "shm/spsc/consumer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <array>
 #include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -73,6 +79,30 @@ void read_ledger(const shm::OpenOptions& options) {
   (void)shm::ledger::verify_unlocked(*view, segment->slots());
 }
 
+// Attaching repairs what the bytes say dead holders left (their samples,
+// their loans); receive walks the queue and the chunk pool the bytes describe.
+void read_topic(const shm::OpenOptions& options) {
+  {
+    auto subscriber = shm::TopicSubscriber::open(shm::fuzz::kSegmentName,
+                                                 shm::TopicOverflow::DropOldest, {}, options);
+    if (!subscriber) return;
+    std::vector<shm::Sample> held;
+    for (int i = 0; i < kMaxReads; ++i) {
+      auto sample = subscriber->try_receive();
+      if (!sample || !*sample) break;
+      (void)touch((*sample)->bytes());
+      if (i % 2 == 0) held.push_back(std::move(**sample));  // the others drop at once
+    }
+    (void)subscriber->snapshot();
+  }
+  auto publisher = shm::TopicPublisher::open(shm::fuzz::kSegmentName, {}, options);
+  if (!publisher) return;
+  auto loan = publisher->try_loan(1);
+  if (!loan || !*loan) return;
+  (*loan)->bytes()[0] = std::byte{0x5a};
+  (void)publisher->try_publish(std::move(**loan));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -96,6 +126,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case kLedgerKind:
       read_ledger(fuzz::open_options(true));
+      break;
+    case kTopicKind:
+      read_topic(fuzz::open_options(false));
       break;
     default:
       break;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #if defined(__has_feature)
@@ -73,6 +74,75 @@ int wait_slice(pthread_mutex_t* m, Clock::time_point until) noexcept {
 #endif
 }
 
+// A file-backed mapping's identity, as /proc/<pid>/maps prints it.
+struct MappedFile {
+  unsigned long long dev_major = 0;
+  unsigned long long dev_minor = 0;
+  unsigned long long inode = 0;
+  [[nodiscard]] bool known() const noexcept { return inode != 0; }
+  [[nodiscard]] bool operator==(const MappedFile&) const = default;
+};
+
+// Reads /proc/<pid>/maps (`path`) line by line (fgets on a fixed buffer: a
+// line longer than it arrives in pieces, only a line's first piece is
+// parsed) and calls `visit(start, end, file)` for each mapping until it
+// returns true. false when the file cannot be read (permission, gone).
+template <class Visit>
+bool each_mapping(const char* path, Visit&& visit) noexcept {
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char line[512];
+  bool line_start = true;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const bool first_piece = line_start;
+    line_start = std::strchr(line, '\n') != nullptr;
+    if (!first_piece) continue;
+    unsigned long long start = 0;
+    unsigned long long end = 0;
+    MappedFile file;
+    if (std::sscanf(line, "%llx-%llx %*s %*x %llx:%llx %llu", &start, &end, &file.dev_major,
+                    &file.dev_minor, &file.inode) != 5)
+      continue;
+    if (visit(start, end, file)) break;
+  }
+  std::fclose(f);
+  return true;
+}
+
+// The file this process maps at `address` (unknown: private memory, or no /proc).
+MappedFile file_mapped_at(const void* address) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  MappedFile found;
+  (void)each_mapping("/proc/self/maps",
+                     [&](unsigned long long start, unsigned long long end, const MappedFile& file) {
+                       if (at < start || at >= end) return false;
+                       found = file;
+                       return true;
+                     });
+  return found;
+}
+
+// Whether /proc/<tid>/stat says `tid` is a kernel thread (PF_KTHREAD in its
+// flags, the ninth field, counted after the command name's closing paren,
+// which may itself hold spaces and parens).
+bool kernel_thread(std::int32_t tid) noexcept {
+  char path[40];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", tid);
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char stat[1024];
+  const std::size_t n = std::fread(stat, 1, sizeof stat - 1, f);
+  std::fclose(f);
+  stat[n] = '\0';
+  const char* after_comm = std::strrchr(stat, ')');
+  if (after_comm == nullptr) return false;
+  unsigned long long flags = 0;
+  // ") S ppid pgrp session tty_nr tpgid flags"
+  if (std::sscanf(after_comm + 1, " %*c %*d %*d %*d %*d %*d %llu", &flags) != 1) return false;
+  constexpr unsigned long long kPfKthread = 0x00200000;  // include/linux/sched.h
+  return (flags & kPfKthread) != 0;
+}
+
 #if defined(__GLIBC__)
 std::uint32_t lock_word(const pthread_mutex_t& m) noexcept {
   // relaxed: a diagnostic read; the decision it feeds is re-checked against
@@ -103,6 +173,44 @@ const char* to_string(LockResult r) noexcept {
   return "?";
 }
 
+OwnerVerdict judge_owner(std::int32_t tid, const void* mutex) noexcept {
+  if (!thread_exists(tid)) return OwnerVerdict::Missing;
+  if (kernel_thread(tid)) return OwnerVerdict::KernelThread;
+  // A holder maps the mutex: the file this process maps it from must be in
+  // the holder's maps too (any of its threads' /proc/<tid>/maps shows the
+  // process's address space). Undecided where either side is unknown: a
+  // private mapping here, or maps of another user's process (EACCES).
+  const MappedFile ours = file_mapped_at(mutex);
+  if (!ours.known()) return OwnerVerdict::Plausible;
+  char path[40];
+  std::snprintf(path, sizeof path, "/proc/%d/maps", tid);
+  bool maps_it = false;
+  const bool read =
+      each_mapping(path, [&](unsigned long long, unsigned long long, const MappedFile& file) {
+        maps_it = file == ours;
+        return maps_it;
+      });
+  if (!read || maps_it) return OwnerVerdict::Plausible;
+  // One look can be wrong (the holder ended and its id went to another
+  // process between the two reads): lock() acts only on a verdict that
+  // stands, with the word unchanged, for kDeadOwnerGrace.
+  return OwnerVerdict::NotMapping;
+}
+
+const char* owner_verdict_text(OwnerVerdict v) noexcept {
+  switch (v) {
+    case OwnerVerdict::Plausible:
+      return "which may hold it";
+    case OwnerVerdict::Missing:
+      return "which does not exist and was never marked dead by the kernel";
+    case OwnerVerdict::KernelThread:
+      return "a kernel thread, which never holds a user-space mutex";
+    case OwnerVerdict::NotMapping:
+      return "a live thread of a process that does not map this segment";
+  }
+  return "?";
+}
+
 bool thread_exists(std::int32_t tid) noexcept {
   // 0 and negative ids name process groups for kill(): never a thread.
   if (tid <= 0) return false;
@@ -115,22 +223,31 @@ bool thread_exists(std::int32_t tid) noexcept {
   return ::stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR);
 }
 
+namespace {
+
+// Why the word's owner cannot hold the mutex, judged again for the message
+// (the judgment that refused the lock was the same, a moment earlier).
+const char* impossible_owner_text(const RobustMutex& m) noexcept {
+  const OwnerVerdict v = judge_owner(m.owner_tid(), &m);
+  return owner_verdict_text(v == OwnerVerdict::Plausible ? OwnerVerdict::Missing : v);
+}
+
+}  // namespace
+
 std::unexpected<Error> fail_dead_owner(std::string_view path, std::string_view what,
                                        const RobustMutex& m) {
   return fail(Errc::Corrupt,
               shm::detail::format(
-                  "{}: the {} mutex's lock word is corrupt: it names owner thread {}, which "
-                  "does not exist and was never marked dead by the kernel (a damaged or "
-                  "hostile file); re-create the segment",
-                  path, what, m.owner_tid()));
+                  "{}: the {} mutex's lock word is corrupt: it names owner thread {}, {} (a "
+                  "damaged or hostile file); re-create the segment",
+                  path, what, m.owner_tid(), impossible_owner_text(m)));
 }
 
 std::string dead_owner_note(std::string_view what, const RobustMutex& m) {
   return shm::detail::format(
-      "the {} mutex's lock word is corrupt: it names owner thread {}, which "
-      "does not exist and was never marked dead by the kernel; every "
+      "the {} mutex's lock word is corrupt: it names owner thread {}, {}; every "
       "locker fails (Corrupt): re-create the segment",
-      what, m.owner_tid());
+      what, m.owner_tid(), impossible_owner_text(m));
 }
 
 Result<void> RobustMutex::init() {
@@ -162,7 +279,8 @@ bool RobustMutex::owner_missing() const noexcept {
 #if defined(__GLIBC__)
   const std::uint32_t word = lock_word(m_);
   if (word == 0 || (word & kFutexOwnerDied) != 0) return false;
-  if (thread_exists(static_cast<std::int32_t>(word & kFutexTidMask))) return false;
+  if (judge_owner(static_cast<std::int32_t>(word & kFutexTidMask), this) == OwnerVerdict::Plausible)
+    return false;
   // A registered owner that died has its word marked (OWNER_DIED) by the
   // kernel before its id disappears: a word unchanged now is not such a death.
   return lock_word(m_) == word;
@@ -221,12 +339,13 @@ LockResult RobustMutex::lock_slow(int rc, Clock::time_point deadline) noexcept {
     // A whole slice passed with the mutex held: is its owner alive?
     const std::uint32_t word = lock_word(m_);
     const std::uint32_t tid = word & kFutexTidMask;
-    const bool missing = word != 0 && (word & kFutexOwnerDied) == 0 &&
-                         (static_cast<std::int32_t>(tid) == self_tid() ||
-                          !thread_exists(static_cast<std::int32_t>(tid))) &&
-                         // The kernel marks a registered owner's word before
-                         // its id disappears: unchanged now, it is no such death.
-                         (lock_word(m_) & (kFutexOwnerDied | kFutexTidMask)) == tid;
+    const bool missing =
+        word != 0 && (word & kFutexOwnerDied) == 0 &&
+        (static_cast<std::int32_t>(tid) == self_tid() ||
+         judge_owner(static_cast<std::int32_t>(tid), this) != OwnerVerdict::Plausible) &&
+        // The kernel marks a registered owner's word before
+        // its id disappears: unchanged now, it is no such death.
+        (lock_word(m_) & (kFutexOwnerDied | kFutexTidMask)) == tid;
     if (!missing) {
       suspect = false;
       continue;

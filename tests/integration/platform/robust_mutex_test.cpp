@@ -19,8 +19,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <new>
+#include <string>
 #include <thread>
 
 namespace shm::robust_mutex_test {
@@ -42,11 +45,30 @@ struct Shared {
   std::atomic<std::uint32_t> release{0};      // set to ask the holder to unlock
 };
 
-class RobustMutexTest : public ::testing::Test {
+// Where the mutex lives: shared anonymous memory, or a mapped file (as in a
+// segment). Both have an inode, which lets lock() judge whether a live owner
+// maps the mutex.
+enum class Backing { Anonymous, File };
+
+std::string backing_name(const ::testing::TestParamInfo<Backing>& info) {
+  return info.param == Backing::File ? "File" : "Anonymous";
+}
+
+class RobustMutexTest : public ::testing::TestWithParam<Backing> {
  protected:
   void SetUp() override {
-    void* p =
-        ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int fd = -1;
+    int flags = MAP_SHARED | MAP_ANONYMOUS;
+    if (GetParam() == Backing::File) {
+      std::string path = (std::filesystem::temp_directory_path() / "robust_mutex_test.XXXXXX");
+      fd = ::mkstemp(path.data());
+      ASSERT_GE(fd, 0) << path;
+      ::unlink(path.c_str());  // mapped, it keeps its inode
+      ASSERT_EQ(::ftruncate(fd, sizeof(Shared)), 0);
+      flags = MAP_SHARED;
+    }
+    void* p = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, flags, fd, 0);
+    if (fd >= 0) ::close(fd);
     ASSERT_NE(p, MAP_FAILED);
     shared_ = new (p) Shared;
     ASSERT_TRUE(shared_->mutex.init());
@@ -76,7 +98,7 @@ std::uint64_t ms_since(std::chrono::steady_clock::time_point t) {
           .count());
 }
 
-TEST_F(RobustMutexTest, AnOwnerThatDoesNotExistEndsLockWithDeadOwnerUnregistered) {
+TEST_P(RobustMutexTest, AnOwnerThatDoesNotExistEndsLockWithDeadOwnerUnregistered) {
   const pid_t tid = gone_tid();
   ASSERT_FALSE(detail::thread_exists(tid));
   forge_owner(shared_->mutex, tid);
@@ -111,7 +133,7 @@ TEST_F(RobustMutexTest, AnOwnerThatDoesNotExistEndsLockWithDeadOwnerUnregistered
   EXPECT_EQ(shared_->mutex.owner_tid(), tid);
 }
 
-TEST_F(RobustMutexTest, AWordWithoutOwnerIdButHeldIsDeadOwnerUnregisteredToo) {
+TEST_P(RobustMutexTest, AWordWithoutOwnerIdButHeldIsDeadOwnerUnregisteredToo) {
   // glibc would wait on a word of only the waiters bit for ever: no thread 0 unlocks it.
   auto& raw = reinterpret_cast<pthread_mutex_t&>(shared_->mutex);
   __atomic_store_n(&raw.__data.__lock, static_cast<int>(kFutexWaiters), __ATOMIC_SEQ_CST);
@@ -121,7 +143,7 @@ TEST_F(RobustMutexTest, AWordWithoutOwnerIdButHeldIsDeadOwnerUnregisteredToo) {
   EXPECT_EQ(rc, 0);
 }
 
-TEST_F(RobustMutexTest, ALiveHolderIsWaitedForPastTheGraceAndItsReleaseWakesTheWaiter) {
+TEST_P(RobustMutexTest, ALiveHolderIsWaitedForPastTheGraceAndItsReleaseWakesTheWaiter) {
   Shared& s = *shared_;
   // The holder: another process that locks, says so, and holds until asked.
   const pid_t holder = ::fork();
@@ -172,7 +194,7 @@ TEST_F(RobustMutexTest, ALiveHolderIsWaitedForPastTheGraceAndItsReleaseWakesTheW
       << "the waiter took the mutex more than 100 ms after its release";
 }
 
-TEST_F(RobustMutexTest, AHolderKilledWhileAnotherWaitsStillHandsOverWithOwnerDied) {
+TEST_P(RobustMutexTest, AHolderKilledWhileAnotherWaitsStillHandsOverWithOwnerDied) {
   Shared& s = *shared_;
   const pid_t holder = ::fork();
   ASSERT_GE(holder, 0);
@@ -203,6 +225,71 @@ TEST_F(RobustMutexTest, AHolderKilledWhileAnotherWaitsStillHandsOverWithOwnerDie
   EXPECT_EQ(s.mutex.lock(), LockResult::Acquired);
   s.mutex.unlock();
 }
+
+// lock() ending in DeadOwnerUnregistered within [grace, 10 s), run in a
+// forked child: 0, or 10 + the LockResult it got, 30 too early, 31 too late.
+int expect_refused_after_grace(RobustMutex& m) {
+  return run_in_child([&] {
+    const auto start = std::chrono::steady_clock::now();
+    const LockResult r = m.lock();
+    if (r != LockResult::DeadOwnerUnregistered) return 10 + static_cast<int>(r);
+    const std::uint64_t ms = ms_since(start);
+    if (ms < static_cast<std::uint64_t>(RobustMutex::kDeadOwnerGrace.count())) return 30;
+    return ms < 10'000 ? 0 : 31;
+  });
+}
+
+// A word naming a kernel thread (always alive, never marked dead) is
+// refused like a missing owner: a kernel thread never holds a user-space
+// mutex. Before, lock() waited for it for ever (the fuzzer found it, a
+// topic attach naming thread 2).
+TEST_P(RobustMutexTest, AKernelThreadOwnerEndsLockWithDeadOwnerUnregistered) {
+  const pid_t kthread = test::kernel_thread_tid();
+  if (kthread == 0) GTEST_SKIP() << "no kernel thread visible in this pid namespace";
+  forge_owner(shared_->mutex, kthread);
+  EXPECT_EQ(detail::judge_owner(kthread, shared_), detail::OwnerVerdict::KernelThread);
+  EXPECT_TRUE(shared_->mutex.owner_missing());
+  EXPECT_EQ(expect_refused_after_grace(shared_->mutex), 0)
+      << "10+LockResult: wrong result; 30: gave up before the grace; 31: too late";
+  EXPECT_EQ(shared_->mutex.owner_tid(), kthread);
+}
+
+// A word naming a live thread of a process that does not map the mutex's
+// memory is refused after the grace. Shared anonymous memory has an inode
+// too (the kernel's shmem file, "/dev/zero (deleted)" in the maps): both
+// backings are judged.
+TEST_P(RobustMutexTest, ALiveProcessThatDoesNotMapTheMutexIsRefusedAsOwner) {
+  test::Bystander bystander(shared_, sizeof(Shared));
+  ASSERT_GT(bystander.pid(), 0);
+  ASSERT_TRUE(detail::thread_exists(bystander.pid()));
+  forge_owner(shared_->mutex, bystander.pid());
+  EXPECT_EQ(detail::judge_owner(bystander.pid(), shared_), detail::OwnerVerdict::NotMapping);
+  EXPECT_TRUE(shared_->mutex.owner_missing());
+  EXPECT_EQ(expect_refused_after_grace(shared_->mutex), 0)
+      << "10+LockResult: wrong result; 30: gave up before the grace; 31: too late";
+}
+
+// Memory no other process can map (the heap) holds a mutex shared by this
+// process's threads only: an owner there cannot be judged by the maps, and
+// is waited for as a live holder (a timed lock times out past the grace).
+TEST(RobustMutexPrivateMemoryTest, AnOwnerOfAMutexOnTheHeapIsWaitedForAsALiveHolder) {
+  auto heap = std::make_unique<RobustMutex>();
+  ASSERT_TRUE(heap->init());
+  test::Bystander bystander;
+  ASSERT_GT(bystander.pid(), 0);
+  forge_owner(*heap, bystander.pid());
+  EXPECT_EQ(detail::judge_owner(bystander.pid(), heap.get()), detail::OwnerVerdict::Plausible);
+  EXPECT_FALSE(heap->owner_missing());
+  const int timed = run_in_child([&] {
+    const auto start = std::chrono::steady_clock::now();
+    const LockResult r = heap->lock_until(start + RobustMutex::kDeadOwnerGrace + 300ms);
+    return r == LockResult::TimedOut ? 0 : 10 + static_cast<int>(r);
+  });
+  EXPECT_EQ(timed, 0) << "10+LockResult";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backings, RobustMutexTest,
+                         ::testing::Values(Backing::Anonymous, Backing::File), backing_name);
 
 }  // namespace
 }  // namespace shm::robust_mutex_test

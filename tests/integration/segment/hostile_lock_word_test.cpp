@@ -1,9 +1,12 @@
-// A segment whose robust mutex names an owner thread that does not exist (a
+// A segment whose robust mutex names an owner thread that cannot hold it (a
 // corrupt or hostile file: the kernel's robust-list recovery only covers
 // owners that died while registered) must give every call that locks a typed
 // Corrupt error naming the segment and its lock word, within a bounded time,
 // never a wait for ever; shmctl verify reports it (exit 3) and inspect does
-// not hang. One case per kind with a robust mutex. The calls run in a forked
+// not hang. One case per kind with a robust mutex, each with three owners:
+// a thread that is gone, a kernel thread, a live process that does not map
+// the segment (the last two are alive for ever: the fuzzer found a topic
+// attach waiting on thread 2 for ever). The calls run in a forked
 // child (a fresh process: it opens the file itself) with a deadline.
 #include "common/forked_child.hpp"
 #include "common/spill_config.hpp"
@@ -33,6 +36,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -100,8 +104,42 @@ int expect_corrupt(const Result<T>& r, const std::string& path, const char* call
   return 0;
 }
 
-class HostileLockWordTest : public ::testing::Test {
+// Whom the forged lock word names: a thread that is gone, a kernel thread, or
+// a live process that does not map the segment. None can hold the mutex.
+enum class ForgedOwner { Gone, KernelThread, Bystander };
+
+std::string forged_owner_name(const ::testing::TestParamInfo<ForgedOwner>& info) {
+  switch (info.param) {
+    case ForgedOwner::Gone:
+      return "Gone";
+    case ForgedOwner::KernelThread:
+      return "KernelThread";
+    case ForgedOwner::Bystander:
+      return "Bystander";
+  }
+  return "Unknown";
+}
+
+class HostileLockWordTest : public ::testing::TestWithParam<ForgedOwner> {
  protected:
+  // The bystander is forked before the test creates its segment: it never maps it.
+  void SetUp() override {
+    if (GetParam() == ForgedOwner::Bystander) bystander_.emplace();
+    if (GetParam() == ForgedOwner::KernelThread && test::kernel_thread_tid() == 0)
+      GTEST_SKIP() << "no kernel thread visible in this pid namespace";
+  }
+  pid_t forged_tid() {
+    switch (GetParam()) {
+      case ForgedOwner::Gone:
+        return gone_tid();
+      case ForgedOwner::KernelThread:
+        return test::kernel_thread_tid();
+      case ForgedOwner::Bystander:
+        return bystander_->pid();
+    }
+    return 0;
+  }
+
   // shmctl verify reports the forged word (exit 3, the word named) and
   // inspect answers; neither locks, so neither waits.
   void expect_shmctl_reports(const std::string& name) {
@@ -120,9 +158,10 @@ class HostileLockWordTest : public ::testing::Test {
     EXPECT_TRUE(rc == 0 || rc == 3) << rc << ": " << inspect.output();
   }
   test::TempRoot root_;
+  std::optional<test::Bystander> bystander_;
 };
 
-TEST_F(HostileLockWordTest, LedgerOpenAndLockingCallsAnswerCorrupt) {
+TEST_P(HostileLockWordTest, LedgerOpenAndLockingCallsAnswerCorrupt) {
   const std::string path = root_.file("budget");
   std::size_t offset = 0;
   {
@@ -135,7 +174,7 @@ TEST_F(HostileLockWordTest, LedgerOpenAndLockingCallsAnswerCorrupt) {
         reinterpret_cast<const std::byte*>(&l->view().control->lock.mutex) -
         l->segment().data().data());
   }
-  forge_owner(path, offset, gone_tid());
+  forge_owner(path, offset, forged_tid());
   const int rc = run_in_child([&] {
     auto l = Ledger::open("budget");
     if (!l) return expect_corrupt(l, path, "Ledger::open");
@@ -145,7 +184,7 @@ TEST_F(HostileLockWordTest, LedgerOpenAndLockingCallsAnswerCorrupt) {
   expect_shmctl_reports("budget");
 }
 
-TEST_F(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
+TEST_P(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
   const std::string path = root_.file("rates");
   std::size_t offset = 0;
   {
@@ -154,7 +193,7 @@ TEST_F(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
     offset = static_cast<std::size_t>(
         reinterpret_cast<const std::byte*>(&w->view().control->mutex) - w->segment().data().data());
   }
-  forge_owner(path, offset, gone_tid());
+  forge_owner(path, offset, forged_tid());
   const int rc = run_in_child([&] {
     const std::uint64_t v = 7;
     auto w = RelayWriter::open("rates");
@@ -173,7 +212,7 @@ TEST_F(HostileLockWordTest, RelayOpenAndWriteAnswerCorrupt) {
 
 // The spill's seal mutex is only ever tried: a forged owner there makes the
 // write that would seal a page answer Corrupt naming it, at once.
-TEST_F(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt) {
+TEST_P(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt) {
   test::TempSpillDir spill_dir;  // LIBSHM_SPILL_DIR/<relay>
   const std::string path = root_.file("spilled");
   std::size_t offset = 0;
@@ -184,7 +223,7 @@ TEST_F(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt
         static_cast<std::size_t>(reinterpret_cast<const std::byte*>(&w->view().spill->seal_mutex) -
                                  w->segment().data().data());
   }
-  forge_owner(path, offset, gone_tid());
+  forge_owner(path, offset, forged_tid());
   const int rc = run_in_child([&] {
     auto w = RelayWriter::open("spilled");
     if (!w) {
@@ -209,7 +248,7 @@ TEST_F(HostileLockWordTest, RelaySpillSealMutexMakesTheSealingWriteAnswerCorrupt
   EXPECT_EQ(rc, 0);
 }
 
-TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
+TEST_P(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
   const std::string path = root_.file("out");
   {
     EgressParams p;
@@ -219,7 +258,7 @@ TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
     auto e = Egress::create("out", p);
     ASSERT_TRUE(e) << e.error().what();
   }
-  forge_owner(path, 0, gone_tid());
+  forge_owner(path, 0, forged_tid());
   const int rc = run_in_child([&] {
     const std::byte payload[4]{};
     auto e = Egress::open("out");
@@ -230,13 +269,13 @@ TEST_F(HostileLockWordTest, EgressOpenAndEnqueueAnswerCorrupt) {
   expect_shmctl_reports("out");
 }
 
-TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
+TEST_P(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
   const std::string path = root_.file("news");
   {
     auto pub = TopicPublisher::create("news", small_topic());
     ASSERT_TRUE(pub) << pub.error().what();
   }
-  forge_owner(path, 0, gone_tid());
+  forge_owner(path, 0, forged_tid());
   const int rc = run_in_child([&] {
     auto sub = TopicSubscriber::open("news", TopicOverflow::DropOldest);
     if (!sub) {
@@ -251,6 +290,11 @@ TEST_F(HostileLockWordTest, TopicPublisherAndSubscriberOpenAnswerCorrupt) {
   EXPECT_EQ(rc, 0);
   expect_shmctl_reports("news");
 }
+
+INSTANTIATE_TEST_SUITE_P(Owners, HostileLockWordTest,
+                         ::testing::Values(ForgedOwner::Gone, ForgedOwner::KernelThread,
+                                           ForgedOwner::Bystander),
+                         forged_owner_name);
 
 // A live process holding the mutex at the start of a segment's data area
 // (the egress's, the relay's and the topic's are there) until release() or

@@ -13,13 +13,18 @@
 /// only covers threads that died while registered). pthread_mutex_lock would
 /// wait on it forever. lock() never does: it waits in slices of kLockSlice and,
 /// each time a slice ends without the mutex, reads the owner thread id from the
-/// lock word (glibc) and checks that the thread exists. An owner that does not
-/// exist (nor is the calling thread), still named by the word, unmarked, for
+/// lock word (glibc) and judges it (judge_owner): a holder is a live thread of
+/// a process that maps the mutex's file. An owner that does not exist, is a
+/// kernel thread, is the calling thread, or belongs to a live process that
+/// does not map the file, still named by the word, unmarked, for
 /// kDeadOwnerGrace, gives LockResult::DeadOwnerUnregistered. The grace is for
-/// a holder in another pid namespace, whose id means nothing here: it holds
-/// the mutex for microseconds, not for a second. A garbage id that happens to
-/// name a live thread of this namespace (id reuse) waits like a live holder,
-/// until that thread ends or the caller's deadline (lock_until) passes.
+/// a holder in another pid namespace, whose id means nothing here (or names
+/// an unrelated thread): it holds the mutex for microseconds, not for a
+/// second. A garbage id that names a live thread of a process mapping the
+/// file waits like a live holder, until that thread ends or the caller's
+/// deadline (lock_until) passes; so does one whose maps this process may not
+/// read (another user's) or a mutex in private memory (the heap: no file to
+/// look for; only this process's threads can hold it).
 ///
 /// Uncontended lock/unlock make no system call (glibc's robust fast path is a
 /// compare-and-swap on the owner word plus robust-list bookkeeping in user space);
@@ -46,9 +51,11 @@ enum class LockResult : std::uint8_t {
   Unrecoverable,  ///< not acquired: a repairer unlocked without marking it consistent
   Failed,         ///< not acquired: any other error (EINVAL on a damaged mutex word, ...)
   Busy,           ///< try_lock only: not acquired, a live holder has it
-  /// Not acquired: the lock word names an owner thread that does not exist (or
-  /// the caller itself) and that the kernel never marked dead: a corrupt or
-  /// hostile lock word (owner_tid() tells which id). Waiting would never end.
+  /// Not acquired: the lock word names an owner thread that cannot hold it (it
+  /// does not exist, is the caller itself, a kernel thread, or a thread of a
+  /// process that does not map the mutex) and that the kernel never marked
+  /// dead: a corrupt or hostile lock word (owner_tid() tells which id).
+  /// Waiting would never end.
   DeadOwnerUnregistered,
   /// lock_until only: a live holder kept it past the deadline, and for at
   /// least kLockSlice (ordinary microsecond holds never refuse a timed call).
@@ -130,8 +137,8 @@ class RobustMutex {
   /// futex word, FUTEX_TID_MASK bits), 0 when free or where the word is not known.
   [[nodiscard]] std::int32_t owner_tid() const noexcept;
   /// Read-only probe for observers (verify, shmctl): true when the lock word
-  /// names a holder that is not a thread of this pid namespace and that the
-  /// kernel has not marked dead, so that lock() would end in
+  /// names a holder that cannot hold it (judge_owner) and that the kernel has
+  /// not marked dead, so that lock() would end in
   /// DeadOwnerUnregistered (after kDeadOwnerGrace). One look, no waiting; false
   /// where the word is not known.
   [[nodiscard]] bool owner_missing() const noexcept;
@@ -159,6 +166,28 @@ class RobustMutex {
 /// verify's line for a mutex whose owner_missing() holds: names the mutex
 /// (`what`) and the owner thread id, says every locker fails with Corrupt.
 [[nodiscard]] std::string dead_owner_note(std::string_view what, const RobustMutex& m);
+
+/// What lock() concludes of the thread id a held lock word names.
+enum class OwnerVerdict : std::uint8_t {
+  Plausible,     ///< a live thread that may hold it (or undecidable): wait for it
+  Missing,       ///< no such thread in this pid namespace
+  KernelThread,  ///< a kernel thread: never the holder of a user-space mutex
+  NotMapping,    ///< a live thread whose process does not map the mutex's file
+};
+
+/// Judges thread `tid` as the holder of the mutex at `mutex`: Missing, a
+/// KernelThread (/proc/<tid>/stat flags), or NotMapping when the file this
+/// process maps `mutex` from (device and inode, /proc/self/maps) is not in
+/// /proc/<tid>/maps. Plausible when it may hold it, and wherever it cannot
+/// be told: `mutex` in private memory (the heap, inode 0), maps of another
+/// user's process. Shared anonymous memory is judged too: the kernel backs
+/// it with a file of its own, whose inode the maps show.
+/// Reads /proc: for the slow path only.
+[[nodiscard]] OwnerVerdict judge_owner(std::int32_t tid, const void* mutex) noexcept;
+
+/// A short phrase saying why the verdict rules the thread out ("a kernel
+/// thread, ..."), for error messages.
+[[nodiscard]] const char* owner_verdict_text(OwnerVerdict v) noexcept;
 
 /// Whether thread id `tid` names a live thread (or zombie) of this pid
 /// namespace: kill(tid, 0) (EPERM counts as alive), then /proc/<tid> (which
