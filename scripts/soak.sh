@@ -12,13 +12,14 @@
 #                   [--ledger-workers N] [--ledger-rate R]          (ledger)
 #                   [--relay-writers N] [--relay-rate R]            (relay)
 #                   [--egress-senders N] [--egress-rate R]          (egress)
+#                   [--topic-subscribers N] [--topic-rate R]        (topic)
 #
 #   --build-dir DIR    the build to test (default: build/ next to scripts/)
 #   --duration S       seconds of chaos (default 30)
 #   --kill-interval S  seconds between kills, fractions allowed (default 1); the
 #                      victim is restarted 0-300 ms after its kill. Every
 #                      process, the sidecar included, is a candidate.
-#   --kinds LIST       comma-separated, default spsc,fanout,ledger,relay,egress:
+#   --kinds LIST       comma-separated, default spsc,fanout,ledger,relay,egress,topic:
 #     spsc    SpscRing: --pairs producer/consumer pairs (default 2), one ring
 #             each (processes producer-I, consumer-I); --rate records/s per
 #             producer (default 20000);
@@ -48,6 +49,13 @@
 #             then so the pool fills and the senders wait for space. A
 #             restarted transport reconnects (generation + 1) and replays
 #             what its killed predecessor had in flight.
+#     topic   Topic (zero-copy publish-subscribe, tests/soak/soak_topic.hpp): one
+#             publisher (topic-publisher) at --topic-rate samples/s (default
+#             2000) and N subscribers (default 3; topic-subscriber-I), in turn
+#             Block and fast, Block and slow (stops receiving for about 100 ms
+#             now and then: the publisher waits), DropOldest and slow (about
+#             300 ms: it misses samples); each keeps a few samples held, so a
+#             kill leaves chunks for the next attach or the sidecar to return.
 #   --seed N           seeds the choice of victims and restart delays
 #   --keep             keep the logs (they are always kept on a failure)
 #
@@ -106,6 +114,15 @@
 #     exact window (in the transport); nothing corrupt (CRC);
 #   - nothing left in the pool after the final drain (no pending, in-flight,
 #     parked or terminal record; the watermark at next_sequence - 1);
+#   topic (every sample to every subscriber, in place):
+#   - nothing corrupt (every byte of every sample checked); each subscriber
+#     receives in increasing (publisher incarnation, seq); one (incarnation,
+#     seq) is the same sample for every subscriber, and the one the publisher
+#     logged (or, unlogged, the one it was publishing when killed);
+#   - a Block subscriber loses nothing within a publisher incarnation; a
+#     DropOldest one skips no more than its missed() count grew; a subscriber
+#     attached before the last publish ends with it;
+#   - the chunk accounting is exact after every kill (shmctl verify below).
 #   every kind:
 #   - `shmctl verify --all` (when shmctl is built) finds no violated invariant;
 #   - every process stops cleanly at the end, the sidecar logs no error and
@@ -155,10 +172,12 @@ EGRESS_RATE=1000      # messages per second per egress sender (a ceiling)
 EGRESS_PAUSE_MS=200   # the egress transport stops claiming for 100-300 ms ...
 EGRESS_PAUSE_EVERY_MS=1500  # ... every 0.75-2.25 s: the pool fills meanwhile
 EGRESS_HOLD_US=1000   # the transport pauses up to this long between a delivery and its ack
+TOPIC_SUBSCRIBERS=3
+TOPIC_RATE=2000       # samples per second from the topic publisher (a ceiling)
 SIDECAR_INTERVAL=50   # ms
 SEED=$$
 KEEP=0
-ALL_KINDS=(spsc fanout ledger relay egress)
+ALL_KINDS=(spsc fanout ledger relay egress topic)
 KINDS_ARG=$(IFS=,; echo "${ALL_KINDS[*]}")
 while (($#)); do
   case "$1" in
@@ -177,6 +196,8 @@ while (($#)); do
     --relay-rate) RELAY_RATE=$2; shift 2 ;;
     --egress-senders) EGRESS_SENDERS=$2; shift 2 ;;
     --egress-rate) EGRESS_RATE=$2; shift 2 ;;
+    --topic-subscribers) TOPIC_SUBSCRIBERS=$2; shift 2 ;;
+    --topic-rate) TOPIC_RATE=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     -h|--help) usage ;;
@@ -185,9 +206,12 @@ while (($#)); do
 done
 bad_usage() { echo "soak: $* (see --help)" >&2; exit 2; }
 for v in DURATION PAIRS RATE FANOUT_PRODUCERS FANOUT_CONSUMERS FANOUT_RATE LEDGER_WORKERS \
-         LEDGER_RATE RELAY_WRITERS RELAY_RATE EGRESS_SENDERS EGRESS_RATE SEED; do
+         LEDGER_RATE RELAY_WRITERS RELAY_RATE EGRESS_SENDERS EGRESS_RATE TOPIC_SUBSCRIBERS \
+         TOPIC_RATE SEED; do
   [[ ${!v} =~ ^[0-9]+$ ]] || bad_usage "--$(tr '_A-Z' '-a-z' <<<"$v") must be a whole number, not '${!v}'"
 done
+((TOPIC_SUBSCRIBERS >= 1 && TOPIC_SUBSCRIBERS <= 8)) ||
+  bad_usage "--topic-subscribers must be 1 to 8 (the topic's pool is sized for 8)"
 [[ $KILL_INTERVAL =~ ^[0-9]*\.?[0-9]+$ ]] || bad_usage "--kill-interval must be a number of seconds"
 KINDS=()
 IFS=, read -r -a kinds_wanted <<<"$KINDS_ARG"
@@ -206,6 +230,7 @@ declare -A KIND_HELPERS=(
   [ledger]="test_soak_ledger_worker test_soak_ledger_checker test_soak_ledger_verify"
   [relay]="test_soak_relay_writer test_soak_relay_reader test_soak_relay_verify"
   [egress]="test_soak_egress_sender test_soak_egress_transport test_soak_egress_verify"
+  [topic]="test_soak_topic_publisher test_soak_topic_subscriber test_soak_topic_verify"
 )
 needed=("$BIN/shm-sidecar" "$HELPERS/test_soak_recovery")
 for kind in "${KINDS[@]}"; do
@@ -405,6 +430,35 @@ egress_verify() {
   "$HELPERS/test_soak_egress_verify" --dir "$WORK" --senders "$EGRESS_SENDERS"
 }
 
+# ---------------------------------------------------------------- kind: topic
+# One Topic: the publisher and every subscriber. Subscriber I is Block and
+# fast (I % 3 == 0), Block and slow (1) or DropOldest and slow (2).
+TOPIC=soak.topic
+topic_register() {
+  local i overflow pause
+  register 1 topic-publisher "$HELPERS/test_soak_topic_publisher" --topic "$TOPIC" \
+    --log "$WORK/topic-publisher.log" --rate "$TOPIC_RATE"
+  for ((i = 0; i < TOPIC_SUBSCRIBERS; i++)); do
+    case $((i % 3)) in
+      0) overflow=block pause=0 ;;
+      1) overflow=block pause=100 ;;
+      2) overflow=drop_oldest pause=300 ;;
+    esac
+    register 2 "topic-subscriber-$i" "$HELPERS/test_soak_topic_subscriber" --topic "$TOPIC" \
+      --id "$i" --overflow "$overflow" --log "$WORK/topic-subscriber-$i.log" --hold 4 \
+      --pause-ms "$pause" --pause-every-ms 1500
+  done
+}
+topic_progress_logs() {
+  local i
+  echo "$WORK/topic-publisher.log"
+  for ((i = 0; i < TOPIC_SUBSCRIBERS; i++)); do echo "$WORK/topic-subscriber-$i.log"; done
+}
+topic_segments() { echo 1; }
+topic_verify() {
+  "$HELPERS/test_soak_topic_verify" --dir "$WORK" --subscribers "$TOPIC_SUBSCRIBERS"
+}
+
 # ---------------------------------------------------------------- the sidecar
 register 3 sidecar "$BIN/shm-sidecar" --root "$ROOT" --interval "$SIDECAR_INTERVAL" \
   --stuck-after 2000 --listen 127.0.0.1:0
@@ -428,6 +482,7 @@ for kind in "${KINDS[@]}"; do
     ledger) shape+=("ledger: $LEDGER_WORKERS worker(s) + checker") ;;
     relay) shape+=("relay (spill): $RELAY_WRITERS writer(s) + reader") ;;
     egress) shape+=("egress: $EGRESS_SENDERS sender(s) + transport") ;;
+    topic) shape+=("topic: publisher + $TOPIC_SUBSCRIBERS subscriber(s)") ;;
   esac
 done
 log "$DURATION s, kill -9 every $KILL_INTERVAL s over ${#NAMES[@]} processes (sidecar included)," \
@@ -591,7 +646,8 @@ recoveries=$(grep -o 'recoveries: [0-9]* of [0-9]*' "$WORK/verify.txt" | cut -d'
 max_recovery=$(grep -o 'first progress): max [0-9.]* ms' "$WORK/verify.txt" | awk '{print $4}')
 parts=()
 [[ " ${KINDS[*]} " == *" spsc "* || " ${KINDS[*]} " == *" fanout "* ||
-   " ${KINDS[*]} " == *" relay "* || " ${KINDS[*]} " == *" egress "* ]] &&
+   " ${KINDS[*]} " == *" relay "* || " ${KINDS[*]} " == *" egress "* ||
+   " ${KINDS[*]} " == *" topic "* ]] &&
   parts+=("$messages messages delivered")
 [[ -n "$ledger_ops" ]] && parts+=("$ledger_ops ledger operations")
 [[ -n "$redelivered" ]] && parts+=("$redelivered")

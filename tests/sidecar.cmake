@@ -1,6 +1,6 @@
 # shm-sidecar: its tests link the monitor library and need the daemon built;
 # the soak (scripts/soak.sh, every kind: spsc, fanout, ledger, relay with
-# spill, egress) runs 30 s as a ctest entry labelled "soak" (about 35-37 s
+# spill, egress, topic) runs 30 s as a ctest entry labelled "soak" (about 35-37 s
 # wall in the normal lane, 40-42 s under asan and tsan, on a loaded 2-vCPU VM;
 # the start, the drains and the verifiers add to the 30 s).
 if(TARGET shm_sidecar_monitor)
