@@ -122,6 +122,14 @@ const std::map<std::string, ExportSetter>& export_keys() {
        [](ExportOptions& o, const json& v) {
          return take_uint(v, 10, 600000, o.publish_timeout_ms);
        }},
+      {"topic-overflow",
+       [](ExportOptions& o, const json& v) -> Problem {
+         std::string overflow;
+         if (take_string(v, overflow) || (overflow != "block" && overflow != "drop_oldest"))
+           return "\"block\" or \"drop_oldest\"";
+         o.topic_drop_oldest = overflow == "drop_oldest";
+         return std::nullopt;
+       }},
   };
   return keys;
 }

@@ -382,7 +382,8 @@ Outcome<void> export_main(const ExportOptions& o, const std::atomic<bool>& stop,
                         enqueued));
       } else if (*rec) {
         source->put_back();
-      } else if (source->kind() != LocalKind::Relay && source->position() == head) {
+      } else if (source->kind() != LocalKind::Relay && source->kind() != LocalKind::Topic &&
+                 source->position() == head) {
         return failure(kExitRuntime, fmt::format("source {} {}: the record at position {} that "
                                                  "the egress holds as sequence {} is gone",
                                                  source_kind, o.source, head, intent_seq));

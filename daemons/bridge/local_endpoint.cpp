@@ -24,6 +24,8 @@ std::string_view to_string(LocalKind k) noexcept {
       return "channel";
     case LocalKind::Relay:
       return "relay";
+    case LocalKind::Topic:
+      return "topic";
   }
   return "?";
 }
@@ -31,7 +33,7 @@ std::string_view to_string(LocalKind k) noexcept {
 namespace {
 
 // The kind of the local segment `name`: a ring or a channel (or, for a
-// source, a relay), nullopt when it is missing; any other kind is exit 6
+// source, a relay or a topic), nullopt when it is missing; any other kind is exit 6
 // naming it.
 Outcome<std::optional<LocalKind>> local_kind(std::string_view what, const std::string& name,
                                              const std::string& root, bool relay_allowed) {
@@ -44,12 +46,13 @@ Outcome<std::optional<LocalKind>> local_kind(std::string_view what, const std::s
   if (kind == kSpscRingKind) return LocalKind::Ring;
   if (kind == kChannelKind) return LocalKind::Channel;
   if (kind == kRelayKind && relay_allowed) return LocalKind::Relay;
+  if (kind == kTopicKind && relay_allowed) return LocalKind::Topic;
   const KindDescriptor* d = find_kind(kind);
   return failure(kExitSegment,
                  fmt::format("{} segment {}: KindMismatch: its kind is {} ({}); the bridge "
                              "takes a ring (spsc_ring) or a channel{}",
                              what, name, d != nullptr ? d->name : "unknown", kind,
-                             relay_allowed ? ", or a relay" : ""));
+                             relay_allowed ? ", a relay or a topic" : ""));
 }
 
 // The kind to create a missing segment with, per --create-ring / --create-channel.
@@ -143,6 +146,28 @@ Outcome<ExportSource> ExportSource::open(const ExportOptions& o) {
     s.relay_.emplace(std::move(*reader));
     return s;
   }
+  if (kind == LocalKind::Topic) {
+    auto seg = open_topic(o.source, {}, OpenOptions{.root = c.root});
+    if (!seg) return std::unexpected(segment_failure(what, o.source, seg.error()));
+    std::string why;
+    const auto v = topic::view(*seg, &why);
+    if (!v)
+      return failure(kExitSegment, fmt::format("source topic {}: Corrupt: {}", o.source, why));
+    if (v->p.max_sample_bytes > o.max_message)
+      return failure(kExitSegment,
+                     fmt::format("source topic {}: its samples may be {} bytes, more than an "
+                                 "egress slot (--max-message {}); raise --max-message",
+                                 o.source, v->p.max_sample_bytes, o.max_message));
+    // acquire: pairs with the publish that stored it (under the topic's
+    // mutex). Every sample numbered below it was published before this read,
+    // so before the attach: only the history can hand it to this bridge.
+    s.topic_first_live_ = v->control->publisher.next_seq.load(std::memory_order_acquire);
+    auto sub = TopicSubscriber::attach(
+        std::move(*seg), o.topic_drop_oldest ? TopicOverflow::DropOldest : TopicOverflow::Block);
+    if (!sub) return std::unexpected(segment_failure(what, o.source, sub.error()));
+    s.topic_.emplace(std::move(*sub));
+    return s;
+  }
   if (kind == LocalKind::Ring) {
     auto ring = open_ring_endpoint<RingConsumer>(o.source, c, create, s.created_);
     if (!ring) return std::unexpected(segment_failure(what, o.source, ring.error()));
@@ -175,7 +200,34 @@ Outcome<void> ExportSource::receive(std::optional<std::chrono::milliseconds> tim
   return {};
 }
 
+Outcome<void> ExportSource::hold_topic_sample(Result<std::optional<Sample>> got) {
+  if (!got)
+    return failure(kExitRuntime, fmt::format("source topic {}: {}", name_, got.error().what()));
+  if (!*got) return {};
+  if ((*got)->seq() < topic_first_live_) {
+    ++topic_skipped_;  // history: published before the attach, dropped here
+    return {};
+  }
+  topic_held_ = std::move(**got);
+  return {};
+}
+
+std::uint64_t ExportSource::topic_missed() const noexcept {
+  return topic_ ? topic_->missed() : 0;
+}
+
 Outcome<std::optional<std::span<const std::byte>>> ExportSource::try_next() {
+  if (topic_) {
+    // A history sample is dropped and the next one received, until a live
+    // one or none: at most `history` of them, once.
+    while (!topic_held_) {
+      const std::uint64_t skipped = topic_skipped_;
+      if (auto ok = hold_topic_sample(topic_->try_receive()); !ok)
+        return std::unexpected(ok.error());
+      if (!topic_held_ && topic_skipped_ == skipped) return std::nullopt;
+    }
+    return topic_held_->bytes();
+  }
   if (relay_) {
     if (!relay_held_) {
       auto taken = relay_->take(1);
@@ -214,6 +266,7 @@ Outcome<std::optional<std::span<const std::byte>>> ExportSource::try_next() {
 }
 
 std::uint64_t ExportSource::position() const noexcept {
+  if (topic_) return topic_held_ ? topic_held_->seq() : kNoPosition;
   if (relay_) return relay_held_.value_or(kNoPosition);
   if (ring_) return ring_->released_position();
   return lease_.held() ? lease_.sequence() : channel_->next_sequence();
@@ -232,11 +285,16 @@ void ExportSource::put_back() noexcept {
       ++ring_held_;
     }
   }
-  // A channel lease and a relay entry stay held: the next try_next() hands
-  // them out again.
+  // A channel lease, a relay entry and a topic sample stay held: the next
+  // try_next() hands them out again.
 }
 
 Outcome<void> ExportSource::release() {
+  if (topic_) {
+    topic_held_.reset();  // the chunk goes back to the pool once nobody holds it
+    crash_point("export_after_release");
+    return {};
+  }
   if (relay_) {
     relay_held_.reset();
     if (auto ok = relay_->commit(); !ok)
@@ -257,6 +315,10 @@ Outcome<void> ExportSource::release() {
 }
 
 Outcome<void> ExportSource::wait(std::chrono::milliseconds timeout) {
+  if (topic_) {
+    if (topic_held_) return {};
+    return hold_topic_sample(topic_->receive(timeout));  // the next pass hands it out
+  }
   if (relay_) {
     if (relay_held_) return {};
     if (auto ready = relay_->wait(timeout); !ready)

@@ -13,6 +13,10 @@
 //    little-endian) then its merged value (keyed policies); its position is
 //    its first op sequence, which a dead bridge's entry keeps when the relay
 //    delivers it again.
+//    A topic's bridge is one more subscriber: each sample is a record
+//    (its bytes), its position its sequence number; the samples a late
+//    joiner receives from the history (published before the bridge
+//    attached) are not exported, so a restarted bridge repeats nothing.
 //  - ImportDest: the bridge is the producer. Room is reserved, filled, then
 //    committed. A channel carries one producer lifetime (shm/channel): a
 //    channel whose previous bridge died (or stopped and finished it) is
@@ -28,6 +32,7 @@
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -40,7 +45,7 @@
 
 namespace shm::bridge {
 
-enum class LocalKind : std::uint8_t { Ring, Channel, Relay };
+enum class LocalKind : std::uint8_t { Ring, Channel, Relay, Topic };
 [[nodiscard]] std::string_view to_string(LocalKind k) noexcept;
 
 class ExportSource {
@@ -63,7 +68,8 @@ class ExportSource {
   [[nodiscard]] bool holds_many() const noexcept { return ring_.has_value(); }
   // The position of the next record try_next() hands out (or the held one):
   // a ring's released position, a channel's next sequence, the held relay
-  // entry's first op sequence (kNoPosition when none is held).
+  // entry's first op sequence, the held topic sample's sequence number
+  // (kNoPosition when no relay entry or sample is held).
   [[nodiscard]] std::uint64_t position() const noexcept;
   // The last record handed out stays in the source for the next pass (a
   // ring keeps holding the ones before it).
@@ -78,9 +84,15 @@ class ExportSource {
   [[nodiscard]] bool ended() const noexcept { return ended_; }
   // Why it ended ("finished" or the ProducerDied message).
   [[nodiscard]] const std::string& end_reason() const noexcept { return end_reason_; }
+  // A topic source: samples its DropOldest subscription missed, and history
+  // samples not exported (published before the bridge attached).
+  [[nodiscard]] std::uint64_t topic_missed() const noexcept;
+  [[nodiscard]] std::uint64_t topic_history_skipped() const noexcept { return topic_skipped_; }
 
  private:
   [[nodiscard]] Outcome<void> receive(std::optional<std::chrono::milliseconds> timeout);
+  // Holds the sample a topic receive gave, unless it came from the history.
+  [[nodiscard]] Outcome<void> hold_topic_sample(Result<std::optional<Sample>> got);
 
   static constexpr std::uint64_t kNoPosition = ~std::uint64_t{0};
 
@@ -92,6 +104,10 @@ class ExportSource {
   std::optional<RelayReader> relay_;
   std::optional<std::uint64_t> relay_held_;  // the taken entry's first op sequence
   std::vector<std::byte> relay_record_;      // its record (key + value, or value)
+  std::optional<TopicSubscriber> topic_;
+  std::optional<Sample> topic_held_;    // declared after topic_: dropped before it
+  std::uint64_t topic_first_live_ = 0;  // the topic's next sequence just before the attach
+  std::uint64_t topic_skipped_ = 0;
   // The lease points back at its consumer: the consumer never moves.
   std::unique_ptr<ChannelConsumer> channel_;
   ChannelLease lease_;

@@ -123,10 +123,11 @@ int main(int argc, char** argv) {
       "  7 another bridge holds the route, 8 messages gone from the stream (import). Details: "
       "docs/bridge.md.");
   CLI::App* exp =
-      app.add_subcommand("export", "local ring, channel or relay -> egress -> JetStream");
+      app.add_subcommand("export", "local ring, channel, relay or topic -> egress -> JetStream");
   add_common(*exp, ex.common, listen);
   exp->add_option("--source", ex.source,
-                  "the SpscRing, Channel or relay the application writes (found by its kind)")
+                  "the SpscRing, Channel, relay or topic the application writes (found by its "
+                  "kind)")
       ->required();
   exp->add_option("--egress", ex.egress, "the egress segment (created when missing)")->required();
   exp->add_option("--egress-capacity", ex.egress_capacity, "records the egress retains at most")
@@ -138,6 +139,13 @@ int main(int argc, char** argv) {
   exp->add_option("--window", ex.window, "publishes awaiting their acknowledgement at most")
       ->check(CLI::Range(1u, 65536u))
       ->capture_default_str();
+  exp->add_option_function<std::string>(
+         "--topic-overflow",
+         [&ex](const std::string& v) { ex.topic_drop_oldest = v == "drop_oldest"; },
+         "a topic source: block (the publisher waits for the bridge) or drop_oldest (the "
+         "bridge misses samples, counted)")
+      ->check(CLI::IsMember({"block", "drop_oldest"}))
+      ->default_str("block");
   exp->add_option("--publish-timeout", ex.publish_timeout_ms,
                   "milliseconds to wait for a publish acknowledgement")
       ->check(CLI::Range(10u, 600000u))

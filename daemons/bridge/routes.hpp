@@ -57,6 +57,10 @@ struct ExportOptions {
   std::uint32_t max_message = 4096;  // the egress slot size: the largest record
   std::uint32_t window = 256;        // publishes awaiting their ack at most
   std::uint32_t publish_timeout_ms = 2000;
+  // A topic source: the bridge's subscription waits for the egress (Block:
+  // the publisher waits for the bridge) or keeps the newest (DropOldest: the
+  // bridge misses samples, counted, and the publisher never waits for it).
+  bool topic_drop_oldest = false;
 };
 
 struct ImportOptions {

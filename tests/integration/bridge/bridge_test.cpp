@@ -24,6 +24,7 @@
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/topic/topic.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -2417,6 +2418,87 @@ TEST_F(BridgeRelayTest, ASpillingRelaySourceLosesAndDuplicatesNothingAcrossBridg
   EXPECT_EQ(as_dest.code, 6) << as_dest.output;
   EXPECT_THAT(as_dest.output, HasSubstr("destination segment orders: KindMismatch: its kind is "
                                         "relay"));
+}
+
+// A topic source: the bridge is one more subscriber of the topic (Block by
+// default: the publisher waits for it), each sample one message.
+class BridgeTopicTest : public BridgeTest {
+ protected:
+  void make_topic() {
+    shm::TopicParams p;
+    p.max_sample_bytes = 256;
+    p.chunks = 64;
+    p.queue_depth = 16;
+    p.history = 4;
+    p.max_held = 2;
+    shm::CreateOptions co;
+    co.root = a_.path();
+    auto made = shm::TopicPublisher::create("orders", p, co);
+    ASSERT_TRUE(made.has_value()) << made.error().what();
+    publisher_ = std::move(*made);
+  }
+  // Publishes ring records `from`..`to`-1 (common/ring_record.hpp, 16-256 bytes).
+  void publish(std::uint64_t from, std::uint64_t to) {
+    for (std::uint64_t seq = from; seq < to; ++seq) {
+      const std::size_t size = shm::test::ring_record::size_for(seq, 16, 256);
+      auto loaned = publisher_.loan(size, 10s);
+      ASSERT_TRUE(loaned && *loaned) << "loan of record " << seq;
+      shm::LoanedSample sample = std::move(**loaned);
+      shm::test::ring_record::fill(seq, sample.bytes());
+      auto out = publisher_.publish(std::move(sample), 30s);
+      ASSERT_TRUE(out.has_value()) << out.error().what();
+      ASSERT_EQ(out->status, shm::PublishStatus::Published) << "record " << seq;
+    }
+  }
+
+  shm::TopicPublisher publisher_;
+};
+
+TEST_F(BridgeTopicTest, ExportsEverySampleOnceFromItsAttachAcrossABridgeKill) {
+  const std::uint64_t n = shm::test::scaled(2'000);
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  ASSERT_NO_FATAL_FAILURE(make_topic());
+  make_ring(b_, "orders");
+  // Published before any bridge: the history a late joiner receives, not
+  // exported (records 0..2 again would arrive as duplicates).
+  ASSERT_NO_FATAL_FAILURE(publish(0, 3));
+  // The export bridge kills itself with its 10th sample in the egress and
+  // not yet released; the next bridge's history holds it again.
+  ASSERT_NO_FATAL_FAILURE(start_bridges("export_after_enqueue:10"));
+  EXPECT_THAT(exporter_->output(), HasSubstr("source_kind=topic"));
+  auto consumer = consume_stream(n);
+  ASSERT_NO_FATAL_FAILURE(publish(0, 10));
+  ASSERT_NO_FATAL_FAILURE(expect_crashed(*exporter_));
+  exporter_ = start(export_args(server_->url(), a_), "");
+  ASSERT_TRUE(exporter_->wait_for_line("READY export", 30s)) << exporter_->output();
+  ASSERT_NO_FATAL_FAILURE(publish(10, n));
+  const int crc = consumer->wait(120s);
+  ASSERT_EQ(crc, 0) << consumer->output() << "\nexport bridge: " << drained(*exporter_)
+                    << "\nimport bridge: " << drained(*importer_);
+  EXPECT_THAT(consumer->output(), HasSubstr("FIRST 0\n"));
+  EXPECT_THAT(consumer->output(), HasSubstr(fmt::format("OK {} {}\n", n, n - 1)));
+  // The killed bridge's subscription is gone, its chunks back in the pool.
+  const shm::TopicSnapshot snap = publisher_.snapshot();
+  EXPECT_EQ(snap.subscribers, 1u);
+  EXPECT_EQ(snap.dropped, 0u);
+}
+
+TEST_F(BridgeTopicTest, ATopicWhoseSamplesOutgrowTheEgressSlotOrUsedAsDestinationIsExitSix) {
+  server_ = std::make_unique<NatsServer>();
+  ASSERT_TRUE(server_->ready()) << server_->log();
+  ASSERT_NO_FATAL_FAILURE(make_topic());
+  const BridgeRun small =
+      run_bridge(with_args(export_args(server_->url(), a_), {"--max-message", "100"}));
+  EXPECT_EQ(small.code, 6) << small.output;
+  EXPECT_THAT(small.output, HasSubstr("source topic orders: its samples may be 256 bytes, more "
+                                      "than an egress slot (--max-message 100)"));
+  const BridgeRun as_dest = run_bridge(import_args(server_->url(), a_));
+  EXPECT_EQ(as_dest.code, 6) << as_dest.output;
+  EXPECT_THAT(as_dest.output, HasSubstr("destination segment orders: KindMismatch: its kind is "
+                                        "topic"));
+  // Nothing attached to the topic stays behind.
+  EXPECT_EQ(publisher_.snapshot().subscribers, 0u);
 }
 
 }  // namespace
