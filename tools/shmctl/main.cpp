@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
   events->add_option("--type", events_options.types,
                      "Only events of this type (repeatable: --type spilled --type dropped)");
   events->footer(
-      "A relay's own events (spilled, spill_fallback, dropped, retuned, ...) are merged in\n"
+      "A relay's own events (spilled, spill_fallback, dropped, retuned, ...) and a topic's\n"
+      "(publisher_gone, subscriber_gone, repaired) are merged in\n"
       "by time, their SOURCE the kind's name.\n\nExamples:\n  shmctl events orders\n"
       "  shmctl events prices --type spill_fallback --type no_space\n"
       "  shmctl events orders --json");

@@ -66,6 +66,15 @@ void describe(const Segment& seg, Node& out) {
     const std::uint64_t at = first + head;
     s.gauge("lag", next >= at ? next - at : 0);
   }
+  Node& events = out.array("events");
+  for (const TopicEvent& e : topic::read_events(*v)) {
+    Node& n = events.push_object();
+    n.set("number", e.number);
+    n.set("time_ns", e.time_ns);
+    n.set("kind", std::string(topic::to_string(e.kind)));
+    n.set("key", e.key);
+    n.set("count", e.count);
+  }
 }
 
 std::vector<std::string> verify(const Segment& seg) {

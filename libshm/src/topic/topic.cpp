@@ -190,11 +190,65 @@ std::optional<View> view(const Segment& segment, std::string* why) {
   v.meta = reinterpret_cast<ChunkMeta*>(base + g.meta);
   v.free_stack = reinterpret_cast<std::atomic<std::uint32_t>*>(base + g.free_stack);
   v.history = reinterpret_cast<std::atomic<std::uint32_t>*>(base + g.history);
+  v.events = reinterpret_cast<Event*>(base + g.events);
   v.records = base + g.records;
   v.payload = base + g.payload;
   v.p = p;
   v.g = g;
   return v;
+}
+
+void record_event_locked(const View& v, EventKind kind, std::uint64_t key, std::uint64_t count) {
+  using shm::topic::detail::st;
+  Control& ctl = *v.control;
+  const std::uint64_t n = ld(ctl.pool.events);
+  Event& e = v.events[n % kEventRing];
+  // release (the number, both times): a reader that sees number n + 1 sees
+  // the fields stored before it; 0 first, so that a reader racing the
+  // rewrite of the slot sees its number change and drops what it read.
+  st(e.number, 0, std::memory_order_release);
+  st(e.time_ns, realtime_ns());
+  st(e.key, key);
+  st(e.count, count);
+  st(e.kind, static_cast<std::uint32_t>(kind));
+  st(e.number, n + 1, std::memory_order_release);
+  st(ctl.pool.events, n + 1, std::memory_order_release);
+}
+
+std::string_view to_string(EventKind k) noexcept {
+  switch (k) {
+    case EventKind::PublisherGone:
+      return "publisher_gone";
+    case EventKind::SubscriberGone:
+      return "subscriber_gone";
+    case EventKind::Repaired:
+      return "repaired";
+  }
+  return "unknown";
+}
+
+std::vector<EventRecord> read_events(const View& v) {
+  std::vector<EventRecord> out;
+  // acquire: pairs with the release store of pool.events.
+  const std::uint64_t end = v.control->pool.events.load(std::memory_order_acquire);
+  const std::uint64_t begin = end > kEventRing ? end - kEventRing : 0;
+  for (std::uint64_t n = begin; n < end; ++n) {
+    const Event& e = v.events[n % kEventRing];
+    // acquire: pairs with the record's release stores of `number`.
+    if (e.number.load(std::memory_order_acquire) != n + 1) continue;  // overwritten since
+    EventRecord t;
+    t.number = n;
+    t.time_ns = e.time_ns.load(std::memory_order_relaxed);
+    t.key = e.key.load(std::memory_order_relaxed);
+    t.count = e.count.load(std::memory_order_relaxed);
+    t.kind = static_cast<EventKind>(e.kind.load(std::memory_order_relaxed));
+    // The fields are read before the number again: the number is still
+    // n + 1 only when no rewrite of the slot began meanwhile.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.number.load(std::memory_order_relaxed) != n + 1) continue;
+    out.push_back(t);
+  }
+  return out;
 }
 
 Result<RepairReport> repair_locked(const Segment& segment, const View& v,
@@ -222,6 +276,7 @@ Result<RepairReport> repair_locked(const Segment& segment, const View& v,
         "publisher (slot {}, pid {}, incarnation {}): gone; its {} loaned chunk(s) return to the "
         "pool",
         kPublisherRole.id, slots[kPublisherRole.id].pid, ld(pub.incarnation), loans));
+    record_event_locked(v, EventKind::PublisherGone, ld(pub.incarnation), loans);
   }
   for (std::size_t i = 0; i < kSubscribers; ++i) {
     SubscriberRecord& r = v.record(i);
@@ -239,9 +294,11 @@ Result<RepairReport> repair_locked(const Segment& segment, const View& v,
       ctl.waiters.subscribers_parked.fetch_sub(1, std::memory_order_seq_cst);
     }
     ++report.dropped_records;
+    const std::uint64_t queued = tail >= head ? tail - head : 0;
     report.actions.push_back(shm::detail::format(
         "subscriber slot {} (pid {}): gone; its {} queued and {} held sample(s) are released", slot,
-        slots[slot].pid, tail >= head ? tail - head : 0, held));
+        slots[slot].pid, queued, held));
+    record_event_locked(v, EventKind::SubscriberGone, slot, queued + held);
   }
   // 2. Recompute every chunk's references from the records.
   for (std::uint64_t c = 0; c < v.p.chunks; ++c) v.meta[c].refs.store(0, std::memory_order_relaxed);
@@ -297,6 +354,7 @@ Result<void> locked(const Segment& segment, const View& v, shm::detail::LockResu
       return {};
     case shm::detail::LockResult::OwnerDied: {
       auto repaired = repair_locked(segment, v, std::nullopt);
+      if (repaired) record_event_locked(v, EventKind::Repaired, 0, repaired->returned_chunks);
       m.mark_consistent();
       if (!repaired) {
         m.unlock();
@@ -787,6 +845,14 @@ Result<PublishOutcome> TopicPublisher::publish(LoanedSample&& sample,
 
 std::uint64_t TopicPublisher::max_sample_bytes() const noexcept {
   return core_ ? core_->v.p.max_sample_bytes : 0;
+}
+
+std::vector<TopicEvent> TopicPublisher::events() const {
+  return core_ ? topic::read_events(core_->v) : std::vector<TopicEvent>{};
+}
+
+std::vector<TopicEvent> TopicSubscriber::events() const {
+  return core_ ? topic::read_events(core_->v) : std::vector<TopicEvent>{};
 }
 
 TopicSnapshot TopicPublisher::snapshot() const noexcept {

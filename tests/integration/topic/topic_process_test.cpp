@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -135,6 +137,13 @@ TEST_F(TopicProcessTest, ADeadSubscribersSamplesComeBackAndItNoLongerBlocksThePu
   EXPECT_EQ(pub.snapshot().subscribers, 0u);
   auto seg = must(open_topic("t"));
   EXPECT_EQ(test::audit_topic(seg).error, "");
+  // The topic's own event says whose record went and what it released.
+  const std::vector<TopicEvent> events = pub.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, topic::EventKind::SubscriberGone);
+  EXPECT_EQ(events[0].key, kExclusiveSlots);  // the first subscriber slot
+  EXPECT_EQ(events[0].count, 4u);             // 2 queued + 2 held
+  EXPECT_GT(events[0].time_ns, 0u);
 }
 
 TEST_F(TopicProcessTest, ReclaimOfADeadSubscriberGivesItsChunksBackAtOnce) {
@@ -176,6 +185,11 @@ TEST_F(TopicProcessTest, ADeadPublishersLoanComesBackAndTheNextPublisherIsANewIn
   auto pub = must(TopicPublisher::open("t"));
   EXPECT_EQ(pub.incarnation(), 2u);
   EXPECT_EQ(pub.snapshot().free_chunks, 4u);
+  const std::vector<TopicEvent> events = sub.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, topic::EventKind::PublisherGone);
+  EXPECT_EQ(events[0].key, 1u);    // its incarnation
+  EXPECT_EQ(events[0].count, 1u);  // one loan returned
   auto loan = must(pub.try_loan(3));
   ASSERT_TRUE(loan);
   std::memcpy(loan->bytes().data(), "abc", 3);
@@ -272,6 +286,36 @@ TEST_F(TopicProcessTest, ShmctlInspectShowsEachSubscriberAndVerifyIsClean) {
     EXPECT_NE(out.find(field), std::string::npos) << field << " not in\n" << out;
   Subprocess verify({test::bin_path("shmctl"), "verify", "t"});
   EXPECT_EQ(verify.wait(kLine), 0) << verify.output();
+}
+
+// `shmctl events` merges the topic's own events (a dead subscriber's record
+// dropped) with the segment's (attach, detach, ...), their source "topic".
+TEST_F(TopicProcessTest, ShmctlEventsShowsADeadSubscribersRecordDropped) {
+  if (::access(test::bin_path("shmctl").c_str(), X_OK) != 0) {
+#if SHM_EXPECT_TOOLS
+    FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
+#else
+    GTEST_SKIP() << "shmctl is not built: LIBSHM_BUILD_TOOLS is OFF";
+#endif
+  }
+  auto pub = must(TopicPublisher::create("t", params(8, 4, 64)));
+  auto holder = peer({"hold-sub", "t", "1"});
+  while (pub.snapshot().subscribers == 0) std::this_thread::sleep_for(1ms);
+  for (int i = 0; i < 3; ++i) {
+    auto loan = must(pub.try_loan(8));
+    ASSERT_TRUE(loan);
+    (void)must(pub.try_publish(std::move(*loan)));
+  }
+  ASSERT_TRUE(holder.wait_for_line("holding", kLine));
+  holder.kill();
+  (void)holder.wait(kLine);
+  auto late = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));  // its attach repairs
+  Subprocess events({test::bin_path("shmctl"), "events", "t"});
+  EXPECT_EQ(events.wait(kLine), 0) << events.output();
+  const std::string& out = events.output();
+  EXPECT_NE(out.find("subscriber_gone"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("key={} count=3", kExclusiveSlots)), std::string::npos) << out;
+  EXPECT_NE(out.find("topic"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -112,6 +113,7 @@ struct Control {
     std::atomic<std::uint32_t> free_count;   ///< entries of the free stack in use
     std::atomic<std::uint32_t> reserved;     ///< zero
     std::atomic<std::uint64_t> history_pos;  ///< history entries written, ever
+    std::atomic<std::uint64_t> events;       ///< events recorded, ever (the next number)
   } pool;                                    ///< the pool line
 };
 static_assert(std::is_standard_layout_v<Control>);
@@ -121,6 +123,38 @@ static_assert(offsetof(Control, pool) == 3 * kFalseSharingRange);
 static_assert(sizeof(Control) == 4 * kFalseSharingRange);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+/// Entries of the topic's event ring: event n is in slot n % kEventRing.
+inline constexpr std::size_t kEventRing = 32;
+
+/// What an event of the topic's ring says happened.
+enum class EventKind : std::uint32_t {
+  PublisherGone =
+      1,           ///< a dead publisher's record dropped (key: incarnation, count: loans returned)
+  SubscriberGone,  ///< a dead subscriber's record dropped (key: slot, count: samples released)
+  Repaired,  ///< a locker found the mutex's owner died inside (count: chunks back in the pool)
+};
+
+/// An event as read back from the ring (TopicPublisher/TopicSubscriber::events()).
+struct EventRecord {
+  std::uint64_t number = 0;   ///< the event's number; a gap: events overwritten before the read
+  std::uint64_t time_ns = 0;  ///< when it happened, realtime ns
+  EventKind kind{};           ///< what happened
+  std::uint64_t key = 0;      ///< see EventKind
+  std::uint64_t count = 0;    ///< see EventKind
+};
+
+/// One entry of the event ring, written under the mutex; readers check
+/// `number` before and after reading the rest (it is 0 while being written).
+struct Event {
+  std::atomic<std::uint64_t> number;    ///< event number + 1 (0: empty or being written)
+  std::atomic<std::uint64_t> time_ns;   ///< when, realtime ns
+  std::atomic<std::uint64_t> key;       ///< see EventKind
+  std::atomic<std::uint64_t> count;     ///< see EventKind
+  std::atomic<std::uint32_t> kind;      ///< EventKind
+  std::atomic<std::uint32_t> reserved;  ///< zero
+};
+static_assert(sizeof(Event) == 40);
 
 /// One per chunk; written under the mutex.
 struct ChunkMeta {
@@ -165,13 +199,15 @@ inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
     {kHeaderFingerprint, 0x544f5043 /* "TOPC" */, sizeof(Control), offsetof(Control, publisher),
      offsetof(Control, waiters), offsetof(Control, pool), sizeof(detail::RobustMutex),
      offsetof(Control::Publisher, loans), kMaxLoans, sizeof(ChunkMeta), sizeof(SubscriberRecord),
-     kSubscribers, kChunkAlign, kFalseSharingRange});
+     kSubscribers, kChunkAlign, kFalseSharingRange, offsetof(Control::Pool, events), sizeof(Event),
+     kEventRing});
 
 /// Offsets of the data area's parts for a parameter block.
 struct Geometry {
   std::uint64_t meta = 0;           ///< ChunkMeta[chunks]
   std::uint64_t free_stack = 0;     ///< atomic<u32>[chunks]
   std::uint64_t history = 0;        ///< atomic<u32>[history]
+  std::uint64_t events = 0;         ///< Event[kEventRing]
   std::uint64_t records = 0;        ///< kSubscribers records of record_stride bytes
   std::uint64_t record_stride = 0;  ///< bytes per subscriber record (head, queue, held list)
   std::uint64_t payload = 0;        ///< chunks x stride, page-aligned
@@ -183,7 +219,8 @@ struct Geometry {
   g.meta = sizeof(Control);
   g.free_stack = round_up(g.meta + p.chunks * sizeof(ChunkMeta), kFalseSharingRange);
   g.history = round_up(g.free_stack + p.chunks * 4, kFalseSharingRange);
-  g.records = round_up(g.history + p.history * 4, kFalseSharingRange);
+  g.events = round_up(g.history + p.history * 4, kFalseSharingRange);
+  g.records = round_up(g.events + kEventRing * sizeof(Event), kFalseSharingRange);
   g.record_stride =
       round_up(sizeof(SubscriberRecord) + 4 * (p.queue_depth + p.max_held), kFalseSharingRange);
   g.payload = round_up(g.records + kSubscribers * g.record_stride, kPageSize);
@@ -205,6 +242,7 @@ struct View {
   ChunkMeta* meta = nullptr;                         ///< the chunk table
   std::atomic<std::uint32_t>* free_stack = nullptr;  ///< the free stack
   std::atomic<std::uint32_t>* history = nullptr;     ///< the history ring
+  Event* events = nullptr;                           ///< the event ring
   std::byte* records = nullptr;                      ///< the first subscriber record
   std::byte* payload = nullptr;                      ///< the first chunk's payload
   ParamBlock p{};                                    ///< the parameters
@@ -242,6 +280,14 @@ struct RepairReport {
 /// the free stack. Corrupt when a record names a chunk out of range.
 [[nodiscard]] Result<RepairReport> repair_locked(const Segment& segment, const View& v,
                                                  std::optional<std::size_t> assume_dead);
+
+/// Under the mutex: appends an event to the ring (the oldest is overwritten).
+void record_event_locked(const View& v, EventKind kind, std::uint64_t key, std::uint64_t count);
+/// The events still in the ring, oldest first, read without the mutex (an
+/// entry being rewritten is left out).
+[[nodiscard]] std::vector<EventRecord> read_events(const View& v);
+/// The enumerator's name ("publisher_gone", ...), for logs and tool output.
+[[nodiscard]] std::string_view to_string(EventKind k) noexcept;
 
 }  // namespace topic
 }  // namespace shm

@@ -35,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace shm {
 
@@ -78,6 +79,9 @@ struct TopicSnapshot {
   std::uint64_t received = 0;  ///< samples it received
   std::uint64_t missed = 0;    ///< samples dropped from its queue (DropOldest)
 };
+
+/// An event of the topic's ring (publisher_gone, subscriber_gone, repaired).
+using TopicEvent = topic::EventRecord;
 
 namespace topic::detail {
 struct Core;
@@ -210,6 +214,9 @@ class TopicPublisher {
   [[nodiscard]] const Attachment& attachment() const noexcept;
   /// This publisher's incarnation.
   [[nodiscard]] std::uint32_t incarnation() const noexcept;
+  /// The last events of the topic's ring (dead holders' records dropped,
+  /// repairs), oldest first.
+  [[nodiscard]] std::vector<TopicEvent> events() const;
 
  private:
   std::unique_ptr<topic::detail::Core> core_;
@@ -256,6 +263,8 @@ class TopicSubscriber {
   [[nodiscard]] TopicSnapshot snapshot() const noexcept;
   /// This handle's slot in the attachment table.
   [[nodiscard]] const Attachment& attachment() const noexcept;
+  /// The last events of the topic's ring, oldest first (see TopicPublisher::events()).
+  [[nodiscard]] std::vector<TopicEvent> events() const;
 
  private:
   friend struct detail::WaitSetAccess;
