@@ -68,6 +68,26 @@ bool wait_parked(const std::atomic<std::uint32_t>& word) {
   return false;
 }
 
+// Publishes `n` samples of 8 bytes.
+void publish_samples(TopicPublisher& pub, int n) {
+  for (int i = 0; i < n; ++i) {
+    auto loan = must(pub.try_loan(8));
+    ASSERT_TRUE(loan);
+    (void)must(pub.try_publish(std::move(*loan)));
+  }
+}
+
+// A subscriber process (topic "t") that received 1 of 3 samples and holds
+// it, 2 still queued, killed -9.
+void kill_a_holding_subscriber(TopicPublisher& pub) {
+  auto holder = peer({"hold-sub", "t", "1"});
+  while (pub.snapshot().subscribers == 0) std::this_thread::sleep_for(1ms);
+  ASSERT_NO_FATAL_FAILURE(publish_samples(pub, 3));
+  ASSERT_TRUE(holder.wait_for_line("holding", kLine)) << holder.output();
+  holder.kill();
+  (void)holder.wait(kLine);
+}
+
 class TopicProcessTest : public ::testing::Test {
  protected:
   test::TempRoot root;
@@ -148,16 +168,8 @@ TEST_F(TopicProcessTest, ADeadSubscribersSamplesComeBackAndItNoLongerBlocksThePu
 
 TEST_F(TopicProcessTest, ReclaimOfADeadSubscriberGivesItsChunksBackAtOnce) {
   auto pub = must(TopicPublisher::create("t", params(8, 4, 64)));
-  auto holder = peer({"hold-sub", "t", "1"});
-  while (pub.snapshot().subscribers == 0) std::this_thread::sleep_for(1ms);
-  for (int i = 0; i < 3; ++i) {
-    auto loan = must(pub.try_loan(8));
-    ASSERT_TRUE(loan);
-    (void)must(pub.try_publish(std::move(*loan)));
-  }
-  ASSERT_TRUE(holder.wait_for_line("holding", kLine));
-  holder.kill();
-  (void)holder.wait(kLine);
+  // A subscriber process holding 1 of 3 samples (2 queued), killed.
+  ASSERT_NO_FATAL_FAILURE(kill_a_holding_subscriber(pub));
   EXPECT_EQ(pub.snapshot().free_chunks, 5u);
   auto seg = must(open_topic("t"));
   bool reclaimed = false;
@@ -273,11 +285,7 @@ TEST_F(TopicProcessTest, ShmctlInspectShowsEachSubscriberAndVerifyIsClean) {
   }
   auto pub = must(TopicPublisher::create("t", params(8, 2, 64)));
   auto sub = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));
-  for (int i = 0; i < 3; ++i) {
-    auto loan = must(pub.try_loan(8));
-    ASSERT_TRUE(loan);
-    (void)must(pub.try_publish(std::move(*loan)));
-  }
+  ASSERT_NO_FATAL_FAILURE(publish_samples(pub, 3));
   Subprocess inspect({test::bin_path("shmctl"), "inspect", "t", "--json"});
   EXPECT_EQ(inspect.wait(kLine), 0) << inspect.output();
   const std::string& out = inspect.output();
@@ -299,16 +307,8 @@ TEST_F(TopicProcessTest, ShmctlEventsShowsADeadSubscribersRecordDropped) {
 #endif
   }
   auto pub = must(TopicPublisher::create("t", params(8, 4, 64)));
-  auto holder = peer({"hold-sub", "t", "1"});
-  while (pub.snapshot().subscribers == 0) std::this_thread::sleep_for(1ms);
-  for (int i = 0; i < 3; ++i) {
-    auto loan = must(pub.try_loan(8));
-    ASSERT_TRUE(loan);
-    (void)must(pub.try_publish(std::move(*loan)));
-  }
-  ASSERT_TRUE(holder.wait_for_line("holding", kLine));
-  holder.kill();
-  (void)holder.wait(kLine);
+  // A subscriber process holding 1 of 3 samples (2 queued), killed.
+  ASSERT_NO_FATAL_FAILURE(kill_a_holding_subscriber(pub));
   auto late = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));  // its attach repairs
   Subprocess events({test::bin_path("shmctl"), "events", "t"});
   EXPECT_EQ(events.wait(kLine), 0) << events.output();
