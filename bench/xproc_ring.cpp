@@ -30,6 +30,7 @@
 // and p10/p90 over rounds are reported. Output: Markdown on stdout, progress
 // on stderr.
 #include "harness/harness.hpp"
+#include "harness/result.hpp"
 #include "harness/stream.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
@@ -191,21 +192,6 @@ enum class Mode { Spin, Blocking };
 std::string unique_name(std::string_view what) {
   static int counter = 0;
   return fmt::format("xr-{}-{}-{}", what, ::getpid(), counter++);
-}
-
-// Out of line: the error path, so the checked calls in the hot loops stay small.
-[[noreturn, gnu::noinline, gnu::cold]] void throw_error(std::string_view what,
-                                                        const shm::Error& e) {
-  throw BenchError(fmt::format("{}: {}", what, e.what()));
-}
-
-// Takes the result by reference: a copy of the Result (value or Error) per
-// message would be the harness's cost, not the ring's.
-template <class T>
-T value_or_throw(shm::Result<T>&& r, std::string_view what) {
-  if (!r) [[unlikely]]
-    throw_error(what, r.error());
-  return std::move(*r);
 }
 
 // Count of futex wakes issued on a ring's data signal (the consumer had parked).
@@ -673,33 +659,9 @@ int finish_peer(Peer& peer, const Options& o) {
 }
 
 #if LIBSHM_BENCH_ICEORYX
-// Runs `run` in a child pinned to this process's CPU and returns what it
-// measured: for transports that hold per-process state a fork must not copy
-// (iceoryx's registration with RouDi).
-struct ReturnedMeasurement {
-  static constexpr std::size_t kMax = 128;
-  std::uint32_t count = 0;
-  std::array<std::array<char, 32>, kMax> keys{};
-  std::array<double, kMax> values{};
-};
-
+// For iceoryx's registration with RouDi, which a fork must not copy.
 Measurement in_fresh_process(const Env& env, const std::function<Measurement()>& run) {
-  using Returned = ReturnedMeasurement;
-  SharedBlock<Returned> out;
-  Peer child = Peer::fork_pinned(env.o.cpus.self, [&]() -> int {
-    const Measurement m = run();
-    for (const auto& [key, value] : m.values()) {
-      if (out->count == Returned::kMax || key.size() >= sizeof(out->keys[0]))
-        throw BenchError("measurement too large to return");
-      std::memcpy(out->keys[out->count].data(), key.data(), key.size());
-      out->values[out->count++] = value;
-    }
-    return 0;
-  });
-  finish_peer(child, env.o);
-  Measurement m;
-  for (std::uint32_t i = 0; i < out->count; ++i) m.set(out->keys[i].data(), out->values[i]);
-  return m;
+  return measure_in_child(env.o.cpus.self, env.o.run_limit(), run);
 }
 #endif
 

@@ -55,8 +55,8 @@ LIBSHM_TEST_APT_PACKAGES=(
 
 # Only for scripts/bench.sh: the tests and the demo never need them.
 LIBSHM_BENCH_APT_PACKAGES=(
-  iceoryx             # iox-roudi, the daemon of the iceoryx peer in xproc_ring
-  libiceoryx-posh-dev # iceoryx 2.0 publish/subscribe: a peer of the ring (bench/peers)
+  iceoryx             # iox-roudi, the daemon of the iceoryx peer (xproc_ring, xproc_topic)
+  libiceoryx-posh-dev # iceoryx 2.0 publish/subscribe: a peer of the ring and the topic (bench/peers)
   python3-matplotlib  # scripts/plot_bench.py: the charts of scripts/bench.sh --plot
 )
 

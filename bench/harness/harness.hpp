@@ -31,6 +31,10 @@
 //                                    runs the parent's destructors.
 //     Peer::wait(timeout)            exit code, 128 + signal, or -1 on timeout (the
 //                                    child is then killed). ~Peer kills and reaps.
+//     measure_in_child(cpu, limit, run)  runs run() in a child pinned to `cpu`
+//                                    and returns its Measurement (for transports
+//                                    whose per-process state a fork must not copy:
+//                                    iceoryx's registration with RouDi).
 //     Watchdog w(seconds)            alarm(2) for the scope: a run blocked for good in
 //                                    a baseline without timeouts (a pipe read, a
 //                                    message_queue receive) kills the harness with
@@ -202,6 +206,11 @@ class Peer {
   explicit Peer(pid_t pid) noexcept : pid_(pid) {}
   pid_t pid_ = -1;
 };
+
+class Measurement;
+// Throws BenchError when the child fails or outlives `limit` (it is then killed).
+[[nodiscard]] Measurement measure_in_child(int cpu, std::chrono::milliseconds limit,
+                                           const std::function<Measurement()>& run);
 
 class Watchdog {
  public:

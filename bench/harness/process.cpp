@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -140,6 +141,43 @@ int Peer::wait(std::chrono::milliseconds timeout) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+namespace {
+
+// What the child of measure_in_child() hands back, in a SharedBlock.
+struct ReturnedMeasurement {
+  static constexpr std::size_t kMax = 128;
+  std::uint32_t count = 0;
+  std::array<std::array<char, 32>, kMax> keys{};
+  std::array<double, kMax> values{};
+};
+
+}  // namespace
+
+Measurement measure_in_child(int cpu, std::chrono::milliseconds limit,
+                             const std::function<Measurement()>& run) {
+  using Returned = ReturnedMeasurement;
+  SharedBlock<Returned> out;
+  Peer child = Peer::fork_pinned(cpu, [&]() -> int {
+    const Measurement m = run();
+    for (const auto& [key, value] : m.values()) {
+      if (out->count == Returned::kMax || key.size() >= sizeof(out->keys[0]))
+        throw BenchError("measurement too large to return");
+      std::memcpy(out->keys[out->count].data(), key.data(), key.size());
+      out->values[out->count++] = value;
+    }
+    return 0;
+  });
+  const int rc = child.wait(limit);
+  if (rc != 0)
+    throw BenchError(rc < 0 ? std::string("measuring child timed out and was killed")
+                            : fmt::format("measuring child failed with status {} (see its message "
+                                          "above)",
+                                          rc));
+  Measurement m;
+  for (std::uint32_t i = 0; i < out->count; ++i) m.set(out->keys[i].data(), out->values[i]);
+  return m;
 }
 
 Watchdog::Watchdog(std::chrono::seconds limit) noexcept {

@@ -9,6 +9,7 @@
 // branch taken only when the argument is longer than the capacity.
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #pragma GCC diagnostic ignored "-Wstringop-overread"
+#include <iceoryx_hoofs/log/logmanager.hpp>
 #include <iceoryx_posh/mepoo/chunk_header.hpp>
 #include <iceoryx_posh/popo/untyped_publisher.hpp>
 #include <iceoryx_posh/popo/untyped_subscriber.hpp>
@@ -42,6 +43,8 @@ std::string read_file(const std::string& path) {
 // process that was forked from one that already registered).
 void ensure_runtime() {
   static const bool registered = [] {
+    // Its debug lines (one per registration) would bury the harness's progress.
+    iox::log::LogManager::GetLogManager().SetDefaultLogLevel(iox::log::LogLevel::kWarn);
     const std::string name = fmt::format("libshm-xproc-{}", ::getpid());
     iox::runtime::PoshRuntime::initRuntime(
         iox::RuntimeName_t(iox::cxx::TruncateToCapacity, name.c_str()));
@@ -59,7 +62,17 @@ iox::capro::ServiceDescription service(const std::string& topic) {
 
 }  // namespace
 
-Roudi::Roudi(const std::string& log_path, std::chrono::seconds timeout) {
+void write_config(const std::string& path,
+                  const std::vector<std::pair<std::size_t, std::size_t>>& pools) {
+  std::ofstream out(path, std::ios::trunc);
+  out << "[general]\nversion = 1\n\n[[segment]]\n";
+  for (const auto& [size, count] : pools)
+    out << fmt::format("\n[[segment.mempool]]\nsize = {}\ncount = {}\n", size, count);
+  if (!out.flush()) throw BenchError(fmt::format("cannot write the RouDi config {}", path));
+}
+
+Roudi::Roudi(const std::string& log_path, std::chrono::seconds timeout,
+             const std::string& config_path) {
   std::fflush(nullptr);
   const pid_t parent = ::getpid();
   pid_ = ::fork();
@@ -73,7 +86,10 @@ Roudi::Roudi(const std::string& log_path, std::chrono::seconds timeout) {
       (void)::dup2(fd, STDOUT_FILENO);
       (void)::dup2(fd, STDERR_FILENO);
     }
-    ::execlp("iox-roudi", "iox-roudi", static_cast<char*>(nullptr));
+    if (config_path.empty())
+      ::execlp("iox-roudi", "iox-roudi", static_cast<char*>(nullptr));
+    else
+      ::execlp("iox-roudi", "iox-roudi", "-c", config_path.c_str(), static_cast<char*>(nullptr));
     std::fprintf(stderr, "exec iox-roudi: %s\n", std::strerror(errno));
     ::_exit(127);
   }
@@ -159,6 +175,20 @@ void Sender::send(std::span<const std::byte> message) {
   }
 }
 
+std::span<std::byte> Sender::loan(std::size_t bytes) {
+  for (;;) {
+    auto loaned = impl_->publisher.loan(static_cast<std::uint32_t>(bytes));
+    if (!loaned.has_error()) return {static_cast<std::byte*>(loaned.value()), bytes};
+    spin_pause();  // as in send()
+    if (impl_->deadline.expired_every())
+      throw BenchError("iceoryx: no chunk to loan past the run limit");
+  }
+}
+
+void Sender::publish(std::span<std::byte> loaned) {
+  impl_->publisher.publish(loaned.data());
+}
+
 struct Receiver::Impl {
   iox::popo::UntypedSubscriber subscriber;
   Deadline deadline;
@@ -199,6 +229,26 @@ void Receiver::recv(std::span<std::byte> out) {
     if (impl_->deadline.expired_every())
       throw BenchError("iceoryx: queue stayed empty past the run limit");
   }
+}
+
+void Receiver::wait_subscribed(std::chrono::milliseconds limit) {
+  const Deadline deadline(limit);
+  while (impl_->subscriber.getSubscriptionState() != iox::SubscribeState::SUBSCRIBED) {
+    if (deadline.expired()) throw BenchError("iceoryx: subscriber not connected in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::optional<std::span<const std::byte>> Receiver::try_take() {
+  auto taken = impl_->subscriber.take();
+  if (taken.has_error()) return std::nullopt;
+  const void* payload = taken.value();
+  const auto size = iox::mepoo::ChunkHeader::fromUserPayload(payload)->userPayloadSize();
+  return std::span<const std::byte>(static_cast<const std::byte*>(payload), size);
+}
+
+void Receiver::release(std::span<const std::byte> taken) {
+  impl_->subscriber.release(taken.data());
 }
 
 }  // namespace shm::bench::iceoryx

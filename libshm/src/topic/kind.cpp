@@ -104,6 +104,7 @@ std::vector<std::string> verify(const Segment& seg) {
     check_entry(rl(c.publisher.loans[k]), shm::detail::format("publisher loan {}", k));
   for (std::uint64_t h = 0; h < v->p.history; ++h)
     check_entry(rl(v->history[h]), shm::detail::format("history entry {}", h));
+  const std::uint32_t records_used = rl(c.pool.records_used);
   for (std::size_t i = 0; i < topic::kSubscribers; ++i) {
     const topic::SubscriberRecord& r = v->record(i);
     const std::uint32_t active = rl(r.active);
@@ -112,6 +113,10 @@ std::vector<std::string> verify(const Segment& seg) {
       continue;
     }
     if (active == 0) continue;
+    if (i >= records_used)
+      bad.push_back(shm::detail::format(
+          "subscriber slot {}: active beyond records_used {} (publishes would skip it)",
+          kExclusiveSlots + i, records_used));
     const std::uint64_t head = rl(r.head), tail = rl(r.tail);
     if (tail < head || tail - head > v->p.queue_depth)
       bad.push_back(shm::detail::format("subscriber slot {}: head {} and tail {}, queue depth {}",

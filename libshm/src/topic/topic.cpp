@@ -79,6 +79,33 @@ void ref(const View& v, std::uint32_t c) noexcept {
   st(v.meta[c].refs, ld(v.meta[c].refs) + 1);
 }
 
+// The subscriber records a publish looks at, under the mutex: records_used,
+// capped (a damaged word costs a full scan, never a record out of range).
+std::size_t records_in_use(const View& v) noexcept {
+  return std::min<std::size_t>(ld(v.control->pool.records_used), kSubscribers);
+}
+
+// try_publish's look before the mutex: whether an active Block subscriber's
+// queue is full. Without the mutex (relaxed loads of the record words: a
+// stale answer is a Full the caller retries, or a look under the mutex that
+// decides); head is read before tail, which only this publisher advances, so
+// the difference is never negative for a record it did not see re-attached.
+bool block_queue_full(const View& v) noexcept {
+  const std::size_t records = std::min<std::size_t>(
+      v.control->pool.records_used.load(std::memory_order_relaxed), kSubscribers);
+  for (std::size_t i = 0; i < records; ++i) {
+    const SubscriberRecord& r = v.record(i);
+    if (r.active.load(std::memory_order_relaxed) != 1 ||
+        r.overflow.load(std::memory_order_relaxed) !=
+            static_cast<std::uint32_t>(TopicOverflow::Block))
+      continue;
+    // [topic.Q] seq_cst, as the subscriber's store of head.
+    const std::uint64_t head = r.head.load(std::memory_order_seq_cst);
+    if (r.tail.load(std::memory_order_seq_cst) - head >= v.p.queue_depth) return true;
+  }
+  return false;
+}
+
 // Whether an attached slot of generation `generation` is the live holder.
 bool holder_valid(const std::vector<SlotInfo>& slots, std::size_t slot, std::uint32_t generation,
                   std::optional<std::size_t> assume_dead) {
@@ -300,7 +327,12 @@ Result<RepairReport> repair_locked(const Segment& segment, const View& v,
         slots[slot].pid, queued, held));
     record_event_locked(v, EventKind::SubscriberGone, slot, queued + held);
   }
-  // 2. Recompute every chunk's references from the records.
+  // 2. Recompute what publish scans (records_used) and every chunk's
+  // references from the records.
+  std::uint32_t used = 0;
+  for (std::size_t i = 0; i < kSubscribers; ++i)
+    if (ld(v.record(i).active) == 1) used = static_cast<std::uint32_t>(i + 1);
+  ctl.pool.records_used.store(used, std::memory_order_relaxed);  // [topic.M]
   for (std::uint64_t c = 0; c < v.p.chunks; ++c) v.meta[c].refs.store(0, std::memory_order_relaxed);
   auto count = [&](std::uint32_t entry, std::string_view where) -> Result<void> {
     auto c = chunk_of(v, entry, where);
@@ -376,14 +408,38 @@ Result<void> locked(const Segment& segment, const View& v, shm::detail::LockResu
               shm::detail::format("{}: the topic's mutex could not be locked", segment.path()));
 }
 
+// Polls of a held mutex before the mutex's own wait. Every hold is one
+// structural change (well under a microsecond) while the mutex's wait is a
+// futex wait, and its holder's unlock then a futex wake: a system call on
+// each side, microseconds, on the path of every publish and receive that
+// met the other side inside the mutex.
+constexpr int kLockSpins = 2048;
+
+// try_lock until the mutex is not Busy or kLockSpins polls passed, reading
+// the lock word between tries (a failed try writes the line the holder uses).
+shm::detail::LockResult spin_then_try(shm::detail::RobustMutex& m) noexcept {
+  int polls = 0;
+  for (;;) {
+    const shm::detail::LockResult r = m.try_lock();
+    if (r != shm::detail::LockResult::Busy || polls >= kLockSpins) return r;
+    do {
+      shm::detail::cpu_relax();
+    } while (++polls < kLockSpins && m.owner_tid() != 0);
+  }
+}
+
 }  // namespace
 
 Result<void> detail::lock(const Segment& segment, const View& v) {
-  return locked(segment, v, v.control->lock.mutex.lock());
+  auto& m = v.control->lock.mutex;
+  const shm::detail::LockResult r = spin_then_try(m);
+  return locked(segment, v, r == shm::detail::LockResult::Busy ? m.lock() : r);
 }
 
 Result<bool> detail::lock_briefly(const Segment& segment, const View& v) {
-  const shm::detail::LockResult r = v.control->lock.mutex.lock_for(std::chrono::nanoseconds(0));
+  auto& m = v.control->lock.mutex;
+  shm::detail::LockResult r = spin_then_try(m);
+  if (r == shm::detail::LockResult::Busy) r = m.lock_for(std::chrono::nanoseconds(0));
   if (r == shm::detail::LockResult::TimedOut) return false;
   if (auto ok = locked(segment, v, r); !ok) return std::unexpected(ok.error());
   return true;
@@ -699,6 +755,13 @@ Result<PublishOutcome> TopicPublisher::try_publish(LoanedSample&& sample) {
   shm::detail::EndpointGuard::Scope scope(c.guard, "a TopicPublisher");
   const topic::View& v = c.v;
   const std::uint64_t depth = v.p.queue_depth;
+  // A full Block queue answers Full without the mutex, which its subscriber
+  // needs to make room: a publisher retrying try_publish would otherwise
+  // contend with every receive and release.
+  if (topic::block_queue_full(v)) {
+    v.control->publisher.full.fetch_add(1, std::memory_order_relaxed);  // statistics
+    return PublishOutcome{PublishStatus::Full, 0, 0, 0};
+  }
   if (auto got = topic::detail::lock_briefly(c.segment, v); !got || !*got) {
     if (!got) return std::unexpected(got.error());
     return PublishOutcome{PublishStatus::Full};  // a live holder kept the mutex: nothing changed
@@ -710,8 +773,10 @@ Result<PublishOutcome> TopicPublisher::try_publish(LoanedSample&& sample) {
     return fail(Errc::Corrupt, shm::detail::format("{}: loan entry {} no longer names chunk {}",
                                                    c.segment.path(), sample.loan_, sample.chunk_));
   }
+  // Only the records in use: at most 256, each on a cache line of its own.
+  const std::size_t records = topic::records_in_use(v);
   // Block subscribers first: Full changes nothing.
-  for (std::size_t i = 0; i < topic::kSubscribers; ++i) {
+  for (std::size_t i = 0; i < records; ++i) {
     const topic::SubscriberRecord& r = v.record(i);
     if (ld(r.active) != 1 || ld(r.overflow) != static_cast<std::uint32_t>(TopicOverflow::Block))
       continue;
@@ -726,7 +791,7 @@ Result<PublishOutcome> TopicPublisher::try_publish(LoanedSample&& sample) {
   st(v.meta[chunk].seq, seq);
   st(v.meta[chunk].incarnation, c.incarnation);
   PublishOutcome out{PublishStatus::Published, seq, 0, 0};
-  for (std::size_t i = 0; i < topic::kSubscribers; ++i) {
+  for (std::size_t i = 0; i < records; ++i) {
     topic::SubscriberRecord& r = v.record(i);
     if (ld(r.active) != 1) continue;
     const std::uint64_t head = ld(r.head);
@@ -932,6 +997,8 @@ Result<TopicSubscriber> TopicSubscriber::attach(Segment segment, TopicOverflow o
   for (std::uint64_t k = 0; k < v.p.max_held; ++k) st(v.held(c.record)[k], 0);
   st(r.overflow, static_cast<std::uint32_t>(overflow));
   st(r.generation, c.attachment.generation());
+  // Before the record goes active: publish scans [0, records_used).
+  if (ld(v.control->pool.records_used) <= c.record) st(v.control->pool.records_used, c.record + 1);
   // Late joiner: the last `history` samples, oldest first.
   const std::uint64_t hp = ld(v.control->pool.history_pos);
   const std::uint64_t n = std::min<std::uint64_t>(hp, v.p.history);

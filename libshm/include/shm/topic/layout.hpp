@@ -108,10 +108,15 @@ struct Control {
     std::atomic<std::uint32_t> subscribers_parked;  ///< subscribers parked (or about to)
     std::atomic<std::uint32_t> publisher_parked;  ///< 1 while the publisher is parked (or about to)
   } waiters;                                      ///< futex words
-  /// The pool and the history ring's position; written under the mutex.
+  /// The pool, the history ring's position and how many subscriber records
+  /// a publish looks at; written under the mutex.
   struct alignas(kFalseSharingRange) Pool {
-    std::atomic<std::uint32_t> free_count;   ///< entries of the free stack in use
-    std::atomic<std::uint32_t> reserved;     ///< zero
+    std::atomic<std::uint32_t> free_count;  ///< entries of the free stack in use
+    /// Derived: at least 1 + the index of every active subscriber record (an
+    /// attach raises it before it activates its record, repair recomputes
+    /// it); publish scans records [0, records_used) instead of all
+    /// kSubscribers, each a cache line of its own.
+    std::atomic<std::uint32_t> records_used;
     std::atomic<std::uint64_t> history_pos;  ///< history entries written, ever
     std::atomic<std::uint64_t> events;       ///< events recorded, ever (the next number)
   } pool;                                    ///< the pool line
@@ -194,13 +199,17 @@ struct ParamBlock {
 };
 static_assert(sizeof(ParamBlock) <= kParamBytes);
 
+/// Revision 2: Control::Pool::records_used (was a reserved zero word, so a
+/// segment of revision 1 would look as if no subscriber were attached); the
+/// event ring (Pool::events, Geometry::events).
+inline constexpr std::uint64_t kLayoutRevision = 2;
 /// The segment fingerprint of this layout.
 inline constexpr std::uint64_t kFingerprint = layout_fingerprint(
-    {kHeaderFingerprint, 0x544f5043 /* "TOPC" */, sizeof(Control), offsetof(Control, publisher),
-     offsetof(Control, waiters), offsetof(Control, pool), sizeof(detail::RobustMutex),
-     offsetof(Control::Publisher, loans), kMaxLoans, sizeof(ChunkMeta), sizeof(SubscriberRecord),
-     kSubscribers, kChunkAlign, kFalseSharingRange, offsetof(Control::Pool, events), sizeof(Event),
-     kEventRing});
+    {kHeaderFingerprint, 0x544f5043 /* "TOPC" */, kLayoutRevision, sizeof(Control),
+     offsetof(Control, publisher), offsetof(Control, waiters), offsetof(Control, pool),
+     sizeof(detail::RobustMutex), offsetof(Control::Publisher, loans), kMaxLoans, sizeof(ChunkMeta),
+     sizeof(SubscriberRecord), kSubscribers, kChunkAlign, kFalseSharingRange,
+     offsetof(Control::Pool, events), sizeof(Event), kEventRing});
 
 /// Offsets of the data area's parts for a parameter block.
 struct Geometry {
