@@ -310,8 +310,13 @@ struct WaitSetAccess {
     // the set's bit in its [mpmc.W1] and wakes it at its publish.
     const std::uint64_t tail = ctl.producer.tail.load(std::memory_order_seq_cst);
     // Acquire: pairs with repair's release increment after its [mpmc.O] mark.
-    if (ctl.consumer.orphans.load(std::memory_order_acquire) != 0 && orphan_at(v))
-      return ReadyReason::Data;
+    if (ctl.consumer.orphans.load(std::memory_order_acquire) != 0) {
+      if (orphan_at(v)) return ReadyReason::Data;
+      // A count with no orphan: an adoption between its CAS and its
+      // decrement (or a process killed there: the count stays high). Poll,
+      // as the fanout's blocking pop does behind the bit that count keeps set.
+      in_flight = true;
+    }
     // [mpmc.H'] acquire.
     std::uint64_t pos = ctl.consumer.head.load(std::memory_order_acquire);
     for (std::uint64_t steps = 0; steps <= v.capacity + 1; ++steps) {
@@ -450,7 +455,10 @@ struct WaitSetAccess {
       if (r) return r;
       if (ring_in_flight)
         in_flight = true;
-      else
+      else if (!f.rings_[p].peeked_)
+        // Not while this handle holds a take from that ring: its look did
+        // not consume a tombstone there, which a clear would see as a claim
+        // and set back, waking this set again at once.
         f.clear_stale(p);
     }
     return std::nullopt;
