@@ -1107,6 +1107,68 @@ TEST_F(WaitSetProcessTest, FanoutConsumerWakesForAnItemSubmittedByAnotherProcess
   EXPECT_EQ(p.wait(10s), 0) << p.output();
 }
 
+// fd() with the ParkedSet members: the helper sleeps on the MPMC ring's and
+// the fanout's words with the set's bits up; a push and a submit by another
+// process make the descriptor readable, and wait(0) reports them.
+TEST_F(WaitSetProcessTest, FdBecomesReadableForAnMpmcPushAndAFanoutSubmit) {
+  auto c = MpmcConsumer::create("mq", small_mpmc());
+  auto f = FanoutConsumer::create("fq", small_fanout());
+  ASSERT_TRUE(c && f);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  ASSERT_TRUE(set.attach(*f, 2));
+  auto fd = set.fd();
+  ASSERT_TRUE(fd) << fd.error().what();
+  pollfd pfd{*fd, POLLIN, 0};
+  auto r = set.wait(0ns);  // arms the helper
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_EQ(parked_consumers(*c), 1u);  // up while armed
+  EXPECT_EQ(parked_drainers(*f), 1u);
+  struct Case {
+    std::uint64_t tag;
+    const char* role;
+    const char* name;
+    const char* step;
+  };
+  for (const Case& k : {Case{1, "mpmc-producer", "mq", "push:hello"},
+                        Case{2, "fanout-producer", "fq", "submit:0:hello"}}) {
+    SCOPED_TRACE(k.role);
+    auto p = peer(k.role, k.name, {"go:" + go_, k.step});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    // Opening a handle may wake (a repair's wake, a resurface): let it settle.
+    while (::poll(&pfd, 1, 20) == 1) {
+      r = set.wait(0ns);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, WaitStatus::TimedOut);
+    }
+    const auto changed = std::chrono::steady_clock::now();
+    go();
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() - changed < 10s) {
+      ASSERT_EQ(::poll(&pfd, 1, 10'000), 1);
+      r = set.wait(0ns);
+      ASSERT_TRUE(r);
+      ready = r->status == WaitStatus::Ready;
+    }
+    ASSERT_TRUE(ready);
+    EXPECT_LE(std::chrono::steady_clock::now() - changed, test::kWakeBound);
+    ASSERT_EQ(r->ready.size(), 1u);
+    EXPECT_EQ(r->ready[0].tag, k.tag);
+    EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+    std::byte buf[16];
+    if (k.tag == 1) {
+      ASSERT_TRUE(*c->try_pop(buf));
+    } else {
+      ASSERT_TRUE(*f->try_pop_highest(buf));
+    }
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::filesystem::remove(go_);
+  }
+  ASSERT_TRUE(set.detach(1));
+  EXPECT_EQ(parked_consumers(*c), 0u);
+}
+
 // The MPMC ring and the fanout have no one peer (no PeerDied): a producer
 // killed between its claim and its publish holds the cell at the head, and
 // the items behind it wait for its repair. The set, polling while the cell
