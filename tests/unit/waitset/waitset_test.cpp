@@ -262,7 +262,10 @@ TEST(WaitSet, TopicSubscriberAnnouncementIsTakenBack) {
     auto set = WaitSet::make();
     ASSERT_TRUE(set);
     ASSERT_TRUE(set->attach(*sub, 1));
-    auto r = set->wait(2ms);  // parks, times out
+    // Long enough to park after the spin (which does not look at the clock:
+    // under TSan on a loaded machine it took more than 2 ms, and a wait that
+    // spent its timeout spinning returns without parking).
+    auto r = set->wait(100ms);  // parks, times out
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, WaitStatus::TimedOut);
     EXPECT_GT(set->snapshot().parks, 0u);
@@ -324,9 +327,10 @@ TEST(WaitSet, MpmcAndFanoutMembersAreReadyWhileTheyHaveAnItemOrRoom) {
   EXPECT_EQ(r->ready[0].tag, 3u);
   EXPECT_EQ(r->ready[0].reason, ReadyReason::Room);
   ASSERT_TRUE(set->detach(3));
-  r = set->wait(1ms);  // parks
+  r = set->wait(100ms);  // parks (after the spin), times out
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_GT(set->snapshot().parks, 0u);
   EXPECT_EQ(parked_in(c->segment(), true), 0u);  // withdrawn
   EXPECT_EQ(parked_drainers(*fc), 0u);
   ASSERT_TRUE(*p->try_push(bytes("one")));
