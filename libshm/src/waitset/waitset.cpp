@@ -8,6 +8,8 @@
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
 #include "shm/egress/egress.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/platform/clock.hpp"
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/platform/futex.hpp"
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -73,7 +76,10 @@ enum class MemberKind : std::uint8_t {
   RelayReader,
   RelayWriter,
   EgressTransport,
-  EgressSender
+  EgressSender,
+  MpmcConsumer,
+  MpmcProducer,
+  FanoutConsumer
 };
 
 namespace {
@@ -92,6 +98,16 @@ bool heavy_barrier() noexcept {
 constexpr int kSpinChecks = 4096;
 // Longest sleep when the heavy barrier failed (a waker may have relied on it).
 constexpr std::uint64_t kFencelessSleepNs = 1'000'000;
+// An MPMC or fanout member whose other side is mid-operation (a claim not
+// yet published or released, which may have missed the set's announcement)
+// is polled, as the structure's own blocking call polls it: from the first
+// interval, doubling, up to the cap (mpmc/internal.hpp's values).
+constexpr std::uint64_t kInFlightFirstNs = 20'000;
+constexpr std::uint64_t kInFlightMaxNs = 1'000'000;
+// Longest sleep with an MPMC or fanout member: a waiter bit cleared under a
+// live waiter (a reclaim race) is set again by the next round
+// (mpmc::internal::kMaxParkNs).
+constexpr std::uint64_t kParkedSetMaxSleepNs = 250'000'000;
 constexpr std::uint64_t kForeverNs = 3600ull * 1'000'000'000ull;
 
 }  // namespace
@@ -272,6 +288,182 @@ struct WaitSetAccess {
     return std::nullopt;
   }
 
+  // ---- MPMC ring consumer: would a claim find an item? A walk of what
+  // claim_pop() reads: an orphan to adopt, then the cells from head, past
+  // tombstones (consumed, as a claim consumes them), to the first that is
+  // not one; it never claims an item.
+  // `in_flight`: a producer has claimed a position it has not published yet
+  // (its wake may have missed the set's announcement: poll). A held cell is
+  // noted as the ring's own pop notes it (note_stuck), so a dead holder's
+  // cell is repaired after kStuckGraceNs (a tombstone: the walk then passes it).
+  static Reason check(MpmcConsumer& c, bool& in_flight) {
+    MpmcRing& r = c;
+    const EndpointGuard::Scope scope(r.guard_, kMpmcGuardName);
+    return ring_data(r, in_flight);
+  }
+  static Reason ring_data(MpmcRing& r, bool& in_flight) {
+    const mpmc::View& v = r.v_;
+    mpmc::Control& ctl = *v.control;
+    // [mpmc.W2] seq_cst: the re-check of the Dekker pair (after the set's
+    // announce() in a parking round): a producer's claim [mpmc.T] ordered
+    // before the announcement shows in this tail; one ordered after it sees
+    // the set's bit in its [mpmc.W1] and wakes it at its publish.
+    const std::uint64_t tail = ctl.producer.tail.load(std::memory_order_seq_cst);
+    // Acquire: pairs with repair's release increment after its [mpmc.O] mark.
+    if (ctl.consumer.orphans.load(std::memory_order_acquire) != 0) {
+      if (orphan_at(v)) return ReadyReason::Data;
+      // A count with no orphan: an adoption between its CAS and its
+      // decrement (or a process killed there: the count stays high). Poll,
+      // as the fanout's blocking pop does behind the bit that count keeps set.
+      in_flight = true;
+    }
+    // [mpmc.H'] acquire.
+    std::uint64_t pos = ctl.consumer.head.load(std::memory_order_acquire);
+    for (std::uint64_t steps = 0; steps <= v.capacity + 1; ++steps) {
+      // [mpmc.S'] acquire: pairs with the producer's [mpmc.S].
+      const std::uint64_t seq = v.cell(pos).seq.load(std::memory_order_acquire);
+      if (seq == pos + 1) return ReadyReason::Data;
+      const bool tomb = (seq & mpmc::kTombstone) != 0;
+      const std::uint64_t sv = seq & ~mpmc::kTombstone;
+      // The classification of pop_slow(): anything else is Corrupt there.
+      const std::uint64_t residue = (sv - pos) & v.mask;
+      if (residue > 1 || (tomb && residue != 1)) return ReadyReason::Faulted;
+      const std::uint64_t cap = v.capacity;
+      if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan)) return std::nullopt;
+      if (tomb && sv == pos + 1) {
+        // A tombstone: a claim consumes it and looks behind it. So does the
+        // set (pop_slow() claims it, the one change the look makes), unless
+        // the handle holds a peek or take, whose intent the claim would
+        // overwrite: then it only looks behind. Left in place, a tombstone
+        // would keep a fanout's bit set back by every clear (a claimed
+        // position), and the set-back wakes the set itself.
+        if (r.peeked_) {
+          ++pos;
+          continue;
+        }
+        auto next = r.pop_slow(pos, seq);
+        if (!next) return ReadyReason::Faulted;
+        if (!*next) return std::nullopt;
+        pos = **next;
+        continue;
+      }
+      if (!tomb && sv == pos) {  // free: empty, or claimed and not published yet
+        if (tail > pos) {
+          r.note_stuck(mpmc::Side::Push, pos);
+          in_flight = true;
+        }
+        return std::nullopt;
+      }
+      if (pos >= cap && sv == pos - cap + 1) {  // the previous lap's item, not released
+        r.note_stuck(mpmc::Side::Pop, pos - cap);
+        return std::nullopt;  // its release and the next push wake the set
+      }
+      if (sv > pos + 1) {
+        // Claimed (and released) by another consumer: a fresh head is past it.
+        const std::uint64_t h = ctl.consumer.head.load(std::memory_order_acquire);  // [mpmc.H']
+        if (h <= pos) return ReadyReason::Faulted;
+        pos = h;
+        continue;
+      }
+      return ReadyReason::Faulted;
+    }
+    in_flight = true;  // the ring moved under the walk: look again soon
+    return std::nullopt;
+  }
+  // Whether an orphan (a dead taker's kept item) waits in [head - capacity, head),
+  // as adopt_orphan() scans for one (orphans is a hint count).
+  static bool orphan_at(const mpmc::View& v) {
+    const std::uint64_t head = v.control->consumer.head.load(std::memory_order_acquire);
+    const std::uint64_t lo = head >= v.capacity ? head - v.capacity : 0;
+    for (std::uint64_t q = lo; q < head; ++q)
+      // Acquire: pairs with [mpmc.O].
+      if (v.cell(q).seq.load(std::memory_order_acquire) == ((q + 1) | mpmc::kOrphan)) return true;
+    return false;
+  }
+  // ---- MPMC ring producer: would a claim find a free cell? A read-only
+  // walk of what reserve() reads (push_slow()'s classification). `in_flight`:
+  // a consumer has claimed the cell the set waits for and not released it yet.
+  static Reason check(MpmcProducer& p, bool& in_flight) {
+    MpmcRing& r = p;
+    const EndpointGuard::Scope scope(r.guard_, kMpmcGuardName);
+    const mpmc::View& v = r.v_;
+    mpmc::Control& ctl = *v.control;
+    // [mpmc.W2] seq_cst: as for the consumer, against a consumer's claim [mpmc.H].
+    const std::uint64_t head = ctl.consumer.head.load(std::memory_order_seq_cst);
+    // [mpmc.T'] acquire.
+    std::uint64_t pos = ctl.producer.tail.load(std::memory_order_acquire);
+    const std::uint64_t cap = v.capacity;
+    for (std::uint64_t steps = 0; steps <= cap + 1; ++steps) {
+      // [mpmc.R'] acquire: pairs with the consumer's [mpmc.R].
+      const std::uint64_t seq = v.cell(pos).seq.load(std::memory_order_acquire);
+      if (seq == pos) return ReadyReason::Room;
+      const bool tomb = (seq & mpmc::kTombstone) != 0;
+      const std::uint64_t sv = seq & ~mpmc::kTombstone;
+      const std::uint64_t residue = (sv - pos) & v.mask;
+      if (residue > 1 || (tomb && residue != 1)) return ReadyReason::Faulted;
+      if (pos >= cap && seq == ((pos - cap + 1) | mpmc::kOrphan)) return std::nullopt;
+      if (pos >= cap) {
+        const std::uint64_t prev = pos - cap;
+        if (seq == prev) {  // the previous lap's push in flight (or its producer died)
+          r.note_stuck(mpmc::Side::Push, prev);
+          return std::nullopt;
+        }
+        if (sv == prev + 1) {  // the previous lap's item: not popped, or not released
+          if (head > prev) {
+            r.note_stuck(mpmc::Side::Pop, prev);
+            in_flight = true;  // claimed: its release may have missed the set's bit
+          }
+          return std::nullopt;
+        }
+      }
+      if (sv > pos) {
+        // Claimed by another producer: a fresh tail is past it.
+        const std::uint64_t t = ctl.producer.tail.load(std::memory_order_acquire);  // [mpmc.T']
+        if (t <= pos) return ReadyReason::Faulted;
+        pos = t;
+        continue;
+      }
+      return ReadyReason::Faulted;
+    }
+    in_flight = true;
+    return std::nullopt;
+  }
+  // ---- fanout consumer: would pop_highest() claim an item? The bitmap,
+  // then each set bit's ring from the highest, as the pop walks them; a ring
+  // found empty with nothing in flight has a stale bit, cleared as the pop
+  // clears it (clear_stale(): a claim meanwhile sets it back). An empty
+  // bitmap: resurface() as the blocking pop's park round does (a submitter
+  // that died between its ring commit and its bit).
+  static Reason check(FanoutConsumer& c, bool& in_flight) {
+    PriorityFanout& f = c;
+    const EndpointGuard::Scope scope(f.guard_, kFanoutGuardName);
+    auto& hot = f.control_->hot;
+    // [fanout.D2] seq_cst: the re-check of the Dekker pair with a submitter's
+    // [fanout.B1] (or a clearer's set-back) + [fanout.D1], as pop_highest()'s park.
+    std::uint64_t bm = hot.bitmap.load(std::memory_order_seq_cst);
+    if (bm == 0) {
+      if (!f.resurface()) return std::nullopt;
+      bm = hot.bitmap.load(std::memory_order_seq_cst);
+    }
+    const std::uint64_t valid = f.k_ >= 64 ? ~0ull : (std::uint64_t{1} << f.k_) - 1;
+    if ((bm & ~valid) != 0) return ReadyReason::Faulted;  // the pop reports Corrupt
+    while (bm != 0) {
+      const auto p = static_cast<std::uint32_t>(63 - std::countl_zero(bm));
+      bm &= ~(std::uint64_t{1} << p);
+      bool ring_in_flight = false;
+      const Reason r = ring_data(f.rings_[p], ring_in_flight);
+      if (r) return r;
+      if (ring_in_flight)
+        in_flight = true;
+      else if (!f.rings_[p].peeked_)
+        // Not while this handle holds a take from that ring: its look did
+        // not consume a tombstone there, which a clear would see as a claim
+        // and set back, waking this set again at once.
+        f.clear_stale(p);
+    }
+    return std::nullopt;
+  }
+
   static ReadyReason reason_of(Errc code) noexcept {
     return code == Errc::ProducerDied ? ReadyReason::PeerDied : ReadyReason::Faulted;
   }
@@ -285,6 +477,10 @@ struct WaitSetAccess {
     // A count of parked parties instead of a flag (the topic's
     // subscribers_parked): `parked` is then the record's own flag for repair.
     std::atomic<std::uint32_t>* count = nullptr;
+    // A set of parked attachment slots instead of a flag (the MPMC ring's and
+    // the fanout's ParkedSet): the set announces the handle's own slot.
+    mpmc::ParkedSet* parked_set = nullptr;
+    std::size_t slot = 0;
   };
   static Words words(RingConsumer& c) {
     return {&c.control_->waiters.data_signal, &c.control_->producer.consumer_parked, &c.segment_,
@@ -328,6 +524,23 @@ struct WaitSetAccess {
     egress::Control& c = *e.state().control;
     return {&c.wake.space_word, &c.wake.space_waiters, &e.segment(), egress::kTransportRole.id};
   }
+  // The MPMC ring's and the fanout's members have no one peer (any number of
+  // producers, consumers, submitters): no probe, segment null.
+  static Words words(MpmcConsumer& c) {
+    MpmcRing& r = c;
+    auto& w = r.v_.control->waiters;
+    return {&w.data_signal, nullptr, nullptr, 0, nullptr, &w.consumers_waiting, r.slot_};
+  }
+  static Words words(MpmcProducer& p) {
+    MpmcRing& r = p;
+    auto& w = r.v_.control->waiters;
+    return {&w.space_signal, nullptr, nullptr, 0, nullptr, &w.producers_waiting, r.slot_};
+  }
+  static Words words(FanoutConsumer& c) {
+    PriorityFanout& f = c;
+    auto& hot = f.control_->hot;
+    return {&hot.epoch, nullptr, nullptr, 0, nullptr, &hot.waiters, f.slot_};
+  }
   // Whether a handle is attached to anything (a default-constructed or
   // moved-from handle has no control block).
   template <class Handle>
@@ -339,6 +552,11 @@ struct WaitSetAccess {
   static bool attached(RelayWriter& w) { return w.view_.control != nullptr; }
   static bool attached(EgressTransport& t) { return t.egress().state().control != nullptr; }
   static bool attached(Egress& e) { return e.state().control != nullptr; }
+  static bool attached(MpmcConsumer& c) { return static_cast<MpmcRing&>(c).v_.control != nullptr; }
+  static bool attached(MpmcProducer& p) { return static_cast<MpmcRing&>(p).v_.control != nullptr; }
+  static bool attached(FanoutConsumer& c) {
+    return static_cast<PriorityFanout&>(c).control_ != nullptr;
+  }
   // The announcement's tail for the channel (the seq_cst loads that pair with
   // the waker's seq_cst stores; see [chan.D1'] / [chan.D2']).
   static void announced(ChannelConsumer& c) {
@@ -354,10 +572,12 @@ struct WaitSetAccess {
   static std::uint64_t max_payload(ChannelProducer& p) { return p.view_.params.max_payload; }
   static std::uint64_t max_payload(RelayWriter& w) { return w.view_.params.value_bytes; }
   static std::uint64_t max_payload(Egress& e) { return e.state().params.slot_bytes; }
+  static std::uint64_t max_payload(MpmcProducer& p) { return p.slot_bytes(); }
   static const std::string& path(RingProducer& p) { return p.segment_.path(); }
   static const std::string& path(ChannelProducer& p) { return p.segment_.path(); }
   static const std::string& path(RelayWriter& w) { return w.segment_.path(); }
   static const std::string& path(Egress& e) { return e.segment().path(); }
+  static const std::string& path(MpmcProducer& p) { return p.segment().path(); }
 };
 
 }  // namespace detail
@@ -369,8 +589,10 @@ struct WaitSet::State {
     void* handle = nullptr;
     std::size_t payload_bytes = 0;
     detail::WaitSetAccess::Words w{};
-    bool counted = false;          // w.count holds this set's +1 (a topic subscriber, an egress)
+    bool counted = false;  // w.count holds this set's +1 (a topic subscriber, an egress), or
+                           // w.parked_set this set's bit (an MPMC ring, a fanout)
     std::uint64_t due_ns = ~0ull;  // an egress transport: its earliest parked record's due time
+    bool in_flight = false;  // an MPMC / fanout member: the other side is mid-operation (poll)
   };
 
   WaitSetOptions options;
@@ -463,6 +685,15 @@ struct WaitSet::State {
       case MemberKind::EgressSender:
         r = A::check(*static_cast<Egress*>(m.handle), exact, announcing, m.counted);
         break;
+      case MemberKind::MpmcConsumer:
+        m.in_flight = false;
+        return A::check(*static_cast<MpmcConsumer*>(m.handle), m.in_flight);
+      case MemberKind::MpmcProducer:
+        m.in_flight = false;
+        return A::check(*static_cast<MpmcProducer*>(m.handle), m.in_flight);
+      case MemberKind::FanoutConsumer:
+        m.in_flight = false;
+        return A::check(*static_cast<FanoutConsumer*>(m.handle), m.in_flight);
     }
     if (r || !probe || m.w.segment == nullptr) return r;
     // Nothing to take and no room: a dead peer will never change that.
@@ -486,6 +717,16 @@ struct WaitSet::State {
   bool announce() {
     bool rings = false;
     for (auto& m : members) {
+      if (m.w.parked_set != nullptr) {
+        // [ws.P] the handle's own announcement ([mpmc.W] / [fanout.D]):
+        // seq_cst +1 of the count, then the seq_cst fetch_or of its slot's
+        // bit, repeated every round as the blocking call's park repeats it (a
+        // reclaim race may have cleared it). The re-check is check()'s first
+        // load ([mpmc.W2] / [fanout.D2], seq_cst): no barrier follows.
+        m.w.parked_set->announce(m.w.slot);
+        m.counted = true;
+        continue;
+      }
       if (m.w.count != nullptr) {
         // A count: announced once, kept up until withdrawn (a later round
         // finds it in place). [topic.W] seq_cst: the same increment as the
@@ -519,7 +760,10 @@ struct WaitSet::State {
           detail::WaitSetAccess::announced(*static_cast<ChannelProducer*>(m.handle));
           break;
         case MemberKind::TopicSubscriber:
-          break;  // a count (above)
+        case MemberKind::MpmcConsumer:
+        case MemberKind::MpmcProducer:
+        case MemberKind::FanoutConsumer:
+          break;  // a count or a parked set (above)
         case MemberKind::RelayReader:
         case MemberKind::RelayWriter:
         case MemberKind::EgressTransport:
@@ -540,6 +784,13 @@ struct WaitSet::State {
            m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender;
   }
   static void withdraw(Member& m) noexcept {
+    if (m.w.parked_set != nullptr) {
+      // Exact: the handle's own bit (and its 1 in the count), as its blocking
+      // call's park withdraws it. Left up, it would cost every push a wake.
+      if (m.counted) (void)m.w.parked_set->clear(m.w.slot);
+      m.counted = false;
+      return;
+    }
     if (m.kind == MemberKind::EgressTransport || m.kind == MemberKind::EgressSender) {
       // The +1 is taken back under the mutex (left up, it would cost every
       // later wake a FUTEX_WAKE). A live holder past a lock slice: it stays
@@ -578,6 +829,7 @@ struct WaitSet::State {
     if (event_fd >= 0) drain_fd();
     if (closed.load(std::memory_order_acquire)) return WaitOutcome{WaitStatus::Closed, {}};
     const auto deadline = detail::deadline_after(timeout);
+    std::uint64_t backoff_ns = kInFlightFirstNs;
     if (collect(probe_due(), true)) return signalled(ready_outcome());
     if (timeout <= std::chrono::nanoseconds::zero() && event_fd < 0)
       return WaitOutcome{WaitStatus::TimedOut, {}};
@@ -608,6 +860,20 @@ struct WaitSet::State {
       const auto now = std::chrono::steady_clock::now();
       std::uint64_t sleep_ns = has_peers() ? interval_ns() : kForeverNs;
       if (!fenced) sleep_ns = std::min(sleep_ns, kFencelessSleepNs);
+      // An MPMC / fanout member: bounded as its own park is; polled while its
+      // other side is mid-operation (that side's wake may have missed our bit).
+      bool in_flight = false;
+      for (const auto& m : members) {
+        if (m.w.parked_set == nullptr) continue;
+        sleep_ns = std::min(sleep_ns, kParkedSetMaxSleepNs);
+        in_flight = in_flight || m.in_flight;
+      }
+      if (in_flight) {
+        sleep_ns = std::min(sleep_ns, backoff_ns);
+        backoff_ns = std::min(backoff_ns * 2, kInFlightMaxNs);
+      } else {
+        backoff_ns = kInFlightFirstNs;
+      }
       // An egress transport's parked record becomes claimable at its due
       // time, which no one wakes for (the transport's own claim sleeps until it).
       for (const auto& m : members) {
@@ -842,6 +1108,14 @@ Result<void> WaitSet::attach(EgressTransport& transport, std::uint64_t tag) {
   return attach_member(state_.get(), transport, tag, MemberKind::EgressTransport, 0);
 }
 
+Result<void> WaitSet::attach(MpmcConsumer& consumer, std::uint64_t tag) {
+  return attach_member(state_.get(), consumer, tag, MemberKind::MpmcConsumer, 0);
+}
+
+Result<void> WaitSet::attach(FanoutConsumer& consumer, std::uint64_t tag) {
+  return attach_member(state_.get(), consumer, tag, MemberKind::FanoutConsumer, 0);
+}
+
 template <class Producer>
 static Result<void> check_payload(Producer& p, std::size_t payload_bytes) {
   const std::uint64_t max = detail::WaitSetAccess::max_payload(p);
@@ -865,6 +1139,13 @@ Result<void> WaitSet::attach(ChannelProducer& producer, std::uint64_t tag,
     if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
   }
   return attach_member(state_.get(), producer, tag, MemberKind::ChannelProducer, payload_bytes);
+}
+
+Result<void> WaitSet::attach(MpmcProducer& producer, std::uint64_t tag, std::size_t payload_bytes) {
+  if (state_ && detail::WaitSetAccess::attached(producer)) {
+    if (auto ok = check_payload(producer, payload_bytes); !ok) return ok;
+  }
+  return attach_member(state_.get(), producer, tag, MemberKind::MpmcProducer, payload_bytes);
 }
 
 Result<void> WaitSet::attach(RelayWriter& writer, std::uint64_t tag, std::size_t value_bytes) {

@@ -4,12 +4,20 @@
 //   waitset_peer ROLE NAME STEP...
 // ROLE: ring-producer | ring-consumer | channel-producer | channel-consumer |
 //       topic-publisher | relay-writer | relay-reader | egress-producer |
-//       egress-transport
+//       egress-transport | mpmc-producer | mpmc-consumer | fanout-producer
 // (opened by NAME; prints "READY" once attached), then each STEP in order:
 //   go:FILE        wait until FILE exists
 //   sleep:MS       sleep
-//   push:TEXT      ring producer: push TEXT (waits for room)
-//   pop            ring consumer: pop one record (waits for one)
+//   push:TEXT      ring or MPMC producer: push TEXT (waits for room)
+//   pop            ring or MPMC consumer: pop one record (waits for one)
+//   reserve        MPMC producer: claim a cell and keep it (no commit);
+//                  prints "RESERVED"
+//   peek           MPMC consumer: claim an item and keep it (no release);
+//                  prints "PEEKED"
+//   submit:P:TEXT  fanout producer: submit TEXT at priority P (waits for room)
+//   submit-crash:P:TEXT fanout producer: submit, and stop between its ring
+//                  commit and its bitmap bit (the crash hook); prints
+//                  "CRASH-POINT" and waits there to be killed
 //   send:TEXT      channel producer: send TEXT (waits for room)
 //   receive        channel consumer: receive one payload (waits for one)
 //   finish         channel producer: finish() the stream
@@ -28,7 +36,10 @@
 //                  publish / write N 8-byte records (their index), with
 //                  random pauses (none, a spin, or up to 200 us of sleep);
 //                  relay reader: take and commit N entries, one take of up
-//                  to 3 at a time, with the same pauses
+//                  to 3 at a time, with the same pauses; MPMC or fanout
+//                  producer: SEED << 32 | index (the fanout at priority
+//                  index % 2), with the same pauses; MPMC consumer: pop N
+//                  8-byte records, each its index, with the same pauses
 //   poke:OFFSET:HEX write the 8-byte value HEX at byte OFFSET of the
 //                  segment file (a hostile or buggy process; no wake)
 //   poke32:OFFSET:HEX the same with a 4-byte value
@@ -37,10 +48,13 @@
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
 #include "shm/egress/egress.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/platform/cpu_relax.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
+#include "shm/testing/fanout_crash.hpp"
 #include "shm/topic/topic.hpp"
 
 #include <fcntl.h>
@@ -94,6 +108,9 @@ int main(int argc, char** argv) {
   std::optional<shm::RelayReader> rr;
   std::optional<shm::Egress> ep;
   std::optional<shm::EgressTransport> et;
+  std::optional<shm::MpmcProducer> mp;
+  std::optional<shm::MpmcConsumer> mc;
+  std::optional<shm::FanoutProducer> fp;
   std::string topic_path;
   if (role == "ring-producer")
     rp.emplace(need(shm::RingProducer::open(name)));
@@ -115,9 +132,18 @@ int main(int argc, char** argv) {
     ep.emplace(need(shm::Egress::open(name)));
   else if (role == "egress-transport")
     et.emplace(need(shm::EgressTransport::open(name)));
+  else if (role == "mpmc-producer")
+    mp.emplace(need(shm::MpmcProducer::open(name)));
+  else if (role == "mpmc-consumer")
+    mc.emplace(need(shm::MpmcConsumer::open(name)));
+  else if (role == "fanout-producer")
+    fp.emplace(need(shm::FanoutProducer::open(name, shm::FanoutParams{0, 0, 0})));
   else
     die(2, "unknown role " + role);
-  const std::string path = tp   ? topic_path
+  const std::string path = mp   ? mp->segment().path()
+                           : mc ? mc->segment().path()
+                           : fp ? fp->bitmap_segment().path()
+                           : tp ? topic_path
                            : ep ? ep->segment().path()
                            : et ? et->egress().segment().path()
                            : rw ? rw->segment().path()
@@ -162,6 +188,26 @@ int main(int argc, char** argv) {
     } else if (verb == "pop" && rc) {
       std::byte buf[4096];
       if (!need(rc->pop(buf, 10s))) die(3, "pop timed out");
+    } else if (verb == "push" && mp) {
+      if (!need(mp->push(bytes(arg), 10s))) die(3, "push timed out");
+    } else if (verb == "pop" && mc) {
+      std::byte buf[4096];
+      if (!need(mc->pop(buf, 10s))) die(3, "pop timed out");
+    } else if (verb == "reserve" && mp) {
+      if (!need(mp->try_reserve())) die(3, "reserve: full");
+      say("RESERVED");
+    } else if (verb == "peek" && mc) {
+      if (!need(mc->try_peek())) die(3, "peek: empty");
+      say("PEEKED");
+    } else if ((verb == "submit" || verb == "submit-crash") && fp) {
+      const auto sep = arg.find(':');
+      const auto priority = static_cast<std::uint32_t>(std::stoul(arg.substr(0, sep)));
+      if (verb == "submit-crash")
+        shm::test_hooks::set_fanout_crash_hook([](shm::test_hooks::FanoutCrashPoint) {
+          say("CRASH-POINT");
+          for (;;) ::pause();
+        });
+      if (!need(fp->submit(priority, bytes(arg.substr(sep + 1)), 10s))) die(3, "submit timed out");
     } else if (verb == "send" && cp) {
       if (need(cp->send(bytes(arg), 10s)).status != shm::SendStatus::Ok) die(3, "send refused");
     } else if (verb == "receive" && cc) {
@@ -191,6 +237,38 @@ int main(int argc, char** argv) {
       (void)need(et->ack(c.envelope.sequence));
     } else if (verb == "die") {
       ::raise(SIGKILL);
+    } else if (verb == "stress" && mc) {
+      const auto sep = arg.find(':');
+      const std::uint64_t n = std::stoull(arg.substr(0, sep));
+      std::mt19937_64 rng(std::stoull(arg.substr(sep + 1)));
+      for (std::uint64_t k = 0; k < n; ++k) {
+        std::uint64_t v = 0;
+        const auto got = need(mc->pop(std::as_writable_bytes(std::span(&v, 1)), 10s));
+        if (!got) die(3, "stress pop timed out");
+        if (v != k) die(3, "stress pop: got " + std::to_string(v) + ", want " + std::to_string(k));
+        if (rng() % 4 >= 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+      }
+    } else if (verb == "stress" && (mp || fp)) {
+      const auto sep = arg.find(':');
+      const std::uint64_t n = std::stoull(arg.substr(0, sep));
+      const std::uint64_t seed = std::stoull(arg.substr(sep + 1));
+      std::mt19937_64 rng(seed);
+      for (std::uint64_t k = 0; k < n; ++k) {
+        const std::uint64_t v = seed << 32 | k;
+        const auto payload = std::as_bytes(std::span(&v, 1));
+        const bool ok = mp ? need(mp->push(payload, 10s))
+                           : need(fp->submit(static_cast<std::uint32_t>(k % 2), payload, 10s));
+        if (!ok) die(3, "stress push timed out");
+        switch (rng() % 4) {
+          case 0:
+            break;
+          case 1:
+            for (int s = static_cast<int>(rng() % 2000); s > 0; --s) shm::detail::cpu_relax();
+            break;
+          default:
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+        }
+      }
     } else if (verb == "stress" && (rp || tp || rw || rr)) {
       const auto sep = arg.find(':');
       const std::uint64_t n = std::stoull(arg.substr(0, sep));

@@ -15,6 +15,9 @@
 #include "shm/channel/producer.hpp"
 #include "shm/egress/egress.hpp"
 #include "shm/egress/layout.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/mpmc/layout.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/relay/layout.hpp"
 #include "shm/relay/relay.hpp"
 #include "shm/segment/header.hpp"
@@ -36,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace shm::waitset_process_test {
@@ -1023,6 +1027,361 @@ TEST_F(WaitSetProcessTest, NoRelayWakeIsLostUnderRandomizedRacesAcrossProcesses)
   }
   for (auto& p : peers) EXPECT_EQ(p.wait(10s), 0) << p.output();
   EXPECT_GT(set.snapshot().parks, 0u);
+}
+
+// ---------------------------------------------------------------- MPMC ring and fanout
+
+// The first cell's sequence word: the cells follow the MPMC control block.
+constexpr std::uint64_t kMpmcCell0 = kDataOffset + sizeof(mpmc::Control);
+// The fanout's bitmap: the first word of its bitmap segment's data area.
+constexpr std::uint64_t kFanoutBitmap = kDataOffset;
+
+MpmcParams small_mpmc(std::uint64_t cells = 8) {
+  return MpmcParams{.ring_cells = cells, .slot_bytes = 16};
+}
+FanoutParams small_fanout() {
+  return FanoutParams{.priorities = 2, .ring_cells = 4, .slot_bytes = 16};
+}
+// Parked drainers / consumers / producers announced in a ParkedSet: the set's
+// bit must be gone once a wait() returned.
+std::uint64_t parked_consumers(const MpmcConsumer& c) {
+  return reinterpret_cast<const mpmc::Control*>(c.segment().data().data())
+      ->waiters.consumers_waiting.parked();
+}
+std::uint64_t parked_producers(const MpmcProducer& p) {
+  return reinterpret_cast<const mpmc::Control*>(p.segment().data().data())
+      ->waiters.producers_waiting.parked();
+}
+std::uint64_t parked_drainers(const FanoutConsumer& f) {
+  return reinterpret_cast<const fanout::Control*>(f.bitmap_segment().data().data())
+      ->hot.waiters.parked();
+}
+
+TEST_F(WaitSetProcessTest, MpmcConsumerWakesForAnItemPushedByAnotherProcess) {
+  auto c = MpmcConsumer::create("mq", small_mpmc());
+  ASSERT_TRUE(c) << c.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  auto p = peer("mpmc-producer", "mq", {"go:" + go_, "push:hello"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {1, ReadyReason::Data}, [&] { go(); });
+  EXPECT_EQ(parked_consumers(*c), 0u);
+  std::byte buf[16];
+  auto r = c->try_pop(buf);
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ(**r, 5u);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+TEST_F(WaitSetProcessTest, MpmcProducerWakesForRoomFreedByAnotherProcess) {
+  auto prod = MpmcProducer::create("mq", small_mpmc());
+  ASSERT_TRUE(prod) << prod.error().what();
+  while (*prod->try_push(bytes("12345678"))) {
+  }
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 2, 8));
+  auto c = peer("mpmc-consumer", "mq", {"go:" + go_, "pop"});
+  ASSERT_TRUE(c.wait_for_line("READY", 30s)) << c.output();
+  expect_wake(set, {2, ReadyReason::Room}, [&] { go(); });
+  EXPECT_EQ(parked_producers(*prod), 0u);
+  auto pushed = prod->try_push(bytes("12345678"));
+  ASSERT_TRUE(pushed);
+  EXPECT_TRUE(*pushed);
+  EXPECT_EQ(c.wait(10s), 0) << c.output();
+}
+
+TEST_F(WaitSetProcessTest, FanoutConsumerWakesForAnItemSubmittedByAnotherProcess) {
+  auto f = FanoutConsumer::create("fq", small_fanout());
+  ASSERT_TRUE(f) << f.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*f, 3));
+  auto p = peer("fanout-producer", "fq", {"go:" + go_, "submit:1:hello"});
+  ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+  expect_wake(set, {3, ReadyReason::Data}, [&] { go(); });
+  EXPECT_EQ(parked_drainers(*f), 0u);
+  std::byte buf[16];
+  auto r = f->try_pop_highest(buf);
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->priority, 1u);
+  EXPECT_EQ((*r)->size, 5u);
+  EXPECT_EQ(p.wait(10s), 0) << p.output();
+}
+
+// fd() with the ParkedSet members: the helper sleeps on the MPMC ring's and
+// the fanout's words with the set's bits up; a push and a submit by another
+// process make the descriptor readable, and wait(0) reports them.
+TEST_F(WaitSetProcessTest, FdBecomesReadableForAnMpmcPushAndAFanoutSubmit) {
+  auto c = MpmcConsumer::create("mq", small_mpmc());
+  auto f = FanoutConsumer::create("fq", small_fanout());
+  ASSERT_TRUE(c && f);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 1));
+  ASSERT_TRUE(set.attach(*f, 2));
+  auto fd = set.fd();
+  ASSERT_TRUE(fd) << fd.error().what();
+  pollfd pfd{*fd, POLLIN, 0};
+  auto r = set.wait(0ns);  // arms the helper
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_EQ(parked_consumers(*c), 1u);  // up while armed
+  EXPECT_EQ(parked_drainers(*f), 1u);
+  struct Case {
+    std::uint64_t tag;
+    const char* role;
+    const char* name;
+    const char* step;
+  };
+  for (const Case& k : {Case{1, "mpmc-producer", "mq", "push:hello"},
+                        Case{2, "fanout-producer", "fq", "submit:0:hello"}}) {
+    SCOPED_TRACE(k.role);
+    auto p = peer(k.role, k.name, {"go:" + go_, k.step});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    // Opening a handle may wake (a repair's wake, a resurface): let it settle.
+    while (::poll(&pfd, 1, 20) == 1) {
+      r = set.wait(0ns);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, WaitStatus::TimedOut);
+    }
+    const auto changed = std::chrono::steady_clock::now();
+    go();
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() - changed < 10s) {
+      ASSERT_EQ(::poll(&pfd, 1, 10'000), 1);
+      r = set.wait(0ns);
+      ASSERT_TRUE(r);
+      ready = r->status == WaitStatus::Ready;
+    }
+    ASSERT_TRUE(ready);
+    EXPECT_LE(std::chrono::steady_clock::now() - changed, test::kWakeBound);
+    ASSERT_EQ(r->ready.size(), 1u);
+    EXPECT_EQ(r->ready[0].tag, k.tag);
+    EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+    std::byte buf[16];
+    if (k.tag == 1) {
+      ASSERT_TRUE(*c->try_pop(buf));
+    } else {
+      ASSERT_TRUE(*f->try_pop_highest(buf));
+    }
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::filesystem::remove(go_);
+  }
+  ASSERT_TRUE(set.detach(1));
+  EXPECT_EQ(parked_consumers(*c), 0u);
+}
+
+// The MPMC ring and the fanout have no one peer (no PeerDied): a producer
+// killed between its claim and its publish holds the cell at the head, and
+// the items behind it wait for its repair. The set, polling while the cell
+// is held (its producer may publish without seeing the set's bit), repairs
+// it once the holder is dead, as a blocked pop does, and reports the item
+// behind it.
+TEST_F(WaitSetProcessTest, MpmcConsumerWakesWhenAProducerKilledMidPushIsRepaired) {
+  auto c = MpmcConsumer::create("mq", small_mpmc());
+  ASSERT_TRUE(c) << c.error().what();
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*c, 4));
+  auto dying = peer("mpmc-producer", "mq", {"reserve", "go:" + go_, "die"});
+  ASSERT_TRUE(dying.wait_for_line("RESERVED", 30s)) << dying.output();
+  auto behind = peer("mpmc-producer", "mq", {"push:behind"});
+  ASSERT_EQ(behind.wait(30s), 0) << behind.output();
+  auto r = set.wait(0ns);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);  // held by a live producer: nothing to take
+  expect_wake(set, {4, ReadyReason::Data}, [&] { go(); });
+  EXPECT_EQ(dying.wait(10s), 128 + SIGKILL);
+  std::byte buf[16];
+  auto got = c->try_pop(buf);
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ(**got, 6u);
+}
+
+// A consumer killed between its claim and its release holds a cell of a full
+// ring: the producer's room comes with the repair that releases it.
+TEST_F(WaitSetProcessTest, MpmcProducerWakesWhenAConsumerKilledHoldingACellIsRepaired) {
+  auto prod = MpmcProducer::create("mq", small_mpmc());
+  ASSERT_TRUE(prod) << prod.error().what();
+  while (*prod->try_push(bytes("12345678"))) {
+  }
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*prod, 5, 8));
+  auto dying = peer("mpmc-consumer", "mq", {"peek", "go:" + go_, "die"});
+  ASSERT_TRUE(dying.wait_for_line("PEEKED", 30s)) << dying.output();
+  expect_wake(set, {5, ReadyReason::Room}, [&] { go(); });
+  EXPECT_EQ(dying.wait(10s), 128 + SIGKILL);
+  auto pushed = prod->try_push(bytes("12345678"));
+  ASSERT_TRUE(pushed);
+  EXPECT_TRUE(*pushed);
+}
+
+// A submitter stopped (then killed) between its ring commit and its bitmap
+// bit: the item is in its ring under a clear bit, and nobody wakes the
+// drainers. The set's look resurfaces it, as a parked pop_highest() does, at
+// its next slice (20 ms here).
+TEST_F(WaitSetProcessTest, FanoutConsumerFindsAnItemWhoseSubmitterDiedBeforeItsBit) {
+  auto f = FanoutConsumer::create("fq", small_fanout());
+  ASSERT_TRUE(f) << f.error().what();
+  auto set = make_set(20ms);
+  ASSERT_TRUE(set.attach(*f, 6));
+  auto dying = peer("fanout-producer", "fq", {"go:" + go_, "submit-crash:1:stranded"});
+  ASSERT_TRUE(dying.wait_for_line("READY", 30s)) << dying.output();
+  expect_wake(set, {6, ReadyReason::Data}, [&] {
+    go();
+    ASSERT_TRUE(dying.wait_for_line("CRASH-POINT", 30s)) << dying.output();
+    dying.kill();
+  });
+  EXPECT_EQ(dying.wait(10s), 128 + SIGKILL);
+  std::byte buf[16];
+  auto r = f->try_pop_highest(buf);
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->priority, 1u);
+  EXPECT_EQ((*r)->size, 8u);
+}
+
+// A cell sequence or a bitmap no library call writes, poked by another
+// process (no wake): each member reports Faulted at its next slice, and its
+// own next call reports Corrupt.
+TEST_F(WaitSetProcessTest, MpmcAndFanoutMembersReportTheirStructureScribbledByAnotherProcess) {
+  auto c = MpmcConsumer::create("mc", small_mpmc());
+  auto prod = MpmcProducer::create("mp", small_mpmc());
+  auto f = FanoutConsumer::create("fq", small_fanout());
+  ASSERT_TRUE(c && prod && f);
+  while (*prod->try_push(bytes("12345678"))) {
+  }
+  {
+    SCOPED_TRACE("mpmc consumer");
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*c, 31));
+    // an empty ring's first cell: 5 is no state of position 0 (0 free, 1 published)
+    auto p = peer("mpmc-producer", "mc",
+                  {"go:" + go_, "poke:" + std::to_string(kMpmcCell0) + ":5", "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {31, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::byte buf[16];
+    auto r = c->try_pop(buf);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::Corrupt);
+    std::filesystem::remove(go_);
+  }
+  {
+    SCOPED_TRACE("mpmc producer");
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*prod, 32, 8));
+    // a full ring of 8: the first cell is position 8's, 4 is no state of it
+    auto p = peer("mpmc-consumer", "mp",
+                  {"go:" + go_, "poke:" + std::to_string(kMpmcCell0) + ":4", "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {32, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    auto r = prod->try_push(bytes("12345678"));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::Corrupt);
+    std::filesystem::remove(go_);
+  }
+  {
+    SCOPED_TRACE("fanout consumer");
+    auto set = make_set(20ms);
+    ASSERT_TRUE(set.attach(*f, 33));
+    // bit 7 of a fanout of 2 priorities
+    auto p = peer("fanout-producer", "fq",
+                  {"go:" + go_, "poke:" + std::to_string(kFanoutBitmap) + ":80", "sleep:300"});
+    ASSERT_TRUE(p.wait_for_line("READY", 30s)) << p.output();
+    expect_wake(set, {33, ReadyReason::Faulted}, [&] { go(); });
+    EXPECT_EQ(p.wait(10s), 0) << p.output();
+    std::byte buf[16];
+    auto r = f->try_pop_highest(buf);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::Corrupt);
+  }
+}
+
+// The lost-wake stress for the ParkedSet members: two producer processes
+// push 3000 records each with random pauses into an MPMC ring of 4 cells,
+// two submitter processes submit 3000 each into a fanout of 2 priorities of
+// 4 cells, and the set pushes 3000 records into a third ring of 4 that a
+// consumer process pops, so every side parks and wakes thousands of times.
+// A wake is one waiter's (FUTEX_WAKE of 1), and these members' sleeps are
+// bounded by 250 ms (a waiter bit cleared by a reclaim race): a lost wake
+// shows as a wait of 200 ms or more, when every peer pauses 200 us at most.
+TEST_F(WaitSetProcessTest, NoMpmcOrFanoutWakeIsLostUnderRandomizedRacesAcrossProcesses) {
+  constexpr std::uint64_t kRecords = 3000;
+  auto mq = MpmcConsumer::create("mq", small_mpmc(4));
+  auto fq = FanoutConsumer::create(
+      "fq", FanoutParams{.priorities = 2, .ring_cells = 4, .slot_bytes = 16});
+  auto out = MpmcProducer::create("mo", small_mpmc(4));
+  ASSERT_TRUE(mq && fq && out);
+  auto set = make_set(10s);
+  ASSERT_TRUE(set.attach(*mq, 0));
+  ASSERT_TRUE(set.attach(*fq, 1));
+  ASSERT_TRUE(set.attach(*out, 2, 8));
+  std::vector<Subprocess> peers;
+  const std::string n = std::to_string(kRecords);
+  // Seeds 1, 2: MPMC producers; 3, 4: fanout submitters (the value's high half).
+  for (const auto& [role, name, seed] :
+       {std::tuple{"mpmc-producer", "mq", 1}, std::tuple{"mpmc-producer", "mq", 2},
+        std::tuple{"fanout-producer", "fq", 3}, std::tuple{"fanout-producer", "fq", 4}}) {
+    peers.push_back(peer(role, name, {"go:" + go_, "stress:" + n + ":" + std::to_string(seed)}));
+    ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  }
+  peers.push_back(peer("mpmc-consumer", "mo", {"go:" + go_, "stress:" + n + ":9"}));
+  ASSERT_TRUE(peers.back().wait_for_line("READY", 30s)) << peers.back().output();
+  go();
+  // The next index of each producer (MPMC: in order; fanout: in order per priority).
+  std::map<std::uint64_t, std::uint64_t> next{{1, 0},         {2, 0},     {3 * 2, 0},
+                                              {3 * 2 + 1, 1}, {4 * 2, 0}, {4 * 2 + 1, 1}};
+  std::uint64_t taken = 0, pushed = 0;
+  while (taken < 4 * kRecords || pushed < kRecords) {
+    const auto before = std::chrono::steady_clock::now();
+    auto r = set.wait(2s);
+    ASSERT_TRUE(r) << r.error().what();
+    ASSERT_EQ(r->status, WaitStatus::Ready)
+        << "a wake was lost: " << taken << " taken, " << pushed << " pushed";
+    ASSERT_LT(std::chrono::steady_clock::now() - before, 200ms)
+        << "a wake was lost (found at the sleep's bound): " << taken << " taken, " << pushed
+        << " pushed";
+    std::vector<ReadyEvent> events(r->ready.begin(), r->ready.end());
+    for (const auto& e : events) {
+      if (e.tag == 2) {
+        ASSERT_EQ(e.reason, ReadyReason::Room);
+        while (pushed < kRecords) {
+          auto ok = out->try_push(std::as_bytes(std::span(&pushed, 1)));
+          ASSERT_TRUE(ok) << ok.error().what();
+          if (!*ok) break;
+          ++pushed;
+        }
+        if (pushed == kRecords) {
+          ASSERT_TRUE(set.detach(2));
+        }
+        continue;
+      }
+      ASSERT_EQ(e.reason, ReadyReason::Data);
+      for (;;) {
+        std::uint64_t v = 0;
+        const auto buf = std::as_writable_bytes(std::span(&v, 1));
+        std::uint64_t key = 0;
+        if (e.tag == 0) {
+          auto got = mq->try_pop(buf);
+          ASSERT_TRUE(got) << got.error().what();
+          if (!*got) break;
+          key = v >> 32;
+        } else {
+          auto got = fq->try_pop_highest(buf);
+          ASSERT_TRUE(got) << got.error().what();
+          if (!*got) break;
+          key = (v >> 32) * 2 + (*got)->priority;
+        }
+        ASSERT_TRUE(next.contains(key)) << v;
+        ASSERT_EQ(v & 0xffffffffu, next[key]) << "producer " << (v >> 32);
+        next[key] += e.tag == 0 ? 1 : 2;
+        ++taken;
+      }
+    }
+  }
+  for (auto& p : peers) EXPECT_EQ(p.wait(10s), 0) << p.output();
+  EXPECT_GT(set.snapshot().parks, 0u);
+  std::printf("stress: %llu taken, %llu pushed, %llu parks\n",
+              static_cast<unsigned long long>(taken), static_cast<unsigned long long>(pushed),
+              static_cast<unsigned long long>(set.snapshot().parks));
 }
 
 }  // namespace

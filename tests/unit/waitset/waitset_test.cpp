@@ -5,6 +5,8 @@
 #include "common/temp_root.hpp"
 #include "shm/channel/consumer.hpp"
 #include "shm/channel/producer.hpp"
+#include "shm/fanout/priority_fanout.hpp"
+#include "shm/mpmc/mpmc_ring.hpp"
 #include "shm/spsc/consumer.hpp"
 #include "shm/spsc/producer.hpp"
 #include "shm/topic/layout.hpp"
@@ -260,7 +262,10 @@ TEST(WaitSet, TopicSubscriberAnnouncementIsTakenBack) {
     auto set = WaitSet::make();
     ASSERT_TRUE(set);
     ASSERT_TRUE(set->attach(*sub, 1));
-    auto r = set->wait(2ms);  // parks, times out
+    // Long enough to park after the spin (which does not look at the clock:
+    // under TSan on a loaded machine it took more than 2 ms, and a wait that
+    // spent its timeout spinning returns without parking).
+    auto r = set->wait(100ms);  // parks, times out
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, WaitStatus::TimedOut);
     EXPECT_GT(set->snapshot().parks, 0u);
@@ -291,6 +296,135 @@ TEST(WaitSet, AMovedFromSetRefusesCalls) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::InvalidArgument);
   EXPECT_TRUE(other.wait(0ns));
+}
+
+// ---------------------------------------------------------------- MPMC ring and fanout
+
+std::uint64_t parked_in(const Segment& seg, bool consumers) {
+  const auto& w = reinterpret_cast<const mpmc::Control*>(seg.data().data())->waiters;
+  return consumers ? w.consumers_waiting.parked() : w.producers_waiting.parked();
+}
+std::uint64_t parked_drainers(const FanoutConsumer& f) {
+  return reinterpret_cast<const fanout::Control*>(f.bitmap_segment().data().data())
+      ->hot.waiters.parked();
+}
+
+TEST(WaitSet, MpmcAndFanoutMembersAreReadyWhileTheyHaveAnItemOrRoom) {
+  test::TempRoot root;
+  auto c = MpmcConsumer::create("m", {.ring_cells = 2, .slot_bytes = 8});
+  auto p = MpmcProducer::open("m");
+  auto fc = FanoutConsumer::create("f", {.priorities = 3, .ring_cells = 2, .slot_bytes = 8});
+  auto fp = FanoutProducer::open("f", FanoutParams{0, 0, 0});
+  ASSERT_TRUE(c && p && fc && fp);
+  auto set = WaitSet::make();
+  ASSERT_TRUE(set);
+  ASSERT_TRUE(set->attach(*c, 1));
+  ASSERT_TRUE(set->attach(*fc, 2));
+  ASSERT_TRUE(set->attach(*p, 3, 8));
+  auto r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->ready.size(), 1u);  // only the producer: room
+  EXPECT_EQ(r->ready[0].tag, 3u);
+  EXPECT_EQ(r->ready[0].reason, ReadyReason::Room);
+  ASSERT_TRUE(set->detach(3));
+  r = set->wait(100ms);  // parks (after the spin), times out
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  EXPECT_GT(set->snapshot().parks, 0u);
+  EXPECT_EQ(parked_in(c->segment(), true), 0u);  // withdrawn
+  EXPECT_EQ(parked_drainers(*fc), 0u);
+  ASSERT_TRUE(*p->try_push(bytes("one")));
+  ASSERT_TRUE(*fp->try_submit(2, bytes("two")));
+  for (int round = 0; round < 2; ++round) {  // level-triggered
+    r = set->wait(0ns);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->ready.size(), 2u);
+    EXPECT_EQ(r->ready[0].reason, ReadyReason::Data);
+    EXPECT_EQ(r->ready[1].reason, ReadyReason::Data);
+  }
+  std::byte buf[8];
+  ASSERT_TRUE(*c->try_pop(buf));
+  auto popped = fc->try_pop_highest(buf);
+  ASSERT_TRUE(popped && *popped);
+  EXPECT_EQ((*popped)->priority, 2u);
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  // A cancelled reservation is a tombstone: nothing to take (the pop skips it).
+  auto cell = p->try_reserve();
+  ASSERT_TRUE(cell && *cell);
+  p->cancel();
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, WaitStatus::TimedOut);
+  // ... and an item behind it is Data.
+  ASSERT_TRUE(*p->try_push(bytes("three")));
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->ready.size(), 1u);
+  EXPECT_EQ(r->ready[0].tag, 1u);
+  // A ring full for the producer: no room until a pop.
+  ASSERT_TRUE(*p->try_push(bytes("four")));
+  ASSERT_TRUE(set->attach(*p, 3, 8));
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  for (const auto& e : r->ready) EXPECT_NE(e.tag, 3u);
+  ASSERT_TRUE(*c->try_pop(buf));
+  r = set->wait(0ns);
+  ASSERT_TRUE(r);
+  bool room = false;
+  for (const auto& e : r->ready) room = room || (e.tag == 3 && e.reason == ReadyReason::Room);
+  EXPECT_TRUE(room);
+}
+
+// A stale bit (its ring empty) is cleared by the set's look, as a pop clears
+// it; a set left armed for fd() keeps its waiter bit up until it is destroyed
+// or the member detached.
+TEST(WaitSet, FanoutStaleBitIsClearedAndWaiterBitsAreTakenBack) {
+  test::TempRoot root;
+  auto fc = FanoutConsumer::create("f", {.priorities = 2, .ring_cells = 2, .slot_bytes = 8});
+  auto c = MpmcConsumer::create("m", {.ring_cells = 2, .slot_bytes = 8});
+  ASSERT_TRUE(fc && c);
+  auto& bitmap = reinterpret_cast<fanout::Control*>(fc->bitmap_segment().data().data())->hot.bitmap;
+  bitmap.store(2);  // priority 1, whose ring is empty
+  {
+    auto set = WaitSet::make();
+    ASSERT_TRUE(set);
+    ASSERT_TRUE(set->attach(*fc, 1));
+    ASSERT_TRUE(set->attach(*c, 2));
+    auto r = set->wait(0ns);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, WaitStatus::TimedOut);
+    EXPECT_EQ(bitmap.load(), 0u);
+    ASSERT_TRUE(set->fd());
+    r = set->wait(0ns);  // armed: the bits stay up for the helper
+    ASSERT_TRUE(r);
+    EXPECT_EQ(parked_drainers(*fc), 1u);
+    EXPECT_EQ(parked_in(c->segment(), true), 1u);
+    ASSERT_TRUE(set->detach(2));
+    EXPECT_EQ(parked_in(c->segment(), true), 0u);
+  }  // the set's destruction
+  EXPECT_EQ(parked_drainers(*fc), 0u);
+}
+
+TEST(WaitSet, RefusesMpmcRoomForMoreThanTheSlot) {
+  test::TempRoot root;
+  auto p = MpmcProducer::create("m", {.ring_cells = 2, .slot_bytes = 8});
+  ASSERT_TRUE(p);
+  auto set = WaitSet::make();
+  ASSERT_TRUE(set);
+  auto r = set->attach(*p, 1, 9);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::TooLarge);
+  EXPECT_TRUE(set->attach(*p, 1, 8));
+  MpmcConsumer none;
+  r = set->attach(none, 2);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
+  FanoutConsumer no_fanout;
+  r = set->attach(no_fanout, 3);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::InvalidArgument);
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ namespace detail {
 extern std::atomic<bool> fanout_crash_armed;
 inline constexpr std::uint8_t kCrashSubmitAfterRingCommit = 0;  ///< FanoutCrashPoint's value
 void fanout_crash_point(std::uint8_t point) noexcept;
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
 }  // namespace detail
 
 /// The K + 1 segments of a fanout, created or opened and not attached
@@ -235,6 +236,7 @@ class PriorityFanout {
   [[nodiscard]] static Result<PriorityFanout> attach_checked(FanoutSegments segments, Roles roles);
 
  private:
+  friend struct detail::WaitSetAccess;
   [[nodiscard]] static Result<PriorityFanout> adopt(Result<FanoutSegments> segments, Roles roles);
   [[nodiscard]] static Result<PriorityFanout> bind(std::string_view base, Segment bitmap,
                                                    std::vector<MpmcRing> rings,
@@ -345,6 +347,7 @@ class FanoutConsumer : public detail::FanoutSide {
   using PriorityFanout::try_take_highest;
 
  private:
+  friend struct detail::WaitSetAccess;
   explicit FanoutConsumer(PriorityFanout&& f) noexcept : FanoutSide(std::move(f)) {}
 };
 

@@ -56,6 +56,7 @@ namespace shm {
 
 namespace detail {
 inline constexpr const char* kMpmcGuardName = "an MpmcRing handle";
+struct WaitSetAccess;  // the WaitSet reads a member's state (shm/waitset/waitset.hpp)
 }  // namespace detail
 
 /// What an MPMC handle's snapshot() reads: positions and counters, relaxed
@@ -168,6 +169,7 @@ class MpmcRing {
 
  private:
   friend class PriorityFanout;
+  friend struct detail::WaitSetAccess;
   friend class MpmcProducer;
   friend class MpmcConsumer;
   /// create / open / attach for every handle type: the segment (or its
@@ -281,6 +283,7 @@ class MpmcProducer : public detail::MpmcSide {
   using MpmcRing::try_reserve;
 
  private:
+  friend struct detail::WaitSetAccess;
   explicit MpmcProducer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
 };
 
@@ -306,6 +309,7 @@ class MpmcConsumer : public detail::MpmcSide {
   using MpmcRing::try_take;
 
  private:
+  friend struct detail::WaitSetAccess;
   explicit MpmcConsumer(MpmcRing&& r) noexcept : MpmcSide(std::move(r)) {}
 };
 

@@ -3,8 +3,9 @@
 /// ready and why (docs/waitset.md).
 ///
 /// A member is a handle of this process (a ring or channel consumer or
-/// producer, a topic subscriber, a relay reader or writer, an egress's
-/// transport or sender) with a user tag. wait(timeout) parks on
+/// producer, an MPMC ring's consumer or producer, a fanout's consumer, a
+/// topic subscriber, a relay reader or writer, an egress's transport or
+/// sender) with a user tag. wait(timeout) parks on
 /// every member's futex word with one futex_waitv system call (Linux 5.16 and newer) and returns
 /// the tags that are ready and the reason. The set waits as each member's own
 /// blocking call does: it announces itself in the member's parked flag (so
@@ -38,6 +39,9 @@ class RelayReader;
 class RelayWriter;
 class Egress;
 class EgressTransport;
+class MpmcConsumer;
+class MpmcProducer;
+class FanoutConsumer;
 
 /// Why a member is ready.
 enum class ReadyReason : std::uint8_t {
@@ -164,6 +168,27 @@ class WaitSet {
   /// slot_bytes), PeerDied when the transport's process died with the pool
   /// full, Faulted when the egress is.
   [[nodiscard]] Result<void> attach(Egress& sender, std::uint64_t tag, std::size_t payload_bytes);
+  /// An MPMC ring consumer: Data when try_pop() / try_peek() / try_take()
+  /// would claim an item (a published item at the head, past any
+  /// tombstones, or an orphan to adopt); Faulted when a cell it would read is
+  /// impossible (its next call reports Corrupt). No PeerDied: the ring has
+  /// any number of producers; a producer killed mid-push is repaired by the
+  /// set's own look (after mpmc::kStuckGraceNs, as a blocked pop repairs it),
+  /// and the items behind it then report Data. The set and a blocking pop of
+  /// another consumer handle compete as consumers do: a push wakes one of them.
+  [[nodiscard]] Result<void> attach(MpmcConsumer& consumer, std::uint64_t tag);
+  /// An MPMC ring producer: Room when try_push() / try_reserve() would claim a
+  /// cell now; Faulted as above. A consumer killed holding a cell is repaired
+  /// as above, and the producer then reports Room. `payload_bytes`: the
+  /// largest payload it means to push (TooLarge beyond slot_bytes()).
+  [[nodiscard]] Result<void> attach(MpmcProducer& producer, std::uint64_t tag,
+                                    std::size_t payload_bytes);
+  /// A priority fanout consumer: Data when try_pop_highest() /
+  /// try_take_highest() would claim an item from some priority; Faulted when
+  /// a ring or the bitmap is impossible. The set's look does what a pop does
+  /// on its way: it clears a stale bit, resurfaces an item whose submitter
+  /// died before setting its bit, and repairs a cell held by a dead handle.
+  [[nodiscard]] Result<void> attach(FanoutConsumer& consumer, std::uint64_t tag);
   /// Removes the member with `tag` (NotFound when there is none) and clears
   /// the parked flag the set may have left in its structure.
   [[nodiscard]] Result<void> detach(std::uint64_t tag);
