@@ -76,7 +76,19 @@ TEST_F(SoakTopicVerifier, NamesDropsThatMissedDoesNotCount) {
   subscriber(0, start(300, 1) + sample(0, 0) + "F 1101\n" + sample(3, 3, 1) + "X 2 1\n");
   std::string out;
   EXPECT_EQ(verify(1, out), 1) << out;
-  EXPECT_TRUE(contains(out, "(DropOldest): seq 0 to 3: 2 skipped, missed() grew by 1")) << out;
+  EXPECT_TRUE(contains(out,
+                       "(DropOldest): seq 0 to 3: 2 skipped, 2 in all since its attach, "
+                       "but missed() says 1"))
+      << out;
+}
+
+// missed() is read just after a receive: it may already count the drops
+// that make the next gap (the CI's soak met this).
+TEST_F(SoakTopicVerifier, AcceptsAMissedCountThatRanAheadOfTheGap) {
+  publisher(kPublisher);
+  subscriber(0, start(300, 1) + sample(0, 0, 2) + "F 1101\n" + sample(3, 3, 2) + "X 2 2\n");
+  std::string out;
+  EXPECT_EQ(verify(1, out), 0) << out;
 }
 
 TEST_F(SoakTopicVerifier, NamesASeqThatCarriesAnotherSampleThanThePublisherLogged) {

@@ -140,7 +140,7 @@ enum class EventKind : std::uint32_t {
   Repaired,  ///< a locker found the mutex's owner died inside (count: chunks back in the pool)
 };
 
-/// An event as read back from the ring (TopicPublisher/TopicSubscriber::events()).
+/// An event as read back from the ring (the handles' events() methods).
 struct EventRecord {
   std::uint64_t number = 0;   ///< the event's number; a gap: events overwritten before the read
   std::uint64_t time_ns = 0;  ///< when it happened, realtime ns
