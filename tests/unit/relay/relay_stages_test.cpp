@@ -327,7 +327,7 @@ void expect_staged_fold_is_the_flat_fold(PolicyId id, const std::string& name) {
   auto rs = RelayReader::open(name + "-staged");
   ASSERT_TRUE(rf && rs);
   auto staged =
-      StagedReader::make(std::move(*rs), RelayStages{WindowPolicy{5ms}, RatePolicy{500, 3}, {}});
+      StagedReader::make(std::move(*rs), RelayStages{WindowPolicy{5ms}, RatePolicy{100, 3}, {}});
   ASSERT_TRUE(staged) << staged.error().what();
 
   std::mt19937_64 rng(20261208 + id);
@@ -383,8 +383,10 @@ void expect_staged_fold_is_the_flat_fold(PolicyId id, const std::string& name) {
   const StagedSnapshot s = staged->snapshot();
   EXPECT_GT(s.held_window, 0u) << "the window changed where the relay flushed";
   EXPECT_GT(s.held_rate, 0u) << "the rate changed where the relay flushed";
-  if (p.keyed) {
+  if (id == policy::kSum) {
     EXPECT_LT(via_stages.entries, flat.entries) << "held entries merged more";
+  } else if (p.keyed) {  // few ops raise a max or win an lww: merges are rarer
+    EXPECT_LE(via_stages.entries, flat.entries);
   } else {
     EXPECT_EQ(via_stages.entries, static_cast<std::uint64_t>(kOps));
   }
