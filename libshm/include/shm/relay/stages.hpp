@@ -142,6 +142,7 @@ class StagedReader {
   [[nodiscard]] const RelayStages& stages() const noexcept { return stages_; }
   /// The reader behind the stages (taking through it bypasses them).
   [[nodiscard]] RelayReader& reader() noexcept { return reader_; }
+  /// The reader behind the stages, for reads (snapshot, delivered).
   [[nodiscard]] const RelayReader& reader() const noexcept { return reader_; }
   /// Gives the reader back (the StagedReader is empty afterwards).
   [[nodiscard]] RelayReader release() && { return std::move(reader_); }
