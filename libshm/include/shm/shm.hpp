@@ -19,6 +19,7 @@
 #include "shm/relay/layout.hpp"
 #include "shm/relay/policy.hpp"
 #include "shm/relay/relay.hpp"
+#include "shm/relay/stages.hpp"
 #include "shm/segment/describe.hpp"
 #include "shm/segment/kind.hpp"
 #include "shm/segment/segment.hpp"

@@ -1245,7 +1245,7 @@ Result<std::span<const RelayEntry>> RelayReader::take(std::size_t credit) {
     std::byte* dst = buffer_.data() + taken_.size() * view_.params.value_bytes;
     std::memcpy(dst, value_at(view_, i), len);
     taken_.push_back(RelayEntry{ld(h.key), std::span<const std::byte>(dst, len), ld(h.first_seq),
-                                ld(h.last_seq), ld(h.op_count), sealed});
+                                ld(h.last_seq), ld(h.op_count), sealed, 0, ld(h.created_ns)});
     taken_index_.push_back(i);
     if (remembering != nullptr) {
       if (sealed && !commutative)

@@ -71,6 +71,7 @@ TEST(EnumNames, EveryEnumeratorOfEveryPublicEnumHasADistinctName) {
   check("ledger::JournalOp", ledger::JournalOp::None, ledger::JournalOp::HandOver);
   // relay
   check("WriteStatus", WriteStatus::Appended, WriteStatus::TimedOut);
+  check("TakeStatus", TakeStatus::Delivered, TakeStatus::Rate);
   check("Overflow", Overflow::Block, Overflow::Spill);
   check("Dimension", Dimension::Count, Dimension::Age);
   check("EgressOrder", EgressOrder::Arrival, EgressOrder::Reordering);

@@ -109,6 +109,12 @@ struct RelayEntry {
   std::uint64_t op_count = 0;        ///< ops merged into it
   bool redelivered = false;   ///< returned from a reader that died holding it (at-least-once)
   std::uint64_t page_id = 0;  ///< the cold page it came from; 0: the hot head
+  /// When its first op was written, CLOCK_MONOTONIC ns as the entry head
+  /// records it (read from the coarse clock unless the dimension is Age: up
+  /// to one kernel tick, 1-4 ms, early). 0: not known, for an entry read back
+  /// from a cold page (page records carry no time; docs/relay.md, "Egress
+  /// stages").
+  std::uint64_t created_ns = 0;
 };
 
 /// One entry of the relay's event log (drops, repairs, retunes...).
