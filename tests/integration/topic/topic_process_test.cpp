@@ -93,6 +93,19 @@ class TopicProcessTest : public ::testing::Test {
   test::TempRoot root;
 };
 
+// The tests that run shmctl: it must be built when the tools are.
+class TopicShmctlTest : public TopicProcessTest {
+ protected:
+  void SetUp() override {
+    if (::access(test::bin_path("shmctl").c_str(), X_OK) == 0) return;
+#if SHM_EXPECT_TOOLS
+    FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
+#else
+    GTEST_SKIP() << "shmctl is not built: LIBSHM_BUILD_TOOLS is OFF";
+#endif
+  }
+};
+
 TEST_F(TopicProcessTest, ThreeSubscriberProcessesEachGetEverySampleOfAPublisherProcess) {
   auto seg = must(create_topic("t", params(32, 8)));
   std::vector<Subprocess> subs;
@@ -275,14 +288,7 @@ TEST_F(TopicProcessTest, APublisherProcessWaitingForAChunkWakesWithin100msOfARel
   EXPECT_EQ(waiting.wait(kLine), 0);
 }
 
-TEST_F(TopicProcessTest, ShmctlInspectShowsEachSubscriberAndVerifyIsClean) {
-  if (::access(test::bin_path("shmctl").c_str(), X_OK) != 0) {
-#if SHM_EXPECT_TOOLS
-    FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
-#else
-    GTEST_SKIP() << "shmctl is not built: LIBSHM_BUILD_TOOLS is OFF";
-#endif
-  }
+TEST_F(TopicShmctlTest, InspectShowsEachSubscriberAndVerifyIsClean) {
   auto pub = must(TopicPublisher::create("t", params(8, 2, 64)));
   auto sub = must(TopicSubscriber::open("t", TopicOverflow::DropOldest));
   ASSERT_NO_FATAL_FAILURE(publish_samples(pub, 3));
@@ -298,14 +304,7 @@ TEST_F(TopicProcessTest, ShmctlInspectShowsEachSubscriberAndVerifyIsClean) {
 
 // `shmctl events` merges the topic's own events (a dead subscriber's record
 // dropped) with the segment's (attach, detach, ...), their source "topic".
-TEST_F(TopicProcessTest, ShmctlEventsShowsADeadSubscribersRecordDropped) {
-  if (::access(test::bin_path("shmctl").c_str(), X_OK) != 0) {
-#if SHM_EXPECT_TOOLS
-    FAIL() << test::bin_path("shmctl") << " is missing although LIBSHM_BUILD_TOOLS is ON";
-#else
-    GTEST_SKIP() << "shmctl is not built: LIBSHM_BUILD_TOOLS is OFF";
-#endif
-  }
+TEST_F(TopicShmctlTest, EventsShowsADeadSubscribersRecordDropped) {
   auto pub = must(TopicPublisher::create("t", params(8, 4, 64)));
   // A subscriber process holding 1 of 3 samples (2 queued), killed.
   ASSERT_NO_FATAL_FAILURE(kill_a_holding_subscriber(pub));
